@@ -1,0 +1,84 @@
+//! NaN/Inf anomaly detection: inside `detect_anomaly`, every op's forward result and every
+//! gradient a rule produces is checked, and the first non-finite one is reported by op name.
+
+use std::cell::RefCell;
+
+use crate::error::{Error, Result};
+use crate::tensor::{with_dtype, Tensor};
+
+thread_local! {
+    /// `None` when detection is off; `Some(first report)` while on.
+    static STATE: RefCell<Option<Option<String>>> = const { RefCell::new(None) };
+}
+
+fn enabled() -> bool {
+    STATE.with(|s| s.borrow().is_some())
+}
+
+fn has_non_finite(t: &Tensor) -> bool {
+    with_dtype!(t.dtype(), T => t.contiguous_data::<T>().iter().any(|v| !v.is_finite()))
+}
+
+fn shapes(ts: &[&Tensor]) -> String {
+    ts.iter()
+        .map(|t| format!("{:?}", t.shape()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn report(msg: impl FnOnce() -> String) {
+    STATE.with(|s| {
+        if let Some(first @ None) = &mut *s.borrow_mut() {
+            *first = Some(msg());
+        }
+    });
+}
+
+pub(crate) fn check_forward(op: &str, out: &Tensor, inputs: &[&Tensor]) {
+    if enabled() && has_non_finite(out) {
+        report(|| {
+            format!(
+                "anomaly: forward of {op} produced NaN/Inf (input shapes: {})",
+                shapes(inputs)
+            )
+        });
+    }
+}
+
+pub(crate) fn check_backward(op: &str, grads: &[Option<Tensor>], inputs: &[Tensor]) {
+    if !enabled() {
+        return;
+    }
+    for (i, g) in grads.iter().enumerate() {
+        if g.as_ref().is_some_and(has_non_finite) {
+            let refs: Vec<&Tensor> = inputs.iter().collect();
+            report(|| {
+                format!(
+                    "anomaly: backward of {op} produced NaN/Inf in the gradient of input {i} \
+                     (input shapes: {})",
+                    shapes(&refs)
+                )
+            });
+        }
+    }
+}
+
+/// Runs `f` checking every op's forward and backward for NaN/Inf. Returns `f`'s result, or an
+/// error naming the first op that produced a non-finite value and its input shapes.
+pub fn detect_anomaly<R>(f: impl FnOnce() -> R) -> Result<R> {
+    let outer = STATE.with(|s| s.replace(Some(None)));
+    struct Restore(Option<Option<String>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            STATE.with(|s| *s.borrow_mut() = self.0.take());
+        }
+    }
+    let restore = Restore(outer);
+    let value = f();
+    let found = STATE.with(|s| s.borrow_mut().take()).flatten();
+    drop(restore);
+    match found {
+        Some(msg) => Err(Error::Anomaly(msg)),
+        None => Ok(value),
+    }
+}

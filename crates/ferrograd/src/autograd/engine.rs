@@ -1,0 +1,242 @@
+//! The backward engine: reverse topological order over the recorded graph, iterative (no
+//! recursion however long the graph), summing the contributions of every consumer.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+
+use super::anomaly;
+use super::gradients::Gradients;
+use super::mode::ModeGuard;
+use super::node::{BackwardCtx, Node, NodeKind};
+use crate::tensor::Tensor;
+
+/// Node ids are unique sequential integers: a multiplicative hash spreads them well and costs
+/// a fraction of SipHash, which matters on graphs of scalar ops.
+#[derive(Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+pub(crate) type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
+type IdSet = HashSet<u64, BuildHasherDefault<IdHasher>>;
+
+/// Which gradients a backward pass keeps.
+pub(crate) enum Targets {
+    /// Every tracked leaf (and parameter) that reaches the output.
+    Leaves,
+    /// Exactly these nodes, leaves or intermediate results.
+    Nodes(IdSet),
+}
+
+impl Targets {
+    fn contains(&self, node: &Node) -> bool {
+        match self {
+            Targets::Leaves => matches!(node.kind, NodeKind::Leaf),
+            Targets::Nodes(ids) => ids.contains(&node.id),
+        }
+    }
+}
+
+/// Nodes reachable from `root`, each after all of its inputs.
+fn topological_order(root: &Arc<Node>) -> Vec<Arc<Node>> {
+    let mut order = Vec::new();
+    let mut visited = IdSet::default();
+    let mut stack: Vec<(Arc<Node>, bool)> = vec![(root.clone(), false)];
+    while let Some((node, expanded)) = stack.pop() {
+        if expanded {
+            order.push(node);
+            continue;
+        }
+        if !visited.insert(node.id) {
+            continue;
+        }
+        stack.push((node.clone(), true));
+        if let Some(rec) = node.op() {
+            for input in &rec.inputs {
+                if let Some(child) = &input.0.node {
+                    if !visited.contains(&child.id) {
+                        stack.push((child.clone(), false));
+                    }
+                }
+            }
+        }
+    }
+    order
+}
+
+/// Runs backward from `root` seeded with `seed` (the gradient of the final result with respect
+/// to `root`) and returns the gradients of `targets`, keyed by node id.
+pub(crate) fn run_backward(
+    root: &Tensor,
+    seed: Tensor,
+    targets: &Targets,
+    create_graph: bool,
+) -> IdMap<Tensor> {
+    let mut results = IdMap::default();
+    let Some(root_node) = &root.0.node else {
+        return results;
+    };
+    let _mode = ModeGuard::set(create_graph);
+
+    let order = topological_order(root_node);
+    let position: IdMap<usize> = order.iter().enumerate().map(|(i, n)| (n.id, i)).collect();
+    // Whether each node leads to a target: only those are visited.
+    let mut reaches = vec![false; order.len()];
+    for (i, node) in order.iter().enumerate() {
+        reaches[i] = targets.contains(node)
+            || node.op().is_some_and(|rec| {
+                rec.inputs
+                    .iter()
+                    .any(|t| t.0.node.as_ref().is_some_and(|c| reaches[position[&c.id]]))
+            });
+    }
+
+    let mut pending: Vec<Option<Tensor>> = vec![None; order.len()];
+    *pending.last_mut().expect("root is in its own order") = Some(seed);
+    for i in (0..order.len()).rev() {
+        if !reaches[i] {
+            continue;
+        }
+        // Taking the gradient frees it as soon as it has been passed on.
+        let Some(g) = pending[i].take() else { continue };
+        let node = &order[i];
+        if targets.contains(node) {
+            results.insert(node.id, g.clone());
+        }
+        let Some(rec) = node.op() else { continue };
+        let needs: Vec<bool> = rec
+            .inputs
+            .iter()
+            .map(|t| t.0.node.as_ref().is_some_and(|c| reaches[position[&c.id]]))
+            .collect();
+        let out_node = if create_graph {
+            Some(node.clone())
+        } else {
+            None
+        };
+        let out = Tensor::from_parts(rec.out.0.clone(), rec.out.1.clone(), out_node);
+        let ctx = BackwardCtx {
+            inputs: &rec.inputs,
+            out: &out,
+            needs: &needs,
+        };
+        let grads = (rec.rule)(&ctx, &g);
+        assert_eq!(
+            grads.len(),
+            rec.inputs.len(),
+            "backward of {}: rule returned {} gradients for {} inputs",
+            rec.name,
+            grads.len(),
+            rec.inputs.len()
+        );
+        anomaly::check_backward(rec.name, &grads, &rec.inputs);
+        for ((input, gi), &need) in rec.inputs.iter().zip(grads).zip(&needs) {
+            let (Some(gi), true) = (gi, need) else {
+                continue;
+            };
+            assert!(
+                gi.shape() == input.shape() && gi.dtype() == input.dtype(),
+                "backward of {}: gradient of shape {:?} ({}) for an input of shape {:?} ({})",
+                rec.name,
+                gi.shape(),
+                gi.dtype(),
+                input.shape(),
+                input.dtype()
+            );
+            let child = input.0.node.as_ref().expect("needed inputs are tracked");
+            let slot = &mut pending[position[&child.id]];
+            *slot = Some(match slot.take() {
+                Some(acc) => &acc + &gi,
+                None => gi,
+            });
+        }
+    }
+    results
+}
+
+/// The seed gradient for `backward()`: one, for a one-element result.
+fn unit_seed(root: &Tensor, op: &str) -> Tensor {
+    assert!(
+        root.numel() == 1,
+        "{op}: the output has shape {:?}; backward needs a one-element result (reduce it with \
+         sum() or mean(), or pass the upstream gradient to backward_with)",
+        root.shape()
+    );
+    root.ones_like()
+}
+
+impl Tensor {
+    /// Gradients of this one-element result with respect to every tracked leaf that reaches it.
+    /// Each call returns a fresh `Gradients`; the graph can be walked again.
+    pub fn backward(&self) -> Gradients {
+        self.backward_impl(unit_seed(self, "backward"), false)
+    }
+
+    /// As [`Tensor::backward`], with gradients that are themselves differentiable (recorded as a
+    /// graph), for higher-order derivatives.
+    pub fn backward_with_graph(&self) -> Gradients {
+        self.backward_impl(unit_seed(self, "backward_with_graph"), true)
+    }
+
+    /// Backward from a result of any shape, given the upstream gradient `seed` (same shape).
+    pub fn backward_with(&self, seed: &Tensor, create_graph: bool) -> Gradients {
+        assert_eq!(
+            seed.shape(),
+            self.shape(),
+            "backward_with: seed shape {:?} differs from output shape {:?}",
+            seed.shape(),
+            self.shape()
+        );
+        self.backward_impl(seed.to_dtype(self.dtype()), create_graph)
+    }
+
+    fn backward_impl(&self, seed: Tensor, create_graph: bool) -> Gradients {
+        assert!(
+            self.is_tracked(),
+            "backward: this tensor is not tracked (no input marked requires_grad() reaches it, \
+             or it was computed under no_grad)"
+        );
+        Gradients::from_map(run_backward(self, seed, &Targets::Leaves, create_graph))
+    }
+}
+
+/// Gradients of the one-element `y` with respect to each of `xs` (leaves or intermediate
+/// results); zeros for an input that does not reach `y`.
+pub fn grad(y: &Tensor, xs: &[&Tensor]) -> Vec<Tensor> {
+    grad_impl(y, xs, false)
+}
+
+/// As [`grad`], with differentiable results (for higher-order derivatives).
+pub fn grad_with_graph(y: &Tensor, xs: &[&Tensor]) -> Vec<Tensor> {
+    grad_impl(y, xs, true)
+}
+
+fn grad_impl(y: &Tensor, xs: &[&Tensor], create_graph: bool) -> Vec<Tensor> {
+    let seed = unit_seed(y, "grad");
+    let ids: IdSet = xs
+        .iter()
+        .filter_map(|x| x.0.node.as_ref().map(|n| n.id))
+        .collect();
+    let found = run_backward(y, seed, &Targets::Nodes(ids), create_graph);
+    xs.iter()
+        .map(|x| {
+            x.0.node
+                .as_ref()
+                .and_then(|n| found.get(&n.id).cloned())
+                .unwrap_or_else(|| x.zeros_like())
+        })
+        .collect()
+}

@@ -1,0 +1,76 @@
+//! The result of a backward pass: one gradient per tracked leaf, looked up by tensor or
+//! parameter.
+
+use std::ops::{Add, AddAssign};
+
+use super::engine::IdMap;
+use super::param::Param;
+use crate::tensor::Tensor;
+
+/// Gradients from one backward pass. Fresh on every call; add two to accumulate explicitly
+/// (over micro-batches, say).
+#[derive(Clone, Default)]
+pub struct Gradients {
+    map: IdMap<Tensor>,
+}
+
+impl Gradients {
+    pub(crate) fn from_map(map: IdMap<Tensor>) -> Gradients {
+        Gradients { map }
+    }
+
+    /// The gradient for the tracked leaf `t`, or `None` when `t` does not reach the result.
+    pub fn get(&self, t: &Tensor) -> Option<Tensor> {
+        t.0.node.as_ref().and_then(|n| self.map.get(&n.id).cloned())
+    }
+
+    /// The gradient for a parameter, or `None` when it does not reach the result.
+    pub fn get_param(&self, p: &Param) -> Option<Tensor> {
+        self.map.get(&p.id()).cloned()
+    }
+
+    /// Number of leaves with a gradient.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Every gradient scaled by `factor` (averaging accumulated micro-batches, say).
+    pub fn scale(&self, factor: f64) -> Gradients {
+        Gradients {
+            map: self.map.iter().map(|(&k, g)| (k, g * factor)).collect(),
+        }
+    }
+}
+
+impl AddAssign<&Gradients> for Gradients {
+    fn add_assign(&mut self, rhs: &Gradients) {
+        for (&id, g) in &rhs.map {
+            let sum = match self.map.get(&id) {
+                Some(acc) => acc + g,
+                None => g.clone(),
+            };
+            self.map.insert(id, sum);
+        }
+    }
+}
+
+impl Add<&Gradients> for &Gradients {
+    type Output = Gradients;
+    fn add(self, rhs: &Gradients) -> Gradients {
+        let mut out = self.clone();
+        out += rhs;
+        out
+    }
+}
+
+impl Add for Gradients {
+    type Output = Gradients;
+    fn add(mut self, rhs: Gradients) -> Gradients {
+        self += &rhs;
+        self
+    }
+}

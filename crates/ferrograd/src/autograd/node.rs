@@ -1,0 +1,175 @@
+//! Graph nodes and how ops record them.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use super::anomaly;
+use super::mode::is_grad_enabled;
+use crate::tensor::{Layout, Storage, Tensor};
+
+/// A derivative rule: from the context and the upstream gradient (shape of the output) to one
+/// gradient per input (`None` where the input needs none). Written with tensor ops.
+pub(crate) type Rule = Box<dyn Fn(&BackwardCtx<'_>, &Tensor) -> Vec<Option<Tensor>> + Send + Sync>;
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Number of graph nodes alive in the process: a leak check for training loops.
+pub fn live_nodes() -> usize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+pub(crate) struct Node {
+    /// Identity used by `Gradients`; parameters keep theirs across updates.
+    pub(crate) id: u64,
+    pub(crate) kind: NodeKind,
+}
+
+pub(crate) enum NodeKind {
+    Leaf,
+    Op(OpRecord),
+}
+
+pub(crate) struct OpRecord {
+    pub(crate) name: &'static str,
+    pub(crate) rule: Rule,
+    pub(crate) inputs: Vec<Tensor>,
+    /// The output's data without its node: holding the output itself would be a cycle. The
+    /// engine re-attaches this node when a rule needs a differentiable output.
+    pub(crate) out: (Storage, Layout),
+}
+
+impl Node {
+    pub(crate) fn leaf() -> Node {
+        Node::new(NodeKind::Leaf)
+    }
+
+    fn new(kind: NodeKind) -> Node {
+        LIVE.fetch_add(1, Ordering::Relaxed);
+        Node {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            kind,
+        }
+    }
+
+    pub(crate) fn op(&self) -> Option<&OpRecord> {
+        match &self.kind {
+            NodeKind::Op(r) => Some(r),
+            NodeKind::Leaf => None,
+        }
+    }
+}
+
+impl Drop for Node {
+    /// Drops the chain of inputs iteratively: the default recursive drop of a long graph
+    /// (a 1,000,000-op chain) would overflow the stack.
+    fn drop(&mut self) {
+        LIVE.fetch_sub(1, Ordering::Relaxed);
+        let NodeKind::Op(rec) = &mut self.kind else {
+            return;
+        };
+        let mut stack = std::mem::take(&mut rec.inputs);
+        while let Some(t) = stack.pop() {
+            // Only a tensor we hold the last reference to can release its node here; others
+            // stay alive through their other owners.
+            let Some(mut inner) = Arc::into_inner(t.0) else {
+                continue;
+            };
+            let Some(node) = inner.node.take() else {
+                continue;
+            };
+            if let Some(mut node) = Arc::into_inner(node) {
+                if let NodeKind::Op(r) = &mut node.kind {
+                    stack.append(&mut r.inputs);
+                }
+            }
+        }
+    }
+}
+
+/// What a rule sees at backward time.
+pub(crate) struct BackwardCtx<'a> {
+    pub(crate) inputs: &'a [Tensor],
+    /// The op's output; tracked (through this node) when the backward builds a graph.
+    pub(crate) out: &'a Tensor,
+    pub(crate) needs: &'a [bool],
+}
+
+impl BackwardCtx<'_> {
+    pub(crate) fn input(&self, i: usize) -> &Tensor {
+        &self.inputs[i]
+    }
+
+    /// Whether input `i` wants a gradient; rules skip the work for the others.
+    pub(crate) fn needs(&self, i: usize) -> bool {
+        self.needs[i]
+    }
+}
+
+/// Wraps the untracked result `out` of op `name`: tracked, with `rule` as its derivative, when
+/// recording is on and an input is tracked; returned as is otherwise.
+pub(crate) fn record(
+    name: &'static str,
+    out: Tensor,
+    inputs: &[&Tensor],
+    rule: impl Fn(&BackwardCtx<'_>, &Tensor) -> Vec<Option<Tensor>> + Send + Sync + 'static,
+) -> Tensor {
+    anomaly::check_forward(name, &out, inputs);
+    if !is_grad_enabled() || !inputs.iter().any(|t| t.is_tracked()) {
+        return out;
+    }
+    let storage = out.storage().clone();
+    let layout = out.layout().clone();
+    let node = Node::new(NodeKind::Op(OpRecord {
+        name,
+        rule: Box::new(rule),
+        inputs: inputs.iter().map(|&t| t.clone()).collect(),
+        out: (storage.clone(), layout.clone()),
+    }));
+    Tensor::from_parts(storage, layout, Some(Arc::new(node)))
+}
+
+/// Records an op that has no derivative: backward through it panics naming the op, unless the
+/// input was detached or the op ran under `no_grad` (then nothing is recorded).
+pub(crate) fn record_nondiff(name: &'static str, out: Tensor, inputs: &[&Tensor]) -> Tensor {
+    record(name, out, inputs, move |_, _| {
+        panic!(
+            "{name} has no derivative: a gradient reached it during backward; detach its input \
+             (tensor.detach()) or compute it under no_grad"
+        )
+    })
+}
+
+impl Tensor {
+    /// A tracked leaf holding the same data: gradients flow back to it.
+    pub fn requires_grad(&self) -> Tensor {
+        Tensor::from_parts(
+            self.storage().clone(),
+            self.layout().clone(),
+            Some(Arc::new(Node::leaf())),
+        )
+    }
+
+    /// Whether this tensor takes part in a recorded graph.
+    pub fn is_tracked(&self) -> bool {
+        self.0.node.is_some()
+    }
+
+    /// True for a tensor made by `requires_grad()` (or a parameter's value).
+    pub fn is_leaf(&self) -> bool {
+        self.0
+            .node
+            .as_ref()
+            .is_some_and(|n| matches!(n.kind, NodeKind::Leaf))
+    }
+
+    /// The same values cut from the graph: no gradient flows through the result.
+    pub fn detach(&self) -> Tensor {
+        Tensor::from_parts(self.storage().clone(), self.layout().clone(), None)
+    }
+
+    /// Alias of [`Tensor::detach`] under the name TensorFlow and JAX use.
+    pub fn stop_gradient(&self) -> Tensor {
+        self.detach()
+    }
+}

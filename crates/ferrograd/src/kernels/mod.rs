@@ -1,0 +1,17 @@
+//! CPU compute on slices: no tensors, no autodiff. Every speed trick of the crate lives here.
+//!
+//! Element-wise kernels run on rayon above [`PAR_THRESHOLD`] elements; below it the cost of
+//! waking threads outweighs the work.
+
+mod float;
+pub mod matmul;
+pub mod reduce;
+pub mod strided;
+
+pub use float::Float;
+
+/// Element count above which element-wise and reduction kernels split work across threads.
+pub const PAR_THRESHOLD: usize = 1 << 15;
+
+/// Elements per parallel task: large enough to amortise scheduling, small enough to balance.
+pub(crate) const PAR_CHUNK: usize = 1 << 14;

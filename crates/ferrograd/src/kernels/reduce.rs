@@ -1,0 +1,205 @@
+//! Reductions over a contiguous buffer viewed as `[outer, reduced, inner]`: every reduction over
+//! a contiguous block of axes has this form (the ops layer permutes other axis sets into it).
+
+use rayon::prelude::*;
+
+use super::{Float, PAR_CHUNK, PAR_THRESHOLD};
+
+/// Sum of a contiguous run with eight independent accumulators: vectorisable, and the error
+/// grows with n/8 rather than n.
+fn sum_run<T: Float>(xs: &[T]) -> T {
+    let mut acc = [T::zero(); 8];
+    let chunks = xs.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..8 {
+            acc[i] += c[i];
+        }
+    }
+    let mut s = T::zero();
+    for r in rest {
+        s += *r;
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + s
+}
+
+/// Sum of a whole buffer; parallel (and pairwise across chunks) when large.
+pub fn sum_all<T: Float>(xs: &[T]) -> T {
+    if xs.len() >= PAR_THRESHOLD {
+        let partial: Vec<T> = xs.par_chunks(PAR_CHUNK).map(sum_run).collect();
+        sum_run(&partial)
+    } else {
+        sum_run(xs)
+    }
+}
+
+/// `out[o, j] = Σ_r x[o, r, j]`.
+pub fn sum<T: Float>(x: &[T], outer: usize, red: usize, inner: usize, out: &mut [T]) {
+    debug_assert_eq!(x.len(), outer * red * inner);
+    debug_assert_eq!(out.len(), outer * inner);
+    if inner == 1 {
+        if outer == 1 {
+            out[0] = sum_all(x);
+        } else if x.len() >= PAR_THRESHOLD {
+            out.par_iter_mut()
+                .zip(x.par_chunks(red))
+                .for_each(|(o, row)| *o = sum_run(row));
+        } else {
+            for (o, row) in out.iter_mut().zip(x.chunks(red)) {
+                *o = sum_run(row);
+            }
+        }
+        return;
+    }
+    let block = |(o_row, x_block): (&mut [T], &[T])| {
+        o_row.iter_mut().for_each(|v| *v = T::zero());
+        for x_row in x_block.chunks_exact(inner) {
+            for (v, &x) in o_row.iter_mut().zip(x_row) {
+                *v += x;
+            }
+        }
+    };
+    if x.len() >= PAR_THRESHOLD && outer > 1 {
+        out.par_chunks_mut(inner)
+            .zip(x.par_chunks(red * inner))
+            .for_each(block);
+    } else if x.len() >= PAR_THRESHOLD {
+        // One outer block: split the kept columns across threads instead.
+        let cols = (PAR_CHUNK / red).max(64);
+        out.par_chunks_mut(cols)
+            .enumerate()
+            .for_each(|(ci, o_cols)| {
+                let j0 = ci * cols;
+                o_cols.iter_mut().for_each(|v| *v = T::zero());
+                for r in 0..red {
+                    let x_row = &x[r * inner + j0..r * inner + j0 + o_cols.len()];
+                    for (v, &xv) in o_cols.iter_mut().zip(x_row) {
+                        *v += xv;
+                    }
+                }
+            });
+    } else {
+        out.chunks_mut(inner)
+            .zip(x.chunks(red * inner))
+            .for_each(block);
+    }
+}
+
+/// `out[o, j] = fold(x[o, 0, j], x[o, 1, j], ...)` for an associative `pick` such as max or min.
+/// `red` must be at least 1.
+pub fn fold<T: Float>(
+    x: &[T],
+    outer: usize,
+    red: usize,
+    inner: usize,
+    out: &mut [T],
+    pick: impl Fn(T, T) -> T + Sync,
+) {
+    assert!(red > 0, "reduction over an empty axis");
+    let block = |(o_row, x_block): (&mut [T], &[T])| {
+        o_row.copy_from_slice(&x_block[..inner]);
+        for x_row in x_block.chunks_exact(inner).skip(1) {
+            for (v, &x) in o_row.iter_mut().zip(x_row) {
+                *v = pick(*v, x);
+            }
+        }
+    };
+    if x.len() >= PAR_THRESHOLD && outer > 1 {
+        out.par_chunks_mut(inner)
+            .zip(x.par_chunks(red * inner))
+            .for_each(block);
+    } else {
+        out.chunks_mut(inner)
+            .zip(x.chunks(red * inner))
+            .for_each(block);
+    }
+}
+
+/// Index along the reduced axis of the first element that `better` prefers over all others
+/// (`better(new, best)` true means `new` wins). NaN wins, as in numpy.
+pub fn arg_fold<T: Float>(
+    x: &[T],
+    outer: usize,
+    red: usize,
+    inner: usize,
+    out: &mut [usize],
+    better: impl Fn(T, T) -> bool + Sync,
+) {
+    assert!(red > 0, "reduction over an empty axis");
+    let block = |(o_row, x_block): (&mut [usize], &[T])| {
+        for (j, o) in o_row.iter_mut().enumerate() {
+            let mut best = x_block[j];
+            let mut at = 0;
+            for r in 1..red {
+                let v = x_block[r * inner + j];
+                if best.is_nan() {
+                    break;
+                }
+                if v.is_nan() || better(v, best) {
+                    best = v;
+                    at = r;
+                }
+            }
+            *o = at;
+        }
+    };
+    if x.len() >= PAR_THRESHOLD && outer > 1 {
+        out.par_chunks_mut(inner)
+            .zip(x.par_chunks(red * inner))
+            .for_each(block);
+    } else {
+        out.chunks_mut(inner)
+            .zip(x.chunks(red * inner))
+            .for_each(block);
+    }
+}
+
+/// Numerically stable softmax (or log-softmax) of each row of `x` viewed as
+/// `[outer, red, inner]` along the middle axis: the row maximum is subtracted before `exp`.
+pub fn softmax<T: Float>(
+    x: &[T],
+    outer: usize,
+    red: usize,
+    inner: usize,
+    log: bool,
+    out: &mut [T],
+) {
+    let block = |(o_block, x_block): (&mut [T], &[T])| {
+        for j in 0..inner {
+            let mut m = T::neg_infinity();
+            for r in 0..red {
+                m = m.max(x_block[r * inner + j]);
+            }
+            if m.is_infinite() {
+                // All -inf (or +inf present): keep the arithmetic finite where it can be.
+                m = if m > T::zero() { m } else { T::zero() };
+            }
+            let mut s = T::zero();
+            for r in 0..red {
+                let e = (x_block[r * inner + j] - m).exp();
+                o_block[r * inner + j] = e;
+                s += e;
+            }
+            if log {
+                let ls = s.ln() + m;
+                for r in 0..red {
+                    o_block[r * inner + j] = x_block[r * inner + j] - ls;
+                }
+            } else {
+                let inv = T::one() / s;
+                for r in 0..red {
+                    o_block[r * inner + j] = o_block[r * inner + j] * inv;
+                }
+            }
+        }
+    };
+    if x.len() >= PAR_THRESHOLD && outer > 1 {
+        out.par_chunks_mut(red * inner)
+            .zip(x.par_chunks(red * inner))
+            .for_each(block);
+    } else {
+        out.chunks_mut(red * inner)
+            .zip(x.chunks(red * inner))
+            .for_each(block);
+    }
+}

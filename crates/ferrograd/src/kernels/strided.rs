@@ -1,0 +1,216 @@
+//! Element-wise kernels over strided operands written into a contiguous output.
+//!
+//! Axes are first coalesced (merged wherever every operand steps through them as one run), so a
+//! contiguous operand becomes a single flat axis and a bias broadcast `[N, M] + [M]` becomes rows
+//! of `M`. The innermost run is then specialised on its strides (1 = contiguous, 0 = broadcast
+//! scalar) so the compiler can vectorise it; only genuinely strided runs index one by one.
+
+use rayon::prelude::*;
+
+use super::{PAR_CHUNK, PAR_THRESHOLD};
+
+/// A read-only operand: `data[offset + Σ index[i] * strides[i]]`, strides already expressed in
+/// the output's shape (0 along broadcast axes).
+#[derive(Clone, Copy)]
+pub struct Src<'a, T> {
+    pub data: &'a [T],
+    pub strides: &'a [usize],
+    pub offset: usize,
+}
+
+/// Shape and per-operand strides after merging axes that every operand traverses as one run.
+/// Always at least one axis.
+struct Plan<const K: usize> {
+    shape: Vec<usize>,
+    strides: [Vec<usize>; K],
+}
+
+impl<const K: usize> Plan<K> {
+    fn new(shape: &[usize], strides: [&[usize]; K]) -> Self {
+        let mut out_shape: Vec<usize> = Vec::with_capacity(shape.len());
+        let mut out_strides: [Vec<usize>; K] = std::array::from_fn(|_| Vec::new());
+        for (axis, &d) in shape.iter().enumerate() {
+            if d == 1 {
+                continue;
+            }
+            let mergeable = match out_shape.last() {
+                Some(_) => (0..K).all(|k| {
+                    let prev = *out_strides[k].last().unwrap();
+                    prev == strides[k][axis] * d
+                }),
+                None => false,
+            };
+            if mergeable {
+                *out_shape.last_mut().unwrap() *= d;
+                for k in 0..K {
+                    *out_strides[k].last_mut().unwrap() = strides[k][axis];
+                }
+            } else {
+                out_shape.push(d);
+                for k in 0..K {
+                    out_strides[k].push(strides[k][axis]);
+                }
+            }
+        }
+        if out_shape.is_empty() {
+            out_shape.push(1);
+            for s in out_strides.iter_mut() {
+                s.push(0);
+            }
+        }
+        Plan {
+            shape: out_shape,
+            strides: out_strides,
+        }
+    }
+
+    fn inner(&self) -> usize {
+        *self.shape.last().unwrap()
+    }
+
+    /// Offsets of the first element of flat output row `row` (rows run along the last axis).
+    fn row_offsets(&self, mut row: usize, base: [usize; K]) -> [usize; K] {
+        let mut offs = base;
+        for axis in (0..self.shape.len() - 1).rev() {
+            let d = self.shape[axis];
+            let i = row % d;
+            row /= d;
+            for k in 0..K {
+                offs[k] += i * self.strides[k][axis];
+            }
+        }
+        offs
+    }
+
+    /// Calls `f(out_start, len, offsets, inner_strides)` for each run of the output range
+    /// `start..start + len`, splitting across threads when the output is large.
+    fn for_runs<T: Send>(
+        &self,
+        out: &mut [T],
+        base: [usize; K],
+        f: impl Fn(&mut [T], [usize; K], [usize; K]) + Sync,
+    ) {
+        let inner = self.inner();
+        let inner_strides: [usize; K] = std::array::from_fn(|k| *self.strides[k].last().unwrap());
+        let run_chunk = |chunk: &mut [T], start: usize| {
+            let mut pos = 0;
+            while pos < chunk.len() {
+                let flat = start + pos;
+                let (row, col) = (flat / inner, flat % inner);
+                let len = (inner - col).min(chunk.len() - pos);
+                let mut offs = self.row_offsets(row, base);
+                for k in 0..K {
+                    offs[k] += col * inner_strides[k];
+                }
+                f(&mut chunk[pos..pos + len], offs, inner_strides);
+                pos += len;
+            }
+        };
+        if out.len() >= PAR_THRESHOLD {
+            out.par_chunks_mut(PAR_CHUNK)
+                .enumerate()
+                .for_each(|(i, chunk)| run_chunk(chunk, i * PAR_CHUNK));
+        } else {
+            run_chunk(out, 0);
+        }
+    }
+}
+
+/// `out[i] = f(a[i])` over the broadcast shape `shape` (`out` is contiguous, `shape.product()`
+/// long).
+pub fn map<T: Copy + Sync, U: Send>(
+    shape: &[usize],
+    a: Src<'_, T>,
+    out: &mut [U],
+    f: impl Fn(T) -> U + Sync,
+) {
+    let plan = Plan::new(shape, [a.strides]);
+    plan.for_runs(out, [a.offset], |dst, [oa], [sa]| match sa {
+        1 => {
+            let n = dst.len();
+            for (d, &x) in dst.iter_mut().zip(&a.data[oa..oa + n]) {
+                *d = f(x);
+            }
+        }
+        0 => {
+            let x = a.data[oa];
+            for d in dst.iter_mut() {
+                *d = f(x);
+            }
+        }
+        _ => {
+            for (i, d) in dst.iter_mut().enumerate() {
+                *d = f(a.data[oa + i * sa]);
+            }
+        }
+    });
+}
+
+/// `out[i] = f(a[i], b[i])` over the broadcast shape `shape`.
+pub fn zip<T: Copy + Sync, U: Send>(
+    shape: &[usize],
+    a: Src<'_, T>,
+    b: Src<'_, T>,
+    out: &mut [U],
+    f: impl Fn(T, T) -> U + Sync,
+) {
+    let plan = Plan::new(shape, [a.strides, b.strides]);
+    plan.for_runs(out, [a.offset, b.offset], |dst, [oa, ob], [sa, sb]| {
+        let n = dst.len();
+        match (sa, sb) {
+            (1, 1) => {
+                let (xa, xb) = (&a.data[oa..oa + n], &b.data[ob..ob + n]);
+                for ((d, &x), &y) in dst.iter_mut().zip(xa).zip(xb) {
+                    *d = f(x, y);
+                }
+            }
+            (1, 0) => {
+                let y = b.data[ob];
+                for (d, &x) in dst.iter_mut().zip(&a.data[oa..oa + n]) {
+                    *d = f(x, y);
+                }
+            }
+            (0, 1) => {
+                let x = a.data[oa];
+                for (d, &y) in dst.iter_mut().zip(&b.data[ob..ob + n]) {
+                    *d = f(x, y);
+                }
+            }
+            _ => {
+                for (i, d) in dst.iter_mut().enumerate() {
+                    *d = f(a.data[oa + i * sa], b.data[ob + i * sb]);
+                }
+            }
+        }
+    });
+}
+
+/// `out[i] = f(a[i], b[i], c[i])` over the broadcast shape `shape` (used by `where_cond`).
+pub fn zip3<T: Copy + Sync, U: Send>(
+    shape: &[usize],
+    a: Src<'_, T>,
+    b: Src<'_, T>,
+    c: Src<'_, T>,
+    out: &mut [U],
+    f: impl Fn(T, T, T) -> U + Sync,
+) {
+    let plan = Plan::new(shape, [a.strides, b.strides, c.strides]);
+    plan.for_runs(
+        out,
+        [a.offset, b.offset, c.offset],
+        |dst, [oa, ob, oc], [sa, sb, sc]| {
+            for (i, d) in dst.iter_mut().enumerate() {
+                *d = f(
+                    a.data[oa + i * sa],
+                    b.data[ob + i * sb],
+                    c.data[oc + i * sc],
+                );
+            }
+        },
+    );
+}
+
+/// Copies a strided operand into contiguous row-major order.
+pub fn gather<T: Copy + Send + Sync>(shape: &[usize], a: Src<'_, T>, out: &mut [T]) {
+    map(shape, a, out, |x| x);
+}

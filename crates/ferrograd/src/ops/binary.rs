@@ -1,0 +1,153 @@
+//! Element-wise functions of two tensors with numpy broadcasting; gradients are summed back to
+//! each operand's shape.
+
+use super::{broadcast_shape_or_panic, map_dispatch, zip_dispatch};
+use crate::autograd::record;
+use crate::kernels::strided;
+use crate::kernels::Float;
+use crate::tensor::{with_dtype, DType, Tensor};
+use num_traits::Zero;
+
+/// Both operands in one dtype: f32 meets f64 as f64 (the cast is differentiable).
+pub(crate) fn promote(a: &Tensor, b: &Tensor) -> (Tensor, Tensor) {
+    if a.dtype() == b.dtype() {
+        (a.clone(), b.clone())
+    } else {
+        (a.to_dtype(DType::F64), b.to_dtype(DType::F64))
+    }
+}
+
+macro_rules! promoted {
+    ($a:expr, $b:expr, $method:ident) => {
+        if $a.dtype() != $b.dtype() {
+            let (a, b) = promote($a, $b);
+            return a.$method(&b);
+        }
+    };
+}
+
+impl Tensor {
+    pub fn add(&self, other: &Tensor) -> Tensor {
+        promoted!(self, other, add);
+        let out = zip_dispatch!("add", self, other, |x, y| x + y);
+        record("add", out, &[self, other], |c, up| {
+            vec![
+                c.needs(0).then(|| up.sum_to(c.input(0).shape())),
+                c.needs(1).then(|| up.sum_to(c.input(1).shape())),
+            ]
+        })
+    }
+
+    pub fn sub(&self, other: &Tensor) -> Tensor {
+        promoted!(self, other, sub);
+        let out = zip_dispatch!("sub", self, other, |x, y| x - y);
+        record("sub", out, &[self, other], |c, up| {
+            vec![
+                c.needs(0).then(|| up.sum_to(c.input(0).shape())),
+                c.needs(1).then(|| (-up).sum_to(c.input(1).shape())),
+            ]
+        })
+    }
+
+    pub fn mul(&self, other: &Tensor) -> Tensor {
+        promoted!(self, other, mul);
+        let out = zip_dispatch!("mul", self, other, |x, y| x * y);
+        record("mul", out, &[self, other], |c, up| {
+            let (a, b) = (c.input(0), c.input(1));
+            vec![
+                c.needs(0).then(|| (up * b).sum_to(a.shape())),
+                c.needs(1).then(|| (up * a).sum_to(b.shape())),
+            ]
+        })
+    }
+
+    pub fn div(&self, other: &Tensor) -> Tensor {
+        promoted!(self, other, div);
+        let out = zip_dispatch!("div", self, other, |x, y| x / y);
+        record("div", out, &[self, other], |c, up| {
+            let (a, b) = (c.input(0), c.input(1));
+            vec![
+                c.needs(0).then(|| (up / b).sum_to(a.shape())),
+                c.needs(1)
+                    .then(|| (-&(&(up * c.out) / b)).sum_to(b.shape())),
+            ]
+        })
+    }
+
+    /// Element-wise maximum; at a tie each operand receives half the gradient (the mean of the
+    /// one-sided derivatives, which central differences also see).
+    pub fn maximum(&self, other: &Tensor) -> Tensor {
+        promoted!(self, other, maximum);
+        let out = zip_dispatch!("maximum", self, other, |x, y| if x >= y { x } else { y });
+        record("maximum", out, &[self, other], |c, up| {
+            tie_split(c.input(0), c.input(1), up)
+        })
+    }
+
+    /// Element-wise minimum; ties split the gradient as in [`Tensor::maximum`].
+    pub fn minimum(&self, other: &Tensor) -> Tensor {
+        promoted!(self, other, minimum);
+        let out = zip_dispatch!("minimum", self, other, |x, y| if x <= y { x } else { y });
+        record("minimum", out, &[self, other], |c, up| {
+            let mut g = tie_split(c.input(1), c.input(0), up);
+            g.reverse();
+            g
+        })
+    }
+
+    /// Elements of `on_true` where this mask is non-zero, of `on_false` elsewhere (all three
+    /// broadcast together). The mask receives no gradient.
+    pub fn where_cond(&self, on_true: &Tensor, on_false: &Tensor) -> Tensor {
+        if on_true.dtype() != on_false.dtype() {
+            let (t, f) = promote(on_true, on_false);
+            return self.where_cond(&t, &f);
+        }
+        let cond = self.to_dtype(on_true.dtype()).detach();
+        let shape = broadcast_shape_or_panic("where_cond", self.shape(), on_true.shape());
+        let shape = broadcast_shape_or_panic("where_cond", &shape, on_false.shape());
+        let out = with_dtype!(on_true.dtype(), T => {
+            let (sc, st, sf) = (
+                cond.layout().broadcast_strides(&shape),
+                on_true.layout().broadcast_strides(&shape),
+                on_false.layout().broadcast_strides(&shape),
+            );
+            let mut out = vec![T::zero(); shape.iter().product()];
+            strided::zip3(&shape, cond.src::<T>(&sc), on_true.src::<T>(&st), on_false.src::<T>(&sf), &mut out,
+                |m, t, f| if m != T::zero() { t } else { f });
+            Tensor::from_data(out, &shape)
+        });
+        record("where_cond", out, &[&cond, on_true, on_false], |c, up| {
+            let mask = c.input(0);
+            vec![
+                None,
+                c.needs(1).then(|| (up * mask).sum_to(c.input(1).shape())),
+                c.needs(2)
+                    .then(|| (up * &(1.0 - mask)).sum_to(c.input(2).shape())),
+            ]
+        })
+    }
+
+    /// Every element limited to `[min, max]` (either bound may be infinite). The gradient
+    /// passes where the element is inside the bounds.
+    pub fn clamp(&self, min: f64, max: f64) -> Tensor {
+        assert!(min <= max, "clamp: min {min} is above max {max}");
+        let out = map_dispatch!(self, |v| v.max(T::from_f64(min)).min(T::from_f64(max)));
+        record("clamp", out, &[self], move |c, up| {
+            let x = c.input(0).detach();
+            let inside = &x.ge_scalar(min) * &x.le_scalar(max);
+            vec![Some(up * &inside)]
+        })
+    }
+}
+
+/// Gradients of max(a, b) (or of min with the operands swapped): to `a` where it wins, half to
+/// each at a tie.
+fn tie_split(a: &Tensor, b: &Tensor, up: &Tensor) -> Vec<Option<Tensor>> {
+    let (ad, bd) = (a.detach(), b.detach());
+    let wins = &ad.gt(&bd) + &(&ad.eq(&bd) * 0.5);
+    let loses = 1.0 - &wins;
+    vec![
+        Some((up * &wins).sum_to(a.shape())),
+        Some((up * &loses).sum_to(b.shape())),
+    ]
+}

@@ -1,0 +1,31 @@
+//! Comparisons: 0/1 masks in the operands' dtype. They have no derivative.
+
+use super::{scalar_like, zip_dispatch};
+use crate::autograd::record_nondiff;
+use crate::tensor::Tensor;
+use num_traits::{One, Zero};
+
+macro_rules! comparison {
+    ($name:ident, $scalar:ident, $op:tt, $doc:literal) => {
+        #[doc = concat!("1 where `self ", $doc, " other` (broadcast), else 0. Has no derivative.")]
+        pub fn $name(&self, other: &Tensor) -> Tensor {
+            let other = other.to_dtype(self.dtype());
+            let out = zip_dispatch!(stringify!($name), self, &other, |x, y| if x $op y { T::one() } else { T::zero() });
+            record_nondiff(stringify!($name), out, &[self, &other])
+        }
+
+        #[doc = concat!("1 where `self ", $doc, " value`, else 0. Has no derivative.")]
+        pub fn $scalar(&self, value: f64) -> Tensor {
+            self.$name(&scalar_like(self, value))
+        }
+    };
+}
+
+impl Tensor {
+    comparison!(eq, eq_scalar, ==, "==");
+    comparison!(ne, ne_scalar, !=, "!=");
+    comparison!(lt, lt_scalar, <, "<");
+    comparison!(le, le_scalar, <=, "<=");
+    comparison!(gt, gt_scalar, >, ">");
+    comparison!(ge, ge_scalar, >=, ">=");
+}

@@ -1,0 +1,142 @@
+//! Matrix product: 2-D, batched N-D with broadcast batch axes, and 1-D operands promoted as in
+//! numpy. Transposed views go to the kernel as strides, never copied.
+
+use rayon::prelude::*;
+
+use super::binary_promote;
+use crate::autograd::record;
+use crate::error::{Error, Result};
+use crate::kernels::matmul::{gemm, MatRef};
+use crate::tensor::{broadcast_shapes, with_dtype, Element, Tensor};
+
+/// Below this many multiply-adds per matrix, a batch runs its matrices on separate threads
+/// instead of threading inside each product.
+const SMALL_GEMM: usize = 1 << 18;
+
+impl Tensor {
+    /// Matrix product `self @ other`. Panics with both shapes when they do not fit.
+    pub fn matmul(&self, other: &Tensor) -> Tensor {
+        self.try_matmul(other).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    pub fn try_matmul(&self, other: &Tensor) -> Result<Tensor> {
+        let (a, b) = binary_promote(self, other);
+        if a.ndim() == 0 || b.ndim() == 0 {
+            return Err(Error::Shape(format!(
+                "matmul: operands need at least one axis: {:?} @ {:?}",
+                a.shape(),
+                b.shape()
+            )));
+        }
+        // 1-D operands are a row (left) or a column (right) vector, removed again afterwards.
+        if a.ndim() == 1 {
+            return Ok(a.unsqueeze(0).try_matmul(&b)?.squeeze(if b.ndim() == 1 {
+                0
+            } else {
+                b.ndim() - 2
+            }));
+        }
+        if b.ndim() == 1 {
+            let out = a.try_matmul(&b.unsqueeze(1))?;
+            return Ok(out.squeeze(out.ndim() - 1));
+        }
+        let (ra, rb) = (a.ndim(), b.ndim());
+        let (m, k, k2, n) = (
+            a.shape()[ra - 2],
+            a.shape()[ra - 1],
+            b.shape()[rb - 2],
+            b.shape()[rb - 1],
+        );
+        if k != k2 {
+            return Err(Error::Shape(format!(
+                "matmul: inner dimensions differ: {:?} @ {:?}",
+                a.shape(),
+                b.shape()
+            )));
+        }
+        let batch =
+            broadcast_shapes(&a.shape()[..ra - 2], &b.shape()[..rb - 2]).ok_or_else(|| {
+                Error::Shape(format!(
+                    "matmul: batch dimensions do not broadcast: {:?} @ {:?}",
+                    a.shape(),
+                    b.shape()
+                ))
+            })?;
+        let out = with_dtype!(a.dtype(), T => batched::<T>(&a, &b, &batch, m, k, n));
+        Ok(record("matmul", out, &[&a, &b], |c, up| {
+            let (a, b) = (c.input(0), c.input(1));
+            vec![
+                c.needs(0).then(|| up.matmul(&b.t()).sum_to(a.shape())),
+                c.needs(1).then(|| a.t().matmul(up).sum_to(b.shape())),
+            ]
+        }))
+    }
+}
+
+/// Per-batch offsets of an operand broadcast to `batch ++ [rows, cols]`, plus its matrix
+/// strides.
+fn operand_offsets(
+    t: &Tensor,
+    batch: &[usize],
+    rows: usize,
+    cols: usize,
+) -> (Vec<usize>, usize, usize) {
+    let mut full = batch.to_vec();
+    full.extend([rows, cols]);
+    let strides = t.layout().broadcast_strides(&full);
+    let nb: usize = batch.iter().product();
+    let offsets = (0..nb)
+        .map(|mut i| {
+            let mut off = t.layout().offset;
+            for ax in (0..batch.len()).rev() {
+                off += (i % batch[ax]) * strides[ax];
+                i /= batch[ax];
+            }
+            off
+        })
+        .collect();
+    (offsets, strides[batch.len()], strides[batch.len() + 1])
+}
+
+fn batched<T: Element>(
+    a: &Tensor,
+    b: &Tensor,
+    batch: &[usize],
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Tensor {
+    let (offs_a, rsa, csa) = operand_offsets(a, batch, m, k);
+    let (offs_b, rsb, csb) = operand_offsets(b, batch, k, n);
+    let (da, db) = (a.buffer::<T>(), b.buffer::<T>());
+    let mut out = vec![T::zero(); offs_a.len() * m * n];
+    let product = |(i, c): (usize, &mut [T])| {
+        let ma = MatRef {
+            data: da,
+            offset: offs_a[i],
+            rows: m,
+            cols: k,
+            rs: rsa,
+            cs: csa,
+        };
+        let mb = MatRef {
+            data: db,
+            offset: offs_b[i],
+            rows: k,
+            cols: n,
+            rs: rsb,
+            cs: csb,
+        };
+        gemm(ma, mb, c);
+    };
+    if m * n == 0 {
+        // Nothing to compute; chunks of size zero are not allowed below.
+    } else if offs_a.len() > 1 && m * k * n < SMALL_GEMM {
+        out.par_chunks_mut(m * n).enumerate().for_each(product);
+    } else {
+        out.chunks_mut(m * n).enumerate().for_each(product);
+    }
+    let mut shape = batch.to_vec();
+    shape.extend([m, n]);
+    Tensor::from_data(out, &shape)
+}

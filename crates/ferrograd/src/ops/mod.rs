@@ -1,0 +1,75 @@
+//! The op table: every primitive's forward (calling `kernels`) next to its derivative rule,
+//! written with tensor ops so that the rule is itself differentiable. One file per family.
+
+mod binary;
+mod cast;
+mod compare;
+mod matmul;
+mod operators;
+mod reduce;
+mod shape;
+mod softmax;
+mod unary;
+
+pub(crate) use binary::promote as binary_promote;
+
+use crate::kernels::strided;
+use crate::tensor::{broadcast_shapes, Element, Tensor};
+
+/// `f` applied to every element of `x`, as a new contiguous untracked tensor.
+pub(crate) fn map_elems<T: Element>(x: &Tensor, f: impl Fn(T) -> T + Sync) -> Tensor {
+    let l = x.layout();
+    let mut out = vec![T::zero(); l.numel()];
+    strided::map(&l.shape, x.src::<T>(&l.strides), &mut out, f);
+    Tensor::from_data(out, &l.shape)
+}
+
+/// The shape two operands of `op` broadcast to; panics naming the op and both shapes.
+pub(crate) fn broadcast_shape_or_panic(op: &str, a: &[usize], b: &[usize]) -> Vec<usize> {
+    broadcast_shapes(a, b)
+        .unwrap_or_else(|| panic!("{op}: shapes {a:?} and {b:?} do not broadcast"))
+}
+
+/// `f(a, b)` element by element over the broadcast of the two shapes (same dtype `T`).
+pub(crate) fn zip_elems<T: Element>(
+    op: &str,
+    a: &Tensor,
+    b: &Tensor,
+    f: impl Fn(T, T) -> T + Sync,
+) -> Tensor {
+    let shape = broadcast_shape_or_panic(op, a.shape(), b.shape());
+    let sa = a.layout().broadcast_strides(&shape);
+    let sb = b.layout().broadcast_strides(&shape);
+    let mut out = vec![T::zero(); shape.iter().product()];
+    strided::zip(&shape, a.src::<T>(&sa), b.src::<T>(&sb), &mut out, f);
+    Tensor::from_data(out, &shape)
+}
+
+/// Panics naming `op` when `axis` is not an axis of `shape`.
+pub(crate) fn check_axis(op: &str, axis: usize, shape: &[usize]) {
+    assert!(
+        axis < shape.len(),
+        "{op}: axis {axis} out of range for shape {shape:?}"
+    );
+}
+
+/// `f` applied elementwise to the tensor's elements, as `with_dtype` dispatch in one line.
+macro_rules! map_dispatch {
+    ($x:expr, |$v:ident| $body:expr) => {
+        $crate::tensor::with_dtype!($x.dtype(), T => $crate::ops::map_elems::<T>($x, |$v: T| $body))
+    };
+}
+pub(crate) use map_dispatch;
+
+/// As `map_dispatch`, for a binary elementwise function over broadcast operands of one dtype.
+macro_rules! zip_dispatch {
+    ($op:expr, $a:expr, $b:expr, |$x:ident, $y:ident| $body:expr) => {
+        $crate::tensor::with_dtype!($a.dtype(), T => $crate::ops::zip_elems::<T>($op, $a, $b, |$x: T, $y: T| $body))
+    };
+}
+pub(crate) use zip_dispatch;
+
+/// A scalar of `like`'s dtype (for mixing tensors with plain numbers).
+pub(crate) fn scalar_like(like: &Tensor, v: f64) -> Tensor {
+    Tensor::full(&[], v, like.dtype())
+}

@@ -1,0 +1,241 @@
+//! Reductions over axes (with or without keeping them) and over the whole tensor.
+
+use std::borrow::Cow;
+
+use super::check_axis;
+use crate::autograd::{record, record_nondiff};
+use crate::kernels::reduce as kr;
+use crate::kernels::Float;
+use crate::tensor::{with_dtype, Element, Tensor};
+
+/// A reduction arranged for the kernels: the data as `[outer, red, inner]` in row-major order.
+struct Plan {
+    /// Sorted, distinct reduced axes.
+    axes: Vec<usize>,
+    outer: usize,
+    red: usize,
+    inner: usize,
+    /// Input shape with reduced axes set to 1.
+    keep_shape: Vec<usize>,
+    out_shape: Vec<usize>,
+    /// The input permuted so that reduced axes are innermost, when they are not one run.
+    permuted: Option<Vec<usize>>,
+}
+
+impl Plan {
+    fn new(op: &str, shape: &[usize], axes: &[usize], keepdim: bool) -> Plan {
+        let mut sorted = axes.to_vec();
+        for &a in &sorted {
+            check_axis(op, a, shape);
+        }
+        sorted.sort_unstable();
+        sorted.dedup();
+        let reduced = |i: usize| sorted.binary_search(&i).is_ok();
+        let keep_shape: Vec<usize> = (0..shape.len())
+            .map(|i| if reduced(i) { 1 } else { shape[i] })
+            .collect();
+        let out_shape = if keepdim {
+            keep_shape.clone()
+        } else {
+            (0..shape.len())
+                .filter(|&i| !reduced(i))
+                .map(|i| shape[i])
+                .collect()
+        };
+        let red = sorted.iter().map(|&a| shape[a]).product();
+        let one_run = sorted.windows(2).all(|w| w[1] == w[0] + 1);
+        let (outer, inner, permuted) = match (sorted.first(), sorted.last(), one_run) {
+            (Some(&first), Some(&last), true) => (
+                shape[..first].iter().product(),
+                shape[last + 1..].iter().product(),
+                None,
+            ),
+            _ => {
+                let perm: Vec<usize> = (0..shape.len())
+                    .filter(|&i| !reduced(i))
+                    .chain(sorted.iter().copied())
+                    .collect();
+                (keep_shape.iter().product(), 1, Some(perm))
+            }
+        };
+        Plan {
+            axes: sorted,
+            outer,
+            red,
+            inner,
+            keep_shape,
+            out_shape,
+            permuted,
+        }
+    }
+
+    /// The input's elements in the order the kernels expect.
+    fn data<'a, T: Element>(&self, x: &'a Tensor) -> Cow<'a, [T]> {
+        match &self.permuted {
+            None => x.contiguous_data::<T>(),
+            Some(perm) => Cow::Owned(
+                x.view_untracked(x.layout().permuted(perm))
+                    .contiguous_data::<T>()
+                    .into_owned(),
+            ),
+        }
+    }
+
+    /// Runs `kernel(data, outer, red, inner, out)` into a new tensor of the output shape.
+    fn run<T: Element>(
+        &self,
+        x: &Tensor,
+        kernel: impl FnOnce(&[T], usize, usize, usize, &mut [T]),
+    ) -> Tensor {
+        let mut out = vec![T::zero(); self.outer * self.inner];
+        kernel(
+            &self.data::<T>(x),
+            self.outer,
+            self.red,
+            self.inner,
+            &mut out,
+        );
+        Tensor::from_data(out, &self.out_shape)
+    }
+}
+
+impl Tensor {
+    /// Sum of all elements (0-d).
+    pub fn sum(&self) -> Tensor {
+        let all: Vec<usize> = (0..self.ndim()).collect();
+        self.sum_axes(&all, false)
+    }
+
+    /// Mean of all elements (0-d).
+    pub fn mean(&self) -> Tensor {
+        let all: Vec<usize> = (0..self.ndim()).collect();
+        self.mean_axes(&all, false)
+    }
+
+    /// Sum over `axes`; with `keepdim` they stay as size-1 axes.
+    pub fn sum_axes(&self, axes: &[usize], keepdim: bool) -> Tensor {
+        let plan = Plan::new("sum_axes", self.shape(), axes, keepdim);
+        if plan.axes.is_empty() {
+            return self.clone();
+        }
+        let out = with_dtype!(self.dtype(), T => plan.run::<T>(self, kr::sum));
+        let keep_shape = plan.keep_shape;
+        record("sum_axes", out, &[self], move |c, up| {
+            vec![Some(
+                up.reshape(&keep_shape).broadcast_to(c.input(0).shape()),
+            )]
+        })
+    }
+
+    /// Mean over `axes`.
+    pub fn mean_axes(&self, axes: &[usize], keepdim: bool) -> Tensor {
+        let plan = Plan::new("mean_axes", self.shape(), axes, keepdim);
+        if plan.red == 0 {
+            // numpy and PyTorch give NaN for the mean of nothing.
+            return &self.sum_axes(axes, keepdim) * f64::NAN;
+        }
+        &self.sum_axes(axes, keepdim) * (1.0 / plan.red as f64)
+    }
+
+    /// Maximum over `axes`. The gradient goes to the maximal elements, split evenly at ties.
+    pub fn max_axes(&self, axes: &[usize], keepdim: bool) -> Tensor {
+        self.extremum("max_axes", axes, keepdim, true)
+    }
+
+    /// Minimum over `axes`; gradient as in [`Tensor::max_axes`].
+    pub fn min_axes(&self, axes: &[usize], keepdim: bool) -> Tensor {
+        self.extremum("min_axes", axes, keepdim, false)
+    }
+
+    /// Maximum of all elements (0-d).
+    pub fn max(&self) -> Tensor {
+        let all: Vec<usize> = (0..self.ndim()).collect();
+        self.max_axes(&all, false)
+    }
+
+    /// Minimum of all elements (0-d).
+    pub fn min(&self) -> Tensor {
+        let all: Vec<usize> = (0..self.ndim()).collect();
+        self.min_axes(&all, false)
+    }
+
+    fn extremum(&self, op: &'static str, axes: &[usize], keepdim: bool, is_max: bool) -> Tensor {
+        let plan = Plan::new(op, self.shape(), axes, keepdim);
+        if plan.axes.is_empty() {
+            return self.clone();
+        }
+        assert!(
+            plan.red > 0,
+            "{op}: reduction over an empty axis of shape {:?}",
+            self.shape()
+        );
+        let out = with_dtype!(self.dtype(), T => plan.run::<T>(self, |x, o, r, i, out| {
+            // NaN propagates, as in numpy.
+            if is_max {
+                kr::fold(x, o, r, i, out, |a, b| if a.is_nan() || a >= b { a } else { b })
+            } else {
+                kr::fold(x, o, r, i, out, |a, b| if a.is_nan() || a <= b { a } else { b })
+            }
+        }));
+        let (keep_shape, axes) = (plan.keep_shape, plan.axes);
+        record(op, out, &[self], move |c, up| {
+            let x = c.input(0).detach();
+            let picked = x.eq(&c.out.detach().reshape(&keep_shape));
+            let share = &picked / &picked.sum_axes(&axes, true);
+            vec![Some(&up.reshape(&keep_shape) * &share)]
+        })
+    }
+
+    /// Index of the largest element along `axis` (first at ties), as a tensor of this dtype
+    /// with `axis` removed. Has no derivative.
+    pub fn argmax(&self, axis: usize) -> Tensor {
+        self.arg_extremum("argmax", axis, true)
+    }
+
+    /// Index of the smallest element along `axis` (first at ties). Has no derivative.
+    pub fn argmin(&self, axis: usize) -> Tensor {
+        self.arg_extremum("argmin", axis, false)
+    }
+
+    fn arg_extremum(&self, op: &'static str, axis: usize, is_max: bool) -> Tensor {
+        let plan = Plan::new(op, self.shape(), &[axis], false);
+        assert!(
+            plan.red > 0,
+            "{op}: reduction over an empty axis of shape {:?}",
+            self.shape()
+        );
+        let out = with_dtype!(self.dtype(), T => {
+            let mut idx = vec![0usize; plan.outer * plan.inner];
+            let data = plan.data::<T>(self);
+            if is_max {
+                kr::arg_fold(&data, plan.outer, plan.red, plan.inner, &mut idx, |v, best| v > best);
+            } else {
+                kr::arg_fold(&data, plan.outer, plan.red, plan.inner, &mut idx, |v, best| v < best);
+            }
+            let idx: Vec<T> = idx.into_iter().map(|i| T::from_f64(i as f64)).collect();
+            Tensor::from_data(idx, &plan.out_shape)
+        });
+        record_nondiff(op, out, &[self])
+    }
+
+    /// Sums a broadcast result back down to `shape` (the reverse of `broadcast_to`): the
+    /// gradient of a broadcast operand.
+    pub fn sum_to(&self, shape: &[usize]) -> Tensor {
+        if self.shape() == shape {
+            return self.clone();
+        }
+        let n = self.ndim();
+        assert!(
+            shape.len() <= n
+                && super::broadcast_shapes(shape, self.shape()).as_deref() == Some(self.shape()),
+            "sum_to: shape {:?} does not broadcast to {:?}",
+            shape,
+            self.shape()
+        );
+        let lead = n - shape.len();
+        let axes: Vec<usize> = (0..n)
+            .filter(|&i| i < lead || (shape[i - lead] == 1 && self.shape()[i] != 1))
+            .collect();
+        self.sum_axes(&axes, true).reshape(shape)
+    }
+}

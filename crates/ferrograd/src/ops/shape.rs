@@ -1,0 +1,370 @@
+//! Shape ops. Reshape of a contiguous tensor, permute, transpose, broadcast_to and narrow are
+//! views (no copy); cat, stack, pad and index_select build new buffers. Each has an exact
+//! gradient: views map back, selections scatter back.
+
+use std::sync::Arc;
+
+use super::check_axis;
+use crate::autograd::record;
+use crate::error::{Error, Result};
+use crate::tensor::{broadcast_shapes, contiguous_strides, with_dtype, Element, Layout, Tensor};
+
+/// A shape with `axis` set to `len`.
+fn with_axis(shape: &[usize], axis: usize, len: usize) -> Vec<usize> {
+    let mut s = shape.to_vec();
+    s[axis] = len;
+    s
+}
+
+/// Elements before, along and after `axis`: the `[outer, axis, inner]` view of a row-major
+/// buffer.
+fn split_at_axis(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    (
+        shape[..axis].iter().product(),
+        shape[axis],
+        shape[axis + 1..].iter().product(),
+    )
+}
+
+impl Tensor {
+    /// The same elements in `shape` (same count). A view when the tensor is contiguous.
+    pub fn reshape(&self, shape: &[usize]) -> Tensor {
+        self.try_reshape(shape).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    pub fn try_reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        let n: usize = shape.iter().product();
+        if n != self.numel() {
+            return Err(Error::Shape(format!(
+                "reshape: cannot reshape {:?} ({} elements) into {:?} ({} elements)",
+                self.shape(),
+                self.numel(),
+                shape,
+                n
+            )));
+        }
+        if shape == self.shape() {
+            return Ok(self.clone());
+        }
+        let base = if self.is_contiguous() {
+            self.detach()
+        } else {
+            with_dtype!(self.dtype(), T => self.materialize::<T>())
+        };
+        let layout = Layout {
+            shape: shape.to_vec(),
+            strides: contiguous_strides(shape),
+            offset: base.layout().offset,
+        };
+        let out = base.view_untracked(layout);
+        Ok(record("reshape", out, &[self], |c, up| {
+            vec![Some(up.reshape(c.input(0).shape()))]
+        }))
+    }
+
+    /// Axes reordered: axis `i` of the result is axis `perm[i]` of this tensor. A view.
+    pub fn permute(&self, perm: &[usize]) -> Tensor {
+        let n = self.ndim();
+        let mut seen = vec![false; n];
+        let valid = perm.len() == n
+            && perm
+                .iter()
+                .all(|&p| p < n && !std::mem::replace(&mut seen[p], true));
+        assert!(
+            valid,
+            "permute: {perm:?} is not a permutation of the axes of shape {:?}",
+            self.shape()
+        );
+        let out = self.view_untracked(self.layout().permuted(perm));
+        let mut inverse = vec![0; n];
+        for (i, &p) in perm.iter().enumerate() {
+            inverse[p] = i;
+        }
+        record("permute", out, &[self], move |_, up| {
+            vec![Some(up.permute(&inverse))]
+        })
+    }
+
+    /// Axes `a` and `b` swapped. A view.
+    pub fn transpose(&self, a: usize, b: usize) -> Tensor {
+        check_axis("transpose", a, self.shape());
+        check_axis("transpose", b, self.shape());
+        let mut perm: Vec<usize> = (0..self.ndim()).collect();
+        perm.swap(a, b);
+        self.permute(&perm)
+    }
+
+    /// The last two axes swapped (the matrix transpose of a batch). A view.
+    pub fn t(&self) -> Tensor {
+        assert!(
+            self.ndim() >= 2,
+            "t: needs at least 2 axes, shape is {:?}",
+            self.shape()
+        );
+        self.transpose(self.ndim() - 2, self.ndim() - 1)
+    }
+
+    /// This tensor repeated along new leading axes and size-1 axes to `shape`, as a view
+    /// (stride 0 on the repeated axes). The gradient sums back.
+    pub fn broadcast_to(&self, shape: &[usize]) -> Tensor {
+        self.try_broadcast_to(shape)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    pub fn try_broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
+        if shape == self.shape() {
+            return Ok(self.clone());
+        }
+        if shape.len() < self.ndim()
+            || broadcast_shapes(self.shape(), shape).as_deref() != Some(shape)
+        {
+            return Err(Error::Shape(format!(
+                "broadcast_to: cannot broadcast {:?} to {:?}",
+                self.shape(),
+                shape
+            )));
+        }
+        let layout = Layout {
+            shape: shape.to_vec(),
+            strides: self.layout().broadcast_strides(shape),
+            offset: self.layout().offset,
+        };
+        let out = self.view_untracked(layout);
+        Ok(record("broadcast_to", out, &[self], |c, up| {
+            vec![Some(up.sum_to(c.input(0).shape()))]
+        }))
+    }
+
+    /// Removes axis `axis`, which must have size 1.
+    pub fn squeeze(&self, axis: usize) -> Tensor {
+        check_axis("squeeze", axis, self.shape());
+        assert!(
+            self.shape()[axis] == 1,
+            "squeeze: axis {axis} of shape {:?} has size {}, not 1",
+            self.shape(),
+            self.shape()[axis]
+        );
+        let mut shape = self.shape().to_vec();
+        shape.remove(axis);
+        self.reshape(&shape)
+    }
+
+    /// Inserts a size-1 axis at position `axis` (0..=ndim).
+    pub fn unsqueeze(&self, axis: usize) -> Tensor {
+        assert!(
+            axis <= self.ndim(),
+            "unsqueeze: axis {axis} out of range for shape {:?}",
+            self.shape()
+        );
+        let mut shape = self.shape().to_vec();
+        shape.insert(axis, 1);
+        self.reshape(&shape)
+    }
+
+    /// Axes from `start` on merged into one: `[N, C, H, W].flatten_from(1)` is `[N, C*H*W]`.
+    pub fn flatten_from(&self, start: usize) -> Tensor {
+        assert!(
+            start <= self.ndim(),
+            "flatten_from: axis {start} out of range for shape {:?}",
+            self.shape()
+        );
+        let mut shape = self.shape()[..start].to_vec();
+        shape.push(self.shape()[start..].iter().product());
+        self.reshape(&shape)
+    }
+
+    /// Elements `start..start + len` along `axis`. A view.
+    pub fn narrow(&self, axis: usize, start: usize, len: usize) -> Tensor {
+        check_axis("narrow", axis, self.shape());
+        let size = self.shape()[axis];
+        assert!(
+            start + len <= size,
+            "narrow: range {start}..{} out of bounds for axis {axis} of shape {:?}",
+            start + len,
+            self.shape()
+        );
+        let l = self.layout();
+        let layout = Layout {
+            shape: with_axis(&l.shape, axis, len),
+            strides: l.strides.clone(),
+            offset: l.offset + start * l.strides[axis],
+        };
+        let out = self.view_untracked(layout);
+        record("narrow", out, &[self], move |_, up| {
+            let mut pads = vec![(0, 0); up.ndim()];
+            pads[axis] = (start, size - start - len);
+            vec![Some(up.pad(&pads, 0.0))]
+        })
+    }
+
+    /// Padded with `value`: `pads[i] = (before, after)` elements along axis `i`.
+    pub fn pad(&self, pads: &[(usize, usize)], value: f64) -> Tensor {
+        assert!(
+            pads.len() == self.ndim(),
+            "pad: {} (before, after) pairs given for shape {:?}",
+            pads.len(),
+            self.shape()
+        );
+        let mut out = self.detach();
+        for (axis, &(before, after)) in pads.iter().enumerate() {
+            if before + after == 0 {
+                continue;
+            }
+            let block = |n| Tensor::full(&with_axis(out.shape(), axis, n), value, self.dtype());
+            out = Tensor::cat(&[&block(before), &out, &block(after)], axis);
+        }
+        let pads = pads.to_vec();
+        record("pad", out, &[self], move |c, up| {
+            let mut g = up.clone();
+            for (axis, &(before, _)) in pads.iter().enumerate() {
+                g = g.narrow(axis, before, c.input(0).shape()[axis]);
+            }
+            vec![Some(g)]
+        })
+    }
+
+    /// Tensors joined along `axis`; all other axes must agree.
+    pub fn cat(tensors: &[&Tensor], axis: usize) -> Tensor {
+        Tensor::try_cat(tensors, axis).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    pub fn try_cat(tensors: &[&Tensor], axis: usize) -> Result<Tensor> {
+        let first = tensors
+            .first()
+            .ok_or_else(|| Error::Shape("cat: no tensors given".into()))?;
+        if axis >= first.ndim() {
+            return Err(Error::Shape(format!(
+                "cat: axis {axis} out of range for shape {:?}",
+                first.shape()
+            )));
+        }
+        for t in &tensors[1..] {
+            let same_rank = t.ndim() == first.ndim();
+            if !same_rank
+                || (0..first.ndim()).any(|i| i != axis && t.shape()[i] != first.shape()[i])
+            {
+                return Err(Error::Shape(format!(
+                    "cat: shapes {:?} and {:?} differ outside axis {axis}",
+                    first.shape(),
+                    t.shape()
+                )));
+            }
+        }
+        let dtype = first.dtype();
+        let cast: Vec<Tensor> = tensors.iter().map(|t| t.to_dtype(dtype)).collect();
+        let sizes: Vec<usize> = cast.iter().map(|t| t.shape()[axis]).collect();
+        let total: usize = sizes.iter().sum();
+        let out_shape = with_axis(first.shape(), axis, total);
+        let out = with_dtype!(dtype, T => cat_data::<T>(&cast, axis, &out_shape));
+        let inputs: Vec<&Tensor> = cast.iter().collect();
+        Ok(record("cat", out, &inputs, move |c, up| {
+            let mut start = 0;
+            sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| {
+                    let g = c.needs(i).then(|| up.narrow(axis, start, n));
+                    start += n;
+                    g
+                })
+                .collect()
+        }))
+    }
+
+    /// Tensors of one shape stacked along a new axis `axis`.
+    pub fn stack(tensors: &[&Tensor], axis: usize) -> Tensor {
+        let expanded: Vec<Tensor> = tensors.iter().map(|t| t.unsqueeze(axis)).collect();
+        let refs: Vec<&Tensor> = expanded.iter().collect();
+        Tensor::cat(&refs, axis)
+    }
+
+    /// The entries `indices` along `axis`, in that order (repeats allowed).
+    pub fn index_select(&self, axis: usize, indices: &[usize]) -> Tensor {
+        self.try_index_select(axis, indices)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    pub fn try_index_select(&self, axis: usize, indices: &[usize]) -> Result<Tensor> {
+        check_indices("index_select", self.shape(), axis, indices)?;
+        let indices: Arc<[usize]> = indices.into();
+        let out = with_dtype!(self.dtype(), T => {
+            let (outer, d, inner) = split_at_axis(self.shape(), axis);
+            let x = self.contiguous_data::<T>();
+            let mut out = Vec::with_capacity(outer * indices.len() * inner);
+            for o in 0..outer {
+                for &i in indices.iter() {
+                    out.extend_from_slice(&x[(o * d + i) * inner..(o * d + i + 1) * inner]);
+                }
+            }
+            Tensor::from_data(out, &with_axis(self.shape(), axis, indices.len()))
+        });
+        Ok(record("index_select", out, &[self], move |c, up| {
+            vec![Some(c.input(0).zeros_like().index_add(axis, &indices, up))]
+        }))
+    }
+
+    /// This tensor with `source`'s entries along `axis` added at `indices` (repeats add up):
+    /// `out[.., indices[j], ..] += source[.., j, ..]`.
+    pub fn index_add(&self, axis: usize, indices: &[usize], source: &Tensor) -> Tensor {
+        check_indices("index_add", self.shape(), axis, indices).unwrap_or_else(|e| panic!("{e}"));
+        let expected = with_axis(self.shape(), axis, indices.len());
+        assert!(
+            source.shape() == expected.as_slice(),
+            "index_add: source shape {:?} should be {:?} for {} indices into {:?}",
+            source.shape(),
+            expected,
+            indices.len(),
+            self.shape()
+        );
+        let source = source.to_dtype(self.dtype());
+        let indices: Arc<[usize]> = indices.into();
+        let out = with_dtype!(self.dtype(), T => {
+            let (outer, d, inner) = split_at_axis(self.shape(), axis);
+            let mut out = self.contiguous_data::<T>().into_owned();
+            let src = source.contiguous_data::<T>();
+            for o in 0..outer {
+                for (j, &i) in indices.iter().enumerate() {
+                    let s = &src[(o * indices.len() + j) * inner..][..inner];
+                    for (v, &a) in out[(o * d + i) * inner..][..inner].iter_mut().zip(s) {
+                        *v += a;
+                    }
+                }
+            }
+            Tensor::from_data(out, self.shape())
+        });
+        record("index_add", out, &[self, &source], move |c, up| {
+            vec![
+                c.needs(0).then(|| up.clone()),
+                c.needs(1).then(|| up.index_select(axis, &indices)),
+            ]
+        })
+    }
+}
+
+fn check_indices(op: &str, shape: &[usize], axis: usize, indices: &[usize]) -> Result<()> {
+    if axis >= shape.len() {
+        return Err(Error::Shape(format!(
+            "{op}: axis {axis} out of range for shape {shape:?}"
+        )));
+    }
+    match indices.iter().find(|&&i| i >= shape[axis]) {
+        Some(i) => Err(Error::Shape(format!(
+            "{op}: index {i} out of range for axis {axis} of shape {shape:?}"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Row-major data of `parts` joined along `axis` into `out_shape`.
+fn cat_data<T: Element>(parts: &[Tensor], axis: usize, out_shape: &[usize]) -> Tensor {
+    let (outer, _, inner) = split_at_axis(out_shape, axis);
+    let datas: Vec<_> = parts.iter().map(|t| t.contiguous_data::<T>()).collect();
+    let mut out = Vec::with_capacity(out_shape.iter().product());
+    for o in 0..outer {
+        for (t, data) in parts.iter().zip(&datas) {
+            let run = t.shape()[axis] * inner;
+            out.extend_from_slice(&data[o * run..(o + 1) * run]);
+        }
+    }
+    Tensor::from_data(out, out_shape)
+}

@@ -1,0 +1,42 @@
+//! Softmax and log-softmax along an axis, fused for stability (the maximum is subtracted before
+//! `exp`, so logits of 1000 give no overflow) and speed. Each has its own rule.
+
+use super::check_axis;
+use crate::autograd::record;
+use crate::kernels::reduce as kr;
+use crate::tensor::{with_dtype, Element, Tensor};
+
+fn fused<T: Element>(x: &Tensor, axis: usize, log: bool) -> Tensor {
+    let shape = x.shape();
+    let (outer, red, inner) = (
+        shape[..axis].iter().product(),
+        shape[axis],
+        shape[axis + 1..].iter().product(),
+    );
+    let mut out = vec![T::zero(); x.numel()];
+    kr::softmax(&x.contiguous_data::<T>(), outer, red, inner, log, &mut out);
+    Tensor::from_data(out, shape)
+}
+
+impl Tensor {
+    /// exp(x) / Σ exp(x) along `axis`.
+    pub fn softmax(&self, axis: usize) -> Tensor {
+        check_axis("softmax", axis, self.shape());
+        let out = with_dtype!(self.dtype(), T => fused::<T>(self, axis, false));
+        record("softmax", out, &[self], move |c, up| {
+            let y = c.out;
+            let dot = (up * y).sum_axes(&[axis], true);
+            vec![Some(y * &(up - &dot))]
+        })
+    }
+
+    /// x − log Σ exp(x) along `axis`.
+    pub fn log_softmax(&self, axis: usize) -> Tensor {
+        check_axis("log_softmax", axis, self.shape());
+        let out = with_dtype!(self.dtype(), T => fused::<T>(self, axis, true));
+        record("log_softmax", out, &[self], move |c, up| {
+            let total = up.sum_axes(&[axis], true);
+            vec![Some(up - &(&c.out.exp() * &total))]
+        })
+    }
+}

@@ -1,0 +1,148 @@
+//! Element-wise functions of one tensor.
+
+use super::map_dispatch;
+use crate::autograd::{record, record_nondiff};
+use crate::kernels::Float;
+use crate::tensor::Tensor;
+use num_traits::{One, Zero};
+
+/// 2 / √π, the scale of erf's derivative.
+const TWO_OVER_SQRT_PI: f64 = std::f64::consts::FRAC_2_SQRT_PI;
+
+impl Tensor {
+    pub fn neg(&self) -> Tensor {
+        let out = map_dispatch!(self, |v| -v);
+        record("neg", out, &[self], |_, up| vec![Some(-up)])
+    }
+
+    pub fn exp(&self) -> Tensor {
+        let out = map_dispatch!(self, |v| v.exp());
+        record("exp", out, &[self], |c, up| vec![Some(up * c.out)])
+    }
+
+    /// Natural logarithm.
+    pub fn log(&self) -> Tensor {
+        let out = map_dispatch!(self, |v| v.ln());
+        record("log", out, &[self], |c, up| vec![Some(up / c.input(0))])
+    }
+
+    pub fn sqrt(&self) -> Tensor {
+        let out = map_dispatch!(self, |v| v.sqrt());
+        record("sqrt", out, &[self], |c, up| {
+            vec![Some(&(up * 0.5) / c.out)]
+        })
+    }
+
+    /// Every element raised to the constant power `p`.
+    pub fn powf(&self, p: f64) -> Tensor {
+        let out = map_dispatch!(self, |v| v.powf(T::from_f64(p)));
+        record("powf", out, &[self], move |c, up| {
+            vec![Some(&(up * p) * &c.input(0).powf(p - 1.0))]
+        })
+    }
+
+    pub fn square(&self) -> Tensor {
+        let out = map_dispatch!(self, |v| v * v);
+        record("square", out, &[self], |c, up| {
+            vec![Some(&(up * 2.0) * c.input(0))]
+        })
+    }
+
+    pub fn abs(&self) -> Tensor {
+        let out = map_dispatch!(self, |v| v.abs());
+        record("abs", out, &[self], |c, up| {
+            vec![Some(up * &c.input(0).detach().sign())]
+        })
+    }
+
+    /// −1, 0 or 1 by the sign of each element (0 at 0). Has no derivative.
+    pub fn sign(&self) -> Tensor {
+        let out = map_dispatch!(self, |v| if v > T::zero() {
+            T::one()
+        } else if v < T::zero() {
+            -T::one()
+        } else {
+            v
+        });
+        record_nondiff("sign", out, &[self])
+    }
+
+    pub fn sin(&self) -> Tensor {
+        let out = map_dispatch!(self, |v| v.sin());
+        record("sin", out, &[self], |c, up| {
+            vec![Some(up * &c.input(0).cos())]
+        })
+    }
+
+    pub fn cos(&self) -> Tensor {
+        let out = map_dispatch!(self, |v| v.cos());
+        record("cos", out, &[self], |c, up| {
+            vec![Some(-&(up * &c.input(0).sin()))]
+        })
+    }
+
+    pub fn tanh(&self) -> Tensor {
+        let out = map_dispatch!(self, |v| v.tanh());
+        record("tanh", out, &[self], |c, up| {
+            vec![Some(up * &(1.0 - &c.out.square()))]
+        })
+    }
+
+    /// Logistic sigmoid, evaluated without overflow for large |x|.
+    pub fn sigmoid(&self) -> Tensor {
+        let out = map_dispatch!(self, |v| if v >= T::zero() {
+            T::one() / (T::one() + (-v).exp())
+        } else {
+            let e = v.exp();
+            e / (T::one() + e)
+        });
+        record("sigmoid", out, &[self], |c, up| {
+            vec![Some(&(up * c.out) * &(1.0 - c.out))]
+        })
+    }
+
+    /// max(x, 0); the derivative at 0 is taken as 0.
+    pub fn relu(&self) -> Tensor {
+        let out = map_dispatch!(self, |v| if v > T::zero() { v } else { T::zero() });
+        record("relu", out, &[self], |c, up| {
+            vec![Some(up * &c.input(0).detach().gt_scalar(0.0))]
+        })
+    }
+
+    /// x for x > 0, `slope * x` otherwise.
+    pub fn leaky_relu(&self, slope: f64) -> Tensor {
+        let out = map_dispatch!(self, |v| if v > T::zero() {
+            v
+        } else {
+            v * T::from_f64(slope)
+        });
+        record("leaky_relu", out, &[self], move |c, up| {
+            let positive = c.input(0).detach().gt_scalar(0.0);
+            vec![Some(up * &(&(&positive * (1.0 - slope)) + slope))]
+        })
+    }
+
+    /// ln(1 + eˣ), computed as max(x, 0) + ln(1 + e^−|x|): exact for large |x| in both
+    /// directions.
+    pub fn softplus(&self) -> Tensor {
+        let out = map_dispatch!(self, |v| v.max(T::zero()) + (-v.abs()).exp().ln_1p());
+        record("softplus", out, &[self], |c, up| {
+            vec![Some(up * &c.input(0).sigmoid())]
+        })
+    }
+
+    /// The Gauss error function.
+    pub fn erf(&self) -> Tensor {
+        let out = map_dispatch!(self, |v| Float::erf(v));
+        record("erf", out, &[self], |c, up| {
+            let x = c.input(0);
+            vec![Some(&(up * TWO_OVER_SQRT_PI) * &(-&x.square()).exp())]
+        })
+    }
+
+    /// GELU with the exact normal CDF: x · Φ(x) = x · ½(1 + erf(x/√2)).
+    pub fn gelu(&self) -> Tensor {
+        let cdf = &(&(self * std::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5;
+        self * &cdf
+    }
+}

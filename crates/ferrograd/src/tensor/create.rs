@@ -1,0 +1,117 @@
+//! Creating tensors: from data, constants, ranges and seeded random draws.
+
+use std::sync::Mutex;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rand_distr::{Distribution, StandardNormal};
+
+use super::{with_dtype, DType, Element, Tensor};
+use crate::error::{Error, Result};
+use crate::kernels::Float;
+
+/// Seed of the default generator before any call to [`manual_seed`], so that runs are
+/// reproducible out of the box.
+const DEFAULT_SEED: u64 = 0x5eed_f3e0_97ad;
+
+static DEFAULT_RNG: Mutex<Option<StdRng>> = Mutex::new(None);
+
+/// Seeds the generator that layers and initializers use when no RNG is passed explicitly.
+pub fn manual_seed(seed: u64) {
+    *DEFAULT_RNG.lock().unwrap_or_else(|e| e.into_inner()) = Some(StdRng::seed_from_u64(seed));
+}
+
+/// Runs `f` with the default generator (seeded by [`manual_seed`]).
+pub fn with_default_rng<R>(f: impl FnOnce(&mut StdRng) -> R) -> R {
+    let mut guard = DEFAULT_RNG.lock().unwrap_or_else(|e| e.into_inner());
+    f(guard.get_or_insert_with(|| StdRng::seed_from_u64(DEFAULT_SEED)))
+}
+
+impl Tensor {
+    /// A tensor of `shape` holding `data` in row-major order. Panics when the lengths differ.
+    pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Tensor {
+        Tensor::try_from_vec(data, shape).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Tensor::from_vec`] that returns an error instead of panicking.
+    pub fn try_from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
+        let numel: usize = shape.iter().product();
+        if data.len() != numel {
+            return Err(Error::Shape(format!(
+                "from_vec: {} elements cannot fill shape {:?} ({} elements)",
+                data.len(),
+                shape,
+                numel
+            )));
+        }
+        Ok(Tensor::from_data(data, shape))
+    }
+
+    /// A 0-d tensor.
+    pub fn scalar<T: Element>(value: T) -> Tensor {
+        Tensor::from_data(vec![value], &[])
+    }
+
+    pub fn full(shape: &[usize], value: f64, dtype: DType) -> Tensor {
+        let n = shape.iter().product();
+        with_dtype!(dtype, T => Tensor::from_data(vec![T::from_f64(value); n], shape))
+    }
+
+    pub fn zeros(shape: &[usize], dtype: DType) -> Tensor {
+        Tensor::full(shape, 0.0, dtype)
+    }
+
+    pub fn ones(shape: &[usize], dtype: DType) -> Tensor {
+        Tensor::full(shape, 1.0, dtype)
+    }
+
+    /// Zeros of this tensor's shape and dtype.
+    pub fn zeros_like(&self) -> Tensor {
+        Tensor::zeros(self.shape(), self.dtype())
+    }
+
+    /// Ones of this tensor's shape and dtype.
+    pub fn ones_like(&self) -> Tensor {
+        Tensor::ones(self.shape(), self.dtype())
+    }
+
+    /// `start, start + step, ...` up to but excluding `end`, as a 1-d tensor.
+    pub fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Tensor {
+        assert!(step != 0.0, "arange: step must be non-zero");
+        let n = ((end - start) / step).ceil().max(0.0) as usize;
+        with_dtype!(dtype, T => {
+            let data: Vec<T> = (0..n).map(|i| T::from_f64(start + i as f64 * step)).collect();
+            Tensor::from_data(data, &[n])
+        })
+    }
+
+    /// Standard normal draws from `rng`: the same seed gives the same tensor.
+    pub fn randn(shape: &[usize], dtype: DType, rng: &mut impl Rng) -> Tensor {
+        let n = shape.iter().product();
+        with_dtype!(dtype, T => {
+            let data: Vec<T> = (0..n)
+                .map(|_| T::from_f64(StandardNormal.sample(rng)))
+                .collect();
+            Tensor::from_data(data, shape)
+        })
+    }
+
+    /// Uniform draws in `[low, high)` from `rng`.
+    pub fn rand_uniform(
+        shape: &[usize],
+        low: f64,
+        high: f64,
+        dtype: DType,
+        rng: &mut impl Rng,
+    ) -> Tensor {
+        assert!(
+            low < high,
+            "rand_uniform: low {low} must be below high {high}"
+        );
+        let n = shape.iter().product();
+        with_dtype!(dtype, T => {
+            let data: Vec<T> = (0..n).map(|_| T::from_f64(rng.gen_range(low..high))).collect();
+            Tensor::from_data(data, shape)
+        })
+    }
+}

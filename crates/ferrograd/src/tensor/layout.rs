@@ -1,0 +1,98 @@
+//! Shape, strides and offset: how a tensor's elements sit in its storage. Views (transpose,
+//! permute, narrow, broadcast_to, reshape of a contiguous tensor) are new layouts over the same
+//! storage.
+
+/// Row-major strides of a contiguous tensor of `shape`.
+pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![0; shape.len()];
+    let mut acc = 1;
+    for i in (0..shape.len()).rev() {
+        strides[i] = acc;
+        acc *= shape[i];
+    }
+    strides
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub shape: Vec<usize>,
+    /// Elements to skip per step along each axis; 0 along a broadcast axis.
+    pub strides: Vec<usize>,
+    pub offset: usize,
+}
+
+impl Layout {
+    pub fn contiguous(shape: &[usize]) -> Self {
+        Layout {
+            shape: shape.to_vec(),
+            strides: contiguous_strides(shape),
+            offset: 0,
+        }
+    }
+
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// True when the elements are the row-major block `offset..offset + numel`.
+    pub fn is_contiguous(&self) -> bool {
+        let mut expected = 1;
+        for (&d, &s) in self.shape.iter().zip(&self.strides).rev() {
+            if d != 1 && s != expected {
+                return false;
+            }
+            expected *= d;
+        }
+        true
+    }
+
+    /// The layout seen with axes reordered by `perm`.
+    pub fn permuted(&self, perm: &[usize]) -> Layout {
+        Layout {
+            shape: perm.iter().map(|&p| self.shape[p]).collect(),
+            strides: perm.iter().map(|&p| self.strides[p]).collect(),
+            offset: self.offset,
+        }
+    }
+
+    /// Strides of this layout viewed as `out_shape` under numpy broadcasting (0 on new or
+    /// stretched axes). The caller has checked that the shapes broadcast.
+    pub fn broadcast_strides(&self, out_shape: &[usize]) -> Vec<usize> {
+        let lead = out_shape.len() - self.shape.len();
+        let mut strides = vec![0; out_shape.len()];
+        for i in 0..self.shape.len() {
+            strides[lead + i] = if self.shape[i] == 1 && out_shape[lead + i] != 1 {
+                0
+            } else {
+                self.strides[i]
+            };
+        }
+        strides
+    }
+}
+
+/// The numpy broadcast of two shapes, or `None` when they do not broadcast.
+pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let n = a.len().max(b.len());
+    let mut out = vec![0; n];
+    for i in 0..n {
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
+        out[i] = if da == db || db == 1 {
+            da
+        } else if da == 1 {
+            db
+        } else {
+            return None;
+        };
+    }
+    Some(out)
+}

@@ -1,0 +1,159 @@
+//! The [`Tensor`] handle: shape, strides and offset over shared storage, in f32 or f64.
+//!
+//! A tensor is an immutable value and cheap to clone. Its one link upward is the optional graph
+//! node that `autograd` attaches to tensors that are tracked for differentiation.
+
+mod create;
+mod display;
+mod element;
+mod layout;
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+pub use create::{manual_seed, with_default_rng};
+pub(crate) use element::with_dtype;
+pub use element::{DType, Element, Storage};
+pub use layout::{broadcast_shapes, contiguous_strides, Layout};
+
+use crate::autograd::Node;
+use crate::kernels::strided::{self, Src};
+use crate::kernels::Float;
+
+/// An n-dimensional array of f32 or f64, possibly a view of another tensor's storage.
+#[derive(Clone)]
+pub struct Tensor(pub(crate) Arc<TensorInner>);
+
+pub(crate) struct TensorInner {
+    pub(crate) storage: Storage,
+    pub(crate) layout: Layout,
+    /// Set when the tensor takes part in a recorded graph (a tracked leaf or an op's output).
+    pub(crate) node: Option<Arc<Node>>,
+}
+
+impl Tensor {
+    pub(crate) fn from_parts(storage: Storage, layout: Layout, node: Option<Arc<Node>>) -> Tensor {
+        debug_assert!(layout.numel() == 0 || max_index(&layout) < storage.len());
+        Tensor(Arc::new(TensorInner {
+            storage,
+            layout,
+            node,
+        }))
+    }
+
+    /// A contiguous, untracked tensor owning `data`.
+    pub(crate) fn from_data<T: Element>(data: Vec<T>, shape: &[usize]) -> Tensor {
+        debug_assert_eq!(data.len(), shape.iter().product::<usize>());
+        Tensor::from_parts(T::into_storage(data), Layout::contiguous(shape), None)
+    }
+
+    /// The same elements seen through `layout`, untracked.
+    pub(crate) fn view_untracked(&self, layout: Layout) -> Tensor {
+        Tensor::from_parts(self.0.storage.clone(), layout, None)
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.0.layout.shape
+    }
+
+    pub fn strides(&self) -> &[usize] {
+        &self.0.layout.strides
+    }
+
+    pub fn ndim(&self) -> usize {
+        self.0.layout.shape.len()
+    }
+
+    pub fn numel(&self) -> usize {
+        self.0.layout.numel()
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.0.storage.dtype()
+    }
+
+    pub fn is_contiguous(&self) -> bool {
+        self.0.layout.is_contiguous()
+    }
+
+    pub(crate) fn layout(&self) -> &Layout {
+        &self.0.layout
+    }
+
+    pub(crate) fn storage(&self) -> &Storage {
+        &self.0.storage
+    }
+
+    /// True when both tensors view the same storage buffer.
+    pub fn shares_storage(&self, other: &Tensor) -> bool {
+        match (&self.0.storage, &other.0.storage) {
+            (Storage::F32(a), Storage::F32(b)) => Arc::ptr_eq(a, b),
+            (Storage::F64(a), Storage::F64(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    /// The whole storage buffer (callers pair it with `layout()`).
+    pub(crate) fn buffer<T: Element>(&self) -> &[T] {
+        T::buffer(&self.0.storage).as_slice()
+    }
+
+    /// This tensor as a kernel operand broadcast to `shape`; `strides` holds the broadcast
+    /// strides and must outlive the operand.
+    pub(crate) fn src<'a, T: Element>(&'a self, strides: &'a [usize]) -> Src<'a, T> {
+        Src {
+            data: self.buffer::<T>(),
+            strides,
+            offset: self.0.layout.offset,
+        }
+    }
+
+    /// Elements in row-major order: borrowed when the layout is contiguous, gathered otherwise.
+    pub(crate) fn contiguous_data<T: Element>(&self) -> Cow<'_, [T]> {
+        let l = &self.0.layout;
+        let buf = self.buffer::<T>();
+        if l.is_contiguous() {
+            Cow::Borrowed(&buf[l.offset..l.offset + l.numel()])
+        } else {
+            let mut out = vec![T::zero(); l.numel()];
+            strided::gather(
+                &l.shape,
+                Src {
+                    data: buf,
+                    strides: &l.strides,
+                    offset: l.offset,
+                },
+                &mut out,
+            );
+            Cow::Owned(out)
+        }
+    }
+
+    /// A row-major copy of the elements converted to `T`, whatever the dtype.
+    pub fn to_vec<T: Element>(&self) -> Vec<T> {
+        with_dtype!(self.dtype(), S => {
+            let data = self.contiguous_data::<S>();
+            data.iter().map(|&v| T::from_f64(v.as_f64())).collect()
+        })
+    }
+
+    /// The value of a one-element tensor, as f64.
+    pub fn item(&self) -> f64 {
+        assert!(
+            self.numel() == 1,
+            "item: tensor of shape {:?} has {} elements, expected 1",
+            self.shape(),
+            self.numel()
+        );
+        self.to_vec::<f64>()[0]
+    }
+}
+
+fn max_index(l: &Layout) -> usize {
+    l.offset
+        + l.shape
+            .iter()
+            .zip(&l.strides)
+            .map(|(&d, &s)| (d.saturating_sub(1)) * s)
+            .sum::<usize>()
+}
