@@ -181,9 +181,11 @@ pub fn softmax<T: Float>(
                 s += e;
             }
             if log {
-                let ls = s.ln() + m;
+                // (x - m) - ln s, not x - (m + ln s): the latter loses ln s's digits when m
+                // is large.
+                let ls = s.ln();
                 for r in 0..red {
-                    o_block[r * inner + j] = x_block[r * inner + j] - ls;
+                    o_block[r * inner + j] = (x_block[r * inner + j] - m) - ls;
                 }
             } else {
                 let inv = T::one() / s;

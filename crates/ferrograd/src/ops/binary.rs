@@ -2,7 +2,7 @@
 //! each operand's shape.
 
 use super::{broadcast_shape_or_panic, map_dispatch, zip_dispatch};
-use crate::autograd::record;
+use crate::autograd::{record, BackwardCtx};
 use crate::kernels::strided;
 use crate::kernels::Float;
 use crate::tensor::{with_dtype, DType, Tensor};
@@ -80,7 +80,8 @@ impl Tensor {
         promoted!(self, other, maximum);
         let out = zip_dispatch!("maximum", self, other, |x, y| if x >= y { x } else { y });
         record("maximum", out, &[self, other], |c, up| {
-            tie_split(c.input(0), c.input(1), up)
+            let (a, b) = (c.input(0).detach(), c.input(1).detach());
+            tie_split(c, &a.gt(&b), &a.eq(&b), up)
         })
     }
 
@@ -89,9 +90,8 @@ impl Tensor {
         promoted!(self, other, minimum);
         let out = zip_dispatch!("minimum", self, other, |x, y| if x <= y { x } else { y });
         record("minimum", out, &[self, other], |c, up| {
-            let mut g = tie_split(c.input(1), c.input(0), up);
-            g.reverse();
-            g
+            let (a, b) = (c.input(0).detach(), c.input(1).detach());
+            tie_split(c, &a.lt(&b), &a.eq(&b), up)
         })
     }
 
@@ -140,14 +140,14 @@ impl Tensor {
     }
 }
 
-/// Gradients of max(a, b) (or of min with the operands swapped): to `a` where it wins, half to
-/// each at a tie.
-fn tie_split(a: &Tensor, b: &Tensor, up: &Tensor) -> Vec<Option<Tensor>> {
-    let (ad, bd) = (a.detach(), b.detach());
-    let wins = &ad.gt(&bd) + &(&ad.eq(&bd) * 0.5);
-    let loses = 1.0 - &wins;
+/// Gradients of an element-wise max or min: to the first operand where it `wins`, to the
+/// second where it loses, half to each at a `tie`.
+fn tie_split(c: &BackwardCtx<'_>, wins: &Tensor, tie: &Tensor, up: &Tensor) -> Vec<Option<Tensor>> {
+    let first = wins + &(tie * 0.5);
+    let second = 1.0 - &first;
     vec![
-        Some((up * &wins).sum_to(a.shape())),
-        Some((up * &loses).sum_to(b.shape())),
+        c.needs(0).then(|| (up * &first).sum_to(c.input(0).shape())),
+        c.needs(1)
+            .then(|| (up * &second).sum_to(c.input(1).shape())),
     ]
 }

@@ -1,4 +1,4 @@
-//! `+ - * /` and unary `-` on tensors (owned or borrowed) and plain numbers on either side.
+//! `+ - * /` and unary `-` on tensors (owned or borrowed) and `f64` numbers on either side.
 
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
@@ -31,32 +31,33 @@ macro_rules! binary_operator {
                 Tensor::$method(self, &rhs)
             }
         }
+        // Only f64: with a second float type, unsuffixed literals (`&a * 2.0`) would be
+        // ambiguous. The scalar takes the tensor's dtype.
         binary_operator!(@scalar $trait, $method, f64);
-        binary_operator!(@scalar $trait, $method, f32);
     };
     (@scalar $trait:ident, $method:ident, $s:ty) => {
         impl $trait<$s> for &Tensor {
             type Output = Tensor;
             fn $method(self, rhs: $s) -> Tensor {
-                Tensor::$method(self, &scalar_like(self, rhs as f64))
+                Tensor::$method(self, &scalar_like(self, rhs))
             }
         }
         impl $trait<$s> for Tensor {
             type Output = Tensor;
             fn $method(self, rhs: $s) -> Tensor {
-                Tensor::$method(&self, &scalar_like(&self, rhs as f64))
+                Tensor::$method(&self, &scalar_like(&self, rhs))
             }
         }
         impl $trait<&Tensor> for $s {
             type Output = Tensor;
             fn $method(self, rhs: &Tensor) -> Tensor {
-                Tensor::$method(&scalar_like(rhs, self as f64), rhs)
+                Tensor::$method(&scalar_like(rhs, self), rhs)
             }
         }
         impl $trait<Tensor> for $s {
             type Output = Tensor;
             fn $method(self, rhs: Tensor) -> Tensor {
-                Tensor::$method(&scalar_like(&rhs, self as f64), &rhs)
+                Tensor::$method(&scalar_like(&rhs, self), &rhs)
             }
         }
     };

@@ -15,8 +15,12 @@ impl fmt::Display for Tensor {
         let values = self.to_vec::<f64>();
         let elide = values.len() > ELIDE_ABOVE;
         let precision = f.precision().unwrap_or(4);
+        // One style for the whole tensor, as numpy: "1." when every value is whole.
+        let whole = values
+            .iter()
+            .all(|v| v.is_finite() && *v == v.trunc() && v.abs() < 1e16);
         let fmt_one = |v: f64| -> String {
-            if v.is_finite() && v == v.trunc() && v.abs() < 1e16 {
+            if whole {
                 format!("{v:.0}.")
             } else {
                 format!("{v:.precision$}")

@@ -1,0 +1,289 @@
+//! Every differentiable op checked against central finite differences in f64, at random
+//! points, with broadcast shapes and views; second derivatives checked too.
+
+use ferrograd::prelude::*;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+fn randn(shape: &[usize], seed: u64) -> Tensor {
+    Tensor::randn(shape, DType::F64, &mut StdRng::seed_from_u64(seed))
+}
+
+/// Values in [lo, hi): for ops defined on part of the line or with kinks to avoid.
+fn uniform(shape: &[usize], lo: f64, hi: f64, seed: u64) -> Tensor {
+    Tensor::rand_uniform(shape, lo, hi, DType::F64, &mut StdRng::seed_from_u64(seed))
+}
+
+/// Values with |x| in [0.2, 2): away from the kinks of relu, abs, sign at 0.
+fn away_from_zero(shape: &[usize], seed: u64) -> Tensor {
+    let m = uniform(shape, 0.2, 2.0, seed);
+    let s = uniform(shape, -1.0, 1.0, seed + 100).sign();
+    &m * &s
+}
+
+fn check(name: &str, f: impl Fn(&[Tensor]) -> Tensor, inputs: &[Tensor]) {
+    let opts = GradcheckOptions::default();
+    if let Err(e) = gradcheck(&f, inputs, &opts) {
+        panic!("{name}: {e}");
+    }
+    if let Err(e) = gradgradcheck(&f, inputs, &opts) {
+        panic!("{name} (second order): {e}");
+    }
+}
+
+#[test]
+fn unary_ops() {
+    let x = randn(&[3, 4], 1);
+    let pos = uniform(&[3, 4], 0.3, 3.0, 2);
+    let nz = away_from_zero(&[3, 4], 3);
+    check("neg", |a| a[0].neg(), &[x.clone()]);
+    check("exp", |a| a[0].exp(), &[x.clone()]);
+    check("log", |a| a[0].log(), &[pos.clone()]);
+    check("sqrt", |a| a[0].sqrt(), &[pos.clone()]);
+    check("powf", |a| a[0].powf(2.7), &[pos.clone()]);
+    check("powf negative", |a| a[0].powf(-1.5), &[pos.clone()]);
+    check("square", |a| a[0].square(), &[x.clone()]);
+    check("abs", |a| a[0].abs(), &[nz.clone()]);
+    check("tanh", |a| a[0].tanh(), &[x.clone()]);
+    check("sigmoid", |a| a[0].sigmoid(), &[x.clone()]);
+    check("relu", |a| a[0].relu(), &[nz.clone()]);
+    check("leaky_relu", |a| a[0].leaky_relu(0.2), &[nz.clone()]);
+    check("softplus", |a| a[0].softplus(), &[&x * 3.0]);
+    check("erf", |a| a[0].erf(), &[x.clone()]);
+    check("gelu", |a| a[0].gelu(), &[x.clone()]);
+    check("sin", |a| a[0].sin(), &[x.clone()]);
+    check("cos", |a| a[0].cos(), &[x.clone()]);
+    check(
+        "clamp",
+        |a| a[0].clamp(-0.5, 0.7),
+        &[uniform(&[20], -2.0, 2.0, 4)],
+    );
+}
+
+#[test]
+fn binary_ops_with_broadcasting() {
+    let shapes: [(&[usize], &[usize]); 4] = [
+        (&[3, 4], &[3, 4]),
+        (&[3, 1], &[1, 4]),
+        (&[2, 3, 4], &[4]),
+        (&[2, 3], &[]),
+    ];
+    for (i, (sa, sb)) in shapes.iter().enumerate() {
+        let a = randn(sa, 10 + i as u64);
+        let b = randn(sb, 20 + i as u64);
+        let bpos = uniform(sb, 0.5, 2.0, 30 + i as u64);
+        check("add", |t| &t[0] + &t[1], &[a.clone(), b.clone()]);
+        check("sub", |t| &t[0] - &t[1], &[a.clone(), b.clone()]);
+        check("mul", |t| &t[0] * &t[1], &[a.clone(), b.clone()]);
+        check("div", |t| &t[0] / &t[1], &[a.clone(), bpos.clone()]);
+        // Distinct values: no ties.
+        let b_off = &b + 0.05;
+        check(
+            "maximum",
+            |t| t[0].maximum(&t[1]),
+            &[a.clone(), b_off.clone()],
+        );
+        check(
+            "minimum",
+            |t| t[0].minimum(&t[1]),
+            &[a.clone(), b_off.clone()],
+        );
+    }
+    let a = randn(&[3, 4], 40);
+    check(
+        "scalar ops",
+        |t| &(&(2.0 - &t[0]) * 3.0) / 1.5,
+        &[a.clone()],
+    );
+    check(
+        "where_cond",
+        |t| {
+            let mask = Tensor::from_vec(vec![1.0f64, 0.0, 1.0, 1.0], &[4]);
+            mask.where_cond(&t[0], &t[1])
+        },
+        &[a, randn(&[1, 4], 41)],
+    );
+}
+
+#[test]
+fn ties_split_the_gradient() {
+    let a = Tensor::scalar(1.0f64).requires_grad();
+    let b = Tensor::scalar(1.0f64).requires_grad();
+    let g = a.maximum(&b).backward();
+    assert_eq!(
+        (g.get(&a).unwrap().item(), g.get(&b).unwrap().item()),
+        (0.5, 0.5)
+    );
+    let x = Tensor::from_vec(vec![3.0f64, 1.0, 3.0], &[3]).requires_grad();
+    assert_eq!(
+        x.max().backward().get(&x).unwrap().to_vec::<f64>(),
+        vec![0.5, 0.0, 0.5]
+    );
+}
+
+#[test]
+fn reductions() {
+    let x = randn(&[2, 3, 4], 50);
+    check("sum", |t| t[0].sum(), &[x.clone()]);
+    check("mean", |t| t[0].mean(), &[x.clone()]);
+    check("sum_axes [1]", |t| t[0].sum_axes(&[1], false), &[x.clone()]);
+    check(
+        "sum_axes [0, 2] keepdim",
+        |t| t[0].sum_axes(&[0, 2], true),
+        &[x.clone()],
+    );
+    check(
+        "mean_axes [0, 1]",
+        |t| t[0].mean_axes(&[0, 1], false),
+        &[x.clone()],
+    );
+    check("max_axes", |t| t[0].max_axes(&[2], false), &[x.clone()]);
+    check(
+        "min_axes keepdim",
+        |t| t[0].min_axes(&[0, 1], true),
+        &[x.clone()],
+    );
+    check("max", |t| t[0].max(), &[x.clone()]);
+    check("sum_to", |t| t[0].sum_to(&[3, 1]), &[x.clone()]);
+}
+
+#[test]
+fn matmul_forms() {
+    check(
+        "matmul 2-d",
+        |t| t[0].matmul(&t[1]),
+        &[randn(&[3, 4], 60), randn(&[4, 5], 61)],
+    );
+    check(
+        "matmul batched broadcast",
+        |t| t[0].matmul(&t[1]),
+        &[randn(&[2, 3, 4], 62), randn(&[4, 2], 63)],
+    );
+    check(
+        "matmul batch both",
+        |t| t[0].matmul(&t[1]),
+        &[randn(&[2, 1, 3, 4], 64), randn(&[3, 4, 2], 65)],
+    );
+    check(
+        "matmul vector",
+        |t| t[0].matmul(&t[1]),
+        &[randn(&[4], 66), randn(&[4, 3], 67)],
+    );
+    check(
+        "matmul matrix-vector",
+        |t| t[0].matmul(&t[1]),
+        &[randn(&[3, 4], 68), randn(&[4], 69)],
+    );
+    check(
+        "matmul transposed view",
+        |t| t[0].t().matmul(&t[1]),
+        &[randn(&[4, 3], 70), randn(&[4, 2], 71)],
+    );
+}
+
+#[test]
+fn shape_ops_and_views() {
+    let x = randn(&[2, 3, 4], 80);
+    check("reshape", |t| t[0].reshape(&[6, 4]), &[x.clone()]);
+    check(
+        "reshape of view",
+        |t| t[0].transpose(0, 2).reshape(&[4, 6]),
+        &[x.clone()],
+    );
+    check("transpose", |t| t[0].transpose(0, 1), &[x.clone()]);
+    check("permute", |t| t[0].permute(&[2, 0, 1]), &[x.clone()]);
+    check(
+        "broadcast_to",
+        |t| t[0].broadcast_to(&[5, 3, 4]),
+        &[randn(&[3, 1], 81)],
+    );
+    check(
+        "squeeze/unsqueeze",
+        |t| t[0].unsqueeze(1).squeeze(1),
+        &[x.clone()],
+    );
+    check("narrow", |t| t[0].narrow(2, 1, 2), &[x.clone()]);
+    check(
+        "pad",
+        |t| t[0].pad(&[(1, 0), (0, 2), (1, 1)], 0.5),
+        &[x.clone()],
+    );
+    check(
+        "cat",
+        |t| Tensor::cat(&[&t[0], &t[1]], 1),
+        &[x.clone(), randn(&[2, 2, 4], 82)],
+    );
+    check(
+        "stack",
+        |t| Tensor::stack(&[&t[0], &t[1]], 0),
+        &[randn(&[3], 83), randn(&[3], 84)],
+    );
+    check(
+        "index_select",
+        |t| t[0].index_select(1, &[2, 0, 2]),
+        &[x.clone()],
+    );
+    check(
+        "index_add",
+        |t| t[0].index_add(0, &[1, 1, 0], &t[1]),
+        &[randn(&[2, 3], 85), randn(&[3, 3], 86)],
+    );
+    check(
+        "contiguous",
+        |t| t[0].transpose(1, 2).contiguous(),
+        &[x.clone()],
+    );
+    // Through f32 the finite differences need a coarser step and tolerance.
+    let coarse = GradcheckOptions {
+        eps: 1e-3,
+        atol: 1e-3,
+        rtol: 1e-3,
+        ..Default::default()
+    };
+    let via_f32 = |t: &[Tensor]| t[0].to_dtype(DType::F32).square().to_dtype(DType::F64);
+    gradcheck(via_f32, &[randn(&[3], 87)], &coarse).unwrap();
+    gradgradcheck(via_f32, &[randn(&[3], 87)], &coarse).unwrap();
+}
+
+#[test]
+fn softmax_family() {
+    let x = randn(&[3, 5], 90);
+    check("softmax", |t| t[0].softmax(1), &[x.clone()]);
+    check("softmax axis 0", |t| t[0].softmax(0), &[x.clone()]);
+    check("log_softmax", |t| t[0].log_softmax(1), &[x.clone()]);
+    check(
+        "log_softmax 3-d middle axis",
+        |t| t[0].log_softmax(1),
+        &[randn(&[2, 3, 4], 91)],
+    );
+}
+
+#[test]
+fn composite_expression() {
+    // A small network-like expression mixing many rules.
+    let f = |t: &[Tensor]| {
+        let h = (&t[0].matmul(&t[1]) + &t[2]).tanh();
+        let logits = h.matmul(&t[1].t());
+        (&logits.log_softmax(1) * &logits.softmax(1))
+            .sum_axes(&[1], false)
+            .mean()
+    };
+    check(
+        "composite",
+        f,
+        &[randn(&[4, 3], 100), randn(&[3, 3], 101), randn(&[3], 102)],
+    );
+}
+
+#[test]
+fn gradcheck_reports_a_wrong_rule() {
+    // `sign` has no rule at all; a wrong result is made by detaching half of a product.
+    let wrong = |t: &[Tensor]| &t[0] * &t[0].detach();
+    let err = gradcheck(wrong, &[randn(&[3], 110)], &GradcheckOptions::default()).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.starts_with("gradcheck: input 0 (shape [3]) at index ["),
+        "{msg}"
+    );
+    assert!(msg.contains("analytic") && msg.contains("numeric"), "{msg}");
+}
