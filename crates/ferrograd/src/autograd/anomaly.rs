@@ -11,8 +11,26 @@ thread_local! {
     static STATE: RefCell<Option<Option<String>>> = const { RefCell::new(None) };
 }
 
+thread_local! {
+    /// Set while a derivative rule runs: its ops are checked as that rule's result instead.
+    static IN_RULE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 fn enabled() -> bool {
     STATE.with(|s| s.borrow().is_some())
+}
+
+/// Runs a derivative rule; its internal ops are not reported one by one, its gradients are
+/// (by `check_backward`, naming the op whose rule it is).
+pub(crate) fn in_rule<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            IN_RULE.with(|c| c.set(self.0));
+        }
+    }
+    let _reset = Reset(IN_RULE.with(|c| c.replace(true)));
+    f()
 }
 
 fn has_non_finite(t: &Tensor) -> bool {
@@ -35,7 +53,7 @@ fn report(msg: impl FnOnce() -> String) {
 }
 
 pub(crate) fn check_forward(op: &str, out: &Tensor, inputs: &[&Tensor]) {
-    if enabled() && has_non_finite(out) {
+    if enabled() && !IN_RULE.with(|c| c.get()) && has_non_finite(out) {
         report(|| {
             format!(
                 "anomaly: forward of {op} produced NaN/Inf (input shapes: {})",

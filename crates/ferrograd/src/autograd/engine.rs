@@ -133,7 +133,7 @@ pub(crate) fn run_backward(
             out: &out,
             needs: &needs,
         };
-        let grads = (rec.rule)(&ctx, &g);
+        let grads = anomaly::in_rule(|| (rec.rule)(&ctx, &g));
         assert_eq!(
             grads.len(),
             rec.inputs.len(),

@@ -1,0 +1,202 @@
+//! Engine behaviour: fresh gradients per call, explicit accumulation, higher order, detach and
+//! no_grad, ops without a derivative, anomaly detection, very long graphs.
+
+use ferrograd::prelude::*;
+
+fn s(v: f64) -> Tensor {
+    Tensor::scalar(v)
+}
+
+#[test]
+fn backward_returns_fresh_gradients_and_they_add_explicitly() {
+    let w = s(2.0).requires_grad();
+    let g1 = (&w * 3.0).backward();
+    let g2 = (&w * 3.0).backward();
+    assert_eq!(g1.get(&w).unwrap().item(), 3.0);
+    assert_eq!(g2.get(&w).unwrap().item(), 3.0);
+    let total = &g1 + &g2;
+    assert_eq!(total.get(&w).unwrap().item(), 6.0);
+    assert_eq!(total.scale(0.5).get(&w).unwrap().item(), 3.0);
+}
+
+#[test]
+fn unreached_inputs() {
+    let w = s(2.0).requires_grad();
+    let u = s(5.0).requires_grad();
+    let loss = &w * 3.0;
+    assert!(loss.backward().get(&u).is_none());
+    let gs = grad(&loss, &[&w, &u]);
+    assert_eq!((gs[0].item(), gs[1].item()), (3.0, 0.0));
+    // An untracked result: grad gives zeros.
+    let c = s(1.0);
+    assert_eq!(grad(&(&c * 2.0), &[&w])[0].item(), 0.0);
+}
+
+#[test]
+#[should_panic(expected = "backward: this tensor is not tracked")]
+fn backward_of_untracked_panics() {
+    let _ = (&s(1.0) * 2.0).backward();
+}
+
+#[test]
+#[should_panic(expected = "backward needs a one-element result")]
+fn backward_of_non_scalar_panics() {
+    let w = Tensor::ones(&[3], DType::F64).requires_grad();
+    let _ = (&w * 2.0).backward();
+}
+
+#[test]
+fn backward_with_an_explicit_seed() {
+    let w = Tensor::from_vec(vec![1.0f64, 2.0], &[2]).requires_grad();
+    let y = w.square();
+    let seed = Tensor::from_vec(vec![1.0f64, 10.0], &[2]);
+    assert_eq!(
+        y.backward_with(&seed, false)
+            .get(&w)
+            .unwrap()
+            .to_vec::<f64>(),
+        vec![2.0, 40.0]
+    );
+}
+
+#[test]
+fn higher_order_derivatives_of_a_cube() {
+    let x = s(2.0).requires_grad();
+    let y = x.powf(3.0);
+    let d1 = grad_with_graph(&y, &[&x]).remove(0);
+    assert_eq!(d1.item(), 12.0); // 3x²
+    let d2 = grad_with_graph(&d1, &[&x]).remove(0);
+    assert_eq!(d2.item(), 12.0); // 6x
+    let d3 = grad_with_graph(&d2, &[&x]).remove(0);
+    assert_eq!(d3.item(), 6.0);
+    let d4 = grad(&d3, &[&x]).remove(0);
+    assert_eq!(d4.item(), 0.0);
+    // Without a graph the gradient is a plain value.
+    assert!(!grad(&y, &[&x])[0].is_tracked());
+    let g = y.backward_with_graph();
+    assert!(g.get(&x).unwrap().is_tracked());
+}
+
+#[test]
+fn higher_order_through_exp_and_tanh() {
+    // d²/dx² tanh(x) = -2 tanh(x) (1 - tanh²(x)).
+    let x = s(0.7).requires_grad();
+    let d1 = grad_with_graph(&x.tanh(), &[&x]).remove(0);
+    let d2 = grad(&d1, &[&x]).remove(0).item();
+    let t = 0.7f64.tanh();
+    assert!((d2 - (-2.0 * t * (1.0 - t * t))).abs() < 1e-12);
+    // Gradient penalty style: ‖∇ₓ f‖² differentiated with respect to a weight.
+    let w = s(1.5).requires_grad();
+    let f = (&w * &x).exp();
+    let gx = grad_with_graph(&f, &[&x]).remove(0); // w e^{wx}
+    let pen = gx.square();
+    let dw = grad(&pen, &[&w]).remove(0).item();
+    // d/dw (w² e^{2wx}) = 2w e^{2wx} + 2x w² e^{2wx}
+    let e = (2.0 * 1.5 * 0.7f64).exp();
+    assert!((dw - (2.0 * 1.5 * e + 2.0 * 0.7 * 1.5 * 1.5 * e)).abs() < 1e-9);
+}
+
+#[test]
+fn detach_and_no_grad_cut_the_graph() {
+    let w = s(3.0).requires_grad();
+    let d = w.detach();
+    assert!(!d.is_tracked());
+    assert_eq!(d.item(), 3.0);
+    assert!(!w.stop_gradient().is_tracked());
+    let y = no_grad(|| &w * 2.0);
+    assert!(!y.is_tracked());
+    // Nested and restored.
+    no_grad(|| {
+        no_grad(|| assert!(!is_enabled()));
+        assert!(!is_enabled());
+        assert!(enable_grad(|| (&w * 2.0).is_tracked()));
+    });
+    assert!(is_enabled());
+    // Restored after a panic inside.
+    let r = std::panic::catch_unwind(|| no_grad(|| panic!("inside")));
+    assert!(r.is_err());
+    assert!(is_enabled());
+    assert!((&w * 2.0).is_tracked());
+}
+
+fn is_enabled() -> bool {
+    ferrograd::autograd::is_grad_enabled()
+}
+
+#[test]
+#[should_panic(expected = "argmax has no derivative")]
+fn argmax_refuses_backward() {
+    let x = Tensor::from_vec(vec![1.0f64, 3.0, 2.0], &[3]).requires_grad();
+    let _ = (&x.argmax(0) * &x.sum()).backward();
+}
+
+#[test]
+#[should_panic(expected = "gt has no derivative")]
+fn comparison_refuses_backward() {
+    let x = Tensor::from_vec(vec![1.0f64, -3.0], &[2]).requires_grad();
+    let _ = (&x * &x.gt_scalar(0.0)).sum().backward();
+}
+
+#[test]
+fn non_differentiable_ops_are_fine_when_detached_or_unused() {
+    let x = Tensor::from_vec(vec![1.0f64, -3.0], &[2]).requires_grad();
+    let mask = x.detach().gt_scalar(0.0);
+    let g = (&x * &mask).sum().backward();
+    assert_eq!(g.get(&x).unwrap().to_vec::<f64>(), vec![1.0, 0.0]);
+    // A mask feeding only where_cond's condition receives no gradient, so no refusal.
+    let y = x.gt_scalar(0.0).where_cond(&x, &(&x * 0.1));
+    assert_eq!(
+        y.sum().backward().get(&x).unwrap().to_vec::<f64>(),
+        vec![1.0, 0.1]
+    );
+}
+
+#[test]
+fn anomaly_detection_names_the_first_op() {
+    let x = Tensor::from_vec(vec![1.0f64, -1.0], &[2]).requires_grad();
+    let err = detect_anomaly(|| x.log().sum().item())
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "anomaly: forward of log produced NaN/Inf (input shapes: [2])"
+    );
+    let z = Tensor::from_vec(vec![0.0f64, 4.0], &[2]).requires_grad();
+    let err = detect_anomaly(|| z.sqrt().sum().backward())
+        .err()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        err,
+        "anomaly: backward of sqrt produced NaN/Inf in the gradient of input 0 (input shapes: [2])"
+    );
+    assert_eq!(detect_anomaly(|| (&x * 2.0).sum().item()).unwrap(), 0.0);
+    // Off outside the scope.
+    let _ = x.log();
+}
+
+#[test]
+fn a_million_node_chain_runs_and_drops_without_recursion() {
+    let x = s(1.0).requires_grad();
+    let mut y = x.clone();
+    for _ in 0..1_000_000 {
+        y = &y * 1.0;
+    }
+    let g = y.backward();
+    assert_eq!(g.get(&x).unwrap().item(), 1.0);
+    drop(g);
+    drop(y); // dropping the chain must not overflow the stack either
+}
+
+#[test]
+fn parameters_keep_their_identity() {
+    let p = Param::new(Tensor::from_vec(vec![1.0f32, 2.0], &[2]));
+    let loss = (&p.tensor() * &p.tensor()).sum();
+    let g = loss.backward();
+    assert_eq!(g.get_param(&p).unwrap().to_vec::<f32>(), vec![2.0, 4.0]);
+    p.set(&Tensor::from_vec(vec![3.0f32, 4.0], &[2]));
+    let g2 = (&p.tensor() * 2.0).sum().backward();
+    assert_eq!(g2.get_param(&p).unwrap().to_vec::<f32>(), vec![2.0, 2.0]);
+    assert!(p.tensor().is_leaf());
+    assert_eq!(p.tensor().to_vec::<f32>(), vec![3.0, 4.0]);
+}
