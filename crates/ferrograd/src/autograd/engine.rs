@@ -1,13 +1,16 @@
-//! The backward engine: reverse topological order over the recorded graph, iterative (no
-//! recursion however long the graph), summing the contributions of every consumer.
+//! The backward engine: nodes newest first over the recorded graph, iterative (no recursion
+//! however long the graph), summing the contributions of every consumer.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::hash_map::Entry;
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use super::anomaly;
 use super::gradients::Gradients;
 use super::mode::ModeGuard;
+use smallvec::SmallVec;
+
 use super::node::{BackwardCtx, Node, NodeKind};
 use crate::tensor::Tensor;
 
@@ -50,83 +53,92 @@ impl Targets {
     }
 }
 
-/// Nodes reachable from `root`, each after all of its inputs.
-fn topological_order(root: &Arc<Node>) -> Vec<Arc<Node>> {
-    let mut order = Vec::new();
-    let mut visited = IdSet::default();
-    let mut stack: Vec<(Arc<Node>, bool)> = vec![(root.clone(), false)];
-    while let Some((node, expanded)) = stack.pop() {
-        if expanded {
-            order.push(node);
-            continue;
-        }
-        if !visited.insert(node.id) {
-            continue;
-        }
-        stack.push((node.clone(), true));
-        if let Some(rec) = node.op() {
-            for input in &rec.inputs {
-                if let Some(child) = &input.0.node {
-                    if !visited.contains(&child.id) {
-                        stack.push((child.clone(), false));
-                    }
-                }
+/// Nodes reachable from `root` that lead to one of `ids` (the targets included).
+fn leading_to(root: &Arc<Node>, ids: &IdSet) -> IdSet {
+    // Every reachable node, then a pass in increasing id order: a node's inputs are always
+    // older than the node, so each input is decided before its consumers.
+    let mut all: Vec<Arc<Node>> = Vec::new();
+    let mut seen = IdSet::default();
+    let mut stack = vec![root.clone()];
+    seen.insert(root.id);
+    while let Some(node) = stack.pop() {
+        for child in node.op().into_iter().flat_map(|r| r.inputs.iter()).filter_map(|t| t.0.node.as_ref()) {
+            if seen.insert(child.id) {
+                stack.push(child.clone());
             }
         }
+        all.push(node);
     }
-    order
+    all.sort_unstable_by_key(|n| n.id);
+    let mut leads = IdSet::default();
+    for node in &all {
+        let via_input = node.op().is_some_and(|r| {
+            r.inputs.iter().any(|t| t.0.node.as_ref().is_some_and(|c| leads.contains(&c.id)))
+        });
+        if ids.contains(&node.id) || via_input {
+            leads.insert(node.id);
+        }
+    }
+    leads
+}
+
+/// A node in the work queue, ordered by id: the newest node first.
+struct Newest(Arc<Node>);
+
+impl PartialEq for Newest {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.id == other.0.id
+    }
+}
+impl Eq for Newest {}
+impl PartialOrd for Newest {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Newest {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.id.cmp(&other.0.id)
+    }
 }
 
 /// Runs backward from `root` seeded with `seed` (the gradient of the final result with respect
 /// to `root`) and returns the gradients of `targets`, keyed by node id.
-pub(crate) fn run_backward(
-    root: &Tensor,
-    seed: Tensor,
-    targets: &Targets,
-    create_graph: bool,
-) -> IdMap<Tensor> {
+///
+/// Nodes are processed newest first. An op is always recorded after its inputs, so a node's
+/// consumers are all newer than it: when a node comes off the queue, every contribution to its
+/// gradient has arrived and is summed. No topological sort and no recursion are needed.
+pub(crate) fn run_backward(root: &Tensor, seed: Tensor, targets: &Targets, create_graph: bool) -> IdMap<Tensor> {
     let mut results = IdMap::default();
-    let Some(root_node) = &root.0.node else {
-        return results;
-    };
+    let Some(root_node) = &root.0.node else { return results };
     let _mode = ModeGuard::set(create_graph);
-
-    let order = topological_order(root_node);
-    let position: IdMap<usize> = order.iter().enumerate().map(|(i, n)| (n.id, i)).collect();
-    // Whether each node leads to a target: only those are visited.
-    let mut reaches = vec![false; order.len()];
-    for (i, node) in order.iter().enumerate() {
-        reaches[i] = targets.contains(node)
-            || node.op().is_some_and(|rec| {
-                rec.inputs
-                    .iter()
-                    .any(|t| t.0.node.as_ref().is_some_and(|c| reaches[position[&c.id]]))
-            });
+    // With explicit targets, only nodes that lead to one are visited; every recorded node leads
+    // to a tracked leaf by construction.
+    let leads = match targets {
+        Targets::Leaves => None,
+        Targets::Nodes(ids) => Some(leading_to(root_node, ids)),
+    };
+    let wanted = |n: &Node| leads.as_ref().is_none_or(|l| l.contains(&n.id));
+    if !wanted(root_node) {
+        return results;
     }
 
-    let mut pending: Vec<Option<Tensor>> = vec![None; order.len()];
-    *pending.last_mut().expect("root is in its own order") = Some(seed);
-    for i in (0..order.len()).rev() {
-        if !reaches[i] {
-            continue;
-        }
+    let mut pending: IdMap<Tensor> = IdMap::default();
+    pending.insert(root_node.id, seed);
+    let mut queue = BinaryHeap::from([Newest(root_node.clone())]);
+    while let Some(Newest(node)) = queue.pop() {
         // Taking the gradient frees it as soon as it has been passed on.
-        let Some(g) = pending[i].take() else { continue };
-        let node = &order[i];
-        if targets.contains(node) {
+        let g = pending.remove(&node.id).expect("queued nodes have a gradient");
+        if targets.contains(&node) {
             results.insert(node.id, g.clone());
         }
         let Some(rec) = node.op() else { continue };
-        let needs: Vec<bool> = rec
+        let needs: SmallVec<[bool; 4]> = rec
             .inputs
             .iter()
-            .map(|t| t.0.node.as_ref().is_some_and(|c| reaches[position[&c.id]]))
+            .map(|t| t.0.node.as_deref().is_some_and(wanted))
             .collect();
-        let out_node = if create_graph {
-            Some(node.clone())
-        } else {
-            None
-        };
+        let out_node = if create_graph { Some(node.clone()) } else { None };
         let out = Tensor::from_parts(rec.out.0.clone(), rec.out.1.clone(), out_node);
         let ctx = BackwardCtx {
             inputs: &rec.inputs,
@@ -144,9 +156,7 @@ pub(crate) fn run_backward(
         );
         anomaly::check_backward(rec.name, &grads, &rec.inputs);
         for ((input, gi), &need) in rec.inputs.iter().zip(grads).zip(&needs) {
-            let (Some(gi), true) = (gi, need) else {
-                continue;
-            };
+            let (Some(gi), true) = (gi, need) else { continue };
             assert!(
                 gi.shape() == input.shape() && gi.dtype() == input.dtype(),
                 "backward of {}: gradient of shape {:?} ({}) for an input of shape {:?} ({})",
@@ -157,11 +167,16 @@ pub(crate) fn run_backward(
                 input.dtype()
             );
             let child = input.0.node.as_ref().expect("needed inputs are tracked");
-            let slot = &mut pending[position[&child.id]];
-            *slot = Some(match slot.take() {
-                Some(acc) => &acc + &gi,
-                None => gi,
-            });
+            match pending.entry(child.id) {
+                Entry::Occupied(mut acc) => {
+                    let sum = acc.get() + &gi;
+                    acc.insert(sum);
+                }
+                Entry::Vacant(slot) => {
+                    slot.insert(gi);
+                    queue.push(Newest(child.clone()));
+                }
+            }
         }
     }
     results

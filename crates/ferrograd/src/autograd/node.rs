@@ -3,6 +3,8 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use super::anomaly;
 use super::mode::is_grad_enabled;
 use crate::tensor::{Layout, Storage, Tensor};
@@ -33,7 +35,7 @@ pub(crate) enum NodeKind {
 pub(crate) struct OpRecord {
     pub(crate) name: &'static str,
     pub(crate) rule: Rule,
-    pub(crate) inputs: Vec<Tensor>,
+    pub(crate) inputs: SmallVec<[Tensor; 2]>,
     /// The output's data without its node: holding the output itself would be a cycle. The
     /// engine re-attaches this node when a rule needs a differentiable output.
     pub(crate) out: (Storage, Layout),
@@ -68,7 +70,7 @@ impl Drop for Node {
         let NodeKind::Op(rec) = &mut self.kind else {
             return;
         };
-        let mut stack = std::mem::take(&mut rec.inputs);
+        let mut stack: Vec<Tensor> = std::mem::take(&mut rec.inputs).into_vec();
         while let Some(t) = stack.pop() {
             // Only a tensor we hold the last reference to can release its node here; others
             // stay alive through their other owners.
@@ -80,7 +82,7 @@ impl Drop for Node {
             };
             if let Some(mut node) = Arc::into_inner(node) {
                 if let NodeKind::Op(r) = &mut node.kind {
-                    stack.append(&mut r.inputs);
+                    stack.extend(r.inputs.drain(..));
                 }
             }
         }

@@ -10,6 +10,10 @@ pub mod strided;
 
 pub use float::Float;
 
+/// Shapes and strides: inline up to six axes, so that the layouts of small tensors cost no
+/// allocation.
+pub type Dims = smallvec::SmallVec<[usize; 6]>;
+
 /// Element count above which element-wise and reduction kernels split work across threads.
 pub const PAR_THRESHOLD: usize = 1 << 15;
 

@@ -7,7 +7,7 @@
 
 use rayon::prelude::*;
 
-use super::{PAR_CHUNK, PAR_THRESHOLD};
+use super::{Dims, PAR_CHUNK, PAR_THRESHOLD};
 
 /// A read-only operand: `data[offset + Σ index[i] * strides[i]]`, strides already expressed in
 /// the output's shape (0 along broadcast axes).
@@ -21,14 +21,14 @@ pub struct Src<'a, T> {
 /// Shape and per-operand strides after merging axes that every operand traverses as one run.
 /// Always at least one axis.
 struct Plan<const K: usize> {
-    shape: Vec<usize>,
-    strides: [Vec<usize>; K],
+    shape: Dims,
+    strides: [Dims; K],
 }
 
 impl<const K: usize> Plan<K> {
     fn new(shape: &[usize], strides: [&[usize]; K]) -> Self {
-        let mut out_shape: Vec<usize> = Vec::with_capacity(shape.len());
-        let mut out_strides: [Vec<usize>; K] = std::array::from_fn(|_| Vec::new());
+        let mut out_shape = Dims::new();
+        let mut out_strides: [Dims; K] = std::array::from_fn(|_| Dims::new());
         for (axis, &d) in shape.iter().enumerate() {
             if d == 1 {
                 continue;

@@ -14,7 +14,7 @@ mod unary;
 pub(crate) use binary::promote as binary_promote;
 
 use crate::kernels::strided;
-use crate::tensor::{broadcast_shapes, Element, Tensor};
+use crate::tensor::{broadcast_shapes, Dims, Element, Tensor};
 
 /// `f` applied to every element of `x`, as a new contiguous untracked tensor.
 pub(crate) fn map_elems<T: Element>(x: &Tensor, f: impl Fn(T) -> T + Sync) -> Tensor {
@@ -25,7 +25,7 @@ pub(crate) fn map_elems<T: Element>(x: &Tensor, f: impl Fn(T) -> T + Sync) -> Te
 }
 
 /// The shape two operands of `op` broadcast to; panics naming the op and both shapes.
-pub(crate) fn broadcast_shape_or_panic(op: &str, a: &[usize], b: &[usize]) -> Vec<usize> {
+pub(crate) fn broadcast_shape_or_panic(op: &str, a: &[usize], b: &[usize]) -> Dims {
     broadcast_shapes(a, b)
         .unwrap_or_else(|| panic!("{op}: shapes {a:?} and {b:?} do not broadcast"))
 }

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use super::check_axis;
 use crate::autograd::record;
 use crate::error::{Error, Result};
-use crate::tensor::{broadcast_shapes, contiguous_strides, with_dtype, Element, Layout, Tensor};
+use crate::tensor::{broadcast_shapes, contiguous_strides, with_dtype, Dims, Element, Layout, Tensor};
 
 /// A shape with `axis` set to `len`.
-fn with_axis(shape: &[usize], axis: usize, len: usize) -> Vec<usize> {
-    let mut s = shape.to_vec();
+fn with_axis(shape: &[usize], axis: usize, len: usize) -> Dims {
+    let mut s = Dims::from_slice(shape);
     s[axis] = len;
     s
 }
@@ -52,7 +52,7 @@ impl Tensor {
             with_dtype!(self.dtype(), T => self.materialize::<T>())
         };
         let layout = Layout {
-            shape: shape.to_vec(),
+            shape: Dims::from_slice(shape),
             strides: contiguous_strides(shape),
             offset: base.layout().offset,
         };
@@ -125,7 +125,7 @@ impl Tensor {
             )));
         }
         let layout = Layout {
-            shape: shape.to_vec(),
+            shape: Dims::from_slice(shape),
             strides: self.layout().broadcast_strides(shape),
             offset: self.layout().offset,
         };

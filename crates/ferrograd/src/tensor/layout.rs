@@ -2,9 +2,11 @@
 //! permute, narrow, broadcast_to, reshape of a contiguous tensor) are new layouts over the same
 //! storage.
 
+use crate::kernels::Dims;
+
 /// Row-major strides of a contiguous tensor of `shape`.
-pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
-    let mut strides = vec![0; shape.len()];
+pub fn contiguous_strides(shape: &[usize]) -> Dims {
+    let mut strides = Dims::from_elem(0, shape.len());
     let mut acc = 1;
     for i in (0..shape.len()).rev() {
         strides[i] = acc;
@@ -15,16 +17,16 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
-    pub shape: Vec<usize>,
+    pub shape: Dims,
     /// Elements to skip per step along each axis; 0 along a broadcast axis.
-    pub strides: Vec<usize>,
+    pub strides: Dims,
     pub offset: usize,
 }
 
 impl Layout {
     pub fn contiguous(shape: &[usize]) -> Self {
         Layout {
-            shape: shape.to_vec(),
+            shape: Dims::from_slice(shape),
             strides: contiguous_strides(shape),
             offset: 0,
         }
@@ -57,9 +59,9 @@ impl Layout {
 
     /// Strides of this layout viewed as `out_shape` under numpy broadcasting (0 on new or
     /// stretched axes). The caller has checked that the shapes broadcast.
-    pub fn broadcast_strides(&self, out_shape: &[usize]) -> Vec<usize> {
+    pub fn broadcast_strides(&self, out_shape: &[usize]) -> Dims {
         let lead = out_shape.len() - self.shape.len();
-        let mut strides = vec![0; out_shape.len()];
+        let mut strides = Dims::from_elem(0, out_shape.len());
         for i in 0..self.shape.len() {
             strides[lead + i] = if self.shape[i] == 1 && out_shape[lead + i] != 1 {
                 0
@@ -72,9 +74,9 @@ impl Layout {
 }
 
 /// The numpy broadcast of two shapes, or `None` when they do not broadcast.
-pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Dims> {
     let n = a.len().max(b.len());
-    let mut out = vec![0; n];
+    let mut out = Dims::from_elem(0, n);
     for i in 0..n {
         let da = if i + a.len() >= n {
             a[i + a.len() - n]
