@@ -6,6 +6,9 @@
 
 use std::time::Instant;
 
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -29,10 +32,10 @@ fn scalar_graph(n_ops: usize) -> (f64, f64, usize) {
 }
 
 fn main() {
-    let n = 300_000;
-    scalar_graph(30_000); // warm up the allocator
+    let n = 150_000;
+    scalar_graph(n); // warm up the allocator
     let mut best = (f64::INFINITY, f64::INFINITY, 0);
-    for _ in 0..5 {
+    for _ in 0..10 {
         let r = scalar_graph(n);
         if r.0 + r.1 < best.0 + best.1 {
             best = r;
@@ -49,12 +52,18 @@ fn main() {
     // MLP step: same computation with and without recording.
     let mut rng = StdRng::seed_from_u64(0);
     let x = Tensor::randn(&[128, 784], DType::F32, &mut rng);
-    let y = Tensor::zeros(&[128, 10], DType::F32).index_add(1, &[3], &Tensor::ones(&[128, 1], DType::F32));
+    let y = Tensor::zeros(&[128, 10], DType::F32).index_add(
+        1,
+        &[3],
+        &Tensor::ones(&[128, 1], DType::F32),
+    );
     let dims = [784, 400, 100, 10];
     let params: Vec<(Tensor, Tensor)> = dims
         .windows(2)
         .map(|d| {
-            let w = (&Tensor::randn(&[d[0], d[1]], DType::F32, &mut rng) * (1.0 / (d[0] as f64).sqrt())).requires_grad();
+            let w = (&Tensor::randn(&[d[0], d[1]], DType::F32, &mut rng)
+                * (1.0 / (d[0] as f64).sqrt()))
+            .requires_grad();
             (w, Tensor::zeros(&[d[1]], DType::F32).requires_grad())
         })
         .collect();
@@ -78,7 +87,10 @@ fn main() {
     }
     let step = t.elapsed().as_secs_f64() / reps as f64;
     // The kernels alone: the same forward ops and the products backward needs, untracked.
-    let ws: Vec<(Tensor, Tensor)> = params.iter().map(|(w, b)| (w.detach(), b.detach())).collect();
+    let ws: Vec<(Tensor, Tensor)> = params
+        .iter()
+        .map(|(w, b)| (w.detach(), b.detach()))
+        .collect();
     let t = Instant::now();
     for _ in 0..reps {
         no_grad(|| {

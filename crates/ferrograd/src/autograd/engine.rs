@@ -62,7 +62,12 @@ fn leading_to(root: &Arc<Node>, ids: &IdSet) -> IdSet {
     let mut stack = vec![root.clone()];
     seen.insert(root.id);
     while let Some(node) = stack.pop() {
-        for child in node.op().into_iter().flat_map(|r| r.inputs.iter()).filter_map(|t| t.0.node.as_ref()) {
+        for child in node
+            .op()
+            .into_iter()
+            .flat_map(|r| r.inputs.iter())
+            .filter_map(|t| t.0.node.as_ref())
+        {
             if seen.insert(child.id) {
                 stack.push(child.clone());
             }
@@ -73,7 +78,9 @@ fn leading_to(root: &Arc<Node>, ids: &IdSet) -> IdSet {
     let mut leads = IdSet::default();
     for node in &all {
         let via_input = node.op().is_some_and(|r| {
-            r.inputs.iter().any(|t| t.0.node.as_ref().is_some_and(|c| leads.contains(&c.id)))
+            r.inputs
+                .iter()
+                .any(|t| t.0.node.as_ref().is_some_and(|c| leads.contains(&c.id)))
         });
         if ids.contains(&node.id) || via_input {
             leads.insert(node.id);
@@ -108,9 +115,16 @@ impl Ord for Newest {
 /// Nodes are processed newest first. An op is always recorded after its inputs, so a node's
 /// consumers are all newer than it: when a node comes off the queue, every contribution to its
 /// gradient has arrived and is summed. No topological sort and no recursion are needed.
-pub(crate) fn run_backward(root: &Tensor, seed: Tensor, targets: &Targets, create_graph: bool) -> IdMap<Tensor> {
+pub(crate) fn run_backward(
+    root: &Tensor,
+    seed: Tensor,
+    targets: &Targets,
+    create_graph: bool,
+) -> IdMap<Tensor> {
     let mut results = IdMap::default();
-    let Some(root_node) = &root.0.node else { return results };
+    let Some(root_node) = &root.0.node else {
+        return results;
+    };
     let _mode = ModeGuard::set(create_graph);
     // With explicit targets, only nodes that lead to one are visited; every recorded node leads
     // to a tracked leaf by construction.
@@ -128,7 +142,9 @@ pub(crate) fn run_backward(root: &Tensor, seed: Tensor, targets: &Targets, creat
     let mut queue = BinaryHeap::from([Newest(root_node.clone())]);
     while let Some(Newest(node)) = queue.pop() {
         // Taking the gradient frees it as soon as it has been passed on.
-        let g = pending.remove(&node.id).expect("queued nodes have a gradient");
+        let g = pending
+            .remove(&node.id)
+            .expect("queued nodes have a gradient");
         if targets.contains(&node) {
             results.insert(node.id, g.clone());
         }
@@ -138,11 +154,17 @@ pub(crate) fn run_backward(root: &Tensor, seed: Tensor, targets: &Targets, creat
             .iter()
             .map(|t| t.0.node.as_deref().is_some_and(wanted))
             .collect();
-        let out_node = if create_graph { Some(node.clone()) } else { None };
-        let out = Tensor::from_parts(rec.out.0.clone(), rec.out.1.clone(), out_node);
+        let out = rec.out.as_ref().map(|(storage, layout)| {
+            let out_node = if create_graph {
+                Some(node.clone())
+            } else {
+                None
+            };
+            Tensor::from_parts(storage.clone(), layout.clone(), out_node)
+        });
         let ctx = BackwardCtx {
             inputs: &rec.inputs,
-            out: &out,
+            saved_out: out.as_ref(),
             needs: &needs,
         };
         let grads = anomaly::in_rule(|| (rec.rule)(&ctx, &g));
@@ -156,7 +178,9 @@ pub(crate) fn run_backward(root: &Tensor, seed: Tensor, targets: &Targets, creat
         );
         anomaly::check_backward(rec.name, &grads, &rec.inputs);
         for ((input, gi), &need) in rec.inputs.iter().zip(grads).zip(&needs) {
-            let (Some(gi), true) = (gi, need) else { continue };
+            let (Some(gi), true) = (gi, need) else {
+                continue;
+            };
             assert!(
                 gi.shape() == input.shape() && gi.dtype() == input.dtype(),
                 "backward of {}: gradient of shape {:?} ({}) for an input of shape {:?} ({})",

@@ -18,5 +18,5 @@ pub use gradcheck::{gradcheck, gradgradcheck, GradcheckOptions};
 pub use gradients::Gradients;
 pub use mode::{enable_grad, is_grad_enabled, no_grad};
 pub use node::live_nodes;
-pub(crate) use node::{record, record_nondiff, BackwardCtx, Node};
+pub(crate) use node::{record, record_nondiff, record_with_out, BackwardCtx, Grads, Node};
 pub use param::Param;

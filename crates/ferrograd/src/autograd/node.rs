@@ -11,7 +11,10 @@ use crate::tensor::{Layout, Storage, Tensor};
 
 /// A derivative rule: from the context and the upstream gradient (shape of the output) to one
 /// gradient per input (`None` where the input needs none). Written with tensor ops.
-pub(crate) type Rule = Box<dyn Fn(&BackwardCtx<'_>, &Tensor) -> Vec<Option<Tensor>> + Send + Sync>;
+pub(crate) type Rule = Box<dyn Fn(&BackwardCtx<'_>, &Tensor) -> Grads + Send + Sync>;
+
+/// One gradient per input of a rule, `None` where none is needed.
+pub(crate) type Grads = SmallVec<[Option<Tensor>; 2]>;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 static LIVE: AtomicUsize = AtomicUsize::new(0);
@@ -36,9 +39,10 @@ pub(crate) struct OpRecord {
     pub(crate) name: &'static str,
     pub(crate) rule: Rule,
     pub(crate) inputs: SmallVec<[Tensor; 2]>,
-    /// The output's data without its node: holding the output itself would be a cycle. The
-    /// engine re-attaches this node when a rule needs a differentiable output.
-    pub(crate) out: (Storage, Layout),
+    /// The output's data without its node (holding the output itself would be a cycle), kept
+    /// only for rules that use it. The engine re-attaches this node when the backward builds a
+    /// graph, so that the output stays differentiable.
+    pub(crate) out: Option<(Storage, Layout)>,
 }
 
 impl Node {
@@ -92,14 +96,21 @@ impl Drop for Node {
 /// What a rule sees at backward time.
 pub(crate) struct BackwardCtx<'a> {
     pub(crate) inputs: &'a [Tensor],
-    /// The op's output; tracked (through this node) when the backward builds a graph.
-    pub(crate) out: &'a Tensor,
+    /// The op's output, when the op saved it; tracked (through this node) when the backward
+    /// builds a graph.
+    pub(crate) saved_out: Option<&'a Tensor>,
     pub(crate) needs: &'a [bool],
 }
 
 impl BackwardCtx<'_> {
     pub(crate) fn input(&self, i: usize) -> &Tensor {
         &self.inputs[i]
+    }
+
+    /// The op's output (recorded with `record_with_out`).
+    pub(crate) fn out(&self) -> &Tensor {
+        self.saved_out
+            .expect("internal: a rule reads an output its op did not save")
     }
 
     /// Whether input `i` wants a gradient; rules skip the work for the others.
@@ -109,24 +120,46 @@ impl BackwardCtx<'_> {
 }
 
 /// Wraps the untracked result `out` of op `name`: tracked, with `rule` as its derivative, when
-/// recording is on and an input is tracked; returned as is otherwise.
+/// recording is on and an input is tracked; returned as is otherwise. The rule sees the inputs.
 pub(crate) fn record(
     name: &'static str,
     out: Tensor,
     inputs: &[&Tensor],
-    rule: impl Fn(&BackwardCtx<'_>, &Tensor) -> Vec<Option<Tensor>> + Send + Sync + 'static,
+    rule: impl Fn(&BackwardCtx<'_>, &Tensor) -> Grads + Send + Sync + 'static,
+) -> Tensor {
+    record_impl(name, out, inputs, false, Box::new(rule))
+}
+
+/// As [`record`], for a rule that also reads the op's output (`ctx.out()`).
+pub(crate) fn record_with_out(
+    name: &'static str,
+    out: Tensor,
+    inputs: &[&Tensor],
+    rule: impl Fn(&BackwardCtx<'_>, &Tensor) -> Grads + Send + Sync + 'static,
+) -> Tensor {
+    record_impl(name, out, inputs, true, Box::new(rule))
+}
+
+fn record_impl(
+    name: &'static str,
+    out: Tensor,
+    inputs: &[&Tensor],
+    save_out: bool,
+    rule: Rule,
 ) -> Tensor {
     anomaly::check_forward(name, &out, inputs);
     if !is_grad_enabled() || !inputs.iter().any(|t| t.is_tracked()) {
         return out;
     }
-    let storage = out.storage().clone();
-    let layout = out.layout().clone();
+    let (storage, layout) = match Arc::try_unwrap(out.0) {
+        Ok(inner) => (inner.storage, inner.layout),
+        Err(shared) => (shared.storage.clone(), shared.layout.clone()),
+    };
     let node = Node::new(NodeKind::Op(OpRecord {
         name,
-        rule: Box::new(rule),
+        rule,
         inputs: inputs.iter().map(|&t| t.clone()).collect(),
-        out: (storage.clone(), layout.clone()),
+        out: save_out.then(|| (storage.clone(), layout.clone())),
     }));
     Tensor::from_parts(storage, layout, Some(Arc::new(node)))
 }

@@ -10,9 +10,9 @@ pub mod strided;
 
 pub use float::Float;
 
-/// Shapes and strides: inline up to six axes, so that the layouts of small tensors cost no
+/// Shapes and strides: inline up to four axes, so that the layouts of small tensors cost no
 /// allocation.
-pub type Dims = smallvec::SmallVec<[usize; 6]>;
+pub type Dims = smallvec::SmallVec<[usize; 4]>;
 
 /// Element count above which element-wise and reduction kernels split work across threads.
 pub const PAR_THRESHOLD: usize = 1 << 15;

@@ -185,6 +185,48 @@ pub fn zip<T: Copy + Sync, U: Send>(
     });
 }
 
+/// `out[i] = f(a[i])` over two slices of one length.
+pub fn map_flat<T: Copy + Sync, U: Send>(a: &[T], out: &mut [U], f: impl Fn(T) -> U + Sync) {
+    if out.len() >= PAR_THRESHOLD {
+        out.par_chunks_mut(PAR_CHUNK)
+            .enumerate()
+            .for_each(|(i, o)| {
+                let xa = &a[i * PAR_CHUNK..i * PAR_CHUNK + o.len()];
+                for (d, &x) in o.iter_mut().zip(xa) {
+                    *d = f(x);
+                }
+            });
+    } else {
+        for (d, &x) in out.iter_mut().zip(a) {
+            *d = f(x);
+        }
+    }
+}
+
+/// `out[i] = f(a[i], b[i])` over three slices of one length: the common case of same-shape
+/// contiguous operands.
+pub fn zip_flat<T: Copy + Sync, U: Send>(
+    a: &[T],
+    b: &[T],
+    out: &mut [U],
+    f: impl Fn(T, T) -> U + Sync,
+) {
+    let run = |(i, o): (usize, &mut [U])| {
+        let start = i * PAR_CHUNK;
+        let (xa, xb) = (&a[start..start + o.len()], &b[start..start + o.len()]);
+        for ((d, &x), &y) in o.iter_mut().zip(xa).zip(xb) {
+            *d = f(x, y);
+        }
+    };
+    if out.len() >= PAR_THRESHOLD {
+        out.par_chunks_mut(PAR_CHUNK).enumerate().for_each(run);
+    } else {
+        for (d, (&x, &y)) in out.iter_mut().zip(a.iter().zip(b)) {
+            *d = f(x, y);
+        }
+    }
+}
+
 /// `out[i] = f(a[i], b[i], c[i])` over the broadcast shape `shape` (used by `where_cond`).
 pub fn zip3<T: Copy + Sync, U: Send>(
     shape: &[usize],

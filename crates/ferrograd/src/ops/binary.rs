@@ -2,7 +2,9 @@
 //! each operand's shape.
 
 use super::{broadcast_shape_or_panic, map_dispatch, zip_dispatch};
-use crate::autograd::{record, BackwardCtx};
+use smallvec::smallvec;
+
+use crate::autograd::{record, record_with_out, BackwardCtx, Grads};
 use crate::kernels::strided;
 use crate::kernels::Float;
 use crate::tensor::{with_dtype, DType, Tensor};
@@ -31,7 +33,7 @@ impl Tensor {
         promoted!(self, other, add);
         let out = zip_dispatch!("add", self, other, |x, y| x + y);
         record("add", out, &[self, other], |c, up| {
-            vec![
+            smallvec![
                 c.needs(0).then(|| up.sum_to(c.input(0).shape())),
                 c.needs(1).then(|| up.sum_to(c.input(1).shape())),
             ]
@@ -42,7 +44,7 @@ impl Tensor {
         promoted!(self, other, sub);
         let out = zip_dispatch!("sub", self, other, |x, y| x - y);
         record("sub", out, &[self, other], |c, up| {
-            vec![
+            smallvec![
                 c.needs(0).then(|| up.sum_to(c.input(0).shape())),
                 c.needs(1).then(|| (-up).sum_to(c.input(1).shape())),
             ]
@@ -54,7 +56,7 @@ impl Tensor {
         let out = zip_dispatch!("mul", self, other, |x, y| x * y);
         record("mul", out, &[self, other], |c, up| {
             let (a, b) = (c.input(0), c.input(1));
-            vec![
+            smallvec![
                 c.needs(0).then(|| (up * b).sum_to(a.shape())),
                 c.needs(1).then(|| (up * a).sum_to(b.shape())),
             ]
@@ -64,12 +66,12 @@ impl Tensor {
     pub fn div(&self, other: &Tensor) -> Tensor {
         promoted!(self, other, div);
         let out = zip_dispatch!("div", self, other, |x, y| x / y);
-        record("div", out, &[self, other], |c, up| {
+        record_with_out("div", out, &[self, other], |c, up| {
             let (a, b) = (c.input(0), c.input(1));
-            vec![
+            smallvec![
                 c.needs(0).then(|| (up / b).sum_to(a.shape())),
                 c.needs(1)
-                    .then(|| (-&(&(up * c.out) / b)).sum_to(b.shape())),
+                    .then(|| (-&(&(up * c.out()) / b)).sum_to(b.shape())),
             ]
         })
     }
@@ -118,7 +120,7 @@ impl Tensor {
         });
         record("where_cond", out, &[&cond, on_true, on_false], |c, up| {
             let mask = c.input(0);
-            vec![
+            smallvec![
                 None,
                 c.needs(1).then(|| (up * mask).sum_to(c.input(1).shape())),
                 c.needs(2)
@@ -135,17 +137,17 @@ impl Tensor {
         record("clamp", out, &[self], move |c, up| {
             let x = c.input(0).detach();
             let inside = &x.ge_scalar(min) * &x.le_scalar(max);
-            vec![Some(up * &inside)]
+            smallvec![Some(up * &inside)]
         })
     }
 }
 
 /// Gradients of an element-wise max or min: to the first operand where it `wins`, to the
 /// second where it loses, half to each at a `tie`.
-fn tie_split(c: &BackwardCtx<'_>, wins: &Tensor, tie: &Tensor, up: &Tensor) -> Vec<Option<Tensor>> {
+fn tie_split(c: &BackwardCtx<'_>, wins: &Tensor, tie: &Tensor, up: &Tensor) -> Grads {
     let first = wins + &(tie * 0.5);
     let second = 1.0 - &first;
-    vec![
+    smallvec![
         c.needs(0).then(|| (up * &first).sum_to(c.input(0).shape())),
         c.needs(1)
             .then(|| (up * &second).sum_to(c.input(1).shape())),

@@ -1,5 +1,7 @@
 //! Conversion between f32 and f64, and materialising views.
 
+use smallvec::smallvec;
+
 use crate::autograd::record;
 use crate::tensor::{with_dtype, DType, Element, Tensor};
 
@@ -13,7 +15,7 @@ impl Tensor {
         let out = with_dtype!(dtype, T => Tensor::from_data(self.to_vec::<T>(), self.shape()));
         let from = self.dtype();
         record("to_dtype", out, &[self], move |_, up| {
-            vec![Some(up.to_dtype(from))]
+            smallvec![Some(up.to_dtype(from))]
         })
     }
 
@@ -23,7 +25,9 @@ impl Tensor {
             return self.clone();
         }
         let out = with_dtype!(self.dtype(), T => self.materialize::<T>());
-        record("contiguous", out, &[self], |_, up| vec![Some(up.clone())])
+        record("contiguous", out, &[self], |_, up| {
+            smallvec![Some(up.clone())]
+        })
     }
 
     /// An untracked contiguous copy of the elements.

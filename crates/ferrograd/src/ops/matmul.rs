@@ -4,6 +4,8 @@
 use rayon::prelude::*;
 
 use super::binary_promote;
+use smallvec::smallvec;
+
 use crate::autograd::record;
 use crate::error::{Error, Result};
 use crate::kernels::matmul::{gemm, MatRef};
@@ -65,7 +67,7 @@ impl Tensor {
         let out = with_dtype!(a.dtype(), T => batched::<T>(&a, &b, &batch, m, k, n));
         Ok(record("matmul", out, &[&a, &b], |c, up| {
             let (a, b) = (c.input(0), c.input(1));
-            vec![
+            smallvec![
                 c.needs(0).then(|| up.matmul(&b.t()).sum_to(a.shape())),
                 c.needs(1).then(|| a.t().matmul(up).sum_to(b.shape())),
             ]

@@ -7,6 +7,7 @@ mod compare;
 mod matmul;
 mod operators;
 mod reduce;
+mod scalar;
 mod shape;
 mod softmax;
 mod unary;
@@ -20,7 +21,11 @@ use crate::tensor::{broadcast_shapes, Dims, Element, Tensor};
 pub(crate) fn map_elems<T: Element>(x: &Tensor, f: impl Fn(T) -> T + Sync) -> Tensor {
     let l = x.layout();
     let mut out = vec![T::zero(); l.numel()];
-    strided::map(&l.shape, x.src::<T>(&l.strides), &mut out, f);
+    if l.is_contiguous() {
+        strided::map_flat(&x.contiguous_data::<T>(), &mut out, f);
+    } else {
+        strided::map(&l.shape, x.src::<T>(&l.strides), &mut out, f);
+    }
     Tensor::from_data(out, &l.shape)
 }
 
@@ -37,6 +42,13 @@ pub(crate) fn zip_elems<T: Element>(
     b: &Tensor,
     f: impl Fn(T, T) -> T + Sync,
 ) -> Tensor {
+    if a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous() {
+        // Same shape, both row-major: a plain zip, no broadcasting plan.
+        let (da, db) = (a.contiguous_data::<T>(), b.contiguous_data::<T>());
+        let mut out = vec![T::zero(); da.len()];
+        strided::zip_flat(&da, &db, &mut out, f);
+        return Tensor::from_data(out, a.shape());
+    }
     let shape = broadcast_shape_or_panic(op, a.shape(), b.shape());
     let sa = a.layout().broadcast_strides(&shape);
     let sb = b.layout().broadcast_strides(&shape);

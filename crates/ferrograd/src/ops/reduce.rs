@@ -3,7 +3,9 @@
 use std::borrow::Cow;
 
 use super::check_axis;
-use crate::autograd::{record, record_nondiff};
+use smallvec::smallvec;
+
+use crate::autograd::{record, record_nondiff, record_with_out};
 use crate::kernels::reduce as kr;
 use crate::kernels::Float;
 use crate::tensor::{with_dtype, Element, Tensor};
@@ -121,7 +123,7 @@ impl Tensor {
         let out = with_dtype!(self.dtype(), T => plan.run::<T>(self, kr::sum));
         let keep_shape = plan.keep_shape;
         record("sum_axes", out, &[self], move |c, up| {
-            vec![Some(
+            smallvec![Some(
                 up.reshape(&keep_shape).broadcast_to(c.input(0).shape()),
             )]
         })
@@ -178,11 +180,11 @@ impl Tensor {
             }
         }));
         let (keep_shape, axes) = (plan.keep_shape, plan.axes);
-        record(op, out, &[self], move |c, up| {
+        record_with_out(op, out, &[self], move |c, up| {
             let x = c.input(0).detach();
-            let picked = x.eq(&c.out.detach().reshape(&keep_shape));
+            let picked = x.eq(&c.out().detach().reshape(&keep_shape));
             let share = &picked / &picked.sum_axes(&axes, true);
-            vec![Some(&up.reshape(&keep_shape) * &share)]
+            smallvec![Some(&up.reshape(&keep_shape) * &share)]
         })
     }
 

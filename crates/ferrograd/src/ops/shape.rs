@@ -5,9 +5,13 @@
 use std::sync::Arc;
 
 use super::check_axis;
+use smallvec::smallvec;
+
 use crate::autograd::record;
 use crate::error::{Error, Result};
-use crate::tensor::{broadcast_shapes, contiguous_strides, with_dtype, Dims, Element, Layout, Tensor};
+use crate::tensor::{
+    broadcast_shapes, contiguous_strides, with_dtype, Dims, Element, Layout, Tensor,
+};
 
 /// A shape with `axis` set to `len`.
 fn with_axis(shape: &[usize], axis: usize, len: usize) -> Dims {
@@ -58,7 +62,7 @@ impl Tensor {
         };
         let out = base.view_untracked(layout);
         Ok(record("reshape", out, &[self], |c, up| {
-            vec![Some(up.reshape(c.input(0).shape()))]
+            smallvec![Some(up.reshape(c.input(0).shape()))]
         }))
     }
 
@@ -81,7 +85,7 @@ impl Tensor {
             inverse[p] = i;
         }
         record("permute", out, &[self], move |_, up| {
-            vec![Some(up.permute(&inverse))]
+            smallvec![Some(up.permute(&inverse))]
         })
     }
 
@@ -131,7 +135,7 @@ impl Tensor {
         };
         let out = self.view_untracked(layout);
         Ok(record("broadcast_to", out, &[self], |c, up| {
-            vec![Some(up.sum_to(c.input(0).shape()))]
+            smallvec![Some(up.sum_to(c.input(0).shape()))]
         }))
     }
 
@@ -193,7 +197,7 @@ impl Tensor {
         record("narrow", out, &[self], move |_, up| {
             let mut pads = vec![(0, 0); up.ndim()];
             pads[axis] = (start, size - start - len);
-            vec![Some(up.pad(&pads, 0.0))]
+            smallvec![Some(up.pad(&pads, 0.0))]
         })
     }
 
@@ -219,7 +223,7 @@ impl Tensor {
             for (axis, &(before, _)) in pads.iter().enumerate() {
                 g = g.narrow(axis, before, c.input(0).shape()[axis]);
             }
-            vec![Some(g)]
+            smallvec![Some(g)]
         })
     }
 
@@ -299,7 +303,7 @@ impl Tensor {
             Tensor::from_data(out, &with_axis(self.shape(), axis, indices.len()))
         });
         Ok(record("index_select", out, &[self], move |c, up| {
-            vec![Some(c.input(0).zeros_like().index_add(axis, &indices, up))]
+            smallvec![Some(c.input(0).zeros_like().index_add(axis, &indices, up))]
         }))
     }
 
@@ -333,7 +337,7 @@ impl Tensor {
             Tensor::from_data(out, self.shape())
         });
         record("index_add", out, &[self, &source], move |c, up| {
-            vec![
+            smallvec![
                 c.needs(0).then(|| up.clone()),
                 c.needs(1).then(|| up.index_select(axis, &indices)),
             ]

@@ -2,7 +2,9 @@
 //! `exp`, so logits of 1000 give no overflow) and speed. Each has its own rule.
 
 use super::check_axis;
-use crate::autograd::record;
+use smallvec::smallvec;
+
+use crate::autograd::record_with_out;
 use crate::kernels::reduce as kr;
 use crate::tensor::{with_dtype, Element, Tensor};
 
@@ -23,10 +25,10 @@ impl Tensor {
     pub fn softmax(&self, axis: usize) -> Tensor {
         check_axis("softmax", axis, self.shape());
         let out = with_dtype!(self.dtype(), T => fused::<T>(self, axis, false));
-        record("softmax", out, &[self], move |c, up| {
-            let y = c.out;
+        record_with_out("softmax", out, &[self], move |c, up| {
+            let y = c.out();
             let dot = (up * y).sum_axes(&[axis], true);
-            vec![Some(y * &(up - &dot))]
+            smallvec![Some(y * &(up - &dot))]
         })
     }
 
@@ -34,9 +36,9 @@ impl Tensor {
     pub fn log_softmax(&self, axis: usize) -> Tensor {
         check_axis("log_softmax", axis, self.shape());
         let out = with_dtype!(self.dtype(), T => fused::<T>(self, axis, true));
-        record("log_softmax", out, &[self], move |c, up| {
+        record_with_out("log_softmax", out, &[self], move |c, up| {
             let total = up.sum_axes(&[axis], true);
-            vec![Some(up - &(&c.out.exp() * &total))]
+            smallvec![Some(up - &(&c.out().exp() * &total))]
         })
     }
 }

@@ -1,7 +1,9 @@
 //! Element-wise functions of one tensor.
 
 use super::map_dispatch;
-use crate::autograd::{record, record_nondiff};
+use smallvec::smallvec;
+
+use crate::autograd::{record, record_nondiff, record_with_out};
 use crate::kernels::Float;
 use crate::tensor::Tensor;
 use num_traits::{One, Zero};
@@ -12,24 +14,26 @@ const TWO_OVER_SQRT_PI: f64 = std::f64::consts::FRAC_2_SQRT_PI;
 impl Tensor {
     pub fn neg(&self) -> Tensor {
         let out = map_dispatch!(self, |v| -v);
-        record("neg", out, &[self], |_, up| vec![Some(-up)])
+        record("neg", out, &[self], |_, up| smallvec![Some(-up)])
     }
 
     pub fn exp(&self) -> Tensor {
         let out = map_dispatch!(self, |v| v.exp());
-        record("exp", out, &[self], |c, up| vec![Some(up * c.out)])
+        record_with_out("exp", out, &[self], |c, up| smallvec![Some(up * c.out())])
     }
 
     /// Natural logarithm.
     pub fn log(&self) -> Tensor {
         let out = map_dispatch!(self, |v| v.ln());
-        record("log", out, &[self], |c, up| vec![Some(up / c.input(0))])
+        record("log", out, &[self], |c, up| {
+            smallvec![Some(up / c.input(0))]
+        })
     }
 
     pub fn sqrt(&self) -> Tensor {
         let out = map_dispatch!(self, |v| v.sqrt());
-        record("sqrt", out, &[self], |c, up| {
-            vec![Some(&(up * 0.5) / c.out)]
+        record_with_out("sqrt", out, &[self], |c, up| {
+            smallvec![Some(&(up * 0.5) / c.out())]
         })
     }
 
@@ -37,21 +41,21 @@ impl Tensor {
     pub fn powf(&self, p: f64) -> Tensor {
         let out = map_dispatch!(self, |v| v.powf(T::from_f64(p)));
         record("powf", out, &[self], move |c, up| {
-            vec![Some(&(up * p) * &c.input(0).powf(p - 1.0))]
+            smallvec![Some(&(up * p) * &c.input(0).powf(p - 1.0))]
         })
     }
 
     pub fn square(&self) -> Tensor {
         let out = map_dispatch!(self, |v| v * v);
         record("square", out, &[self], |c, up| {
-            vec![Some(&(up * 2.0) * c.input(0))]
+            smallvec![Some(&(up * 2.0) * c.input(0))]
         })
     }
 
     pub fn abs(&self) -> Tensor {
         let out = map_dispatch!(self, |v| v.abs());
         record("abs", out, &[self], |c, up| {
-            vec![Some(up * &c.input(0).detach().sign())]
+            smallvec![Some(up * &c.input(0).detach().sign())]
         })
     }
 
@@ -70,21 +74,21 @@ impl Tensor {
     pub fn sin(&self) -> Tensor {
         let out = map_dispatch!(self, |v| v.sin());
         record("sin", out, &[self], |c, up| {
-            vec![Some(up * &c.input(0).cos())]
+            smallvec![Some(up * &c.input(0).cos())]
         })
     }
 
     pub fn cos(&self) -> Tensor {
         let out = map_dispatch!(self, |v| v.cos());
         record("cos", out, &[self], |c, up| {
-            vec![Some(-&(up * &c.input(0).sin()))]
+            smallvec![Some(-&(up * &c.input(0).sin()))]
         })
     }
 
     pub fn tanh(&self) -> Tensor {
         let out = map_dispatch!(self, |v| v.tanh());
-        record("tanh", out, &[self], |c, up| {
-            vec![Some(up * &(1.0 - &c.out.square()))]
+        record_with_out("tanh", out, &[self], |c, up| {
+            smallvec![Some(up * &(1.0 - &c.out().square()))]
         })
     }
 
@@ -96,8 +100,8 @@ impl Tensor {
             let e = v.exp();
             e / (T::one() + e)
         });
-        record("sigmoid", out, &[self], |c, up| {
-            vec![Some(&(up * c.out) * &(1.0 - c.out))]
+        record_with_out("sigmoid", out, &[self], |c, up| {
+            smallvec![Some(&(up * c.out()) * &(1.0 - c.out()))]
         })
     }
 
@@ -105,7 +109,7 @@ impl Tensor {
     pub fn relu(&self) -> Tensor {
         let out = map_dispatch!(self, |v| if v > T::zero() { v } else { T::zero() });
         record("relu", out, &[self], |c, up| {
-            vec![Some(up * &c.input(0).detach().gt_scalar(0.0))]
+            smallvec![Some(up * &c.input(0).detach().gt_scalar(0.0))]
         })
     }
 
@@ -118,7 +122,7 @@ impl Tensor {
         });
         record("leaky_relu", out, &[self], move |c, up| {
             let positive = c.input(0).detach().gt_scalar(0.0);
-            vec![Some(up * &(&(&positive * (1.0 - slope)) + slope))]
+            smallvec![Some(up * &(&(&positive * (1.0 - slope)) + slope))]
         })
     }
 
@@ -127,7 +131,7 @@ impl Tensor {
     pub fn softplus(&self) -> Tensor {
         let out = map_dispatch!(self, |v| v.max(T::zero()) + (-v.abs()).exp().ln_1p());
         record("softplus", out, &[self], |c, up| {
-            vec![Some(up * &c.input(0).sigmoid())]
+            smallvec![Some(up * &c.input(0).sigmoid())]
         })
     }
 
@@ -136,7 +140,7 @@ impl Tensor {
         let out = map_dispatch!(self, |v| Float::erf(v));
         record("erf", out, &[self], |c, up| {
             let x = c.input(0);
-            vec![Some(&(up * TWO_OVER_SQRT_PI) * &(-&x.square()).exp())]
+            smallvec![Some(&(up * TWO_OVER_SQRT_PI) * &(-&x.square()).exp())]
         })
     }
 

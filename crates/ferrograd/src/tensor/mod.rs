@@ -18,8 +18,8 @@ pub use layout::{broadcast_shapes, contiguous_strides, Layout};
 
 use crate::autograd::Node;
 use crate::kernels::strided::{self, Src};
-use crate::kernels::Float;
 pub use crate::kernels::Dims;
+use crate::kernels::Float;
 
 /// An n-dimensional array of f32 or f64, possibly a view of another tensor's storage.
 #[derive(Clone)]
