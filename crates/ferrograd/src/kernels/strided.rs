@@ -75,8 +75,8 @@ impl<const K: usize> Plan<K> {
             let d = self.shape[axis];
             let i = row % d;
             row /= d;
-            for k in 0..K {
-                offs[k] += i * self.strides[k][axis];
+            for (o, strides) in offs.iter_mut().zip(&self.strides) {
+                *o += i * strides[axis];
             }
         }
         offs

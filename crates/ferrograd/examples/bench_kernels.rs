@@ -1,0 +1,98 @@
+//! Kernel throughput: f32 matmul GFLOP/s (square sizes and the MLP's forward and backward
+//! shapes, transposed operands as views), element-wise add/mul and sum GB/s next to a plain
+//! memory copy of the same size.
+//!
+//! `cargo run --release --example bench_kernels`
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use ferrograd::prelude::*;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+/// Median seconds per call of `f`, over repeats that each last at least `min_time`.
+fn time_it(mut f: impl FnMut(), min_time: f64) -> f64 {
+    f();
+    let t = Instant::now();
+    f();
+    let one = t.elapsed().as_secs_f64().max(1e-7);
+    let iters = ((min_time / one) as usize).max(1);
+    let mut samples: Vec<f64> = (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..iters {
+                f();
+            }
+            t.elapsed().as_secs_f64() / iters as f64
+        })
+        .collect();
+    samples.sort_by(f64::total_cmp);
+    samples[2]
+}
+
+fn randn(shape: &[usize], rng: &mut StdRng) -> Tensor {
+    Tensor::randn(shape, DType::F32, rng)
+}
+
+fn main() {
+    let mut rng = StdRng::seed_from_u64(0);
+    println!("f32 matmul (GFLOP/s, median of 5)");
+    for n in [128, 256, 512, 1024, 2048] {
+        let (a, b) = (randn(&[n, n], &mut rng), randn(&[n, n], &mut rng));
+        let s = time_it(|| drop(black_box(a.matmul(&b))), 0.3);
+        println!(
+            "  {n:>4}x{n}   @ {n}x{n}: {:7.1}",
+            2.0 * (n * n * n) as f64 / s / 1e9
+        );
+    }
+    // The MLP 784-400-100-10 at batch 128: forward products, then the weight and input
+    // gradients of backward, which read transposed views.
+    let x = randn(&[128, 784], &mut rng);
+    let w1 = randn(&[784, 400], &mut rng);
+    let h1 = randn(&[128, 400], &mut rng);
+    let w2 = randn(&[400, 100], &mut rng);
+    let h2 = randn(&[128, 100], &mut rng);
+    let w3 = randn(&[100, 10], &mut rng);
+    let cases: [(&str, &Tensor, Tensor); 6] = [
+        ("fwd1 128x784 @ 784x400", &x, w1.clone()),
+        ("fwd2 128x400 @ 400x100", &h1, w2.clone()),
+        ("fwd3 128x100 @ 100x10 ", &h2, w3.clone()),
+        ("dW1  784x128 @ 128x400 (x^T view)", &x, h1.clone()),
+        ("dX2  128x100 @ 100x400 (W2^T view)", &h2, w2.t()),
+        ("dX1  128x400 @ 400x784 (W1^T view)", &h1, w1.t()),
+    ];
+    for (name, a, b) in cases {
+        let a = if name.starts_with("dW1") {
+            a.t()
+        } else {
+            (*a).clone()
+        };
+        let (m, k, n) = (a.shape()[0], a.shape()[1], b.shape()[1]);
+        let s = time_it(|| drop(black_box(a.matmul(&b))), 0.3);
+        println!("  {name}: {:7.1}", 2.0 * (m * k * n) as f64 / s / 1e9);
+    }
+
+    println!("element-wise and reductions, f32 (GB/s of data read + written, median of 5)");
+    for n in [1usize << 20, 16 << 20] {
+        let label = if n == 1 << 20 { "1M " } else { "16M" };
+        let a = randn(&[n], &mut rng);
+        let b = randn(&[n], &mut rng);
+        let bytes = (n * 4) as f64;
+        let raw = a.to_vec::<f32>();
+        let copy = time_it(|| drop(black_box(raw.clone())), 0.3);
+        let add = time_it(|| drop(black_box(&a + &b)), 0.3);
+        let mul = time_it(|| drop(black_box(&a * &b)), 0.3);
+        let sum = time_it(|| drop(black_box(a.sum())), 0.3);
+        println!(
+            "  {label}: memcpy {:6.1} GB/s ({:.3} ms) | add {:6.1} GB/s ({:.3} ms, {:.2}x memcpy time) | mul {:6.1} GB/s | sum {:6.1} GB/s",
+            2.0 * bytes / copy / 1e9,
+            copy * 1e3,
+            3.0 * bytes / add / 1e9,
+            add * 1e3,
+            add / copy,
+            3.0 * bytes / mul / 1e9,
+            bytes / sum / 1e9
+        );
+    }
+}
