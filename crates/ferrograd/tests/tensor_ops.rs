@@ -390,6 +390,32 @@ fn matmul_matches_a_naive_triple_loop() {
 }
 
 #[test]
+fn matmul_blocking_edges_and_transposed_operands() {
+    // Shapes that cross every block edge of the f32 kernel (MR 12, NR 32, K and M blocks, the
+    // column block of 1024), with A and B also given as transposed views.
+    let mut rng = StdRng::seed_from_u64(12);
+    for &(m, k, n) in &[
+        (1, 1, 1),
+        (5, 300, 7),
+        (13, 33, 65),
+        (600, 520, 70),
+        (40, 1100, 1030),
+        (128, 784, 400),
+    ] {
+        let a = Tensor::randn(&[m, k], DType::F32, &mut rng);
+        let b = Tensor::randn(&[k, n], DType::F32, &mut rng);
+        let want = naive_matmul(&a.to_vec::<f64>(), &b.to_vec::<f64>(), m, k, n);
+        let tol = 1e-5 * (k as f64).sqrt();
+        close(&a.matmul(&b).to_vec::<f64>(), &want, tol);
+        let at = a.t().contiguous().t(); // same values, column-major layout
+        let bt = b.t().contiguous().t();
+        close(&at.matmul(&b).to_vec::<f64>(), &want, tol);
+        close(&a.matmul(&bt).to_vec::<f64>(), &want, tol);
+        close(&at.matmul(&bt).to_vec::<f64>(), &want, tol);
+    }
+}
+
+#[test]
 fn matmul_on_views_and_batches() {
     let a = t32(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
     // a^T (a transposed view) @ a: [3, 3].

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use super::matmul::MatRef;
+
 pub trait Float:
     num_traits::Float
     + Send
@@ -16,27 +18,12 @@ pub trait Float:
     fn from_f64(v: f64) -> Self;
     fn as_f64(self) -> f64;
     fn erf(self) -> Self;
-    /// `c = alpha * a @ b + beta * c` on strided matrices.
+    /// `out = a @ b` with `out` row-major `[a.rows, b.cols]`.
     ///
     /// # Safety
-    /// Every element addressed through the pointers and strides must be in bounds, and `c` must
-    /// not alias `a` or `b`.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn gemm_raw(
-        m: usize,
-        k: usize,
-        n: usize,
-        a: *const Self,
-        rsa: isize,
-        csa: isize,
-        b: *const Self,
-        rsb: isize,
-        csb: isize,
-        beta: Self,
-        c: *mut Self,
-        rsc: isize,
-        csc: isize,
-    );
+    /// `a.cols == b.rows`, `out.len() == a.rows * b.cols`, all three non-empty, and every
+    /// element addressed through `a` and `b` in bounds (as `matmul::gemm` checks).
+    unsafe fn gemm_unchecked(a: MatRef<'_, Self>, b: MatRef<'_, Self>, out: &mut [Self]);
 }
 
 impl Float for f32 {
@@ -52,23 +39,31 @@ impl Float for f32 {
     fn erf(self) -> Self {
         libm::erff(self)
     }
-    unsafe fn gemm_raw(
-        m: usize,
-        k: usize,
-        n: usize,
-        a: *const f32,
-        rsa: isize,
-        csa: isize,
-        b: *const f32,
-        rsb: isize,
-        csb: isize,
-        beta: f32,
-        c: *mut f32,
-        rsc: isize,
-        csc: isize,
-    ) {
-        // SAFETY: forwarded contract of `gemm_raw`: the caller checked bounds and aliasing.
-        unsafe { matrixmultiply::sgemm(m, k, n, 1.0, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc) }
+    unsafe fn gemm_unchecked(a: MatRef<'_, f32>, b: MatRef<'_, f32>, out: &mut [f32]) {
+        if super::sgemm::available() {
+            return super::sgemm::gemm(a, b, out);
+        }
+        let (m, k, n) = (a.rows, a.cols, b.cols);
+        // SAFETY: the caller guarantees the shapes and bounds; `out` is an exclusive borrow,
+        // so it aliases neither input.
+        unsafe {
+            matrixmultiply::sgemm(
+                m,
+                k,
+                n,
+                1.0,
+                a.ptr(),
+                a.rs as isize,
+                a.cs as isize,
+                b.ptr(),
+                b.rs as isize,
+                b.cs as isize,
+                0.0,
+                out.as_mut_ptr(),
+                n as isize,
+                1,
+            )
+        }
     }
 }
 
@@ -85,22 +80,26 @@ impl Float for f64 {
     fn erf(self) -> Self {
         libm::erf(self)
     }
-    unsafe fn gemm_raw(
-        m: usize,
-        k: usize,
-        n: usize,
-        a: *const f64,
-        rsa: isize,
-        csa: isize,
-        b: *const f64,
-        rsb: isize,
-        csb: isize,
-        beta: f64,
-        c: *mut f64,
-        rsc: isize,
-        csc: isize,
-    ) {
-        // SAFETY: forwarded contract of `gemm_raw`: the caller checked bounds and aliasing.
-        unsafe { matrixmultiply::dgemm(m, k, n, 1.0, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc) }
+    unsafe fn gemm_unchecked(a: MatRef<'_, f64>, b: MatRef<'_, f64>, out: &mut [f64]) {
+        let (m, k, n) = (a.rows, a.cols, b.cols);
+        // SAFETY: as for f32.
+        unsafe {
+            matrixmultiply::dgemm(
+                m,
+                k,
+                n,
+                1.0,
+                a.ptr(),
+                a.rs as isize,
+                a.cs as isize,
+                b.ptr(),
+                b.rs as isize,
+                b.cs as isize,
+                0.0,
+                out.as_mut_ptr(),
+                n as isize,
+                1,
+            )
+        }
     }
 }

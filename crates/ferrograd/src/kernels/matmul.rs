@@ -1,5 +1,6 @@
-//! Matrix multiply through `matrixmultiply` (measured faster than the `gemm` crate on this
-//! class of machine: see `examples/bench_kernels.rs` and the README).
+//! Matrix multiply. f32 on CPUs with AVX-512 runs our packed kernel (`sgemm`), measured
+//! faster than both `matrixmultiply` and the `gemm` crate here; f64, and f32 elsewhere, run
+//! `matrixmultiply` (see `examples/bench_kernels.rs` and the README).
 
 use super::Float;
 
@@ -21,6 +22,29 @@ impl<T> MatRef<'_, T> {
         }
         self.offset + (self.rows - 1) * self.rs + (self.cols - 1) * self.cs
     }
+
+    /// Columns `j0..j0 + len` of this matrix.
+    pub(crate) fn sub_cols(&self, j0: usize, len: usize) -> Self {
+        MatRef {
+            offset: self.offset + j0 * self.cs,
+            cols: len,
+            ..*self
+        }
+    }
+
+    /// Rows `i0..i0 + len` of this matrix.
+    pub(crate) fn sub_rows(&self, i0: usize, len: usize) -> Self {
+        MatRef {
+            offset: self.offset + i0 * self.rs,
+            rows: len,
+            ..*self
+        }
+    }
+
+    /// Pointer to element (0, 0).
+    pub(crate) fn ptr(&self) -> *const T {
+        self.data[self.offset..].as_ptr()
+    }
 }
 
 /// `out = a @ b` where `out` is a contiguous row-major `[a.rows, b.cols]` block.
@@ -37,25 +61,8 @@ pub fn gemm<T: Float>(a: MatRef<'_, T>, b: MatRef<'_, T>, out: &mut [T]) {
     }
     assert!(
         a.last_index() < a.data.len() && b.last_index() < b.data.len(),
-        "gemm: out of bounds"
+        "gemm: operand out of bounds"
     );
-    // SAFETY: the asserts above keep every addressed element of `a` and `b` in bounds; `out`
-    // is an exclusive borrow of exactly m * n elements, so it aliases neither input.
-    unsafe {
-        T::gemm_raw(
-            m,
-            k,
-            n,
-            a.data.as_ptr().add(a.offset),
-            a.rs as isize,
-            a.cs as isize,
-            b.data.as_ptr().add(b.offset),
-            b.rs as isize,
-            b.cs as isize,
-            T::zero(),
-            out.as_mut_ptr(),
-            n as isize,
-            1,
-        )
-    }
+    // SAFETY: shapes, emptiness and bounds were checked just above.
+    unsafe { T::gemm_unchecked(a, b, out) }
 }

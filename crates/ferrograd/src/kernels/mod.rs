@@ -6,6 +6,7 @@
 mod float;
 pub mod matmul;
 pub mod reduce;
+mod sgemm;
 pub mod strided;
 
 pub use float::Float;

@@ -1,0 +1,347 @@
+//! f32 matrix multiply for x86-64 with AVX-512: packed panels and a 12×32 register-blocked
+//! micro-kernel, threaded over column panels. Used when the CPU has AVX-512F; other machines
+//! (and f64) go through `matrixmultiply`.
+//!
+//! Blocking follows the usual five-loop scheme: a KC×NC block of B is packed into NR-wide
+//! panels (kept in L2), an MC×KC block of A into MR-tall panels; the micro-kernel then runs one
+//! A panel (KC×MR, kept in L1: its elements are broadcast) against each B panel in turn
+//! (streamed from L2: its rows are the vector loads) into a 12×32 tile of C held in 24 vector
+//! registers.
+
+use rayon::prelude::*;
+
+use super::matmul::MatRef;
+
+const MR: usize = 12;
+const NR: usize = 32;
+const KC: usize = 256;
+const MC: usize = 480;
+const NC: usize = 1024;
+/// Steps of the k loop between prefetching a B row and using it.
+const PREFETCH: usize = 8;
+
+/// Whether this CPU can run the AVX-512 path (checked once).
+pub fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::sync::OnceLock;
+        static HAS: OnceLock<bool> = OnceLock::new();
+        *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx512f"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Below this many multiply-adds a product runs on the calling thread alone.
+const PAR_MIN_MACS: usize = 1 << 20;
+
+/// Copies rows `i0..i0 + mc`, columns `p0..p0 + kc` of `a` into MR-row panels: panel `r`,
+/// step `k` holds `a[i0 + r*MR + 0..MR, p0 + k]`, zero-padded past the last row.
+fn pack_a(a: &MatRef<'_, f32>, i0: usize, mc: usize, p0: usize, kc: usize, out: &mut [f32]) {
+    for (r, panel) in out.chunks_exact_mut(MR * kc).enumerate() {
+        let rows = (mc - r * MR).min(MR);
+        let base = a.offset + (i0 + r * MR) * a.rs + p0 * a.cs;
+        if a.cs == 1 && rows == MR {
+            // Row-major A: read MR row runs side by side, write each step's MR values
+            // contiguously.
+            let runs: [&[f32]; MR] = std::array::from_fn(|i| &a.data[base + i * a.rs..][..kc]);
+            for (k, dst) in panel.chunks_exact_mut(MR).enumerate() {
+                for (d, run) in dst.iter_mut().zip(&runs) {
+                    *d = run[k];
+                }
+            }
+            continue;
+        }
+        for (k, dst) in panel.chunks_exact_mut(MR).enumerate() {
+            if a.rs == 1 {
+                // Column-major A (a transposed view): each step's rows are one contiguous run.
+                let run = base + k * a.cs;
+                dst[..rows].copy_from_slice(&a.data[run..run + rows]);
+                dst[rows..].iter_mut().for_each(|v| *v = 0.0);
+            } else {
+                for (i, d) in dst.iter_mut().enumerate() {
+                    *d = if i < rows {
+                        a.data[base + i * a.rs + k * a.cs]
+                    } else {
+                        0.0
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// Copies rows `p0..p0 + kc`, columns `j0..j0 + nc` of `b` into NR-column panels: panel `q`,
+/// step `k` holds `b[p0 + k, j0 + q*NR + 0..NR]`, zero-padded past the last column.
+fn pack_b(b: &MatRef<'_, f32>, p0: usize, kc: usize, j0: usize, nc: usize, out: &mut [f32]) {
+    for (q, panel) in out.chunks_exact_mut(NR * kc).enumerate() {
+        let cols = (nc - q * NR).min(NR);
+        if b.rs == 1 && b.cs != 1 {
+            // Column-major B (a transposed view): read each column's run, scatter by step.
+            panel.iter_mut().for_each(|v| *v = 0.0);
+            for j in 0..cols {
+                let start = b.offset + p0 + (j0 + q * NR + j) * b.cs;
+                for (k, &v) in b.data[start..start + kc].iter().enumerate() {
+                    panel[k * NR + j] = v;
+                }
+            }
+            continue;
+        }
+        for k in 0..kc {
+            let dst = &mut panel[k * NR..(k + 1) * NR];
+            let base = b.offset + (p0 + k) * b.rs + (j0 + q * NR) * b.cs;
+            if b.cs == 1 {
+                dst[..cols].copy_from_slice(&b.data[base..base + cols]);
+            } else {
+                for (j, d) in dst[..cols].iter_mut().enumerate() {
+                    *d = b.data[base + j * b.cs];
+                }
+            }
+            dst[cols..].iter_mut().for_each(|v| *v = 0.0);
+        }
+    }
+}
+
+/// A raw pointer to C shared by the threads, each of which writes its own block of it.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+impl OutPtr {
+    /// The element `offset` past the start. (A method, so that closures capture the whole
+    /// `Send` wrapper rather than its raw-pointer field.)
+    fn at(self, offset: usize) -> *mut f32 {
+        self.0.wrapping_add(offset)
+    }
+}
+
+// SAFETY: threads write disjoint blocks of the output; see `gemm`.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+thread_local! {
+    /// Packing buffers reused across calls on this thread (packing overwrites what it uses).
+    static PACK: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// `out = a @ b` (`out` row-major `[a.rows, b.cols]`). The caller has checked shapes and
+/// bounds and that `available()` is true.
+///
+/// Threads split the output into disjoint blocks (column ranges of whole panels when there are
+/// enough, else row ranges) and run the blocked product independently, each packing what it
+/// reads: no synchronisation until the end.
+pub fn gemm(a: MatRef<'_, f32>, b: MatRef<'_, f32>, out: &mut [f32]) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    debug_assert!(available() && out.len() == m * n && k > 0);
+    let c = OutPtr(out.as_mut_ptr());
+    let threads = if m * n * k < PAR_MIN_MACS {
+        1
+    } else {
+        rayon::current_num_threads()
+    };
+    let (panels_n, panels_m) = (n.div_ceil(NR), m.div_ceil(MR));
+    // Each part packs all of the operand it does not split: split the columns when A is the
+    // smaller operand to repeat (m ≤ n), the rows otherwise, as long as there are panels
+    // enough to share.
+    let split_cols = if m <= n {
+        panels_n >= threads
+    } else {
+        panels_m < threads
+    };
+    let units = if split_cols { panels_n } else { panels_m };
+    let parts = threads.min(units);
+    let block = |t: usize| {
+        let (u0, u1) = (t * units / parts, (t + 1) * units / parts);
+        // SAFETY: part t writes only rows i0..i1 × columns j0..j1 of `out`, disjoint from
+        // every other part; the sub-block lies inside the m × n output.
+        unsafe {
+            if split_cols {
+                let (j0, j1) = (u0 * NR, (u1 * NR).min(n));
+                serial(&a, &b.sub_cols(j0, j1 - j0), c.at(j0), n);
+            } else {
+                let (i0, i1) = (u0 * MR, (u1 * MR).min(m));
+                serial(&a.sub_rows(i0, i1 - i0), &b, c.at(i0 * n), n);
+            }
+        }
+    };
+    if parts <= 1 {
+        block(0);
+    } else {
+        (0..parts).into_par_iter().for_each(block);
+    }
+}
+
+/// The step that splits `len` into the fewest blocks of at most `max`, of near-equal size
+/// rounded up to a multiple of `align`.
+fn even_step(len: usize, max: usize, align: usize) -> usize {
+    let blocks = len.div_ceil(max).max(1);
+    len.div_ceil(blocks).div_ceil(align) * align
+}
+
+/// The blocked product on one thread: `c[0..a.rows, 0..b.cols] = a @ b`, row stride `ldc`.
+///
+/// # Safety
+/// `c` must address a.rows rows of b.cols elements with row stride `ldc`, used by no one else
+/// meanwhile; the CPU supports AVX-512F.
+unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usize) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    PACK.with(|cell| {
+        // A re-entrant call (work stolen while this thread waits) gets fresh buffers.
+        let mut fresh = (Vec::new(), Vec::new());
+        let mut guard = cell.try_borrow_mut();
+        let (ap, bp) = match guard.as_deref_mut() {
+            Ok(bufs) => bufs,
+            Err(_) => &mut fresh,
+        };
+        let nc_max = NC.min(n.div_ceil(NR) * NR);
+        let mc_max = MC.min(m.div_ceil(MR) * MR);
+        bp.resize(bp.len().max(KC * nc_max), 0.0);
+        ap.resize(ap.len().max(KC * mc_max), 0.0);
+        // Blocks of equal size, at most the cache sizes: 784 splits as 4 × 196, not
+        // 3 × 256 + 16 (a thin last block would be mostly overhead).
+        let (kc_step, mc_step) = (even_step(k, KC, 1), even_step(m, MC, MR));
+        for j0 in (0..n).step_by(NC) {
+            let nc = (n - j0).min(NC);
+            let panels = nc.div_ceil(NR);
+            for p0 in (0..k).step_by(kc_step) {
+                let kc = (k - p0).min(kc_step);
+                let bp = &mut bp[..panels * NR * kc];
+                pack_b(b, p0, kc, j0, nc, bp);
+                for i0 in (0..m).step_by(mc_step) {
+                    let mc = (m - i0).min(mc_step);
+                    let ap = &mut ap[..mc.div_ceil(MR) * MR * kc];
+                    pack_a(a, i0, mc, p0, kc, ap);
+                    // The A micro-panel (broadcast operand) stays in L1 while the B panels
+                    // stream from L2.
+                    for (r, a_panel) in ap.chunks_exact(MR * kc).enumerate() {
+                        let rows = (mc - r * MR).min(MR);
+                        for (q, b_panel) in bp.chunks_exact(NR * kc).enumerate() {
+                            let cols = (nc - q * NR).min(NR);
+                            // SAFETY: the tile (rows × cols at row i0 + r·MR, column
+                            // j0 + q·NR) is inside this call's block of C.
+                            unsafe {
+                                let tile = c.add((i0 + r * MR) * ldc + j0 + q * NR);
+                                tile_kernel(kc, a_panel, b_panel, tile, ldc, rows, cols, p0 > 0);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// One MR×NR tile of C from packed panels. Tiles at most 16 wide use the half-width kernel;
+/// other partial tiles go through a local buffer.
+///
+/// # Safety
+/// `c` must address `rows` rows of `cols` valid elements with row stride `ldc`, not accessed
+/// by anyone else meanwhile, and the CPU must support AVX-512F.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+unsafe fn tile_kernel(
+    kc: usize,
+    a: &[f32],
+    b: &[f32],
+    c: *mut f32,
+    ldc: usize,
+    rows: usize,
+    cols: usize,
+    accumulate: bool,
+) {
+    let (a, b) = (a.as_ptr(), b.as_ptr());
+    // SAFETY (all calls): the panels hold kc steps; a full tile is written straight to `c`
+    // (forwarded contract), a partial one into `buf`, a full MR×NR tile with row stride NR.
+    match (rows == MR, cols) {
+        (true, NR) => unsafe { micro_kernel::<2>(kc, a, b, c, ldc, accumulate) },
+        (true, 16) => unsafe { micro_kernel::<1>(kc, a, b, c, ldc, accumulate) },
+        _ => {
+            let mut buf = [0.0f32; MR * NR];
+            if cols <= 16 {
+                unsafe { micro_kernel::<1>(kc, a, b, buf.as_mut_ptr(), NR, false) };
+            } else {
+                unsafe { micro_kernel::<2>(kc, a, b, buf.as_mut_ptr(), NR, false) };
+            }
+            for i in 0..rows {
+                for j in 0..cols {
+                    // SAFETY: (i, j) is inside the valid rows × cols part of the tile.
+                    unsafe {
+                        let dst = c.add(i * ldc + j);
+                        *dst = if accumulate {
+                            *dst + buf[i * NR + j]
+                        } else {
+                            buf[i * NR + j]
+                        };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// C[0..MR, 0..16·V] (+)= Ap · Bp over `kc` steps, the tile in 12·V zmm registers. V = 2 is
+/// the full 12×32 tile; V = 1 computes only the first 16 columns of a panel (narrow edges).
+///
+/// # Safety
+/// `a` holds kc·MR and `b` kc·NR floats; `c` addresses MR rows of 16·V floats with row stride
+/// `ldc`; the CPU supports AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn micro_kernel<const V: usize>(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm512_setzero_ps(); V]; MR];
+    for k in 0..kc {
+        // SAFETY: k < kc, so the panel reads are in bounds.
+        unsafe {
+            // The B panel streams from L2: ask for it a few steps ahead. (A prefetch past the
+            // end of the panel is harmless: prefetches never fault.)
+            for v in 0..V {
+                _mm_prefetch::<_MM_HINT_T0>(
+                    b.wrapping_add((k + PREFETCH) * NR + 16 * v) as *const i8
+                );
+            }
+            let bk: [__m512; V] = std::array::from_fn(|v| _mm512_loadu_ps(b.add(k * NR + 16 * v)));
+            let ak = a.add(k * MR);
+            for (i, row) in acc.iter_mut().enumerate() {
+                let ai = _mm512_set1_ps(*ak.add(i));
+                for v in 0..V {
+                    row[v] = _mm512_fmadd_ps(ai, bk[v], row[v]);
+                }
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        for (v, &r) in row.iter().enumerate() {
+            // SAFETY: row i of the tile holds 16·V valid floats at c + i·ldc.
+            unsafe {
+                let ci = c.add(i * ldc + 16 * v);
+                let r = if accumulate {
+                    _mm512_add_ps(r, _mm512_loadu_ps(ci))
+                } else {
+                    r
+                };
+                _mm512_storeu_ps(ci, r);
+            }
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn micro_kernel<const V: usize>(
+    _: usize,
+    _: *const f32,
+    _: *const f32,
+    _: *mut f32,
+    _: usize,
+    _: bool,
+) {
+    unreachable!("the AVX-512 path is only taken on x86-64")
+}
