@@ -20,7 +20,9 @@ pub use error::{Error, Result};
 
 /// The names most programs need.
 pub mod prelude {
-    pub use crate::autograd::grad_with_graph;
+    pub use crate::autograd::{
+        custom_gradient, custom_gradient_n, custom_gradient_named, grad_with_graph,
+    };
     pub use crate::autograd::{
         detect_anomaly, enable_grad, grad, gradcheck, gradgradcheck, no_grad, GradcheckOptions,
         Gradients, Param,

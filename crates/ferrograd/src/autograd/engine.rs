@@ -176,7 +176,7 @@ pub(crate) fn run_backward(
             grads.len(),
             rec.inputs.len()
         );
-        anomaly::check_backward(rec.name, &grads, &rec.inputs);
+        anomaly::check_backward(&rec.name, &grads, &rec.inputs);
         for ((input, gi), &need) in rec.inputs.iter().zip(grads).zip(&needs) {
             let (Some(gi), true) = (gi, need) else {
                 continue;

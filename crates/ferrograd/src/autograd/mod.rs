@@ -5,6 +5,7 @@
 //! with tensor ops, so that running it with recording on yields a differentiable gradient).
 
 mod anomaly;
+mod custom;
 mod engine;
 pub mod gradcheck;
 mod gradients;
@@ -13,6 +14,7 @@ mod node;
 mod param;
 
 pub use anomaly::detect_anomaly;
+pub use custom::{custom_gradient, custom_gradient_n, custom_gradient_named};
 pub use engine::{grad, grad_with_graph};
 pub use gradcheck::{gradcheck, gradgradcheck, GradcheckOptions};
 pub use gradients::Gradients;

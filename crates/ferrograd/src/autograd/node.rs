@@ -1,5 +1,6 @@
 //! Graph nodes and how ops record them.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -36,7 +37,8 @@ pub(crate) enum NodeKind {
 }
 
 pub(crate) struct OpRecord {
-    pub(crate) name: &'static str,
+    /// The op's name for messages; owned only for user-named custom functions.
+    pub(crate) name: Cow<'static, str>,
     pub(crate) rule: Rule,
     pub(crate) inputs: SmallVec<[Tensor; 2]>,
     /// The output's data without its node (holding the output itself would be a cycle), kept
@@ -127,7 +129,7 @@ pub(crate) fn record(
     inputs: &[&Tensor],
     rule: impl Fn(&BackwardCtx<'_>, &Tensor) -> Grads + Send + Sync + 'static,
 ) -> Tensor {
-    record_impl(name, out, inputs, false, Box::new(rule))
+    record_impl(Cow::Borrowed(name), out, inputs, false, Box::new(rule))
 }
 
 /// As [`record`], for a rule that also reads the op's output (`ctx.out()`).
@@ -137,17 +139,17 @@ pub(crate) fn record_with_out(
     inputs: &[&Tensor],
     rule: impl Fn(&BackwardCtx<'_>, &Tensor) -> Grads + Send + Sync + 'static,
 ) -> Tensor {
-    record_impl(name, out, inputs, true, Box::new(rule))
+    record_impl(Cow::Borrowed(name), out, inputs, true, Box::new(rule))
 }
 
-fn record_impl(
-    name: &'static str,
+pub(crate) fn record_impl(
+    name: Cow<'static, str>,
     out: Tensor,
     inputs: &[&Tensor],
     save_out: bool,
     rule: Rule,
 ) -> Tensor {
-    anomaly::check_forward(name, &out, inputs);
+    anomaly::check_forward(&name, &out, inputs);
     if !is_grad_enabled() || !inputs.iter().any(|t| t.is_tracked()) {
         return out;
     }

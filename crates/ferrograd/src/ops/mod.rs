@@ -6,6 +6,7 @@ mod cast;
 mod compare;
 mod matmul;
 mod operators;
+mod random;
 mod reduce;
 mod scalar;
 mod shape;
