@@ -2,6 +2,10 @@
 //! faster than both `matrixmultiply` and the `gemm` crate here; f64, and f32 elsewhere, run
 //! `matrixmultiply` (see `examples/bench_kernels.rs` and the README).
 
+use std::mem::MaybeUninit;
+
+use rayon::prelude::*;
+
 use super::Float;
 
 /// A strided matrix inside a slice: element (i, j) is `data[offset + i * rs + j * cs]`.
@@ -16,11 +20,12 @@ pub struct MatRef<'a, T> {
 }
 
 impl<T> MatRef<'_, T> {
-    fn last_index(&self) -> usize {
-        if self.rows == 0 || self.cols == 0 {
-            return self.offset;
-        }
-        self.offset + (self.rows - 1) * self.rs + (self.cols - 1) * self.cs
+    /// Whether every element this matrix addresses is inside `data` (an empty one addresses
+    /// none).
+    fn in_bounds(&self) -> bool {
+        self.rows == 0
+            || self.cols == 0
+            || self.offset + (self.rows - 1) * self.rs + (self.cols - 1) * self.cs < self.data.len()
     }
 
     /// Columns `j0..j0 + len` of this matrix.
@@ -47,22 +52,80 @@ impl<T> MatRef<'_, T> {
     }
 }
 
-/// `out = a @ b` where `out` is a contiguous row-major `[a.rows, b.cols]` block.
-pub fn gemm<T: Float>(a: MatRef<'_, T>, b: MatRef<'_, T>, out: &mut [T]) {
-    let (m, k, n) = (a.rows, a.cols, b.cols);
-    assert_eq!(k, b.rows, "gemm: inner dimensions differ");
-    assert_eq!(out.len(), m * n, "gemm: output length");
-    if m == 0 || n == 0 {
+/// Products of `pairs` (all `m × k` by `k × n`) into one new row-major buffer of
+/// `pairs.len()` blocks of `m × n`. Small products of a batch run on separate threads.
+pub fn gemm_batch<T: Float>(
+    pairs: &[(MatRef<'_, T>, MatRef<'_, T>)],
+    m: usize,
+    n: usize,
+) -> Vec<T> {
+    let total = pairs.len() * m * n;
+    let mut out: Vec<T> = Vec::with_capacity(total);
+    let block = m * n;
+    if block > 0 {
+        let spare = &mut out.spare_capacity_mut()[..total];
+        let run = |(c, (a, b)): (&mut [MaybeUninit<T>], &(MatRef<'_, T>, MatRef<'_, T>))| {
+            gemm_uninit(*a, *b, c)
+        };
+        let small = pairs
+            .first()
+            .is_some_and(|(a, _)| a.rows * a.cols * n < SMALL_GEMM);
+        if pairs.len() > 1 && small {
+            spare.par_chunks_mut(block).zip(pairs).for_each(run);
+        } else {
+            spare.chunks_mut(block).zip(pairs).for_each(run);
+        }
+    }
+    // SAFETY: `gemm_uninit` wrote every element of each of the `pairs.len()` blocks (and
+    // there is nothing to write when a block is empty).
+    unsafe { out.set_len(total) };
+    out
+}
+
+/// Below this many multiply-adds per matrix, a batch runs its matrices on separate threads
+/// instead of threading inside each product.
+const SMALL_GEMM: usize = 1 << 18;
+
+/// `out = a @ b` into uninitialised memory: every element of `out` is written.
+fn gemm_uninit<T: Float>(a: MatRef<'_, T>, b: MatRef<'_, T>, out: &mut [MaybeUninit<T>]) {
+    if a.cols == 0 {
+        out.iter_mut().for_each(|v| {
+            v.write(T::zero());
+        });
         return;
     }
-    if k == 0 {
+    check(&a, &b, out.len());
+    // SAFETY: checked above; both kernels write every element of the output without reading
+    // it first (matrixmultiply with beta = 0, sgemm's first k block stores), so it may be
+    // uninitialised. MaybeUninit<T> has T's layout.
+    unsafe {
+        T::gemm_unchecked(
+            a,
+            b,
+            std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<T>(), out.len()),
+        )
+    }
+}
+
+fn check<T>(a: &MatRef<'_, T>, b: &MatRef<'_, T>, out_len: usize) {
+    assert_eq!(a.cols, b.rows, "gemm: inner dimensions differ");
+    assert_eq!(out_len, a.rows * b.cols, "gemm: output length");
+    assert!(
+        a.in_bounds() && b.in_bounds(),
+        "gemm: operand out of bounds"
+    );
+}
+
+/// `out = a @ b` where `out` is a contiguous row-major `[a.rows, b.cols]` block.
+pub fn gemm<T: Float>(a: MatRef<'_, T>, b: MatRef<'_, T>, out: &mut [T]) {
+    check(&a, &b, out.len());
+    if out.is_empty() {
+        return;
+    }
+    if a.cols == 0 {
         out.iter_mut().for_each(|v| *v = T::zero());
         return;
     }
-    assert!(
-        a.last_index() < a.data.len() && b.last_index() < b.data.len(),
-        "gemm: operand out of bounds"
-    );
     // SAFETY: shapes, emptiness and bounds were checked just above.
     unsafe { T::gemm_unchecked(a, b, out) }
 }

@@ -37,6 +37,9 @@ pub fn available() -> bool {
 /// Below this many multiply-adds a product runs on the calling thread alone.
 const PAR_MIN_MACS: usize = 1 << 20;
 
+/// Largest row-major B (in floats, 1 MiB) read in place instead of packed: it stays in L2.
+const DIRECT_B_MAX: usize = 1 << 18;
+
 /// Copies rows `i0..i0 + mc`, columns `p0..p0 + kc` of `a` into MR-row panels: panel `r`,
 /// step `k` holds `a[i0 + r*MR + 0..MR, p0 + k]`, zero-padded past the last row.
 fn pack_a(a: &MatRef<'_, f32>, i0: usize, mc: usize, p0: usize, kc: usize, out: &mut [f32]) {
@@ -46,10 +49,10 @@ fn pack_a(a: &MatRef<'_, f32>, i0: usize, mc: usize, p0: usize, kc: usize, out: 
         if a.cs == 1 && rows == MR {
             // Row-major A: read MR row runs side by side, write each step's MR values
             // contiguously.
-            let runs: [&[f32]; MR] = std::array::from_fn(|i| &a.data[base + i * a.rs..][..kc]);
-            for (k, dst) in panel.chunks_exact_mut(MR).enumerate() {
-                for (d, run) in dst.iter_mut().zip(&runs) {
-                    *d = run[k];
+            for i in 0..MR {
+                let run = &a.data[base + i * a.rs..][..kc];
+                for (dst, &v) in panel.chunks_exact_mut(MR).zip(run) {
+                    dst[i] = v;
                 }
             }
             continue;
@@ -58,8 +61,13 @@ fn pack_a(a: &MatRef<'_, f32>, i0: usize, mc: usize, p0: usize, kc: usize, out: 
             if a.rs == 1 {
                 // Column-major A (a transposed view): each step's rows are one contiguous run.
                 let run = base + k * a.cs;
-                dst[..rows].copy_from_slice(&a.data[run..run + rows]);
-                dst[rows..].iter_mut().for_each(|v| *v = 0.0);
+                if rows == MR {
+                    // A constant length: copied inline, not through a memmove call.
+                    dst.copy_from_slice(&a.data[run..run + MR]);
+                } else {
+                    dst[..rows].copy_from_slice(&a.data[run..run + rows]);
+                    dst[rows..].iter_mut().for_each(|v| *v = 0.0);
+                }
             } else {
                 for (i, d) in dst.iter_mut().enumerate() {
                     *d = if i < rows {
@@ -92,7 +100,9 @@ fn pack_b(b: &MatRef<'_, f32>, p0: usize, kc: usize, j0: usize, nc: usize, out: 
         for k in 0..kc {
             let dst = &mut panel[k * NR..(k + 1) * NR];
             let base = b.offset + (p0 + k) * b.rs + (j0 + q * NR) * b.cs;
-            if b.cs == 1 {
+            if b.cs == 1 && cols == NR {
+                dst.copy_from_slice(&b.data[base..base + NR]);
+            } else if b.cs == 1 {
                 dst[..cols].copy_from_slice(&b.data[base..base + cols]);
             } else {
                 for (j, d) in dst[..cols].iter_mut().enumerate() {
@@ -206,8 +216,19 @@ unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usi
             let panels = nc.div_ceil(NR);
             for p0 in (0..k).step_by(kc_step) {
                 let kc = (k - p0).min(kc_step);
-                let bp = &mut bp[..panels * NR * kc];
-                pack_b(b, p0, kc, j0, nc, bp);
+                // A row-major B small enough to stay in L2 is read in place (rows of a panel
+                // are NR contiguous floats, b.rs apart); only a partial last panel is packed.
+                let direct = b.cs == 1 && k * n <= DIRECT_B_MAX;
+                let packed_from = if direct { nc / NR } else { 0 };
+                let bp = &mut bp[..(panels - packed_from) * NR * kc];
+                pack_b(b, p0, kc, j0 + packed_from * NR, nc - packed_from * NR, bp);
+                let b_panel = |q: usize| -> (*const f32, usize) {
+                    if q < packed_from {
+                        (b.data[b.offset + p0 * b.rs + j0 + q * NR..].as_ptr(), b.rs)
+                    } else {
+                        (bp[(q - packed_from) * NR * kc..].as_ptr(), NR)
+                    }
+                };
                 for i0 in (0..m).step_by(mc_step) {
                     let mc = (m - i0).min(mc_step);
                     let ap = &mut ap[..mc.div_ceil(MR) * MR * kc];
@@ -216,13 +237,16 @@ unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usi
                     // stream from L2.
                     for (r, a_panel) in ap.chunks_exact(MR * kc).enumerate() {
                         let rows = (mc - r * MR).min(MR);
-                        for (q, b_panel) in bp.chunks_exact(NR * kc).enumerate() {
+                        for q in 0..panels {
                             let cols = (nc - q * NR).min(NR);
+                            let (bq, ldb) = b_panel(q);
                             // SAFETY: the tile (rows × cols at row i0 + r·MR, column
-                            // j0 + q·NR) is inside this call's block of C.
+                            // j0 + q·NR) is inside this call's block of C; the B panel holds kc
+                            // rows of NR floats, ldb apart (in place: q < packed_from means a
+                            // full panel inside b; packed: kc·NR floats of bp).
                             unsafe {
                                 let tile = c.add((i0 + r * MR) * ldc + j0 + q * NR);
-                                tile_kernel(kc, a_panel, b_panel, tile, ldc, rows, cols, p0 > 0);
+                                tile_kernel(kc, a_panel, bq, ldb, tile, ldc, rows, cols, p0 > 0);
                             }
                         }
                     }
@@ -243,25 +267,26 @@ unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usi
 unsafe fn tile_kernel(
     kc: usize,
     a: &[f32],
-    b: &[f32],
+    b: *const f32,
+    ldb: usize,
     c: *mut f32,
     ldc: usize,
     rows: usize,
     cols: usize,
     accumulate: bool,
 ) {
-    let (a, b) = (a.as_ptr(), b.as_ptr());
+    let a = a.as_ptr();
     // SAFETY (all calls): the panels hold kc steps; a full tile is written straight to `c`
     // (forwarded contract), a partial one into `buf`, a full MR×NR tile with row stride NR.
     match (rows == MR, cols) {
-        (true, NR) => unsafe { micro_kernel::<2>(kc, a, b, c, ldc, accumulate) },
-        (true, 16) => unsafe { micro_kernel::<1>(kc, a, b, c, ldc, accumulate) },
+        (true, NR) => unsafe { micro_kernel::<2>(kc, a, b, ldb, c, ldc, accumulate) },
+        (true, 16) => unsafe { micro_kernel::<1>(kc, a, b, ldb, c, ldc, accumulate) },
         _ => {
             let mut buf = [0.0f32; MR * NR];
             if cols <= 16 {
-                unsafe { micro_kernel::<1>(kc, a, b, buf.as_mut_ptr(), NR, false) };
+                unsafe { micro_kernel::<1>(kc, a, b, ldb, buf.as_mut_ptr(), NR, false) };
             } else {
-                unsafe { micro_kernel::<2>(kc, a, b, buf.as_mut_ptr(), NR, false) };
+                unsafe { micro_kernel::<2>(kc, a, b, ldb, buf.as_mut_ptr(), NR, false) };
             }
             for i in 0..rows {
                 for j in 0..cols {
@@ -284,14 +309,15 @@ unsafe fn tile_kernel(
 /// the full 12×32 tile; V = 1 computes only the first 16 columns of a panel (narrow edges).
 ///
 /// # Safety
-/// `a` holds kc·MR and `b` kc·NR floats; `c` addresses MR rows of 16·V floats with row stride
-/// `ldc`; the CPU supports AVX-512F.
+/// `a` holds kc·MR floats; `b` addresses kc rows of NR floats with row stride `ldb`; `c`
+/// addresses MR rows of 16·V floats with row stride `ldc`; the CPU supports AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn micro_kernel<const V: usize>(
     kc: usize,
     a: *const f32,
     b: *const f32,
+    ldb: usize,
     c: *mut f32,
     ldc: usize,
     accumulate: bool,
@@ -308,7 +334,7 @@ unsafe fn micro_kernel<const V: usize>(
                     b.wrapping_add((k + PREFETCH) * NR + 16 * v) as *const i8
                 );
             }
-            let bk: [__m512; V] = std::array::from_fn(|v| _mm512_loadu_ps(b.add(k * NR + 16 * v)));
+            let bk: [__m512; V] = std::array::from_fn(|v| _mm512_loadu_ps(b.add(k * ldb + 16 * v)));
             let ak = a.add(k * MR);
             for (i, row) in acc.iter_mut().enumerate() {
                 let ai = _mm512_set1_ps(*ak.add(i));
@@ -339,6 +365,7 @@ unsafe fn micro_kernel<const V: usize>(
     _: usize,
     _: *const f32,
     _: *const f32,
+    _: usize,
     _: *mut f32,
     _: usize,
     _: bool,

@@ -1,19 +1,13 @@
 //! Matrix product: 2-D, batched N-D with broadcast batch axes, and 1-D operands promoted as in
 //! numpy. Transposed views go to the kernel as strides, never copied.
 
-use rayon::prelude::*;
-
 use super::binary_promote;
 use smallvec::smallvec;
 
 use crate::autograd::record;
 use crate::error::{Error, Result};
-use crate::kernels::matmul::{gemm, MatRef};
+use crate::kernels::matmul::{gemm_batch, MatRef};
 use crate::tensor::{broadcast_shapes, with_dtype, Element, Tensor};
-
-/// Below this many multiply-adds per matrix, a batch runs its matrices on separate threads
-/// instead of threading inside each product.
-const SMALL_GEMM: usize = 1 << 18;
 
 impl Tensor {
     /// Matrix product `self @ other`. Panics with both shapes when they do not fit.
@@ -111,33 +105,31 @@ fn batched<T: Element>(
     let (offs_a, rsa, csa) = operand_offsets(a, batch, m, k);
     let (offs_b, rsb, csb) = operand_offsets(b, batch, k, n);
     let (da, db) = (a.buffer::<T>(), b.buffer::<T>());
-    let mut out = vec![T::zero(); offs_a.len() * m * n];
-    let product = |(i, c): (usize, &mut [T])| {
-        let ma = MatRef {
-            data: da,
-            offset: offs_a[i],
-            rows: m,
-            cols: k,
-            rs: rsa,
-            cs: csa,
-        };
-        let mb = MatRef {
-            data: db,
-            offset: offs_b[i],
-            rows: k,
-            cols: n,
-            rs: rsb,
-            cs: csb,
-        };
-        gemm(ma, mb, c);
-    };
-    if m * n == 0 {
-        // Nothing to compute; chunks of size zero are not allowed below.
-    } else if offs_a.len() > 1 && m * k * n < SMALL_GEMM {
-        out.par_chunks_mut(m * n).enumerate().for_each(product);
-    } else {
-        out.chunks_mut(m * n).enumerate().for_each(product);
-    }
+    let pairs: Vec<_> = offs_a
+        .iter()
+        .zip(&offs_b)
+        .map(|(&oa, &ob)| {
+            (
+                MatRef {
+                    data: da,
+                    offset: oa,
+                    rows: m,
+                    cols: k,
+                    rs: rsa,
+                    cs: csa,
+                },
+                MatRef {
+                    data: db,
+                    offset: ob,
+                    rows: k,
+                    cols: n,
+                    rs: rsb,
+                    cs: csb,
+                },
+            )
+        })
+        .collect();
+    let out = gemm_batch(&pairs, m, n);
     let mut shape = batch.to_vec();
     shape.extend([m, n]);
     Tensor::from_data(out, &shape)
