@@ -52,6 +52,9 @@ impl<T> MatRef<'_, T> {
     }
 }
 
+/// The two operands of one product.
+pub type Pair<'a, T> = (MatRef<'a, T>, MatRef<'a, T>);
+
 /// Products of `pairs` (all `m × k` by `k × n`) into one new row-major buffer of
 /// `pairs.len()` blocks of `m × n`. Small products of a batch run on separate threads.
 pub fn gemm_batch<T: Float>(
@@ -64,9 +67,7 @@ pub fn gemm_batch<T: Float>(
     let block = m * n;
     if block > 0 {
         let spare = &mut out.spare_capacity_mut()[..total];
-        let run = |(c, (a, b)): (&mut [MaybeUninit<T>], &(MatRef<'_, T>, MatRef<'_, T>))| {
-            gemm_uninit(*a, *b, c)
-        };
+        let run = |(c, pair): (&mut [MaybeUninit<T>], &Pair<'_, T>)| gemm_uninit(pair.0, pair.1, c);
         let small = pairs
             .first()
             .is_some_and(|(a, _)| a.rows * a.cols * n < SMALL_GEMM);
