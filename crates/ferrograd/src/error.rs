@@ -13,7 +13,10 @@ pub enum Error {
     /// A gradient check found analytic and numeric derivatives apart.
     #[error("{0}")]
     Gradcheck(String),
-    #[error("{path}: {source}")]
+    /// A malformed data file or checkpoint: which file and what is wrong.
+    #[error("{}: {msg}", path.display())]
+    Format { path: PathBuf, msg: String },
+    #[error("{}: {source}", path.display())]
     Io {
         path: PathBuf,
         #[source]

@@ -11,9 +11,17 @@
 //! ```
 
 pub mod autograd;
+pub mod data;
 pub mod error;
+pub mod init;
+pub mod io;
 pub mod kernels;
+pub mod loss;
+pub mod metrics;
+pub mod model;
+pub mod nn;
 mod ops;
+pub mod optim;
 pub mod tensor;
 
 pub use error::{Error, Result};
@@ -26,6 +34,15 @@ pub mod prelude {
     pub use crate::autograd::{
         detect_anomaly, enable_grad, grad, gradcheck, gradgradcheck, no_grad, GradcheckOptions,
         Gradients, Param,
+    };
+    pub use crate::loss::{Huber, Loss, Mae, Mse, Nll, SigmoidCrossEntropy, SoftmaxCrossEntropy};
+    pub use crate::model::{Model, Net};
+    pub use crate::nn::{
+        BatchNorm1d, Dense, Dropout, Elu, Embedding, Flatten, Gelu, Layer, LayerNorm, LeakyReLU,
+        Mode, ReLU, Reshape, Sigmoid, Softmax, Softplus, Tanh,
+    };
+    pub use crate::optim::{
+        Adagrad, Adam, AdamW, Momentum, Optimizer, RAdam, RmsProp, Schedule, Sgd,
     };
     pub use crate::tensor::{manual_seed, DType, Tensor};
     pub use crate::{Error, Result};

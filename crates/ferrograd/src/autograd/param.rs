@@ -3,7 +3,14 @@
 use std::sync::{Arc, RwLock};
 
 use super::node::Node;
-use crate::tensor::Tensor;
+use crate::tensor::{with_dtype, DType, Element, Layout, Tensor};
+
+/// `value` as a parameter's tensor: its own contiguous buffer from offset 0 (so that updates
+/// in place are possible), tracked through `node`.
+fn owned(value: &Tensor, node: Arc<Node>) -> Tensor {
+    let fresh = with_dtype!(value.dtype(), T => value.materialize::<T>());
+    Tensor::from_parts(fresh.storage().clone(), fresh.layout().clone(), Some(node))
+}
 
 /// A tracked leaf whose value can be replaced while its identity (what `Gradients` is keyed
 /// by) stays. Clones share the same parameter.
@@ -16,11 +23,7 @@ pub struct Param {
 impl Param {
     pub fn new(value: Tensor) -> Param {
         let node = Arc::new(Node::leaf());
-        let value = Tensor::from_parts(
-            value.storage().clone(),
-            value.layout().clone(),
-            Some(node.clone()),
-        );
+        let value = owned(&value, node.clone());
         Param {
             node,
             value: Arc::new(RwLock::new(value)),
@@ -47,11 +50,40 @@ impl Param {
             slot.shape(),
             slot.dtype()
         );
+        *slot = owned(value, self.node.clone());
+    }
+
+    /// Runs `f` on the elements in place (row-major; `T` must be the parameter's dtype). The
+    /// buffer is copied first only when another tensor still shares it (a graph that is still
+    /// alive, say); optimizers update without allocating otherwise.
+    pub fn update<T: Element>(&self, f: impl FnOnce(&mut [T])) {
+        let mut slot = self.value.write().unwrap_or_else(|e| e.into_inner());
+        assert_eq!(
+            slot.dtype(),
+            T::DTYPE,
+            "Param::update: element type differs from the parameter's dtype"
+        );
+        let shape = slot.shape().to_vec();
+        let taken = std::mem::replace(&mut *slot, Tensor::from_data(Vec::<T>::new(), &[0]));
+        let mut buf: Arc<Vec<T>> = match Arc::try_unwrap(taken.0) {
+            Ok(inner) => T::buffer(&inner.storage).clone(),
+            Err(shared) => T::buffer(&shared.storage).clone(),
+        };
+        f(Arc::make_mut(&mut buf).as_mut_slice());
         *slot = Tensor::from_parts(
-            value.storage().clone(),
-            value.layout().clone(),
+            T::into_storage_arc(buf),
+            Layout::contiguous(&shape),
             Some(self.node.clone()),
         );
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.value.read().unwrap_or_else(|e| e.into_inner()).numel()
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.value.read().unwrap_or_else(|e| e.into_inner()).dtype()
     }
 
     pub fn shape(&self) -> Vec<usize> {

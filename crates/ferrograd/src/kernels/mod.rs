@@ -5,6 +5,7 @@
 
 mod float;
 pub mod matmul;
+pub mod optim;
 pub mod reduce;
 mod sgemm;
 pub mod strided;

@@ -149,4 +149,11 @@ impl Tensor {
         let cdf = &(&(self * std::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5;
         self * &cdf
     }
+
+    /// ELU: x for x > 0, `alpha · (eˣ − 1)` otherwise, written as
+    /// relu(x) + alpha · (e^−relu(−x) − 1) so that the exponential never overflows.
+    pub fn elu(&self, alpha: f64) -> Tensor {
+        let negative_part = (-&(-self).relu()).exp().add_scalar(-1.0).mul_scalar(alpha);
+        &self.relu() + &negative_part
+    }
 }

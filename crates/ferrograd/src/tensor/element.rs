@@ -52,8 +52,11 @@ impl Storage {
 pub trait Element: Float {
     const DTYPE: DType;
     fn into_storage(v: Vec<Self>) -> Storage;
+    fn into_storage_arc(v: Arc<Vec<Self>>) -> Storage;
     /// The buffer of `s`; panics when `s` holds the other dtype (callers dispatch on dtype first).
     fn buffer(s: &Storage) -> &Arc<Vec<Self>>;
+    /// The buffer of `s` for writing, copied first if shared.
+    fn buffer_mut(s: &mut Storage) -> &mut Vec<Self>;
 }
 
 impl Element for f32 {
@@ -61,9 +64,18 @@ impl Element for f32 {
     fn into_storage(v: Vec<Self>) -> Storage {
         Storage::F32(Arc::new(v))
     }
+    fn into_storage_arc(v: Arc<Vec<Self>>) -> Storage {
+        Storage::F32(v)
+    }
     fn buffer(s: &Storage) -> &Arc<Vec<Self>> {
         match s {
             Storage::F32(v) => v,
+            Storage::F64(_) => panic!("internal: expected f32 storage, found f64"),
+        }
+    }
+    fn buffer_mut(s: &mut Storage) -> &mut Vec<Self> {
+        match s {
+            Storage::F32(v) => Arc::make_mut(v),
             Storage::F64(_) => panic!("internal: expected f32 storage, found f64"),
         }
     }
@@ -74,9 +86,18 @@ impl Element for f64 {
     fn into_storage(v: Vec<Self>) -> Storage {
         Storage::F64(Arc::new(v))
     }
+    fn into_storage_arc(v: Arc<Vec<Self>>) -> Storage {
+        Storage::F64(v)
+    }
     fn buffer(s: &Storage) -> &Arc<Vec<Self>> {
         match s {
             Storage::F64(v) => v,
+            Storage::F32(_) => panic!("internal: expected f64 storage, found f32"),
+        }
+    }
+    fn buffer_mut(s: &mut Storage) -> &mut Vec<Self> {
+        match s {
+            Storage::F64(v) => Arc::make_mut(v),
             Storage::F32(_) => panic!("internal: expected f64 storage, found f32"),
         }
     }

@@ -130,6 +130,27 @@ impl Tensor {
         }
     }
 
+    /// The elements as a mutable row-major slice, for updates in place (optimizer state). The
+    /// tensor first becomes the sole owner of a contiguous buffer of its own if it is not
+    /// already (a view, or storage shared with another tensor, is copied); any graph node is
+    /// dropped. `T` must be the tensor's dtype.
+    pub(crate) fn data_mut<T: Element>(&mut self) -> &mut [T] {
+        assert_eq!(
+            self.dtype(),
+            T::DTYPE,
+            "data_mut: element type differs from the dtype"
+        );
+        let sole = self.is_contiguous()
+            && self.0.layout.offset == 0
+            && self.0.storage.len() == self.numel()
+            && self.0.node.is_none();
+        if !sole || Arc::get_mut(&mut self.0).is_none() {
+            *self = Tensor::from_data(self.contiguous_data::<T>().into_owned(), self.shape());
+        }
+        let inner = Arc::get_mut(&mut self.0).expect("a fresh tensor has one owner");
+        T::buffer_mut(&mut inner.storage).as_mut_slice()
+    }
+
     /// A row-major copy of the elements converted to `T`, whatever the dtype.
     pub fn to_vec<T: Element>(&self) -> Vec<T> {
         with_dtype!(self.dtype(), S => {

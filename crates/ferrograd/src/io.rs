@@ -1,0 +1,238 @@
+//! Checkpoints in the safetensors format: model parameters and buffers (`model.{name}`),
+//! optimizer state (`optim.{param}.{slot}`) and metadata (epoch, optimizer steps, learning
+//! rate). Writes are atomic: a temporary file in the same directory, synced, then renamed over
+//! the target, so a crash never leaves a half-written checkpoint.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use safetensors::tensor::{Dtype, SafeTensors, View};
+
+use crate::error::{Error, Result};
+use crate::model::Model;
+use crate::tensor::{DType, Tensor};
+
+const FORMAT: &str = "ferrograd-checkpoint-1";
+
+/// A tensor as safetensors sees it: little-endian bytes.
+struct Bytes {
+    dtype: Dtype,
+    shape: Vec<usize>,
+    data: Vec<u8>,
+}
+
+impl View for &Bytes {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.data)
+    }
+    fn data_len(&self) -> usize {
+        self.data.len()
+    }
+}
+
+fn to_bytes(t: &Tensor) -> Bytes {
+    let (dtype, data) = match t.dtype() {
+        DType::F32 => (
+            Dtype::F32,
+            t.to_vec::<f32>()
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        ),
+        DType::F64 => (
+            Dtype::F64,
+            t.to_vec::<f64>()
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        ),
+    };
+    Bytes {
+        dtype,
+        shape: t.shape().to_vec(),
+        data,
+    }
+}
+
+fn format_error(path: &Path, msg: impl Into<String>) -> Error {
+    Error::Format {
+        path: path.to_path_buf(),
+        msg: msg.into(),
+    }
+}
+
+/// Writes `bytes` to `path` atomically (temporary file + fsync + rename).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let io = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .ok_or_else(|| format_error(path, "not a file path"))?;
+    let tmp: PathBuf = dir.join(format!(
+        ".{}.{}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(io)
+}
+
+/// Saves named tensors and string metadata to a safetensors file, atomically.
+pub fn save_tensors(
+    path: &Path,
+    tensors: &[(String, Tensor)],
+    metadata: HashMap<String, String>,
+) -> Result<()> {
+    let bytes: Vec<(String, Bytes)> = tensors
+        .iter()
+        .map(|(n, t)| (n.clone(), to_bytes(t)))
+        .collect();
+    let views = bytes.iter().map(|(n, b)| (n.as_str(), b));
+    let encoded = safetensors::serialize(views, &Some(metadata))
+        .map_err(|e| format_error(path, e.to_string()))?;
+    write_atomic(path, &encoded)
+}
+
+/// Reads every tensor and the metadata of a safetensors file (f32 and f64 tensors only).
+pub fn load_tensors(path: &Path) -> Result<(HashMap<String, Tensor>, HashMap<String, String>)> {
+    let raw = std::fs::read(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let parsed = SafeTensors::deserialize(&raw)
+        .map_err(|e| format_error(path, format!("not a valid safetensors file: {e}")))?;
+    let (_, meta) =
+        SafeTensors::read_metadata(&raw).map_err(|e| format_error(path, e.to_string()))?;
+    let mut out = HashMap::new();
+    for (name, view) in parsed.tensors() {
+        let data = view.data();
+        let t = match view.dtype() {
+            Dtype::F32 => Tensor::from_vec(
+                data.chunks_exact(4)
+                    .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+                    .collect::<Vec<_>>(),
+                view.shape(),
+            ),
+            Dtype::F64 => Tensor::from_vec(
+                data.chunks_exact(8)
+                    .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
+                    .collect::<Vec<_>>(),
+                view.shape(),
+            ),
+            other => {
+                return Err(format_error(
+                    path,
+                    format!("tensor {name}: unsupported dtype {other:?}"),
+                ))
+            }
+        };
+        out.insert(name, t);
+    }
+    Ok((out, meta.metadata().clone().unwrap_or_default()))
+}
+
+/// A loaded checkpoint.
+pub struct Checkpoint {
+    pub path: PathBuf,
+    /// Epochs completed when it was saved.
+    pub epoch: u64,
+    pub tensors: HashMap<String, Tensor>,
+    pub metadata: HashMap<String, String>,
+}
+
+/// Saves the model's parameters, buffers and optimizer state after `epoch` epochs.
+pub fn save_checkpoint(path: &Path, model: &Model, epoch: u64) -> Result<()> {
+    let mut tensors: Vec<(String, Tensor)> = model
+        .net()
+        .state()
+        .into_iter()
+        .map(|(n, t)| (format!("model.{n}"), t))
+        .collect();
+    let (steps, state) = model.optimizer().state();
+    tensors.extend(state.into_iter().map(|(n, t)| (format!("optim.{n}"), t)));
+    let metadata = HashMap::from([
+        ("format".to_string(), FORMAT.to_string()),
+        ("epoch".to_string(), epoch.to_string()),
+        ("optimizer_steps".to_string(), steps.to_string()),
+        ("lr".to_string(), format!("{:e}", model.optimizer().lr())),
+    ]);
+    save_tensors(path, &tensors, metadata)
+}
+
+/// Reads a checkpoint written by [`save_checkpoint`].
+pub fn load_checkpoint(path: &Path) -> Result<Checkpoint> {
+    let (tensors, metadata) = load_tensors(path)?;
+    if metadata.get("format").map(String::as_str) != Some(FORMAT) {
+        return Err(format_error(
+            path,
+            format!(
+                "not a ferrograd checkpoint (format {:?})",
+                metadata.get("format")
+            ),
+        ));
+    }
+    let number = |key: &str| -> Result<u64> {
+        metadata
+            .get(key)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format_error(path, format!("metadata {key:?} missing or not a number")))
+    };
+    let epoch = number("epoch")?;
+    number("optimizer_steps")?;
+    Ok(Checkpoint {
+        path: path.to_path_buf(),
+        epoch,
+        tensors,
+        metadata,
+    })
+}
+
+impl Checkpoint {
+    /// Sets the model's parameters, buffers and optimizer state. Every mismatch of names,
+    /// shapes or dtypes is listed in the error, and then nothing is changed.
+    pub fn restore(&self, model: &mut Model) -> Result<()> {
+        let with_prefix = |prefix: &str| -> Vec<(String, Tensor)> {
+            let mut v: Vec<(String, Tensor)> = self
+                .tensors
+                .iter()
+                .filter_map(|(k, t)| k.strip_prefix(prefix).map(|n| (n.to_string(), t.clone())))
+                .collect();
+            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v
+        };
+        let net_state: HashMap<String, Tensor> = with_prefix("model.").into_iter().collect();
+        model
+            .net()
+            .load_state(&net_state)
+            .map_err(|e| format_error(&self.path, e.to_string()))?;
+        let steps: u64 = self.metadata["optimizer_steps"]
+            .parse()
+            .expect("checked at load");
+        model
+            .optimizer_mut()
+            .load_state(steps, with_prefix("optim."))
+            .map_err(|e| format_error(&self.path, e.to_string()))
+    }
+}

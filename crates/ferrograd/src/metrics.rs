@@ -1,0 +1,88 @@
+//! Evaluation: classification accuracy (with the seed's total / hits / accuracy), confusion
+//! matrices, and regression errors.
+
+use std::fmt;
+
+use crate::tensor::Tensor;
+
+/// Accuracy of a classifier over some samples.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Accuracy {
+    pub total_num: usize,
+    pub hit_num: usize,
+    pub accuracy: f64,
+}
+
+impl fmt::Display for Accuracy {
+    /// `{total_num: 10000, hit_num: 9658, accuracy: 0.9658}`, as the seed prints it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{{total_num: {}, hit_num: {}, accuracy: {:.4}}}",
+            self.total_num, self.hit_num, self.accuracy
+        )
+    }
+}
+
+/// Predicted class per row of `scores` `[N, C]` (first maximum at ties).
+pub fn predicted_classes(scores: &Tensor) -> Vec<usize> {
+    scores
+        .argmax(1)
+        .to_vec::<f64>()
+        .into_iter()
+        .map(|v| v as usize)
+        .collect()
+}
+
+/// Accuracy of `scores` `[N, C]` against class labels.
+pub fn accuracy(scores: &Tensor, labels: &[u8]) -> Accuracy {
+    let pred = predicted_classes(scores);
+    assert_eq!(
+        pred.len(),
+        labels.len(),
+        "accuracy: {} predictions for {} labels",
+        pred.len(),
+        labels.len()
+    );
+    let hit_num = pred
+        .iter()
+        .zip(labels)
+        .filter(|(p, l)| **p == **l as usize)
+        .count();
+    let total_num = labels.len();
+    Accuracy {
+        total_num,
+        hit_num,
+        accuracy: if total_num == 0 {
+            0.0
+        } else {
+            hit_num as f64 / total_num as f64
+        },
+    }
+}
+
+/// `m[true][predicted]` counts over `classes` classes.
+pub fn confusion_matrix(scores: &Tensor, labels: &[u8], classes: usize) -> Vec<Vec<usize>> {
+    let mut m = vec![vec![0; classes]; classes];
+    for (p, &l) in predicted_classes(scores).iter().zip(labels) {
+        m[l as usize][*p] += 1;
+    }
+    m
+}
+
+/// Mean squared error.
+pub fn mse(pred: &Tensor, target: &Tensor) -> f64 {
+    (pred - target).square().mean().item()
+}
+
+/// Mean absolute error.
+pub fn mae(pred: &Tensor, target: &Tensor) -> f64 {
+    (pred - target).abs().mean().item()
+}
+
+/// Coefficient of determination: 1 − SS_res / SS_tot.
+pub fn r2(pred: &Tensor, target: &Tensor) -> f64 {
+    let ss_res = (pred - target).square().sum().item();
+    let ss_tot = (target - &target.mean()).square().sum().item();
+    1.0 - ss_res / ss_tot
+}

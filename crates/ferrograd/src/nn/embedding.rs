@@ -1,0 +1,45 @@
+//! Lookup table: rows of a weight matrix selected by integer ids.
+
+use super::{Layer, Mode};
+use crate::autograd::Param;
+use crate::init;
+use crate::tensor::{with_default_rng, DType, Tensor};
+
+pub struct Embedding {
+    table: Param,
+}
+
+impl Embedding {
+    /// `count` vectors of `dim`, drawn from N(0, 1) as PyTorch does.
+    pub fn new(count: usize, dim: usize) -> Embedding {
+        let table = with_default_rng(|r| init::normal(&[count, dim], 0.0, 1.0, DType::F32, r));
+        Embedding {
+            table: Param::new(table),
+        }
+    }
+
+    /// The vectors of `ids`: `[ids.len(), dim]`. Gradients scatter back into the used rows.
+    pub fn lookup(&self, ids: &[usize]) -> Tensor {
+        self.table.tensor().index_select(0, ids)
+    }
+}
+
+impl Layer for Embedding {
+    /// `x` holds ids (any shape, stored as floats); the result has a trailing `dim` axis.
+    fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
+        let ids: Vec<usize> = x.to_vec::<f64>().iter().map(|&v| v as usize).collect();
+        let dim = self.table.shape()[1];
+        let mut shape = x.shape().to_vec();
+        shape.push(dim);
+        self.lookup(&ids).reshape(&shape)
+    }
+
+    fn params(&self) -> Vec<(String, Param)> {
+        vec![("weight".into(), self.table.clone())]
+    }
+
+    fn name(&self) -> String {
+        let s = self.table.shape();
+        format!("Embedding({}, {})", s[0], s[1])
+    }
+}

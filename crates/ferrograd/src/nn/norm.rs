@@ -1,0 +1,124 @@
+//! Normalisation layers.
+
+use super::{Layer, Mode};
+use crate::autograd::{no_grad, Param};
+use crate::tensor::{DType, Tensor};
+
+/// Batch normalisation over `[N, features]`: batch statistics in training (and an exponential
+/// average of them kept for evaluation), running statistics in evaluation.
+pub struct BatchNorm1d {
+    gamma: Param,
+    beta: Param,
+    running_mean: Param,
+    running_var: Param,
+    momentum: f64,
+    eps: f64,
+}
+
+impl BatchNorm1d {
+    /// PyTorch's defaults: momentum 0.1, eps 1e-5.
+    pub fn new(features: usize) -> BatchNorm1d {
+        BatchNorm1d::with_options(features, 0.1, 1e-5)
+    }
+
+    pub fn with_options(features: usize, momentum: f64, eps: f64) -> BatchNorm1d {
+        BatchNorm1d {
+            gamma: Param::new(Tensor::ones(&[features], DType::F32)),
+            beta: Param::new(Tensor::zeros(&[features], DType::F32)),
+            running_mean: Param::new(Tensor::zeros(&[features], DType::F32)),
+            running_var: Param::new(Tensor::ones(&[features], DType::F32)),
+            momentum,
+            eps,
+        }
+    }
+}
+
+impl Layer for BatchNorm1d {
+    fn forward(&self, x: &Tensor, mode: Mode) -> Tensor {
+        let (mean, var) = match mode {
+            Mode::Train => {
+                let mean = x.mean_axes(&[0], false);
+                let var = (x - &mean).square().mean_axes(&[0], false);
+                // Running variance uses the unbiased estimate, as PyTorch.
+                let n = x.shape()[0] as f64;
+                no_grad(|| {
+                    let m = self.momentum;
+                    let unbiased = if n > 1.0 {
+                        var.mul_scalar(n / (n - 1.0))
+                    } else {
+                        var.clone()
+                    };
+                    let rm = &self.running_mean.tensor().mul_scalar(1.0 - m) + &mean.mul_scalar(m);
+                    let rv =
+                        &self.running_var.tensor().mul_scalar(1.0 - m) + &unbiased.mul_scalar(m);
+                    self.running_mean.set(&rm.to_dtype(DType::F32));
+                    self.running_var.set(&rv.to_dtype(DType::F32));
+                });
+                (mean, var)
+            }
+            Mode::Eval => (
+                self.running_mean.tensor().detach(),
+                self.running_var.tensor().detach(),
+            ),
+        };
+        let xhat = &(x - &mean) / &var.add_scalar(self.eps).sqrt();
+        &(&xhat * &self.gamma.tensor()) + &self.beta.tensor()
+    }
+
+    fn params(&self) -> Vec<(String, Param)> {
+        vec![
+            ("gamma".into(), self.gamma.clone()),
+            ("beta".into(), self.beta.clone()),
+        ]
+    }
+
+    fn buffers(&self) -> Vec<(String, Param)> {
+        vec![
+            ("running_mean".into(), self.running_mean.clone()),
+            ("running_var".into(), self.running_var.clone()),
+        ]
+    }
+
+    fn name(&self) -> String {
+        format!("BatchNorm1d({})", self.gamma.numel())
+    }
+}
+
+/// Layer normalisation over the last axis, with a learned scale and shift.
+pub struct LayerNorm {
+    gamma: Param,
+    beta: Param,
+    eps: f64,
+}
+
+impl LayerNorm {
+    pub fn new(features: usize) -> LayerNorm {
+        LayerNorm {
+            gamma: Param::new(Tensor::ones(&[features], DType::F32)),
+            beta: Param::new(Tensor::zeros(&[features], DType::F32)),
+            eps: 1e-5,
+        }
+    }
+}
+
+impl Layer for LayerNorm {
+    fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
+        let last = x.ndim() - 1;
+        let mean = x.mean_axes(&[last], true);
+        let centered = x - &mean;
+        let var = centered.square().mean_axes(&[last], true);
+        let xhat = &centered / &var.add_scalar(self.eps).sqrt();
+        &(&xhat * &self.gamma.tensor()) + &self.beta.tensor()
+    }
+
+    fn params(&self) -> Vec<(String, Param)> {
+        vec![
+            ("gamma".into(), self.gamma.clone()),
+            ("beta".into(), self.beta.clone()),
+        ]
+    }
+
+    fn name(&self) -> String {
+        format!("LayerNorm({})", self.gamma.numel())
+    }
+}

@@ -1,0 +1,51 @@
+//! Layers that only change the shape.
+
+use super::{Layer, Mode};
+use crate::tensor::Tensor;
+
+/// `[N, ...]` to `[N, product of the rest]`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Flatten;
+
+impl Flatten {
+    pub fn new() -> Self {
+        Flatten
+    }
+}
+
+impl Layer for Flatten {
+    fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
+        x.flatten_from(1)
+    }
+
+    fn name(&self) -> String {
+        "Flatten".into()
+    }
+}
+
+/// `[N, ...]` to `[N, shape...]`.
+#[derive(Clone, Debug)]
+pub struct Reshape {
+    shape: Vec<usize>,
+}
+
+impl Reshape {
+    /// The shape of one sample; the batch axis is kept.
+    pub fn new(shape: &[usize]) -> Self {
+        Reshape {
+            shape: shape.to_vec(),
+        }
+    }
+}
+
+impl Layer for Reshape {
+    fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
+        let mut shape = vec![x.shape()[0]];
+        shape.extend(&self.shape);
+        x.reshape(&shape)
+    }
+
+    fn name(&self) -> String {
+        format!("Reshape({:?})", self.shape)
+    }
+}
