@@ -110,16 +110,16 @@ pub fn orthogonal(shape: &[usize], gain: f64, dtype: DType, rng: &mut impl Rng) 
         .map(|_| (0..len).map(|_| StandardNormal.sample(rng)).collect())
         .collect();
     for i in 0..n {
+        let (done, rest) = v.split_at_mut(i);
+        let vi = &mut rest[0];
         for _ in 0..2 {
-            for j in 0..i {
-                let d: f64 = (0..len).map(|t| v[i][t] * v[j][t]).sum();
-                for t in 0..len {
-                    v[i][t] -= d * v[j][t];
-                }
+            for vj in done.iter() {
+                let d: f64 = vi.iter().zip(vj).map(|(a, b)| a * b).sum();
+                vi.iter_mut().zip(vj).for_each(|(a, b)| *a -= d * b);
             }
         }
-        let norm = v[i].iter().map(|x| x * x).sum::<f64>().sqrt();
-        v[i].iter_mut().for_each(|x| *x /= norm);
+        let norm = vi.iter().map(|x| x * x).sum::<f64>().sqrt();
+        vi.iter_mut().for_each(|x| *x /= norm);
     }
     let mut data = vec![0.0; rows * cols];
     for r in 0..rows {

@@ -77,6 +77,12 @@ impl Param {
         );
     }
 
+    /// Converts the value to `dtype`, keeping the identity (for f64 gradient checks, say).
+    pub fn set_dtype(&self, dtype: DType) {
+        let mut slot = self.value.write().unwrap_or_else(|e| e.into_inner());
+        *slot = owned(&slot.to_dtype(dtype), self.node.clone());
+    }
+
     /// Number of elements.
     pub fn numel(&self) -> usize {
         self.value.read().unwrap_or_else(|e| e.into_inner()).numel()

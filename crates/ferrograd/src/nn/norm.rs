@@ -51,8 +51,9 @@ impl Layer for BatchNorm1d {
                     let rm = &self.running_mean.tensor().mul_scalar(1.0 - m) + &mean.mul_scalar(m);
                     let rv =
                         &self.running_var.tensor().mul_scalar(1.0 - m) + &unbiased.mul_scalar(m);
-                    self.running_mean.set(&rm.to_dtype(DType::F32));
-                    self.running_var.set(&rv.to_dtype(DType::F32));
+                    self.running_mean
+                        .set(&rm.to_dtype(self.running_mean.dtype()));
+                    self.running_var.set(&rv.to_dtype(self.running_var.dtype()));
                 });
                 (mean, var)
             }

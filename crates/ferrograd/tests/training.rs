@@ -1,0 +1,565 @@
+//! The training library: layers and losses against finite differences and hand-computed
+//! values, optimizers' first steps against hand-computed values, schedules, train/eval
+//! behaviour, and small problems trained to completion.
+
+use ferrograd::optim::{
+    ConstantLr, CosineAnnealing, ExponentialLr, LinearWarmup, MultiStepLr, StepLr, WarmupThen,
+};
+use ferrograd::prelude::*;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+fn randn(shape: &[usize], seed: u64) -> Tensor {
+    Tensor::randn(shape, DType::F64, &mut StdRng::seed_from_u64(seed))
+}
+
+/// Checks a layer's gradients (input and every parameter) against central differences in f64.
+fn layer_gradcheck(layer: &dyn Layer, x: &Tensor, mode: Mode) {
+    for (_, p) in layer.params().into_iter().chain(layer.buffers()) {
+        p.set_dtype(DType::F64);
+    }
+    let opts = GradcheckOptions::default();
+    gradcheck(
+        |t| layer.forward(&t[0], mode),
+        std::slice::from_ref(x),
+        &opts,
+    )
+    .unwrap_or_else(|e| panic!("{} (input): {e}", layer.name()));
+    let r = randn(layer.forward(x, mode).shape(), 99);
+    let objective = || (&layer.forward(x, mode) * &r).sum();
+    for (name, p) in layer.params() {
+        let analytic = objective()
+            .backward()
+            .get_param(&p)
+            .expect("parameter reaches the output")
+            .to_vec::<f64>();
+        let base = p.tensor().to_vec::<f64>();
+        for i in 0..base.len() {
+            let at = |d: f64| {
+                let mut v = base.clone();
+                v[i] += d;
+                p.set(&Tensor::from_vec(v, &p.shape()));
+                no_grad(|| objective().item())
+            };
+            let numeric = (at(1e-6) - at(-1e-6)) / 2e-6;
+            p.set(&Tensor::from_vec(base.clone(), &p.shape()));
+            assert!(
+                (analytic[i] - numeric).abs() <= 1e-5 + 1e-3 * numeric.abs(),
+                "{} {name}[{i}]: analytic {} numeric {numeric}",
+                layer.name(),
+                analytic[i]
+            );
+        }
+    }
+}
+
+#[test]
+fn layers_pass_gradcheck() {
+    let x = randn(&[4, 5], 1);
+    layer_gradcheck(&Dense::new(5, 3), &x, Mode::Train);
+    layer_gradcheck(&LayerNorm::new(5), &x, Mode::Train);
+    layer_gradcheck(&BatchNorm1d::new(5), &x, Mode::Train);
+    layer_gradcheck(&BatchNorm1d::new(5), &x, Mode::Eval);
+    layer_gradcheck(&Tanh::new(), &x, Mode::Train);
+    layer_gradcheck(&Sigmoid::new(), &x, Mode::Train);
+    layer_gradcheck(&Softplus::new(), &x, Mode::Train);
+    layer_gradcheck(&Gelu::new(), &x, Mode::Train);
+    layer_gradcheck(&Elu::new(1.0), &(&x + 0.01), Mode::Train);
+    layer_gradcheck(&Softmax::new(1), &x, Mode::Train);
+    layer_gradcheck(&Flatten::new(), &randn(&[2, 3, 2], 2), Mode::Train);
+    layer_gradcheck(&Reshape::new(&[2, 3]), &randn(&[2, 6], 3), Mode::Train);
+    // Each training forward of Dropout draws a new mask, so its gradient is checked in
+    // evaluation mode here and its mask in `dropout_and_batchnorm_switch_with_the_mode`.
+    layer_gradcheck(&Dropout::with_seed(0.5, 1), &x, Mode::Eval);
+    let emb = Embedding::new(6, 3);
+    for (_, p) in emb.params() {
+        p.set_dtype(DType::F64);
+    }
+    let ids = Tensor::from_vec(vec![1.0f64, 4.0, 1.0], &[3]);
+    let r = randn(&[3, 3], 4);
+    let g = (&emb.forward(&ids, Mode::Train) * &r).sum().backward();
+    let gw = g.get_param(&emb.params()[0].1).unwrap().to_vec::<f64>();
+    let rv = r.to_vec::<f64>();
+    for j in 0..3 {
+        assert!(
+            (gw[3 + j] - (rv[j] + rv[6 + j])).abs() < 1e-12,
+            "row 1 collects both uses"
+        );
+        assert!((gw[12 + j] - rv[3 + j]).abs() < 1e-12);
+        assert_eq!(gw[j], 0.0);
+    }
+}
+
+#[test]
+fn elu_and_leaky_relu_values() {
+    let x = Tensor::from_vec(vec![-1.0f64, 0.5], &[2]);
+    let e = Elu::new(2.0).forward(&x, Mode::Eval).to_vec::<f64>();
+    assert!((e[0] - 2.0 * ((-1f64).exp() - 1.0)).abs() < 1e-15 && e[1] == 0.5);
+    assert_eq!(
+        LeakyReLU::new(0.1).forward(&x, Mode::Eval).to_vec::<f64>(),
+        vec![-0.1, 0.5]
+    );
+}
+
+#[test]
+fn dropout_and_batchnorm_switch_with_the_mode() {
+    let x = Tensor::ones(&[1000, 10], DType::F32);
+    let d = Dropout::with_seed(0.3, 7);
+    assert_eq!(d.forward(&x, Mode::Eval).to_vec::<f32>(), x.to_vec::<f32>());
+    let y = d.forward(&x, Mode::Train).to_vec::<f32>();
+    let kept = y.iter().filter(|&&v| v != 0.0).count() as f64 / y.len() as f64;
+    assert!((kept - 0.7).abs() < 0.02, "kept fraction {kept}");
+    assert!(
+        y.iter().all(|&v| v == 0.0 || (v - 1.0 / 0.7).abs() < 1e-6),
+        "inverted scaling"
+    );
+
+    let bn = BatchNorm1d::new(2);
+    let batch = Tensor::from_vec(vec![1.0f32, 10.0, 3.0, 20.0], &[2, 2]);
+    let out = bn.forward(&batch, Mode::Train).to_vec::<f32>();
+    // Batch statistics: each column becomes (−1, 1) up to eps.
+    for (o, w) in out.iter().zip([-1.0f32, -1.0, 1.0, 1.0]) {
+        assert!((o - w).abs() < 1e-3, "{out:?}");
+    }
+    let b = bn.buffers();
+    // Running mean after one step with momentum 0.1: 0.1 · batch mean.
+    assert_eq!(b[0].1.tensor().to_vec::<f32>(), vec![0.2, 1.5]);
+    // Running variance: 0.9 · 1 + 0.1 · unbiased variance (2 and 50).
+    let rv = b[1].1.tensor().to_vec::<f32>();
+    assert!(
+        (rv[0] - 1.1).abs() < 1e-6 && (rv[1] - 5.9).abs() < 1e-5,
+        "{rv:?}"
+    );
+    // Evaluation uses the running statistics.
+    let e = bn.forward(&batch, Mode::Eval).to_vec::<f32>();
+    assert!((e[0] - (1.0 - 0.2) / (1.1f32 + 1e-5).sqrt()).abs() < 1e-5);
+}
+
+#[test]
+fn loss_values_and_gradients() {
+    let logits = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 1.0, 1.0, 1.0], &[2, 3]).requires_grad();
+    let y = Tensor::from_vec(vec![0.0f64, 0.0, 1.0, 1.0, 0.0, 0.0], &[2, 3]);
+    let ce = SoftmaxCrossEntropy::new().loss(&logits, &y);
+    let z: f64 = [1f64, 2.0, 3.0].iter().map(|v| v.exp()).sum();
+    let want = (-(3f64.exp() / z).ln() - (1.0f64 / 3.0).ln()) / 2.0;
+    assert!((ce.item() - want).abs() < 1e-12);
+    // Gradient (softmax − y) / N.
+    let g = ce.backward().get(&logits).unwrap().to_vec::<f64>();
+    let p = logits.detach().softmax(1).to_vec::<f64>();
+    for i in 0..6 {
+        assert!((g[i] - (p[i] - y.to_vec::<f64>()[i]) / 2.0).abs() < 1e-12);
+    }
+    // Huge logits stay finite.
+    let big = Tensor::from_vec(vec![1000.0f32, -1000.0], &[1, 2]);
+    let t = Tensor::from_vec(vec![0.0f32, 1.0], &[1, 2]);
+    assert_eq!(SoftmaxCrossEntropy::new().loss(&big, &t).item(), 2000.0);
+    assert_eq!(SigmoidCrossEntropy::new().loss(&big, &t).item(), 2000.0);
+
+    let pred = Tensor::from_vec(vec![1.0f64, 2.0, 5.0, -1.0], &[2, 2]);
+    let target = Tensor::from_vec(vec![0.0f64, 2.0, 2.0, 1.0], &[2, 2]);
+    assert_eq!(
+        Mse::new().loss(&pred, &target).item(),
+        (1.0 + 0.0 + 9.0 + 4.0) / 4.0
+    );
+    assert_eq!(
+        Mae::new().loss(&pred, &target).item(),
+        (1.0 + 0.0 + 3.0 + 2.0) / 4.0
+    );
+    // Huber(1): d = 1 → 0.5, 0 → 0, 3 → 2.5, 2 → 1.5.
+    assert_eq!(
+        Huber::new(1.0).loss(&pred, &target).item(),
+        (0.5 + 0.0 + 2.5 + 1.5) / 4.0
+    );
+    let lp = Tensor::from_vec(vec![-0.5f64, -1.5], &[1, 2]);
+    assert_eq!(
+        Nll::new()
+            .loss(&lp, &Tensor::from_vec(vec![0.0f64, 1.0], &[1, 2]))
+            .item(),
+        1.5
+    );
+    // σ-CE against the naive formula at a moderate point.
+    let x = Tensor::from_vec(vec![0.3f64], &[1, 1]);
+    let s = 1.0 / (1.0 + (-0.3f64).exp());
+    let want = -(0.25 * s.ln() + 0.75 * (1.0 - s).ln());
+    assert!(
+        (SigmoidCrossEntropy::new()
+            .loss(&x, &Tensor::from_vec(vec![0.25f64], &[1, 1]))
+            .item()
+            - want)
+            .abs()
+            < 1e-12
+    );
+}
+
+#[test]
+fn losses_pass_gradcheck() {
+    let opts = GradcheckOptions::default();
+    let pred = randn(&[3, 4], 10);
+    let soft = randn(&[3, 4], 11).softmax(1);
+    let t = randn(&[3, 4], 12);
+    let checks: Vec<(&str, Box<dyn Loss>, Tensor)> = vec![
+        (
+            "softmax CE",
+            Box::new(SoftmaxCrossEntropy::new()),
+            soft.clone(),
+        ),
+        (
+            "sigmoid CE",
+            Box::new(SigmoidCrossEntropy::new()),
+            randn(&[3, 4], 13).sigmoid(),
+        ),
+        ("mse", Box::new(Mse::new()), t.clone()),
+        ("mae", Box::new(Mae::new()), &t + 0.5),
+        ("huber", Box::new(Huber::new(0.5)), &t * 2.0),
+        ("nll", Box::new(Nll::new()), soft),
+    ];
+    for (name, loss, target) in checks {
+        gradcheck(
+            |x| loss.loss(&x[0], &target),
+            std::slice::from_ref(&pred),
+            &opts,
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}
+
+/// Positions after three steps on f(x) = ½x² (gradient x) from x = 1.
+fn three_steps(mut opt: impl Optimizer) -> Vec<f64> {
+    let p = Param::new(Tensor::from_vec(vec![1.0f64], &[1]));
+    let params = vec![("x".to_string(), p.clone())];
+    (0..3)
+        .map(|_| {
+            let loss = p.tensor().square().sum().mul_scalar(0.5);
+            opt.step(&params, &loss.backward());
+            p.tensor().item()
+        })
+        .collect()
+}
+
+fn close(got: &[f64], want: &[f64]) {
+    for (g, w) in got.iter().zip(want) {
+        assert!((g - w).abs() < 1e-12, "{got:?} vs {want:?}");
+    }
+}
+
+#[test]
+fn optimizers_first_three_steps() {
+    close(&three_steps(Sgd::new(0.1)), &[0.9, 0.81, 0.729]);
+    close(
+        &three_steps(Momentum::new(0.1).momentum(0.9)),
+        &[0.9, 0.72, 0.486],
+    );
+    close(
+        &three_steps(Momentum::new(0.1).nesterov(true)),
+        &[0.81, 0.5751, 0.327321],
+    );
+    close(
+        &three_steps(Adam::new(0.1)),
+        &[0.900000001, 0.8004122297123382, 0.701586274504415],
+    );
+    close(
+        &three_steps(Adam::new(0.1).weight_decay(0.1)),
+        &[0.9000000009090909, 0.8004122295267845, 0.7015862742210723],
+    );
+    close(
+        &three_steps(AdamW::new(0.1).weight_decay(0.1)),
+        &[0.890000001, 0.7815718569541611, 0.6751012231892007],
+    );
+    close(
+        &three_steps(RmsProp::new(0.01)),
+        &[0.9000000099999991, 0.8329179752650593, 0.7799822819823541],
+    );
+    close(
+        &three_steps(Adagrad::new(0.1)),
+        &[0.90000000001, 0.8331035268523168, 0.7804561813655163],
+    );
+    close(
+        &three_steps(RAdam::new(0.1)),
+        &[0.9, 0.8052631578947369, 0.7157700524373665],
+    );
+}
+
+#[test]
+fn radam_switches_to_the_adaptive_step_at_step_six() {
+    let p = Param::new(Tensor::from_vec(vec![1.0f64], &[1]));
+    let params = vec![("x".to_string(), p.clone())];
+    let mut opt = RAdam::new(0.1);
+    let mut xs = Vec::new();
+    for _ in 0..7 {
+        let loss = p.tensor().square().sum().mul_scalar(0.5);
+        opt.step(&params, &loss.backward());
+        xs.push(p.tensor().item());
+    }
+    close(
+        &xs[3..7],
+        &[
+            0.6314866300895146,
+            0.552364195101898,
+            0.5499209792193199,
+            0.5468629532148175,
+        ],
+    );
+}
+
+#[test]
+fn optimizers_on_a_two_dimensional_quadratic() {
+    // f = ½(x² + 10y²) from (1, 1).
+    let run = |mut opt: Box<dyn Optimizer>| {
+        let p = Param::new(Tensor::from_vec(vec![1.0f64, 1.0], &[2]));
+        let params = vec![("p".to_string(), p.clone())];
+        let scale = Tensor::from_vec(vec![1.0f64, 10.0], &[2]);
+        (0..3)
+            .map(|_| {
+                let loss = (&p.tensor().square() * &scale).sum().mul_scalar(0.5);
+                opt.step(&params, &loss.backward());
+                p.tensor().to_vec::<f64>()
+            })
+            .collect::<Vec<_>>()
+    };
+    let adam = run(Box::new(Adam::new(0.1)));
+    close(&adam[2], &[0.701586274504415, 0.7015862716993226]);
+    let mom = run(Box::new(Momentum::new(0.05)));
+    close(&mom[0], &[0.95, 0.5]);
+    close(&mom[1], &[0.8575, -0.2]);
+    close(&mom[2], &[0.731375, -0.73]);
+}
+
+#[test]
+fn gradient_clipping() {
+    let p = Param::new(Tensor::from_vec(vec![3.0f64, 4.0], &[2]));
+    let params = vec![("p".to_string(), p.clone())];
+    // Gradient (3, 4) has norm 5; clipped to norm 1 it is (0.6, 0.8).
+    let loss = p.tensor().square().sum().mul_scalar(0.5);
+    Sgd::new(1.0)
+        .clip_grad_norm(1.0)
+        .step(&params, &loss.backward());
+    close(
+        &p.tensor().to_vec::<f64>(),
+        &[
+            3.0 - 0.6 / (1.0 + 1e-6 / 5.0),
+            4.0 - 0.8 / (1.0 + 1e-6 / 5.0),
+        ],
+    );
+    let q = Param::new(Tensor::from_vec(vec![3.0f64, -0.5], &[2]));
+    let params = vec![("q".to_string(), q.clone())];
+    let loss = q.tensor().square().sum().mul_scalar(0.5);
+    Sgd::new(1.0)
+        .clip_grad_value(1.0)
+        .step(&params, &loss.backward());
+    close(&q.tensor().to_vec::<f64>(), &[2.0, 0.0]);
+}
+
+#[test]
+fn optimizer_state_round_trips() {
+    let p = Param::new(Tensor::from_vec(vec![1.0f64, -2.0], &[2]));
+    let params = vec![("p".to_string(), p.clone())];
+    let mut a = Adam::new(0.1);
+    for _ in 0..2 {
+        a.step(&params, &p.tensor().square().sum().backward());
+    }
+    let (steps, state) = a.state();
+    assert_eq!(steps, 2);
+    assert_eq!(
+        state.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        vec!["p.exp_avg", "p.exp_avg_sq"]
+    );
+    let mut b = Adam::new(0.1);
+    b.load_state(steps, state).unwrap();
+    let q = Param::new(p.tensor().detach());
+    let qparams = vec![("p".to_string(), q.clone())];
+    a.step(&params, &p.tensor().square().sum().backward());
+    b.step(&qparams, &q.tensor().square().sum().backward());
+    assert_eq!(p.tensor().to_vec::<f64>(), q.tensor().to_vec::<f64>());
+    assert!(Adam::new(0.1)
+        .load_state(1, vec![("p.bogus".into(), Tensor::zeros(&[2], DType::F64))])
+        .is_err());
+}
+
+#[test]
+fn schedules() {
+    let seq = |s: &dyn Schedule, n: u64| (0..n).map(|t| s.lr(t)).collect::<Vec<_>>();
+    assert_eq!(seq(&ConstantLr(0.1), 3), vec![0.1, 0.1, 0.1]);
+    assert_eq!(
+        seq(
+            &StepLr {
+                base: 1.0,
+                step: 2,
+                gamma: 0.5
+            },
+            5
+        ),
+        vec![1.0, 1.0, 0.5, 0.5, 0.25]
+    );
+    assert_eq!(
+        seq(
+            &MultiStepLr {
+                base: 1.0,
+                milestones: vec![1, 3],
+                gamma: 0.1
+            },
+            4
+        ),
+        vec![1.0, 0.1, 0.1, 0.1 * 0.1]
+    );
+    assert_eq!(
+        seq(
+            &ExponentialLr {
+                base: 1.0,
+                gamma: 0.5
+            },
+            3
+        ),
+        vec![1.0, 0.5, 0.25]
+    );
+    let cos = seq(
+        &CosineAnnealing {
+            base: 1.0,
+            min: 0.0,
+            period: 4,
+        },
+        6,
+    );
+    close(
+        &cos,
+        &[1.0, 0.8535533905932737, 0.5, 0.14644660940672627, 0.0, 0.0],
+    );
+    assert_eq!(
+        seq(
+            &LinearWarmup {
+                base: 1.0,
+                warmup: 4
+            },
+            5
+        ),
+        vec![0.25, 0.5, 0.75, 1.0, 1.0]
+    );
+    let wc = WarmupThen {
+        warmup: LinearWarmup {
+            base: 1.0,
+            warmup: 2,
+        },
+        after: CosineAnnealing {
+            base: 1.0,
+            min: 0.0,
+            period: 2,
+        },
+    };
+    close(&seq(&wc, 5), &[0.5, 1.0, 1.0, 0.5, 0.0]);
+}
+
+#[test]
+fn initializers() {
+    let mut rng = StdRng::seed_from_u64(5);
+    use ferrograd::init;
+    assert_eq!(init::fans(&[784, 400]), (784, 400));
+    assert_eq!(init::fans(&[16, 8, 3, 3]), (72, 144));
+    let w = init::xavier_uniform(&[784, 400], DType::F32, &mut rng).to_vec::<f64>();
+    let a = (6.0f64 / 1184.0).sqrt();
+    assert!(w.iter().all(|v| v.abs() <= a));
+    let var = w.iter().map(|v| v * v).sum::<f64>() / w.len() as f64;
+    assert!(
+        (var - a * a / 3.0).abs() < 0.05 * a * a / 3.0,
+        "variance {var}"
+    );
+    let h = init::he_normal(&[500, 400], DType::F64, &mut rng).to_vec::<f64>();
+    let var = h.iter().map(|v| v * v).sum::<f64>() / h.len() as f64;
+    assert!((var - 2.0 / 500.0).abs() < 0.05 * 2.0 / 500.0);
+    let t = init::truncated_normal(&[10000], 1.0, 0.5, DType::F64, &mut rng).to_vec::<f64>();
+    assert!(t.iter().all(|v| (v - 1.0).abs() <= 1.0));
+    let q = init::orthogonal(&[3, 5], 1.0, DType::F64, &mut rng);
+    let qqt = q.matmul(&q.t()).to_vec::<f64>();
+    for i in 0..3 {
+        for j in 0..3 {
+            assert!((qqt[i * 3 + j] - if i == j { 1.0 } else { 0.0 }).abs() < 1e-12);
+        }
+    }
+    let tall = init::orthogonal(&[5, 3], 2.0, DType::F64, &mut rng);
+    let qtq = tall.t().matmul(&tall).to_vec::<f64>();
+    assert!((qtq[0] - 4.0).abs() < 1e-12 && qtq[1].abs() < 1e-12);
+}
+
+#[test]
+fn an_mlp_separates_xor_clusters() {
+    manual_seed(3);
+    let mut rng = StdRng::seed_from_u64(3);
+    let centers = [
+        (-1.0, -1.0, 0u8),
+        (1.0, 1.0, 0),
+        (-1.0, 1.0, 1),
+        (1.0, -1.0, 1),
+    ];
+    let (mut xs, mut labels) = (Vec::new(), Vec::new());
+    for i in 0..200 {
+        let (cx, cy, l) = centers[i % 4];
+        let noise = Tensor::randn(&[2], DType::F32, &mut rng).to_vec::<f32>();
+        xs.extend([cx + 0.2 * noise[0], cy + 0.2 * noise[1]]);
+        labels.push(l);
+    }
+    let x = Tensor::from_vec(xs, &[200, 2]);
+    let y = ferrograd::data::one_hot(&labels, 2);
+    let net = Net::new(vec![
+        Box::new(Dense::new(2, 16)),
+        Box::new(Tanh::new()),
+        Box::new(Dense::new(16, 2)),
+    ]);
+    let mut model = Model::new(net, SoftmaxCrossEntropy::new(), Adam::new(0.05));
+    for _ in 0..200 {
+        model.train_step(&x, &y);
+    }
+    let acc = ferrograd::metrics::accuracy(&model.predict(&x), &labels);
+    assert_eq!(acc.hit_num, 200, "{acc}");
+}
+
+#[test]
+fn seed_004_linear_layer_with_mse_converges() {
+    manual_seed(4);
+    let x = Tensor::rand_uniform(
+        &[64, 3],
+        -1.0,
+        1.0,
+        DType::F32,
+        &mut StdRng::seed_from_u64(4),
+    );
+    let w_true = Tensor::from_vec(vec![1.5f32, -2.0, 0.5], &[3, 1]);
+    let y = &x.matmul(&w_true) + 0.3;
+    let mut model = Model::new(
+        Net::new(vec![Box::new(Dense::new(3, 1))]),
+        Mse::new(),
+        Sgd::new(0.3),
+    );
+    let mut loss = f32::INFINITY;
+    for _ in 0..300 {
+        loss = model.train_step(&x, &y);
+    }
+    assert!(loss < 1e-8, "loss {loss}");
+    let params = model.net().params();
+    let w = params[0].1.tensor().to_vec::<f32>();
+    assert!((w[0] - 1.5).abs() < 1e-3 && (w[1] + 2.0).abs() < 1e-3 && (w[2] - 0.5).abs() < 1e-3);
+    assert!((params[1].1.tensor().item() - 0.3).abs() < 1e-3);
+}
+
+#[test]
+fn net_names_and_loads_state() {
+    let net = Net::new(vec![
+        Box::new(Dense::new(4, 3)),
+        Box::new(ReLU::new()),
+        Box::new(Dense::new(3, 2)),
+    ]);
+    let names: Vec<String> = net.params().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, vec!["0.w", "0.b", "2.w", "2.b"]);
+    let mut state: std::collections::HashMap<String, Tensor> = net.state().into_iter().collect();
+    state.insert("0.w".into(), Tensor::zeros(&[4, 4], DType::F32));
+    state.remove("2.b");
+    state.insert("9.x".into(), Tensor::zeros(&[1], DType::F32));
+    let err = net.load_state(&state).unwrap_err().to_string();
+    assert!(
+        err.contains("0.w: expected [4, 3] f32, found [4, 4] f32"),
+        "{err}"
+    );
+    assert!(err.contains("2.b: missing"), "{err}");
+    assert!(
+        err.contains("9.x: not a parameter of this network"),
+        "{err}"
+    );
+    assert!(net.summary().contains("total parameters"));
+}
