@@ -141,7 +141,18 @@ fn run(args: Args) -> Result<(), String> {
             save_checkpoint(path, &model, epoch + 1).map_err(|e| e.to_string())?;
         }
     }
+    if let Some(mib) = peak_rss_mib() {
+        println!("peak memory (RSS): {mib:.0} MiB");
+    }
     Ok(())
+}
+
+/// Peak resident memory of this process in MiB (Linux), if known.
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
 }
 
 fn main() -> ExitCode {
