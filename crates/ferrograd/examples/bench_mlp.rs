@@ -5,18 +5,13 @@
 
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::peak_rss_mib;
 use ferrograd::data::{one_hot, BatchIterator, TensorDataset};
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-
-/// Peak resident memory of this process in MiB (Linux), if known.
-fn peak_rss_mib() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
-}
 
 fn main() {
     let mut rng = StdRng::seed_from_u64(0);

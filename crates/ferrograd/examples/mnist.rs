@@ -8,6 +8,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+mod common;
+
+use common::peak_rss_mib;
 use ferrograd::data::{BatchIterator, Mnist};
 use ferrograd::io::{load_checkpoint, save_checkpoint};
 use ferrograd::metrics::accuracy;
@@ -145,14 +148,6 @@ fn run(args: Args) -> Result<(), String> {
         println!("peak memory (RSS): {mib:.0} MiB");
     }
     Ok(())
-}
-
-/// Peak resident memory of this process in MiB (Linux), if known.
-fn peak_rss_mib() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
 }
 
 fn main() -> ExitCode {

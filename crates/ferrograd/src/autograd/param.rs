@@ -3,7 +3,7 @@
 use std::sync::{Arc, RwLock};
 
 use super::node::Node;
-use crate::tensor::{with_dtype, DType, Element, Layout, Tensor};
+use crate::tensor::{with_dtype, DType, Element, Tensor};
 
 /// `value` as a parameter's tensor: its own contiguous buffer from offset 0 (so that updates
 /// in place are possible), tracked through `node`.
@@ -58,21 +58,17 @@ impl Param {
     /// alive, say); optimizers update without allocating otherwise.
     pub fn update<T: Element>(&self, f: impl FnOnce(&mut [T])) {
         let mut slot = self.value.write().unwrap_or_else(|e| e.into_inner());
-        assert_eq!(
-            slot.dtype(),
-            T::DTYPE,
-            "Param::update: element type differs from the parameter's dtype"
-        );
-        let shape = slot.shape().to_vec();
+        // Swap the value out and unhook its node, so that the buffer is unique unless some
+        // other tensor really shares it.
         let taken = std::mem::replace(&mut *slot, Tensor::from_data(Vec::<T>::new(), &[0]));
-        let mut buf: Arc<Vec<T>> = match Arc::try_unwrap(taken.0) {
-            Ok(inner) => T::buffer(&inner.storage).clone(),
-            Err(shared) => T::buffer(&shared.storage).clone(),
+        let mut bare = match Arc::try_unwrap(taken.0) {
+            Ok(inner) => Tensor::from_parts(inner.storage, inner.layout, None),
+            Err(shared) => Tensor::from_parts(shared.storage.clone(), shared.layout.clone(), None),
         };
-        f(Arc::make_mut(&mut buf).as_mut_slice());
+        f(bare.data_mut::<T>());
         *slot = Tensor::from_parts(
-            T::into_storage_arc(buf),
-            Layout::contiguous(&shape),
+            bare.storage().clone(),
+            bare.layout().clone(),
             Some(self.node.clone()),
         );
     }

@@ -52,7 +52,6 @@ impl Storage {
 pub trait Element: Float {
     const DTYPE: DType;
     fn into_storage(v: Vec<Self>) -> Storage;
-    fn into_storage_arc(v: Arc<Vec<Self>>) -> Storage;
     /// The buffer of `s`; panics when `s` holds the other dtype (callers dispatch on dtype first).
     fn buffer(s: &Storage) -> &Arc<Vec<Self>>;
     /// The buffer of `s` for writing, copied first if shared.
@@ -63,9 +62,6 @@ impl Element for f32 {
     const DTYPE: DType = DType::F32;
     fn into_storage(v: Vec<Self>) -> Storage {
         Storage::F32(Arc::new(v))
-    }
-    fn into_storage_arc(v: Arc<Vec<Self>>) -> Storage {
-        Storage::F32(v)
     }
     fn buffer(s: &Storage) -> &Arc<Vec<Self>> {
         match s {
@@ -85,9 +81,6 @@ impl Element for f64 {
     const DTYPE: DType = DType::F64;
     fn into_storage(v: Vec<Self>) -> Storage {
         Storage::F64(Arc::new(v))
-    }
-    fn into_storage_arc(v: Arc<Vec<Self>>) -> Storage {
-        Storage::F64(v)
     }
     fn buffer(s: &Storage) -> &Arc<Vec<Self>> {
         match s {
