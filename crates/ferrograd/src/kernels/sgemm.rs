@@ -40,6 +40,18 @@ const PAR_MIN_MACS: usize = 1 << 20;
 /// Largest row-major B (in floats, 1 MiB) read in place instead of packed: it stays in L2.
 const DIRECT_B_MAX: usize = 1 << 18;
 
+/// Largest row-major A (in floats) read in place instead of packed.
+const DIRECT_A_MAX: usize = 1 << 18;
+
+/// Where a micro-kernel finds its MR rows of A.
+#[derive(Clone, Copy)]
+enum APanel {
+    /// Packed: step k's MR values are contiguous.
+    Packed(*const f32),
+    /// In place: MR rows, the given stride apart, each contiguous over k.
+    Rows(*const f32, usize),
+}
+
 /// Copies rows `i0..i0 + mc`, columns `p0..p0 + kc` of `a` into MR-row panels: panel `r`,
 /// step `k` holds `a[i0 + r*MR + 0..MR, p0 + k]`, zero-padded past the last row.
 fn pack_a(a: &MatRef<'_, f32>, i0: usize, mc: usize, p0: usize, kc: usize, out: &mut [f32]) {
@@ -231,19 +243,33 @@ unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usi
                 };
                 for i0 in (0..m).step_by(mc_step) {
                     let mc = (m - i0).min(mc_step);
-                    let ap = &mut ap[..mc.div_ceil(MR) * MR * kc];
-                    pack_a(a, i0, mc, p0, kc, ap);
+                    // A small row-major A is read in place like B: each step broadcasts one
+                    // element from each of MR rows. Only a partial last row panel is packed.
+                    let direct = a.cs == 1 && m * k <= DIRECT_A_MAX;
+                    let packed_from = if direct { mc / MR } else { 0 };
+                    let ap = &mut ap[..(mc.div_ceil(MR) - packed_from) * MR * kc];
+                    pack_a(a, i0 + packed_from * MR, mc - packed_from * MR, p0, kc, ap);
                     // The A micro-panel (broadcast operand) stays in L1 while the B panels
                     // stream from L2.
-                    for (r, a_panel) in ap.chunks_exact(MR * kc).enumerate() {
+                    for r in 0..mc.div_ceil(MR) {
                         let rows = (mc - r * MR).min(MR);
+                        let a_panel = if r < packed_from {
+                            APanel::Rows(
+                                a.data[a.offset + (i0 + r * MR) * a.rs + p0..].as_ptr(),
+                                a.rs,
+                            )
+                        } else {
+                            APanel::Packed(ap[(r - packed_from) * MR * kc..].as_ptr())
+                        };
                         for q in 0..panels {
                             let cols = (nc - q * NR).min(NR);
                             let (bq, ldb) = b_panel(q);
                             // SAFETY: the tile (rows × cols at row i0 + r·MR, column
                             // j0 + q·NR) is inside this call's block of C; the B panel holds kc
-                            // rows of NR floats, ldb apart (in place: q < packed_from means a
-                            // full panel inside b; packed: kc·NR floats of bp).
+                            // rows of NR floats, ldb apart (in place: a full panel inside b;
+                            // packed: kc·NR floats of bp); the A panel likewise holds MR rows
+                            // of kc floats (in place: a full row panel inside a) or kc·MR
+                            // packed floats.
                             unsafe {
                                 let tile = c.add((i0 + r * MR) * ldc + j0 + q * NR);
                                 tile_kernel(kc, a_panel, bq, ldb, tile, ldc, rows, cols, p0 > 0);
@@ -266,7 +292,7 @@ unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usi
 #[inline]
 unsafe fn tile_kernel(
     kc: usize,
-    a: &[f32],
+    a: APanel,
     b: *const f32,
     ldb: usize,
     c: *mut f32,
@@ -275,19 +301,27 @@ unsafe fn tile_kernel(
     cols: usize,
     accumulate: bool,
 ) {
-    let a = a.as_ptr();
-    // SAFETY (all calls): the panels hold kc steps; a full tile is written straight to `c`
-    // (forwarded contract), a partial one into `buf`, a full MR×NR tile with row stride NR.
-    match (rows == MR, cols) {
-        (true, NR) => unsafe { micro_kernel::<2>(kc, a, b, ldb, c, ldc, accumulate) },
-        (true, 16) => unsafe { micro_kernel::<1>(kc, a, b, ldb, c, ldc, accumulate) },
-        _ => {
-            let mut buf = [0.0f32; MR * NR];
-            if cols <= 16 {
-                unsafe { micro_kernel::<1>(kc, a, b, ldb, buf.as_mut_ptr(), NR, false) };
-            } else {
-                unsafe { micro_kernel::<2>(kc, a, b, ldb, buf.as_mut_ptr(), NR, false) };
+    // SAFETY: forwarded contract (the panels hold kc steps; `c` holds the tile's valid part).
+    let run = |c: *mut f32, ldc: usize, acc: bool, full: bool| unsafe {
+        match (a, full) {
+            (APanel::Packed(p), true) => micro_kernel::<2, false>(kc, p, MR, b, ldb, c, ldc, acc),
+            (APanel::Packed(p), false) => micro_kernel::<1, false>(kc, p, MR, b, ldb, c, ldc, acc),
+            (APanel::Rows(p, lda), true) => {
+                micro_kernel::<2, true>(kc, p, lda, b, ldb, c, ldc, acc)
             }
+            (APanel::Rows(p, lda), false) => {
+                micro_kernel::<1, true>(kc, p, lda, b, ldb, c, ldc, acc)
+            }
+        }
+    };
+    match (rows == MR, cols) {
+        (true, NR) => run(c, ldc, accumulate, true),
+        (true, 16) => run(c, ldc, accumulate, false),
+        _ => {
+            // A partial tile: computed whole into a buffer (the packed panels are zero-padded),
+            // then its valid part stored.
+            let mut buf = [0.0f32; MR * NR];
+            run(buf.as_mut_ptr(), NR, false, cols > 16);
             for i in 0..rows {
                 for j in 0..cols {
                     // SAFETY: (i, j) is inside the valid rows × cols part of the tile.
@@ -309,13 +343,15 @@ unsafe fn tile_kernel(
 /// the full 12×32 tile; V = 1 computes only the first 16 columns of a panel (narrow edges).
 ///
 /// # Safety
-/// `a` holds kc·MR floats; `b` addresses kc rows of NR floats with row stride `ldb`; `c`
+/// `a` holds MR rows of kc floats `lda` apart (`ROWS`) or kc·MR packed floats; `b` addresses kc
+/// rows of NR floats with row stride `ldb`; `c`
 /// addresses MR rows of 16·V floats with row stride `ldc`; the CPU supports AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn micro_kernel<const V: usize>(
+unsafe fn micro_kernel<const V: usize, const ROWS: bool>(
     kc: usize,
     a: *const f32,
+    lda: usize,
     b: *const f32,
     ldb: usize,
     c: *mut f32,
@@ -335,9 +371,13 @@ unsafe fn micro_kernel<const V: usize>(
                 );
             }
             let bk: [__m512; V] = std::array::from_fn(|v| _mm512_loadu_ps(b.add(k * ldb + 16 * v)));
-            let ak = a.add(k * MR);
             for (i, row) in acc.iter_mut().enumerate() {
-                let ai = _mm512_set1_ps(*ak.add(i));
+                // In place, row i of A is `lda` apart; packed, step k's values are adjacent.
+                let ai = _mm512_set1_ps(if ROWS {
+                    *a.add(i * lda + k)
+                } else {
+                    *a.add(k * MR + i)
+                });
                 for v in 0..V {
                     row[v] = _mm512_fmadd_ps(ai, bk[v], row[v]);
                 }
@@ -361,9 +401,10 @@ unsafe fn micro_kernel<const V: usize>(
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn micro_kernel<const V: usize>(
+unsafe fn micro_kernel<const V: usize, const ROWS: bool>(
     _: usize,
     _: *const f32,
+    _: usize,
     _: *const f32,
     _: usize,
     _: *mut f32,
