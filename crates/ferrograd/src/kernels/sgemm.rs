@@ -348,6 +348,7 @@ unsafe fn tile_kernel(
 /// addresses MR rows of 16·V floats with row stride `ldc`; the CPU supports AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn micro_kernel<const V: usize, const ROWS: bool>(
     kc: usize,
     a: *const f32,
@@ -401,6 +402,7 @@ unsafe fn micro_kernel<const V: usize, const ROWS: bool>(
 }
 
 #[cfg(not(target_arch = "x86_64"))]
+#[allow(clippy::too_many_arguments)]
 unsafe fn micro_kernel<const V: usize, const ROWS: bool>(
     _: usize,
     _: *const f32,
