@@ -2,6 +2,7 @@
 
 use super::{Optim, UpdateRule};
 use crate::kernels::optim::update;
+use crate::kernels::Float;
 use crate::tensor::{Element, Tensor};
 
 /// The slots of a parameter as mutable slices.
@@ -169,11 +170,9 @@ impl UpdateRule for AdamRule {
         let step = T::from_f64(lr / bc1);
         let inv_sqrt_bc2 = T::from_f64(1.0 / bc2.sqrt());
         let (b1, b2, eps) = (T::from_f64(b1), T::from_f64(b2), T::from_f64(self.eps));
-        let one = T::one();
         with_slots::<T, 2>(slots, |s| {
             update(w, g, s, |w, g, [m, v]| {
-                let m = b1 * m + (one - b1) * g;
-                let v = b2 * v + (one - b2) * g * g;
+                let (m, v) = moments(m, v, g, b1, b2);
                 (w - step * m / (v.sqrt() * inv_sqrt_bc2 + eps), [m, v])
             })
         });
@@ -265,16 +264,10 @@ impl UpdateRule for RAdamRule {
         };
         let step = T::from_f64(lr / bc1);
         let (rect, sqrt_bc2) = (T::from_f64(rect), T::from_f64((1.0 - b2t).sqrt()));
-        let (b1, b2, eps, one) = (
-            T::from_f64(b1),
-            T::from_f64(b2),
-            T::from_f64(self.eps),
-            T::one(),
-        );
+        let (b1, b2, eps) = (T::from_f64(b1), T::from_f64(b2), T::from_f64(self.eps));
         with_slots::<T, 2>(slots, |s| {
             update(w, g, s, |w, g, [m, v]| {
-                let m = b1 * m + (one - b1) * g;
-                let v = b2 * v + (one - b2) * g * g;
+                let (m, v) = moments(m, v, g, b1, b2);
                 let d = if adaptive {
                     m * rect * sqrt_bc2 / (v.sqrt() + eps)
                 } else {
@@ -298,6 +291,15 @@ impl Optim<RAdamRule> {
             lr,
         )
     }
+}
+
+/// Adam's exponential averages of the gradient and of its square.
+#[inline(always)]
+fn moments<T: Float>(m: T, v: T, g: T, b1: T, b2: T) -> (T, T) {
+    (
+        b1 * m + (T::one() - b1) * g,
+        b2 * v + (T::one() - b2) * g * g,
+    )
 }
 
 /// Runs `f` with the state tensors as `K` mutable slices of element type `T`.
