@@ -89,12 +89,19 @@ fn leading_to(root: &Arc<Node>, ids: &IdSet) -> IdSet {
     leads
 }
 
-/// A node in the work queue, ordered by id: the newest node first.
-struct Newest(Arc<Node>);
+/// A node in the work queue, ordered by id: the newest node first. The id is kept inline so
+/// that heap comparisons do not chase the node pointer (a cache miss on large graphs).
+struct Newest(u64, Arc<Node>);
+
+impl Newest {
+    fn of(node: &Arc<Node>) -> Newest {
+        Newest(node.id, node.clone())
+    }
+}
 
 impl PartialEq for Newest {
     fn eq(&self, other: &Self) -> bool {
-        self.0.id == other.0.id
+        self.0 == other.0
     }
 }
 impl Eq for Newest {}
@@ -105,7 +112,7 @@ impl PartialOrd for Newest {
 }
 impl Ord for Newest {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.id.cmp(&other.0.id)
+        self.0.cmp(&other.0)
     }
 }
 
@@ -139,8 +146,8 @@ pub(crate) fn run_backward(
 
     let mut pending: IdMap<Tensor> = IdMap::default();
     pending.insert(root_node.id, seed);
-    let mut queue = BinaryHeap::from([Newest(root_node.clone())]);
-    while let Some(Newest(node)) = queue.pop() {
+    let mut queue = BinaryHeap::from([Newest::of(root_node)]);
+    while let Some(Newest(_, node)) = queue.pop() {
         // Taking the gradient frees it as soon as it has been passed on.
         let g = pending
             .remove(&node.id)
@@ -198,7 +205,7 @@ pub(crate) fn run_backward(
                 }
                 Entry::Vacant(slot) => {
                     slot.insert(gi);
-                    queue.push(Newest(child.clone()));
+                    queue.push(Newest::of(child));
                 }
             }
         }

@@ -41,7 +41,8 @@ impl Float for f32 {
     }
     unsafe fn gemm_unchecked(a: MatRef<'_, f32>, b: MatRef<'_, f32>, out: &mut [f32]) {
         if super::sgemm::available() {
-            return super::sgemm::gemm(a, b, out);
+            // SAFETY: forwarded contract; the AVX-512 check was just made.
+            return unsafe { super::sgemm::gemm(a, b, out) };
         }
         let (m, k, n) = (a.rows, a.cols, b.cols);
         // SAFETY: the caller guarantees the shapes and bounds; `out` is an exclusive borrow,

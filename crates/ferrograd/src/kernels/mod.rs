@@ -11,6 +11,7 @@ mod sgemm;
 pub mod strided;
 
 pub use float::Float;
+pub use sgemm::available as avx512_matmul;
 
 /// Shapes and strides: inline up to four axes, so that the layouts of small tensors cost no
 /// allocation.

@@ -20,13 +20,17 @@ const NC: usize = 1024;
 /// Steps of the k loop between prefetching a B row and using it.
 const PREFETCH: usize = 8;
 
-/// Whether this CPU can run the AVX-512 path (checked once).
+/// Whether the AVX-512 path runs (decided once): the CPU has AVX-512F and the environment
+/// variable `FERROGRAD_NO_AVX512` is not set (it forces the portable path, to test it).
 pub fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         use std::sync::OnceLock;
         static HAS: OnceLock<bool> = OnceLock::new();
-        *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx512f"))
+        *HAS.get_or_init(|| {
+            std::env::var_os("FERROGRAD_NO_AVX512").is_none()
+                && std::arch::is_x86_feature_detected!("avx512f")
+        })
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -147,13 +151,16 @@ thread_local! {
     static PACK: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
-/// `out = a @ b` (`out` row-major `[a.rows, b.cols]`). The caller has checked shapes and
-/// bounds and that `available()` is true.
+/// `out = a @ b` (`out` row-major `[a.rows, b.cols]`).
+///
+/// # Safety
+/// The caller has checked that `a.cols == b.rows > 0`, `out.len() == a.rows * b.cols`, that
+/// every element `a` and `b` address is in bounds, and that `available()` is true.
 ///
 /// Threads split the output into disjoint blocks (column ranges of whole panels when there are
 /// enough, else row ranges) and run the blocked product independently, each packing what it
 /// reads: no synchronisation until the end.
-pub fn gemm(a: MatRef<'_, f32>, b: MatRef<'_, f32>, out: &mut [f32]) {
+pub(crate) unsafe fn gemm(a: MatRef<'_, f32>, b: MatRef<'_, f32>, out: &mut [f32]) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     debug_assert!(available() && out.len() == m * n && k > 0);
     let c = OutPtr(out.as_mut_ptr());
