@@ -222,17 +222,55 @@ impl Checkpoint {
             v.sort_by(|a, b| a.0.cmp(&b.0));
             v
         };
+        let fail = |msg: String| format_error(&self.path, msg);
         let net_state: HashMap<String, Tensor> = with_prefix("model.").into_iter().collect();
         model
             .net()
-            .load_state(&net_state)
-            .map_err(|e| format_error(&self.path, e.to_string()))?;
+            .check_state(&net_state)
+            .map_err(|e| fail(e.to_string()))?;
+        // Optimizer state belongs to parameters of the same shape and dtype.
+        let params: HashMap<String, Tensor> = model
+            .net()
+            .params()
+            .into_iter()
+            .map(|(n, p)| (n, p.tensor()))
+            .collect();
+        let optim_state = with_prefix("optim.");
+        let mut problems = Vec::new();
+        for (key, t) in &optim_state {
+            let param = key.rsplit_once('.').map_or(key.as_str(), |(p, _)| p);
+            match params.get(param) {
+                None => problems.push(format!("optim.{key}: no parameter {param}")),
+                Some(p) if p.shape() != t.shape() || p.dtype() != t.dtype() => {
+                    problems.push(format!(
+                        "optim.{key}: expected {:?} {}, found {:?} {}",
+                        p.shape(),
+                        p.dtype(),
+                        t.shape(),
+                        t.dtype()
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        if !problems.is_empty() {
+            return Err(fail(format!(
+                "optimizer state does not fit the model: {}",
+                problems.join("; ")
+            )));
+        }
         let steps: u64 = self.metadata["optimizer_steps"]
             .parse()
             .expect("checked at load");
+        // The optimizer checks its slot names before changing anything, and the network was
+        // checked above, so nothing fails after the first change.
         model
             .optimizer_mut()
-            .load_state(steps, with_prefix("optim."))
-            .map_err(|e| format_error(&self.path, e.to_string()))
+            .load_state(steps, optim_state)
+            .map_err(|e| fail(e.to_string()))?;
+        model
+            .net()
+            .load_state(&net_state)
+            .map_err(|e| fail(e.to_string()))
     }
 }

@@ -80,6 +80,16 @@ impl Net {
     /// Sets every parameter and buffer from `state`. Checks names, shapes and dtypes first and
     /// reports every mismatch at once; nothing is changed when there is one.
     pub fn load_state(&self, state: &HashMap<String, Tensor>) -> Result<()> {
+        self.check_state(state)?;
+        for (name, p) in self.params().into_iter().chain(self.buffers()) {
+            p.set(&state[&name]);
+        }
+        Ok(())
+    }
+
+    /// Whether `state` fits this network (every name present, same shapes and dtypes, nothing
+    /// extra); the error lists every mismatch.
+    pub fn check_state(&self, state: &HashMap<String, Tensor>) -> Result<()> {
         let slots: Vec<(String, Param)> = self.params().into_iter().chain(self.buffers()).collect();
         let mut problems = Vec::new();
         for (name, p) in &slots {
@@ -113,9 +123,6 @@ impl Net {
                 "state does not fit the network: {}",
                 problems.join("; ")
             )));
-        }
-        for (name, p) in &slots {
-            p.set(&state[name]);
         }
         Ok(())
     }

@@ -307,6 +307,32 @@ fn checkpoint_mismatches_are_listed() {
 }
 
 #[test]
+fn optimizer_state_that_does_not_fit_changes_nothing() {
+    let dir = scratch("checkpoint_optim_mismatch");
+    let path = dir.join("ck.safetensors");
+    let mut trained = mlp();
+    train_epoch(&mut trained, &toy_data(), 0);
+    save_checkpoint(&path, &trained, 1).unwrap();
+    let (mut tensors, meta) = load_tensors(&path).unwrap();
+    tensors.insert("optim.0.w.exp_avg".into(), Tensor::zeros(&[2], DType::F32));
+    let named: Vec<(String, Tensor)> = tensors.into_iter().collect();
+    save_tensors(&path, &named, meta).unwrap();
+    let mut model = mlp();
+    let before = params_of(&model);
+    let err = load_checkpoint(&path)
+        .unwrap()
+        .restore(&mut model)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("optim.0.w.exp_avg: expected [6, 5] f32, found [2] f32"),
+        "{err}"
+    );
+    assert_eq!(params_of(&model), before);
+    assert_eq!(model.optimizer().steps(), 0);
+}
+
+#[test]
 fn an_interrupted_write_leaves_the_old_checkpoint() {
     let dir = scratch("atomic_write");
     let path = dir.join("ck.safetensors");
