@@ -6,9 +6,6 @@
 
 use std::time::Instant;
 
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;

@@ -153,17 +153,21 @@ pub(crate) fn record_impl(
     if !is_grad_enabled() || !inputs.iter().any(|t| t.is_tracked()) {
         return out;
     }
-    let (storage, layout) = match Arc::try_unwrap(out.0) {
-        Ok(inner) => (inner.storage, inner.layout),
-        Err(shared) => (shared.storage.clone(), shared.layout.clone()),
-    };
-    let node = Node::new(NodeKind::Op(OpRecord {
+    let node = Arc::new(Node::new(NodeKind::Op(OpRecord {
         name,
         rule,
         inputs: inputs.iter().map(|&t| t.clone()).collect(),
-        out: save_out.then(|| (storage.clone(), layout.clone())),
-    }));
-    Tensor::from_parts(storage, layout, Some(Arc::new(node)))
+        out: save_out.then(|| (out.storage().clone(), out.layout().clone())),
+    })));
+    let mut out = out;
+    match Arc::get_mut(&mut out.0) {
+        // A fresh result (the usual case): attach the node in place.
+        Some(inner) => {
+            inner.node = Some(node);
+            out
+        }
+        None => Tensor::from_parts(out.storage().clone(), out.layout().clone(), Some(node)),
+    }
 }
 
 /// Records an op that has no derivative: backward through it panics naming the op, unless the

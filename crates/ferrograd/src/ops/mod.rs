@@ -16,11 +16,16 @@ mod unary;
 pub(crate) use binary::promote as binary_promote;
 
 use crate::kernels::strided;
-use crate::tensor::{broadcast_shapes, Dims, Element, Tensor};
+use crate::tensor::{broadcast_shapes, Dims, Element, Layout, Tensor};
 
 /// `f` applied to every element of `x`, as a new contiguous untracked tensor.
 pub(crate) fn map_elems<T: Element>(x: &Tensor, f: impl Fn(T) -> T + Sync) -> Tensor {
     let l = x.layout();
+    if l.numel() == 1 {
+        // One element: computed in place of a kernel launch, stored inline.
+        let v = f(x.buffer::<T>()[l.offset]);
+        return Tensor::from_parts(T::inline(v), Layout::contiguous(&l.shape), None);
+    }
     let mut out = vec![T::zero(); l.numel()];
     if l.is_contiguous() {
         strided::map_flat(&x.contiguous_data::<T>(), &mut out, f);
@@ -43,6 +48,14 @@ pub(crate) fn zip_elems<T: Element>(
     b: &Tensor,
     f: impl Fn(T, T) -> T + Sync,
 ) -> Tensor {
+    if a.numel() == 1 && b.numel() == 1 {
+        let shape = broadcast_shape_or_panic(op, a.shape(), b.shape());
+        let v = f(
+            a.buffer::<T>()[a.layout().offset],
+            b.buffer::<T>()[b.layout().offset],
+        );
+        return Tensor::from_parts(T::inline(v), Layout::contiguous(&shape), None);
+    }
     if a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous() {
         // Same shape, both row-major: a plain zip, no broadcasting plan.
         let (da, db) = (a.contiguous_data::<T>(), b.contiguous_data::<T>());

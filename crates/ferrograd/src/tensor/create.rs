@@ -53,7 +53,11 @@ impl Tensor {
     }
 
     pub fn full(shape: &[usize], value: f64, dtype: DType) -> Tensor {
-        let n = shape.iter().product();
+        let n: usize = shape.iter().product();
+        if n == 1 {
+            let storage = with_dtype!(dtype, T => T::inline(T::from_f64(value)));
+            return Tensor::from_parts(storage, super::Layout::contiguous(shape), None);
+        }
         with_dtype!(dtype, T => Tensor::from_data(vec![T::from_f64(value); n], shape))
     }
 

@@ -21,18 +21,22 @@ impl fmt::Display for DType {
     }
 }
 
-/// Shared, immutable element buffer. Views share it; nothing mutates it while it is shared.
+/// Element buffer. Shared and immutable while shared; views share it. A single element is held
+/// inline (no allocation): scalars, losses and reductions to one value are common, and a graph
+/// of scalar ops would otherwise spend most of its time allocating one-element buffers.
 #[derive(Clone, Debug)]
 pub enum Storage {
     F32(Arc<Vec<f32>>),
     F64(Arc<Vec<f64>>),
+    F32One(f32),
+    F64One(f64),
 }
 
 impl Storage {
     pub fn dtype(&self) -> DType {
         match self {
-            Storage::F32(_) => DType::F32,
-            Storage::F64(_) => DType::F64,
+            Storage::F32(_) | Storage::F32One(_) => DType::F32,
+            Storage::F64(_) | Storage::F64One(_) => DType::F64,
         }
     }
 
@@ -40,6 +44,7 @@ impl Storage {
         match self {
             Storage::F32(v) => v.len(),
             Storage::F64(v) => v.len(),
+            Storage::F32One(_) | Storage::F64One(_) => 1,
         }
     }
 
@@ -51,50 +56,60 @@ impl Storage {
 /// A float type a tensor can hold: the kernels' numeric type plus its place in [`Storage`].
 pub trait Element: Float {
     const DTYPE: DType;
+    /// Storage owning `v` (inline when it holds one element).
     fn into_storage(v: Vec<Self>) -> Storage;
-    /// The buffer of `s`; panics when `s` holds the other dtype (callers dispatch on dtype first).
-    fn buffer(s: &Storage) -> &Arc<Vec<Self>>;
-    /// The buffer of `s` for writing, copied first if shared.
-    fn buffer_mut(s: &mut Storage) -> &mut Vec<Self>;
+    /// Storage holding the single element `x` inline.
+    fn inline(x: Self) -> Storage;
+    /// The elements of `s`; panics when `s` holds the other dtype (callers dispatch on dtype
+    /// first).
+    fn buffer(s: &Storage) -> &[Self];
+    /// The elements of `s` for writing, copied first if shared.
+    fn buffer_mut(s: &mut Storage) -> &mut [Self];
 }
 
-impl Element for f32 {
-    const DTYPE: DType = DType::F32;
-    fn into_storage(v: Vec<Self>) -> Storage {
-        Storage::F32(Arc::new(v))
-    }
-    fn buffer(s: &Storage) -> &Arc<Vec<Self>> {
-        match s {
-            Storage::F32(v) => v,
-            Storage::F64(_) => panic!("internal: expected f32 storage, found f64"),
+macro_rules! element {
+    ($t:ty, $dtype:ident, $shared:ident, $one:ident, $other:literal) => {
+        impl Element for $t {
+            const DTYPE: DType = DType::$dtype;
+            fn into_storage(v: Vec<Self>) -> Storage {
+                match v.as_slice() {
+                    [x] => Storage::$one(*x),
+                    _ => Storage::$shared(Arc::new(v)),
+                }
+            }
+            fn inline(x: Self) -> Storage {
+                Storage::$one(x)
+            }
+            fn buffer(s: &Storage) -> &[Self] {
+                match s {
+                    Storage::$shared(v) => v.as_slice(),
+                    Storage::$one(x) => std::slice::from_ref(x),
+                    _ => panic!(concat!(
+                        "internal: expected ",
+                        stringify!($t),
+                        " storage, found ",
+                        $other
+                    )),
+                }
+            }
+            fn buffer_mut(s: &mut Storage) -> &mut [Self] {
+                match s {
+                    Storage::$shared(v) => Arc::make_mut(v).as_mut_slice(),
+                    Storage::$one(x) => std::slice::from_mut(x),
+                    _ => panic!(concat!(
+                        "internal: expected ",
+                        stringify!($t),
+                        " storage, found ",
+                        $other
+                    )),
+                }
+            }
         }
-    }
-    fn buffer_mut(s: &mut Storage) -> &mut Vec<Self> {
-        match s {
-            Storage::F32(v) => Arc::make_mut(v),
-            Storage::F64(_) => panic!("internal: expected f32 storage, found f64"),
-        }
-    }
+    };
 }
 
-impl Element for f64 {
-    const DTYPE: DType = DType::F64;
-    fn into_storage(v: Vec<Self>) -> Storage {
-        Storage::F64(Arc::new(v))
-    }
-    fn buffer(s: &Storage) -> &Arc<Vec<Self>> {
-        match s {
-            Storage::F64(v) => v,
-            Storage::F32(_) => panic!("internal: expected f64 storage, found f32"),
-        }
-    }
-    fn buffer_mut(s: &mut Storage) -> &mut Vec<Self> {
-        match s {
-            Storage::F64(v) => Arc::make_mut(v),
-            Storage::F32(_) => panic!("internal: expected f64 storage, found f32"),
-        }
-    }
-}
+element!(f32, F32, F32, F32One, "f64");
+element!(f64, F64, F64, F64One, "f32");
 
 /// Runs `$body` with `$T` bound to the Rust type of `$dtype`.
 macro_rules! with_dtype {

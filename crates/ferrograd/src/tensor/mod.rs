@@ -90,13 +90,14 @@ impl Tensor {
         match (&self.0.storage, &other.0.storage) {
             (Storage::F32(a), Storage::F32(b)) => Arc::ptr_eq(a, b),
             (Storage::F64(a), Storage::F64(b)) => Arc::ptr_eq(a, b),
+            // Inline single elements are copied, never shared.
             _ => false,
         }
     }
 
     /// The whole storage buffer (callers pair it with `layout()`).
     pub(crate) fn buffer<T: Element>(&self) -> &[T] {
-        T::buffer(&self.0.storage).as_slice()
+        T::buffer(&self.0.storage)
     }
 
     /// This tensor as a kernel operand broadcast to `shape`; `strides` holds the broadcast
@@ -148,7 +149,7 @@ impl Tensor {
             *self = Tensor::from_data(self.contiguous_data::<T>().into_owned(), self.shape());
         }
         let inner = Arc::get_mut(&mut self.0).expect("a fresh tensor has one owner");
-        T::buffer_mut(&mut inner.storage).as_mut_slice()
+        T::buffer_mut(&mut inner.storage)
     }
 
     /// A row-major copy of the elements converted to `T`, whatever the dtype.
