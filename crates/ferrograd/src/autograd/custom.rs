@@ -91,7 +91,6 @@ where
         Cow::Owned(name.to_string()),
         y.detach(),
         inputs,
-        false,
         Box::new(move |c, up| checked(&label, rule(up), c.inputs)),
     )
 }
@@ -122,7 +121,6 @@ where
         Cow::Owned(name.to_string()),
         packed_value,
         inputs,
-        false,
         Box::new(move |c, up| checked(&label, rule(&split(up, &split_shapes)), c.inputs)),
     );
     split(&packed, &shapes)

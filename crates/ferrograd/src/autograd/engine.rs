@@ -4,7 +4,6 @@
 use std::collections::hash_map::Entry;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::Arc;
 
 use super::anomaly;
 use super::gradients::Gradients;
@@ -53,49 +52,56 @@ impl Targets {
     }
 }
 
-/// Nodes reachable from `root` that lead to one of `ids` (the targets included).
-fn leading_to(root: &Arc<Node>, ids: &IdSet) -> IdSet {
+/// The node of a tensor the engine reached (every queued tensor is tracked).
+fn node_of(t: &Tensor) -> &Node {
+    t.0.node
+        .as_ref()
+        .expect("the graph holds only tracked tensors")
+}
+
+/// The tracked inputs of `t`'s op (none for a leaf).
+fn tracked_inputs(t: &Tensor) -> impl Iterator<Item = &Tensor> {
+    node_of(t)
+        .op()
+        .into_iter()
+        .flat_map(|r| r.inputs.iter())
+        .filter(|i| i.is_tracked())
+}
+
+/// Ids of the nodes reachable from `root` that lead to one of `ids` (the targets included).
+fn leading_to(root: &Tensor, ids: &IdSet) -> IdSet {
     // Every reachable node, then a pass in increasing id order: a node's inputs are always
     // older than the node, so each input is decided before its consumers.
-    let mut all: Vec<Arc<Node>> = Vec::new();
+    let mut all: Vec<Tensor> = Vec::new();
     let mut seen = IdSet::default();
     let mut stack = vec![root.clone()];
-    seen.insert(root.id);
-    while let Some(node) = stack.pop() {
-        for child in node
-            .op()
-            .into_iter()
-            .flat_map(|r| r.inputs.iter())
-            .filter_map(|t| t.0.node.as_ref())
-        {
-            if seen.insert(child.id) {
+    seen.insert(node_of(root).id);
+    while let Some(t) = stack.pop() {
+        for child in tracked_inputs(&t) {
+            if seen.insert(node_of(child).id) {
                 stack.push(child.clone());
             }
         }
-        all.push(node);
+        all.push(t);
     }
-    all.sort_unstable_by_key(|n| n.id);
+    all.sort_unstable_by_key(|t| node_of(t).id);
     let mut leads = IdSet::default();
-    for node in &all {
-        let via_input = node.op().is_some_and(|r| {
-            r.inputs
-                .iter()
-                .any(|t| t.0.node.as_ref().is_some_and(|c| leads.contains(&c.id)))
-        });
-        if ids.contains(&node.id) || via_input {
-            leads.insert(node.id);
+    for t in &all {
+        let via_input = tracked_inputs(t).any(|c| leads.contains(&node_of(c).id));
+        if ids.contains(&node_of(t).id) || via_input {
+            leads.insert(node_of(t).id);
         }
     }
     leads
 }
 
-/// A node in the work queue, ordered by id: the newest node first. The id is kept inline so
-/// that heap comparisons do not chase the node pointer (a cache miss on large graphs).
-struct Newest(u64, Arc<Node>);
+/// A tracked tensor in the work queue, ordered by its node's id: the newest first. The id is
+/// kept inline so that heap comparisons do not chase pointers (cache misses on large graphs).
+struct Newest(u64, Tensor);
 
 impl Newest {
-    fn of(node: &Arc<Node>) -> Newest {
-        Newest(node.id, node.clone())
+    fn of(t: &Tensor) -> Newest {
+        Newest(node_of(t).id, t.clone())
     }
 }
 
@@ -129,49 +135,42 @@ pub(crate) fn run_backward(
     create_graph: bool,
 ) -> IdMap<Tensor> {
     let mut results = IdMap::default();
-    let Some(root_node) = &root.0.node else {
+    if !root.is_tracked() {
         return results;
-    };
+    }
     let _mode = ModeGuard::set(create_graph);
     // With explicit targets, only nodes that lead to one are visited; every recorded node leads
     // to a tracked leaf by construction.
     let leads = match targets {
         Targets::Leaves => None,
-        Targets::Nodes(ids) => Some(leading_to(root_node, ids)),
+        Targets::Nodes(ids) => Some(leading_to(root, ids)),
     };
     let wanted = |n: &Node| leads.as_ref().is_none_or(|l| l.contains(&n.id));
-    if !wanted(root_node) {
+    if !wanted(node_of(root)) {
         return results;
     }
 
     let mut pending: IdMap<Tensor> = IdMap::default();
-    pending.insert(root_node.id, seed);
-    let mut queue = BinaryHeap::from([Newest::of(root_node)]);
-    while let Some(Newest(_, node)) = queue.pop() {
+    pending.insert(node_of(root).id, seed);
+    let mut queue = BinaryHeap::from([Newest::of(root)]);
+    while let Some(Newest(id, out)) = queue.pop() {
         // Taking the gradient frees it as soon as it has been passed on.
-        let g = pending
-            .remove(&node.id)
-            .expect("queued nodes have a gradient");
-        if targets.contains(&node) {
-            results.insert(node.id, g.clone());
+        let g = pending.remove(&id).expect("queued nodes have a gradient");
+        let node = node_of(&out);
+        if targets.contains(node) {
+            results.insert(id, g.clone());
         }
         let Some(rec) = node.op() else { continue };
         let needs: SmallVec<[bool; 4]> = rec
             .inputs
             .iter()
-            .map(|t| t.0.node.as_deref().is_some_and(wanted))
+            .map(|t| t.0.node.as_ref().is_some_and(wanted))
             .collect();
-        let out = rec.out.as_ref().map(|(storage, layout)| {
-            let out_node = if create_graph {
-                Some(node.clone())
-            } else {
-                None
-            };
-            Tensor::from_parts(storage.clone(), layout.clone(), out_node)
-        });
+        // The output itself is tracked: a rule that reads it stays differentiable when the
+        // pass builds a graph (and records nothing otherwise).
         let ctx = BackwardCtx {
             inputs: &rec.inputs,
-            saved_out: out.as_ref(),
+            out: &out,
             needs: &needs,
         };
         let grads = anomaly::in_rule(|| (rec.rule)(&ctx, &g));
@@ -197,15 +196,14 @@ pub(crate) fn run_backward(
                 input.shape(),
                 input.dtype()
             );
-            let child = input.0.node.as_ref().expect("needed inputs are tracked");
-            match pending.entry(child.id) {
+            match pending.entry(node_of(input).id) {
                 Entry::Occupied(mut acc) => {
                     let sum = acc.get() + &gi;
                     acc.insert(sum);
                 }
                 Entry::Vacant(slot) => {
                     slot.insert(gi);
-                    queue.push(Newest::of(child));
+                    queue.push(Newest::of(input));
                 }
             }
         }

@@ -1,8 +1,10 @@
 //! Reverse-mode automatic differentiation on a dynamic graph.
 //!
 //! An op records a [`Node`] only when one of its inputs is tracked and recording is enabled.
-//! The node keeps the op's inputs, its output's data and the op's derivative rule (a VJP written
-//! with tensor ops, so that running it with recording on yields a differentiable gradient).
+//! The node lives inside the op's output tensor (no allocation of its own) and keeps the op's
+//! inputs and derivative rule (a VJP written with tensor ops, so that running it with recording
+//! on yields a differentiable gradient). Inputs never point back to their consumers, so the
+//! graph has no cycles: it is freed with the last tensor that reaches it.
 
 mod anomaly;
 mod custom;
@@ -20,5 +22,5 @@ pub use gradcheck::{gradcheck, gradgradcheck, GradcheckOptions};
 pub use gradients::Gradients;
 pub use mode::{enable_grad, is_grad_enabled, no_grad};
 pub use node::live_nodes;
-pub(crate) use node::{record, record_nondiff, record_with_out, BackwardCtx, Grads, Node};
+pub(crate) use node::{record, record_nondiff, BackwardCtx, Grads, Node};
 pub use param::Param;

@@ -8,7 +8,7 @@ use smallvec::SmallVec;
 
 use super::anomaly;
 use super::mode::is_grad_enabled;
-use crate::tensor::{Layout, Storage, Tensor};
+use crate::tensor::Tensor;
 
 /// A derivative rule: from the context and the upstream gradient (shape of the output) to one
 /// gradient per input (`None` where the input needs none). Written with tensor ops.
@@ -41,15 +41,25 @@ pub(crate) struct OpRecord {
     pub(crate) name: Cow<'static, str>,
     pub(crate) rule: Rule,
     pub(crate) inputs: SmallVec<[Tensor; 2]>,
-    /// The output's data without its node (holding the output itself would be a cycle), kept
-    /// only for rules that use it. The engine re-attaches this node when the backward builds a
-    /// graph, so that the output stays differentiable.
-    pub(crate) out: Option<(Storage, Layout)>,
 }
 
 impl Node {
     pub(crate) fn leaf() -> Node {
         Node::new(NodeKind::Leaf)
+    }
+
+    /// A leaf with a given identity: a parameter's, carried over to its new values.
+    pub(crate) fn leaf_with_id(id: u64) -> Node {
+        LIVE.fetch_add(1, Ordering::Relaxed);
+        Node {
+            id,
+            kind: NodeKind::Leaf,
+        }
+    }
+
+    /// A fresh identity (for parameters).
+    pub(crate) fn fresh_id() -> u64 {
+        NEXT_ID.fetch_add(1, Ordering::Relaxed)
     }
 
     fn new(kind: NodeKind) -> Node {
@@ -83,13 +93,8 @@ impl Drop for Node {
             let Some(mut inner) = Arc::into_inner(t.0) else {
                 continue;
             };
-            let Some(node) = inner.node.take() else {
-                continue;
-            };
-            if let Some(mut node) = Arc::into_inner(node) {
-                if let NodeKind::Op(r) = &mut node.kind {
-                    stack.extend(r.inputs.drain(..));
-                }
+            if let Some(NodeKind::Op(r)) = inner.node.as_mut().map(|n| &mut n.kind) {
+                stack.extend(r.inputs.drain(..));
             }
         }
     }
@@ -98,9 +103,8 @@ impl Drop for Node {
 /// What a rule sees at backward time.
 pub(crate) struct BackwardCtx<'a> {
     pub(crate) inputs: &'a [Tensor],
-    /// The op's output, when the op saved it; tracked (through this node) when the backward
-    /// builds a graph.
-    pub(crate) saved_out: Option<&'a Tensor>,
+    /// The op's output (tracked: rules that read it stay differentiable).
+    pub(crate) out: &'a Tensor,
     pub(crate) needs: &'a [bool],
 }
 
@@ -109,10 +113,9 @@ impl BackwardCtx<'_> {
         &self.inputs[i]
     }
 
-    /// The op's output (recorded with `record_with_out`).
+    /// The op's output.
     pub(crate) fn out(&self) -> &Tensor {
-        self.saved_out
-            .expect("internal: a rule reads an output its op did not save")
+        self.out
     }
 
     /// Whether input `i` wants a gradient; rules skip the work for the others.
@@ -122,46 +125,34 @@ impl BackwardCtx<'_> {
 }
 
 /// Wraps the untracked result `out` of op `name`: tracked, with `rule` as its derivative, when
-/// recording is on and an input is tracked; returned as is otherwise. The rule sees the inputs.
+/// recording is on and an input is tracked; returned as is otherwise.
 pub(crate) fn record(
     name: &'static str,
     out: Tensor,
     inputs: &[&Tensor],
     rule: impl Fn(&BackwardCtx<'_>, &Tensor) -> Grads + Send + Sync + 'static,
 ) -> Tensor {
-    record_impl(Cow::Borrowed(name), out, inputs, false, Box::new(rule))
-}
-
-/// As [`record`], for a rule that also reads the op's output (`ctx.out()`).
-pub(crate) fn record_with_out(
-    name: &'static str,
-    out: Tensor,
-    inputs: &[&Tensor],
-    rule: impl Fn(&BackwardCtx<'_>, &Tensor) -> Grads + Send + Sync + 'static,
-) -> Tensor {
-    record_impl(Cow::Borrowed(name), out, inputs, true, Box::new(rule))
+    record_impl(Cow::Borrowed(name), out, inputs, Box::new(rule))
 }
 
 pub(crate) fn record_impl(
     name: Cow<'static, str>,
     out: Tensor,
     inputs: &[&Tensor],
-    save_out: bool,
     rule: Rule,
 ) -> Tensor {
     anomaly::check_forward(&name, &out, inputs);
     if !is_grad_enabled() || !inputs.iter().any(|t| t.is_tracked()) {
         return out;
     }
-    let node = Arc::new(Node::new(NodeKind::Op(OpRecord {
+    let node = Node::new(NodeKind::Op(OpRecord {
         name,
         rule,
         inputs: inputs.iter().map(|&t| t.clone()).collect(),
-        out: save_out.then(|| (out.storage().clone(), out.layout().clone())),
-    })));
+    }));
     let mut out = out;
     match Arc::get_mut(&mut out.0) {
-        // A fresh result (the usual case): attach the node in place.
+        // A fresh result (the usual case): the node goes into it, no allocation.
         Some(inner) => {
             inner.node = Some(node);
             out
@@ -187,7 +178,7 @@ impl Tensor {
         Tensor::from_parts(
             self.storage().clone(),
             self.layout().clone(),
-            Some(Arc::new(Node::leaf())),
+            Some(Node::leaf()),
         )
     }
 

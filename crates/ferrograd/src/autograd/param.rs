@@ -7,31 +7,35 @@ use crate::tensor::{with_dtype, DType, Element, Tensor};
 
 /// `value` as a parameter's tensor: its own contiguous buffer from offset 0 (so that updates
 /// in place are possible), tracked through `node`.
-fn owned(value: &Tensor, node: Arc<Node>) -> Tensor {
+fn owned(value: &Tensor, id: u64) -> Tensor {
     let fresh = with_dtype!(value.dtype(), T => value.materialize::<T>());
-    Tensor::from_parts(fresh.storage().clone(), fresh.layout().clone(), Some(node))
+    Tensor::from_parts(
+        fresh.storage().clone(),
+        fresh.layout().clone(),
+        Some(Node::leaf_with_id(id)),
+    )
 }
 
 /// A tracked leaf whose value can be replaced while its identity (what `Gradients` is keyed
 /// by) stays. Clones share the same parameter.
 #[derive(Clone)]
 pub struct Param {
-    node: Arc<Node>,
+    id: u64,
     value: Arc<RwLock<Tensor>>,
 }
 
 impl Param {
     pub fn new(value: Tensor) -> Param {
-        let node = Arc::new(Node::leaf());
-        let value = owned(&value, node.clone());
+        let id = Node::fresh_id();
+        let value = owned(&value, id);
         Param {
-            node,
+            id,
             value: Arc::new(RwLock::new(value)),
         }
     }
 
     pub(crate) fn id(&self) -> u64 {
-        self.node.id
+        self.id
     }
 
     /// The current value, tracked as this parameter's leaf.
@@ -50,7 +54,7 @@ impl Param {
             slot.shape(),
             slot.dtype()
         );
-        *slot = owned(value, self.node.clone());
+        *slot = owned(value, self.id);
     }
 
     /// Runs `f` on the elements in place (row-major; `T` must be the parameter's dtype). The
@@ -69,14 +73,14 @@ impl Param {
         *slot = Tensor::from_parts(
             bare.storage().clone(),
             bare.layout().clone(),
-            Some(self.node.clone()),
+            Some(Node::leaf_with_id(self.id)),
         );
     }
 
     /// Converts the value to `dtype`, keeping the identity (for f64 gradient checks, say).
     pub fn set_dtype(&self, dtype: DType) {
         let mut slot = self.value.write().unwrap_or_else(|e| e.into_inner());
-        *slot = owned(&slot.to_dtype(dtype), self.node.clone());
+        *slot = owned(&slot.to_dtype(dtype), self.id);
     }
 
     /// Number of elements.

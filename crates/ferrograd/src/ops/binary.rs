@@ -4,7 +4,7 @@
 use super::{broadcast_shape_or_panic, map_dispatch, zip_dispatch};
 use smallvec::smallvec;
 
-use crate::autograd::{record, record_with_out, BackwardCtx, Grads};
+use crate::autograd::{record, BackwardCtx, Grads};
 use crate::kernels::strided;
 use crate::kernels::Float;
 use crate::tensor::{with_dtype, DType, Tensor};
@@ -66,7 +66,7 @@ impl Tensor {
     pub fn div(&self, other: &Tensor) -> Tensor {
         promoted!(self, other, div);
         let out = zip_dispatch!("div", self, other, |x, y| x / y);
-        record_with_out("div", out, &[self, other], |c, up| {
+        record("div", out, &[self, other], |c, up| {
             let (a, b) = (c.input(0), c.input(1));
             smallvec![
                 c.needs(0).then(|| (up / b).sum_to(a.shape())),

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use super::check_axis;
 use smallvec::smallvec;
 
-use crate::autograd::{record, record_nondiff, record_with_out};
+use crate::autograd::{record, record_nondiff};
 use crate::kernels::reduce as kr;
 use crate::kernels::Float;
 use crate::tensor::{with_dtype, Element, Tensor};
@@ -180,7 +180,7 @@ impl Tensor {
             }
         }));
         let (keep_shape, axes) = (plan.keep_shape, plan.axes);
-        record_with_out(op, out, &[self], move |c, up| {
+        record(op, out, &[self], move |c, up| {
             let x = c.input(0).detach();
             let picked = x.eq(&c.out().detach().reshape(&keep_shape));
             let share = &picked / &picked.sum_axes(&axes, true);

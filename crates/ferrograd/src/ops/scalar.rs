@@ -4,7 +4,7 @@
 use smallvec::smallvec;
 
 use super::map_dispatch;
-use crate::autograd::{record, record_with_out};
+use crate::autograd::record;
 use crate::kernels::Float;
 use crate::tensor::Tensor;
 
@@ -42,7 +42,7 @@ impl Tensor {
     /// `s / self`.
     pub fn rdiv_scalar(&self, s: f64) -> Tensor {
         let out = map_dispatch!(self, |v| T::from_f64(s) / v);
-        record_with_out("rdiv_scalar", out, &[self], |c, up| {
+        record("rdiv_scalar", out, &[self], |c, up| {
             // d(s/x)/dx = -s/x² = -(s/x)/x
             smallvec![Some(-&(&(up * c.out()) / c.input(0)))]
         })

@@ -4,7 +4,7 @@
 use super::check_axis;
 use smallvec::smallvec;
 
-use crate::autograd::record_with_out;
+use crate::autograd::record;
 use crate::kernels::reduce as kr;
 use crate::tensor::{with_dtype, Element, Tensor};
 
@@ -25,7 +25,7 @@ impl Tensor {
     pub fn softmax(&self, axis: usize) -> Tensor {
         check_axis("softmax", axis, self.shape());
         let out = with_dtype!(self.dtype(), T => fused::<T>(self, axis, false));
-        record_with_out("softmax", out, &[self], move |c, up| {
+        record("softmax", out, &[self], move |c, up| {
             let y = c.out();
             let dot = (up * y).sum_axes(&[axis], true);
             smallvec![Some(y * &(up - &dot))]
@@ -36,7 +36,7 @@ impl Tensor {
     pub fn log_softmax(&self, axis: usize) -> Tensor {
         check_axis("log_softmax", axis, self.shape());
         let out = with_dtype!(self.dtype(), T => fused::<T>(self, axis, true));
-        record_with_out("log_softmax", out, &[self], move |c, up| {
+        record("log_softmax", out, &[self], move |c, up| {
             let total = up.sum_axes(&[axis], true);
             smallvec![Some(up - &(&c.out().exp() * &total))]
         })

@@ -3,7 +3,7 @@
 use super::map_dispatch;
 use smallvec::smallvec;
 
-use crate::autograd::{record, record_nondiff, record_with_out};
+use crate::autograd::{record, record_nondiff};
 use crate::kernels::Float;
 use crate::tensor::Tensor;
 use num_traits::{One, Zero};
@@ -19,7 +19,7 @@ impl Tensor {
 
     pub fn exp(&self) -> Tensor {
         let out = map_dispatch!(self, |v| v.exp());
-        record_with_out("exp", out, &[self], |c, up| smallvec![Some(up * c.out())])
+        record("exp", out, &[self], |c, up| smallvec![Some(up * c.out())])
     }
 
     /// Natural logarithm.
@@ -32,7 +32,7 @@ impl Tensor {
 
     pub fn sqrt(&self) -> Tensor {
         let out = map_dispatch!(self, |v| v.sqrt());
-        record_with_out("sqrt", out, &[self], |c, up| {
+        record("sqrt", out, &[self], |c, up| {
             smallvec![Some(&(up * 0.5) / c.out())]
         })
     }
@@ -87,7 +87,7 @@ impl Tensor {
 
     pub fn tanh(&self) -> Tensor {
         let out = map_dispatch!(self, |v| v.tanh());
-        record_with_out("tanh", out, &[self], |c, up| {
+        record("tanh", out, &[self], |c, up| {
             smallvec![Some(up * &(1.0 - &c.out().square()))]
         })
     }
@@ -100,7 +100,7 @@ impl Tensor {
             let e = v.exp();
             e / (T::one() + e)
         });
-        record_with_out("sigmoid", out, &[self], |c, up| {
+        record("sigmoid", out, &[self], |c, up| {
             smallvec![Some(&(up * c.out()) * &(1.0 - c.out()))]
         })
     }

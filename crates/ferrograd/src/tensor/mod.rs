@@ -1,7 +1,7 @@
 //! The [`Tensor`] handle: shape, strides and offset over shared storage, in f32 or f64.
 //!
 //! A tensor is an immutable value and cheap to clone. Its one link upward is the optional graph
-//! node that `autograd` attaches to tensors that are tracked for differentiation.
+//! node that `autograd` stores in tensors that are tracked for differentiation.
 
 mod create;
 mod display;
@@ -29,11 +29,11 @@ pub(crate) struct TensorInner {
     pub(crate) storage: Storage,
     pub(crate) layout: Layout,
     /// Set when the tensor takes part in a recorded graph (a tracked leaf or an op's output).
-    pub(crate) node: Option<Arc<Node>>,
+    pub(crate) node: Option<Node>,
 }
 
 impl Tensor {
-    pub(crate) fn from_parts(storage: Storage, layout: Layout, node: Option<Arc<Node>>) -> Tensor {
+    pub(crate) fn from_parts(storage: Storage, layout: Layout, node: Option<Node>) -> Tensor {
         debug_assert!(layout.numel() == 0 || max_index(&layout) < storage.len());
         Tensor(Arc::new(TensorInner {
             storage,
