@@ -16,8 +16,13 @@ thread_local! {
     static IN_RULE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+thread_local! {
+    /// Whether detection is on: a plain flag, checked by every op.
+    static ON: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 fn enabled() -> bool {
-    STATE.with(|s| s.borrow().is_some())
+    ON.with(|on| on.get())
 }
 
 /// Runs a derivative rule; its internal ops are not reported one by one, its gradients are
@@ -85,13 +90,15 @@ pub(crate) fn check_backward(op: &str, grads: &[Option<Tensor>], inputs: &[Tenso
 /// error naming the first op that produced a non-finite value and its input shapes.
 pub fn detect_anomaly<R>(f: impl FnOnce() -> R) -> Result<R> {
     let outer = STATE.with(|s| s.replace(Some(None)));
-    struct Restore(Option<Option<String>>);
+    let was_on = ON.with(|on| on.replace(true));
+    struct Restore(Option<Option<String>>, bool);
     impl Drop for Restore {
         fn drop(&mut self) {
             STATE.with(|s| *s.borrow_mut() = self.0.take());
+            ON.with(|on| on.set(self.1));
         }
     }
-    let restore = Restore(outer);
+    let restore = Restore(outer, was_on);
     let value = f();
     let found = STATE.with(|s| s.borrow_mut().take()).flatten();
     drop(restore);
