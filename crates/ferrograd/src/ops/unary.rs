@@ -8,6 +8,22 @@ use crate::kernels::Float;
 use crate::tensor::Tensor;
 use num_traits::{One, Zero};
 
+/// 1 where `x` > 0, else 0: a constant mask (untracked), for the rules of kinked functions.
+fn positive(x: &Tensor) -> Tensor {
+    map_dispatch!(x, |v| if v > T::zero() { T::one() } else { T::zero() })
+}
+
+/// The sign of each element as a constant (untracked) tensor.
+fn sign_of(x: &Tensor) -> Tensor {
+    map_dispatch!(x, |v| if v > T::zero() {
+        T::one()
+    } else if v < T::zero() {
+        -T::one()
+    } else {
+        v
+    })
+}
+
 /// 2 / √π, the scale of erf's derivative.
 const TWO_OVER_SQRT_PI: f64 = std::f64::consts::FRAC_2_SQRT_PI;
 
@@ -55,20 +71,13 @@ impl Tensor {
     pub fn abs(&self) -> Tensor {
         let out = map_dispatch!(self, |v| v.abs());
         record("abs", out, &[self], |c, up| {
-            smallvec![Some(up * &c.input(0).detach().sign())]
+            smallvec![Some(up * &sign_of(c.input(0)))]
         })
     }
 
     /// −1, 0 or 1 by the sign of each element (0 at 0). Has no derivative.
     pub fn sign(&self) -> Tensor {
-        let out = map_dispatch!(self, |v| if v > T::zero() {
-            T::one()
-        } else if v < T::zero() {
-            -T::one()
-        } else {
-            v
-        });
-        record_nondiff("sign", out, &[self])
+        record_nondiff("sign", sign_of(self), &[self])
     }
 
     pub fn sin(&self) -> Tensor {
@@ -109,7 +118,7 @@ impl Tensor {
     pub fn relu(&self) -> Tensor {
         let out = map_dispatch!(self, |v| if v > T::zero() { v } else { T::zero() });
         record("relu", out, &[self], |c, up| {
-            smallvec![Some(up * &c.input(0).detach().gt_scalar(0.0))]
+            smallvec![Some(up * &positive(c.input(0)))]
         })
     }
 
@@ -121,7 +130,7 @@ impl Tensor {
             v * T::from_f64(slope)
         });
         record("leaky_relu", out, &[self], move |c, up| {
-            let positive = c.input(0).detach().gt_scalar(0.0);
+            let positive = positive(c.input(0));
             smallvec![Some(up * &(&(&positive * (1.0 - slope)) + slope))]
         })
     }
