@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::peak_rss_mib;
+use common::{peak_rss_mib, seed_mlp};
 use ferrograd::data::{one_hot, BatchIterator, TensorDataset};
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;
@@ -20,14 +20,7 @@ fn main() {
     let labels: Vec<u8> = (0..n).map(|i| (i * 7 % 10) as u8).collect();
     let data = TensorDataset::new(x, one_hot(&labels, 10));
     manual_seed(0);
-    let net = Net::new(vec![
-        Box::new(Dense::new(784, 400)),
-        Box::new(ReLU::new()),
-        Box::new(Dense::new(400, 100)),
-        Box::new(ReLU::new()),
-        Box::new(Dense::new(100, 10)),
-    ]);
-    let mut model = Model::new(net, SoftmaxCrossEntropy::new(), Adam::new(1e-3));
+    let mut model = seed_mlp(1e-3);
     for epoch in 0..3 {
         let (mut grad_time, mut opt_time) = (Duration::ZERO, Duration::ZERO);
         let start = Instant::now();

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 mod common;
 
-use common::peak_rss_mib;
+use common::{peak_rss_mib, seed_mlp};
 use ferrograd::data::{BatchIterator, Mnist};
 use ferrograd::io::{load_checkpoint, save_checkpoint};
 use ferrograd::metrics::accuracy;
@@ -89,14 +89,7 @@ fn run(args: Args) -> Result<(), String> {
     );
 
     manual_seed(args.seed);
-    let net = Net::new(vec![
-        Box::new(Dense::new(784, 400)),
-        Box::new(ReLU::new()),
-        Box::new(Dense::new(400, 100)),
-        Box::new(ReLU::new()),
-        Box::new(Dense::new(100, 10)),
-    ]);
-    let mut model = Model::new(net, SoftmaxCrossEntropy::new(), Adam::new(args.lr));
+    let mut model = seed_mlp(args.lr);
     let mut first_epoch = 0;
     if let Some(path) = &args.resume {
         let ck = load_checkpoint(path).map_err(|e| e.to_string())?;

@@ -1,5 +1,20 @@
 //! Helpers shared by the examples.
 
+use ferrograd::prelude::*;
+
+/// The seed's MNIST classifier: MLP 784-400-100-10 with ReLU, softmax cross-entropy and Adam at
+/// learning rate `lr` (weights from the generator seeded by `manual_seed`).
+pub fn seed_mlp(lr: f64) -> Model {
+    let net = Net::new(vec![
+        Box::new(Dense::new(784, 400)),
+        Box::new(ReLU::new()),
+        Box::new(Dense::new(400, 100)),
+        Box::new(ReLU::new()),
+        Box::new(Dense::new(100, 10)),
+    ]);
+    Model::new(net, SoftmaxCrossEntropy::new(), Adam::new(lr))
+}
+
 /// Peak resident memory of this process in MiB (Linux `VmHWM`), if known.
 pub fn peak_rss_mib() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;

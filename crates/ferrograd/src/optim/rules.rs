@@ -150,7 +150,7 @@ impl Optim<AdagradRule> {
 }
 
 /// Adam: m ← β₁m + (1−β₁)g, v ← β₂v + (1−β₂)g², w ← w − lr·m̂ / (√v̂ + ε) with the bias
-/// corrections m̂ = m / (1 − β₁ᵗ), v̂ = v / (1 − β₂ᵗ). `decoupled` makes it AdamW.
+/// corrections m̂ = m / (1 − β₁ᵗ), v̂ = v / (1 − β₂ᵗ). `AdamWRule` adds decoupled decay.
 pub struct AdamRule {
     pub beta1: f64,
     pub beta2: f64,
