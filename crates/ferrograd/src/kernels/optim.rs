@@ -5,11 +5,32 @@ use rayon::prelude::*;
 
 use super::{Float, PAR_CHUNK, PAR_THRESHOLD};
 
-/// For every element: `(w, slots) = rule(w, g, slots)`, where `slots` holds the element's
-/// optimizer state (momentum, second moment, ...), `K` values per element.
+/// What every optimizer does to the gradient and the weight before its own rule, fused into
+/// the same pass: scale (clipping by global norm), clamp (clipping by value), L2 decay
+/// (g + l2·w), and decoupled decay (w·keep).
+#[derive(Clone, Copy, Debug)]
+pub struct Prep<T> {
+    pub scale: T,
+    pub clamp: Option<T>,
+    pub l2: T,
+    pub keep: T,
+}
+
+impl<T: Float> Prep<T> {
+    #[inline(always)]
+    fn apply(&self, w: T, g: T) -> (T, T) {
+        let g = g * self.scale;
+        let g = self.clamp.map_or(g, |c| g.max(-c).min(c));
+        (w * self.keep, g + self.l2 * w)
+    }
+}
+
+/// For every element: `(w, slots) = rule(w, g, slots)` after `prep`, where `slots` holds the
+/// element's optimizer state (momentum, second moment, ...), `K` values per element.
 pub fn update<T: Float, const K: usize>(
     w: &mut [T],
     g: &[T],
+    prep: Prep<T>,
     slots: [&mut [T]; K],
     rule: impl Fn(T, T, [T; K]) -> (T, [T; K]) + Sync,
 ) {
@@ -17,7 +38,7 @@ pub fn update<T: Float, const K: usize>(
         g.len() == w.len() && slots.iter().all(|s| s.len() == w.len()),
         "optimizer update: parameter, gradient and state lengths differ"
     );
-    let run = |(w, g, s): (&mut [T], &[T], [&mut [T]; K])| update_chunk(w, g, s, &rule);
+    let run = |(w, g, s): (&mut [T], &[T], [&mut [T]; K])| update_chunk(w, g, prep, s, &rule);
     if w.len() < PAR_THRESHOLD {
         run((w, g, slots));
         return;
@@ -45,6 +66,7 @@ pub fn update<T: Float, const K: usize>(
 fn update_chunk<T: Float, const K: usize>(
     w: &mut [T],
     g: &[T],
+    prep: Prep<T>,
     s: [&mut [T]; K],
     rule: &(impl Fn(T, T, [T; K]) -> (T, [T; K]) + Sync),
 ) {
@@ -60,7 +82,8 @@ fn update_chunk<T: Float, const K: usize>(
     let s = s.map(|x| &mut x[..n]);
     for i in 0..n {
         let state = std::array::from_fn(|k| s[k][i]);
-        let (nw, ns) = rule(w[i], g[i], state);
+        let (wi, gi) = prep.apply(w[i], g[i]);
+        let (nw, ns) = rule(wi, gi, state);
         w[i] = nw;
         for k in 0..K {
             s[k][i] = if ns[k].abs() < tiny { T::zero() } else { ns[k] };

@@ -18,7 +18,7 @@ pub use schedule::{
 
 use crate::autograd::{Gradients, Param};
 use crate::error::{Error, Result};
-use crate::kernels::optim::sum_squares;
+use crate::kernels::optim::{sum_squares, Prep};
 use crate::tensor::{with_dtype, Element, Tensor};
 
 /// Plain gradient descent.
@@ -53,9 +53,17 @@ pub trait UpdateRule: Send + Sync {
     const SLOTS: usize;
     /// Names of the state slots (for checkpoints).
     fn slot_names(&self) -> &'static [&'static str];
-    /// Updates `w` in place from the gradient `g` (already clipped and, for L2 decay, with
-    /// the decay added) and the state `slots`, at step `t` (1-based) with learning rate `lr`.
-    fn apply<T: Element>(&self, w: &mut [T], g: &[T], slots: &mut [Tensor], lr: f64, t: u64);
+    /// Updates `w` in place from the gradient `g` (to be clipped and decayed by `prep` in the
+    /// same pass) and the state `slots`, at step `t` (1-based) with learning rate `lr`.
+    fn apply<T: Element>(
+        &self,
+        w: &mut [T],
+        g: &[T],
+        prep: Prep<T>,
+        slots: &mut [Tensor],
+        lr: f64,
+        t: u64,
+    );
     /// Whether weight decay is decoupled (AdamW) rather than L2.
     fn decoupled(&self) -> bool {
         false
@@ -131,34 +139,14 @@ impl<R: UpdateRule> Optim<R> {
         let g = g.to_dtype(T::DTYPE);
         let g = g.contiguous_data::<T>();
         let decoupled = self.rule.decoupled();
-        p.update::<T>(|w| {
-            // The effective gradient: clipped, scaled, plus L2 decay when not decoupled.
-            let needs_copy = gscale != 1.0 || clip_value.is_some() || (wd != 0.0 && !decoupled);
-            let g_eff: std::borrow::Cow<'_, [T]> = if needs_copy {
-                let (s, l2) = (
-                    T::from_f64(gscale),
-                    T::from_f64(if decoupled { 0.0 } else { wd }),
-                );
-                let c = clip_value.map(T::from_f64);
-                std::borrow::Cow::Owned(
-                    g.iter()
-                        .zip(w.iter())
-                        .map(|(&gi, &wi)| {
-                            let gi = gi * s;
-                            let gi = c.map_or(gi, |c| gi.max(-c).min(c));
-                            gi + l2 * wi
-                        })
-                        .collect(),
-                )
-            } else {
-                std::borrow::Cow::Borrowed(&g[..])
-            };
-            if decoupled && wd != 0.0 {
-                let keep = T::from_f64(1.0 - lr * wd);
-                w.iter_mut().for_each(|v| *v = *v * keep);
-            }
-            self.rule.apply(w, &g_eff, slots, lr, t);
-        });
+        // Clipping and weight decay happen inside the update's single pass.
+        let prep = Prep {
+            scale: T::from_f64(gscale),
+            clamp: clip_value.map(T::from_f64),
+            l2: T::from_f64(if decoupled { 0.0 } else { wd }),
+            keep: T::from_f64(if decoupled { 1.0 - lr * wd } else { 1.0 }),
+        };
+        p.update::<T>(|w| self.rule.apply(w, &g, prep, slots, lr, t));
     }
 }
 

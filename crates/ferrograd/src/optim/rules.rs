@@ -1,7 +1,7 @@
 //! The update rules (PyTorch's formulations) and their constructors.
 
 use super::{Optim, UpdateRule};
-use crate::kernels::optim::update;
+use crate::kernels::optim::{update, Prep};
 use crate::kernels::Float;
 use crate::tensor::{Element, Tensor};
 
@@ -19,9 +19,17 @@ impl UpdateRule for SgdRule {
     fn slot_names(&self) -> &'static [&'static str] {
         &[]
     }
-    fn apply<T: Element>(&self, w: &mut [T], g: &[T], _: &mut [Tensor], lr: f64, _: u64) {
+    fn apply<T: Element>(
+        &self,
+        w: &mut [T],
+        g: &[T],
+        prep: Prep<T>,
+        _: &mut [Tensor],
+        lr: f64,
+        _: u64,
+    ) {
         let lr = T::from_f64(lr);
-        update(w, g, [], |w, g, s| (w - lr * g, s));
+        update(w, g, prep, [], |w, g, s| (w - lr * g, s));
     }
 }
 
@@ -42,13 +50,21 @@ impl UpdateRule for MomentumRule {
     fn slot_names(&self) -> &'static [&'static str] {
         &["momentum"]
     }
-    fn apply<T: Element>(&self, w: &mut [T], g: &[T], slots: &mut [Tensor], lr: f64, t: u64) {
+    fn apply<T: Element>(
+        &self,
+        w: &mut [T],
+        g: &[T],
+        prep: Prep<T>,
+        slots: &mut [Tensor],
+        lr: f64,
+        t: u64,
+    ) {
         let (lr, mu) = (T::from_f64(lr), T::from_f64(self.momentum));
         let nesterov = self.nesterov;
         // PyTorch starts the buffer at the first gradient rather than at zero.
         let first = t == 1;
         with_slots::<T, 1>(slots, |s| {
-            update(w, g, s, |w, g, [b]| {
+            update(w, g, prep, s, |w, g, [b]| {
                 let b = if first { g } else { mu * b + g };
                 let d = if nesterov { g + mu * b } else { b };
                 (w - lr * d, [b])
@@ -89,14 +105,22 @@ impl UpdateRule for RmsPropRule {
     fn slot_names(&self) -> &'static [&'static str] {
         &["square_avg"]
     }
-    fn apply<T: Element>(&self, w: &mut [T], g: &[T], slots: &mut [Tensor], lr: f64, _: u64) {
+    fn apply<T: Element>(
+        &self,
+        w: &mut [T],
+        g: &[T],
+        prep: Prep<T>,
+        slots: &mut [Tensor],
+        lr: f64,
+        _: u64,
+    ) {
         let (lr, a, eps) = (
             T::from_f64(lr),
             T::from_f64(self.alpha),
             T::from_f64(self.eps),
         );
         with_slots::<T, 1>(slots, |s| {
-            update(w, g, s, |w, g, [sq]| {
+            update(w, g, prep, s, |w, g, [sq]| {
                 let sq = a * sq + (T::one() - a) * g * g;
                 (w - lr * g / (sq.sqrt() + eps), [sq])
             })
@@ -131,10 +155,18 @@ impl UpdateRule for AdagradRule {
     fn slot_names(&self) -> &'static [&'static str] {
         &["sum"]
     }
-    fn apply<T: Element>(&self, w: &mut [T], g: &[T], slots: &mut [Tensor], lr: f64, _: u64) {
+    fn apply<T: Element>(
+        &self,
+        w: &mut [T],
+        g: &[T],
+        prep: Prep<T>,
+        slots: &mut [Tensor],
+        lr: f64,
+        _: u64,
+    ) {
         let (lr, eps) = (T::from_f64(lr), T::from_f64(self.eps));
         with_slots::<T, 1>(slots, |s| {
-            update(w, g, s, |w, g, [sum]| {
+            update(w, g, prep, s, |w, g, [sum]| {
                 let sum = sum + g * g;
                 (w - lr * g / (sum.sqrt() + eps), [sum])
             })
@@ -162,7 +194,15 @@ impl UpdateRule for AdamRule {
     fn slot_names(&self) -> &'static [&'static str] {
         &["exp_avg", "exp_avg_sq"]
     }
-    fn apply<T: Element>(&self, w: &mut [T], g: &[T], slots: &mut [Tensor], lr: f64, t: u64) {
+    fn apply<T: Element>(
+        &self,
+        w: &mut [T],
+        g: &[T],
+        prep: Prep<T>,
+        slots: &mut [Tensor],
+        lr: f64,
+        t: u64,
+    ) {
         let (b1, b2) = (self.beta1, self.beta2);
         let bc1 = 1.0 - b1.powi(t as i32);
         let bc2 = 1.0 - b2.powi(t as i32);
@@ -171,7 +211,7 @@ impl UpdateRule for AdamRule {
         let inv_sqrt_bc2 = T::from_f64(1.0 / bc2.sqrt());
         let (b1, b2, eps) = (T::from_f64(b1), T::from_f64(b2), T::from_f64(self.eps));
         with_slots::<T, 2>(slots, |s| {
-            update(w, g, s, |w, g, [m, v]| {
+            update(w, g, prep, s, |w, g, [m, v]| {
                 let (m, v) = moments(m, v, g, b1, b2);
                 (w - step * m / (v.sqrt() * inv_sqrt_bc2 + eps), [m, v])
             })
@@ -215,8 +255,16 @@ impl UpdateRule for AdamWRule {
     fn decoupled(&self) -> bool {
         true
     }
-    fn apply<T: Element>(&self, w: &mut [T], g: &[T], slots: &mut [Tensor], lr: f64, t: u64) {
-        self.0.apply(w, g, slots, lr, t)
+    fn apply<T: Element>(
+        &self,
+        w: &mut [T],
+        g: &[T],
+        prep: Prep<T>,
+        slots: &mut [Tensor],
+        lr: f64,
+        t: u64,
+    ) {
+        self.0.apply(w, g, prep, slots, lr, t)
     }
 }
 
@@ -249,7 +297,15 @@ impl UpdateRule for RAdamRule {
     fn slot_names(&self) -> &'static [&'static str] {
         &["exp_avg", "exp_avg_sq"]
     }
-    fn apply<T: Element>(&self, w: &mut [T], g: &[T], slots: &mut [Tensor], lr: f64, t: u64) {
+    fn apply<T: Element>(
+        &self,
+        w: &mut [T],
+        g: &[T],
+        prep: Prep<T>,
+        slots: &mut [Tensor],
+        lr: f64,
+        t: u64,
+    ) {
         let (b1, b2) = (self.beta1, self.beta2);
         let bc1 = 1.0 - b1.powi(t as i32);
         let b2t = b2.powi(t as i32);
@@ -266,7 +322,7 @@ impl UpdateRule for RAdamRule {
         let (rect, sqrt_bc2) = (T::from_f64(rect), T::from_f64((1.0 - b2t).sqrt()));
         let (b1, b2, eps) = (T::from_f64(b1), T::from_f64(b2), T::from_f64(self.eps));
         with_slots::<T, 2>(slots, |s| {
-            update(w, g, s, |w, g, [m, v]| {
+            update(w, g, prep, s, |w, g, [m, v]| {
                 let (m, v) = moments(m, v, g, b1, b2);
                 let d = if adaptive {
                     m * rect * sqrt_bc2 / (v.sqrt() + eps)
