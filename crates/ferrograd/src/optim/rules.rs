@@ -63,12 +63,10 @@ impl UpdateRule for MomentumRule {
         let nesterov = self.nesterov;
         // PyTorch starts the buffer at the first gradient rather than at zero.
         let first = t == 1;
-        with_slots::<T, 1>(slots, |s| {
-            update(w, g, prep, s, |w, g, [b]| {
-                let b = if first { g } else { mu * b + g };
-                let d = if nesterov { g + mu * b } else { b };
-                (w - lr * d, [b])
-            })
+        update(w, g, prep, slices::<T, 1>(slots), |w, g, [b]| {
+            let b = if first { g } else { mu * b + g };
+            let d = if nesterov { g + mu * b } else { b };
+            (w - lr * d, [b])
         });
     }
 }
@@ -119,11 +117,9 @@ impl UpdateRule for RmsPropRule {
             T::from_f64(self.alpha),
             T::from_f64(self.eps),
         );
-        with_slots::<T, 1>(slots, |s| {
-            update(w, g, prep, s, |w, g, [sq]| {
-                let sq = a * sq + (T::one() - a) * g * g;
-                (w - lr * g / (sq.sqrt() + eps), [sq])
-            })
+        update(w, g, prep, slices::<T, 1>(slots), |w, g, [sq]| {
+            let sq = a * sq + (T::one() - a) * g * g;
+            (w - lr * g / (sq.sqrt() + eps), [sq])
         });
     }
 }
@@ -165,11 +161,9 @@ impl UpdateRule for AdagradRule {
         _: u64,
     ) {
         let (lr, eps) = (T::from_f64(lr), T::from_f64(self.eps));
-        with_slots::<T, 1>(slots, |s| {
-            update(w, g, prep, s, |w, g, [sum]| {
-                let sum = sum + g * g;
-                (w - lr * g / (sum.sqrt() + eps), [sum])
-            })
+        update(w, g, prep, slices::<T, 1>(slots), |w, g, [sum]| {
+            let sum = sum + g * g;
+            (w - lr * g / (sum.sqrt() + eps), [sum])
         });
     }
 }
@@ -210,11 +204,9 @@ impl UpdateRule for AdamRule {
         let step = T::from_f64(lr / bc1);
         let inv_sqrt_bc2 = T::from_f64(1.0 / bc2.sqrt());
         let (b1, b2, eps) = (T::from_f64(b1), T::from_f64(b2), T::from_f64(self.eps));
-        with_slots::<T, 2>(slots, |s| {
-            update(w, g, prep, s, |w, g, [m, v]| {
-                let (m, v) = moments(m, v, g, b1, b2);
-                (w - step * m / (v.sqrt() * inv_sqrt_bc2 + eps), [m, v])
-            })
+        update(w, g, prep, slices::<T, 2>(slots), |w, g, [m, v]| {
+            let (m, v) = moments(m, v, g, b1, b2);
+            (w - step * m / (v.sqrt() * inv_sqrt_bc2 + eps), [m, v])
         });
     }
 }
@@ -321,16 +313,14 @@ impl UpdateRule for RAdamRule {
         let step = T::from_f64(lr / bc1);
         let (rect, sqrt_bc2) = (T::from_f64(rect), T::from_f64((1.0 - b2t).sqrt()));
         let (b1, b2, eps) = (T::from_f64(b1), T::from_f64(b2), T::from_f64(self.eps));
-        with_slots::<T, 2>(slots, |s| {
-            update(w, g, prep, s, |w, g, [m, v]| {
-                let (m, v) = moments(m, v, g, b1, b2);
-                let d = if adaptive {
-                    m * rect * sqrt_bc2 / (v.sqrt() + eps)
-                } else {
-                    m
-                };
-                (w - step * d, [m, v])
-            })
+        update(w, g, prep, slices::<T, 2>(slots), |w, g, [m, v]| {
+            let (m, v) = moments(m, v, g, b1, b2);
+            let d = if adaptive {
+                m * rect * sqrt_bc2 / (v.sqrt() + eps)
+            } else {
+                m
+            };
+            (w - step * d, [m, v])
         });
     }
 }
@@ -356,9 +346,4 @@ fn moments<T: Float>(m: T, v: T, g: T, b1: T, b2: T) -> (T, T) {
         b1 * m + (T::one() - b1) * g,
         b2 * v + (T::one() - b2) * g * g,
     )
-}
-
-/// Runs `f` with the state tensors as `K` mutable slices of element type `T`.
-fn with_slots<T: Element, const K: usize>(slots: &mut [Tensor], f: impl FnOnce([&mut [T]; K])) {
-    f(slices::<T, K>(slots))
 }
