@@ -415,6 +415,55 @@ fn matmul_blocking_edges_and_transposed_operands() {
     }
 }
 
+/// `a @ b` against the naive loop with A and B in all four layouts (row-major, and
+/// column-major through a transposed copy viewed back).
+fn check_matmul_layouts(a: &Tensor, b: &Tensor) {
+    let (m, k, n) = (a.shape()[0], a.shape()[1], b.shape()[1]);
+    let want = naive_matmul(&a.to_vec::<f64>(), &b.to_vec::<f64>(), m, k, n);
+    let tol = 1e-5 * (k as f64).sqrt();
+    let at = a.t().contiguous().t();
+    let bt = b.t().contiguous().t();
+    for (x, y) in [(a, b), (&at, b), (a, &bt), (&at, &bt)] {
+        close(&x.matmul(y).to_vec::<f64>(), &want, tol);
+    }
+}
+
+#[test]
+fn matmul_every_edge_tile() {
+    // Every row count of a partial 12-row tile, every column count of a partial 16- and
+    // 32-wide tile, k within and across the 256-step block.
+    let mut rng = StdRng::seed_from_u64(13);
+    for m in 1..=13 {
+        for n in [1, 4, 15, 16, 17, 31, 32, 33, 100] {
+            for k in [1, 7, 257] {
+                let a = Tensor::randn(&[m, k], DType::F32, &mut rng);
+                let b = Tensor::randn(&[k, n], DType::F32, &mut rng);
+                check_matmul_layouts(&a, &b);
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_threaded_shapes_and_unaligned_operands() {
+    // Products large enough to be split between threads (by rows and by columns), with
+    // operands that start one element into their buffer (not on a cache line).
+    let mut rng = StdRng::seed_from_u64(14);
+    for &(m, k, n) in &[
+        (128, 400, 100),
+        (400, 128, 100),
+        (784, 128, 400),
+        (130, 300, 500),
+    ] {
+        let a = Tensor::randn(&[m, k], DType::F32, &mut rng);
+        let b = Tensor::randn(&[k, n], DType::F32, &mut rng);
+        check_matmul_layouts(&a, &b);
+        let a1 = Tensor::randn(&[m * k + 1], DType::F32, &mut rng).narrow(0, 1, m * k);
+        let b1 = Tensor::randn(&[k * n + 1], DType::F32, &mut rng).narrow(0, 1, k * n);
+        check_matmul_layouts(&a1.reshape(&[m, k]), &b1.reshape(&[k, n]));
+    }
+}
+
 #[test]
 fn matmul_on_views_and_batches() {
     let a = t32(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);

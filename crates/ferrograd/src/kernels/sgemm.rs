@@ -50,9 +50,10 @@ const DIRECT_A_MAX: usize = 1 << 18;
 /// Where a micro-kernel finds its MR rows of A.
 #[derive(Clone, Copy)]
 enum APanel {
-    /// Packed: step k's MR values are contiguous.
-    Packed(*const f32),
-    /// In place: MR rows, the given stride apart, each contiguous over k.
+    /// Step k's MR values are contiguous, steps the given stride apart: a packed panel
+    /// (stride MR), or a column-major A read in place.
+    Steps(*const f32, usize),
+    /// A row-major A read in place: MR rows, the given stride apart, each contiguous over k.
     Rows(*const f32, usize),
 }
 
@@ -146,9 +147,34 @@ unsafe impl Send for OutPtr {}
 // SAFETY: as above.
 unsafe impl Sync for OutPtr {}
 
+/// A cache line of floats: packing buffers are made of these so that every panel starts on a
+/// line boundary (a 64-byte vector load that straddles two lines costs two).
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([f32; 16]);
+
+/// A growable packing buffer aligned to cache lines.
+#[derive(Default)]
+struct PackBuf(Vec<Line>);
+
+impl PackBuf {
+    /// The first `len` floats, growing the buffer if needed (contents unspecified: packing
+    /// overwrites what it uses).
+    fn get(&mut self, len: usize) -> &mut [f32] {
+        let lines = len.div_ceil(16);
+        if self.0.len() < lines {
+            self.0.resize(lines, Line([0.0; 16]));
+        }
+        // SAFETY: `Line` is 16 f32s with no padding (repr(C), size 64), so `lines` Lines are
+        // 16·lines ≥ len initialised floats.
+        unsafe { std::slice::from_raw_parts_mut(self.0.as_mut_ptr().cast::<f32>(), len) }
+    }
+}
+
 thread_local! {
-    /// Packing buffers reused across calls on this thread (packing overwrites what it uses).
-    static PACK: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    /// Packing buffers (A, B) reused across calls on this thread.
+    static PACK: std::cell::RefCell<(PackBuf, PackBuf)> =
+        std::cell::RefCell::new((PackBuf::default(), PackBuf::default()));
 }
 
 /// `out = a @ b` (`out` row-major `[a.rows, b.cols]`).
@@ -157,8 +183,8 @@ thread_local! {
 /// The caller has checked that `a.cols == b.rows > 0`, `out.len() == a.rows * b.cols`, that
 /// every element `a` and `b` address is in bounds, and that `available()` is true.
 ///
-/// Threads split the output into disjoint blocks (column ranges of whole panels when there are
-/// enough, else row ranges) and run the blocked product independently, each packing what it
+/// Threads split the output into disjoint blocks (column ranges when there are enough columns,
+/// else row ranges) and run the blocked product independently, each packing what it
 /// reads: no synchronisation until the end.
 pub(crate) unsafe fn gemm(a: MatRef<'_, f32>, b: MatRef<'_, f32>, out: &mut [f32]) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
@@ -169,16 +195,21 @@ pub(crate) unsafe fn gemm(a: MatRef<'_, f32>, b: MatRef<'_, f32>, out: &mut [f32
     } else {
         rayon::current_num_threads()
     };
-    let (panels_n, panels_m) = (n.div_ceil(NR), m.div_ceil(MR));
     // Each part packs all of the operand it does not split: split the columns when A is the
-    // smaller operand to repeat (m ≤ n), the rows otherwise, as long as there are panels
-    // enough to share.
+    // smaller operand to repeat (m ≤ n), the rows otherwise, as long as there is work enough
+    // to share. Parts get near-equal shares of 16-column vectors or 4-row groups (the edge
+    // kernels' granularity): 128 rows split 64 + 64, not by whole 12-row panels 60 + 68.
+    let (vectors, groups) = (n.div_ceil(16), m.div_ceil(4));
     let split_cols = if m <= n {
-        panels_n >= threads
+        vectors >= 2 * threads
     } else {
-        panels_m < threads
+        groups < 2 * threads
     };
-    let units = if split_cols { panels_n } else { panels_m };
+    let (units, unit) = if split_cols {
+        (vectors, 16)
+    } else {
+        (groups, 4)
+    };
     let parts = threads.min(units);
     let block = |t: usize| {
         let (u0, u1) = (t * units / parts, (t + 1) * units / parts);
@@ -186,10 +217,10 @@ pub(crate) unsafe fn gemm(a: MatRef<'_, f32>, b: MatRef<'_, f32>, out: &mut [f32
         // every other part; the sub-block lies inside the m × n output.
         unsafe {
             if split_cols {
-                let (j0, j1) = (u0 * NR, (u1 * NR).min(n));
+                let (j0, j1) = (u0 * unit, (u1 * unit).min(n));
                 serial(&a, &b.sub_cols(j0, j1 - j0), c.at(j0), n);
             } else {
-                let (i0, i1) = (u0 * MR, (u1 * MR).min(m));
+                let (i0, i1) = (u0 * unit, (u1 * unit).min(m));
                 serial(&a.sub_rows(i0, i1 - i0), &b, c.at(i0 * n), n);
             }
         }
@@ -199,6 +230,11 @@ pub(crate) unsafe fn gemm(a: MatRef<'_, f32>, b: MatRef<'_, f32>, out: &mut [f32
     } else {
         (0..parts).into_par_iter().for_each(block);
     }
+}
+
+/// Whether every row of `m` starts on a cache line.
+fn line_aligned(m: &MatRef<'_, f32>) -> bool {
+    (m.ptr() as usize).is_multiple_of(64) && m.rs.is_multiple_of(16)
 }
 
 /// The step that splits `len` into the fewest blocks of at most `max`, of near-equal size
@@ -217,7 +253,7 @@ unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usi
     let (m, k, n) = (a.rows, a.cols, b.cols);
     PACK.with(|cell| {
         // A re-entrant call (work stolen while this thread waits) gets fresh buffers.
-        let mut fresh = (Vec::new(), Vec::new());
+        let mut fresh = (PackBuf::default(), PackBuf::default());
         let mut guard = cell.try_borrow_mut();
         let (ap, bp) = match guard.as_deref_mut() {
             Ok(bufs) => bufs,
@@ -225,8 +261,8 @@ unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usi
         };
         let nc_max = NC.min(n.div_ceil(NR) * NR);
         let mc_max = MC.min(m.div_ceil(MR) * MR);
-        bp.resize(bp.len().max(KC * nc_max), 0.0);
-        ap.resize(ap.len().max(KC * mc_max), 0.0);
+        let bp = bp.get(KC * nc_max);
+        let ap = ap.get(KC * mc_max);
         // Blocks of equal size, at most the cache sizes: 784 splits as 4 × 196, not
         // 3 × 256 + 16 (a thin last block would be mostly overhead).
         let (kc_step, mc_step) = (even_step(k, KC, 1), even_step(m, MC, MR));
@@ -236,8 +272,10 @@ unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usi
             for p0 in (0..k).step_by(kc_step) {
                 let kc = (k - p0).min(kc_step);
                 // A row-major B small enough to stay in L2 is read in place (rows of a panel
-                // are NR contiguous floats, b.rs apart); only a partial last panel is packed.
-                let direct = b.cs == 1 && k * n <= DIRECT_B_MAX;
+                // are NR contiguous floats, b.rs apart) when its rows start on cache lines
+                // (else every vector load would straddle two); only a partial last panel is
+                // packed.
+                let direct = b.cs == 1 && k * n <= DIRECT_B_MAX && line_aligned(b);
                 let packed_from = if direct { nc / NR } else { 0 };
                 let bp = &mut bp[..(panels - packed_from) * NR * kc];
                 pack_b(b, p0, kc, j0 + packed_from * NR, nc - packed_from * NR, bp);
@@ -250,9 +288,11 @@ unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usi
                 };
                 for i0 in (0..m).step_by(mc_step) {
                     let mc = (m - i0).min(mc_step);
-                    // A small row-major A is read in place like B: each step broadcasts one
-                    // element from each of MR rows. Only a partial last row panel is packed.
-                    let direct = a.cs == 1 && m * k <= DIRECT_A_MAX;
+                    // A small A with a unit stride is read in place: each step broadcasts one
+                    // element from each of MR rows, from MR row runs (row-major) or one
+                    // column run (column-major, a transposed view). Only a partial last row
+                    // panel is packed.
+                    let direct = (a.cs == 1 || a.rs == 1) && m * k <= DIRECT_A_MAX;
                     let packed_from = if direct { mc / MR } else { 0 };
                     let ap = &mut ap[..(mc.div_ceil(MR) - packed_from) * MR * kc];
                     pack_a(a, i0 + packed_from * MR, mc - packed_from * MR, p0, kc, ap);
@@ -261,12 +301,15 @@ unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usi
                     for r in 0..mc.div_ceil(MR) {
                         let rows = (mc - r * MR).min(MR);
                         let a_panel = if r < packed_from {
-                            APanel::Rows(
-                                a.data[a.offset + (i0 + r * MR) * a.rs + p0..].as_ptr(),
-                                a.rs,
-                            )
+                            let at = a.offset + (i0 + r * MR) * a.rs + p0 * a.cs;
+                            let p = a.data[at..].as_ptr();
+                            if a.cs == 1 {
+                                APanel::Rows(p, a.rs)
+                            } else {
+                                APanel::Steps(p, a.cs)
+                            }
                         } else {
-                            APanel::Packed(ap[(r - packed_from) * MR * kc..].as_ptr())
+                            APanel::Steps(ap[(r - packed_from) * MR * kc..].as_ptr(), MR)
                         };
                         for q in 0..panels {
                             let cols = (nc - q * NR).min(NR);
@@ -275,8 +318,8 @@ unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usi
                             // j0 + q·NR) is inside this call's block of C; the B panel holds kc
                             // rows of NR floats, ldb apart (in place: a full panel inside b;
                             // packed: kc·NR floats of bp); the A panel likewise holds MR rows
-                            // of kc floats (in place: a full row panel inside a) or kc·MR
-                            // packed floats.
+                            // of kc steps (in place: a full row panel inside a; packed:
+                            // kc·MR floats of ap).
                             unsafe {
                                 let tile = c.add((i0 + r * MR) * ldc + j0 + q * NR);
                                 tile_kernel(kc, a_panel, bq, ldb, tile, ldc, rows, cols, p0 > 0);
@@ -289,12 +332,14 @@ unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usi
     });
 }
 
-/// One MR×NR tile of C from packed panels. Tiles at most 16 wide use the half-width kernel;
-/// other partial tiles go through a local buffer.
+/// One tile of C (`rows` ≤ MR rows, `cols` ≤ NR columns) from the A and B panels. The kernel
+/// runs on the fewest rows (4, 8 or 12: packed panels are zero-padded) and 16-column vectors
+/// that cover the tile; masked stores keep it inside the tile's columns.
 ///
 /// # Safety
 /// `c` must address `rows` rows of `cols` valid elements with row stride `ldc`, not accessed
-/// by anyone else meanwhile, and the CPU must support AVX-512F.
+/// by anyone else meanwhile, and the CPU must support AVX-512F. An in-place A panel must have
+/// `rows == MR`.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 unsafe fn tile_kernel(
@@ -308,83 +353,89 @@ unsafe fn tile_kernel(
     cols: usize,
     accumulate: bool,
 ) {
-    // SAFETY: forwarded contract (the panels hold kc steps; `c` holds the tile's valid part).
-    let run = |c: *mut f32, ldc: usize, acc: bool, full: bool| unsafe {
-        match (a, full) {
-            (APanel::Packed(p), true) => micro_kernel::<2, false>(kc, p, MR, b, ldb, c, ldc, acc),
-            (APanel::Packed(p), false) => micro_kernel::<1, false>(kc, p, MR, b, ldb, c, ldc, acc),
-            (APanel::Rows(p, lda), true) => {
-                micro_kernel::<2, true>(kc, p, lda, b, ldb, c, ldc, acc)
-            }
-            (APanel::Rows(p, lda), false) => {
-                micro_kernel::<1, true>(kc, p, lda, b, ldb, c, ldc, acc)
-            }
-        }
+    let wide = cols > 16;
+    let last = cols - if wide { 16 } else { 0 };
+    let mask = ((1u32 << last) - 1) as u16;
+    let t = Tile {
+        kc,
+        b,
+        ldb,
+        c,
+        ldc,
+        rows,
+        mask,
+        accumulate,
     };
-    match (rows == MR, cols) {
-        (true, NR) => run(c, ldc, accumulate, true),
-        (true, 16) => run(c, ldc, accumulate, false),
-        _ => {
-            // A partial tile: computed whole into a buffer (the packed panels are zero-padded),
-            // then its valid part stored.
-            let mut buf = [0.0f32; MR * NR];
-            run(buf.as_mut_ptr(), NR, false, cols > 16);
-            for i in 0..rows {
-                for j in 0..cols {
-                    // SAFETY: (i, j) is inside the valid rows × cols part of the tile.
-                    unsafe {
-                        let dst = c.add(i * ldc + j);
-                        *dst = if accumulate {
-                            *dst + buf[i * NR + j]
-                        } else {
-                            buf[i * NR + j]
-                        };
-                    }
-                }
-            }
+    // SAFETY: forwarded contract; the row count chosen never exceeds what the panel holds.
+    unsafe {
+        match (a, rows.div_ceil(4), wide) {
+            (APanel::Steps(p, lda), 3, true) => micro_kernel::<12, 2, false>(p, lda, t),
+            (APanel::Steps(p, lda), 3, false) => micro_kernel::<12, 1, false>(p, lda, t),
+            (APanel::Steps(p, lda), 2, true) => micro_kernel::<8, 2, false>(p, lda, t),
+            (APanel::Steps(p, lda), 2, false) => micro_kernel::<8, 1, false>(p, lda, t),
+            (APanel::Steps(p, lda), _, true) => micro_kernel::<4, 2, false>(p, lda, t),
+            (APanel::Steps(p, lda), _, false) => micro_kernel::<4, 1, false>(p, lda, t),
+            (APanel::Rows(p, lda), _, true) => micro_kernel::<MR, 2, true>(p, lda, t),
+            (APanel::Rows(p, lda), _, false) => micro_kernel::<MR, 1, true>(p, lda, t),
         }
     }
 }
 
-/// C[0..MR, 0..16·V] (+)= Ap · Bp over `kc` steps, the tile in 12·V zmm registers. V = 2 is
-/// the full 12×32 tile; V = 1 computes only the first 16 columns of a panel (narrow edges).
-///
-/// # Safety
-/// `a` holds MR rows of kc floats `lda` apart (`ROWS`) or kc·MR packed floats; `b` addresses kc
-/// rows of NR floats with row stride `ldb`; `c`
-/// addresses MR rows of 16·V floats with row stride `ldc`; the CPU supports AVX-512F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn micro_kernel<const V: usize, const ROWS: bool>(
+/// What a micro-kernel call needs besides its A panel.
+#[derive(Clone, Copy)]
+struct Tile {
+    /// Steps of the k loop.
     kc: usize,
-    a: *const f32,
-    lda: usize,
+    /// B panel: kc rows of NR floats, `ldb` apart.
     b: *const f32,
     ldb: usize,
+    /// C tile and its row stride.
     c: *mut f32,
     ldc: usize,
+    /// Rows of C stored (≤ the kernel's M).
+    rows: usize,
+    /// Columns of the last 16-wide vector stored.
+    mask: u16,
+    /// Add to C instead of overwriting it.
     accumulate: bool,
+}
+
+/// C[0..rows, 0..16·V] (+)= A · B over `kc` steps, M·V zmm accumulators. M = 12, V = 2 is the
+/// full 12×32 tile; smaller M and V serve the edges of C.
+///
+/// # Safety
+/// `a` holds M rows of kc floats `lda` apart (`ROWS`), or kc steps `lda` apart of M adjacent
+/// floats; `t.b` addresses
+/// kc rows of 16·V floats with row stride `t.ldb`; `t.c` addresses `t.rows` ≤ M rows of the
+/// columns that the full vectors and `t.mask` select, row stride `t.ldc`; the CPU supports
+/// AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn micro_kernel<const M: usize, const V: usize, const ROWS: bool>(
+    a: *const f32,
+    lda: usize,
+    t: Tile,
 ) {
     use std::arch::x86_64::*;
-    let mut acc = [[_mm512_setzero_ps(); V]; MR];
-    for k in 0..kc {
+    let (b, ldb) = (t.b, t.ldb);
+    let mut acc = [[_mm512_setzero_ps(); V]; M];
+    for k in 0..t.kc {
         // SAFETY: k < kc, so the panel reads are in bounds.
         unsafe {
             // The B panel streams from L2: ask for it a few steps ahead. (A prefetch past the
             // end of the panel is harmless: prefetches never fault.)
             for v in 0..V {
                 _mm_prefetch::<_MM_HINT_T0>(
-                    b.wrapping_add((k + PREFETCH) * NR + 16 * v) as *const i8
+                    b.wrapping_add((k + PREFETCH) * ldb + 16 * v) as *const i8
                 );
             }
             let bk: [__m512; V] = std::array::from_fn(|v| _mm512_loadu_ps(b.add(k * ldb + 16 * v)));
             for (i, row) in acc.iter_mut().enumerate() {
-                // In place, row i of A is `lda` apart; packed, step k's values are adjacent.
+                // Rows: row i of A is `lda` apart; steps: step k's values are adjacent.
                 let ai = _mm512_set1_ps(if ROWS {
                     *a.add(i * lda + k)
                 } else {
-                    *a.add(k * MR + i)
+                    *a.add(k * lda + i)
                 });
                 for v in 0..V {
                     row[v] = _mm512_fmadd_ps(ai, bk[v], row[v]);
@@ -392,33 +443,29 @@ unsafe fn micro_kernel<const V: usize, const ROWS: bool>(
             }
         }
     }
-    for (i, row) in acc.iter().enumerate() {
+    for (i, row) in acc.iter().enumerate().take(t.rows) {
         for (v, &r) in row.iter().enumerate() {
-            // SAFETY: row i of the tile holds 16·V valid floats at c + i·ldc.
+            let mask = if v + 1 == V { t.mask } else { 0xFFFF };
+            // SAFETY: row i < rows of the tile holds the columns `mask` selects at
+            // c + i·ldc + 16·v.
             unsafe {
-                let ci = c.add(i * ldc + 16 * v);
-                let r = if accumulate {
-                    _mm512_add_ps(r, _mm512_loadu_ps(ci))
+                let ci = t.c.add(i * t.ldc + 16 * v);
+                let r = if t.accumulate {
+                    _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask, ci))
                 } else {
                     r
                 };
-                _mm512_storeu_ps(ci, r);
+                _mm512_mask_storeu_ps(ci, mask, r);
             }
         }
     }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-#[allow(clippy::too_many_arguments)]
-unsafe fn micro_kernel<const V: usize, const ROWS: bool>(
-    _: usize,
+unsafe fn micro_kernel<const M: usize, const V: usize, const ROWS: bool>(
     _: *const f32,
     _: usize,
-    _: *const f32,
-    _: usize,
-    _: *mut f32,
-    _: usize,
-    _: bool,
+    _: Tile,
 ) {
     unreachable!("the AVX-512 path is only taken on x86-64")
 }
