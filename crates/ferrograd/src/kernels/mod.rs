@@ -6,6 +6,7 @@
 mod float;
 pub mod matmul;
 pub mod optim;
+mod parallel;
 pub mod reduce;
 mod sgemm;
 pub mod strided;

@@ -1,14 +1,13 @@
-//! f32 matrix multiply for x86-64 with AVX-512: packed panels and a 12×32 register-blocked
-//! micro-kernel, threaded over column panels. Used when the CPU has AVX-512F; other machines
-//! (and f64) go through `matrixmultiply`.
+//! f32 matrix multiply for x86-64 with AVX-512: a 12×32 register-blocked micro-kernel (with
+//! 4- and 8-row and masked-column variants for the edges of C), threaded over column or row
+//! blocks of C. Used when the CPU has AVX-512F; other machines (and f64) go through
+//! `matrixmultiply`.
 //!
 //! Blocking follows the usual five-loop scheme: a KC×NC block of B is packed into NR-wide
-//! panels (kept in L2), an MC×KC block of A into MR-tall panels; the micro-kernel then runs one
-//! A panel (KC×MR, kept in L1: its elements are broadcast) against each B panel in turn
-//! (streamed from L2: its rows are the vector loads) into a 12×32 tile of C held in 24 vector
-//! registers.
-
-use rayon::prelude::*;
+//! panels (kept in L2); the micro-kernel runs one MR-row panel of A (KC×MR, kept in L1: its
+//! elements are broadcast) against each B panel in turn (streamed from L2: its rows are the
+//! vector loads) into a 12×32 tile of C held in 24 vector registers. A is read in place when it
+//! is row- or column-major (packed otherwise), and so is a small cache-line-aligned B.
 
 use super::matmul::MatRef;
 
@@ -43,9 +42,6 @@ const PAR_MIN_MACS: usize = 1 << 20;
 
 /// Largest row-major B (in floats, 1 MiB) read in place instead of packed: it stays in L2.
 const DIRECT_B_MAX: usize = 1 << 18;
-
-/// Largest row-major A (in floats) read in place instead of packed.
-const DIRECT_A_MAX: usize = 1 << 18;
 
 /// Where a micro-kernel finds its MR rows of A.
 #[derive(Clone, Copy)]
@@ -211,25 +207,33 @@ pub(crate) unsafe fn gemm(a: MatRef<'_, f32>, b: MatRef<'_, f32>, out: &mut [f32
         (groups, 4)
     };
     let parts = threads.min(units);
+    // Where part t's rows or columns start. Column blocks start on a cache line of C (when its
+    // rows are whole lines): two threads writing one line would pass it back and forth on
+    // every tile update of the shared edge column.
+    let shift = (c.0 as usize % 64) / 4;
+    let start = |t: usize| -> usize {
+        let u = t * units / parts;
+        match (t, split_cols) {
+            (0, _) => 0,
+            (_, true) if t == parts => n,
+            (_, true) => (u * unit).saturating_sub(shift).min(n),
+            (_, false) => (u * unit).min(m),
+        }
+    };
     let block = |t: usize| {
-        let (u0, u1) = (t * units / parts, (t + 1) * units / parts);
         // SAFETY: part t writes only rows i0..i1 × columns j0..j1 of `out`, disjoint from
-        // every other part; the sub-block lies inside the m × n output.
+        // every other part (the starts increase with t); the sub-block lies inside the m × n
+        // output.
         unsafe {
+            let (s0, s1) = (start(t), start(t + 1));
             if split_cols {
-                let (j0, j1) = (u0 * unit, (u1 * unit).min(n));
-                serial(&a, &b.sub_cols(j0, j1 - j0), c.at(j0), n);
+                serial(&a, &b.sub_cols(s0, s1 - s0), c.at(s0), n);
             } else {
-                let (i0, i1) = (u0 * unit, (u1 * unit).min(m));
-                serial(&a.sub_rows(i0, i1 - i0), &b, c.at(i0 * n), n);
+                serial(&a.sub_rows(s0, s1 - s0), &b, c.at(s0 * n), n);
             }
         }
     };
-    if parts <= 1 {
-        block(0);
-    } else {
-        (0..parts).into_par_iter().for_each(block);
-    }
+    super::parallel::run_parts(parts, block);
 }
 
 /// Whether every row of `m` starts on a cache line.
@@ -288,11 +292,12 @@ unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usi
                 };
                 for i0 in (0..m).step_by(mc_step) {
                     let mc = (m - i0).min(mc_step);
-                    // A small A with a unit stride is read in place: each step broadcasts one
-                    // element from each of MR rows, from MR row runs (row-major) or one
-                    // column run (column-major, a transposed view). Only a partial last row
-                    // panel is packed.
-                    let direct = (a.cs == 1 || a.rs == 1) && m * k <= DIRECT_A_MAX;
+                    // An A with a unit stride is read in place: each step broadcasts one element
+                    // from each of MR rows, from MR row runs (row-major) or one column run
+                    // (column-major, a transposed view). A micro-panel stays in L1 across the
+                    // B panels either way, so packing it would only add a copy (measured: 5% of
+                    // a 1024² product). Only a partial last row panel is packed.
+                    let direct = a.cs == 1 || a.rs == 1;
                     let packed_from = if direct { mc / MR } else { 0 };
                     let ap = &mut ap[..(mc.div_ceil(MR) - packed_from) * MR * kc];
                     pack_a(a, i0 + packed_from * MR, mc - packed_from * MR, p0, kc, ap);
