@@ -55,16 +55,17 @@ fn main() {
     let w2 = randn(&[400, 100], &mut rng);
     let h2 = randn(&[128, 100], &mut rng);
     let w3 = randn(&[100, 10], &mut rng);
-    let cases: [(&str, &Tensor, Tensor); 6] = [
+    let cases: [(&str, &Tensor, Tensor); 7] = [
         ("fwd1 128x784 @ 784x400", &x, w1.clone()),
         ("fwd2 128x400 @ 400x100", &h1, w2.clone()),
         ("fwd3 128x100 @ 100x10 ", &h2, w3.clone()),
         ("dW1  784x128 @ 128x400 (x^T view)", &x, h1.clone()),
+        ("dW2  400x128 @ 128x100 (h1^T view)", &h1, h2.clone()),
         ("dX2  128x100 @ 100x400 (W2^T view)", &h2, w2.t()),
         ("dX1  128x400 @ 400x784 (W1^T view)", &h1, w1.t()),
     ];
     for (name, a, b) in cases {
-        let a = if name.starts_with("dW1") {
+        let a = if name.starts_with("dW") {
             a.t()
         } else {
             (*a).clone()
