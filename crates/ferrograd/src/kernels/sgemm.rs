@@ -191,9 +191,9 @@ pub(crate) unsafe fn gemm(a: MatRef<'_, f32>, b: MatRef<'_, f32>, out: &mut [f32
     } else {
         rayon::current_num_threads()
     };
-    // Each part packs all of the operand it does not split: split the columns when A is the
-    // smaller operand to repeat (m ≤ n), the rows otherwise, as long as there is work enough
-    // to share. Parts get near-equal shares of 16-column vectors or 4-row groups (the edge
+    // Each part reads all of the operand it does not split (A in place when it has a unit
+    // stride, B packed again by every part): split the columns when A is the smaller one to
+    // repeat (m ≤ n), the rows otherwise, as long as there is work enough to share. Parts get near-equal shares of 16-column vectors or 4-row groups (the edge
     // kernels' granularity): 128 rows split 64 + 64, not by whole 12-row panels 60 + 68.
     let (vectors, groups) = (n.div_ceil(16), m.div_ceil(4));
     let split_cols = if m <= n {
