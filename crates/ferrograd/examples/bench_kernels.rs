@@ -1,6 +1,8 @@
 //! Kernel throughput: f32 matmul GFLOP/s (square sizes and the MLP's forward and backward
 //! shapes, transposed operands as views), element-wise add/mul and sum GB/s next to a plain
-//! memory copy of the same size.
+//! memory copy of the same size, and one Adam step on 1M weights with ordinary, tiny and zero
+//! gradients (tiny gradients square to subnormals, which x86 computes slowly unless they are
+//! flushed: the three figures should match).
 //!
 //! `cargo run --release --example bench_kernels`
 
@@ -97,4 +99,28 @@ fn main() {
             bytes / sum / 1e9
         );
     }
+    adam_steps(&mut rng);
+}
+
+/// Milliseconds per Adam step on 1M f32 weights, for three gradient regimes: ordinary values,
+/// tiny ones (1e-20: their squares are subnormal), and zero after one ordinary step (the
+/// moments then decay geometrically through the subnormal range).
+fn adam_steps(rng: &mut StdRng) {
+    let n = 1 << 20;
+    let w = Param::new(randn(&[n], rng));
+    let grads_of = |g: &Tensor| (&w.tensor() * g).sum().backward();
+    let ordinary = grads_of(&randn(&[n], rng).mul_scalar(1e-3));
+    let tiny = grads_of(&Tensor::full(&[n], 1e-20, DType::F32));
+    let zero = grads_of(&Tensor::zeros(&[n], DType::F32));
+    let params = vec![("w".to_string(), w.clone())];
+    let mut line = String::from("Adam step, 1M f32 weights (ms, best of 5):");
+    for (label, g) in [("ordinary", &ordinary), ("tiny 1e-20", &tiny)] {
+        let mut opt = Adam::new(1e-3);
+        let s = time_it(|| opt.step(&params, g), 0.3);
+        line += &format!(" {label} {:.3} |", s * 1e3);
+    }
+    let mut opt = Adam::new(1e-3);
+    opt.step(&params, &ordinary);
+    let s = time_it(|| opt.step(&params, &zero), 0.3);
+    println!("{line} zero after one step {:.3}", s * 1e3);
 }

@@ -10,12 +10,15 @@
 //! assert_eq!(grads.get(&w).unwrap().to_vec::<f32>(), vec![2.0, 4.0]);
 //! ```
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod autograd;
 pub mod data;
 pub mod error;
 pub mod init;
 pub mod io;
-pub mod kernels;
+mod kernels;
 pub mod loss;
 pub mod metrics;
 pub mod model;
@@ -25,6 +28,7 @@ pub mod optim;
 pub mod tensor;
 
 pub use error::{Error, Result};
+pub use kernels::avx512_matmul;
 
 /// The names most programs need.
 pub mod prelude {

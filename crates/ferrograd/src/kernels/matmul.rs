@@ -23,9 +23,14 @@ impl<T> MatRef<'_, T> {
     /// Whether every element this matrix addresses is inside `data` (an empty one addresses
     /// none).
     fn in_bounds(&self) -> bool {
-        self.rows == 0
-            || self.cols == 0
-            || self.offset + (self.rows - 1) * self.rs + (self.cols - 1) * self.cs < self.data.len()
+        if self.rows == 0 || self.cols == 0 {
+            return true;
+        }
+        let last = (self.rows - 1)
+            .checked_mul(self.rs)
+            .zip((self.cols - 1).checked_mul(self.cs))
+            .and_then(|(r, c)| r.checked_add(c)?.checked_add(self.offset));
+        last.is_some_and(|last| last < self.data.len())
     }
 
     /// Columns `j0..j0 + len` of this matrix.
@@ -62,15 +67,17 @@ pub fn gemm_batch<T: Float>(
     m: usize,
     n: usize,
 ) -> Vec<T> {
-    let total = pairs.len() * m * n;
+    let block = m.checked_mul(n).expect("gemm: output size overflows");
+    let total = block
+        .checked_mul(pairs.len())
+        .expect("gemm: output size overflows");
     let mut out: Vec<T> = Vec::with_capacity(total);
-    let block = m * n;
     if block > 0 {
         let spare = &mut out.spare_capacity_mut()[..total];
         let run = |(c, pair): (&mut [MaybeUninit<T>], &Pair<'_, T>)| gemm_uninit(pair.0, pair.1, c);
         let small = pairs
             .first()
-            .is_some_and(|(a, _)| a.rows * a.cols * n < SMALL_GEMM);
+            .is_some_and(|(a, _)| a.rows.saturating_mul(a.cols).saturating_mul(n) < SMALL_GEMM);
         if pairs.len() > 1 && small {
             spare.par_chunks_mut(block).zip(pairs).for_each(run);
         } else {
@@ -110,23 +117,13 @@ fn gemm_uninit<T: Float>(a: MatRef<'_, T>, b: MatRef<'_, T>, out: &mut [MaybeUni
 
 fn check<T>(a: &MatRef<'_, T>, b: &MatRef<'_, T>, out_len: usize) {
     assert_eq!(a.cols, b.rows, "gemm: inner dimensions differ");
-    assert_eq!(out_len, a.rows * b.cols, "gemm: output length");
+    assert_eq!(
+        Some(out_len),
+        a.rows.checked_mul(b.cols),
+        "gemm: output length"
+    );
     assert!(
         a.in_bounds() && b.in_bounds(),
         "gemm: operand out of bounds"
     );
-}
-
-/// `out = a @ b` where `out` is a contiguous row-major `[a.rows, b.cols]` block.
-pub fn gemm<T: Float>(a: MatRef<'_, T>, b: MatRef<'_, T>, out: &mut [T]) {
-    check(&a, &b, out.len());
-    if out.is_empty() {
-        return;
-    }
-    if a.cols == 0 {
-        out.iter_mut().for_each(|v| *v = T::zero());
-        return;
-    }
-    // SAFETY: shapes, emptiness and bounds were checked just above.
-    unsafe { T::gemm_unchecked(a, b, out) }
 }

@@ -1,6 +1,7 @@
 //! Fused optimizer updates: one pass over a parameter, its gradient and its state slots,
 //! in place, threaded for large parameters. Each optimizer supplies the per-element rule.
 
+use multiversion::multiversion;
 use rayon::prelude::*;
 
 use super::{Float, PAR_CHUNK, PAR_THRESHOLD};
@@ -61,8 +62,8 @@ pub fn update<T: Float, const K: usize>(
 
 /// One chunk of `update`. A function of its own so that the slices arrive as distinct
 /// (non-aliasing) arguments: the rule's constants then stay in registers and the loop
-/// vectorises.
-#[inline(never)]
+/// vectorises, compiled for each instruction set and chosen at run time.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn update_chunk<T: Float, const K: usize>(
     w: &mut [T],
     g: &[T],
@@ -70,12 +71,15 @@ fn update_chunk<T: Float, const K: usize>(
     s: [&mut [T]; K],
     rule: &(impl Fn(T, T, [T; K]) -> (T, [T; K]) + Sync),
 ) {
-    // Subnormal arithmetic is two orders of magnitude slower on x86, and optimizer state
-    // drifts there: a moment that decays geometrically (Adam's m for a weight whose gradient
-    // stays zero), or the square of a tiny gradient. Subnormals are flushed to zero: by the
-    // CPU while this chunk runs, and in the stored state on every architecture.
-    let _ftz = FlushSubnormals::on();
+    // Subnormal arithmetic is many times slower on x86, and optimizer state drifts there: a
+    // moment that decays geometrically (Adam's m for a weight whose gradient stays zero), or
+    // the scaled square of a tiny gradient. Both are cut off in software, on every
+    // architecture (the CPU's flush-to-zero mode is not ours to change under compiled Rust):
+    // stored state below the smallest normal becomes zero, and so does a gradient element
+    // whose square, times a decay factor down to 2^-16, would be subnormal. Such a gradient
+    // moves a weight by less than its last bit under every rule here.
     let tiny = T::min_positive_value();
+    let negligible = tiny.sqrt() * T::from_f64(256.0);
     // Every slice cut to one length, so the indexing below needs no bounds checks.
     let n = w.len();
     let g = &g[..n];
@@ -83,6 +87,7 @@ fn update_chunk<T: Float, const K: usize>(
     for i in 0..n {
         let state = std::array::from_fn(|k| s[k][i]);
         let (wi, gi) = prep.apply(w[i], g[i]);
+        let gi = if gi.abs() < negligible { T::zero() } else { gi };
         let (nw, ns) = rule(wi, gi, state);
         w[i] = nw;
         for k in 0..K {
@@ -99,43 +104,5 @@ pub fn sum_squares<T: Float>(g: &[T]) -> f64 {
             .sum()
     } else {
         g.iter().map(|v| v.as_f64() * v.as_f64()).sum()
-    }
-}
-
-/// Sets the x86 flush-to-zero and denormals-are-zero modes of this thread until dropped.
-struct FlushSubnormals(#[allow(dead_code)] u32);
-
-impl FlushSubnormals {
-    /// MXCSR bits: FTZ (15) and DAZ (6).
-    #[cfg(target_arch = "x86_64")]
-    const BITS: u32 = (1 << 15) | (1 << 6);
-
-    #[cfg(target_arch = "x86_64")]
-    fn on() -> Self {
-        let mut old: u32 = 0;
-        // SAFETY: stmxcsr stores the 32-bit control register into `old`, a valid u32 we own;
-        // ldmxcsr loads `new`, which differs only in the FTZ/DAZ mode bits (no exception is
-        // unmasked), so no code can observe anything but rounding of subnormals.
-        unsafe {
-            std::arch::asm!("stmxcsr [{}]", in(reg) &mut old, options(nostack));
-            let new = old | Self::BITS;
-            std::arch::asm!("ldmxcsr [{}]", in(reg) &new, options(nostack, readonly));
-        }
-        FlushSubnormals(old)
-    }
-
-    #[cfg(not(target_arch = "x86_64"))]
-    fn on() -> Self {
-        FlushSubnormals(0)
-    }
-}
-
-impl Drop for FlushSubnormals {
-    fn drop(&mut self) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: restores the control register value saved by `on` on this same thread.
-        unsafe {
-            std::arch::asm!("ldmxcsr [{}]", in(reg) &self.0, options(nostack, readonly));
-        }
     }
 }

@@ -1,12 +1,14 @@
 //! Reductions over a contiguous buffer viewed as `[outer, reduced, inner]`: every reduction over
 //! a contiguous block of axes has this form (the ops layer permutes other axis sets into it).
 
+use multiversion::multiversion;
 use rayon::prelude::*;
 
 use super::{Float, PAR_CHUNK, PAR_THRESHOLD};
 
 /// Sum of a contiguous run with eight independent accumulators: vectorisable, and the error
-/// grows with n/8 rather than n.
+/// grows with n/8 rather than n. Compiled for each instruction set, chosen at run time.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn sum_run<T: Float>(xs: &[T]) -> T {
     let mut acc = [T::zero(); 8];
     let chunks = xs.chunks_exact(8);
@@ -21,6 +23,15 @@ fn sum_run<T: Float>(xs: &[T]) -> T {
         s += *r;
     }
     ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + s
+}
+
+/// `acc[j] = op(acc[j], x[j])`: one row of a reduction over rows, compiled for each
+/// instruction set.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn accumulate<T: Float>(acc: &mut [T], x: &[T], op: &impl Fn(T, T) -> T) {
+    for (v, &x) in acc.iter_mut().zip(x) {
+        *v = op(*v, x);
+    }
 }
 
 /// Sum of a whole buffer; parallel (and pairwise across chunks) when large.
@@ -54,9 +65,7 @@ pub fn sum<T: Float>(x: &[T], outer: usize, red: usize, inner: usize, out: &mut 
     let block = |(o_row, x_block): (&mut [T], &[T])| {
         o_row.iter_mut().for_each(|v| *v = T::zero());
         for x_row in x_block.chunks_exact(inner) {
-            for (v, &x) in o_row.iter_mut().zip(x_row) {
-                *v += x;
-            }
+            accumulate(o_row, x_row, &|v, x| v + x);
         }
     };
     if x.len() >= PAR_THRESHOLD && outer > 1 {
@@ -73,9 +82,7 @@ pub fn sum<T: Float>(x: &[T], outer: usize, red: usize, inner: usize, out: &mut 
                 o_cols.iter_mut().for_each(|v| *v = T::zero());
                 for r in 0..red {
                     let x_row = &x[r * inner + j0..r * inner + j0 + o_cols.len()];
-                    for (v, &xv) in o_cols.iter_mut().zip(x_row) {
-                        *v += xv;
-                    }
+                    accumulate(o_cols, x_row, &|v, x| v + x);
                 }
             });
     } else {
@@ -99,9 +106,7 @@ pub fn fold<T: Float>(
     let block = |(o_row, x_block): (&mut [T], &[T])| {
         o_row.copy_from_slice(&x_block[..inner]);
         for x_row in x_block.chunks_exact(inner).skip(1) {
-            for (v, &x) in o_row.iter_mut().zip(x_row) {
-                *v = pick(*v, x);
-            }
+            accumulate(o_row, x_row, &pick);
         }
     };
     if x.len() >= PAR_THRESHOLD && outer > 1 {

@@ -5,6 +5,7 @@
 //! of `M`. The innermost run is then specialised on its strides (1 = contiguous, 0 = broadcast
 //! scalar) so the compiler can vectorise it; only genuinely strided runs index one by one.
 
+use multiversion::multiversion;
 use rayon::prelude::*;
 
 use super::{Dims, PAR_CHUNK, PAR_THRESHOLD};
@@ -126,12 +127,7 @@ pub fn map<T: Copy + Sync, U: Send>(
 ) {
     let plan = Plan::new(shape, [a.strides]);
     plan.for_runs(out, [a.offset], |dst, [oa], [sa]| match sa {
-        1 => {
-            let n = dst.len();
-            for (d, &x) in dst.iter_mut().zip(&a.data[oa..oa + n]) {
-                *d = f(x);
-            }
-        }
+        1 => run_map(dst, &a.data[oa..oa + dst.len()], &f),
         0 => {
             let x = a.data[oa];
             for d in dst.iter_mut() {
@@ -158,23 +154,14 @@ pub fn zip<T: Copy + Sync, U: Send>(
     plan.for_runs(out, [a.offset, b.offset], |dst, [oa, ob], [sa, sb]| {
         let n = dst.len();
         match (sa, sb) {
-            (1, 1) => {
-                let (xa, xb) = (&a.data[oa..oa + n], &b.data[ob..ob + n]);
-                for ((d, &x), &y) in dst.iter_mut().zip(xa).zip(xb) {
-                    *d = f(x, y);
-                }
-            }
+            (1, 1) => run_zip(dst, &a.data[oa..oa + n], &b.data[ob..ob + n], &f),
             (1, 0) => {
                 let y = b.data[ob];
-                for (d, &x) in dst.iter_mut().zip(&a.data[oa..oa + n]) {
-                    *d = f(x, y);
-                }
+                run_map(dst, &a.data[oa..oa + n], &|x| f(x, y));
             }
             (0, 1) => {
                 let x = a.data[oa];
-                for (d, &y) in dst.iter_mut().zip(&b.data[ob..ob + n]) {
-                    *d = f(x, y);
-                }
+                run_map(dst, &b.data[ob..ob + n], &|y| f(x, y));
             }
             _ => {
                 for (i, d) in dst.iter_mut().enumerate() {
@@ -190,16 +177,9 @@ pub fn map_flat<T: Copy + Sync, U: Send>(a: &[T], out: &mut [U], f: impl Fn(T) -
     if out.len() >= PAR_THRESHOLD {
         out.par_chunks_mut(PAR_CHUNK)
             .enumerate()
-            .for_each(|(i, o)| {
-                let xa = &a[i * PAR_CHUNK..i * PAR_CHUNK + o.len()];
-                for (d, &x) in o.iter_mut().zip(xa) {
-                    *d = f(x);
-                }
-            });
+            .for_each(|(i, o)| run_map(o, &a[i * PAR_CHUNK..i * PAR_CHUNK + o.len()], &f));
     } else {
-        for (d, &x) in out.iter_mut().zip(a) {
-            *d = f(x);
-        }
+        run_map(out, a, &f);
     }
 }
 
@@ -213,17 +193,34 @@ pub fn zip_flat<T: Copy + Sync, U: Send>(
 ) {
     let run = |(i, o): (usize, &mut [U])| {
         let start = i * PAR_CHUNK;
-        let (xa, xb) = (&a[start..start + o.len()], &b[start..start + o.len()]);
-        for ((d, &x), &y) in o.iter_mut().zip(xa).zip(xb) {
-            *d = f(x, y);
-        }
+        run_zip(
+            o,
+            &a[start..start + o.len()],
+            &b[start..start + o.len()],
+            &f,
+        );
     };
     if out.len() >= PAR_THRESHOLD {
         out.par_chunks_mut(PAR_CHUNK).enumerate().for_each(run);
     } else {
-        for (d, (&x, &y)) in out.iter_mut().zip(a.iter().zip(b)) {
-            *d = f(x, y);
-        }
+        run_zip(out, a, b, &f);
+    }
+}
+
+/// `dst[i] = f(xs[i])`: the innermost loop of the unary kernels (and of the binary ones with
+/// one broadcast scalar), compiled for each instruction set and chosen at run time.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn run_map<T: Copy, U>(dst: &mut [U], xs: &[T], f: &impl Fn(T) -> U) {
+    for (d, &x) in dst.iter_mut().zip(xs) {
+        *d = f(x);
+    }
+}
+
+/// `dst[i] = f(xa[i], xb[i])`: the innermost loop of the binary kernels.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn run_zip<T: Copy, U>(dst: &mut [U], xa: &[T], xb: &[T], f: &impl Fn(T, T) -> U) {
+    for ((d, &x), &y) in dst.iter_mut().zip(xa).zip(xb) {
+        *d = f(x, y);
     }
 }
 

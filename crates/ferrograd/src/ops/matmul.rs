@@ -7,7 +7,7 @@ use smallvec::smallvec;
 use crate::autograd::record;
 use crate::error::{Error, Result};
 use crate::kernels::matmul::{gemm_batch, MatRef};
-use crate::tensor::{broadcast_shapes, with_dtype, Element, Tensor};
+use crate::tensor::{broadcast_shapes, checked_numel, with_dtype, Element, Tensor};
 
 impl Tensor {
     /// Matrix product `self @ other`. Panics with both shapes when they do not fit.
@@ -58,7 +58,19 @@ impl Tensor {
                     b.shape()
                 ))
             })?;
-        let out = with_dtype!(a.dtype(), T => batched::<T>(&a, &b, &batch, m, k, n));
+        let mut out_shape = batch.to_vec();
+        out_shape.extend([m, n]);
+        let out = match checked_numel(&out_shape) {
+            None => {
+                return Err(Error::Shape(format!(
+                    "matmul: the product of {:?} @ {:?} has more elements than fit in memory",
+                    a.shape(),
+                    b.shape()
+                )))
+            }
+            Some(0) => Tensor::zeros(&out_shape, a.dtype()),
+            Some(_) => with_dtype!(a.dtype(), T => batched::<T>(&a, &b, &out_shape, k)),
+        };
         Ok(record("matmul", out, &[&a, &b], |c, up| {
             let (a, b) = (c.input(0), c.input(1));
             smallvec![
@@ -94,14 +106,12 @@ fn operand_offsets(
     (offsets, strides[batch.len()], strides[batch.len() + 1])
 }
 
-fn batched<T: Element>(
-    a: &Tensor,
-    b: &Tensor,
-    batch: &[usize],
-    m: usize,
-    k: usize,
-    n: usize,
-) -> Tensor {
+/// The product into `out_shape` (`batch ++ [m, n]`, not empty).
+fn batched<T: Element>(a: &Tensor, b: &Tensor, out_shape: &[usize], k: usize) -> Tensor {
+    let (batch, m, n) = match out_shape {
+        [batch @ .., m, n] => (batch, *m, *n),
+        _ => unreachable!("matmul output has two matrix axes"),
+    };
     let (offs_a, rsa, csa) = operand_offsets(a, batch, m, k);
     let (offs_b, rsb, csb) = operand_offsets(b, batch, k, n);
     let (da, db) = (a.buffer::<T>(), b.buffer::<T>());
@@ -129,8 +139,5 @@ fn batched<T: Element>(
             )
         })
         .collect();
-    let out = gemm_batch(&pairs, m, n);
-    let mut shape = batch.to_vec();
-    shape.extend([m, n]);
-    Tensor::from_data(out, &shape)
+    Tensor::from_data(gemm_batch(&pairs, m, n), out_shape)
 }

@@ -16,7 +16,7 @@ mod unary;
 pub(crate) use binary::promote as binary_promote;
 
 use crate::kernels::strided;
-use crate::tensor::{broadcast_shapes, Dims, Element, Layout, Tensor};
+use crate::tensor::{broadcast_shapes, numel_or_panic, Dims, Element, Layout, Tensor};
 
 /// `f` applied to every element of `x`, as a new contiguous untracked tensor.
 pub(crate) fn map_elems<T: Element>(x: &Tensor, f: impl Fn(T) -> T + Sync) -> Tensor {
@@ -37,8 +37,10 @@ pub(crate) fn map_elems<T: Element>(x: &Tensor, f: impl Fn(T) -> T + Sync) -> Te
 
 /// The shape two operands of `op` broadcast to; panics naming the op and both shapes.
 pub(crate) fn broadcast_shape_or_panic(op: &str, a: &[usize], b: &[usize]) -> Dims {
-    broadcast_shapes(a, b)
-        .unwrap_or_else(|| panic!("{op}: shapes {a:?} and {b:?} do not broadcast"))
+    let shape = broadcast_shapes(a, b)
+        .unwrap_or_else(|| panic!("{op}: shapes {a:?} and {b:?} do not broadcast"));
+    numel_or_panic(op, &shape);
+    shape
 }
 
 /// `f(a, b)` element by element over the broadcast of the two shapes (same dtype `T`).

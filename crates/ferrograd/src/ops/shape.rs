@@ -10,7 +10,7 @@ use smallvec::smallvec;
 use crate::autograd::record;
 use crate::error::{Error, Result};
 use crate::tensor::{
-    broadcast_shapes, contiguous_strides, with_dtype, Dims, Element, Layout, Tensor,
+    broadcast_shapes, checked_numel, contiguous_strides, with_dtype, Dims, Element, Layout, Tensor,
 };
 
 /// A shape with `axis` set to `len`.
@@ -37,14 +37,16 @@ impl Tensor {
     }
 
     pub fn try_reshape(&self, shape: &[usize]) -> Result<Tensor> {
-        let n: usize = shape.iter().product();
-        if n != self.numel() {
+        let n = checked_numel(shape);
+        if n != Some(self.numel()) {
             return Err(Error::Shape(format!(
-                "reshape: cannot reshape {:?} ({} elements) into {:?} ({} elements)",
+                "reshape: cannot reshape {:?} ({} elements) into {:?} ({})",
                 self.shape(),
                 self.numel(),
                 shape,
-                n
+                n.map_or("more elements than fit in memory".into(), |n| format!(
+                    "{n} elements"
+                ))
             )));
         }
         if shape == self.shape() {
@@ -121,6 +123,7 @@ impl Tensor {
         }
         if shape.len() < self.ndim()
             || broadcast_shapes(self.shape(), shape).as_deref() != Some(shape)
+            || checked_numel(shape).is_none()
         {
             return Err(Error::Shape(format!(
                 "broadcast_to: cannot broadcast {:?} to {:?}",
@@ -182,9 +185,8 @@ impl Tensor {
         check_axis("narrow", axis, self.shape());
         let size = self.shape()[axis];
         assert!(
-            start + len <= size,
-            "narrow: range {start}..{} out of bounds for axis {axis} of shape {:?}",
-            start + len,
+            start.checked_add(len).is_some_and(|end| end <= size),
+            "narrow: {len} elements from {start} out of bounds for axis {axis} of shape {:?}",
             self.shape()
         );
         let l = self.layout();

@@ -35,7 +35,11 @@ impl Tensor {
 
     /// [`Tensor::from_vec`] that returns an error instead of panicking.
     pub fn try_from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
-        let numel: usize = shape.iter().product();
+        let numel = super::checked_numel(shape).ok_or_else(|| {
+            Error::Shape(format!(
+                "from_vec: shape {shape:?} has more elements than fit in memory"
+            ))
+        })?;
         if data.len() != numel {
             return Err(Error::Shape(format!(
                 "from_vec: {} elements cannot fill shape {:?} ({} elements)",
@@ -53,7 +57,7 @@ impl Tensor {
     }
 
     pub fn full(shape: &[usize], value: f64, dtype: DType) -> Tensor {
-        let n: usize = shape.iter().product();
+        let n = super::numel_or_panic("full", shape);
         if n == 1 {
             let storage = with_dtype!(dtype, T => T::inline(T::from_f64(value)));
             return Tensor::from_parts(storage, super::Layout::contiguous(shape), None);
@@ -82,7 +86,12 @@ impl Tensor {
     /// `start, start + step, ...` up to but excluding `end`, as a 1-d tensor.
     pub fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Tensor {
         assert!(step != 0.0, "arange: step must be non-zero");
-        let n = ((end - start) / step).ceil().max(0.0) as usize;
+        let count = ((end - start) / step).ceil().max(0.0);
+        assert!(
+            count.is_finite() && count < (isize::MAX as usize / 8) as f64,
+            "arange: {start}..{end} by {step} is not a finite range that fits in memory"
+        );
+        let n = count as usize;
         with_dtype!(dtype, T => {
             let data: Vec<T> = (0..n).map(|i| T::from_f64(start + i as f64 * step)).collect();
             Tensor::from_data(data, &[n])
@@ -91,7 +100,7 @@ impl Tensor {
 
     /// Standard normal draws from `rng`: the same seed gives the same tensor.
     pub fn randn(shape: &[usize], dtype: DType, rng: &mut impl Rng) -> Tensor {
-        let n = shape.iter().product();
+        let n = super::numel_or_panic("randn", shape);
         with_dtype!(dtype, T => {
             let data: Vec<T> = (0..n)
                 .map(|_| T::from_f64(StandardNormal.sample(rng)))
@@ -112,7 +121,7 @@ impl Tensor {
             low < high,
             "rand_uniform: low {low} must be below high {high}"
         );
-        let n = shape.iter().product();
+        let n = super::numel_or_panic("rand_uniform", shape);
         with_dtype!(dtype, T => {
             let data: Vec<T> = (0..n).map(|_| T::from_f64(rng.gen_range(low..high))).collect();
             Tensor::from_data(data, shape)

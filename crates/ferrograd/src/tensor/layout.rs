@@ -4,6 +4,17 @@
 
 use crate::kernels::Dims;
 
+/// The number of elements of `shape`, or `None` when it does not fit in a `usize`.
+pub fn checked_numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
+}
+
+/// [`checked_numel`] that panics naming `op` and the shape when the count overflows.
+pub(crate) fn numel_or_panic(op: &str, shape: &[usize]) -> usize {
+    checked_numel(shape)
+        .unwrap_or_else(|| panic!("{op}: shape {shape:?} has more elements than fit in memory"))
+}
+
 /// Row-major strides of a contiguous tensor of `shape`.
 pub fn contiguous_strides(shape: &[usize]) -> Dims {
     let mut strides = Dims::from_elem(0, shape.len());
@@ -34,6 +45,26 @@ impl Layout {
 
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
+    }
+
+    /// Whether every element this layout addresses lies inside a buffer of `len` elements, with
+    /// the element count and every offset free of overflow. A tensor is only ever built on a
+    /// layout that passes this, which is what lets kernels index without further checks.
+    pub fn fits(&self, len: usize) -> bool {
+        let Some(numel) = checked_numel(&self.shape) else {
+            return false;
+        };
+        if numel == 0 {
+            return true;
+        }
+        let last = self
+            .shape
+            .iter()
+            .zip(&self.strides)
+            .try_fold(self.offset, |at, (&d, &s)| {
+                at.checked_add((d - 1).checked_mul(s)?)
+            });
+        last.is_some_and(|last| last < len)
     }
 
     /// True when the elements are the row-major block `offset..offset + numel`.

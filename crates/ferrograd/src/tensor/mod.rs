@@ -14,7 +14,8 @@ use std::sync::Arc;
 pub use create::{manual_seed, with_default_rng};
 pub(crate) use element::with_dtype;
 pub use element::{DType, Element, Storage};
-pub use layout::{broadcast_shapes, contiguous_strides, Layout};
+pub(crate) use layout::numel_or_panic;
+pub use layout::{broadcast_shapes, checked_numel, contiguous_strides, Layout};
 
 use crate::autograd::Node;
 use crate::kernels::strided::{self, Src};
@@ -34,7 +35,14 @@ pub(crate) struct TensorInner {
 
 impl Tensor {
     pub(crate) fn from_parts(storage: Storage, layout: Layout, node: Option<Node>) -> Tensor {
-        debug_assert!(layout.numel() == 0 || max_index(&layout) < storage.len());
+        assert!(
+            layout.fits(storage.len()),
+            "tensor: layout {:?} / {:?} + {} does not fit a buffer of {} elements",
+            layout.shape,
+            layout.strides,
+            layout.offset,
+            storage.len()
+        );
         Tensor(Arc::new(TensorInner {
             storage,
             layout,
@@ -44,7 +52,12 @@ impl Tensor {
 
     /// A contiguous, untracked tensor owning `data`.
     pub(crate) fn from_data<T: Element>(data: Vec<T>, shape: &[usize]) -> Tensor {
-        debug_assert_eq!(data.len(), shape.iter().product::<usize>());
+        assert_eq!(
+            Some(data.len()),
+            layout::checked_numel(shape),
+            "tensor: {} elements for shape {shape:?}",
+            data.len()
+        );
         Tensor::from_parts(T::into_storage(data), Layout::contiguous(shape), None)
     }
 
@@ -170,13 +183,4 @@ impl Tensor {
         );
         self.to_vec::<f64>()[0]
     }
-}
-
-fn max_index(l: &Layout) -> usize {
-    l.offset
-        + l.shape
-            .iter()
-            .zip(&l.strides)
-            .map(|(&d, &s)| (d.saturating_sub(1)) * s)
-            .sum::<usize>()
 }

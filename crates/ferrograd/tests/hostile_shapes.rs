@@ -1,0 +1,87 @@
+//! Shapes whose element counts or offsets overflow `usize`: every one is a clean `Err` or a
+//! panic with a message, never a wild read or write. A memory error here would kill this test
+//! binary with a signal instead of failing one test.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use ferrograd::prelude::*;
+
+const HUGE: usize = (1 << 63) + 1;
+
+/// Runs `f`, expecting a panic whose message contains `needle`.
+fn panics_with(needle: &str, f: impl FnOnce()) {
+    let err = catch_unwind(AssertUnwindSafe(f)).expect_err("expected a panic");
+    let msg = err
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    assert!(
+        msg.contains(needle),
+        "panic message {msg:?} lacks {needle:?}"
+    );
+}
+
+#[test]
+fn creation_refuses_overflowing_shapes() {
+    let err = Tensor::try_from_vec(vec![1.0f32, 2.0], &[HUGE, 2]).unwrap_err();
+    assert!(err.to_string().contains("more elements than fit"), "{err}");
+    panics_with("from_vec", || {
+        drop(Tensor::from_vec(vec![1.0f32, 2.0], &[HUGE, 2]))
+    });
+    panics_with("full", || {
+        drop(Tensor::zeros(&[1 << 62, 1 << 62], DType::F32))
+    });
+    panics_with("randn", || {
+        drop(Tensor::randn(
+            &[1 << 62, 8],
+            DType::F32,
+            &mut rand::thread_rng(),
+        ))
+    });
+    panics_with("arange", || {
+        drop(Tensor::arange(0.0, f64::INFINITY, 1.0, DType::F32))
+    });
+    panics_with("arange", || {
+        drop(Tensor::arange(0.0, 1e300, 1.0, DType::F64))
+    });
+}
+
+#[test]
+fn views_refuse_overflowing_shapes() {
+    let a = Tensor::from_vec(vec![1.0f32, 2.0], &[2, 1]);
+    assert!(a.try_broadcast_to(&[HUGE, 1]).is_err());
+    assert!(a.try_broadcast_to(&[1 << 62, 2, 1 << 62]).is_err());
+    assert!(a.try_reshape(&[HUGE, 2]).is_err());
+    assert!(a.try_reshape(&[1 << 62, 1 << 62, 0, 2]).is_err());
+    // narrow with a start that wraps when the length is added.
+    let view = Tensor::arange(0.0, 12.0, 1.0, DType::F32)
+        .reshape(&[4, 3])
+        .narrow(0, 2, 2);
+    panics_with("narrow", || drop(view.narrow(0, usize::MAX, 2)));
+    panics_with("narrow", || drop(view.narrow(1, 2, usize::MAX)));
+}
+
+#[test]
+fn products_of_broadcast_views_refuse_overflowing_outputs() {
+    // Stride-0 views of 2^40 elements are legitimate; their product has 2^80 elements.
+    let col = Tensor::ones(&[1, 1], DType::F32).broadcast_to(&[1 << 40, 1]);
+    let row = Tensor::ones(&[1, 1], DType::F32).broadcast_to(&[1, 1 << 40]);
+    let err = col.try_matmul(&row).unwrap_err();
+    assert!(err.to_string().contains("matmul"), "{err}");
+    panics_with("matmul", || drop(col.matmul(&row)));
+    panics_with("more elements than fit", || drop(&col + &row));
+    panics_with("more elements than fit", || drop(&col * &row));
+    // A batch of 2^40 empty products is empty, not a loop over 2^40 batches.
+    let a = Tensor::zeros(&[1, 0, 3], DType::F32).broadcast_to(&[1 << 40, 0, 3]);
+    let b = Tensor::zeros(&[1, 3, 2], DType::F32).broadcast_to(&[1 << 40, 3, 2]);
+    assert_eq!(a.matmul(&b).shape(), &[1 << 40, 0, 2]);
+}
+
+#[test]
+fn zero_size_axes_with_huge_neighbours_stay_empty() {
+    let t = Tensor::zeros(&[1 << 40, 0], DType::F32);
+    assert_eq!(t.numel(), 0);
+    assert_eq!(t.transpose(0, 1).shape(), &[0, 1 << 40]);
+    assert_eq!(t.reshape(&[0, 1 << 50]).numel(), 0);
+}
