@@ -7,11 +7,13 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use safetensors::tensor::{Dtype, SafeTensors, View};
 
 use crate::error::{Error, Result};
-use crate::model::Model;
+use crate::model::{Model, Net};
+use crate::nn::{RngStream, StreamState};
 use crate::tensor::{DType, Tensor};
 
 const FORMAT: &str = "ferrograd-checkpoint-1";
@@ -69,8 +71,12 @@ fn format_error(path: &Path, msg: impl Into<String>) -> Error {
     }
 }
 
-/// Writes `bytes` to `path` atomically (temporary file + fsync + rename).
+/// Writes `bytes` to `path` atomically (temporary file + fsync + rename). The temporary file
+/// is named after the target, this process and a counter, so concurrent writers (threads or
+/// processes) never share one; temporary files for the same target left by writers that died
+/// are removed first.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    static WRITES: AtomicU64 = AtomicU64::new(0);
     let io = |source| Error::Io {
         path: path.to_path_buf(),
         source,
@@ -81,11 +87,13 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         .unwrap_or(Path::new("."));
     let name = path
         .file_name()
-        .ok_or_else(|| format_error(path, "not a file path"))?;
+        .ok_or_else(|| format_error(path, "not a file path"))?
+        .to_string_lossy();
+    remove_stale_temps(dir, &name);
     let tmp: PathBuf = dir.join(format!(
-        ".{}.{}.tmp",
-        name.to_string_lossy(),
-        std::process::id()
+        ".{name}.{}.{}.tmp",
+        std::process::id(),
+        WRITES.fetch_add(1, Ordering::Relaxed)
     ));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
@@ -97,6 +105,37 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     result.map_err(io)
+}
+
+/// Removes `.{name}.{pid}.{n}.tmp` files in `dir` whose writing process no longer runs. Only
+/// where process liveness can be read (`/proc`); best effort, since a failure here must not
+/// stop the save.
+fn remove_stale_temps(dir: &Path, name: &str) {
+    let proc_fs = Path::new("/proc/self");
+    if !proc_fs.exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let prefix = format!(".{name}.");
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let Some(rest) = file
+            .to_str()
+            .and_then(|f| f.strip_prefix(&prefix))
+            .and_then(|f| f.strip_suffix(".tmp"))
+        else {
+            continue;
+        };
+        let pid = rest.split('.').next().and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            let alive = pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists();
+            if !alive {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
 }
 
 /// Saves named tensors and string metadata to a safetensors file, atomically.
@@ -170,15 +209,29 @@ pub fn save_checkpoint(path: &Path, model: &Model, epoch: u64) -> Result<()> {
         .into_iter()
         .map(|(n, t)| (format!("model.{n}"), t))
         .collect();
-    let (steps, state) = model.optimizer().state();
-    tensors.extend(state.into_iter().map(|(n, t)| (format!("optim.{n}"), t)));
+    let (steps, state) = model.optimizer().state(&optim_names(model))?;
+    tensors.extend(state);
     let metadata = HashMap::from([
         ("format".to_string(), FORMAT.to_string()),
         ("epoch".to_string(), epoch.to_string()),
         ("optimizer_steps".to_string(), steps.to_string()),
         ("lr".to_string(), format!("{:e}", model.optimizer().lr())),
     ]);
+    let mut metadata = metadata;
+    for (name, stream) in model.net().rng_streams() {
+        metadata.insert(format!("rng.{name}"), stream.state().to_string());
+    }
     save_tensors(path, &tensors, metadata)
+}
+
+/// The model's parameters named as their optimizer state is stored: `optim.{name}`.
+fn optim_names(model: &Model) -> Vec<(String, crate::autograd::Param)> {
+    model
+        .net()
+        .params()
+        .into_iter()
+        .map(|(n, p)| (format!("optim.{n}"), p))
+        .collect()
 }
 
 /// Reads a checkpoint written by [`save_checkpoint`].
@@ -228,49 +281,68 @@ impl Checkpoint {
             .net()
             .check_state(&net_state)
             .map_err(|e| fail(e.to_string()))?;
-        // Optimizer state belongs to parameters of the same shape and dtype.
-        let params: HashMap<String, Tensor> = model
-            .net()
-            .params()
-            .into_iter()
-            .map(|(n, p)| (n, p.tensor()))
+        let streams = self.rng_states(model.net()).map_err(fail)?;
+        let mut optim_state: Vec<(String, Tensor)> = self
+            .tensors
+            .iter()
+            .filter(|(k, _)| k.starts_with("optim."))
+            .map(|(k, t)| (k.clone(), t.clone()))
             .collect();
-        let optim_state = with_prefix("optim.");
-        let mut problems = Vec::new();
-        for (key, t) in &optim_state {
-            let param = key.rsplit_once('.').map_or(key.as_str(), |(p, _)| p);
-            match params.get(param) {
-                None => problems.push(format!("optim.{key}: no parameter {param}")),
-                Some(p) if p.shape() != t.shape() || p.dtype() != t.dtype() => {
-                    problems.push(format!(
-                        "optim.{key}: expected {:?} {}, found {:?} {}",
-                        p.shape(),
-                        p.dtype(),
-                        t.shape(),
-                        t.dtype()
-                    ))
-                }
-                Some(_) => {}
-            }
-        }
-        if !problems.is_empty() {
-            return Err(fail(format!(
-                "optimizer state does not fit the model: {}",
-                problems.join("; ")
-            )));
-        }
+        optim_state.sort_by(|a, b| a.0.cmp(&b.0));
         let steps: u64 = self.metadata["optimizer_steps"]
             .parse()
             .expect("checked at load");
-        // The optimizer checks its slot names before changing anything, and the network was
-        // checked above, so nothing fails after the first change.
+        // The optimizer checks names, slots, shapes and dtypes before changing anything, and
+        // the network was checked above, so nothing fails after the first change.
+        let params = optim_names(model);
         model
             .optimizer_mut()
-            .load_state(steps, optim_state)
+            .load_state(&params, steps, optim_state)
             .map_err(|e| fail(e.to_string()))?;
         model
             .net()
             .load_state(&net_state)
-            .map_err(|e| fail(e.to_string()))
+            .map_err(|e| fail(e.to_string()))?;
+        for (stream, state) in streams {
+            stream.set_state(state);
+        }
+        Ok(())
+    }
+
+    /// The saved position of every random stream of `net` (metadata `rng.{name}`), checked
+    /// against the network's streams: each one present and well-formed, none extra.
+    fn rng_states(&self, net: &Net) -> std::result::Result<Vec<(RngStream, StreamState)>, String> {
+        let streams = net.rng_streams();
+        let mut problems = Vec::new();
+        let mut out = Vec::new();
+        for (name, stream) in &streams {
+            match self.metadata.get(&format!("rng.{name}")).map(|v| v.parse()) {
+                None => problems.push(format!("rng.{name}: missing")),
+                Some(Err(e)) => problems.push(format!("rng.{name}: {e}")),
+                Some(Ok(state)) => out.push((stream.clone(), state)),
+            }
+        }
+        let mut extra: Vec<&String> = self
+            .metadata
+            .keys()
+            .filter(|k| {
+                k.strip_prefix("rng.")
+                    .is_some_and(|n| !streams.iter().any(|(s, _)| s == n))
+            })
+            .collect();
+        extra.sort();
+        problems.extend(
+            extra
+                .into_iter()
+                .map(|k| format!("{k}: not a random stream of this network")),
+        );
+        if problems.is_empty() {
+            Ok(out)
+        } else {
+            Err(format!(
+                "random streams do not fit the network: {}",
+                problems.join("; ")
+            ))
+        }
     }
 }

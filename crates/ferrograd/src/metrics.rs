@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
 /// Accuracy of a classifier over some samples.
@@ -61,27 +62,56 @@ pub fn accuracy(scores: &Tensor, labels: &[u8]) -> Accuracy {
     }
 }
 
-/// `m[true][predicted]` counts over `classes` classes.
-pub fn confusion_matrix(scores: &Tensor, labels: &[u8], classes: usize) -> Vec<Vec<usize>> {
-    let mut m = vec![vec![0; classes]; classes];
-    for (p, &l) in predicted_classes(scores).iter().zip(labels) {
-        m[l as usize][*p] += 1;
+/// `m[true][predicted]` counts over `classes` classes. Labels come from data, so one outside
+/// `0..classes` (or a score row with more classes) is an error naming it, not a panic.
+pub fn confusion_matrix(scores: &Tensor, labels: &[u8], classes: usize) -> Result<Vec<Vec<usize>>> {
+    let pred = predicted_classes(scores);
+    if pred.len() != labels.len() {
+        return Err(Error::Shape(format!(
+            "confusion_matrix: {} predictions for {} labels",
+            pred.len(),
+            labels.len()
+        )));
     }
-    m
+    let mut m = vec![vec![0; classes]; classes];
+    for (i, (&p, &l)) in pred.iter().zip(labels).enumerate() {
+        if l as usize >= classes || p >= classes {
+            return Err(Error::Shape(format!(
+                "confusion_matrix: sample {i} has label {l} and prediction {p}, \
+                 outside the {classes} classes"
+            )));
+        }
+        m[l as usize][p] += 1;
+    }
+    Ok(m)
+}
+
+/// Panics naming `metric` unless the prediction and target shapes are equal: broadcasting
+/// `[N, 1]` against `[N]` would compare every prediction with every target.
+fn same_shape(metric: &str, pred: &Tensor, target: &Tensor) {
+    assert!(
+        pred.shape() == target.shape(),
+        "{metric}: prediction shape {:?} differs from target shape {:?}",
+        pred.shape(),
+        target.shape()
+    );
 }
 
 /// Mean squared error.
 pub fn mse(pred: &Tensor, target: &Tensor) -> f64 {
+    same_shape("mse", pred, target);
     (pred - target).square().mean().item()
 }
 
 /// Mean absolute error.
 pub fn mae(pred: &Tensor, target: &Tensor) -> f64 {
+    same_shape("mae", pred, target);
     (pred - target).abs().mean().item()
 }
 
 /// Coefficient of determination: 1 − SS_res / SS_tot.
 pub fn r2(pred: &Tensor, target: &Tensor) -> f64 {
+    same_shape("r2", pred, target);
     let ss_res = (pred - target).square().sum().item();
     let ss_tot = (target - &target.mean()).square().sum().item();
     1.0 - ss_res / ss_tot

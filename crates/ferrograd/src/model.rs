@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use crate::autograd::{no_grad, Gradients, Param};
 use crate::error::{Error, Result};
 use crate::loss::Loss;
-use crate::nn::{Layer, Mode};
+use crate::nn::{Layer, Mode, RngStream};
 use crate::optim::Optimizer;
 use crate::tensor::Tensor;
 
@@ -56,7 +56,12 @@ impl Net {
         self.named(|l| l.buffers())
     }
 
-    fn named(&self, of: impl Fn(&dyn Layer) -> Vec<(String, Param)>) -> Vec<(String, Param)> {
+    /// The random streams of every layer that draws in training, named by layer index.
+    pub fn rng_streams(&self) -> Vec<(String, RngStream)> {
+        self.named(|l| l.rng_streams())
+    }
+
+    fn named<V>(&self, of: impl Fn(&dyn Layer) -> Vec<(String, V)>) -> Vec<(String, V)> {
         self.layers
             .iter()
             .enumerate()
@@ -164,6 +169,12 @@ impl Model {
 
     /// The loss of `pred` against `target` and its gradients for every parameter.
     pub fn backward(&self, pred: &Tensor, target: &Tensor) -> (f32, Gradients) {
+        assert!(
+            pred.numel() > 0,
+            "Model::backward: empty batch (predictions {:?}); the mean loss of no samples is \
+             undefined and would write NaN into the weights",
+            pred.shape()
+        );
         let loss = self.loss.loss(pred, target);
         let grads = loss.backward();
         (loss.item() as f32, grads)

@@ -339,13 +339,21 @@ fn an_interrupted_write_leaves_the_old_checkpoint() {
     let model = mlp();
     save_checkpoint(&path, &model, 3).unwrap();
     let before = std::fs::read(&path).unwrap();
-    // Block the temporary file: the write fails before anything touches the target.
-    let tmp = dir.join(format!(".ck.safetensors.{}.tmp", std::process::id()));
-    std::fs::create_dir_all(&tmp).unwrap();
+    // Block the temporary files (named after the process and a per-process count of writes,
+    // which this test binary keeps far below 256): the write fails before anything touches
+    // the target.
+    let blocks: Vec<_> = (0..256)
+        .map(|n| dir.join(format!(".ck.safetensors.{}.{n}.tmp", std::process::id())))
+        .collect();
+    for b in &blocks {
+        std::fs::create_dir_all(b).unwrap();
+    }
     assert!(save_checkpoint(&path, &model, 4).is_err());
     assert_eq!(std::fs::read(&path).unwrap(), before);
     assert_eq!(load_checkpoint(&path).unwrap().epoch, 3);
-    std::fs::remove_dir_all(&tmp).unwrap();
+    for b in &blocks {
+        std::fs::remove_dir_all(b).unwrap();
+    }
     save_checkpoint(&path, &model, 4).unwrap();
     assert_eq!(load_checkpoint(&path).unwrap().epoch, 4);
     // No temporary files are left behind.

@@ -357,21 +357,25 @@ fn optimizer_state_round_trips() {
     for _ in 0..2 {
         a.step(&params, &p.tensor().square().sum().backward());
     }
-    let (steps, state) = a.state();
+    let (steps, state) = a.state(&params).unwrap();
     assert_eq!(steps, 2);
     assert_eq!(
         state.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
         vec!["p.exp_avg", "p.exp_avg_sq"]
     );
     let mut b = Adam::new(0.1);
-    b.load_state(steps, state).unwrap();
     let q = Param::new(p.tensor().detach());
     let qparams = vec![("p".to_string(), q.clone())];
+    b.load_state(&qparams, steps, state).unwrap();
     a.step(&params, &p.tensor().square().sum().backward());
     b.step(&qparams, &q.tensor().square().sum().backward());
     assert_eq!(p.tensor().to_vec::<f64>(), q.tensor().to_vec::<f64>());
     assert!(Adam::new(0.1)
-        .load_state(1, vec![("p.bogus".into(), Tensor::zeros(&[2], DType::F64))])
+        .load_state(
+            &qparams,
+            1,
+            vec![("p.bogus".into(), Tensor::zeros(&[2], DType::F64))]
+        )
         .is_err());
 }
 

@@ -25,6 +25,12 @@ fn enabled() -> bool {
     ON.with(|on| on.get())
 }
 
+/// Whether detection is on and has already found a NaN/Inf in the current `detect_anomaly`:
+/// optimizers then skip their update, so that the non-finite value never reaches the weights.
+pub(crate) fn anomaly_reported() -> bool {
+    enabled() && STATE.with(|s| matches!(&*s.borrow(), Some(Some(_))))
+}
+
 /// Runs a derivative rule; its internal ops are not reported one by one, its gradients are
 /// (by `check_backward`, naming the op whose rule it is).
 pub(crate) fn in_rule<R>(f: impl FnOnce() -> R) -> R {

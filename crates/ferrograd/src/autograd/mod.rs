@@ -15,6 +15,7 @@ mod mode;
 mod node;
 mod param;
 
+pub(crate) use anomaly::anomaly_reported;
 pub use anomaly::detect_anomaly;
 pub use custom::{custom_gradient, custom_gradient_n, custom_gradient_named};
 pub use engine::{grad, grad_with_graph};

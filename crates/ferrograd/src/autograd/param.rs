@@ -1,5 +1,6 @@
 //! Trainable parameters: leaves with a stable identity whose value optimizers replace.
 
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::{Arc, RwLock};
 
 use super::node::Node;
@@ -59,7 +60,9 @@ impl Param {
 
     /// Runs `f` on the elements in place (row-major; `T` must be the parameter's dtype). The
     /// buffer is copied first only when another tensor still shares it (a graph that is still
-    /// alive, say); optimizers update without allocating otherwise.
+    /// alive, say); optimizers update without allocating otherwise. If `f` panics, the
+    /// parameter keeps its buffer as `f` left it (unchanged when `f` checks its inputs before
+    /// writing, as the optimizer kernels do) and the panic goes on.
     pub fn update<T: Element>(&self, f: impl FnOnce(&mut [T])) {
         let mut slot = self.value.write().unwrap_or_else(|e| e.into_inner());
         // Swap the value out and unhook its node, so that the buffer is unique unless some
@@ -69,12 +72,16 @@ impl Param {
             Ok(inner) => Tensor::from_parts(inner.storage, inner.layout, None),
             Err(shared) => Tensor::from_parts(shared.storage.clone(), shared.layout.clone(), None),
         };
-        f(bare.data_mut::<T>());
+        let result = catch_unwind(AssertUnwindSafe(|| f(bare.data_mut::<T>())));
         *slot = Tensor::from_parts(
             bare.storage().clone(),
             bare.layout().clone(),
             Some(Node::leaf_with_id(self.id)),
         );
+        if let Err(panic) = result {
+            drop(slot);
+            resume_unwind(panic);
+        }
     }
 
     /// Converts the value to `dtype`, keeping the identity (for f64 gradient checks, say).

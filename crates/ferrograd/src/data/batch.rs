@@ -38,8 +38,13 @@ impl<'a, D: Dataset> BatchIterator<'a, D> {
         assert!(batch_size > 0, "BatchIterator: batch size must be positive");
         let mut order: Vec<usize> = (0..data.len()).collect();
         if shuffle {
-            // Distinct, reproducible streams per epoch.
-            let mut rng = StdRng::seed_from_u64(seed ^ epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            // The generator's 32-byte key holds the seed and the epoch side by side, so two
+            // different (seed, epoch) pairs can never share a stream.
+            let mut key = [0u8; 32];
+            key[..8].copy_from_slice(&seed.to_le_bytes());
+            key[8..16].copy_from_slice(&epoch.to_le_bytes());
+            key[16..].copy_from_slice(b"ferrograd:batch.");
+            let mut rng = StdRng::from_seed(key);
             order.shuffle(&mut rng);
         }
         BatchIterator {

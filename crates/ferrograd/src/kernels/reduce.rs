@@ -48,6 +48,11 @@ pub fn sum_all<T: Float>(xs: &[T]) -> T {
 pub fn sum<T: Float>(x: &[T], outer: usize, red: usize, inner: usize, out: &mut [T]) {
     debug_assert_eq!(x.len(), outer * red * inner);
     debug_assert_eq!(out.len(), outer * inner);
+    if red == 0 || out.is_empty() {
+        // The sum of nothing is 0 (and an empty output has nothing to compute).
+        out.iter_mut().for_each(|v| *v = T::zero());
+        return;
+    }
     if inner == 1 {
         if outer == 1 {
             out[0] = sum_all(x);
@@ -103,6 +108,9 @@ pub fn fold<T: Float>(
     pick: impl Fn(T, T) -> T + Sync,
 ) {
     assert!(red > 0, "reduction over an empty axis");
+    if out.is_empty() {
+        return;
+    }
     let block = |(o_row, x_block): (&mut [T], &[T])| {
         o_row.copy_from_slice(&x_block[..inner]);
         for x_row in x_block.chunks_exact(inner).skip(1) {
@@ -131,6 +139,9 @@ pub fn arg_fold<T: Float>(
     better: impl Fn(T, T) -> bool + Sync,
 ) {
     assert!(red > 0, "reduction over an empty axis");
+    if out.is_empty() {
+        return;
+    }
     let block = |(o_row, x_block): (&mut [usize], &[T])| {
         for (j, o) in o_row.iter_mut().enumerate() {
             let mut best = x_block[j];
@@ -169,6 +180,9 @@ pub fn softmax<T: Float>(
     log: bool,
     out: &mut [T],
 ) {
+    if x.is_empty() {
+        return;
+    }
     let block = |(o_block, x_block): (&mut [T], &[T])| {
         for j in 0..inner {
             let mut m = T::neg_infinity();

@@ -45,6 +45,13 @@ impl Dense {
 
 impl Layer for Dense {
     fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
+        let fan_in = self.w.shape()[0];
+        assert!(
+            x.ndim() >= 1 && x.shape()[x.ndim() - 1] == fan_in,
+            "{}: expected input [..., {fan_in}], got {:?}",
+            self.name(),
+            x.shape()
+        );
         &x.matmul(&self.w.tensor()) + &self.b.tensor()
     }
 

@@ -1,17 +1,14 @@
 //! Inverted dropout: in training, zeroes each element with probability `p` and scales the rest
 //! by 1 / (1 − p), so evaluation needs no rescaling.
 
-use std::sync::Mutex;
+use rand::Rng;
 
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
-
-use super::{Layer, Mode};
+use super::{Layer, Mode, RngStream};
 use crate::tensor::{with_default_rng, Tensor};
 
 pub struct Dropout {
     p: f64,
-    rng: Mutex<StdRng>,
+    stream: RngStream,
 }
 
 impl Dropout {
@@ -28,7 +25,7 @@ impl Dropout {
         );
         Dropout {
             p,
-            rng: Mutex::new(StdRng::seed_from_u64(seed)),
+            stream: RngStream::new(seed),
         }
     }
 }
@@ -38,10 +35,13 @@ impl Layer for Dropout {
         if mode == Mode::Eval || self.p == 0.0 {
             return x.clone();
         }
-        let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
-        let keep =
-            Tensor::rand_uniform(x.shape(), 0.0, 1.0, x.dtype(), &mut *rng).ge_scalar(self.p);
+        let mut rng = self.stream.next_rng();
+        let keep = Tensor::rand_uniform(x.shape(), 0.0, 1.0, x.dtype(), &mut rng).ge_scalar(self.p);
         x * &keep.mul_scalar(1.0 / (1.0 - self.p))
+    }
+
+    fn rng_streams(&self) -> Vec<(String, RngStream)> {
+        vec![("rng".into(), self.stream.clone())]
     }
 
     fn name(&self) -> String {

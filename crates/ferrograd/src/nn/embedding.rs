@@ -27,8 +27,19 @@ impl Embedding {
 impl Layer for Embedding {
     /// `x` holds ids (any shape, stored as floats); the result has a trailing `dim` axis.
     fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
-        let ids: Vec<usize> = x.to_vec::<f64>().iter().map(|&v| v as usize).collect();
-        let dim = self.table.shape()[1];
+        let (rows, dim) = (self.table.shape()[0], self.table.shape()[1]);
+        let ids: Vec<usize> = x
+            .to_vec::<f64>()
+            .iter()
+            .map(|&v| {
+                assert!(
+                    v >= 0.0 && v < rows as f64 && v.fract() == 0.0,
+                    "{}: id {v} is not an integer in 0..{rows}",
+                    self.name()
+                );
+                v as usize
+            })
+            .collect();
         let mut shape = x.shape().to_vec();
         shape.push(dim);
         self.lookup(&ids).reshape(&shape)

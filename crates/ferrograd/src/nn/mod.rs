@@ -7,6 +7,7 @@ mod dropout;
 mod embedding;
 mod norm;
 mod shape;
+mod stream;
 
 pub use activation::{Elu, Gelu, LeakyReLU, ReLU, Sigmoid, Softmax, Softplus, Tanh};
 pub use dense::Dense;
@@ -14,6 +15,7 @@ pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use norm::{BatchNorm1d, LayerNorm};
 pub use shape::{Flatten, Reshape};
+pub use stream::{RngStream, StreamState};
 
 use crate::autograd::Param;
 use crate::tensor::Tensor;
@@ -37,6 +39,12 @@ pub trait Layer: Send + Sync {
 
     /// State that is saved but not trained (BatchNorm's running statistics).
     fn buffers(&self) -> Vec<(String, Param)> {
+        Vec::new()
+    }
+
+    /// Random streams the layer draws from in training (Dropout's masks), by name, so that a
+    /// checkpoint can resume them exactly.
+    fn rng_streams(&self) -> Vec<(String, RngStream)> {
         Vec::new()
     }
 

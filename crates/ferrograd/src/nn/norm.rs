@@ -35,6 +35,21 @@ impl BatchNorm1d {
 
 impl Layer for BatchNorm1d {
     fn forward(&self, x: &Tensor, mode: Mode) -> Tensor {
+        let features = self.gamma.numel();
+        assert!(
+            x.ndim() == 2 && x.shape()[1] == features,
+            "{}: expected input [N, {features}], got {:?}",
+            self.name(),
+            x.shape()
+        );
+        // One sample has no spread to normalise by (its output would be all zeros); PyTorch
+        // refuses it too.
+        assert!(
+            mode == Mode::Eval || x.shape()[0] > 1,
+            "{}: training needs more than one sample per feature, got input {:?}",
+            self.name(),
+            x.shape()
+        );
         let (mean, var) = match mode {
             Mode::Train => {
                 let mean = x.mean_axes(&[0], false);
@@ -104,6 +119,13 @@ impl LayerNorm {
 
 impl Layer for LayerNorm {
     fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
+        let features = self.gamma.numel();
+        assert!(
+            x.ndim() >= 1 && x.shape()[x.ndim() - 1] == features,
+            "{}: expected input [..., {features}], got {:?}",
+            self.name(),
+            x.shape()
+        );
         let last = x.ndim() - 1;
         let mean = x.mean_axes(&[last], true);
         let centered = x - &mean;

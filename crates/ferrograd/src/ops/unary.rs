@@ -57,6 +57,11 @@ impl Tensor {
     pub fn powf(&self, p: f64) -> Tensor {
         let out = map_dispatch!(self, |v| v.powf(T::from_f64(p)));
         record("powf", out, &[self], move |c, up| {
+            if p == 0.0 {
+                // x⁰ is constant: its derivative is 0 everywhere, including x = 0 where
+                // p·x^(p−1) would be 0·∞ (PyTorch gives 0 too).
+                return smallvec![Some(up.zeros_like())];
+            }
             smallvec![Some(&(up * p) * &c.input(0).powf(p - 1.0))]
         })
     }

@@ -16,7 +16,7 @@ pub use schedule::{
     WarmupThen,
 };
 
-use crate::autograd::{Gradients, Param};
+use crate::autograd::{anomaly_reported, Gradients, Param};
 use crate::error::{Error, Result};
 use crate::kernels::optim::{sum_squares, Prep};
 use crate::tensor::{with_dtype, Element, Tensor};
@@ -34,17 +34,29 @@ pub type AdamW = Optim<AdamWRule>;
 pub type RAdam = Optim<RAdamRule>;
 
 /// What a model needs from an optimizer.
+///
+/// State (moments, step sizes) follows each parameter's identity, not its name, so one
+/// optimizer can step several networks whose parameter names repeat. Names are used only to
+/// save and load that state.
 pub trait Optimizer: Send {
     /// One update of every parameter that has a gradient.
     fn step(&mut self, params: &[(String, Param)], grads: &Gradients);
     fn lr(&self) -> f64;
+    /// Sets the learning rate; panics unless it is finite and not negative.
     fn set_lr(&mut self, lr: f64);
     /// Number of steps taken.
     fn steps(&self) -> u64;
-    /// The state to save for an exact resume: `"{param}.{slot}"` → tensor.
-    fn state(&self) -> (u64, Vec<(String, Tensor)>);
-    /// Restores a saved state.
-    fn load_state(&mut self, steps: u64, state: Vec<(String, Tensor)>) -> Result<()>;
+    /// The state of `params` to save for an exact resume, as `"{name}.{slot}"` → tensor.
+    /// Fails when two parameters share a name.
+    fn state(&self, params: &[(String, Param)]) -> Result<(u64, Vec<(String, Tensor)>)>;
+    /// Restores state saved by [`Optimizer::state`] for `params`. Names, slots, shapes and
+    /// dtypes are checked first; the error lists every mismatch, and then nothing changes.
+    fn load_state(
+        &mut self,
+        params: &[(String, Param)],
+        steps: u64,
+        state: Vec<(String, Tensor)>,
+    ) -> Result<()>;
 }
 
 /// The per-element arithmetic of an optimizer.
@@ -86,13 +98,35 @@ pub struct Optim<R> {
     weight_decay: f64,
     clip: Option<Clip>,
     steps: u64,
-    /// Per-parameter state, by parameter name.
-    state: HashMap<String, Vec<Tensor>>,
+    /// Per-parameter state, by parameter identity.
+    state: HashMap<u64, Vec<Tensor>>,
+}
+
+/// Panics unless `lr` is a usable learning rate.
+fn check_lr(lr: f64) {
+    assert!(
+        lr.is_finite() && lr >= 0.0,
+        "optimizer: learning rate {lr} must be finite and not negative"
+    );
+}
+
+/// The parameters by name; fails on a repeated name, which would make saved state ambiguous.
+fn by_name(params: &[(String, Param)]) -> Result<HashMap<&str, &Param>> {
+    let mut out = HashMap::new();
+    for (name, p) in params {
+        if out.insert(name.as_str(), p).is_some() {
+            return Err(Error::Shape(format!(
+                "optimizer state: two parameters are named {name:?}; names must be unique to \
+                 save or load state"
+            )));
+        }
+    }
+    Ok(out)
 }
 
 impl<R: UpdateRule> Optim<R> {
     fn with_rule(rule: R, lr: f64) -> Self {
-        assert!(lr >= 0.0, "optimizer: learning rate {lr} is negative");
+        check_lr(lr);
         Optim {
             rule,
             lr,
@@ -105,18 +139,30 @@ impl<R: UpdateRule> Optim<R> {
 
     /// Weight decay: L2 (added to the gradient) for most rules, decoupled for AdamW.
     pub fn weight_decay(mut self, wd: f64) -> Self {
+        assert!(
+            wd.is_finite() && wd >= 0.0,
+            "optimizer: weight decay {wd} must be finite and not negative"
+        );
         self.weight_decay = wd;
         self
     }
 
     /// Clip gradients by global norm before each update.
     pub fn clip_grad_norm(mut self, max_norm: f64) -> Self {
+        assert!(
+            max_norm.is_finite() && max_norm > 0.0,
+            "clip_grad_norm: the norm bound {max_norm} must be finite and positive"
+        );
         self.clip = Some(Clip::Norm(max_norm));
         self
     }
 
     /// Clip every gradient element to [−v, v] before each update.
     pub fn clip_grad_value(mut self, v: f64) -> Self {
+        assert!(
+            v.is_finite() && v > 0.0,
+            "clip_grad_value: the bound {v} must be finite and positive"
+        );
         self.clip = Some(Clip::Value(v));
         self
     }
@@ -125,13 +171,13 @@ impl<R: UpdateRule> Optim<R> {
         &self.rule
     }
 
-    fn update_one<T: Element>(&mut self, name: &str, p: &Param, g: &Tensor, gscale: f64) {
+    fn update_one<T: Element>(&mut self, p: &Param, g: &Tensor, gscale: f64) {
         let (lr, wd, t) = (self.lr, self.weight_decay, self.steps);
         let clip_value = match self.clip {
             Some(Clip::Value(v)) => Some(v),
             _ => None,
         };
-        let slots = self.state.entry(name.to_string()).or_insert_with(|| {
+        let slots = self.state.entry(p.id()).or_insert_with(|| {
             (0..R::SLOTS)
                 .map(|_| Tensor::zeros(g.shape(), T::DTYPE))
                 .collect()
@@ -152,16 +198,24 @@ impl<R: UpdateRule> Optim<R> {
 
 impl<R: UpdateRule> Optimizer for Optim<R> {
     fn step(&mut self, params: &[(String, Param)], grads: &Gradients) {
+        if anomaly_reported() {
+            // Inside `detect_anomaly`, after a NaN/Inf: the weights stay as they were and the
+            // report names the op.
+            return;
+        }
         self.steps += 1;
-        let found: Vec<(&String, &Param, Tensor)> = params
+        // A parameter listed twice is updated once.
+        let mut seen = std::collections::HashSet::new();
+        let found: Vec<(&Param, Tensor)> = params
             .iter()
-            .filter_map(|(n, p)| grads.get_param(p).map(|g| (n, p, g)))
+            .filter(|(_, p)| seen.insert(p.id()))
+            .filter_map(|(_, p)| grads.get_param(p).map(|g| (p, g)))
             .collect();
         let gscale = match self.clip {
             Some(Clip::Norm(max)) => {
                 let total: f64 = found
                     .iter()
-                    .map(|(_, _, g)| with_dtype!(g.dtype(), T => sum_squares(&g.contiguous_data::<T>())))
+                    .map(|(_, g)| with_dtype!(g.dtype(), T => sum_squares(&g.contiguous_data::<T>())))
                     .sum();
                 let norm = total.sqrt();
                 if norm > max {
@@ -172,8 +226,8 @@ impl<R: UpdateRule> Optimizer for Optim<R> {
             }
             _ => 1.0,
         };
-        for (name, p, g) in found {
-            with_dtype!(p.dtype(), T => self.update_one::<T>(name, p, &g, gscale));
+        for (p, g) in found {
+            with_dtype!(p.dtype(), T => self.update_one::<T>(p, &g, gscale));
         }
     }
 
@@ -182,6 +236,7 @@ impl<R: UpdateRule> Optimizer for Optim<R> {
     }
 
     fn set_lr(&mut self, lr: f64) {
+        check_lr(lr);
         self.lr = lr;
     }
 
@@ -189,37 +244,81 @@ impl<R: UpdateRule> Optimizer for Optim<R> {
         self.steps
     }
 
-    fn state(&self) -> (u64, Vec<(String, Tensor)>) {
+    fn state(&self, params: &[(String, Param)]) -> Result<(u64, Vec<(String, Tensor)>)> {
         let mut out = Vec::new();
-        for (name, slots) in &self.state {
-            for (slot, t) in self.rule.slot_names().iter().zip(slots) {
-                out.push((format!("{name}.{slot}"), t.clone()));
+        for (name, p) in by_name(params)? {
+            if let Some(slots) = self.state.get(&p.id()) {
+                for (slot, t) in self.rule.slot_names().iter().zip(slots) {
+                    out.push((format!("{name}.{slot}"), t.clone()));
+                }
             }
         }
         out.sort_by(|a, b| a.0.cmp(&b.0));
-        (self.steps, out)
+        Ok((self.steps, out))
     }
 
-    fn load_state(&mut self, steps: u64, state: Vec<(String, Tensor)>) -> Result<()> {
+    fn load_state(
+        &mut self,
+        params: &[(String, Param)],
+        steps: u64,
+        state: Vec<(String, Tensor)>,
+    ) -> Result<()> {
+        let params = by_name(params)?;
         let names = self.rule.slot_names();
-        let mut restored: HashMap<String, Vec<Option<Tensor>>> = HashMap::new();
+        let mut problems = Vec::new();
+        // Parameters with a reported problem: their missing slots go without saying.
+        let mut faulty = std::collections::HashSet::new();
+        let mut restored: HashMap<u64, Vec<Option<Tensor>>> = HashMap::new();
         for (key, t) in state {
-            let (param, slot) = key.rsplit_once('.').ok_or_else(|| {
-                Error::Shape(format!("optimizer state: key {key:?} has no slot name"))
-            })?;
-            let k = names.iter().position(|n| *n == slot).ok_or_else(|| {
-                Error::Shape(format!("optimizer state: unknown slot {slot:?} in {key:?}"))
-            })?;
+            let Some((param, slot)) = key.rsplit_once('.') else {
+                problems.push(format!("{key}: no slot name"));
+                continue;
+            };
+            let Some(k) = names.iter().position(|n| *n == slot) else {
+                problems.push(format!("{key}: unknown slot {slot:?} (expected {names:?})"));
+                continue;
+            };
+            let Some(p) = params.get(param) else {
+                problems.push(format!("{key}: no parameter {param:?}"));
+                continue;
+            };
+            if t.shape() != p.shape().as_slice() || t.dtype() != p.dtype() {
+                faulty.insert(p.id());
+                problems.push(format!(
+                    "{key}: expected {:?} {}, found {:?} {}",
+                    p.shape(),
+                    p.dtype(),
+                    t.shape(),
+                    t.dtype()
+                ));
+                continue;
+            }
             restored
-                .entry(param.to_string())
-                .or_insert_with(|| vec![None; names.len()])[k] = Some(t);
+                .entry(p.id())
+                .or_insert_with(|| vec![None; names.len()])[k] = Some(t.detach());
         }
         let mut state = HashMap::new();
-        for (param, slots) in restored {
-            let slots: Option<Vec<Tensor>> = slots.into_iter().collect();
-            let slots = slots
-                .ok_or_else(|| Error::Shape(format!("optimizer state: {param} misses a slot")))?;
-            state.insert(param, slots);
+        for (id, slots) in restored {
+            match slots.into_iter().collect::<Option<Vec<Tensor>>>() {
+                Some(slots) => {
+                    state.insert(id, slots);
+                }
+                None if faulty.contains(&id) => {}
+                None => {
+                    let name = params.iter().find(|(_, p)| p.id() == id).map(|(n, _)| *n);
+                    problems.push(format!(
+                        "{}: some of the slots {names:?} are missing",
+                        name.unwrap_or("?")
+                    ));
+                }
+            }
+        }
+        if !problems.is_empty() {
+            problems.sort();
+            return Err(Error::Shape(format!(
+                "optimizer state does not fit the parameters: {}",
+                problems.join("; ")
+            )));
         }
         self.state = state;
         self.steps = steps;

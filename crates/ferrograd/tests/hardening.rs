@@ -1,0 +1,416 @@
+//! Careless and hostile inputs that once gave silent wrong answers or aborts: each is now a
+//! right answer, an `Err`, or a panic whose message names the op or layer.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+
+use ferrograd::data::{encode_idx_u8, one_hot, read_idx_u8, BatchIterator, TensorDataset};
+use ferrograd::io::{load_checkpoint, load_tensors, save_checkpoint, save_tensors};
+use ferrograd::metrics;
+use ferrograd::prelude::*;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The message of the panic `f` raises (fails the test if it does not panic).
+fn panic_message(f: impl FnOnce()) -> String {
+    let err = catch_unwind(AssertUnwindSafe(f)).expect_err("expected a panic");
+    err.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+fn assert_panics(needle: &str, f: impl FnOnce()) {
+    let msg = panic_message(f);
+    assert!(
+        msg.contains(needle),
+        "panic message {msg:?} lacks {needle:?}"
+    );
+}
+
+#[test]
+fn regression_metrics_refuse_shapes_that_would_broadcast() {
+    let pred = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3, 1]);
+    let target = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3]);
+    assert_panics("mse: prediction shape [3, 1]", || {
+        metrics::mse(&pred, &target);
+    });
+    assert_panics("mae", || {
+        metrics::mae(&pred, &target);
+    });
+    assert_panics("r2", || {
+        metrics::r2(&pred, &target);
+    });
+    assert_eq!(metrics::mse(&pred.reshape(&[3]), &target), 0.0);
+}
+
+#[test]
+fn optimizer_settings_are_validated() {
+    assert_panics("clip_grad_norm", || {
+        drop(Sgd::new(0.1).clip_grad_norm(-1.0))
+    });
+    assert_panics("clip_grad_value", || {
+        drop(Sgd::new(0.1).clip_grad_value(f64::NAN))
+    });
+    assert_panics("learning rate NaN", || drop(Sgd::new(f64::NAN)));
+    assert_panics("learning rate -0.1", || drop(Adam::new(-0.1)));
+    assert_panics("learning rate inf", || Adam::new(0.1).set_lr(f64::INFINITY));
+    assert_panics("weight decay", || {
+        drop(AdamW::new(0.1).weight_decay(f64::NAN))
+    });
+}
+
+#[test]
+fn optimizer_state_of_the_wrong_shape_is_refused_and_changes_nothing() {
+    let p = Param::new(Tensor::from_vec(vec![1.0f64, -2.0, 0.5, 3.0], &[2, 2]));
+    let params = vec![("p".to_string(), p.clone())];
+    let mut opt = Adam::new(0.1);
+    opt.step(&params, &p.tensor().square().sum().backward());
+    let (steps, good) = opt.state(&params).unwrap();
+    // Same element count, another shape: it used to train on silently.
+    let bad: Vec<(String, Tensor)> = good
+        .iter()
+        .map(|(n, t)| (n.clone(), t.reshape(&[4])))
+        .collect();
+    let err = opt.load_state(&params, 7, bad).unwrap_err().to_string();
+    assert!(
+        err.contains("p.exp_avg: expected [2, 2] f64, found [4] f64"),
+        "{err}"
+    );
+    assert!(
+        err.contains("p.exp_avg_sq"),
+        "every mismatch is listed: {err}"
+    );
+    assert_eq!(opt.steps(), steps);
+    assert_eq!(
+        opt.state(&params).unwrap().1[0].1.to_vec::<f64>(),
+        good[0].1.to_vec::<f64>()
+    );
+    // A dtype mismatch and a parameter that does not exist.
+    let err = opt
+        .load_state(
+            &params,
+            1,
+            vec![
+                ("p.exp_avg".into(), good[0].1.to_dtype(DType::F32)),
+                ("q.exp_avg".into(), good[0].1.clone()),
+            ],
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("found [2, 2] f32") && err.contains("no parameter \"q\""),
+        "{err}"
+    );
+    // Duplicate names make saved state ambiguous.
+    let twice = vec![("p".to_string(), p.clone()), ("p".to_string(), p.clone())];
+    assert!(opt.state(&twice).is_err());
+}
+
+#[test]
+fn one_optimizer_steps_two_networks_whose_names_repeat() {
+    let make = |v: f64| Param::new(Tensor::from_vec(vec![v, v], &[2]));
+    let (a, b) = (make(1.0), make(3.0));
+    let both = vec![
+        ("0.w".to_string(), a.clone()),
+        ("0.w".to_string(), b.clone()),
+    ];
+    let mut shared = Adam::new(0.1);
+    let (a2, b2) = (make(1.0), make(3.0));
+    let (mut solo_a, mut solo_b) = (Adam::new(0.1), Adam::new(0.1));
+    for _ in 0..5 {
+        let loss = &a.tensor().powf(3.0).sum() + &b.tensor().square().sum();
+        shared.step(&both, &loss.backward());
+        let pa = vec![("0.w".to_string(), a2.clone())];
+        solo_a.step(&pa, &a2.tensor().powf(3.0).sum().backward());
+        let pb = vec![("0.w".to_string(), b2.clone())];
+        solo_b.step(&pb, &b2.tensor().square().sum().backward());
+    }
+    assert_eq!(a.tensor().to_vec::<f64>(), a2.tensor().to_vec::<f64>());
+    assert_eq!(b.tensor().to_vec::<f64>(), b2.tensor().to_vec::<f64>());
+}
+
+#[test]
+fn a_failed_update_leaves_the_parameter_intact() {
+    let p = Param::new(Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3]));
+    assert_panics("refused", || p.update::<f32>(|_| panic!("refused")));
+    assert_eq!(p.shape(), vec![3]);
+    assert_eq!(p.tensor().to_vec::<f32>(), vec![1.0, 2.0, 3.0]);
+    // Still a tracked leaf with the same identity.
+    let g = p.tensor().sum().backward();
+    assert!(g.get_param(&p).is_some());
+}
+
+fn dropout_model() -> Model {
+    manual_seed(3);
+    let net = Net::new(vec![
+        Box::new(Dense::new(6, 16)),
+        Box::new(ReLU::new()),
+        Box::new(Dropout::new(0.5)),
+        Box::new(Dense::new(16, 3)),
+    ]);
+    Model::new(net, SoftmaxCrossEntropy::new(), Adam::new(0.01))
+}
+
+fn toy_data() -> TensorDataset {
+    let x = Tensor::randn(&[40, 6], DType::F32, &mut StdRng::seed_from_u64(1));
+    let labels: Vec<u8> = (0..40).map(|i| (i % 3) as u8).collect();
+    TensorDataset::new(x, one_hot(&labels, 3))
+}
+
+fn train_epoch(model: &mut Model, data: &TensorDataset, epoch: u64) -> Vec<f32> {
+    BatchIterator::epoch(data, 8, true, 5, epoch, false)
+        .map(|b| model.train_step(&b.inputs, &b.targets))
+        .collect()
+}
+
+#[test]
+fn resuming_a_run_with_dropout_is_bit_identical() {
+    let dir = scratch("dropout_resume");
+    let path = dir.join("ck.safetensors");
+    let data = toy_data();
+    let mut straight = dropout_model();
+    train_epoch(&mut straight, &data, 0);
+    save_checkpoint(&path, &straight, 1).unwrap();
+    let losses = train_epoch(&mut straight, &data, 1);
+
+    let mut resumed = dropout_model();
+    // Different dropout draws before the restore must not matter.
+    train_epoch(&mut resumed, &data, 7);
+    load_checkpoint(&path)
+        .unwrap()
+        .restore(&mut resumed)
+        .unwrap();
+    assert_eq!(train_epoch(&mut resumed, &data, 1), losses);
+
+    // A checkpoint without the stream's position is refused, naming it.
+    let (tensors, mut meta) = load_tensors(&path).unwrap();
+    assert!(meta.remove("rng.2.rng").is_some(), "{meta:?}");
+    let named: Vec<(String, Tensor)> = tensors.into_iter().collect();
+    save_tensors(&path, &named, meta).unwrap();
+    let err = load_checkpoint(&path)
+        .unwrap()
+        .restore(&mut dropout_model())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("rng.2.rng: missing"), "{err}");
+}
+
+#[test]
+fn anomaly_detection_stops_the_update_before_nan_reaches_the_weights() {
+    let mut model = dropout_model();
+    let before: Vec<Vec<f32>> = model
+        .net()
+        .params()
+        .iter()
+        .map(|(_, p)| p.tensor().to_vec())
+        .collect();
+    let mut x = vec![0.5f32; 4 * 6];
+    x[3] = f32::NAN;
+    let x = Tensor::from_vec(x, &[4, 6]);
+    let y = one_hot(&[0, 1, 2, 0], 3);
+    let err = detect_anomaly(|| model.train_step(&x, &y)).unwrap_err();
+    assert!(err.to_string().contains("anomaly"), "{err}");
+    let after: Vec<Vec<f32>> = model
+        .net()
+        .params()
+        .iter()
+        .map(|(_, p)| p.tensor().to_vec())
+        .collect();
+    assert_eq!(before, after);
+    assert_eq!(model.optimizer().steps(), 0);
+}
+
+#[test]
+fn power_zero_has_gradient_zero_at_zero() {
+    let x = Tensor::from_vec(vec![0.0f64, 2.0, -1.5], &[3]).requires_grad();
+    let g = grad_with_graph(&x.powf(0.0).sum(), &[&x]).remove(0);
+    assert_eq!(g.to_vec::<f64>(), vec![0.0, 0.0, 0.0]);
+    assert_eq!(
+        grad(&g.sum(), &[&x])[0].to_vec::<f64>(),
+        vec![0.0, 0.0, 0.0]
+    );
+    // Other powers keep their derivative at 0.
+    let g2 = grad(&x.powf(2.0).sum(), &[&x]).remove(0);
+    assert_eq!(g2.to_vec::<f64>(), vec![0.0, 4.0, -3.0]);
+}
+
+#[test]
+fn shuffles_of_different_seeds_and_epochs_never_share_a_stream() {
+    let data = TensorDataset::new(
+        Tensor::arange(0.0, 64.0, 1.0, DType::F32).reshape(&[64, 1]),
+        Tensor::zeros(&[64, 1], DType::F32),
+    );
+    let order = |seed: u64, epoch: u64| -> Vec<usize> {
+        BatchIterator::epoch(&data, 64, true, seed, epoch, false)
+            .next()
+            .unwrap()
+            .indices
+    };
+    assert_ne!(order(0, 1), order(0x9e37_79b9_7f4a_7c15, 0));
+    assert_ne!(order(1, 0), order(0, 1));
+    assert_eq!(order(4, 2), order(4, 2));
+}
+
+#[test]
+fn empty_tensors_reduce_as_numpy_does() {
+    for shape in [[0usize, 3], [3, 0]] {
+        let t = Tensor::zeros(&shape, DType::F32);
+        assert_eq!(t.sum().item(), 0.0);
+        assert!(t.mean().item().is_nan());
+        let s0 = t.sum_axes(&[0], false);
+        assert_eq!(s0.shape(), &[shape[1]]);
+        assert!(s0.to_vec::<f32>().iter().all(|&v| v == 0.0));
+        assert_eq!(t.sum_axes(&[1], true).shape(), &[shape[0], 1]);
+        assert_eq!(t.softmax(1).shape(), &shape);
+        assert_eq!(t.log_softmax(0).shape(), &shape);
+        // Over the non-empty axis the result is empty; over the empty one there is no answer.
+        let (empty_axis, full_axis) = if shape[0] == 0 { (0, 1) } else { (1, 0) };
+        assert_eq!(t.max_axes(&[full_axis], false).numel(), 0);
+        assert_eq!(t.argmax(full_axis).numel(), 0);
+        assert_panics("max_axes: reduction over an empty axis", || {
+            drop(t.max_axes(&[empty_axis], false))
+        });
+        assert_panics("argmax", || drop(t.argmax(empty_axis)));
+    }
+    // Gradients through empty tensors are empty too.
+    let x = Tensor::zeros(&[0, 3], DType::F64).requires_grad();
+    assert_eq!(grad(&x.sum(), &[&x])[0].shape(), &[0, 3]);
+}
+
+#[test]
+fn a_training_step_on_an_empty_batch_is_refused() {
+    let mut model = dropout_model();
+    let x = Tensor::zeros(&[0, 6], DType::F32);
+    let y = Tensor::zeros(&[0, 3], DType::F32);
+    assert_panics("empty batch", || {
+        model.train_step(&x, &y);
+    });
+}
+
+fn write_gzip_bomb(path: &Path, inflated: usize) {
+    use std::io::Write;
+    let file = std::fs::File::create(path).unwrap();
+    let mut e = flate2::write::GzEncoder::new(file, flate2::Compression::fast());
+    e.write_all(&encode_idx_u8(&[10], &[7; 10])).unwrap();
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..inflated >> 20 {
+        e.write_all(&zeros).unwrap();
+    }
+    e.finish().unwrap();
+}
+
+/// Peak resident memory of this process, in MiB (Linux).
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+#[test]
+fn a_gzip_bomb_is_refused_without_inflating_it() {
+    let dir = scratch("gzip_bomb");
+    let path = dir.join("bomb.gz");
+    write_gzip_bomb(&path, 512 << 20);
+    assert!(std::fs::metadata(&path).unwrap().len() < 4 << 20);
+    let err = read_idx_u8(&path).unwrap_err().to_string();
+    assert!(
+        err.contains("trailing bytes") && err.contains("need 10 bytes"),
+        "{err}"
+    );
+    // Reading the 512 MiB it inflates to would have shown in the peak.
+    if let Some(peak) = peak_rss_mib() {
+        assert!(peak < 256.0, "peak RSS {peak} MiB");
+    }
+}
+
+#[test]
+fn bytes_after_a_gzip_stream_are_reported() {
+    use std::io::Write;
+    let dir = scratch("gzip_trailing");
+    let path = dir.join("labels.gz");
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(&encode_idx_u8(&[3], &[1, 2, 3])).unwrap();
+    let mut bytes = e.finish().unwrap();
+    std::fs::write(&path, &bytes).unwrap();
+    assert_eq!(read_idx_u8(&path).unwrap().data, vec![1, 2, 3]);
+    bytes.extend_from_slice(b"junk");
+    std::fs::write(&path, &bytes).unwrap();
+    let err = read_idx_u8(&path).unwrap_err().to_string();
+    assert!(
+        err.contains("4 bytes after the end of the gzip stream"),
+        "{err}"
+    );
+}
+
+#[test]
+fn concurrent_saves_to_one_path_all_succeed_and_stale_temps_are_cleaned() {
+    let dir = scratch("concurrent_saves");
+    let path = dir.join("ck.safetensors");
+    // A temporary file left by a writer that was killed (no such process).
+    let stale = dir.join(".ck.safetensors.4294967294.0.tmp");
+    std::fs::write(&stale, b"half a checkpoint").unwrap();
+    std::thread::scope(|s| {
+        let models: Vec<Model> = (0..4).map(|_| dropout_model()).collect();
+        for (epoch, model) in models.into_iter().enumerate() {
+            let path = &path;
+            s.spawn(move || save_checkpoint(path, &model, epoch as u64).unwrap());
+        }
+    });
+    assert!(load_checkpoint(&path).unwrap().epoch < 4);
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("ck.safetensors")]);
+}
+
+#[test]
+fn confusion_matrix_names_a_label_outside_the_classes() {
+    let scores = Tensor::from_vec(vec![0.9f32, 0.1, 0.2, 0.8], &[2, 2]);
+    assert_eq!(
+        metrics::confusion_matrix(&scores, &[0, 1], 2).unwrap(),
+        vec![vec![1, 0], vec![0, 1]]
+    );
+    let err = metrics::confusion_matrix(&scores, &[0, 7], 2)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("label 7"), "{err}");
+}
+
+#[test]
+fn layers_name_themselves_when_the_input_does_not_fit() {
+    let bn = BatchNorm1d::new(4);
+    let x = Tensor::zeros(&[2, 3], DType::F32);
+    assert_panics("BatchNorm1d(4): expected input [N, 4], got [2, 3]", || {
+        drop(bn.forward(&x, Mode::Train))
+    });
+    assert_panics(
+        "BatchNorm1d(4): training needs more than one sample",
+        || drop(bn.forward(&Tensor::ones(&[1, 4], DType::F32), Mode::Train)),
+    );
+    // Evaluation uses the running statistics: one sample is fine.
+    assert_eq!(
+        bn.forward(&Tensor::ones(&[1, 4], DType::F32), Mode::Eval)
+            .shape(),
+        &[1, 4]
+    );
+    assert_panics("Dense(6, 5): expected input [..., 6], got [2, 3]", || {
+        drop(Dense::new(6, 5).forward(&x, Mode::Train))
+    });
+    assert_panics("LayerNorm(4): expected input [..., 4]", || {
+        drop(LayerNorm::new(4).forward(&x, Mode::Train))
+    });
+    let ids = Tensor::from_vec(vec![1.0f32, 12.0], &[2]);
+    assert_panics("Embedding(10, 3): id 12", || {
+        drop(Embedding::new(10, 3).forward(&ids, Mode::Train))
+    });
+}
