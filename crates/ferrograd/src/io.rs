@@ -168,13 +168,13 @@ pub fn load_tensors(path: &Path) -> Result<(HashMap<String, Tensor>, HashMap<Str
     for (name, view) in parsed.tensors() {
         let data = view.data();
         let t = match view.dtype() {
-            Dtype::F32 => Tensor::from_vec(
+            Dtype::F32 => Tensor::try_from_vec(
                 data.chunks_exact(4)
                     .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
                     .collect::<Vec<_>>(),
                 view.shape(),
             ),
-            Dtype::F64 => Tensor::from_vec(
+            Dtype::F64 => Tensor::try_from_vec(
                 data.chunks_exact(8)
                     .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
                     .collect::<Vec<_>>(),
@@ -186,7 +186,8 @@ pub fn load_tensors(path: &Path) -> Result<(HashMap<String, Tensor>, HashMap<Str
                     format!("tensor {name}: unsupported dtype {other:?}"),
                 ))
             }
-        };
+        }
+        .map_err(|e| format_error(path, format!("tensor {name}: {e}")))?;
         out.insert(name, t);
     }
     Ok((out, meta.metadata().clone().unwrap_or_default()))

@@ -1,0 +1,180 @@
+//! Property tests: every op gives the same answer on a view (transposed, narrowed, broadcast,
+//! of any shape including zero sizes) as on a contiguous copy of the same elements, and the
+//! kernels never read outside the view.
+
+use ferrograd::prelude::*;
+use proptest::prelude::*;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+fn config() -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500);
+    ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+/// How a view is cut from its base tensor.
+#[derive(Clone, Debug)]
+enum Cut {
+    Transpose(usize, usize),
+    Narrow {
+        axis: usize,
+        start: usize,
+        len: usize,
+    },
+    /// A new leading axis of this size, stride 0.
+    Broadcast(usize),
+    Reverse,
+}
+
+fn cut(t: &Tensor, c: &Cut) -> Tensor {
+    let n = t.ndim();
+    match *c {
+        Cut::Transpose(a, b) if n >= 2 => t.transpose(a % n, b % n),
+        Cut::Narrow { axis, start, len } if n >= 1 => {
+            let axis = axis % n;
+            let size = t.shape()[axis];
+            let start = start % (size + 1);
+            t.narrow(axis, start, len % (size - start + 1))
+        }
+        Cut::Broadcast(k) => {
+            let mut shape = vec![k];
+            shape.extend_from_slice(t.shape());
+            t.broadcast_to(&shape)
+        }
+        Cut::Reverse => {
+            let perm: Vec<usize> = (0..n).rev().collect();
+            t.permute(&perm)
+        }
+        _ => t.clone(),
+    }
+}
+
+fn cuts() -> impl Strategy<Value = Vec<Cut>> {
+    let one = prop_oneof![
+        (0usize..4, 0usize..4).prop_map(|(a, b)| Cut::Transpose(a, b)),
+        (0usize..4, 0usize..5, 0usize..5).prop_map(|(axis, start, len)| Cut::Narrow {
+            axis,
+            start,
+            len
+        }),
+        (0usize..3).prop_map(Cut::Broadcast),
+        Just(Cut::Reverse),
+    ];
+    proptest::collection::vec(one, 0..3)
+}
+
+/// A view and a contiguous tensor holding the same elements.
+fn view_and_copy() -> impl Strategy<Value = (Tensor, Tensor)> {
+    (
+        proptest::collection::vec(0usize..5, 0..4),
+        cuts(),
+        any::<u64>(),
+    )
+        .prop_map(|(shape, cuts, seed)| {
+            let base = Tensor::randn(&shape, DType::F64, &mut StdRng::seed_from_u64(seed));
+            let view = cuts.iter().fold(base, |t, c| cut(&t, c));
+            let copy = Tensor::from_vec(view.to_vec::<f64>(), view.shape());
+            (view, copy)
+        })
+}
+
+/// Exactly equal values and shapes (NaN equals NaN).
+fn same(a: &Tensor, b: &Tensor) -> bool {
+    a.shape() == b.shape()
+        && a.to_vec::<f64>()
+            .iter()
+            .zip(b.to_vec::<f64>())
+            .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+}
+
+/// Equal shapes, values within a relative 1e-12 (for products, whose kernels may block the
+/// sums differently by layout).
+fn close(a: &Tensor, b: &Tensor) -> bool {
+    a.shape() == b.shape()
+        && a.to_vec::<f64>()
+            .iter()
+            .zip(b.to_vec::<f64>())
+            .all(|(x, y)| (x - y).abs() <= 1e-12 * (1.0 + x.abs().max(y.abs())))
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn elementwise_ops_match_on_views((v, c) in view_and_copy()) {
+        prop_assert!(same(&v.exp(), &c.exp()));
+        prop_assert!(same(&v.relu(), &c.relu()));
+        prop_assert!(same(&v.tanh(), &c.tanh()));
+        prop_assert!(same(&(&v * 2.0), &(&c * 2.0)));
+        prop_assert!(same(&(&v + &v), &(&c + &c)));
+        prop_assert!(same(&(&v * &c), &(&c * &c)));
+        prop_assert!(same(&v.maximum(&c), &c.maximum(&c)));
+        // Broadcasting against the last axis.
+        if v.ndim() >= 1 {
+            let last = v.shape()[v.ndim() - 1];
+            let row = Tensor::arange(0.0, last as f64, 1.0, DType::F64);
+            prop_assert!(same(&(&v - &row), &(&c - &row)));
+        }
+    }
+
+    #[test]
+    fn reductions_match_on_views((v, c) in view_and_copy(), axis in 0usize..4, keep in any::<bool>()) {
+        prop_assert!(same(&v.sum(), &c.sum()));
+        prop_assert!(same(&v.mean(), &c.mean()));
+        if v.ndim() > 0 {
+            let a = axis % v.ndim();
+            prop_assert!(same(&v.sum_axes(&[a], keep), &c.sum_axes(&[a], keep)));
+            prop_assert!(same(&v.softmax(a), &c.softmax(a)));
+            prop_assert!(same(&v.log_softmax(a), &c.log_softmax(a)));
+            if v.shape()[a] > 0 {
+                prop_assert!(same(&v.max_axes(&[a], keep), &c.max_axes(&[a], keep)));
+                prop_assert!(same(&v.argmax(a), &c.argmax(a)));
+            }
+        }
+    }
+
+    #[test]
+    fn shape_ops_match_on_views((v, c) in view_and_copy(), axis in 0usize..4) {
+        let flat = [v.numel()];
+        prop_assert!(same(&v.reshape(&flat), &c.reshape(&flat)));
+        if v.ndim() > 0 {
+            let a = axis % v.ndim();
+            prop_assert!(same(&Tensor::cat(&[&v, &v], a), &Tensor::cat(&[&c, &c], a)));
+            let size = v.shape()[a];
+            let picks: Vec<usize> = (0..size).rev().chain(0..size.min(1)).collect();
+            prop_assert!(same(&v.index_select(a, &picks), &c.index_select(a, &picks)));
+            prop_assert!(same(&v.narrow(a, size / 2, size - size / 2), &c.narrow(a, size / 2, size - size / 2)));
+        }
+    }
+
+    #[test]
+    fn products_match_on_views((v, c) in view_and_copy(), n in 0usize..5, seed in any::<u64>()) {
+        if v.ndim() >= 2 {
+            let k = v.shape()[v.ndim() - 1];
+            let w = Tensor::randn(&[k, n], DType::F64, &mut StdRng::seed_from_u64(seed));
+            prop_assert!(close(&v.matmul(&w), &c.matmul(&w)));
+            // The view as the right operand, through its transpose.
+            let vt = v.t();
+            let ct = Tensor::from_vec(vt.to_vec::<f64>(), vt.shape());
+            let m = vt.shape()[vt.ndim() - 1];
+            let u = Tensor::randn(&[n, vt.shape()[vt.ndim() - 2]], DType::F64, &mut StdRng::seed_from_u64(seed ^ 1));
+            prop_assert_eq!(u.matmul(&vt).shape()[vt.ndim() - 1], m);
+            prop_assert!(close(&u.matmul(&vt), &u.matmul(&ct)));
+        }
+    }
+
+    #[test]
+    fn f32_views_match_as_well((v, c) in view_and_copy()) {
+        let (v, c) = (v.to_dtype(DType::F32), c.to_dtype(DType::F32));
+        prop_assert!(same(&v.sigmoid(), &c.sigmoid()));
+        prop_assert!(same(&(&v / &(&c.abs() + 1.0)), &(&c / &(&c.abs() + 1.0))));
+        prop_assert!(same(&v.sum(), &c.sum()));
+    }
+}
