@@ -57,8 +57,21 @@ fn main() {
     let w2 = randn(&[400, 100], &mut rng);
     let h2 = randn(&[128, 100], &mut rng);
     let w3 = randn(&[100, 10], &mut rng);
-    let cases: [(&str, &Tensor, Tensor); 7] = [
+    // Dense keeps PyTorch's [out, in] weight: its forward reads the transposed view.
+    let w1_out_in = Tensor::from_vec(w1.t().to_vec::<f32>(), &[400, 784]);
+    let w2_out_in = Tensor::from_vec(w2.t().to_vec::<f32>(), &[100, 400]);
+    let cases: [(&str, &Tensor, Tensor); 9] = [
         ("fwd1 128x784 @ 784x400", &x, w1.clone()),
+        (
+            "fwd1 128x784 @ 784x400 (W [out, in], W^T view)",
+            &x,
+            w1_out_in.t(),
+        ),
+        (
+            "fwd2 128x400 @ 400x100 (W [out, in], W^T view)",
+            &h1,
+            w2_out_in.t(),
+        ),
         ("fwd2 128x400 @ 400x100", &h1, w2.clone()),
         ("fwd3 128x100 @ 100x10 ", &h2, w3.clone()),
         ("dW1  784x128 @ 128x400 (x^T view)", &x, h1.clone()),

@@ -13,10 +13,13 @@ use safetensors::tensor::{Dtype, SafeTensors, View};
 
 use crate::error::{Error, Result};
 use crate::model::{Model, Net};
-use crate::nn::{RngStream, StreamState};
+use crate::nn::{Module, RngStream, StreamState};
 use crate::tensor::{DType, Tensor};
 
-const FORMAT: &str = "ferrograd-checkpoint-1";
+const FORMAT: &str = "ferrograd-checkpoint-2";
+/// Checkpoints of the first format named Dense's parameters `w` (`[in, out]`) and `b`, and the
+/// norms' `gamma` and `beta`; they are refused with that explanation.
+const FORMAT_1: &str = "ferrograd-checkpoint-1";
 
 /// A tensor as safetensors sees it: little-endian bytes.
 struct Bytes {
@@ -193,6 +196,95 @@ pub fn load_tensors(path: &Path) -> Result<(HashMap<String, Tensor>, HashMap<Str
     Ok((out, meta.metadata().clone().unwrap_or_default()))
 }
 
+/// A tensor as stored in a safetensors file, any dtype, before conversion.
+pub struct FileTensor {
+    dtype: Dtype,
+    pub shape: Vec<usize>,
+    data: Vec<u8>,
+}
+
+impl FileTensor {
+    /// The stored dtype, lower case (`f16`, `i64`, ...).
+    pub fn dtype_name(&self) -> String {
+        format!("{:?}", self.dtype).to_lowercase()
+    }
+
+    /// The values as f64, or `None` for a dtype with no exact f64 form of every value.
+    fn values(&self) -> Option<Vec<f64>> {
+        macro_rules! decode {
+            ($n:literal, |$b:ident| $e:expr) => {
+                self.data
+                    .chunks_exact($n)
+                    .map(|c| {
+                        let $b: [u8; $n] = c.try_into().expect("chunk size");
+                        $e
+                    })
+                    .collect::<Option<Vec<f64>>>()
+            };
+        }
+        // An integer converts when f64 holds it exactly.
+        let int = |v: i128| ((v as f64) as i128 == v).then_some(v as f64);
+        match self.dtype {
+            Dtype::F64 => decode!(8, |b| Some(f64::from_le_bytes(b))),
+            Dtype::F32 => decode!(4, |b| Some(f32::from_le_bytes(b) as f64)),
+            Dtype::F16 => decode!(2, |b| Some(half::f16::from_le_bytes(b).to_f64())),
+            Dtype::BF16 => decode!(2, |b| Some(half::bf16::from_le_bytes(b).to_f64())),
+            Dtype::I64 => decode!(8, |b| int(i64::from_le_bytes(b) as i128)),
+            Dtype::U64 => decode!(8, |b| int(u64::from_le_bytes(b) as i128)),
+            Dtype::I32 => decode!(4, |b| int(i32::from_le_bytes(b) as i128)),
+            Dtype::U32 => decode!(4, |b| int(u32::from_le_bytes(b) as i128)),
+            Dtype::I16 => decode!(2, |b| int(i16::from_le_bytes(b) as i128)),
+            Dtype::U16 => decode!(2, |b| int(u16::from_le_bytes(b) as i128)),
+            Dtype::I8 => decode!(1, |b| int(i8::from_le_bytes(b) as i128)),
+            Dtype::U8 => decode!(1, |b| int(b[0] as i128)),
+            Dtype::BOOL => decode!(1, |b| Some(f64::from(b[0] != 0))),
+            _ => None,
+        }
+    }
+
+    /// The tensor in `dtype` when the conversion changes no value (f16, bf16 and integers
+    /// into f32 or f64, f32 into f64, f64 values that f32 holds exactly), else `None`.
+    pub fn to_tensor_exact(&self, dtype: DType) -> Option<Tensor> {
+        let values = self.values()?;
+        let t = match dtype {
+            DType::F64 => Tensor::try_from_vec(values, &self.shape).ok()?,
+            DType::F32 => {
+                let narrow: Option<Vec<f32>> = values
+                    .iter()
+                    .map(|&v| {
+                        let f = v as f32;
+                        (f as f64 == v || v.is_nan()).then_some(f)
+                    })
+                    .collect();
+                Tensor::try_from_vec(narrow?, &self.shape).ok()?
+            }
+        };
+        Some(t)
+    }
+}
+
+/// Every tensor of a safetensors file as stored (any dtype), by name.
+pub fn load_file_tensors(path: &Path) -> Result<HashMap<String, FileTensor>> {
+    let raw = std::fs::read(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let parsed = SafeTensors::deserialize(&raw)
+        .map_err(|e| format_error(path, format!("not a valid safetensors file: {e}")))?;
+    Ok(parsed
+        .tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            let t = FileTensor {
+                dtype: view.dtype(),
+                shape: view.shape().to_vec(),
+                data: view.data().to_vec(),
+            };
+            (name, t)
+        })
+        .collect())
+}
+
 /// A loaded checkpoint.
 pub struct Checkpoint {
     pub path: PathBuf,
@@ -238,6 +330,14 @@ fn optim_names(model: &Model) -> Vec<(String, crate::autograd::Param)> {
 /// Reads a checkpoint written by [`save_checkpoint`].
 pub fn load_checkpoint(path: &Path) -> Result<Checkpoint> {
     let (tensors, metadata) = load_tensors(path)?;
+    if metadata.get("format").map(String::as_str) == Some(FORMAT_1) {
+        return Err(format_error(
+            path,
+            "a checkpoint of the first format, from before parameters took PyTorch's names and \
+             layouts (Dense `w` [in, out] is now `weight` [out, in], `b` is `bias`, the norms' \
+             `gamma`/`beta` are `weight`/`bias`); it cannot be read by this version",
+        ));
+    }
     if metadata.get("format").map(String::as_str) != Some(FORMAT) {
         return Err(format_error(
             path,

@@ -43,7 +43,7 @@ pub mod prelude {
     pub use crate::model::{Model, Net};
     pub use crate::nn::{
         BatchNorm1d, Dense, Dropout, Elu, Embedding, Flatten, Gelu, Layer, LayerNorm, LeakyReLU,
-        Mode, ReLU, Reshape, Sigmoid, Softmax, Softplus, Tanh,
+        Mode, Module, ReLU, Reshape, Sigmoid, Softmax, Softplus, Tanh,
     };
     pub use crate::optim::{
         Adagrad, Adam, AdamW, Momentum, Optimizer, RAdam, RmsProp, Schedule, Sgd,

@@ -1,15 +1,14 @@
 //! `Net` (ordered layers) and `Model` (net + loss + optimizer), the seed's pipeline.
 
-use std::collections::HashMap;
-
 use crate::autograd::{no_grad, Gradients, Param};
-use crate::error::{Error, Result};
 use crate::loss::Loss;
-use crate::nn::{Layer, Mode, RngStream};
+use crate::nn::{indexed, Layer, Mode, Module, RngStream};
 use crate::optim::Optimizer;
 use crate::tensor::Tensor;
 
-/// Layers applied in order. Parameters are named `"{index}.{name}"` (`"0.w"`, `"0.b"`, ...).
+/// Layers applied in order (PyTorch's `nn.Sequential`). Itself a layer, so networks nest;
+/// parameters are named `"{index}.{name}"` (`"0.weight"`, `"2.1.bias"`), as PyTorch names
+/// them for the same structure.
 pub struct Net {
     layers: Vec<Box<dyn Layer>>,
     mode: Mode,
@@ -24,10 +23,10 @@ impl Net {
         }
     }
 
+    /// The output in this network's own mode (see [`Net::train`], [`Net::eval`]); the
+    /// [`Layer`] form takes the mode as an argument instead.
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        self.layers
-            .iter()
-            .fold(x.clone(), |h, layer| layer.forward(&h, self.mode))
+        Layer::forward(self, x, self.mode)
     }
 
     pub fn train(&mut self) {
@@ -46,103 +45,52 @@ impl Net {
         &self.layers
     }
 
-    /// Trainable parameters, named by layer index.
-    pub fn params(&self) -> Vec<(String, Param)> {
-        self.named(|l| l.params())
-    }
-
-    /// Saved but untrained state (BatchNorm running statistics).
-    pub fn buffers(&self) -> Vec<(String, Param)> {
-        self.named(|l| l.buffers())
-    }
-
-    /// The random streams of every layer that draws in training, named by layer index.
-    pub fn rng_streams(&self) -> Vec<(String, RngStream)> {
-        self.named(|l| l.rng_streams())
-    }
-
-    fn named<V>(&self, of: impl Fn(&dyn Layer) -> Vec<(String, V)>) -> Vec<(String, V)> {
-        self.layers
-            .iter()
-            .enumerate()
-            .flat_map(|(i, l)| {
-                of(l.as_ref())
-                    .into_iter()
-                    .map(move |(n, p)| (format!("{i}.{n}"), p))
-            })
-            .collect()
-    }
-
-    /// Every parameter and buffer value by name.
-    pub fn state(&self) -> Vec<(String, Tensor)> {
-        self.params()
-            .into_iter()
-            .chain(self.buffers())
-            .map(|(n, p)| (n, p.tensor().detach()))
-            .collect()
-    }
-
-    /// Sets every parameter and buffer from `state`. Checks names, shapes and dtypes first and
-    /// reports every mismatch at once; nothing is changed when there is one.
-    pub fn load_state(&self, state: &HashMap<String, Tensor>) -> Result<()> {
-        self.check_state(state)?;
-        for (name, p) in self.params().into_iter().chain(self.buffers()) {
-            p.set(&state[&name]);
-        }
-        Ok(())
-    }
-
-    /// Whether `state` fits this network (every name present, same shapes and dtypes, nothing
-    /// extra); the error lists every mismatch.
-    pub fn check_state(&self, state: &HashMap<String, Tensor>) -> Result<()> {
-        let slots: Vec<(String, Param)> = self.params().into_iter().chain(self.buffers()).collect();
-        let mut problems = Vec::new();
-        for (name, p) in &slots {
-            match state.get(name) {
-                None => problems.push(format!("{name}: missing")),
-                Some(t) if t.shape() != p.shape().as_slice() || t.dtype() != p.dtype() => problems
-                    .push(format!(
-                        "{name}: expected {:?} {}, found {:?} {}",
-                        p.shape(),
-                        p.dtype(),
-                        t.shape(),
-                        t.dtype()
-                    )),
-                Some(_) => {}
-            }
-        }
-        let known: std::collections::HashSet<&str> =
-            slots.iter().map(|(n, _)| n.as_str()).collect();
-        let mut extra: Vec<&String> = state
-            .keys()
-            .filter(|k| !known.contains(k.as_str()))
-            .collect();
-        extra.sort();
-        problems.extend(
-            extra
-                .into_iter()
-                .map(|k| format!("{k}: not a parameter of this network")),
-        );
-        if !problems.is_empty() {
-            return Err(Error::Shape(format!(
-                "state does not fit the network: {}",
-                problems.join("; ")
-            )));
-        }
-        Ok(())
-    }
-
     /// One line per layer with its parameter count.
     pub fn summary(&self) -> String {
         let mut out = String::new();
-        let mut total = 0;
         for (i, l) in self.layers.iter().enumerate() {
-            let n: usize = l.params().iter().map(|(_, p)| p.numel()).sum();
-            total += n;
-            out.push_str(&format!("{i:>3} {:<24} {n:>10}\n", l.name()));
+            out.push_str(&format!("{i:>3} {:<24} {:>10}\n", l.name(), l.num_params()));
         }
-        out.push_str(&format!("    {:<24} {total:>10}\n", "total parameters"));
+        out.push_str(&format!(
+            "    {:<24} {:>10}\n",
+            "total parameters",
+            self.num_params()
+        ));
         out
+    }
+}
+
+impl std::fmt::Debug for Net {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.layers.iter().map(|l| l.name()))
+            .finish()
+    }
+}
+
+impl Module for Net {
+    fn params(&self) -> Vec<(String, Param)> {
+        indexed(&self.layers, |l| l.params())
+    }
+
+    fn buffers(&self) -> Vec<(String, Param)> {
+        indexed(&self.layers, |l| l.buffers())
+    }
+
+    fn rng_streams(&self) -> Vec<(String, RngStream)> {
+        indexed(&self.layers, |l| l.rng_streams())
+    }
+
+    fn name(&self) -> String {
+        format!("Net({} layers)", self.layers.len())
+    }
+}
+
+impl Layer for Net {
+    fn forward(&self, x: &Tensor, mode: Mode) -> Tensor {
+        self.layers
+            .iter()
+            .fold(x.clone(), |h, layer| layer.forward(&h, mode))
     }
 }
 
@@ -197,13 +145,10 @@ impl Model {
         loss
     }
 
-    /// The output in evaluation mode, without recording.
-    pub fn predict(&mut self, x: &Tensor) -> Tensor {
-        let mode = self.net.mode();
-        self.net.eval();
-        let out = no_grad(|| self.net.forward(x));
-        self.net.mode = mode;
-        out
+    /// The output in evaluation mode, without recording. Takes `&self`: the mode is passed
+    /// down, not set, so several threads can predict with one model.
+    pub fn predict(&self, x: &Tensor) -> Tensor {
+        no_grad(|| Layer::forward(&self.net, x, Mode::Eval))
     }
 
     pub fn net(&self) -> &Net {

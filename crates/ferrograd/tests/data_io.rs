@@ -287,11 +287,11 @@ fn checkpoint_mismatches_are_listed() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("0.w: expected [6, 4] f32, found [6, 5] f32"),
+        err.contains("0.weight: expected [4, 6] f32, found [5, 6] f32"),
         "{err}"
     );
     assert!(
-        err.contains("2.w: expected [4, 3] f32, found [5, 3] f32"),
+        err.contains("2.weight: expected [3, 4] f32, found [3, 5] f32"),
         "{err}"
     );
     assert_eq!(params_of(&model), before, "nothing changed");
@@ -314,7 +314,10 @@ fn optimizer_state_that_does_not_fit_changes_nothing() {
     train_epoch(&mut trained, &toy_data(), 0);
     save_checkpoint(&path, &trained, 1).unwrap();
     let (mut tensors, meta) = load_tensors(&path).unwrap();
-    tensors.insert("optim.0.w.exp_avg".into(), Tensor::zeros(&[2], DType::F32));
+    tensors.insert(
+        "optim.0.weight.exp_avg".into(),
+        Tensor::zeros(&[2], DType::F32),
+    );
     let named: Vec<(String, Tensor)> = tensors.into_iter().collect();
     save_tensors(&path, &named, meta).unwrap();
     let mut model = mlp();
@@ -325,7 +328,7 @@ fn optimizer_state_that_does_not_fit_changes_nothing() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("optim.0.w.exp_avg: expected [6, 5] f32, found [2] f32"),
+        err.contains("optim.0.weight.exp_avg: expected [5, 6] f32, found [2] f32"),
         "{err}"
     );
     assert_eq!(params_of(&model), before);

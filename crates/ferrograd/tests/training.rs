@@ -550,19 +550,19 @@ fn net_names_and_loads_state() {
         Box::new(Dense::new(3, 2)),
     ]);
     let names: Vec<String> = net.params().into_iter().map(|(n, _)| n).collect();
-    assert_eq!(names, vec!["0.w", "0.b", "2.w", "2.b"]);
+    assert_eq!(names, vec!["0.weight", "0.bias", "2.weight", "2.bias"]);
     let mut state: std::collections::HashMap<String, Tensor> = net.state().into_iter().collect();
-    state.insert("0.w".into(), Tensor::zeros(&[4, 4], DType::F32));
-    state.remove("2.b");
+    state.insert("0.weight".into(), Tensor::zeros(&[4, 4], DType::F32));
+    state.remove("2.bias");
     state.insert("9.x".into(), Tensor::zeros(&[1], DType::F32));
     let err = net.load_state(&state).unwrap_err().to_string();
     assert!(
-        err.contains("0.w: expected [4, 3] f32, found [4, 4] f32"),
+        err.contains("0.weight: expected [3, 4] f32, found [4, 4] f32"),
         "{err}"
     );
-    assert!(err.contains("2.b: missing"), "{err}");
+    assert!(err.contains("2.bias: missing"), "{err}");
     assert!(
-        err.contains("9.x: not a parameter of this network"),
+        err.contains("9.x: unexpected, not a parameter or buffer of this module"),
         "{err}"
     );
     assert!(net.summary().contains("total parameters"));

@@ -1,6 +1,7 @@
 //! Trainable parameters: leaves with a stable identity whose value optimizers replace.
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use super::node::Node;
@@ -23,6 +24,19 @@ fn owned(value: &Tensor, id: u64) -> Tensor {
 pub struct Param {
     id: u64,
     value: Arc<RwLock<Tensor>>,
+    /// Frozen parameters hand out untracked values: no gradient reaches them, so no optimizer
+    /// moves them (PyTorch's `requires_grad_(False)`).
+    frozen: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Param {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Param")
+            .field("shape", &self.shape())
+            .field("dtype", &self.dtype())
+            .field("frozen", &self.is_frozen())
+            .finish()
+    }
 }
 
 impl Param {
@@ -32,6 +46,7 @@ impl Param {
         Param {
             id,
             value: Arc::new(RwLock::new(value)),
+            frozen: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -39,9 +54,28 @@ impl Param {
         self.id
     }
 
-    /// The current value, tracked as this parameter's leaf.
+    /// The current value, tracked as this parameter's leaf (untracked while frozen).
     pub fn tensor(&self) -> Tensor {
-        self.value.read().unwrap_or_else(|e| e.into_inner()).clone()
+        let value = self.value.read().unwrap_or_else(|e| e.into_inner()).clone();
+        if self.is_frozen() {
+            value.detach()
+        } else {
+            value
+        }
+    }
+
+    /// Stops (or resumes) gradients to this parameter, and with them its updates.
+    pub fn set_frozen(&self, frozen: bool) {
+        self.frozen.store(frozen, Ordering::Relaxed);
+    }
+
+    pub fn is_frozen(&self) -> bool {
+        self.frozen.load(Ordering::Relaxed)
+    }
+
+    /// Whether both handles are the same parameter.
+    pub fn same(&self, other: &Param) -> bool {
+        self.id == other.id
     }
 
     /// Replaces the value (same shape and dtype), keeping the identity.
@@ -100,6 +134,10 @@ impl Param {
     }
 
     pub fn shape(&self) -> Vec<usize> {
-        self.tensor().shape().to_vec()
+        self.value
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .shape()
+            .to_vec()
     }
 }

@@ -100,14 +100,7 @@ fn pack_b(b: &MatRef<'_, f32>, p0: usize, kc: usize, j0: usize, nc: usize, out: 
     for (q, panel) in out.chunks_exact_mut(NR * kc).enumerate() {
         let cols = (nc - q * NR).min(NR);
         if b.rs == 1 && b.cs != 1 {
-            // Column-major B (a transposed view): read each column's run, scatter by step.
-            panel.iter_mut().for_each(|v| *v = 0.0);
-            for j in 0..cols {
-                let start = b.offset + p0 + (j0 + q * NR + j) * b.cs;
-                for (k, &v) in b.data[start..start + kc].iter().enumerate() {
-                    panel[k * NR + j] = v;
-                }
-            }
+            pack_b_transposed(b, p0, kc, j0 + q * NR, cols, panel);
             continue;
         }
         for k in 0..kc {
@@ -123,6 +116,91 @@ fn pack_b(b: &MatRef<'_, f32>, p0: usize, kc: usize, j0: usize, nc: usize, out: 
                 }
             }
             dst[cols..].iter_mut().for_each(|v| *v = 0.0);
+        }
+    }
+}
+
+/// One panel of a column-major B (a transposed view, such as Dense's `weight.t()`): columns
+/// `j0..j0 + cols`, rows `p0..p0 + kc`. Blocks of 8 columns × 8 steps are transposed in
+/// registers; the ragged edges are copied one by one.
+fn pack_b_transposed(
+    b: &MatRef<'_, f32>,
+    p0: usize,
+    kc: usize,
+    j0: usize,
+    cols: usize,
+    panel: &mut [f32],
+) {
+    let column = |j: usize| &b.data[b.offset + p0 + (j0 + j) * b.cs..][..kc];
+    let (full_k, full_j) = (kc - kc % 8, cols - cols % 8);
+    for jb in (0..full_j).step_by(8) {
+        let cols8: [&[f32]; 8] = std::array::from_fn(|i| column(jb + i));
+        for k0 in (0..full_k).step_by(8) {
+            let src: [&[f32; 8]; 8] =
+                std::array::from_fn(|i| cols8[i][k0..k0 + 8].try_into().expect("8 values"));
+            let dst = &mut panel[k0 * NR + jb..][..7 * NR + 8];
+            // SAFETY: this kernel runs only where `available()` found AVX-512F, which implies
+            // AVX; the slices hold the 8 × 8 values read and written.
+            unsafe { transpose_8x8(&src, dst) };
+        }
+    }
+    for k in 0..kc {
+        let row = &mut panel[k * NR..(k + 1) * NR];
+        let done = if k < full_k { full_j } else { 0 };
+        for (j, v) in row.iter_mut().enumerate().skip(done) {
+            *v = if j < cols { column(j)[k] } else { 0.0 };
+        }
+    }
+}
+
+/// `dst[k * NR + i] = src[i][k]` for an 8 × 8 block, in eight AVX registers.
+///
+/// # Safety
+/// The CPU must support AVX.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn transpose_8x8(src: &[&[f32; 8]; 8], dst: &mut [f32]) {
+    use std::arch::x86_64::*;
+    assert!(dst.len() >= 7 * NR + 8);
+    // SAFETY: each source holds exactly 8 values.
+    let r: [__m256; 8] = std::array::from_fn(|i| unsafe { _mm256_loadu_ps(src[i].as_ptr()) });
+    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+    let rows = [
+        _mm256_permute2f128_ps::<0x20>(u0, u4),
+        _mm256_permute2f128_ps::<0x20>(u1, u5),
+        _mm256_permute2f128_ps::<0x20>(u2, u6),
+        _mm256_permute2f128_ps::<0x20>(u3, u7),
+        _mm256_permute2f128_ps::<0x31>(u0, u4),
+        _mm256_permute2f128_ps::<0x31>(u1, u5),
+        _mm256_permute2f128_ps::<0x31>(u2, u6),
+        _mm256_permute2f128_ps::<0x31>(u3, u7),
+    ];
+    for (k, row) in rows.into_iter().enumerate() {
+        // SAFETY: `dst` holds at least 7 * NR + 8 values (asserted), so row k's 8 fit.
+        unsafe { _mm256_storeu_ps(dst[k * NR..k * NR + 8].as_mut_ptr(), row) };
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn transpose_8x8(src: &[&[f32; 8]; 8], dst: &mut [f32]) {
+    for (i, col) in src.iter().enumerate() {
+        for (k, &v) in col.iter().enumerate() {
+            dst[k * NR + i] = v;
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Activations as layers (each is also a tensor method: `x.relu()`, ...).
 
-use super::{Layer, Mode};
+use super::{Layer, Mode, Module};
 use crate::tensor::Tensor;
 
 macro_rules! activation {
@@ -15,13 +15,15 @@ macro_rules! activation {
             }
         }
 
+        impl Module for $name {
+            fn name(&self) -> String {
+                stringify!($name).into()
+            }
+        }
+
         impl Layer for $name {
             fn forward(&self, $x: &Tensor, _: Mode) -> Tensor {
                 $body
-            }
-
-            fn name(&self) -> String {
-                stringify!($name).into()
             }
         }
     };
@@ -60,13 +62,15 @@ impl LeakyReLU {
     }
 }
 
+impl Module for LeakyReLU {
+    fn name(&self) -> String {
+        format!("LeakyReLU({})", self.slope)
+    }
+}
+
 impl Layer for LeakyReLU {
     fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
         x.leaky_relu(self.slope)
-    }
-
-    fn name(&self) -> String {
-        format!("LeakyReLU({})", self.slope)
     }
 }
 
@@ -82,13 +86,15 @@ impl Elu {
     }
 }
 
+impl Module for Elu {
+    fn name(&self) -> String {
+        format!("Elu({})", self.alpha)
+    }
+}
+
 impl Layer for Elu {
     fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
         x.elu(self.alpha)
-    }
-
-    fn name(&self) -> String {
-        format!("Elu({})", self.alpha)
     }
 }
 
@@ -104,12 +110,14 @@ impl Softmax {
     }
 }
 
+impl Module for Softmax {
+    fn name(&self) -> String {
+        format!("Softmax({})", self.axis)
+    }
+}
+
 impl Layer for Softmax {
     fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
         x.softmax(self.axis)
-    }
-
-    fn name(&self) -> String {
-        format!("Softmax({})", self.axis)
     }
 }

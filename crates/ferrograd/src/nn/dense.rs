@@ -1,66 +1,76 @@
-//! Fully connected layer: `x @ w + b`.
+//! Fully connected layer: `x @ weightᵀ + bias`, PyTorch's `nn.Linear` (same names, same
+//! `[out, in]` weight layout; the product reads the transposed view in place).
 
-use super::{Layer, Mode};
+use super::{Layer, Mode, Module};
 use crate::autograd::Param;
 use crate::init;
 use crate::tensor::{with_default_rng, DType, Tensor};
 
 pub struct Dense {
-    w: Param,
-    b: Param,
+    weight: Param,
+    bias: Param,
 }
 
 impl Dense {
-    /// `in_features → out_features`, f32, Xavier-uniform weights and zero bias (as tinynn),
-    /// drawn from the generator seeded by `manual_seed`.
+    /// `in_features → out_features`, f32, Xavier-uniform weights and zero bias (tinynn's
+    /// initialisation; PyTorch's differs), drawn from the generator seeded by `manual_seed`.
     pub fn new(in_features: usize, out_features: usize) -> Dense {
+        // Drawn in [in, out] order, then stored transposed: a seed gives the same weights as
+        // it did when the layer kept that layout.
         let w = with_default_rng(|rng| {
             init::xavier_uniform(&[in_features, out_features], DType::F32, rng)
         });
-        Dense::from_tensors(w, Tensor::zeros(&[out_features], DType::F32))
+        let weight = Tensor::from_vec(w.t().to_vec::<f32>(), &[out_features, in_features]);
+        Dense::from_tensors(weight, Tensor::zeros(&[out_features], DType::F32))
     }
 
-    /// A layer with the given weight `[in, out]` and bias `[out]`.
-    pub fn from_tensors(w: Tensor, b: Tensor) -> Dense {
+    /// A layer with the given weight `[out, in]` and bias `[out]` (PyTorch's layout).
+    pub fn from_tensors(weight: Tensor, bias: Tensor) -> Dense {
         assert!(
-            w.ndim() == 2 && b.shape() == [w.shape()[1]],
-            "Dense: weight {:?} and bias {:?} do not fit ([in, out] and [out])",
-            w.shape(),
-            b.shape()
+            weight.ndim() == 2 && bias.shape() == [weight.shape()[0]],
+            "Dense: weight {:?} and bias {:?} do not fit ([out, in] and [out])",
+            weight.shape(),
+            bias.shape()
         );
         Dense {
-            w: Param::new(w),
-            b: Param::new(b),
+            weight: Param::new(weight),
+            bias: Param::new(bias),
         }
     }
 
+    /// The weight, `[out, in]`.
     pub fn weight(&self) -> &Param {
-        &self.w
+        &self.weight
     }
 
     pub fn bias(&self) -> &Param {
-        &self.b
+        &self.bias
+    }
+}
+
+impl Module for Dense {
+    fn params(&self) -> Vec<(String, Param)> {
+        vec![
+            ("weight".into(), self.weight.clone()),
+            ("bias".into(), self.bias.clone()),
+        ]
+    }
+
+    fn name(&self) -> String {
+        let s = self.weight.shape();
+        format!("Dense({}, {})", s[1], s[0])
     }
 }
 
 impl Layer for Dense {
     fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
-        let fan_in = self.w.shape()[0];
+        let fan_in = self.weight.shape()[1];
         assert!(
             x.ndim() >= 1 && x.shape()[x.ndim() - 1] == fan_in,
             "{}: expected input [..., {fan_in}], got {:?}",
             self.name(),
             x.shape()
         );
-        &x.matmul(&self.w.tensor()) + &self.b.tensor()
-    }
-
-    fn params(&self) -> Vec<(String, Param)> {
-        vec![("w".into(), self.w.clone()), ("b".into(), self.b.clone())]
-    }
-
-    fn name(&self) -> String {
-        let s = self.w.shape();
-        format!("Dense({}, {})", s[0], s[1])
+        &x.matmul(&self.weight.tensor().t()) + &self.bias.tensor()
     }
 }

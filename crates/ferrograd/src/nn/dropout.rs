@@ -3,7 +3,7 @@
 
 use rand::Rng;
 
-use super::{Layer, Mode, RngStream};
+use super::{Layer, Mode, Module, RngStream};
 use crate::tensor::{with_default_rng, Tensor};
 
 pub struct Dropout {
@@ -30,6 +30,16 @@ impl Dropout {
     }
 }
 
+impl Module for Dropout {
+    fn rng_streams(&self) -> Vec<(String, RngStream)> {
+        vec![("rng".into(), self.stream.clone())]
+    }
+
+    fn name(&self) -> String {
+        format!("Dropout({})", self.p)
+    }
+}
+
 impl Layer for Dropout {
     fn forward(&self, x: &Tensor, mode: Mode) -> Tensor {
         if mode == Mode::Eval || self.p == 0.0 {
@@ -38,13 +48,5 @@ impl Layer for Dropout {
         let mut rng = self.stream.next_rng();
         let keep = Tensor::rand_uniform(x.shape(), 0.0, 1.0, x.dtype(), &mut rng).ge_scalar(self.p);
         x * &keep.mul_scalar(1.0 / (1.0 - self.p))
-    }
-
-    fn rng_streams(&self) -> Vec<(String, RngStream)> {
-        vec![("rng".into(), self.stream.clone())]
-    }
-
-    fn name(&self) -> String {
-        format!("Dropout({})", self.p)
     }
 }

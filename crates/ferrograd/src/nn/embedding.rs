@@ -1,6 +1,6 @@
 //! Lookup table: rows of a weight matrix selected by integer ids.
 
-use super::{Layer, Mode};
+use super::{Layer, Mode, Module};
 use crate::autograd::Param;
 use crate::init;
 use crate::tensor::{with_default_rng, DType, Tensor};
@@ -24,6 +24,17 @@ impl Embedding {
     }
 }
 
+impl Module for Embedding {
+    fn params(&self) -> Vec<(String, Param)> {
+        vec![("weight".into(), self.table.clone())]
+    }
+
+    fn name(&self) -> String {
+        let s = self.table.shape();
+        format!("Embedding({}, {})", s[0], s[1])
+    }
+}
+
 impl Layer for Embedding {
     /// `x` holds ids (any shape, stored as floats); the result has a trailing `dim` axis.
     fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
@@ -43,14 +54,5 @@ impl Layer for Embedding {
         let mut shape = x.shape().to_vec();
         shape.push(dim);
         self.lookup(&ids).reshape(&shape)
-    }
-
-    fn params(&self) -> Vec<(String, Param)> {
-        vec![("weight".into(), self.table.clone())]
-    }
-
-    fn name(&self) -> String {
-        let s = self.table.shape();
-        format!("Embedding({}, {})", s[0], s[1])
     }
 }

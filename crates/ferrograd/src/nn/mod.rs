@@ -5,6 +5,7 @@ mod activation;
 mod dense;
 mod dropout;
 mod embedding;
+mod module;
 mod norm;
 mod shape;
 mod stream;
@@ -13,11 +14,12 @@ pub use activation::{Elu, Gelu, LeakyReLU, ReLU, Sigmoid, Softmax, Softplus, Tan
 pub use dense::Dense;
 pub use dropout::Dropout;
 pub use embedding::Embedding;
+pub(crate) use module::indexed;
+pub use module::{prefixed, LoadReport, Module};
 pub use norm::{BatchNorm1d, LayerNorm};
 pub use shape::{Flatten, Reshape};
 pub use stream::{RngStream, StreamState};
 
-use crate::autograd::Param;
 use crate::tensor::Tensor;
 
 /// Training (dropout active, batch statistics) or evaluation.
@@ -27,27 +29,17 @@ pub enum Mode {
     Eval,
 }
 
-/// A building block of a network.
-pub trait Layer: Send + Sync {
+/// A module with a forward pass: the building block of a network.
+///
+/// Implement [`Module`] (its parameters, buffers and name) and this trait's `forward`. The mode
+/// reaches every inner layer: containers pass it on.
+pub trait Layer: Module {
     /// The layer's output for `x` in `mode`.
     fn forward(&self, x: &Tensor, mode: Mode) -> Tensor;
+}
 
-    /// Trainable parameters by name (`"w"`, `"b"`, ...); optimizers update them in place.
-    fn params(&self) -> Vec<(String, Param)> {
-        Vec::new()
+impl<L: Layer + ?Sized> Layer for Box<L> {
+    fn forward(&self, x: &Tensor, mode: Mode) -> Tensor {
+        (**self).forward(x, mode)
     }
-
-    /// State that is saved but not trained (BatchNorm's running statistics).
-    fn buffers(&self) -> Vec<(String, Param)> {
-        Vec::new()
-    }
-
-    /// Random streams the layer draws from in training (Dropout's masks), by name, so that a
-    /// checkpoint can resume them exactly.
-    fn rng_streams(&self) -> Vec<(String, RngStream)> {
-        Vec::new()
-    }
-
-    /// A short name for messages and summaries.
-    fn name(&self) -> String;
 }

@@ -1,16 +1,18 @@
 //! Normalisation layers.
 
-use super::{Layer, Mode};
+use super::{Layer, Mode, Module};
 use crate::autograd::{no_grad, Param};
 use crate::tensor::{DType, Tensor};
 
 /// Batch normalisation over `[N, features]`: batch statistics in training (and an exponential
 /// average of them kept for evaluation), running statistics in evaluation.
 pub struct BatchNorm1d {
-    gamma: Param,
-    beta: Param,
+    weight: Param,
+    bias: Param,
     running_mean: Param,
     running_var: Param,
+    /// Training steps taken, as PyTorch counts them (f64: exact for any realistic count).
+    num_batches_tracked: Param,
     momentum: f64,
     eps: f64,
 }
@@ -23,19 +25,44 @@ impl BatchNorm1d {
 
     pub fn with_options(features: usize, momentum: f64, eps: f64) -> BatchNorm1d {
         BatchNorm1d {
-            gamma: Param::new(Tensor::ones(&[features], DType::F32)),
-            beta: Param::new(Tensor::zeros(&[features], DType::F32)),
+            weight: Param::new(Tensor::ones(&[features], DType::F32)),
+            bias: Param::new(Tensor::zeros(&[features], DType::F32)),
             running_mean: Param::new(Tensor::zeros(&[features], DType::F32)),
             running_var: Param::new(Tensor::ones(&[features], DType::F32)),
+            num_batches_tracked: Param::new(Tensor::zeros(&[], DType::F64)),
             momentum,
             eps,
         }
     }
 }
 
+impl Module for BatchNorm1d {
+    fn params(&self) -> Vec<(String, Param)> {
+        vec![
+            ("weight".into(), self.weight.clone()),
+            ("bias".into(), self.bias.clone()),
+        ]
+    }
+
+    fn buffers(&self) -> Vec<(String, Param)> {
+        vec![
+            ("running_mean".into(), self.running_mean.clone()),
+            ("running_var".into(), self.running_var.clone()),
+            (
+                "num_batches_tracked".into(),
+                self.num_batches_tracked.clone(),
+            ),
+        ]
+    }
+
+    fn name(&self) -> String {
+        format!("BatchNorm1d({})", self.weight.numel())
+    }
+}
+
 impl Layer for BatchNorm1d {
     fn forward(&self, x: &Tensor, mode: Mode) -> Tensor {
-        let features = self.gamma.numel();
+        let features = self.weight.numel();
         assert!(
             x.ndim() == 2 && x.shape()[1] == features,
             "{}: expected input [N, {features}], got {:?}",
@@ -69,6 +96,8 @@ impl Layer for BatchNorm1d {
                     self.running_mean
                         .set(&rm.to_dtype(self.running_mean.dtype()));
                     self.running_var.set(&rv.to_dtype(self.running_var.dtype()));
+                    let n = self.num_batches_tracked.tensor().add_scalar(1.0);
+                    self.num_batches_tracked.set(&n);
                 });
                 (mean, var)
             }
@@ -78,48 +107,43 @@ impl Layer for BatchNorm1d {
             ),
         };
         let xhat = &(x - &mean) / &var.add_scalar(self.eps).sqrt();
-        &(&xhat * &self.gamma.tensor()) + &self.beta.tensor()
-    }
-
-    fn params(&self) -> Vec<(String, Param)> {
-        vec![
-            ("gamma".into(), self.gamma.clone()),
-            ("beta".into(), self.beta.clone()),
-        ]
-    }
-
-    fn buffers(&self) -> Vec<(String, Param)> {
-        vec![
-            ("running_mean".into(), self.running_mean.clone()),
-            ("running_var".into(), self.running_var.clone()),
-        ]
-    }
-
-    fn name(&self) -> String {
-        format!("BatchNorm1d({})", self.gamma.numel())
+        &(&xhat * &self.weight.tensor()) + &self.bias.tensor()
     }
 }
 
 /// Layer normalisation over the last axis, with a learned scale and shift.
 pub struct LayerNorm {
-    gamma: Param,
-    beta: Param,
+    weight: Param,
+    bias: Param,
     eps: f64,
 }
 
 impl LayerNorm {
     pub fn new(features: usize) -> LayerNorm {
         LayerNorm {
-            gamma: Param::new(Tensor::ones(&[features], DType::F32)),
-            beta: Param::new(Tensor::zeros(&[features], DType::F32)),
+            weight: Param::new(Tensor::ones(&[features], DType::F32)),
+            bias: Param::new(Tensor::zeros(&[features], DType::F32)),
             eps: 1e-5,
         }
     }
 }
 
+impl Module for LayerNorm {
+    fn params(&self) -> Vec<(String, Param)> {
+        vec![
+            ("weight".into(), self.weight.clone()),
+            ("bias".into(), self.bias.clone()),
+        ]
+    }
+
+    fn name(&self) -> String {
+        format!("LayerNorm({})", self.weight.numel())
+    }
+}
+
 impl Layer for LayerNorm {
     fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
-        let features = self.gamma.numel();
+        let features = self.weight.numel();
         assert!(
             x.ndim() >= 1 && x.shape()[x.ndim() - 1] == features,
             "{}: expected input [..., {features}], got {:?}",
@@ -131,17 +155,6 @@ impl Layer for LayerNorm {
         let centered = x - &mean;
         let var = centered.square().mean_axes(&[last], true);
         let xhat = &centered / &var.add_scalar(self.eps).sqrt();
-        &(&xhat * &self.gamma.tensor()) + &self.beta.tensor()
-    }
-
-    fn params(&self) -> Vec<(String, Param)> {
-        vec![
-            ("gamma".into(), self.gamma.clone()),
-            ("beta".into(), self.beta.clone()),
-        ]
-    }
-
-    fn name(&self) -> String {
-        format!("LayerNorm({})", self.gamma.numel())
+        &(&xhat * &self.weight.tensor()) + &self.bias.tensor()
     }
 }

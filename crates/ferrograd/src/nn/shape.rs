@@ -1,6 +1,6 @@
 //! Layers that only change the shape.
 
-use super::{Layer, Mode};
+use super::{Layer, Mode, Module};
 use crate::tensor::Tensor;
 
 /// `[N, ...]` to `[N, product of the rest]`.
@@ -13,13 +13,15 @@ impl Flatten {
     }
 }
 
+impl Module for Flatten {
+    fn name(&self) -> String {
+        "Flatten".into()
+    }
+}
+
 impl Layer for Flatten {
     fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
         x.flatten_from(1)
-    }
-
-    fn name(&self) -> String {
-        "Flatten".into()
     }
 }
 
@@ -38,14 +40,16 @@ impl Reshape {
     }
 }
 
+impl Module for Reshape {
+    fn name(&self) -> String {
+        format!("Reshape({:?})", self.shape)
+    }
+}
+
 impl Layer for Reshape {
     fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
         let mut shape = vec![x.shape()[0]];
         shape.extend(&self.shape);
         x.reshape(&shape)
-    }
-
-    fn name(&self) -> String {
-        format!("Reshape({:?})", self.shape)
     }
 }

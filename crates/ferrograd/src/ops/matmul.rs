@@ -75,7 +75,17 @@ impl Tensor {
             let (a, b) = (c.input(0), c.input(1));
             smallvec![
                 c.needs(0).then(|| up.matmul(&b.t()).sum_to(a.shape())),
-                c.needs(1).then(|| a.t().matmul(up).sum_to(b.shape())),
+                c.needs(1).then(|| {
+                    // A transposed matrix (Dense's `weight.t()`) gets its gradient as the
+                    // transpose of a row-major product: the same work, and after the
+                    // transpose's own rule the leaf's gradient is row-major like the leaf, so
+                    // optimizers update it without a copy.
+                    if b.ndim() == 2 && a.ndim() == 2 && b.t().is_contiguous() {
+                        up.t().matmul(a).t()
+                    } else {
+                        a.t().matmul(up).sum_to(b.shape())
+                    }
+                }),
             ]
         }))
     }

@@ -10,6 +10,7 @@ mod schedule;
 
 use std::collections::HashMap;
 
+pub use crate::kernels::optim::Prep;
 pub use rules::{AdagradRule, AdamRule, AdamWRule, MomentumRule, RAdamRule, RmsPropRule, SgdRule};
 pub use schedule::{
     ConstantLr, CosineAnnealing, ExponentialLr, LinearWarmup, MultiStepLr, Schedule, StepLr,
@@ -18,7 +19,7 @@ pub use schedule::{
 
 use crate::autograd::{anomaly_reported, Gradients, Param};
 use crate::error::{Error, Result};
-use crate::kernels::optim::{sum_squares, Prep};
+use crate::kernels::optim::sum_squares;
 use crate::tensor::{with_dtype, Element, Tensor};
 
 /// Plain gradient descent.
@@ -38,7 +39,7 @@ pub type RAdam = Optim<RAdamRule>;
 /// State (moments, step sizes) follows each parameter's identity, not its name, so one
 /// optimizer can step several networks whose parameter names repeat. Names are used only to
 /// save and load that state.
-pub trait Optimizer: Send {
+pub trait Optimizer: Send + Sync {
     /// One update of every parameter that has a gradient.
     fn step(&mut self, params: &[(String, Param)], grads: &Gradients);
     fn lr(&self) -> f64;
@@ -208,7 +209,7 @@ impl<R: UpdateRule> Optimizer for Optim<R> {
         let mut seen = std::collections::HashSet::new();
         let found: Vec<(&Param, Tensor)> = params
             .iter()
-            .filter(|(_, p)| seen.insert(p.id()))
+            .filter(|(_, p)| !p.is_frozen() && seen.insert(p.id()))
             .filter_map(|(_, p)| grads.get_param(p).map(|g| (p, g)))
             .collect();
         let gscale = match self.clip {

@@ -1,0 +1,352 @@
+//! Modules: anything that holds parameters (a layer, a `Net`, a user's struct of layers, with
+//! `#[derive(Module)]`). Parameter and buffer names are nested paths, the keys PyTorch's
+//! `state_dict` gives the same structure (`"encoder.0.weight"`), so weights move between the
+//! two unchanged.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use super::RngStream;
+use crate::autograd::{no_grad, Param};
+use crate::error::{Error, Result};
+use crate::io::{load_file_tensors, save_tensors, FileTensor};
+use crate::tensor::Tensor;
+
+/// A holder of parameters, buffers and random streams, each named by its path.
+///
+/// Leaf layers list their own (`"weight"`, `"bias"`); containers prefix their children's
+/// names with the child's field name or index. Everything else (saving, loading, copying,
+/// freezing) is provided on top of these three lists.
+pub trait Module: Send + Sync {
+    /// Trainable parameters by name; optimizers update them in place.
+    fn params(&self) -> Vec<(String, Param)> {
+        Vec::new()
+    }
+
+    /// State that is saved but not trained (BatchNorm's running statistics).
+    fn buffers(&self) -> Vec<(String, Param)> {
+        Vec::new()
+    }
+
+    /// Random streams drawn from in training (Dropout's masks), so that a checkpoint resumes
+    /// them exactly.
+    fn rng_streams(&self) -> Vec<(String, RngStream)> {
+        Vec::new()
+    }
+
+    /// A short name for messages and summaries (the type's name unless overridden).
+    fn name(&self) -> String {
+        short_type_name(std::any::type_name::<Self>())
+    }
+
+    /// Parameters, then buffers: everything `state` saves.
+    fn state_params(&self) -> Vec<(String, Param)> {
+        let mut all = self.params();
+        all.extend(self.buffers());
+        all
+    }
+
+    /// Every parameter and buffer value by name (PyTorch's `state_dict`).
+    fn state(&self) -> Vec<(String, Tensor)> {
+        self.state_params()
+            .into_iter()
+            .map(|(n, p)| (n, p.tensor().detach()))
+            .collect()
+    }
+
+    /// Whether `state` fits (every name present, same shapes and dtypes, nothing extra); the
+    /// error lists every mismatch.
+    fn check_state(&self, state: &HashMap<String, Tensor>) -> Result<()> {
+        let report = compare(&self.state_params(), state, |t, p| {
+            (t.dtype() == p.dtype()).then(|| t.clone())
+        });
+        report.to_result(true)
+    }
+
+    /// Sets every parameter and buffer from `state`, after checking it all with
+    /// [`Module::check_state`]; nothing changes on error.
+    fn load_state(&self, state: &HashMap<String, Tensor>) -> Result<()> {
+        self.check_state(state)?;
+        for (name, p) in self.state_params() {
+            p.set(&state[&name]);
+        }
+        Ok(())
+    }
+
+    /// Loads a safetensors file of this structure's names and shapes, such as one written by
+    /// `safetensors.torch.save_file(model.state_dict(), path)`. Every mismatch (missing or
+    /// unexpected key, shape, dtype) is listed in the error, and then nothing changes.
+    /// Half-precision and integer tensors convert to the parameter's dtype when no value
+    /// changes (PyTorch's int64 `num_batches_tracked`, say); f64 into an f32 parameter does not.
+    fn load_safetensors<P: AsRef<Path>>(&self, path: P) -> Result<()>
+    where
+        Self: Sized,
+    {
+        let path = path.as_ref();
+        let report = read_and_compare(self, path)?;
+        report.to_result(true).map_err(|e| in_file(path, e))?;
+        report.apply();
+        Ok(())
+    }
+
+    /// As [`Module::load_safetensors`], but missing and unexpected keys are skipped and
+    /// returned (PyTorch's `strict=False`); shape and dtype mismatches are still errors.
+    fn load_safetensors_partial<P: AsRef<Path>>(&self, path: P) -> Result<LoadReport>
+    where
+        Self: Sized,
+    {
+        let path = path.as_ref();
+        let report = read_and_compare(self, path)?;
+        report.to_result(false).map_err(|e| in_file(path, e))?;
+        Ok(report.apply())
+    }
+
+    /// Writes [`Module::state`] to a safetensors file, atomically.
+    fn save_safetensors<P: AsRef<Path>>(&self, path: P) -> Result<()>
+    where
+        Self: Sized,
+    {
+        save_tensors(path.as_ref(), &self.state(), HashMap::new())
+    }
+
+    /// Copies every parameter and buffer of `other`, a module of the same structure (a DQN's
+    /// target network, say); nothing changes on a mismatch.
+    fn copy_from(&self, other: &dyn Module) -> Result<()> {
+        self.load_state(&other.state().into_iter().collect())
+    }
+
+    /// Moves every parameter and buffer a fraction `tau` of the way towards `other`'s:
+    /// `p ← (1 − tau)·p + tau·q` (Polyak averaging of target networks, EMA weights).
+    fn soft_update_from(&self, other: &dyn Module, tau: f64) -> Result<()> {
+        assert!(
+            (0.0..=1.0).contains(&tau),
+            "soft_update_from: tau {tau} must be in [0, 1]"
+        );
+        let theirs: HashMap<String, Tensor> = other.state().into_iter().collect();
+        self.check_state(&theirs)?;
+        no_grad(|| {
+            for (name, p) in self.state_params() {
+                let mixed = &p.tensor().mul_scalar(1.0 - tau) + &theirs[&name].mul_scalar(tau);
+                p.set(&mixed);
+            }
+        });
+        Ok(())
+    }
+
+    /// Stops gradients to every parameter, and with them their updates.
+    fn freeze(&self) {
+        self.params().iter().for_each(|(_, p)| p.set_frozen(true));
+    }
+
+    /// Undoes [`Module::freeze`].
+    fn unfreeze(&self) {
+        self.params().iter().for_each(|(_, p)| p.set_frozen(false));
+    }
+
+    /// Number of trainable parameter elements.
+    fn num_params(&self) -> usize {
+        self.params().iter().map(|(_, p)| p.numel()).sum()
+    }
+
+    /// One line per parameter and buffer with its shape, then the total.
+    fn summary(&self) -> String {
+        let mut out = format!("{}\n", self.name());
+        for (name, p) in self.params() {
+            out += &format!(
+                "  {name:<32} {:<16} {:>10}\n",
+                format!("{:?}", p.shape()),
+                p.numel()
+            );
+        }
+        for (name, p) in self.buffers() {
+            out += &format!("  {name:<32} {:<16} (buffer)\n", format!("{:?}", p.shape()));
+        }
+        out + &format!(
+            "  {:<32} {:<16} {:>10}\n",
+            "total parameters",
+            "",
+            self.num_params()
+        )
+    }
+}
+
+/// `path::to::Name<T>` → `Name`.
+fn short_type_name(full: &str) -> String {
+    let base = full.split('<').next().unwrap_or(full);
+    base.rsplit("::").next().unwrap_or(base).to_string()
+}
+
+/// `name` prefixed by `prefix.` (what containers do to their children's names).
+pub fn prefixed<V>(prefix: &str, named: Vec<(String, V)>) -> Vec<(String, V)> {
+    named
+        .into_iter()
+        .map(|(n, v)| (format!("{prefix}.{n}"), v))
+        .collect()
+}
+
+impl<M: Module + ?Sized> Module for Box<M> {
+    fn params(&self) -> Vec<(String, Param)> {
+        (**self).params()
+    }
+    fn buffers(&self) -> Vec<(String, Param)> {
+        (**self).buffers()
+    }
+    fn rng_streams(&self) -> Vec<(String, RngStream)> {
+        (**self).rng_streams()
+    }
+    fn name(&self) -> String {
+        (**self).name()
+    }
+}
+
+/// A list of modules, named by index as PyTorch's `ModuleList`.
+impl<M: Module> Module for Vec<M> {
+    fn params(&self) -> Vec<(String, Param)> {
+        indexed(self, |m| m.params())
+    }
+    fn buffers(&self) -> Vec<(String, Param)> {
+        indexed(self, |m| m.buffers())
+    }
+    fn rng_streams(&self) -> Vec<(String, RngStream)> {
+        indexed(self, |m| m.rng_streams())
+    }
+    fn name(&self) -> String {
+        format!(
+            "[{}]",
+            self.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
+        )
+    }
+}
+
+/// Children's lists, each prefixed by the child's index.
+pub(crate) fn indexed<M, V>(
+    children: &[M],
+    of: impl Fn(&M) -> Vec<(String, V)>,
+) -> Vec<(String, V)> {
+    children
+        .iter()
+        .enumerate()
+        .flat_map(|(i, m)| prefixed(&i.to_string(), of(m)))
+        .collect()
+}
+
+/// What a load found: the keys the module wanted and the file lacked, the keys the file had
+/// and the module did not know, and (internally) what can be set.
+#[derive(Debug, Default)]
+pub struct LoadReport {
+    pub missing: Vec<String>,
+    pub unexpected: Vec<String>,
+    mismatched: Vec<String>,
+    fits: Vec<(Param, Tensor)>,
+}
+
+impl LoadReport {
+    /// An error listing every problem (missing and unexpected keys only when `strict`).
+    fn to_result(&self, strict: bool) -> Result<()> {
+        let mut problems: Vec<String> = self.mismatched.clone();
+        if strict {
+            problems.extend(self.missing.iter().map(|k| format!("{k}: missing")));
+            problems.extend(
+                self.unexpected
+                    .iter()
+                    .map(|k| format!("{k}: unexpected, not a parameter or buffer of this module")),
+            );
+        }
+        if problems.is_empty() {
+            return Ok(());
+        }
+        Err(Error::Shape(format!(
+            "state does not fit the module: {}",
+            problems.join("; ")
+        )))
+    }
+
+    /// Sets everything that fits; returns the report without the values.
+    fn apply(self) -> LoadReport {
+        for (p, t) in &self.fits {
+            p.set(t);
+        }
+        LoadReport {
+            fits: Vec::new(),
+            ..self
+        }
+    }
+}
+
+/// Compares `state` with the module's `slots`; `convert` gives the value for a parameter, or
+/// `None` when its dtype cannot be taken.
+fn compare<T>(
+    slots: &[(String, Param)],
+    state: &HashMap<String, T>,
+    convert: impl Fn(&T, &Param) -> Option<Tensor>,
+) -> LoadReport
+where
+    T: Described,
+{
+    let mut report = LoadReport::default();
+    for (name, p) in slots {
+        let Some(t) = state.get(name) else {
+            report.missing.push(name.clone());
+            continue;
+        };
+        let value = (t.shape() == p.shape().as_slice())
+            .then(|| convert(t, p))
+            .flatten();
+        match value {
+            Some(v) => report.fits.push((p.clone(), v)),
+            None => report.mismatched.push(format!(
+                "{name}: expected {:?} {}, found {:?} {}",
+                p.shape(),
+                p.dtype(),
+                t.shape(),
+                t.dtype_name()
+            )),
+        }
+    }
+    let known: std::collections::HashSet<&str> = slots.iter().map(|(n, _)| n.as_str()).collect();
+    report.unexpected = state
+        .keys()
+        .filter(|k| !known.contains(k.as_str()))
+        .cloned()
+        .collect();
+    report.unexpected.sort();
+    report
+}
+
+/// What `compare` needs to know of a value before converting it.
+trait Described {
+    fn shape(&self) -> &[usize];
+    fn dtype_name(&self) -> String;
+}
+
+impl Described for Tensor {
+    fn shape(&self) -> &[usize] {
+        Tensor::shape(self)
+    }
+    fn dtype_name(&self) -> String {
+        self.dtype().to_string()
+    }
+}
+
+impl Described for FileTensor {
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn dtype_name(&self) -> String {
+        self.dtype_name()
+    }
+}
+
+fn read_and_compare(module: &dyn Module, path: &Path) -> Result<LoadReport> {
+    let file = load_file_tensors(path)?;
+    Ok(compare(&module.state_params(), &file, |t, p| {
+        t.to_tensor_exact(p.dtype())
+    }))
+}
+
+fn in_file(path: &Path, e: Error) -> Error {
+    Error::Format {
+        path: path.to_path_buf(),
+        msg: e.to_string(),
+    }
+}
