@@ -7,13 +7,13 @@ use rand_distr::{Distribution, StandardNormal};
 
 use crate::tensor::{DType, Tensor};
 
-/// (fan_in, fan_out) of a weight shape: `[in, out]` for dense layers, `[out, in, k1, k2, ...]`
-/// for convolutions (the receptive field multiplies both).
+/// (fan_in, fan_out) of a weight shape in PyTorch's layouts: `[out, in]` for dense layers,
+/// `[out, in, k1, k2, ...]` for convolutions (the receptive field multiplies both).
 pub fn fans(shape: &[usize]) -> (usize, usize) {
     match shape.len() {
         0 => (1, 1),
         1 => (shape[0], shape[0]),
-        2 => (shape[0], shape[1]),
+        2 => (shape[1], shape[0]),
         _ => {
             let field: usize = shape[2..].iter().product();
             (shape[1] * field, shape[0] * field)
@@ -53,7 +53,7 @@ pub fn truncated_normal(
     dtype: DType,
     rng: &mut impl Rng,
 ) -> Tensor {
-    let n = shape.iter().product();
+    let n = crate::tensor::numel_or_panic("truncated_normal", shape);
     let data: Vec<f64> = (0..n)
         .map(|_| loop {
             let z: f64 = StandardNormal.sample(rng);
@@ -99,7 +99,7 @@ pub fn orthogonal(shape: &[usize], gain: f64, dtype: DType, rng: &mut impl Rng) 
         "orthogonal: needs at least 2 axes, shape is {shape:?}"
     );
     let rows = shape[0];
-    let cols: usize = shape[1..].iter().product();
+    let cols = crate::tensor::numel_or_panic("orthogonal", &shape[1..]);
     // Orthonormalise the shorter side's vectors.
     let (n, len) = if rows <= cols {
         (rows, cols)

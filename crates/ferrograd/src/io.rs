@@ -75,9 +75,10 @@ fn format_error(path: &Path, msg: impl Into<String>) -> Error {
 }
 
 /// Writes `bytes` to `path` atomically (temporary file + fsync + rename). The temporary file
-/// is named after the target, this process and a counter, so concurrent writers (threads or
-/// processes) never share one; temporary files for the same target left by writers that died
-/// are removed first.
+/// `.{name}.tmp-{pid}-{count}` is unique to this write within the process and is created only
+/// if it does not exist (a writer in another PID namespace with the same name gets an error,
+/// never a shared file); temporary files for the same target left by writers that died are
+/// removed first.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     static WRITES: AtomicU64 = AtomicU64::new(0);
     let io = |source| Error::Io {
@@ -94,49 +95,53 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         .to_string_lossy();
     remove_stale_temps(dir, &name);
     let tmp: PathBuf = dir.join(format!(
-        ".{name}.{}.{}.tmp",
+        ".{name}.tmp-{}-{}",
         std::process::id(),
         WRITES.fetch_add(1, Ordering::Relaxed)
     ));
+    let mut created = false;
     let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
+        created = true;
         f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)
     })();
-    if result.is_err() {
+    if result.is_err() && created {
         let _ = std::fs::remove_file(&tmp);
     }
     result.map_err(io)
 }
 
-/// Removes `.{name}.{pid}.{n}.tmp` files in `dir` whose writing process no longer runs. Only
-/// where process liveness can be read (`/proc`); best effort, since a failure here must not
-/// stop the save.
+/// Removes `.{name}.tmp-{pid}-{count}` files in `dir` whose writing process no longer runs.
+/// Only where process liveness can be read (`/proc`); best effort, since a failure here must
+/// not stop the save.
 fn remove_stale_temps(dir: &Path, name: &str) {
-    let proc_fs = Path::new("/proc/self");
-    if !proc_fs.exists() {
+    if !Path::new("/proc/self").exists() {
         return;
     }
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
-    let prefix = format!(".{name}.");
+    let prefix = format!(".{name}.tmp-");
     for entry in entries.flatten() {
         let file = entry.file_name();
-        let Some(rest) = file
+        let Some((pid, count)) = file
             .to_str()
             .and_then(|f| f.strip_prefix(&prefix))
-            .and_then(|f| f.strip_suffix(".tmp"))
+            .and_then(|rest| rest.split_once('-'))
         else {
             continue;
         };
-        let pid = rest.split('.').next().and_then(|p| p.parse::<u32>().ok());
-        if let Some(pid) = pid {
-            let alive = pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists();
-            if !alive {
-                let _ = std::fs::remove_file(entry.path());
-            }
+        let (Ok(pid), Ok(_)) = (pid.parse::<u32>(), count.parse::<u64>()) else {
+            continue;
+        };
+        let alive = pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists();
+        if !alive {
+            let _ = std::fs::remove_file(entry.path());
         }
     }
 }
@@ -376,13 +381,7 @@ impl Checkpoint {
             v.sort_by(|a, b| a.0.cmp(&b.0));
             v
         };
-        let fail = |msg: String| format_error(&self.path, msg);
         let net_state: HashMap<String, Tensor> = with_prefix("model.").into_iter().collect();
-        model
-            .net()
-            .check_state(&net_state)
-            .map_err(|e| fail(e.to_string()))?;
-        let streams = self.rng_states(model.net()).map_err(fail)?;
         let mut optim_state: Vec<(String, Tensor)> = self
             .tensors
             .iter()
@@ -390,20 +389,42 @@ impl Checkpoint {
             .map(|(k, t)| (k.clone(), t.clone()))
             .collect();
         optim_state.sort_by(|a, b| a.0.cmp(&b.0));
+        let params = optim_names(model);
+        // Every part is checked before anything changes, and every problem is reported.
+        let mut problems = Vec::new();
+        if let Err(e) = model.net().check_state(&net_state) {
+            problems.push(e.to_string());
+        }
+        let streams = self.rng_states(model.net()).unwrap_or_else(|e| {
+            problems.push(e);
+            Vec::new()
+        });
+        if let Err(e) = model.optimizer().check_state(&params, &optim_state) {
+            problems.push(e.to_string());
+        }
+        let lr = self.metadata.get("lr").and_then(|v| v.parse::<f64>().ok());
+        let lr = lr
+            .filter(|lr| lr.is_finite() && *lr >= 0.0)
+            .unwrap_or_else(|| {
+                problems.push(format!(
+                    "metadata \"lr\" {:?} is not a learning rate",
+                    self.metadata.get("lr")
+                ));
+                0.0
+            });
+        if !problems.is_empty() {
+            return Err(format_error(&self.path, problems.join("; ")));
+        }
         let steps: u64 = self.metadata["optimizer_steps"]
             .parse()
             .expect("checked at load");
-        // The optimizer checks names, slots, shapes and dtypes before changing anything, and
-        // the network was checked above, so nothing fails after the first change.
-        let params = optim_names(model);
-        model
-            .optimizer_mut()
+        let fail = |e: Error| format_error(&self.path, e.to_string());
+        let optimizer = model.optimizer_mut();
+        optimizer
             .load_state(&params, steps, optim_state)
-            .map_err(|e| fail(e.to_string()))?;
-        model
-            .net()
-            .load_state(&net_state)
-            .map_err(|e| fail(e.to_string()))?;
+            .map_err(fail)?;
+        optimizer.set_lr(lr);
+        model.net().load_state(&net_state).map_err(fail)?;
         for (stream, state) in streams {
             stream.set_state(state);
         }

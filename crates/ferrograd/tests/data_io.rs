@@ -346,7 +346,7 @@ fn an_interrupted_write_leaves_the_old_checkpoint() {
     // which this test binary keeps far below 256): the write fails before anything touches
     // the target.
     let blocks: Vec<_> = (0..256)
-        .map(|n| dir.join(format!(".ck.safetensors.{}.{n}.tmp", std::process::id())))
+        .map(|n| dir.join(format!(".ck.safetensors.tmp-{}-{n}", std::process::id())))
         .collect();
     for b in &blocks {
         std::fs::create_dir_all(b).unwrap();

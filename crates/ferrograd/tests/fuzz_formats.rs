@@ -81,8 +81,16 @@ proptest! {
     #![proptest_config(config())]
 
     #[test]
-    fn arbitrary_bytes_never_panic_the_idx_parser(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
-        let _ = parse_idx_u8(&bytes);
+    fn arbitrary_bytes_never_panic_the_idx_parser(
+        bytes in proptest::collection::vec(any::<u8>(), 0..64),
+        rank in 0u8..8,
+        magic in any::<bool>(),
+    ) {
+        // Half the inputs start with a valid magic, so that the header and length checks run.
+        let bytes = if magic { [vec![0, 0, 8, rank], bytes].concat() } else { bytes };
+        if let Ok(idx) = parse_idx_u8(&bytes) {
+            prop_assert_eq!(idx.data.len(), idx.dims.iter().product::<usize>());
+        }
     }
 
     #[test]
@@ -98,6 +106,32 @@ proptest! {
             prop_assert_eq!(idx.data.len(), idx.dims.iter().product::<usize>());
         }
     }
+}
+
+/// Parameters, buffers, optimizer state, steps, learning rate and stream positions.
+fn everything(model: &Model) -> String {
+    let net = model.net();
+    let state = model.optimizer().state(&net.params()).unwrap();
+    let streams: Vec<String> = net
+        .rng_streams()
+        .iter()
+        .map(|(_, s)| s.state().to_string())
+        .collect();
+    let values: Vec<(String, Vec<f64>)> = net
+        .state()
+        .into_iter()
+        .map(|(n, t)| (n, t.to_vec::<f64>()))
+        .collect();
+    let slots: Vec<(String, Vec<f64>)> = state
+        .1
+        .into_iter()
+        .map(|(n, t)| (n, t.to_vec::<f64>()))
+        .collect();
+    format!(
+        "{values:?} {slots:?} {} {} {streams:?}",
+        state.0,
+        model.optimizer().lr()
+    )
 }
 
 fn tiny_model() -> Model {
@@ -133,12 +167,9 @@ proptest! {
             std::fs::write(path, apply(valid.clone(), &edits)).unwrap();
             if let Ok(ck) = load_checkpoint(path) {
                 let mut model = tiny_model();
-                let before: Vec<Vec<f32>> =
-                    model.net().params().iter().map(|(_, p)| p.tensor().to_vec()).collect();
+                let before = everything(&model);
                 if ck.restore(&mut model).is_err() {
-                    let after: Vec<Vec<f32>> =
-                        model.net().params().iter().map(|(_, p)| p.tensor().to_vec()).collect();
-                    assert_eq!(before, after, "a failed restore changed the model");
+                    assert_eq!(everything(&model), before, "a failed restore changed the model");
                 }
             }
         });

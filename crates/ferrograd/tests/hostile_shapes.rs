@@ -51,9 +51,22 @@ fn creation_refuses_overflowing_shapes() {
 fn views_refuse_overflowing_shapes() {
     let a = Tensor::from_vec(vec![1.0f32, 2.0], &[2, 1]);
     assert!(a.try_broadcast_to(&[HUGE, 1]).is_err());
+    // Shapes that broadcast, but whose element count overflows.
+    let one = Tensor::ones(&[1, 1], DType::F32);
+    let err = one.try_broadcast_to(&[1 << 62, 1 << 62]).unwrap_err();
+    assert!(err.to_string().contains("broadcast_to"), "{err}");
     assert!(a.try_broadcast_to(&[1 << 62, 2, 1 << 62]).is_err());
     assert!(a.try_reshape(&[HUGE, 2]).is_err());
-    assert!(a.try_reshape(&[1 << 62, 1 << 62, 0, 2]).is_err());
+    // 2^62 · 2^62 · 4 wraps to 0 in a wrapping product: an empty tensor must not take it.
+    let empty = Tensor::zeros(&[0], DType::F32);
+    assert!(empty.try_reshape(&[1 << 62, 1 << 62, 4]).is_err());
+    panics_with("flatten_from", || {
+        drop(Tensor::zeros(&[0, 1 << 32, 1 << 32], DType::F32).flatten_from(1))
+    });
+    panics_with("pad", || drop(a.pad(&[(1 << 63, 1 << 63), (0, 0)], 0.0)));
+    let wide = one.broadcast_to(&[1, 1 << 62]);
+    let err = Tensor::try_cat(&[&wide, &wide, &wide, &wide], 0).unwrap_err();
+    assert!(err.to_string().contains("cat"), "{err}");
     // narrow with a start that wraps when the length is added.
     let view = Tensor::arange(0.0, 12.0, 1.0, DType::F32)
         .reshape(&[4, 3])
@@ -84,4 +97,28 @@ fn zero_size_axes_with_huge_neighbours_stay_empty() {
     assert_eq!(t.numel(), 0);
     assert_eq!(t.transpose(0, 1).shape(), &[0, 1 << 40]);
     assert_eq!(t.reshape(&[0, 1 << 50]).numel(), 0);
+    assert_eq!(
+        format!("{t}"),
+        "tensor([], shape=[1099511627776, 0], dtype=f32)"
+    );
+    // The zero may come last: the count is still 0, whatever the order of the axes.
+    let z = Tensor::zeros(&[1 << 40, 1 << 40, 0], DType::F32);
+    assert_eq!(z.numel(), 0);
+    let b = Tensor::zeros(&[0, 1, 1], DType::F32)
+        .broadcast_to(&[0, 1 << 40, 1 << 40])
+        .permute(&[1, 2, 0]);
+    assert_eq!(b.shape(), &[1 << 40, 1 << 40, 0]);
+    assert_eq!(b.sum().item(), 0.0);
+}
+
+#[test]
+fn an_idx_header_whose_count_is_the_largest_usize_is_an_error() {
+    // 3·5·17·257·641·65537·6700417 = 2^64 − 1.
+    let dims = [3u32, 5, 17, 257, 641, 65537, 6700417];
+    let mut bytes = vec![0, 0, 8, dims.len() as u8];
+    for d in dims {
+        bytes.extend_from_slice(&d.to_be_bytes());
+    }
+    let err = ferrograd::data::parse_idx_u8(&bytes).unwrap_err();
+    assert!(err.contains("truncated"), "{err}");
 }

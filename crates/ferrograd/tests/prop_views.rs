@@ -33,26 +33,84 @@ enum Cut {
     Reverse,
 }
 
-fn cut(t: &Tensor, c: &Cut) -> Tensor {
+/// A plain row-major array: the reference the views are checked against, cut by index
+/// arithmetic alone (no kernel of the library involved).
+#[derive(Clone, Debug)]
+struct Plain {
+    shape: Vec<usize>,
+    data: Vec<f64>,
+}
+
+impl Plain {
+    fn at(&self, idx: &[usize]) -> f64 {
+        let flat = idx
+            .iter()
+            .zip(&self.shape)
+            .fold(0, |acc, (&i, &d)| acc * d + i);
+        self.data[flat]
+    }
+
+    /// The array of `shape` whose element at `idx` is `self.at(source(idx))`.
+    fn remap(&self, shape: Vec<usize>, source: impl Fn(&[usize]) -> Vec<usize>) -> Plain {
+        let n: usize = shape.iter().product();
+        let mut data = Vec::with_capacity(n);
+        let mut idx = vec![0; shape.len()];
+        for _ in 0..n {
+            data.push(self.at(&source(&idx)));
+            for ax in (0..shape.len()).rev() {
+                idx[ax] += 1;
+                if idx[ax] < shape[ax] {
+                    break;
+                }
+                idx[ax] = 0;
+            }
+        }
+        Plain { shape, data }
+    }
+}
+
+/// The cut applied to the tensor (as a view) and to the plain array (by copying).
+fn cut(t: &Tensor, p: &Plain, c: &Cut) -> (Tensor, Plain) {
     let n = t.ndim();
     match *c {
-        Cut::Transpose(a, b) if n >= 2 => t.transpose(a % n, b % n),
+        Cut::Transpose(a, b) if n >= 2 => {
+            let (a, b) = (a % n, b % n);
+            let mut shape = p.shape.clone();
+            shape.swap(a, b);
+            let q = p.remap(shape, |i| {
+                let mut j = i.to_vec();
+                j.swap(a, b);
+                j
+            });
+            (t.transpose(a, b), q)
+        }
         Cut::Narrow { axis, start, len } if n >= 1 => {
             let axis = axis % n;
             let size = t.shape()[axis];
             let start = start % (size + 1);
-            t.narrow(axis, start, len % (size - start + 1))
+            let len = len % (size - start + 1);
+            let mut shape = p.shape.clone();
+            shape[axis] = len;
+            let q = p.remap(shape, |i| {
+                let mut j = i.to_vec();
+                j[axis] += start;
+                j
+            });
+            (t.narrow(axis, start, len), q)
         }
         Cut::Broadcast(k) => {
             let mut shape = vec![k];
-            shape.extend_from_slice(t.shape());
-            t.broadcast_to(&shape)
+            shape.extend_from_slice(&p.shape);
+            let q = p.remap(shape.clone(), |i| i[1..].to_vec());
+            (t.broadcast_to(&shape), q)
         }
         Cut::Reverse => {
             let perm: Vec<usize> = (0..n).rev().collect();
-            t.permute(&perm)
+            let shape = p.shape.iter().rev().copied().collect();
+            let q = p.remap(shape, |i| i.iter().rev().copied().collect());
+            (t.permute(&perm), q)
         }
-        _ => t.clone(),
+        _ => (t.clone(), p.clone()),
     }
 }
 
@@ -70,19 +128,35 @@ fn cuts() -> impl Strategy<Value = Vec<Cut>> {
     proptest::collection::vec(one, 0..3)
 }
 
-/// A view and a contiguous tensor holding the same elements.
-fn view_and_copy() -> impl Strategy<Value = (Tensor, Tensor)> {
+/// A view of a random tensor in `dtype`, and a contiguous tensor of the same elements built
+/// from the plain reference. Checks on the way that the view reads exactly those elements.
+fn view_and_copy_in(dtype: DType) -> impl Strategy<Value = (Tensor, Tensor)> {
     (
         proptest::collection::vec(0usize..5, 0..4),
         cuts(),
         any::<u64>(),
     )
-        .prop_map(|(shape, cuts, seed)| {
-            let base = Tensor::randn(&shape, DType::F64, &mut StdRng::seed_from_u64(seed));
-            let view = cuts.iter().fold(base, |t, c| cut(&t, c));
-            let copy = Tensor::from_vec(view.to_vec::<f64>(), view.shape());
+        .prop_map(move |(shape, cuts, seed)| {
+            let base = Tensor::randn(&shape, dtype, &mut StdRng::seed_from_u64(seed));
+            let plain = Plain {
+                shape: shape.clone(),
+                data: base.to_vec::<f64>(),
+            };
+            let (view, plain) = cuts.iter().fold((base, plain), |(t, p), c| cut(&t, &p, c));
+            assert_eq!(view.shape(), plain.shape.as_slice());
+            assert_eq!(
+                view.to_vec::<f64>(),
+                plain.data,
+                "the view reads other elements"
+            );
+            let copy = Tensor::from_vec(plain.data, &plain.shape).to_dtype(dtype);
+            assert!(copy.is_contiguous());
             (view, copy)
         })
+}
+
+fn view_and_copy() -> impl Strategy<Value = (Tensor, Tensor)> {
+    view_and_copy_in(DType::F64)
 }
 
 /// Exactly equal values and shapes (NaN equals NaN).
@@ -171,10 +245,41 @@ proptest! {
     }
 
     #[test]
-    fn f32_views_match_as_well((v, c) in view_and_copy()) {
-        let (v, c) = (v.to_dtype(DType::F32), c.to_dtype(DType::F32));
+    fn f32_views_match_as_well((v, c) in view_and_copy_in(DType::F32)) {
+        prop_assert!(same(&v.exp(), &c.exp()));
+        prop_assert!(same(&(&v - &c), &(&c - &c)));
         prop_assert!(same(&v.sigmoid(), &c.sigmoid()));
         prop_assert!(same(&(&v / &(&c.abs() + 1.0)), &(&c / &(&c.abs() + 1.0))));
         prop_assert!(same(&v.sum(), &c.sum()));
+    }
+
+    /// The f32 product (the AVX-512 kernel where the CPU has it) on transposed and narrowed
+    /// operands up to 40 wide, against an f64 product written out here.
+    #[test]
+    fn f32_products_of_views_match_a_plain_product(
+        (m, k, n) in (1usize..40, 1usize..40, 1usize..40),
+        (ta, tb, skip) in (any::<bool>(), any::<bool>(), 0usize..3),
+        seed in any::<u64>(),
+    ) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        // Each operand is a view: stored transposed and/or with extra leading rows.
+        let operand = |rows: usize, cols: usize, transposed: bool, rng: &mut StdRng| {
+            if transposed {
+                Tensor::randn(&[cols + skip, rows], DType::F32, rng).narrow(0, skip, cols).t()
+            } else {
+                Tensor::randn(&[rows + skip, cols], DType::F32, rng).narrow(0, skip, rows)
+            }
+        };
+        let a = operand(m, k, ta, &mut rng);
+        let b = operand(k, n, tb, &mut rng);
+        let (av, bv) = (a.to_vec::<f64>(), b.to_vec::<f64>());
+        let got = a.matmul(&b).to_vec::<f64>();
+        for i in 0..m {
+            for j in 0..n {
+                let want: f64 = (0..k).map(|p| av[i * k + p] * bv[p * n + j]).sum();
+                prop_assert!((got[i * n + j] - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                    "({i}, {j}): {} vs {want}", got[i * n + j]);
+            }
+        }
     }
 }

@@ -455,7 +455,7 @@ fn schedules() {
 fn initializers() {
     let mut rng = StdRng::seed_from_u64(5);
     use ferrograd::init;
-    assert_eq!(init::fans(&[784, 400]), (784, 400));
+    assert_eq!(init::fans(&[400, 784]), (784, 400));
     assert_eq!(init::fans(&[16, 8, 3, 3]), (72, 144));
     let w = init::xavier_uniform(&[784, 400], DType::F32, &mut rng).to_vec::<f64>();
     let a = (6.0f64 / 1184.0).sqrt();
@@ -465,7 +465,8 @@ fn initializers() {
         (var - a * a / 3.0).abs() < 0.05 * a * a / 3.0,
         "variance {var}"
     );
-    let h = init::he_normal(&[500, 400], DType::F64, &mut rng).to_vec::<f64>();
+    // [out, in]: the fan-in is 500.
+    let h = init::he_normal(&[400, 500], DType::F64, &mut rng).to_vec::<f64>();
     let var = h.iter().map(|v| v * v).sum::<f64>() / h.len() as f64;
     assert!((var - 2.0 / 500.0).abs() < 0.05 * 2.0 / 500.0);
     let t = init::truncated_normal(&[10000], 1.0, 0.5, DType::F64, &mut rng).to_vec::<f64>();

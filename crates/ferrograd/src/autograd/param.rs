@@ -94,9 +94,10 @@ impl Param {
 
     /// Runs `f` on the elements in place (row-major; `T` must be the parameter's dtype). The
     /// buffer is copied first only when another tensor still shares it (a graph that is still
-    /// alive, say); optimizers update without allocating otherwise. If `f` panics, the
-    /// parameter keeps its buffer as `f` left it (unchanged when `f` checks its inputs before
-    /// writing, as the optimizer kernels do) and the panic goes on.
+    /// alive, say); optimizers update without allocating otherwise. If `f` panics, the panic
+    /// goes on and the parameter keeps its shape, dtype, identity and buffer: the old values
+    /// when `f` panics before writing, as the optimizer kernels do (they check every length
+    /// first); a closure that panics halfway leaves what it wrote.
     pub fn update<T: Element>(&self, f: impl FnOnce(&mut [T])) {
         let mut slot = self.value.write().unwrap_or_else(|e| e.into_inner());
         // Swap the value out and unhook its node, so that the buffer is unique unless some

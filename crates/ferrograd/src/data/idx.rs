@@ -125,7 +125,7 @@ fn read_idx(src: &mut impl Read) -> std::result::Result<IdxU8, ReadError> {
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
         .ok_or_else(|| ReadError::Format(format!("dimensions {dims:?} overflow")))?;
-    let data = read_up_to(src, count as u64 + 1)?;
+    let data = read_up_to(src, (count as u64).saturating_add(1))?;
     if data.len() != count {
         let (what, found) = if data.len() < count {
             ("truncated", data.len().to_string())

@@ -15,6 +15,9 @@ pub struct Prep<T> {
     pub clamp: Option<T>,
     pub l2: T,
     pub keep: T,
+    /// Whether the rule squares the gradient (Adam, RMSProp, Adagrad, ...): then gradient
+    /// elements whose square would be subnormal count as zero.
+    pub squares: bool,
 }
 
 impl<T: Float> Prep<T> {
@@ -75,11 +78,16 @@ fn update_chunk<T: Float, const K: usize>(
     // moment that decays geometrically (Adam's m for a weight whose gradient stays zero), or
     // the scaled square of a tiny gradient. Both are cut off in software, on every
     // architecture (the CPU's flush-to-zero mode is not ours to change under compiled Rust):
-    // stored state below the smallest normal becomes zero, and so does a gradient element
-    // whose square, times a decay factor down to 2^-16, would be subnormal. Such a gradient
-    // moves a weight by less than its last bit under every rule here.
+    // stored state below the smallest normal becomes zero, and for rules that square the
+    // gradient so does a gradient element whose square, times a decay factor down to 2^-16,
+    // would be subnormal. Those rules divide by √v + ε, so such an element would have moved
+    // its weight by less than lr · 3e-7 (f32; far less in f64).
     let tiny = T::min_positive_value();
-    let negligible = tiny.sqrt() * T::from_f64(256.0);
+    let negligible = if prep.squares {
+        tiny.sqrt() * T::from_f64(256.0)
+    } else {
+        T::zero()
+    };
     // Every slice cut to one length, so the indexing below needs no bounds checks.
     let n = w.len();
     let g = &g[..n];

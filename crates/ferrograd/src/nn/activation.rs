@@ -118,6 +118,13 @@ impl Module for Softmax {
 
 impl Layer for Softmax {
     fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
+        assert!(
+            self.axis < x.ndim(),
+            "{}: input {:?} has no axis {}",
+            self.name(),
+            x.shape(),
+            self.axis
+        );
         x.softmax(self.axis)
     }
 }

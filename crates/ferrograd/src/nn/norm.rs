@@ -1,7 +1,7 @@
 //! Normalisation layers.
 
 use super::{Layer, Mode, Module};
-use crate::autograd::{no_grad, Param};
+use crate::autograd::{anomaly_reported, no_grad, Param};
 use crate::tensor::{DType, Tensor};
 
 /// Batch normalisation over `[N, features]`: batch statistics in training (and an exponential
@@ -83,6 +83,8 @@ impl Layer for BatchNorm1d {
                 let var = (x - &mean).square().mean_axes(&[0], false);
                 // Running variance uses the unbiased estimate, as PyTorch.
                 let n = x.shape()[0] as f64;
+                // Inside `detect_anomaly`, a NaN already reported stays out of the statistics.
+                let clean = !anomaly_reported();
                 no_grad(|| {
                     let m = self.momentum;
                     let unbiased = if n > 1.0 {
@@ -93,6 +95,9 @@ impl Layer for BatchNorm1d {
                     let rm = &self.running_mean.tensor().mul_scalar(1.0 - m) + &mean.mul_scalar(m);
                     let rv =
                         &self.running_var.tensor().mul_scalar(1.0 - m) + &unbiased.mul_scalar(m);
+                    if !clean {
+                        return;
+                    }
                     self.running_mean
                         .set(&rm.to_dtype(self.running_mean.dtype()));
                     self.running_var.set(&rv.to_dtype(self.running_var.dtype()));

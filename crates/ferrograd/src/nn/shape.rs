@@ -21,6 +21,10 @@ impl Module for Flatten {
 
 impl Layer for Flatten {
     fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
+        assert!(
+            x.ndim() >= 1,
+            "Flatten: expected input [N, ...], got a 0-d tensor"
+        );
         x.flatten_from(1)
     }
 }
@@ -48,6 +52,15 @@ impl Module for Reshape {
 
 impl Layer for Reshape {
     fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
+        let per_sample = crate::tensor::checked_numel(&self.shape);
+        assert!(
+            x.ndim() >= 1
+                && per_sample.and_then(|n| n.checked_mul(x.shape()[0])) == Some(x.numel()),
+            "{}: expected input [N, ...] with {} elements per sample, got {:?}",
+            self.name(),
+            per_sample.map_or("too many".to_string(), |n| n.to_string()),
+            x.shape()
+        );
         let mut shape = vec![x.shape()[0]];
         shape.extend(&self.shape);
         x.reshape(&shape)

@@ -10,7 +10,8 @@ use smallvec::smallvec;
 use crate::autograd::record;
 use crate::error::{Error, Result};
 use crate::tensor::{
-    broadcast_shapes, checked_numel, contiguous_strides, with_dtype, Dims, Element, Layout, Tensor,
+    broadcast_shapes, checked_numel, contiguous_strides, numel_or_panic, with_dtype, Dims, Element,
+    Layout, Tensor,
 };
 
 /// A shape with `axis` set to `len`.
@@ -176,7 +177,7 @@ impl Tensor {
             self.shape()
         );
         let mut shape = self.shape()[..start].to_vec();
-        shape.push(self.shape()[start..].iter().product());
+        shape.push(numel_or_panic("flatten_from", &self.shape()[start..]));
         self.reshape(&shape)
     }
 
@@ -209,6 +210,17 @@ impl Tensor {
             pads.len() == self.ndim(),
             "pad: {} (before, after) pairs given for shape {:?}",
             pads.len(),
+            self.shape()
+        );
+        let padded: Option<Vec<usize>> = self
+            .shape()
+            .iter()
+            .zip(pads)
+            .map(|(&d, &(before, after))| d.checked_add(before)?.checked_add(after))
+            .collect();
+        assert!(
+            padded.as_deref().and_then(checked_numel).is_some(),
+            "pad: padding {pads:?} makes shape {:?} larger than fits in memory",
             self.shape()
         );
         let mut out = self.detach();
@@ -259,8 +271,17 @@ impl Tensor {
         let dtype = first.dtype();
         let cast: Vec<Tensor> = tensors.iter().map(|t| t.to_dtype(dtype)).collect();
         let sizes: Vec<usize> = cast.iter().map(|t| t.shape()[axis]).collect();
-        let total: usize = sizes.iter().sum();
-        let out_shape = with_axis(first.shape(), axis, total);
+        let total = sizes.iter().try_fold(0usize, |acc, &n| acc.checked_add(n));
+        let out_shape = total
+            .map(|total| with_axis(first.shape(), axis, total))
+            .filter(|s| checked_numel(s).is_some())
+            .ok_or_else(|| {
+                Error::Shape(format!(
+                    "cat: joining {} tensors along axis {axis} gives more elements than fit \
+                     in memory",
+                    tensors.len()
+                ))
+            })?;
         let out = with_dtype!(dtype, T => cat_data::<T>(&cast, axis, &out_shape));
         let inputs: Vec<&Tensor> = cast.iter().collect();
         Ok(record("cat", out, &inputs, move |c, up| {

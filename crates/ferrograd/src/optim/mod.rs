@@ -50,6 +50,9 @@ pub trait Optimizer: Send + Sync {
     /// The state of `params` to save for an exact resume, as `"{name}.{slot}"` → tensor.
     /// Fails when two parameters share a name.
     fn state(&self, params: &[(String, Param)]) -> Result<(u64, Vec<(String, Tensor)>)>;
+    /// Whether `state` (as [`Optimizer::state`] saves it) fits `params`: the error lists
+    /// every unknown name or slot, shape and dtype mismatch.
+    fn check_state(&self, params: &[(String, Param)], state: &[(String, Tensor)]) -> Result<()>;
     /// Restores state saved by [`Optimizer::state`] for `params`. Names, slots, shapes and
     /// dtypes are checked first; the error lists every mismatch, and then nothing changes.
     fn load_state(
@@ -64,6 +67,9 @@ pub trait Optimizer: Send + Sync {
 pub trait UpdateRule: Send + Sync {
     /// State values per parameter element.
     const SLOTS: usize;
+    /// Whether the rule keeps a running square of the gradient (whose tiny values the update
+    /// flushes to zero rather than compute slowly as subnormals).
+    const SQUARES_GRADIENT: bool = false;
     /// Names of the state slots (for checkpoints).
     fn slot_names(&self) -> &'static [&'static str];
     /// Updates `w` in place from the gradient `g` (to be clipped and decayed by `prep` in the
@@ -192,6 +198,7 @@ impl<R: UpdateRule> Optim<R> {
             clamp: clip_value.map(T::from_f64),
             l2: T::from_f64(if decoupled { 0.0 } else { wd }),
             keep: T::from_f64(if decoupled { 1.0 - lr * wd } else { 1.0 }),
+            squares: R::SQUARES_GRADIENT,
         };
         p.update::<T>(|w| self.rule.apply(w, &g, prep, slots, lr, t));
     }
@@ -258,12 +265,29 @@ impl<R: UpdateRule> Optimizer for Optim<R> {
         Ok((self.steps, out))
     }
 
+    fn check_state(&self, params: &[(String, Param)], state: &[(String, Tensor)]) -> Result<()> {
+        self.validate(params, state).map(drop)
+    }
+
     fn load_state(
         &mut self,
         params: &[(String, Param)],
         steps: u64,
         state: Vec<(String, Tensor)>,
     ) -> Result<()> {
+        self.state = self.validate(params, &state)?;
+        self.steps = steps;
+        Ok(())
+    }
+}
+
+impl<R: UpdateRule> Optim<R> {
+    /// The state slots of `state` by parameter identity, or every reason it does not fit.
+    fn validate(
+        &self,
+        params: &[(String, Param)],
+        state: &[(String, Tensor)],
+    ) -> Result<HashMap<u64, Vec<Tensor>>> {
         let params = by_name(params)?;
         let names = self.rule.slot_names();
         let mut problems = Vec::new();
@@ -271,6 +295,7 @@ impl<R: UpdateRule> Optimizer for Optim<R> {
         let mut faulty = std::collections::HashSet::new();
         let mut restored: HashMap<u64, Vec<Option<Tensor>>> = HashMap::new();
         for (key, t) in state {
+            let key = key.as_str();
             let Some((param, slot)) = key.rsplit_once('.') else {
                 problems.push(format!("{key}: no slot name"));
                 continue;
@@ -321,8 +346,6 @@ impl<R: UpdateRule> Optimizer for Optim<R> {
                 problems.join("; ")
             )));
         }
-        self.state = state;
-        self.steps = steps;
-        Ok(())
+        Ok(state)
     }
 }

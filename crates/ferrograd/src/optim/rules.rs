@@ -100,6 +100,7 @@ pub struct RmsPropRule {
 
 impl UpdateRule for RmsPropRule {
     const SLOTS: usize = 1;
+    const SQUARES_GRADIENT: bool = true;
     fn slot_names(&self) -> &'static [&'static str] {
         &["square_avg"]
     }
@@ -148,6 +149,7 @@ pub struct AdagradRule {
 
 impl UpdateRule for AdagradRule {
     const SLOTS: usize = 1;
+    const SQUARES_GRADIENT: bool = true;
     fn slot_names(&self) -> &'static [&'static str] {
         &["sum"]
     }
@@ -185,6 +187,7 @@ pub struct AdamRule {
 
 impl UpdateRule for AdamRule {
     const SLOTS: usize = 2;
+    const SQUARES_GRADIENT: bool = true;
     fn slot_names(&self) -> &'static [&'static str] {
         &["exp_avg", "exp_avg_sq"]
     }
@@ -241,6 +244,7 @@ pub struct AdamWRule(pub AdamRule);
 
 impl UpdateRule for AdamWRule {
     const SLOTS: usize = 2;
+    const SQUARES_GRADIENT: bool = true;
     fn slot_names(&self) -> &'static [&'static str] {
         self.0.slot_names()
     }
@@ -286,6 +290,7 @@ pub struct RAdamRule {
 
 impl UpdateRule for RAdamRule {
     const SLOTS: usize = 2;
+    const SQUARES_GRADIENT: bool = true;
     fn slot_names(&self) -> &'static [&'static str] {
         &["exp_avg", "exp_avg_sq"]
     }

@@ -85,7 +85,10 @@ impl Tensor {
 
     /// `start, start + step, ...` up to but excluding `end`, as a 1-d tensor.
     pub fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Tensor {
-        assert!(step != 0.0, "arange: step must be non-zero");
+        assert!(
+            start.is_finite() && end.is_finite() && step.is_finite() && step != 0.0,
+            "arange: {start}..{end} by {step} needs finite bounds and a finite, non-zero step"
+        );
         let count = ((end - start) / step).ceil().max(0.0);
         assert!(
             count.is_finite() && count < (isize::MAX as usize / 8) as f64,

@@ -12,6 +12,15 @@ const EDGE: usize = 3;
 
 impl fmt::Display for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.numel() == 0 {
+            // Nothing to lay out (and the shape's other axes may be huge).
+            return write!(
+                f,
+                "tensor([], shape={:?}, dtype={})",
+                self.shape(),
+                self.dtype()
+            );
+        }
         let values = self.to_vec::<f64>();
         let elide = values.len() > ELIDE_ABOVE;
         let precision = f.precision().unwrap_or(4);

@@ -6,6 +6,9 @@ use crate::kernels::Dims;
 
 /// The number of elements of `shape`, or `None` when it does not fit in a `usize`.
 pub fn checked_numel(shape: &[usize]) -> Option<usize> {
+    if shape.contains(&0) {
+        return Some(0);
+    }
     shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
 }
 
@@ -21,7 +24,9 @@ pub fn contiguous_strides(shape: &[usize]) -> Dims {
     let mut acc = 1;
     for i in (0..shape.len()).rev() {
         strides[i] = acc;
-        acc *= shape[i];
+        // Saturating: only an empty tensor's shape can overflow here, and its strides are
+        // never used to address anything.
+        acc = acc.saturating_mul(shape[i]);
     }
     strides
 }
