@@ -13,6 +13,9 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+// The derive macro names this crate `::ferrograd`, here as everywhere else.
+extern crate self as ferrograd;
+
 pub mod autograd;
 pub mod data;
 pub mod error;
@@ -50,4 +53,6 @@ pub mod prelude {
     };
     pub use crate::tensor::{manual_seed, DType, Tensor};
     pub use crate::{Error, Result};
+    /// `#[derive(Module)]` (the macro shares the trait's name, as serde's derives do).
+    pub use ferrograd_derive::Module;
 }

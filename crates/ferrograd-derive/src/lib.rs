@@ -1,0 +1,103 @@
+//! `#[derive(Module)]`: a struct of layers gets ferrograd's `Module` implementation, with
+//! each parameter, buffer and random stream named by its field path (`encoder.0.weight`), the
+//! keys PyTorch's `state_dict` gives the same structure.
+//!
+//! Every field takes part unless marked `#[module(skip)]` (configuration, cached values).
+//! Tuple structs name their fields `0`, `1`, ... as PyTorch's `Sequential` does.
+
+use proc_macro::TokenStream;
+use proc_macro2::TokenStream as Tokens;
+use quote::quote;
+use syn::{parse_macro_input, Data, DeriveInput, Fields, Index};
+
+#[proc_macro_derive(Module, attributes(module))]
+pub fn derive_module(input: TokenStream) -> TokenStream {
+    let input = parse_macro_input!(input as DeriveInput);
+    match expand(&input) {
+        Ok(tokens) => tokens.into(),
+        Err(e) => e.to_compile_error().into(),
+    }
+}
+
+/// The fields that are modules: (name in parameter paths, how to reach the field).
+fn module_fields(input: &DeriveInput) -> syn::Result<Vec<(String, Tokens)>> {
+    let Data::Struct(data) = &input.data else {
+        return Err(syn::Error::new_spanned(
+            &input.ident,
+            "#[derive(Module)] needs a struct whose fields are modules",
+        ));
+    };
+    let mut out = Vec::new();
+    let fields: Vec<&syn::Field> = match &data.fields {
+        Fields::Named(f) => f.named.iter().collect(),
+        Fields::Unnamed(f) => f.unnamed.iter().collect(),
+        Fields::Unit => Vec::new(),
+    };
+    for (i, field) in fields.into_iter().enumerate() {
+        if skipped(field)? {
+            continue;
+        }
+        match &field.ident {
+            Some(ident) => out.push((ident.to_string(), quote!(self.#ident))),
+            None => {
+                let index = Index::from(i);
+                out.push((i.to_string(), quote!(self.#index)));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Whether a field carries `#[module(skip)]`; any other `module` attribute is an error.
+fn skipped(field: &syn::Field) -> syn::Result<bool> {
+    let mut skip = false;
+    for attr in field.attrs.iter().filter(|a| a.path().is_ident("module")) {
+        attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident("skip") {
+                skip = true;
+                Ok(())
+            } else {
+                Err(meta.error("expected `skip`"))
+            }
+        })?;
+    }
+    Ok(skip)
+}
+
+fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
+    let fields = module_fields(input)?;
+    let name = &input.ident;
+    let title = name.to_string();
+    let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
+    let gather = |list: Tokens| {
+        let parts = fields.iter().map(|(path, access)| {
+            quote! {
+                out.extend(::ferrograd::nn::prefixed(#path, ::ferrograd::nn::Module::#list(&#access)));
+            }
+        });
+        quote! {
+            let mut out = ::std::vec::Vec::new();
+            #(#parts)*
+            out
+        }
+    };
+    let params = gather(quote!(params));
+    let buffers = gather(quote!(buffers));
+    let streams = gather(quote!(rng_streams));
+    Ok(quote! {
+        impl #impl_generics ::ferrograd::nn::Module for #name #ty_generics #where_clause {
+            fn params(&self) -> ::std::vec::Vec<(::std::string::String, ::ferrograd::autograd::Param)> {
+                #params
+            }
+            fn buffers(&self) -> ::std::vec::Vec<(::std::string::String, ::ferrograd::autograd::Param)> {
+                #buffers
+            }
+            fn rng_streams(&self) -> ::std::vec::Vec<(::std::string::String, ::ferrograd::nn::RngStream)> {
+                #streams
+            }
+            fn name(&self) -> ::std::string::String {
+                ::std::string::String::from(#title)
+            }
+        }
+    })
+}
