@@ -162,43 +162,28 @@ pub fn save_tensors(
     write_atomic(path, &encoded)
 }
 
-/// Reads every tensor and the metadata of a safetensors file (f32 and f64 tensors only).
+/// Reads every tensor and the metadata of a safetensors file (f32 and f64 tensors only,
+/// kept in their dtype).
 pub fn load_tensors(path: &Path) -> Result<(HashMap<String, Tensor>, HashMap<String, String>)> {
-    let raw = std::fs::read(path).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let parsed = SafeTensors::deserialize(&raw)
-        .map_err(|e| format_error(path, format!("not a valid safetensors file: {e}")))?;
-    let (_, meta) =
-        SafeTensors::read_metadata(&raw).map_err(|e| format_error(path, e.to_string()))?;
+    let (file, metadata) = read_safetensors(path)?;
     let mut out = HashMap::new();
-    for (name, view) in parsed.tensors() {
-        let data = view.data();
-        let t = match view.dtype() {
-            Dtype::F32 => Tensor::try_from_vec(
-                data.chunks_exact(4)
-                    .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
-                    .collect::<Vec<_>>(),
-                view.shape(),
-            ),
-            Dtype::F64 => Tensor::try_from_vec(
-                data.chunks_exact(8)
-                    .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
-                    .collect::<Vec<_>>(),
-                view.shape(),
-            ),
+    for (name, t) in file {
+        let dtype = match t.dtype {
+            Dtype::F32 => DType::F32,
+            Dtype::F64 => DType::F64,
             other => {
                 return Err(format_error(
                     path,
                     format!("tensor {name}: unsupported dtype {other:?}"),
                 ))
             }
-        }
-        .map_err(|e| format_error(path, format!("tensor {name}: {e}")))?;
-        out.insert(name, t);
+        };
+        let value = t
+            .to_tensor_exact(dtype)
+            .ok_or_else(|| format_error(path, format!("tensor {name}: malformed data")))?;
+        out.insert(name, value);
     }
-    Ok((out, meta.metadata().clone().unwrap_or_default()))
+    Ok((out, metadata))
 }
 
 /// A tensor as stored in a safetensors file, any dtype, before conversion.
@@ -270,13 +255,20 @@ impl FileTensor {
 
 /// Every tensor of a safetensors file as stored (any dtype), by name.
 pub fn load_file_tensors(path: &Path) -> Result<HashMap<String, FileTensor>> {
+    read_safetensors(path).map(|(tensors, _)| tensors)
+}
+
+/// The tensors (as stored) and the metadata of a safetensors file.
+fn read_safetensors(path: &Path) -> Result<(HashMap<String, FileTensor>, HashMap<String, String>)> {
     let raw = std::fs::read(path).map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,
     })?;
     let parsed = SafeTensors::deserialize(&raw)
         .map_err(|e| format_error(path, format!("not a valid safetensors file: {e}")))?;
-    Ok(parsed
+    let (_, meta) =
+        SafeTensors::read_metadata(&raw).map_err(|e| format_error(path, e.to_string()))?;
+    let tensors = parsed
         .tensors()
         .into_iter()
         .map(|(name, view)| {
@@ -287,7 +279,8 @@ pub fn load_file_tensors(path: &Path) -> Result<HashMap<String, FileTensor>> {
             };
             (name, t)
         })
-        .collect())
+        .collect();
+    Ok((tensors, meta.metadata().clone().unwrap_or_default()))
 }
 
 /// A loaded checkpoint.

@@ -2,27 +2,15 @@
 //! the file, batch iteration, checkpoint round trips, mismatch reports, atomic writes and an
 //! exact resume.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+mod common;
 
+use std::collections::HashMap;
+use std::path::Path;
+
+use common::{gzip, scratch};
 use ferrograd::data::{encode_idx_u8, read_idx_u8, BatchIterator, Dataset, Mnist, TensorDataset};
 use ferrograd::io::{load_checkpoint, load_tensors, save_checkpoint, save_tensors};
 use ferrograd::prelude::*;
-
-/// A fresh directory under the target dir for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn gzip(bytes: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    e.write_all(bytes).unwrap();
-    e.finish().unwrap()
-}
 
 /// Writes a small MNIST-format split (`n` images) into `dir`, gzipped or not.
 fn write_split(dir: &Path, prefix: &str, n: usize, gz: bool) {

@@ -2,9 +2,11 @@
 //! and safetensors checkpoints must load or fail with `Err`, never panic. Each property runs
 //! `CASES` inputs; `PROPTEST_CASES` raises it for a longer run.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+mod common;
 
+use std::path::PathBuf;
+
+use common::{gzip, scratch};
 use ferrograd::data::{encode_idx_u8, parse_idx_u8, read_idx_u8};
 use ferrograd::io::{load_checkpoint, save_checkpoint};
 use ferrograd::prelude::*;
@@ -22,19 +24,6 @@ fn config() -> ProptestConfig {
         failure_persistence: None,
         ..ProptestConfig::default()
     }
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn gzip(bytes: &[u8]) -> Vec<u8> {
-    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    e.write_all(bytes).unwrap();
-    e.finish().unwrap()
 }
 
 /// Edits applied to a valid file: overwrite a byte, truncate, or append.

@@ -1,22 +1,17 @@
 //! Careless and hostile inputs that once gave silent wrong answers or aborts: each is now a
 //! right answer, an `Err`, or a panic whose message names the op or layer.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
+mod common;
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use common::scratch;
 use ferrograd::data::{encode_idx_u8, one_hot, read_idx_u8, BatchIterator, TensorDataset};
 use ferrograd::io::{load_checkpoint, load_tensors, save_checkpoint, save_tensors};
 use ferrograd::metrics;
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// The message of the panic `f` raises (fails the test if it does not panic).
 fn panic_message(f: impl FnOnce()) -> String {

@@ -2,18 +2,14 @@
 //! same structure, loading PyTorch-layout safetensors files, every mismatch reported with
 //! nothing changed, freezing, copying, and the mode reaching every inner layer.
 
-use std::borrow::Cow;
-use std::path::{Path, PathBuf};
+mod common;
 
+use std::borrow::Cow;
+use std::path::Path;
+
+use common::scratch;
 use ferrograd::prelude::*;
 use safetensors::tensor::{Dtype, View};
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// A user's own module: named fields, a nested `Net`, and a field that is not a module.
 #[derive(Module)]
