@@ -8,7 +8,8 @@
 use proc_macro::TokenStream;
 use proc_macro2::TokenStream as Tokens;
 use quote::quote;
-use syn::{parse_macro_input, Data, DeriveInput, Fields, Index};
+use syn::ext::IdentExt;
+use syn::{parse_macro_input, parse_quote, Data, DeriveInput, Fields, Index};
 
 #[proc_macro_derive(Module, attributes(module))]
 pub fn derive_module(input: TokenStream) -> TokenStream {
@@ -38,7 +39,8 @@ fn module_fields(input: &DeriveInput) -> syn::Result<Vec<(String, Tokens)>> {
             continue;
         }
         match &field.ident {
-            Some(ident) => out.push((ident.to_string(), quote!(self.#ident))),
+            // `r#type` is named "type", as the field is in PyTorch.
+            Some(ident) => out.push((ident.unraw().to_string(), quote!(self.#ident))),
             None => {
                 let index = Index::from(i);
                 out.push((i.to_string(), quote!(self.#index)));
@@ -68,7 +70,12 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
     let fields = module_fields(input)?;
     let name = &input.ident;
     let title = name.to_string();
-    let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
+    // Every type parameter must itself be a module (`struct Residual<L> { inner: L }`).
+    let mut generics = input.generics.clone();
+    for param in generics.type_params_mut() {
+        param.bounds.push(parse_quote!(::ferrograd::nn::Module));
+    }
+    let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
     let gather = |list: Tokens| {
         let parts = fields.iter().map(|(path, access)| {
             quote! {
@@ -84,6 +91,7 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
     let params = gather(quote!(params));
     let buffers = gather(quote!(buffers));
     let streams = gather(quote!(rng_streams));
+    let state = gather(quote!(state_params));
     Ok(quote! {
         impl #impl_generics ::ferrograd::nn::Module for #name #ty_generics #where_clause {
             fn params(&self) -> ::std::vec::Vec<(::std::string::String, ::ferrograd::autograd::Param)> {
@@ -94,6 +102,9 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
             }
             fn rng_streams(&self) -> ::std::vec::Vec<(::std::string::String, ::ferrograd::nn::RngStream)> {
                 #streams
+            }
+            fn state_params(&self) -> ::std::vec::Vec<(::std::string::String, ::ferrograd::autograd::Param)> {
+                #state
             }
             fn name(&self) -> ::std::string::String {
                 ::std::string::String::from(#title)

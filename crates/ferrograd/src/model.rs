@@ -81,13 +81,25 @@ impl Module for Net {
         indexed(&self.layers, |l| l.rng_streams())
     }
 
+    fn state_params(&self) -> Vec<(String, Param)> {
+        indexed(&self.layers, |l| l.state_params())
+    }
+
     fn name(&self) -> String {
         format!("Net({} layers)", self.layers.len())
     }
 }
 
 impl Layer for Net {
+    /// Runs in `mode`, unless this net was set to [`Net::eval`]: then it stays in evaluation
+    /// whatever its caller's mode (a frozen backbone keeps its running statistics, as a PyTorch
+    /// sub-module after `.eval()`).
     fn forward(&self, x: &Tensor, mode: Mode) -> Tensor {
+        let mode = if self.mode == Mode::Eval {
+            Mode::Eval
+        } else {
+            mode
+        };
         self.layers
             .iter()
             .fold(x.clone(), |h, layer| layer.forward(&h, mode))

@@ -51,6 +51,13 @@ fn generator() -> Generator {
 #[derive(Module)]
 struct Pair(Dense, Dense);
 
+/// A generic wrapper, and a field whose name is a keyword.
+#[derive(Module)]
+struct Residual<L> {
+    inner: L,
+    r#type: Dense,
+}
+
 fn keys(named: Vec<(String, Param)>) -> Vec<String> {
     named.into_iter().map(|(n, _)| n).collect()
 }
@@ -92,6 +99,30 @@ fn derived_and_nested_modules_use_pytorch_state_dict_keys() {
         "1.weight"
     );
     assert!(g.summary().contains("up.2.1.weight"));
+    // The state lists each module's parameters and buffers together, as `state_dict()`.
+    let state: Vec<String> = g.state().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        state,
+        [
+            "fc.weight",
+            "fc.bias",
+            "bn.weight",
+            "bn.bias",
+            "bn.running_mean",
+            "bn.running_var",
+            "bn.num_batches_tracked",
+            "up.0.weight",
+            "up.0.bias",
+            "up.2.1.weight",
+            "up.2.1.bias"
+        ]
+    );
+    let r = Residual {
+        inner: Pair(Dense::new(2, 2), Dense::new(2, 2)),
+        r#type: Dense::new(2, 2),
+    };
+    assert_eq!(keys(r.params())[4], "type.weight");
+    assert_eq!(keys(r.params())[2], "inner.1.weight");
     assert_eq!(g.num_params(), 6 * 4 + 6 + 6 + 6 + 5 * 6 + 5 + 2 * 5 + 2);
 }
 
@@ -272,7 +303,7 @@ fn every_mismatch_is_listed_and_nothing_changes() {
         "0.weight: expected [4, 3] f32, found [3, 4] f32",
         "0.bias: missing",
         "4.weight: unexpected",
-        "3.bias: expected [2] f32, found [2] f64",
+        "3.bias: expected [2] f32, found [2] f64 (not every value converts to f32 exactly)",
     ] {
         assert!(err.contains(needle), "{needle} not in {err}");
     }
@@ -297,6 +328,27 @@ fn every_mismatch_is_listed_and_nothing_changes() {
     assert_eq!(net.state()[0].1.to_vec::<f32>(), values(12, 0.1));
     write_torch_file(&path, &tensors);
     assert!(torch_mlp().load_safetensors_partial(&path).is_err());
+}
+
+#[test]
+fn a_net_set_to_evaluation_stays_there_inside_a_training_forward() {
+    let mut g = generator();
+    g.up.eval();
+    g.up.freeze();
+    let stats = |g: &Generator| g.bn.buffers()[0].1.tensor().to_vec::<f32>();
+    let x = Tensor::from_vec(values(16, 0.3), &[4, 4]);
+    // The outer BatchNorm trains (its statistics move); the frozen, evaluating tail is
+    // deterministic (its Dropout is off).
+    let before = stats(&g);
+    let a = g.forward(&x, Mode::Train);
+    assert_ne!(stats(&g), before);
+    let h = no_grad(|| {
+        g.bn.forward(&g.fc.forward(&x, Mode::Eval), Mode::Eval)
+            .relu()
+    });
+    let tail = |h: &Tensor| no_grad(|| Layer::forward(&g.up, h, Mode::Train)).to_vec::<f32>();
+    assert_eq!(tail(&h), tail(&h));
+    assert!(a.sum().backward().get_param(&g.up.params()[0].1).is_none());
 }
 
 #[test]
@@ -335,6 +387,7 @@ fn copying_and_soft_updates_between_networks_of_one_structure() {
     for ((new, old), on) in theta(&target).iter().zip(&t).zip(&o) {
         assert!((new - (0.75 * old + 0.25 * on)).abs() < 1e-6);
     }
+    assert!(target.soft_update_from(&online, 1.5).is_err());
     target.copy_from(&online).unwrap();
     assert_eq!(theta(&target), o);
     // Copies are values, not shared parameters.

@@ -131,6 +131,10 @@ fn pack_b_transposed(
     cols: usize,
     panel: &mut [f32],
 ) {
+    debug_assert!(
+        available(),
+        "the AVX path runs only where AVX-512F was found"
+    );
     let column = |j: usize| &b.data[b.offset + p0 + (j0 + j) * b.cs..][..kc];
     let (full_k, full_j) = (kc - kc % 8, cols - cols % 8);
     for jb in (0..full_j).step_by(8) {

@@ -39,7 +39,8 @@ pub trait Module: Send + Sync {
         short_type_name(std::any::type_name::<Self>())
     }
 
-    /// Parameters, then buffers: everything `state` saves.
+    /// Parameters and buffers: everything `state` saves, in PyTorch's `state_dict` order
+    /// (containers list each child's parameters and buffers together).
     fn state_params(&self) -> Vec<(String, Param)> {
         let mut all = self.params();
         all.extend(self.buffers());
@@ -58,7 +59,11 @@ pub trait Module: Send + Sync {
     /// error lists every mismatch.
     fn check_state(&self, state: &HashMap<String, Tensor>) -> Result<()> {
         let report = compare(&self.state_params(), state, |t, p| {
-            (t.dtype() == p.dtype()).then(|| t.clone())
+            if t.dtype() == p.dtype() {
+                Ok(t.clone())
+            } else {
+                Err(String::new())
+            }
         });
         report.to_result(true)
     }
@@ -117,17 +122,22 @@ pub trait Module: Send + Sync {
 
     /// Moves every parameter and buffer a fraction `tau` of the way towards `other`'s:
     /// `p ← (1 − tau)·p + tau·q` (Polyak averaging of target networks, EMA weights).
+    /// Buffers (running statistics, counts) are copied, not averaged.
     fn soft_update_from(&self, other: &dyn Module, tau: f64) -> Result<()> {
-        assert!(
-            (0.0..=1.0).contains(&tau),
-            "soft_update_from: tau {tau} must be in [0, 1]"
-        );
+        if !(0.0..=1.0).contains(&tau) {
+            return Err(Error::Shape(format!(
+                "soft_update_from: tau {tau} must be in [0, 1]"
+            )));
+        }
         let theirs: HashMap<String, Tensor> = other.state().into_iter().collect();
         self.check_state(&theirs)?;
         no_grad(|| {
-            for (name, p) in self.state_params() {
+            for (name, p) in self.params() {
                 let mixed = &p.tensor().mul_scalar(1.0 - tau) + &theirs[&name].mul_scalar(tau);
                 p.set(&mixed);
+            }
+            for (name, p) in self.buffers() {
+                p.set(&theirs[&name]);
             }
         });
         Ok(())
@@ -197,6 +207,9 @@ impl<M: Module + ?Sized> Module for Box<M> {
     fn name(&self) -> String {
         (**self).name()
     }
+    fn state_params(&self) -> Vec<(String, Param)> {
+        (**self).state_params()
+    }
 }
 
 /// A list of modules, named by index as PyTorch's `ModuleList`.
@@ -209,6 +222,9 @@ impl<M: Module> Module for Vec<M> {
     }
     fn rng_streams(&self) -> Vec<(String, RngStream)> {
         indexed(self, |m| m.rng_streams())
+    }
+    fn state_params(&self) -> Vec<(String, Param)> {
+        indexed(self, |m| m.state_params())
     }
     fn name(&self) -> String {
         format!(
@@ -274,11 +290,11 @@ impl LoadReport {
 }
 
 /// Compares `state` with the module's `slots`; `convert` gives the value for a parameter, or
-/// `None` when its dtype cannot be taken.
+/// why its dtype cannot be taken (appended to the mismatch message).
 fn compare<T>(
     slots: &[(String, Param)],
     state: &HashMap<String, T>,
-    convert: impl Fn(&T, &Param) -> Option<Tensor>,
+    convert: impl Fn(&T, &Param) -> std::result::Result<Tensor, String>,
 ) -> LoadReport
 where
     T: Described,
@@ -289,13 +305,15 @@ where
             report.missing.push(name.clone());
             continue;
         };
-        let value = (t.shape() == p.shape().as_slice())
-            .then(|| convert(t, p))
-            .flatten();
+        let value = if t.shape() == p.shape().as_slice() {
+            convert(t, p)
+        } else {
+            Err(String::new())
+        };
         match value {
-            Some(v) => report.fits.push((p.clone(), v)),
-            None => report.mismatched.push(format!(
-                "{name}: expected {:?} {}, found {:?} {}",
+            Ok(v) => report.fits.push((p.clone(), v)),
+            Err(why) => report.mismatched.push(format!(
+                "{name}: expected {:?} {}, found {:?} {}{why}",
                 p.shape(),
                 p.dtype(),
                 t.shape(),
@@ -341,6 +359,7 @@ fn read_and_compare(module: &dyn Module, path: &Path) -> Result<LoadReport> {
     let file = load_file_tensors(path)?;
     Ok(compare(&module.state_params(), &file, |t, p| {
         t.to_tensor_exact(p.dtype())
+            .ok_or_else(|| format!(" (not every value converts to {} exactly)", p.dtype()))
     }))
 }
 
