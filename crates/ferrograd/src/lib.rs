@@ -32,6 +32,7 @@ pub mod tensor;
 
 pub use error::{Error, Result};
 pub use kernels::avx512_matmul;
+pub use ops::conv::ConvOpts;
 
 /// The names most programs need.
 pub mod prelude {
@@ -52,6 +53,7 @@ pub mod prelude {
         Adagrad, Adam, AdamW, Momentum, Optimizer, RAdam, RmsProp, Schedule, Sgd,
     };
     pub use crate::tensor::{manual_seed, DType, Tensor};
+    pub use crate::ConvOpts;
     pub use crate::{Error, Result};
     /// `#[derive(Module)]` (the macro shares the trait's name, as serde's derives do).
     pub use ferrograd_derive::Module;

@@ -4,6 +4,7 @@
 mod binary;
 mod cast;
 mod compare;
+pub(crate) mod conv;
 mod matmul;
 mod operators;
 mod random;

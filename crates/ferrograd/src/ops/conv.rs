@@ -1,0 +1,412 @@
+//! 2-D convolution, its transpose and its weight gradient, NCHW with PyTorch's semantics and
+//! weight layouts. The three are bilinear and each one's derivatives are the other two, so one
+//! pair of kernels (im2col and col2im around the matrix product) serves forward, backward and
+//! every higher order:
+//!
+//! - `y = conv2d(x, w)`: `dx = conv_transpose2d(dy, w)`, `dw = conv2d_weight(x, dy)`
+//! - `z = conv_transpose2d(u, w)`: `du = conv2d(dz, w)`, `dw = conv2d_weight(dz, u)`
+//! - `v = conv2d_weight(x, dy)`: `dx = conv_transpose2d(dy, dv)`, `d(dy) = conv2d(x, dv)`
+
+use rayon::prelude::*;
+use smallvec::smallvec;
+
+use super::binary_promote;
+use crate::autograd::record;
+use crate::kernels::conv::{col2im, im2col, Geom};
+use crate::kernels::matmul::{gemm_batch, MatRef};
+use crate::tensor::{with_dtype, Element, Tensor};
+
+/// Stride, padding, dilation, groups and (for the transposed convolution) output padding.
+/// Builders take `self` by value; every value applies to both spatial axes unless set per
+/// axis with the `_hw` forms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvOpts {
+    pub stride: [usize; 2],
+    pub padding: [usize; 2],
+    pub dilation: [usize; 2],
+    pub groups: usize,
+    pub output_padding: [usize; 2],
+}
+
+impl Default for ConvOpts {
+    fn default() -> Self {
+        ConvOpts {
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+            output_padding: [0, 0],
+        }
+    }
+}
+
+impl ConvOpts {
+    /// Stride 1, padding 0, dilation 1, groups 1, output padding 0.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn stride(self, s: usize) -> Self {
+        self.stride_hw(s, s)
+    }
+    pub fn stride_hw(mut self, h: usize, w: usize) -> Self {
+        self.stride = [h, w];
+        self
+    }
+    pub fn padding(self, p: usize) -> Self {
+        self.padding_hw(p, p)
+    }
+    pub fn padding_hw(mut self, h: usize, w: usize) -> Self {
+        self.padding = [h, w];
+        self
+    }
+    pub fn dilation(self, d: usize) -> Self {
+        self.dilation_hw(d, d)
+    }
+    pub fn dilation_hw(mut self, h: usize, w: usize) -> Self {
+        self.dilation = [h, w];
+        self
+    }
+    pub fn groups(mut self, g: usize) -> Self {
+        self.groups = g;
+        self
+    }
+    pub fn output_padding(self, p: usize) -> Self {
+        self.output_padding_hw(p, p)
+    }
+    pub fn output_padding_hw(mut self, h: usize, w: usize) -> Self {
+        self.output_padding = [h, w];
+        self
+    }
+
+    /// The convolution's geometry from input `h × w` with kernel `kh × kw`; panics naming
+    /// `op` when the options are invalid or the kernel does not fit.
+    fn geom(&self, op: &str, (h, w): (usize, usize), (kh, kw): (usize, usize)) -> Geom {
+        assert!(
+            self.stride.iter().chain(&self.dilation).all(|&v| v > 0) && self.groups > 0,
+            "{op}: stride, dilation and groups must be positive, got {self:?}"
+        );
+        let out = |size: usize, k: usize, s: usize, p: usize, d: usize| {
+            let span = d.checked_mul(k.checked_sub(1)?)?.checked_add(1)?;
+            let padded = size.checked_add(2usize.checked_mul(p)?)?;
+            Some(padded.checked_sub(span)? / s + 1)
+        };
+        let (ho, wo) = match (
+            out(h, kh, self.stride[0], self.padding[0], self.dilation[0]),
+            out(w, kw, self.stride[1], self.padding[1], self.dilation[1]),
+        ) {
+            (Some(ho), Some(wo)) if kh > 0 && kw > 0 => (ho, wo),
+            _ => panic!("{op}: a {kh}x{kw} kernel with {self:?} does not fit an input of {h}x{w}"),
+        };
+        Geom {
+            h,
+            w,
+            kh,
+            kw,
+            sh: self.stride[0],
+            sw: self.stride[1],
+            ph: self.padding[0],
+            pw: self.padding[1],
+            dh: self.dilation[0],
+            dw: self.dilation[1],
+            ho,
+            wo,
+        }
+    }
+}
+
+/// `[a, b, c, d]` of a 4-D tensor, or a panic naming `op` and `what`.
+fn dims4(op: &str, what: &str, t: &Tensor) -> [usize; 4] {
+    match t.shape() {
+        &[a, b, c, d] => [a, b, c, d],
+        s => panic!("{op}: {what} must be 4-D, got shape {s:?}"),
+    }
+}
+
+/// Checks the channel counts of a convolution with `groups`: `c_in` input channels against a
+/// weight whose per-group input axis is `w_in`, `c_out` outputs divisible by the groups.
+fn check_groups(
+    op: &str,
+    groups: usize,
+    c_in: usize,
+    w_in: usize,
+    c_out: usize,
+    x: &Tensor,
+    w: &Tensor,
+) {
+    assert!(
+        c_in % groups == 0 && c_out % groups == 0 && w_in * groups == c_in,
+        "{op}: input {:?} and weight {:?} do not fit {groups} group(s)",
+        x.shape(),
+        w.shape()
+    );
+}
+
+impl Tensor {
+    /// 2-D cross-correlation (PyTorch's `conv2d`): `self` `[N, C, H, W]`, `w`
+    /// `[O, C/groups, kh, kw]`; the result is `[N, O, Ho, Wo]`. Bias is added separately.
+    pub fn conv2d(&self, w: &Tensor, opts: &ConvOpts) -> Tensor {
+        let (x, w) = binary_promote(self, w);
+        let [n, c, h, wd] = dims4("conv2d", "input", &x);
+        let [o, ci, kh, kw] = dims4("conv2d", "weight", &w);
+        check_groups("conv2d", opts.groups, c, ci, o, &x, &w);
+        let g = opts.geom("conv2d", (h, wd), (kh, kw));
+        let out =
+            with_dtype!(x.dtype(), T => conv_forward::<T>(&x, &w, &g, opts.groups, [n, c, o]));
+        let opts = *opts;
+        record("conv2d", out, &[&x, &w], move |c, up| {
+            let (x, w) = (c.input(0), c.input(1));
+            let size = (x.shape()[2], x.shape()[3]);
+            smallvec![
+                c.needs(0).then(|| up.conv_transpose2d_to(w, &opts, size)),
+                c.needs(1)
+                    .then(|| x.conv2d_weight(up, (w.shape()[2], w.shape()[3]), &opts)),
+            ]
+        })
+    }
+
+    /// The transposed convolution (PyTorch's `conv_transpose2d`, the adjoint of `conv2d`):
+    /// `self` `[N, Cin, H, W]`, `w` `[Cin, Cout/groups, kh, kw]`; the output size is
+    /// `(H − 1)·stride − 2·padding + dilation·(k − 1) + output_padding + 1`.
+    pub fn conv_transpose2d(&self, w: &Tensor, opts: &ConvOpts) -> Tensor {
+        let [_, _, h, wd] = dims4("conv_transpose2d", "input", self);
+        let [_, _, kh, kw] = dims4("conv_transpose2d", "weight", w);
+        let size = |i: usize, n: usize, k: usize| -> usize {
+            let (s, p, d, op) = (
+                opts.stride[i],
+                opts.padding[i],
+                opts.dilation[i],
+                opts.output_padding[i],
+            );
+            assert!(
+                op < s.max(d),
+                "conv_transpose2d: output padding {op} must be below the stride or the dilation"
+            );
+            ((n.max(1) - 1) * s + d * (k.max(1) - 1) + op + 1)
+                .checked_sub(2 * p)
+                .unwrap_or_else(|| {
+                    panic!("conv_transpose2d: padding {p} exceeds the output of an input of {n}")
+                })
+        };
+        self.conv_transpose2d_to(w, opts, (size(0, h, kh), size(1, wd, kw)))
+    }
+
+    /// The transposed convolution with an explicit output size `(H, W)`: the input size of
+    /// the convolution it is the adjoint of (several sizes share one output under a stride).
+    pub(crate) fn conv_transpose2d_to(
+        &self,
+        w: &Tensor,
+        opts: &ConvOpts,
+        out: (usize, usize),
+    ) -> Tensor {
+        let (u, w) = binary_promote(self, w);
+        let [n, cin, hi, wi] = dims4("conv_transpose2d", "input", &u);
+        let [wc, cog, kh, kw] = dims4("conv_transpose2d", "weight", &w);
+        let groups = opts.groups;
+        assert!(
+            groups > 0 && wc == cin && cin % groups == 0,
+            "conv_transpose2d: input {:?} and weight {:?} ([Cin, Cout/groups, kh, kw]) do not \
+             fit {groups} group(s)",
+            u.shape(),
+            w.shape()
+        );
+        let g = opts.geom("conv_transpose2d", out, (kh, kw));
+        assert!(
+            (g.ho, g.wo) == (hi, wi),
+            "conv_transpose2d: an output of {}x{} does not convolve back to the input's {hi}x{wi}",
+            out.0,
+            out.1
+        );
+        let y = with_dtype!(u.dtype(), T => conv_t_forward::<T>(&u, &w, &g, groups, [n, cin, cog * groups]));
+        let opts = *opts;
+        record("conv_transpose2d", y, &[&u, &w], move |c, up| {
+            let (u, w) = (c.input(0), c.input(1));
+            smallvec![
+                c.needs(0).then(|| up.conv2d(w, &opts)),
+                c.needs(1)
+                    .then(|| up.conv2d_weight(u, (w.shape()[2], w.shape()[3]), &opts)),
+            ]
+        })
+    }
+
+    /// The weight gradient of `conv2d(self, w)` for an upstream gradient `dy`:
+    /// `[O, C/groups, kh, kw]` with `O` from `dy` `[N, O, Ho, Wo]`. Bilinear in `self` and
+    /// `dy`, and differentiable again.
+    pub fn conv2d_weight(&self, dy: &Tensor, (kh, kw): (usize, usize), opts: &ConvOpts) -> Tensor {
+        let (x, dy) = binary_promote(self, dy);
+        let [n, c, h, wd] = dims4("conv2d_weight", "input", &x);
+        let [n2, o, ho, wo] = dims4("conv2d_weight", "output gradient", &dy);
+        let groups = opts.groups;
+        assert!(
+            n == n2 && c % groups == 0 && o % groups == 0,
+            "conv2d_weight: input {:?} and output gradient {:?} do not fit {groups} group(s)",
+            x.shape(),
+            dy.shape()
+        );
+        let g = opts.geom("conv2d_weight", (h, wd), (kh, kw));
+        assert!(
+            (g.ho, g.wo) == (ho, wo),
+            "conv2d_weight: output gradient {:?} does not match the convolution of {:?}",
+            dy.shape(),
+            x.shape()
+        );
+        let v = with_dtype!(x.dtype(), T => conv_weight::<T>(&x, &dy, &g, groups, [n, c, o]));
+        let opts = *opts;
+        record("conv2d_weight", v, &[&x, &dy], move |c, up| {
+            let (x, dy) = (c.input(0), c.input(1));
+            let size = (x.shape()[2], x.shape()[3]);
+            smallvec![
+                c.needs(0).then(|| dy.conv_transpose2d_to(up, &opts, size)),
+                c.needs(1).then(|| x.conv2d(up, &opts)),
+            ]
+        })
+    }
+}
+
+/// Images per im2col batch: enough for the products to be large, few enough that the column
+/// matrices stay near 64 MiB of f32.
+fn chunk_images(per_image: usize) -> usize {
+    ((1usize << 24) / per_image.max(1)).max(1)
+}
+
+/// The column matrices of images `n0..n0 + count` of `x` (`[N, C, H, W]`), one per image and
+/// group, in that order.
+fn columns<T: Element>(
+    x: &[T],
+    g: &Geom,
+    groups: usize,
+    c: usize,
+    n0: usize,
+    count: usize,
+) -> Vec<T> {
+    let cg = c / groups;
+    let block = cg * g.taps() * g.ho * g.wo;
+    let mut cols = vec![T::zero(); count * groups * block];
+    let plane = g.h * g.w;
+    cols.par_chunks_mut(block).enumerate().for_each(|(k, dst)| {
+        let (img, grp) = (n0 + k / groups, k % groups);
+        let src = &x[(img * c + grp * cg) * plane..][..cg * plane];
+        im2col(src, g, cg, dst);
+    });
+    cols
+}
+
+/// A row-major `rows × cols` matrix at `offset` in `data`.
+fn mat<T>(data: &[T], offset: usize, rows: usize, cols: usize) -> MatRef<'_, T> {
+    MatRef {
+        data,
+        offset,
+        rows,
+        cols,
+        rs: cols,
+        cs: 1,
+    }
+}
+
+/// `y[n, group] = W_group @ cols[n, group]`, written straight into `[N, O, Ho, Wo]`.
+fn conv_forward<T: Element>(
+    x: &Tensor,
+    w: &Tensor,
+    g: &Geom,
+    groups: usize,
+    [n, c, o]: [usize; 3],
+) -> Tensor {
+    let (xd, wd) = (x.contiguous_data::<T>(), w.contiguous_data::<T>());
+    let (og, k) = (o / groups, c / groups * g.taps());
+    let plane = g.ho * g.wo;
+    let mut out = Vec::with_capacity(n * o * plane);
+    let step = chunk_images(groups * k * plane);
+    for n0 in (0..n).step_by(step) {
+        let count = step.min(n - n0);
+        let cols = columns(&xd, g, groups, c, n0, count);
+        let pairs: Vec<_> = (0..count * groups)
+            .map(|b| {
+                (
+                    mat(&wd, (b % groups) * og * k, og, k),
+                    mat(&cols, b * k * plane, k, plane),
+                )
+            })
+            .collect();
+        out.extend(gemm_batch(&pairs, og, plane));
+    }
+    Tensor::from_data(out, &[n, o, g.ho, g.wo])
+}
+
+/// `y[n, group] = col2im(W_groupᵀ @ u[n, group])`, `y` of the geometry's input size.
+fn conv_t_forward<T: Element>(
+    u: &Tensor,
+    w: &Tensor,
+    g: &Geom,
+    groups: usize,
+    [n, cin, cout]: [usize; 3],
+) -> Tensor {
+    let (ud, wd) = (u.contiguous_data::<T>(), w.contiguous_data::<T>());
+    let (cig, cog) = (cin / groups, cout / groups);
+    let (k, plane) = (cog * g.taps(), g.ho * g.wo);
+    // W_group is [cig, k] row-major; its transpose is read in place.
+    let pairs: Vec<_> = (0..n * groups)
+        .map(|b| {
+            let wt = MatRef {
+                data: &wd[..],
+                offset: (b % groups) * cig * k,
+                rows: k,
+                cols: cig,
+                rs: 1,
+                cs: k,
+            };
+            (wt, mat(&ud, b * cig * plane, cig, plane))
+        })
+        .collect();
+    let cols = gemm_batch(&pairs, k, plane);
+    let image = cog * g.h * g.w;
+    let mut out = vec![T::zero(); n * cout * g.h * g.w];
+    out.par_chunks_mut(image)
+        .zip(cols.par_chunks(k * plane))
+        .for_each(|(img, col)| col2im(col, g, cog, img));
+    Tensor::from_data(out, &[n, cout, g.h, g.w])
+}
+
+/// `v[group] = Σ_n dy[n, group] @ cols[n, group]ᵀ`, as `[O, C/groups, kh, kw]`.
+fn conv_weight<T: Element>(
+    x: &Tensor,
+    dy: &Tensor,
+    g: &Geom,
+    groups: usize,
+    [n, c, o]: [usize; 3],
+) -> Tensor {
+    let (xd, dyd) = (x.contiguous_data::<T>(), dy.contiguous_data::<T>());
+    let (og, k) = (o / groups, c / groups * g.taps());
+    let plane = g.ho * g.wo;
+    let mut sum = vec![T::zero(); o * k];
+    let step = chunk_images(groups * k * plane);
+    for n0 in (0..n).step_by(step) {
+        let count = step.min(n - n0);
+        let cols = columns(&xd, g, groups, c, n0, count);
+        let pairs: Vec<_> = (0..count * groups)
+            .map(|b| {
+                let dy_g = mat(
+                    &dyd,
+                    ((n0 + b / groups) * groups + b % groups) * og * plane,
+                    og,
+                    plane,
+                );
+                let cols_t = MatRef {
+                    data: &cols[..],
+                    offset: b * k * plane,
+                    rows: plane,
+                    cols: k,
+                    rs: 1,
+                    cs: plane,
+                };
+                (dy_g, cols_t)
+            })
+            .collect();
+        let blocks = gemm_batch(&pairs, og, k);
+        for (b, block) in blocks.chunks(og * k).enumerate() {
+            let dst = &mut sum[(b % groups) * og * k..][..og * k];
+            for (d, &v) in dst.iter_mut().zip(block) {
+                *d += v;
+            }
+        }
+    }
+    Tensor::from_data(sum, &[o, c / groups, g.kh, g.kw])
+}

@@ -1,0 +1,212 @@
+//! Convolution, its transpose and pooling: values against direct loops written here from
+//! PyTorch's definitions, and first and second derivatives against finite differences in f64.
+
+use ferrograd::prelude::*;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+fn randn(shape: &[usize], seed: u64) -> Tensor {
+    Tensor::randn(shape, DType::F64, &mut StdRng::seed_from_u64(seed))
+}
+
+fn check(name: &str, f: impl Fn(&[Tensor]) -> Tensor, inputs: &[Tensor]) {
+    let opts = GradcheckOptions::default();
+    if let Err(e) = gradcheck(&f, inputs, &opts) {
+        panic!("{name}: {e}");
+    }
+    if let Err(e) = gradgradcheck(&f, inputs, &opts) {
+        panic!("{name} (second order): {e}");
+    }
+}
+
+/// PyTorch's conv2d, one output element at a time.
+fn conv2d_direct(x: &Tensor, w: &Tensor, o: &ConvOpts) -> (Vec<usize>, Vec<f64>) {
+    let (xs, ws) = (x.shape().to_vec(), w.shape().to_vec());
+    let (xv, wv) = (x.to_vec::<f64>(), w.to_vec::<f64>());
+    let (n, c, h, wd) = (xs[0], xs[1], xs[2], xs[3]);
+    let (oc, cg, kh, kw) = (ws[0], ws[1], ws[2], ws[3]);
+    let og = oc / o.groups;
+    let size = |i: usize, k: usize, len: usize| {
+        (len + 2 * o.padding[i] - o.dilation[i] * (k - 1) - 1) / o.stride[i] + 1
+    };
+    let (ho, wo) = (size(0, kh, h), size(1, kw, wd));
+    let mut out = vec![0.0; n * oc * ho * wo];
+    for b in 0..n {
+        for q in 0..oc {
+            let grp = q / og;
+            for oy in 0..ho {
+                for ox in 0..wo {
+                    let mut s = 0.0;
+                    for ci in 0..cg {
+                        for i in 0..kh {
+                            for j in 0..kw {
+                                let iy = (oy * o.stride[0] + i * o.dilation[0]) as isize
+                                    - o.padding[0] as isize;
+                                let ix = (ox * o.stride[1] + j * o.dilation[1]) as isize
+                                    - o.padding[1] as isize;
+                                if iy < 0 || ix < 0 || iy >= h as isize || ix >= wd as isize {
+                                    continue;
+                                }
+                                let xc = grp * cg + ci;
+                                let xi = ((b * c + xc) * h + iy as usize) * wd + ix as usize;
+                                let wi = ((q * cg + ci) * kh + i) * kw + j;
+                                s += xv[xi] * wv[wi];
+                            }
+                        }
+                    }
+                    out[((b * oc + q) * ho + oy) * wo + ox] = s;
+                }
+            }
+        }
+    }
+    (vec![n, oc, ho, wo], out)
+}
+
+fn close(got: &Tensor, want: &(Vec<usize>, Vec<f64>), what: &str) {
+    assert_eq!(got.shape(), want.0.as_slice(), "{what}: shape");
+    for (a, b) in got.to_vec::<f64>().iter().zip(&want.1) {
+        assert!((a - b).abs() < 1e-9 * (1.0 + b.abs()), "{what}: {a} vs {b}");
+    }
+}
+
+/// (input shape, weight shape, options) covering strides, padding, dilation, groups and
+/// non-square kernels.
+fn cases() -> Vec<([usize; 4], [usize; 4], ConvOpts)> {
+    vec![
+        ([2, 3, 7, 6], [4, 3, 3, 3], ConvOpts::new()),
+        (
+            [2, 3, 7, 6],
+            [4, 3, 3, 2],
+            ConvOpts::new().stride(2).padding(1),
+        ),
+        (
+            [1, 2, 9, 8],
+            [3, 2, 3, 3],
+            ConvOpts::new().dilation(2).padding(2),
+        ),
+        (
+            [2, 4, 6, 6],
+            [6, 2, 3, 3],
+            ConvOpts::new().groups(2).padding(1),
+        ),
+        (
+            [1, 4, 5, 7],
+            [4, 1, 2, 3],
+            ConvOpts::new().groups(4).stride_hw(1, 2),
+        ),
+        (
+            [3, 1, 5, 5],
+            [2, 1, 5, 5],
+            ConvOpts::new().padding(2).stride(3),
+        ),
+    ]
+}
+
+#[test]
+fn conv2d_matches_the_definition() {
+    for (k, (xs, ws, o)) in cases().into_iter().enumerate() {
+        let (x, w) = (randn(&xs, k as u64), randn(&ws, 100 + k as u64));
+        close(
+            &x.conv2d(&w, &o),
+            &conv2d_direct(&x, &w, &o),
+            &format!("case {k} {o:?}"),
+        );
+        // f32 through the f32 product.
+        let y32 = x.to_dtype(DType::F32).conv2d(&w.to_dtype(DType::F32), &o);
+        let want = conv2d_direct(&x, &w, &o);
+        for (a, b) in y32.to_vec::<f64>().iter().zip(&want.1) {
+            assert!(
+                (a - b).abs() < 1e-4 * (1.0 + b.abs()),
+                "f32 case {k}: {a} vs {b}"
+            );
+        }
+    }
+}
+
+#[test]
+fn conv_transpose2d_is_the_adjoint_of_conv2d() {
+    // <conv2d(x, w), y> = <x, conv_transpose2d(y, w)> for every geometry.
+    for (k, (xs, ws, o)) in cases().into_iter().enumerate() {
+        let (x, w) = (randn(&xs, k as u64), randn(&ws, 100 + k as u64));
+        let y = x.conv2d(&w, &o);
+        let u = randn(y.shape(), 200 + k as u64);
+        let extra = |i: usize| {
+            // The output padding that recovers x's size.
+            let back = (y.shape()[2 + i] - 1) * o.stride[i] + o.dilation[i] * (ws[2 + i] - 1) + 1;
+            xs[2 + i] + 2 * o.padding[i] - back
+        };
+        let ot = o.output_padding_hw(extra(0), extra(1));
+        let xt = u.conv_transpose2d(&w, &ot);
+        assert_eq!(xt.shape(), x.shape(), "case {k}");
+        let lhs = (&y * &u).sum().item();
+        let rhs = (&x * &xt).sum().item();
+        assert!(
+            (lhs - rhs).abs() < 1e-9 * (1.0 + lhs.abs()),
+            "case {k}: {lhs} vs {rhs}"
+        );
+    }
+}
+
+#[test]
+fn conv_transpose2d_output_size_is_pytorchs() {
+    // nn.ConvTranspose2d(16, 8, 4, stride=2, padding=1) doubles 7x7 to 14x14;
+    // output_padding=1 with kernel 3, stride 2, padding 1 gives 2·7.
+    let u = randn(&[1, 16, 7, 7], 1);
+    let w = randn(&[16, 8, 4, 4], 2);
+    let y = u.conv_transpose2d(&w, &ConvOpts::new().stride(2).padding(1));
+    assert_eq!(y.shape(), &[1, 8, 14, 14]);
+    let w3 = randn(&[16, 4, 3, 3], 3);
+    let o = ConvOpts::new()
+        .stride(2)
+        .padding(1)
+        .output_padding(1)
+        .groups(2);
+    assert_eq!(u.conv_transpose2d(&w3, &o).shape(), &[1, 8, 14, 14]);
+}
+
+#[test]
+fn convolutions_have_first_and_second_derivatives() {
+    for (k, (xs, ws, o)) in cases().into_iter().enumerate().take(5) {
+        let (x, w) = (randn(&xs, k as u64), randn(&ws, 100 + k as u64));
+        check(
+            &format!("conv2d case {k}"),
+            |t| t[0].conv2d(&t[1], &o),
+            &[x.clone(), w.clone()],
+        );
+        let y = x.conv2d(&w, &o);
+        let dy = randn(y.shape(), 300 + k as u64);
+        let kernel = (ws[2], ws[3]);
+        check(
+            &format!("conv2d_weight case {k}"),
+            |t| t[0].conv2d_weight(&t[1], kernel, &o),
+            &[x.clone(), dy.clone()],
+        );
+    }
+    let u = randn(&[2, 4, 3, 4], 7);
+    let w = randn(&[4, 3, 3, 3], 8);
+    let o = ConvOpts::new()
+        .stride(2)
+        .padding(1)
+        .output_padding(1)
+        .groups(2);
+    check(
+        "conv_transpose2d",
+        |t| t[0].conv_transpose2d(&t[1], &o),
+        &[u, w],
+    );
+}
+
+#[test]
+fn bad_geometry_names_the_op() {
+    let x = randn(&[1, 3, 4, 4], 1);
+    let msg = |f: &dyn Fn()| {
+        let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_err();
+        e.downcast_ref::<String>().cloned().unwrap_or_default()
+    };
+    let m = msg(&|| drop(x.conv2d(&randn(&[2, 3, 5, 5], 2), &ConvOpts::new())));
+    assert!(m.contains("conv2d") && m.contains("does not fit"), "{m}");
+    let m = msg(&|| drop(x.conv2d(&randn(&[2, 2, 3, 3], 2), &ConvOpts::new())));
+    assert!(m.contains("conv2d") && m.contains("group"), "{m}");
+    let m = msg(&|| drop(x.conv2d(&randn(&[2, 3, 3, 3], 2), &ConvOpts::new().stride(0))));
+    assert!(m.contains("stride"), "{m}");
+}
