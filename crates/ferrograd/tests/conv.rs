@@ -210,3 +210,135 @@ fn bad_geometry_names_the_op() {
     let m = msg(&|| drop(x.conv2d(&randn(&[2, 3, 3, 3], 2), &ConvOpts::new().stride(0))));
     assert!(m.contains("stride"), "{m}");
 }
+
+/// A pooling written out: `pick` folds each window's in-bounds values, `div` divides.
+fn pool_direct(
+    x: &Tensor,
+    windows: impl Fn(usize, usize) -> Vec<(usize, usize)>,
+    fold: impl Fn(&[f64]) -> f64,
+) -> (Vec<usize>, Vec<f64>) {
+    let s = x.shape().to_vec();
+    let v = x.to_vec::<f64>();
+    let (wy, wx) = (windows(s[2], 0), windows(s[3], 1));
+    let mut out = Vec::new();
+    for p in 0..s[0] * s[1] {
+        for &(y0, y1) in &wy {
+            for &(x0, x1) in &wx {
+                let vals: Vec<f64> = (y0..y1)
+                    .flat_map(|iy| (x0..x1).map(move |ix| (iy, ix)))
+                    .map(|(iy, ix)| v[(p * s[2] + iy) * s[3] + ix])
+                    .collect();
+                out.push(fold(&vals));
+            }
+        }
+    }
+    (vec![s[0], s[1], wy.len(), wx.len()], out)
+}
+
+/// Windows of `k`, `stride` apart, over an axis padded by `pad`, clipped to the axis.
+fn fixed(size: usize, k: usize, stride: usize, pad: usize) -> Vec<(usize, usize)> {
+    let out = (size + 2 * pad - k) / stride + 1;
+    (0..out)
+        .map(|o| {
+            let start = (o * stride) as isize - pad as isize;
+            (
+                start.max(0) as usize,
+                ((start + k as isize) as usize).min(size),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn pooling_matches_the_definition() {
+    let x = randn(&[2, 3, 7, 6], 1);
+    for (k, s, p) in [(2, 2, 0), (3, 2, 1), (3, 1, 1), (2, 1, 0)] {
+        let want = pool_direct(
+            &x,
+            |n, _| fixed(n, k, s, p),
+            |v| v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        );
+        close(
+            &x.max_pool2d(k, s, p),
+            &want,
+            &format!("max_pool2d({k}, {s}, {p})"),
+        );
+        // The padding counts in the mean.
+        let want = pool_direct(
+            &x,
+            |n, _| fixed(n, k, s, p),
+            |v| v.iter().sum::<f64>() / (k * k) as f64,
+        );
+        close(
+            &x.avg_pool2d(k, s, p),
+            &want,
+            &format!("avg_pool2d({k}, {s}, {p})"),
+        );
+    }
+    // Adaptive: 7 → 3 rows uses windows 0..3, 2..5, 4..7; 6 → 4 columns 0..2, 1..3, 3..5, 4..6.
+    let adaptive = |n: usize, axis: usize| {
+        let out = if axis == 0 { 3 } else { 4 };
+        (0..out)
+            .map(|o| (o * n / out, ((o + 1) * n).div_ceil(out)))
+            .collect::<Vec<_>>()
+    };
+    let want = pool_direct(&x, adaptive, |v| v.iter().sum::<f64>() / v.len() as f64);
+    close(
+        &x.adaptive_avg_pool2d(3, 4),
+        &want,
+        "adaptive_avg_pool2d(3, 4)",
+    );
+    let global = x.adaptive_avg_pool2d(1, 1);
+    close(
+        &global.reshape(&[2, 3]),
+        &(vec![2, 3], x.mean_axes(&[2, 3], false).to_vec::<f64>()),
+        "global average",
+    );
+    let up = x.upsample_nearest2d(2, 3);
+    assert_eq!(up.shape(), &[2, 3, 14, 18]);
+    let (u, v) = (up.to_vec::<f64>(), x.to_vec::<f64>());
+    assert_eq!(u[((4 * 14) + 5) * 18 + 7], v[((4 * 7) + 2) * 6 + 2]);
+}
+
+#[test]
+fn max_pool_gradient_goes_to_the_first_maximum() {
+    let x = Tensor::from_vec(vec![1.0f64, 3.0, 3.0, 2.0], &[1, 1, 2, 2]).requires_grad();
+    let g = grad(&x.max_pool2d(2, 2, 0).sum(), &[&x]).remove(0);
+    assert_eq!(g.to_vec::<f64>(), vec![0.0, 1.0, 0.0, 0.0]);
+}
+
+#[test]
+fn pooling_has_first_and_second_derivatives() {
+    let x = randn(&[2, 2, 6, 5], 4);
+    check(
+        "max_pool2d",
+        |t| t[0].max_pool2d(3, 2, 1),
+        std::slice::from_ref(&x),
+    );
+    check(
+        "avg_pool2d",
+        |t| t[0].avg_pool2d(3, 2, 1),
+        std::slice::from_ref(&x),
+    );
+    check(
+        "adaptive_avg_pool2d",
+        |t| t[0].adaptive_avg_pool2d(4, 3),
+        std::slice::from_ref(&x),
+    );
+    check(
+        "upsample_nearest2d",
+        |t| t[0].upsample_nearest2d(2, 2),
+        std::slice::from_ref(&x),
+    );
+    // Through a product, so that second derivatives are not all zero.
+    check(
+        "avg_pool2d of a square",
+        |t| t[0].square().avg_pool2d(2, 2, 0),
+        std::slice::from_ref(&x),
+    );
+    check(
+        "max_pool2d of a product",
+        |t| (&t[0] * &t[1]).max_pool2d(2, 1, 0),
+        &[x.clone(), randn(&[2, 2, 6, 5], 5)],
+    );
+}

@@ -134,7 +134,10 @@ fn check_groups(
     w: &Tensor,
 ) {
     assert!(
-        c_in % groups == 0 && c_out % groups == 0 && w_in * groups == c_in,
+        groups > 0
+            && c_in.is_multiple_of(groups)
+            && c_out.is_multiple_of(groups)
+            && w_in * groups == c_in,
         "{op}: input {:?} and weight {:?} do not fit {groups} group(s)",
         x.shape(),
         w.shape()
@@ -203,7 +206,7 @@ impl Tensor {
         let [wc, cog, kh, kw] = dims4("conv_transpose2d", "weight", &w);
         let groups = opts.groups;
         assert!(
-            groups > 0 && wc == cin && cin % groups == 0,
+            groups > 0 && wc == cin && cin.is_multiple_of(groups),
             "conv_transpose2d: input {:?} and weight {:?} ([Cin, Cout/groups, kh, kw]) do not \
              fit {groups} group(s)",
             u.shape(),
@@ -237,7 +240,7 @@ impl Tensor {
         let [n2, o, ho, wo] = dims4("conv2d_weight", "output gradient", &dy);
         let groups = opts.groups;
         assert!(
-            n == n2 && c % groups == 0 && o % groups == 0,
+            groups > 0 && n == n2 && c.is_multiple_of(groups) && o.is_multiple_of(groups),
             "conv2d_weight: input {:?} and output gradient {:?} do not fit {groups} group(s)",
             x.shape(),
             dy.shape()

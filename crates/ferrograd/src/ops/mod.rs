@@ -7,6 +7,7 @@ mod compare;
 pub(crate) mod conv;
 mod matmul;
 mod operators;
+mod pool;
 mod random;
 mod reduce;
 mod scalar;

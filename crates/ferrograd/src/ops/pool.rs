@@ -1,0 +1,216 @@
+//! Pooling and resampling over the last two axes of `[N, C, H, W]`, with PyTorch's semantics
+//! (floor mode; max pooling pads with −∞; average pooling counts the padding).
+//!
+//! Every op here is linear in its input or routes it by indices fixed in the forward pass, so
+//! each backward is another op of this file: max pooling's gradient scatters to the recorded
+//! arg-max (its derivative in the input is zero, as PyTorch's), and a window mean's adjoint
+//! spreads each output back over its window.
+
+use std::sync::Arc;
+
+use rayon::prelude::*;
+use smallvec::smallvec;
+
+use crate::autograd::record;
+use crate::kernels::conv::{max_pool_plane, window_mean_plane, window_mean_plane_t, Geom, Windows};
+use crate::tensor::{with_dtype, Tensor};
+use num_traits::Zero;
+
+/// `(planes, h, w)` of a `[N, C, H, W]` tensor, or a panic naming `op`.
+fn planes(op: &str, t: &Tensor) -> (usize, usize, usize) {
+    match t.shape() {
+        &[n, c, h, w] => (n * c, h, w),
+        s => panic!("{op}: input must be [N, C, H, W], got shape {s:?}"),
+    }
+}
+
+/// `t`'s shape with the last two axes replaced.
+fn with_hw(t: &Tensor, h: usize, w: usize) -> [usize; 4] {
+    let s = t.shape();
+    [s[0], s[1], h, w]
+}
+
+/// Windows of `k` taps, `stride` apart, over an axis of `size` padded by `pad` on each side;
+/// each output divides by `k` (the padding counts).
+fn fixed_windows(op: &str, size: usize, k: usize, stride: usize, pad: usize) -> Windows {
+    assert!(
+        k > 0 && stride > 0 && pad <= k / 2,
+        "{op}: kernel {k}, stride {stride} and padding {pad} need k > 0, stride > 0 and \
+         padding ≤ kernel / 2"
+    );
+    assert!(
+        size + 2 * pad >= k,
+        "{op}: a kernel of {k} does not fit an axis of {size} padded by {pad}"
+    );
+    let out = (size + 2 * pad - k) / stride + 1;
+    let start: Vec<usize> = (0..out).map(|o| (o * stride).saturating_sub(pad)).collect();
+    let end = (0..out).map(|o| (o * stride + k - pad).min(size)).collect();
+    Windows {
+        start,
+        end,
+        div: vec![k as f64; out],
+    }
+}
+
+/// PyTorch's adaptive windows: output `o` of `out` covers `⌊o·size/out⌋..⌈(o+1)·size/out⌉`.
+fn adaptive_windows(size: usize, out: usize) -> Windows {
+    let start: Vec<usize> = (0..out).map(|o| o * size / out).collect();
+    let end: Vec<usize> = (0..out).map(|o| ((o + 1) * size).div_ceil(out)).collect();
+    let div = start
+        .iter()
+        .zip(&end)
+        .map(|(&s, &e)| (e - s) as f64)
+        .collect();
+    Windows { start, end, div }
+}
+
+impl Tensor {
+    /// Max pooling with a square `kernel`, `stride` and `padding` (padding ≤ kernel / 2, as
+    /// PyTorch requires). The gradient goes to the first maximal element of each window.
+    pub fn max_pool2d(&self, kernel: usize, stride: usize, padding: usize) -> Tensor {
+        let (np, h, w) = planes("max_pool2d", self);
+        let (wy, wx) = (
+            fixed_windows("max_pool2d", h, kernel, stride, padding),
+            fixed_windows("max_pool2d", w, kernel, stride, padding),
+        );
+        let g = Geom {
+            h,
+            w,
+            kh: kernel,
+            kw: kernel,
+            sh: stride,
+            sw: stride,
+            ph: padding,
+            pw: padding,
+            dh: 1,
+            dw: 1,
+            ho: wy.start.len(),
+            wo: wx.start.len(),
+        };
+        let plane = g.ho * g.wo;
+        let mut arg = vec![0usize; np * plane];
+        let out = with_dtype!(self.dtype(), T => {
+            let x = self.contiguous_data::<T>();
+            let mut out = vec![T::zero(); np * plane];
+            out.par_chunks_mut(plane.max(1))
+                .zip(arg.par_chunks_mut(plane.max(1)))
+                .enumerate()
+                .for_each(|(p, (o, a))| max_pool_plane(&x[p * h * w..][..h * w], &g, o, a));
+            Tensor::from_data(out, &with_hw(self, g.ho, g.wo))
+        });
+        let arg: Arc<[usize]> = arg.into();
+        record("max_pool2d", out, &[self], move |_, up| {
+            smallvec![Some(up.scatter_planes(&arg, (h, w)))]
+        })
+    }
+
+    /// Average pooling with a square `kernel`, `stride` and `padding`; the padding counts in
+    /// the divisor (PyTorch's default `count_include_pad=True`).
+    pub fn avg_pool2d(&self, kernel: usize, stride: usize, padding: usize) -> Tensor {
+        let (_, h, w) = planes("avg_pool2d", self);
+        let wy = fixed_windows("avg_pool2d", h, kernel, stride, padding);
+        let wx = fixed_windows("avg_pool2d", w, kernel, stride, padding);
+        self.window_mean(Arc::new((wy, wx)))
+    }
+
+    /// Average pooling to an `out_h × out_w` output whatever the input size (PyTorch's
+    /// `adaptive_avg_pool2d`).
+    pub fn adaptive_avg_pool2d(&self, out_h: usize, out_w: usize) -> Tensor {
+        let (_, h, w) = planes("adaptive_avg_pool2d", self);
+        assert!(
+            out_h > 0 && out_w > 0 && h > 0 && w > 0,
+            "adaptive_avg_pool2d: cannot pool {:?} to {out_h}x{out_w}",
+            self.shape()
+        );
+        self.window_mean(Arc::new((
+            adaptive_windows(h, out_h),
+            adaptive_windows(w, out_w),
+        )))
+    }
+
+    /// Nearest-neighbour upsampling by integer factors: each pixel becomes a
+    /// `scale_h × scale_w` block. Built from views, so its gradient sums each block.
+    pub fn upsample_nearest2d(&self, scale_h: usize, scale_w: usize) -> Tensor {
+        let (_, h, w) = planes("upsample_nearest2d", self);
+        assert!(
+            scale_h > 0 && scale_w > 0,
+            "upsample_nearest2d: scales must be positive"
+        );
+        let s = self.shape();
+        self.reshape(&[s[0], s[1], h, 1, w, 1])
+            .broadcast_to(&[s[0], s[1], h, scale_h, w, scale_w])
+            .reshape(&[s[0], s[1], h * scale_h, w * scale_w])
+    }
+
+    /// Mean over fixed windows of the last two axes (`windows` = rows, columns).
+    fn window_mean(&self, windows: Arc<(Windows, Windows)>) -> Tensor {
+        let (np, h, w) = planes("window mean", self);
+        let (ho, wo) = (windows.0.start.len(), windows.1.start.len());
+        let out = with_dtype!(self.dtype(), T => {
+            let x = self.contiguous_data::<T>();
+            let mut out = vec![T::zero(); np * ho * wo];
+            out.par_chunks_mut((ho * wo).max(1)).enumerate().for_each(|(p, o)| {
+                window_mean_plane(&x[p * h * w..][..h * w], w, &windows.0, &windows.1, o)
+            });
+            Tensor::from_data(out, &with_hw(self, ho, wo))
+        });
+        record("window_mean", out, &[self], move |_, up| {
+            smallvec![Some(up.window_mean_t(windows.clone(), (h, w)))]
+        })
+    }
+
+    /// The adjoint of [`Tensor::window_mean`]: each value spread (divided) over its window of
+    /// an `h × w` plane.
+    fn window_mean_t(&self, windows: Arc<(Windows, Windows)>, (h, w): (usize, usize)) -> Tensor {
+        let (np, ho, wo) = planes("window mean adjoint", self);
+        let out = with_dtype!(self.dtype(), T => {
+            let up = self.contiguous_data::<T>();
+            let mut out = vec![T::zero(); np * h * w];
+            out.par_chunks_mut((h * w).max(1)).enumerate().for_each(|(p, x)| {
+                window_mean_plane_t(&up[p * ho * wo..][..ho * wo], w, &windows.0, &windows.1, x)
+            });
+            Tensor::from_data(out, &with_hw(self, h, w))
+        });
+        record("window_mean_t", out, &[self], move |_, up| {
+            smallvec![Some(up.window_mean(windows.clone()))]
+        })
+    }
+
+    /// Each plane's values added at the flat positions `arg` of a zero `h × w` plane (the
+    /// gradient of max pooling).
+    fn scatter_planes(&self, arg: &Arc<[usize]>, (h, w): (usize, usize)) -> Tensor {
+        let (np, ho, wo) = planes("max_pool2d backward", self);
+        let out = with_dtype!(self.dtype(), T => {
+            let up = self.contiguous_data::<T>();
+            let mut out = vec![T::zero(); np * h * w];
+            out.par_chunks_mut((h * w).max(1)).enumerate().for_each(|(p, x)| {
+                let (src, at) = (&up[p * ho * wo..][..ho * wo], &arg[p * ho * wo..][..ho * wo]);
+                for (&v, &i) in src.iter().zip(at) {
+                    x[i] += v;
+                }
+            });
+            Tensor::from_data(out, &with_hw(self, h, w))
+        });
+        let (arg, hw) = (arg.clone(), (ho, wo));
+        record("scatter_planes", out, &[self], move |_, up| {
+            smallvec![Some(up.gather_planes(&arg, hw))]
+        })
+    }
+
+    /// Each plane's values at the flat positions `arg`, as `ho × wo` planes (the adjoint of
+    /// [`Tensor::scatter_planes`]).
+    fn gather_planes(&self, arg: &Arc<[usize]>, (ho, wo): (usize, usize)) -> Tensor {
+        let (np, h, w) = planes("max_pool2d double backward", self);
+        let out = with_dtype!(self.dtype(), T => {
+            let x = self.contiguous_data::<T>();
+            let out: Vec<T> = (0..np * ho * wo)
+                .map(|k| x[(k / (ho * wo)) * h * w + arg[k]])
+                .collect();
+            Tensor::from_data(out, &with_hw(self, ho, wo))
+        });
+        let (arg, hw) = (arg.clone(), (h, w));
+        record("gather_planes", out, &[self], move |_, up| {
+            smallvec![Some(up.scatter_planes(&arg, hw))]
+        })
+    }
+}
