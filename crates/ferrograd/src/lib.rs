@@ -46,8 +46,9 @@ pub mod prelude {
     pub use crate::loss::{Huber, Loss, Mae, Mse, Nll, SigmoidCrossEntropy, SoftmaxCrossEntropy};
     pub use crate::model::{Model, Net};
     pub use crate::nn::{
-        BatchNorm1d, Dense, Dropout, Elu, Embedding, Flatten, Gelu, Layer, LayerNorm, LeakyReLU,
-        Mode, Module, ReLU, Reshape, Sigmoid, Softmax, Softplus, Tanh,
+        AvgPool2D, BatchNorm1d, BatchNorm2d, Conv2D, ConvTranspose2D, Dense, Dropout, Dropout2d,
+        Elu, Embedding, Flatten, Gelu, Layer, LayerNorm, LeakyReLU, MaxPool2D, Mode, Module, ReLU,
+        Reshape, Sigmoid, Softmax, Softplus, Tanh, GRU, LSTM, RNN,
     };
     pub use crate::optim::{
         Adagrad, Adam, AdamW, Momentum, Optimizer, RAdam, RmsProp, Schedule, Sgd,

@@ -435,11 +435,12 @@ fn confusion_matrix_names_a_label_outside_the_classes() {
 fn layers_name_themselves_when_the_input_does_not_fit() {
     let bn = BatchNorm1d::new(4);
     let x = Tensor::zeros(&[2, 3], DType::F32);
-    assert_panics("BatchNorm1d(4): expected input [N, 4], got [2, 3]", || {
-        drop(bn.forward(&x, Mode::Train))
-    });
     assert_panics(
-        "BatchNorm1d(4): training needs more than one sample",
+        "BatchNorm1d(4): expected input [N, 4] or [N, 4, L], got [2, 3]",
+        || drop(bn.forward(&x, Mode::Train)),
+    );
+    assert_panics(
+        "BatchNorm1d(4): training needs more than one value per channel",
         || drop(bn.forward(&Tensor::ones(&[1, 4], DType::F32), Mode::Train)),
     );
     // Evaluation uses the running statistics: one sample is fine.

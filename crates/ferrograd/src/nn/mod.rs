@@ -2,21 +2,25 @@
 //! layers and activations. Layers get their gradients from autodiff.
 
 mod activation;
+mod conv;
 mod dense;
 mod dropout;
 mod embedding;
 mod module;
 mod norm;
+mod recurrent;
 mod shape;
 mod stream;
 
 pub use activation::{Elu, Gelu, LeakyReLU, ReLU, Sigmoid, Softmax, Softplus, Tanh};
+pub use conv::{AvgPool2D, Conv2D, ConvTranspose2D, MaxPool2D};
 pub use dense::Dense;
-pub use dropout::Dropout;
+pub use dropout::{Dropout, Dropout2d};
 pub use embedding::Embedding;
 pub(crate) use module::indexed;
 pub use module::{prefixed, LoadReport, Module};
-pub use norm::{BatchNorm1d, LayerNorm};
+pub use norm::{BatchNorm1d, BatchNorm2d, LayerNorm};
+pub use recurrent::{GRU, LSTM, RNN};
 pub use shape::{Flatten, Reshape};
 pub use stream::{RngStream, StreamState};
 

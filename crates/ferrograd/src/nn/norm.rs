@@ -4,9 +4,10 @@ use super::{Layer, Mode, Module};
 use crate::autograd::{anomaly_reported, no_grad, Param};
 use crate::tensor::{DType, Tensor};
 
-/// Batch normalisation over `[N, features]`: batch statistics in training (and an exponential
-/// average of them kept for evaluation), running statistics in evaluation.
-pub struct BatchNorm1d {
+/// The state and arithmetic shared by the batch norms: per-channel scale and shift, running
+/// statistics kept as PyTorch keeps them (momentum, unbiased running variance, a count of
+/// batches), batch statistics in training and running ones in evaluation.
+struct BatchNorm {
     weight: Param,
     bias: Param,
     running_mean: Param,
@@ -17,14 +18,9 @@ pub struct BatchNorm1d {
     eps: f64,
 }
 
-impl BatchNorm1d {
-    /// PyTorch's defaults: momentum 0.1, eps 1e-5.
-    pub fn new(features: usize) -> BatchNorm1d {
-        BatchNorm1d::with_options(features, 0.1, 1e-5)
-    }
-
-    pub fn with_options(features: usize, momentum: f64, eps: f64) -> BatchNorm1d {
-        BatchNorm1d {
+impl BatchNorm {
+    fn new(features: usize, momentum: f64, eps: f64) -> BatchNorm {
+        BatchNorm {
             weight: Param::new(Tensor::ones(&[features], DType::F32)),
             bias: Param::new(Tensor::zeros(&[features], DType::F32)),
             running_mean: Param::new(Tensor::zeros(&[features], DType::F32)),
@@ -34,9 +30,62 @@ impl BatchNorm1d {
             eps,
         }
     }
-}
 
-impl Module for BatchNorm1d {
+    fn features(&self) -> usize {
+        self.weight.numel()
+    }
+
+    /// Normalises `x` (channels on axis 1) over `axes` (every axis but the channels'), with
+    /// per-channel values shaped `keep` to broadcast against it.
+    fn forward(&self, name: &str, x: &Tensor, mode: Mode, axes: &[usize]) -> Tensor {
+        let mut keep = vec![1; x.ndim()];
+        keep[1] = self.features();
+        let count: usize = axes.iter().map(|&a| x.shape()[a]).product();
+        // One value per channel has no spread to normalise by (the output would be all
+        // zeros); PyTorch refuses it too.
+        assert!(
+            mode == Mode::Eval || count > 1,
+            "{name}: training needs more than one value per channel, got input {:?}",
+            x.shape()
+        );
+        let (mean, var) = match mode {
+            Mode::Train => {
+                let mean = x.mean_axes(axes, true);
+                let var = (x - &mean).square().mean_axes(axes, true);
+                self.track(&mean, &var, count);
+                (mean, var)
+            }
+            Mode::Eval => (
+                self.running_mean.tensor().detach().reshape(&keep),
+                self.running_var.tensor().detach().reshape(&keep),
+            ),
+        };
+        let xhat = &(x - &mean) / &var.add_scalar(self.eps).sqrt();
+        &(&xhat * &self.weight.tensor().reshape(&keep)) + &self.bias.tensor().reshape(&keep)
+    }
+
+    /// Moves the running statistics towards this batch's (the variance unbiased, as
+    /// PyTorch), keeping their dtype.
+    fn track(&self, mean: &Tensor, var: &Tensor, count: usize) {
+        // Inside `detect_anomaly`, a NaN already reported stays out of the statistics.
+        if anomaly_reported() {
+            return;
+        }
+        no_grad(|| {
+            let (m, n) = (self.momentum, count as f64);
+            let shape = [self.features()];
+            let unbiased = var.mul_scalar(n / (n - 1.0)).reshape(&shape);
+            let rm = &self.running_mean.tensor().mul_scalar(1.0 - m)
+                + &mean.reshape(&shape).mul_scalar(m);
+            let rv = &self.running_var.tensor().mul_scalar(1.0 - m) + &unbiased.mul_scalar(m);
+            self.running_mean
+                .set(&rm.to_dtype(self.running_mean.dtype()));
+            self.running_var.set(&rv.to_dtype(self.running_var.dtype()));
+            let batches = self.num_batches_tracked.tensor().add_scalar(1.0);
+            self.num_batches_tracked.set(&batches);
+        });
+    }
+
     fn params(&self) -> Vec<(String, Param)> {
         vec![
             ("weight".into(), self.weight.clone()),
@@ -54,65 +103,90 @@ impl Module for BatchNorm1d {
             ),
         ]
     }
+}
+
+/// Batch normalisation over `[N, C]` or `[N, C, L]` (PyTorch's `BatchNorm1d`): statistics per
+/// channel over every other axis.
+pub struct BatchNorm1d(BatchNorm);
+
+impl BatchNorm1d {
+    /// PyTorch's defaults: momentum 0.1, eps 1e-5.
+    pub fn new(features: usize) -> BatchNorm1d {
+        BatchNorm1d::with_options(features, 0.1, 1e-5)
+    }
+
+    pub fn with_options(features: usize, momentum: f64, eps: f64) -> BatchNorm1d {
+        BatchNorm1d(BatchNorm::new(features, momentum, eps))
+    }
+}
+
+impl Module for BatchNorm1d {
+    fn params(&self) -> Vec<(String, Param)> {
+        self.0.params()
+    }
+
+    fn buffers(&self) -> Vec<(String, Param)> {
+        self.0.buffers()
+    }
 
     fn name(&self) -> String {
-        format!("BatchNorm1d({})", self.weight.numel())
+        format!("BatchNorm1d({})", self.0.features())
     }
 }
 
 impl Layer for BatchNorm1d {
     fn forward(&self, x: &Tensor, mode: Mode) -> Tensor {
-        let features = self.weight.numel();
+        let c = self.0.features();
         assert!(
-            x.ndim() == 2 && x.shape()[1] == features,
-            "{}: expected input [N, {features}], got {:?}",
+            (x.ndim() == 2 || x.ndim() == 3) && x.shape()[1] == c,
+            "{}: expected input [N, {c}] or [N, {c}, L], got {:?}",
             self.name(),
             x.shape()
         );
-        // One sample has no spread to normalise by (its output would be all zeros); PyTorch
-        // refuses it too.
+        let axes: &[usize] = if x.ndim() == 2 { &[0] } else { &[0, 2] };
+        self.0.forward(&self.name(), x, mode, axes)
+    }
+}
+
+/// Batch normalisation over `[N, C, H, W]` (PyTorch's `BatchNorm2d`): statistics per channel
+/// over the batch and both spatial axes.
+pub struct BatchNorm2d(BatchNorm);
+
+impl BatchNorm2d {
+    /// PyTorch's defaults: momentum 0.1, eps 1e-5.
+    pub fn new(features: usize) -> BatchNorm2d {
+        BatchNorm2d::with_options(features, 0.1, 1e-5)
+    }
+
+    pub fn with_options(features: usize, momentum: f64, eps: f64) -> BatchNorm2d {
+        BatchNorm2d(BatchNorm::new(features, momentum, eps))
+    }
+}
+
+impl Module for BatchNorm2d {
+    fn params(&self) -> Vec<(String, Param)> {
+        self.0.params()
+    }
+
+    fn buffers(&self) -> Vec<(String, Param)> {
+        self.0.buffers()
+    }
+
+    fn name(&self) -> String {
+        format!("BatchNorm2d({})", self.0.features())
+    }
+}
+
+impl Layer for BatchNorm2d {
+    fn forward(&self, x: &Tensor, mode: Mode) -> Tensor {
+        let c = self.0.features();
         assert!(
-            mode == Mode::Eval || x.shape()[0] > 1,
-            "{}: training needs more than one sample per feature, got input {:?}",
+            x.ndim() == 4 && x.shape()[1] == c,
+            "{}: expected input [N, {c}, H, W], got {:?}",
             self.name(),
             x.shape()
         );
-        let (mean, var) = match mode {
-            Mode::Train => {
-                let mean = x.mean_axes(&[0], false);
-                let var = (x - &mean).square().mean_axes(&[0], false);
-                // Running variance uses the unbiased estimate, as PyTorch.
-                let n = x.shape()[0] as f64;
-                // Inside `detect_anomaly`, a NaN already reported stays out of the statistics.
-                let clean = !anomaly_reported();
-                no_grad(|| {
-                    let m = self.momentum;
-                    let unbiased = if n > 1.0 {
-                        var.mul_scalar(n / (n - 1.0))
-                    } else {
-                        var.clone()
-                    };
-                    let rm = &self.running_mean.tensor().mul_scalar(1.0 - m) + &mean.mul_scalar(m);
-                    let rv =
-                        &self.running_var.tensor().mul_scalar(1.0 - m) + &unbiased.mul_scalar(m);
-                    if !clean {
-                        return;
-                    }
-                    self.running_mean
-                        .set(&rm.to_dtype(self.running_mean.dtype()));
-                    self.running_var.set(&rv.to_dtype(self.running_var.dtype()));
-                    let n = self.num_batches_tracked.tensor().add_scalar(1.0);
-                    self.num_batches_tracked.set(&n);
-                });
-                (mean, var)
-            }
-            Mode::Eval => (
-                self.running_mean.tensor().detach(),
-                self.running_var.tensor().detach(),
-            ),
-        };
-        let xhat = &(x - &mean) / &var.add_scalar(self.eps).sqrt();
-        &(&xhat * &self.weight.tensor()) + &self.bias.tensor()
+        self.0.forward(&self.name(), x, mode, &[0, 2, 3])
     }
 }
 

@@ -1,0 +1,276 @@
+//! Recurrent layers with PyTorch's equations, gate orders, parameter names and layouts
+//! (batch-first): `RNN` (tanh), `LSTM` (gates i, f, g, o), `GRU` (gates r, z, n). Written from
+//! the tensor ops, so every derivative (second order included) comes from their rules.
+
+use super::{Layer, Mode, Module};
+use crate::autograd::Param;
+use crate::init;
+use crate::tensor::{with_default_rng, DType, Tensor};
+
+/// Which cell a [`Recurrent`] stack runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cell {
+    Tanh,
+    Lstm,
+    Gru,
+}
+
+impl Cell {
+    /// Rows of the gate matrices per hidden unit.
+    fn gates(self) -> usize {
+        match self {
+            Cell::Tanh => 1,
+            Cell::Lstm => 4,
+            Cell::Gru => 3,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Cell::Tanh => "RNN",
+            Cell::Lstm => "LSTM",
+            Cell::Gru => "GRU",
+        }
+    }
+}
+
+/// One layer's weights: `weight_ih` `[G·H, in]`, `weight_hh` `[G·H, H]`, biases `[G·H]`.
+struct LayerWeights {
+    w_ih: Param,
+    w_hh: Param,
+    b_ih: Param,
+    b_hh: Param,
+}
+
+/// A stack of recurrent layers; `RNN`, `LSTM` and `GRU` wrap it.
+struct Recurrent {
+    cell: Cell,
+    input: usize,
+    hidden: usize,
+    layers: Vec<LayerWeights>,
+}
+
+impl Recurrent {
+    /// `num_layers` layers drawn as PyTorch draws them: every weight and bias U(±1/√H).
+    fn new(cell: Cell, input: usize, hidden: usize, num_layers: usize) -> Recurrent {
+        assert!(
+            input > 0 && hidden > 0 && num_layers > 0,
+            "{}: input size, hidden size and layer count must be positive",
+            cell.name()
+        );
+        let bound = 1.0 / (hidden as f64).sqrt();
+        let rows = cell.gates() * hidden;
+        let draw = |shape: &[usize]| {
+            Param::new(with_default_rng(|rng| {
+                init::uniform(shape, -bound, bound, DType::F32, rng)
+            }))
+        };
+        let layers = (0..num_layers)
+            .map(|k| LayerWeights {
+                w_ih: draw(&[rows, if k == 0 { input } else { hidden }]),
+                w_hh: draw(&[rows, hidden]),
+                b_ih: draw(&[rows]),
+                b_hh: draw(&[rows]),
+            })
+            .collect();
+        Recurrent {
+            cell,
+            input,
+            hidden,
+            layers,
+        }
+    }
+
+    fn params(&self) -> Vec<(String, Param)> {
+        let mut out = Vec::new();
+        for (k, l) in self.layers.iter().enumerate() {
+            out.push((format!("weight_ih_l{k}"), l.w_ih.clone()));
+            out.push((format!("weight_hh_l{k}"), l.w_hh.clone()));
+            out.push((format!("bias_ih_l{k}"), l.b_ih.clone()));
+            out.push((format!("bias_hh_l{k}"), l.b_hh.clone()));
+        }
+        out
+    }
+
+    fn name(&self) -> String {
+        format!(
+            "{}({}, {}, num_layers={})",
+            self.cell.name(),
+            self.input,
+            self.hidden,
+            self.layers.len()
+        )
+    }
+
+    /// Checks `x` `[N, T, input]` and a state `[L, N, H]`, naming the layer.
+    fn check(&self, x: &Tensor, states: &[&Tensor]) {
+        assert!(
+            x.ndim() == 3 && x.shape()[2] == self.input,
+            "{}: expected input [N, T, {}] (batch first), got {:?}",
+            self.name(),
+            self.input,
+            x.shape()
+        );
+        let want = [self.layers.len(), x.shape()[0], self.hidden];
+        for s in states {
+            assert!(
+                s.shape() == want,
+                "{}: expected an initial state {want:?}, got {:?}",
+                self.name(),
+                s.shape()
+            );
+        }
+    }
+
+    /// Runs every layer over the sequence: the last layer's outputs `[N, T, H]` and each
+    /// layer's final states (`h`, and `c` for the LSTM), `[L, N, H]` each.
+    fn run(
+        &self,
+        x: &Tensor,
+        h0: Option<&Tensor>,
+        c0: Option<&Tensor>,
+    ) -> (Tensor, Tensor, Option<Tensor>) {
+        let (n, t) = (x.shape()[0], x.shape()[1]);
+        let zeros = Tensor::zeros(&[n, self.hidden], x.dtype());
+        let initial = |s: Option<&Tensor>, k: usize| {
+            s.map_or(zeros.clone(), |s| s.narrow(0, k, 1).squeeze(0))
+        };
+        let mut seq = x.clone();
+        let (mut hs, mut cs) = (Vec::new(), Vec::new());
+        for (k, l) in self.layers.iter().enumerate() {
+            // The input projections of every step in one product.
+            let xi = &seq.matmul(&l.w_ih.tensor().t()) + &l.b_ih.tensor();
+            let (w_hh, b_hh) = (l.w_hh.tensor().t(), l.b_hh.tensor());
+            let (mut h, mut c) = (initial(h0, k), initial(c0, k));
+            let mut outs = Vec::with_capacity(t);
+            for step in 0..t {
+                let gi = xi.narrow(1, step, 1).squeeze(1);
+                let gh = &h.matmul(&w_hh) + &b_hh;
+                (h, c) = self.step(&gi, &gh, &h, &c);
+                outs.push(h.clone());
+            }
+            seq = Tensor::stack(&outs.iter().collect::<Vec<_>>(), 1);
+            hs.push(h);
+            cs.push(c);
+        }
+        let stack = |v: &[Tensor]| Tensor::stack(&v.iter().collect::<Vec<_>>(), 0);
+        let c = (self.cell == Cell::Lstm).then(|| stack(&cs));
+        (seq, stack(&hs), c)
+    }
+
+    /// One step from the input projection `gi` and the hidden projection `gh` (both with
+    /// their biases), gates along the last axis in PyTorch's order.
+    fn step(&self, gi: &Tensor, gh: &Tensor, h: &Tensor, c: &Tensor) -> (Tensor, Tensor) {
+        let hid = self.hidden;
+        let part = |t: &Tensor, k: usize| t.narrow(1, k * hid, hid);
+        match self.cell {
+            Cell::Tanh => ((gi + gh).tanh(), c.clone()),
+            Cell::Lstm => {
+                let g = gi + gh;
+                let (i, f) = (part(&g, 0).sigmoid(), part(&g, 1).sigmoid());
+                let (cand, o) = (part(&g, 2).tanh(), part(&g, 3).sigmoid());
+                let c = &(&f * c) + &(&i * &cand);
+                (&o * &c.tanh(), c)
+            }
+            Cell::Gru => {
+                let r = (&part(gi, 0) + &part(gh, 0)).sigmoid();
+                let z = (&part(gi, 1) + &part(gh, 1)).sigmoid();
+                let cand = (&part(gi, 2) + &(&r * &part(gh, 2))).tanh();
+                // h' = (1 − z)·n + z·h
+                let h = &cand + &(&z * &(h - &cand));
+                (h, c.clone())
+            }
+        }
+    }
+}
+
+macro_rules! recurrent_layer {
+    ($(#[$doc:meta])* $name:ident, $cell:expr) => {
+        $(#[$doc])*
+        pub struct $name(Recurrent);
+
+        impl $name {
+            /// One layer from `input_size` features to `hidden_size` units.
+            pub fn new(input_size: usize, hidden_size: usize) -> Self {
+                $name(Recurrent::new($cell, input_size, hidden_size, 1))
+            }
+
+            /// `layers` stacked layers (the weights are drawn again).
+            pub fn num_layers(self, layers: usize) -> Self {
+                $name(Recurrent::new($cell, self.0.input, self.0.hidden, layers))
+            }
+        }
+
+        impl Module for $name {
+            fn params(&self) -> Vec<(String, Param)> {
+                self.0.params()
+            }
+
+            fn name(&self) -> String {
+                self.0.name()
+            }
+        }
+
+        impl Layer for $name {
+            /// The outputs `[N, T, H]`, from a zero initial state.
+            fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
+                self.forward_seq(x, None).0
+            }
+        }
+    };
+}
+
+recurrent_layer!(
+    /// Elman RNN with tanh (PyTorch's `nn.RNN`, `batch_first=True`):
+    /// `h' = tanh(x W_ihᵀ + b_ih + h W_hhᵀ + b_hh)`.
+    RNN,
+    Cell::Tanh
+);
+recurrent_layer!(
+    /// LSTM (PyTorch's `nn.LSTM`, `batch_first=True`), gates i, f, g, o in that order.
+    LSTM,
+    Cell::Lstm
+);
+recurrent_layer!(
+    /// GRU (PyTorch's `nn.GRU`, `batch_first=True`), gates r, z, n in that order, with
+    /// `n = tanh(W_in x + b_in + r ⊙ (W_hn h + b_hn))`.
+    GRU,
+    Cell::Gru
+);
+
+impl RNN {
+    /// Outputs `[N, T, H]` and the final hidden state `[L, N, H]`; `h0` `[L, N, H]` or zeros.
+    pub fn forward_seq(&self, x: &Tensor, h0: Option<Tensor>) -> (Tensor, Tensor) {
+        self.0.check(x, &h0.iter().collect::<Vec<_>>());
+        let (out, h, _) = self.0.run(x, h0.as_ref(), None);
+        (out, h)
+    }
+}
+
+impl GRU {
+    /// Outputs `[N, T, H]` and the final hidden state `[L, N, H]`; `h0` `[L, N, H]` or zeros.
+    pub fn forward_seq(&self, x: &Tensor, h0: Option<Tensor>) -> (Tensor, Tensor) {
+        self.0.check(x, &h0.iter().collect::<Vec<_>>());
+        let (out, h, _) = self.0.run(x, h0.as_ref(), None);
+        (out, h)
+    }
+}
+
+impl LSTM {
+    /// Outputs `[N, T, H]` and the final `(h, c)`, `[L, N, H]` each; the initial state
+    /// `(h0, c0)` or zeros.
+    pub fn forward_seq(
+        &self,
+        x: &Tensor,
+        state: Option<(Tensor, Tensor)>,
+    ) -> (Tensor, (Tensor, Tensor)) {
+        let (h0, c0) = match &state {
+            Some((h, c)) => (Some(h), Some(c)),
+            None => (None, None),
+        };
+        self.0
+            .check(x, &h0.iter().chain(c0.iter()).copied().collect::<Vec<_>>());
+        let (out, h, c) = self.0.run(x, h0, c0);
+        (out, (h, c.expect("an LSTM keeps its cell state")))
+    }
+}
