@@ -62,16 +62,20 @@ pub type Pair<'a, T> = (MatRef<'a, T>, MatRef<'a, T>);
 
 /// Products of `pairs` (all `m × k` by `k × n`) into one new row-major buffer of
 /// `pairs.len()` blocks of `m × n`. Small products of a batch run on separate threads.
-pub fn gemm_batch<T: Float>(
-    pairs: &[(MatRef<'_, T>, MatRef<'_, T>)],
-    m: usize,
-    n: usize,
-) -> Vec<T> {
+pub fn gemm_batch<T: Float>(pairs: &[Pair<'_, T>], m: usize, n: usize) -> Vec<T> {
+    let mut out = Vec::new();
+    gemm_batch_append(pairs, m, n, &mut out);
+    out
+}
+
+/// [`gemm_batch`] appending its blocks to `out` (which may already hold earlier ones, so
+/// that a batch computed in chunks lands in one buffer without a copy).
+pub fn gemm_batch_append<T: Float>(pairs: &[Pair<'_, T>], m: usize, n: usize, out: &mut Vec<T>) {
     let block = m.checked_mul(n).expect("gemm: output size overflows");
     let total = block
         .checked_mul(pairs.len())
         .expect("gemm: output size overflows");
-    let mut out: Vec<T> = Vec::with_capacity(total);
+    out.reserve(total);
     if block > 0 {
         let spare = &mut out.spare_capacity_mut()[..total];
         let run = |(c, pair): (&mut [MaybeUninit<T>], &Pair<'_, T>)| gemm_uninit(pair.0, pair.1, c);
@@ -84,10 +88,10 @@ pub fn gemm_batch<T: Float>(
             spare.chunks_mut(block).zip(pairs).for_each(run);
         }
     }
-    // SAFETY: `gemm_uninit` wrote every element of each of the `pairs.len()` blocks (and
-    // there is nothing to write when a block is empty).
-    unsafe { out.set_len(total) };
-    out
+    let len = out.len() + total;
+    // SAFETY: `gemm_uninit` wrote every element of each of the `pairs.len()` blocks after the
+    // old length (and there is nothing to write when a block is empty); `reserve` made room.
+    unsafe { out.set_len(len) };
 }
 
 /// Below this many multiply-adds per matrix, a batch runs its matrices on separate threads

@@ -7,13 +7,15 @@
 //! - `z = conv_transpose2d(u, w)`: `du = conv2d(dz, w)`, `dw = conv2d_weight(dz, u)`
 //! - `v = conv2d_weight(x, dy)`: `dx = conv_transpose2d(dy, dv)`, `d(dy) = conv2d(x, dv)`
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 use smallvec::smallvec;
 
 use super::binary_promote;
 use crate::autograd::record;
 use crate::kernels::conv::{col2im, im2col, Geom};
-use crate::kernels::matmul::{gemm_batch, MatRef};
+use crate::kernels::matmul::{gemm_batch_append, MatRef};
 use crate::tensor::{with_dtype, Element, Tensor};
 
 /// Stride, padding, dilation, groups and (for the transposed convolution) output padding.
@@ -265,32 +267,34 @@ impl Tensor {
     }
 }
 
-/// Images per im2col batch: enough for the products to be large, few enough that the column
-/// matrices stay near 64 MiB of f32.
+/// Images per chunk of column matrices: enough for the products to be large and the threads
+/// busy, few enough that the one reused buffer (about 16 MiB of f32) stays in the allocator's
+/// hands instead of being mapped and faulted in on every call.
 fn chunk_images(per_image: usize) -> usize {
-    ((1usize << 24) / per_image.max(1)).max(1)
+    ((1usize << 22) / per_image.max(1)).max(1)
 }
 
-/// The column matrices of images `n0..n0 + count` of `x` (`[N, C, H, W]`), one per image and
-/// group, in that order.
+/// The column matrices of `images` of `x` (`[N, C, H, W]`), one per image and group, in that
+/// order, into `cols` (reused from chunk to chunk).
 fn columns<T: Element>(
     x: &[T],
     g: &Geom,
     groups: usize,
     c: usize,
-    n0: usize,
-    count: usize,
-) -> Vec<T> {
+    images: Range<usize>,
+    cols: &mut Vec<T>,
+) {
     let cg = c / groups;
     let block = cg * g.taps() * g.ho * g.wo;
-    let mut cols = vec![T::zero(); count * groups * block];
+    cols.resize(images.len() * groups * block, T::zero());
     let plane = g.h * g.w;
-    cols.par_chunks_mut(block).enumerate().for_each(|(k, dst)| {
-        let (img, grp) = (n0 + k / groups, k % groups);
-        let src = &x[(img * c + grp * cg) * plane..][..cg * plane];
-        im2col(src, g, cg, dst);
-    });
-    cols
+    cols.par_chunks_mut(block.max(1))
+        .enumerate()
+        .for_each(|(k, dst)| {
+            let (img, grp) = (images.start + k / groups, k % groups);
+            let src = &x[(img * c + grp * cg) * plane..][..cg * plane];
+            im2col(src, g, cg, dst);
+        });
 }
 
 /// A row-major `rows × cols` matrix at `offset` in `data`.
@@ -305,6 +309,24 @@ fn mat<T>(data: &[T], offset: usize, rows: usize, cols: usize) -> MatRef<'_, T> 
     }
 }
 
+/// The transpose of the row-major `rows × cols` matrix at `offset`, read in place.
+fn mat_t<T>(data: &[T], offset: usize, rows: usize, cols: usize) -> MatRef<'_, T> {
+    MatRef {
+        data,
+        offset,
+        rows: cols,
+        cols: rows,
+        rs: 1,
+        cs: cols,
+    }
+}
+
+/// The chunks of images to process together, for column matrices of `per_image` elements.
+fn chunks(n: usize, per_image: usize) -> impl Iterator<Item = Range<usize>> {
+    let step = chunk_images(per_image);
+    (0..n).step_by(step).map(move |n0| n0..(n0 + step).min(n))
+}
+
 /// `y[n, group] = W_group @ cols[n, group]`, written straight into `[N, O, Ho, Wo]`.
 fn conv_forward<T: Element>(
     x: &Tensor,
@@ -314,22 +336,18 @@ fn conv_forward<T: Element>(
     [n, c, o]: [usize; 3],
 ) -> Tensor {
     let (xd, wd) = (x.contiguous_data::<T>(), w.contiguous_data::<T>());
-    let (og, k) = (o / groups, c / groups * g.taps());
-    let plane = g.ho * g.wo;
+    let (og, k, plane) = (o / groups, c / groups * g.taps(), g.ho * g.wo);
     let mut out = Vec::with_capacity(n * o * plane);
-    let step = chunk_images(groups * k * plane);
-    for n0 in (0..n).step_by(step) {
-        let count = step.min(n - n0);
-        let cols = columns(&xd, g, groups, c, n0, count);
-        let pairs: Vec<_> = (0..count * groups)
+    let mut cols = Vec::new();
+    for images in chunks(n, groups * k * plane) {
+        columns(&xd, g, groups, c, images.clone(), &mut cols);
+        let pairs: Vec<_> = (0..images.len() * groups)
             .map(|b| {
-                (
-                    mat(&wd, (b % groups) * og * k, og, k),
-                    mat(&cols, b * k * plane, k, plane),
-                )
+                let w_g = mat(&wd, (b % groups) * og * k, og, k);
+                (w_g, mat(&cols, b * k * plane, k, plane))
             })
             .collect();
-        out.extend(gemm_batch(&pairs, og, plane));
+        gemm_batch_append(&pairs, og, plane, &mut out);
     }
     Tensor::from_data(out, &[n, o, g.ho, g.wo])
 }
@@ -344,27 +362,25 @@ fn conv_t_forward<T: Element>(
 ) -> Tensor {
     let (ud, wd) = (u.contiguous_data::<T>(), w.contiguous_data::<T>());
     let (cig, cog) = (cin / groups, cout / groups);
-    let (k, plane) = (cog * g.taps(), g.ho * g.wo);
-    // W_group is [cig, k] row-major; its transpose is read in place.
-    let pairs: Vec<_> = (0..n * groups)
-        .map(|b| {
-            let wt = MatRef {
-                data: &wd[..],
-                offset: (b % groups) * cig * k,
-                rows: k,
-                cols: cig,
-                rs: 1,
-                cs: k,
-            };
-            (wt, mat(&ud, b * cig * plane, cig, plane))
-        })
-        .collect();
-    let cols = gemm_batch(&pairs, k, plane);
-    let image = cog * g.h * g.w;
+    let (k, plane, image) = (cog * g.taps(), g.ho * g.wo, cog * g.h * g.w);
     let mut out = vec![T::zero(); n * cout * g.h * g.w];
-    out.par_chunks_mut(image)
-        .zip(cols.par_chunks(k * plane))
-        .for_each(|(img, col)| col2im(col, g, cog, img));
+    let mut cols = Vec::new();
+    for images in chunks(n, groups * k * plane) {
+        let blocks = images.start * groups..images.end * groups;
+        let pairs: Vec<_> = blocks
+            .clone()
+            .map(|b| {
+                let w_t = mat_t(&wd, (b % groups) * cig * k, cig, k);
+                (w_t, mat(&ud, b * cig * plane, cig, plane))
+            })
+            .collect();
+        cols.clear();
+        gemm_batch_append(&pairs, k, plane, &mut cols);
+        out[blocks.start * image..blocks.end * image]
+            .par_chunks_mut(image.max(1))
+            .zip(cols.par_chunks((k * plane).max(1)))
+            .for_each(|(img, col)| col2im(col, g, cog, img));
+    }
     Tensor::from_data(out, &[n, cout, g.h, g.w])
 }
 
@@ -377,34 +393,23 @@ fn conv_weight<T: Element>(
     [n, c, o]: [usize; 3],
 ) -> Tensor {
     let (xd, dyd) = (x.contiguous_data::<T>(), dy.contiguous_data::<T>());
-    let (og, k) = (o / groups, c / groups * g.taps());
-    let plane = g.ho * g.wo;
+    let (og, k, plane) = (o / groups, c / groups * g.taps(), g.ho * g.wo);
     let mut sum = vec![T::zero(); o * k];
-    let step = chunk_images(groups * k * plane);
-    for n0 in (0..n).step_by(step) {
-        let count = step.min(n - n0);
-        let cols = columns(&xd, g, groups, c, n0, count);
-        let pairs: Vec<_> = (0..count * groups)
+    let (mut cols, mut blocks) = (Vec::new(), Vec::new());
+    for images in chunks(n, groups * k * plane) {
+        columns(&xd, g, groups, c, images.clone(), &mut cols);
+        let pairs: Vec<_> = (0..images.len() * groups)
             .map(|b| {
-                let dy_g = mat(
-                    &dyd,
-                    ((n0 + b / groups) * groups + b % groups) * og * plane,
-                    og,
-                    plane,
-                );
-                let cols_t = MatRef {
-                    data: &cols[..],
-                    offset: b * k * plane,
-                    rows: plane,
-                    cols: k,
-                    rs: 1,
-                    cs: plane,
-                };
-                (dy_g, cols_t)
+                let dy_at = (images.start * groups + b) * og * plane;
+                (
+                    mat(&dyd, dy_at, og, plane),
+                    mat_t(&cols, b * k * plane, k, plane),
+                )
             })
             .collect();
-        let blocks = gemm_batch(&pairs, og, k);
-        for (b, block) in blocks.chunks(og * k).enumerate() {
+        blocks.clear();
+        gemm_batch_append(&pairs, og, k, &mut blocks);
+        for (b, block) in blocks.chunks((og * k).max(1)).enumerate() {
             let dst = &mut sum[(b % groups) * og * k..][..og * k];
             for (d, &v) in dst.iter_mut().zip(block) {
                 *d += v;

@@ -1,0 +1,90 @@
+//! Forward + backward time of single layers, the cases of `../shared/bench/torch_layers.py`
+//! with the same shapes and output format, to run side by side with it.
+//!
+//! Each case times `loss = (layer(x) * up).sum(); loss.backward()` (gradients of the input and
+//! of every parameter), best and median of several repeats, after warm-up.
+//!
+//! `cargo run --release --example bench_layers -- [--repeats 20] [CASE ...]`
+
+use std::time::Instant;
+
+use ferrograd::prelude::*;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+type Case = (&'static str, fn() -> Box<dyn Layer>, &'static [usize]);
+
+const CASES: [Case; 8] = [
+    (
+        "conv3x3_64",
+        || Box::new(Conv2D::new(64, 64, 3).padding(1)),
+        &[32, 64, 32, 32],
+    ),
+    (
+        "conv5x5_lenet1",
+        || Box::new(Conv2D::new(1, 8, 5).padding(2)),
+        &[128, 1, 28, 28],
+    ),
+    (
+        "conv5x5_lenet2",
+        || Box::new(Conv2D::new(8, 16, 5).padding(2)),
+        &[128, 8, 14, 14],
+    ),
+    (
+        "convT_dcgan",
+        || Box::new(ConvTranspose2D::new(128, 64, 4).stride(2).padding(1)),
+        &[64, 128, 7, 7],
+    ),
+    (
+        "maxpool2",
+        || Box::new(MaxPool2D::new(2, 2)),
+        &[128, 16, 28, 28],
+    ),
+    ("bn2d", || Box::new(BatchNorm2d::new(64)), &[32, 64, 32, 32]),
+    ("lstm", || Box::new(LSTM::new(32, 128)), &[64, 50, 32]),
+    ("gru", || Box::new(GRU::new(32, 128)), &[64, 50, 32]),
+];
+
+fn run(name: &str, make: fn() -> Box<dyn Layer>, shape: &[usize], repeats: usize) {
+    manual_seed(0);
+    let layer = make();
+    let x = Tensor::randn(shape, DType::F32, &mut StdRng::seed_from_u64(0)).requires_grad();
+    let step = || {
+        let y = layer.forward(&x, Mode::Train);
+        let up = Tensor::ones(y.shape(), DType::F32);
+        drop((&y * &up).sum().backward());
+    };
+    for _ in 0..3 {
+        step();
+    }
+    let mut times: Vec<f64> = (0..repeats)
+        .map(|_| {
+            let t = Instant::now();
+            step();
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    println!(
+        "RESULT ferrograd_layers {name} shape={shape:?} fwd+bwd_ms: min={:.3} median={:.3} (n={repeats})",
+        times[0],
+        times[repeats / 2]
+    );
+}
+
+fn main() {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let mut repeats = 20;
+    if let Some(i) = args.iter().position(|a| a == "--repeats") {
+        repeats = args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .expect("--repeats takes a number");
+        args.drain(i..i + 2);
+    }
+    for (name, make, shape) in CASES {
+        if args.is_empty() || args.iter().any(|a| a == name) {
+            run(name, make, shape, repeats);
+        }
+    }
+}
