@@ -5,6 +5,8 @@
 //! its adjoint (it adds each column back where it came from), which is what the transposed
 //! convolution and the input gradient need.
 
+use rayon::prelude::*;
+
 use super::Float;
 
 /// The geometry of a 2-D convolution: input `h × w`, kernel `kh × kw`, strides, padding,
@@ -50,78 +52,116 @@ impl Geom {
         lo.min(hi)..hi
     }
 
-    /// Calls `f(c, row, oy, iy, xs, ox_range, ix0)` for every kernel tap of every channel and
-    /// output row whose input row is inside the image: the columns `ox_range` read input
-    /// columns `ix0 + (ox − start)·sw`.
-    fn for_each_run(&self, channels: usize, mut f: impl FnMut(usize, usize, usize, Run)) {
-        for c in 0..channels {
-            for i in 0..self.kh {
-                let oy_off = (i * self.dh) as isize - self.ph as isize;
-                let rows = Self::valid(self.ho, self.sh, oy_off, self.h);
-                for j in 0..self.kw {
-                    let ox_off = (j * self.dw) as isize - self.pw as isize;
-                    let cols = Self::valid(self.wo, self.sw, ox_off, self.w);
-                    let row = (c * self.kh + i) * self.kw + j;
-                    for oy in rows.clone() {
-                        let iy = (oy as isize * self.sh as isize + oy_off) as usize;
-                        let ix0 = (cols.start as isize * self.sw as isize + ox_off) as usize;
-                        f(
-                            row,
-                            oy,
-                            c,
-                            Run {
-                                src: (c * self.h + iy) * self.w + ix0,
-                                cols: cols.clone(),
-                            },
-                        );
-                    }
-                }
+    /// For kernel tap `(i, j)`: the output rows whose input row is inside the image, the
+    /// output columns likewise, and the input offsets of output (0, 0).
+    fn tap(&self, i: usize, j: usize) -> Tap {
+        let oy_off = (i * self.dh) as isize - self.ph as isize;
+        let ox_off = (j * self.dw) as isize - self.pw as isize;
+        Tap {
+            rows: Self::valid(self.ho, self.sh, oy_off, self.h),
+            cols: Self::valid(self.wo, self.sw, ox_off, self.w),
+            oy_off,
+            ox_off,
+        }
+    }
+}
+
+/// Where one kernel tap reads: the output rows and columns that see the image, and the
+/// input offset of output (0, 0) (negative inside the padding).
+struct Tap {
+    rows: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
+    oy_off: isize,
+    ox_off: isize,
+}
+
+impl Tap {
+    /// Input index (in an `h × w` plane) of output row `oy`'s first valid column.
+    fn src(&self, g: &Geom, oy: usize) -> usize {
+        let iy = (oy as isize * g.sh as isize + self.oy_off) as usize;
+        let ix = (self.cols.start as isize * g.sw as isize + self.ox_off) as usize;
+        iy * g.w + ix
+    }
+}
+
+/// One row of a column matrix: what kernel tap `(i, j)` sees of one `h × w` plane at every
+/// output position (`dst` is `ho · wo` long; padding reads as zero).
+fn tap_row<T: Float>(plane: &[T], g: &Geom, i: usize, j: usize, dst: &mut [T]) {
+    let t = g.tap(i, j);
+    for (oy, out_row) in dst.chunks_exact_mut(g.wo).enumerate() {
+        if !t.rows.contains(&oy) {
+            out_row.iter_mut().for_each(|v| *v = T::zero());
+            continue;
+        }
+        out_row[..t.cols.start]
+            .iter_mut()
+            .for_each(|v| *v = T::zero());
+        out_row[t.cols.end..]
+            .iter_mut()
+            .for_each(|v| *v = T::zero());
+        let src = t.src(g, oy);
+        let run = &mut out_row[t.cols.clone()];
+        if g.sw == 1 {
+            run.copy_from_slice(&plane[src..src + run.len()]);
+        } else {
+            for (k, d) in run.iter_mut().enumerate() {
+                *d = plane[src + k * g.sw];
             }
         }
     }
 }
 
-/// A run of output columns and where the first one reads in the image.
-struct Run {
-    src: usize,
-    cols: std::ops::Range<usize>,
-}
-
-/// The column matrix of one image's `channels` channels (`img` is `[channels, h, w]`) into
-/// `cols` (`[channels·kh·kw, ho·wo]`, fully written: padding reads as zero).
-pub(crate) fn im2col<T: Float>(img: &[T], g: &Geom, channels: usize, cols: &mut [T]) {
-    let plane = g.ho * g.wo;
-    assert!(img.len() == channels * g.h * g.w && cols.len() == channels * g.taps() * plane);
-    cols.iter_mut().for_each(|v| *v = T::zero());
-    g.for_each_run(channels, |row, oy, _, run| {
-        let dst = &mut cols[row * plane + oy * g.wo..][..g.wo][run.cols.clone()];
+/// The adjoint of [`tap_row`]: adds each output position's value back onto the pixel tap
+/// `(i, j)` read it from.
+fn tap_row_add<T: Float>(src: &[T], g: &Geom, i: usize, j: usize, plane: &mut [T]) {
+    let t = g.tap(i, j);
+    for oy in t.rows.clone() {
+        let at = t.src(g, oy);
+        let run = &src[oy * g.wo..][t.cols.clone()];
         if g.sw == 1 {
-            dst.copy_from_slice(&img[run.src..run.src + dst.len()]);
-        } else {
-            for (k, d) in dst.iter_mut().enumerate() {
-                *d = img[run.src + k * g.sw];
-            }
-        }
-    });
-}
-
-/// The adjoint of [`im2col`]: adds every column entry back onto the pixel it was read from
-/// (`img` is `[channels, h, w]`, accumulated into).
-pub(crate) fn col2im<T: Float>(cols: &[T], g: &Geom, channels: usize, img: &mut [T]) {
-    let plane = g.ho * g.wo;
-    assert!(img.len() == channels * g.h * g.w && cols.len() == channels * g.taps() * plane);
-    g.for_each_run(channels, |row, oy, _, run| {
-        let src = &cols[row * plane + oy * g.wo..][..g.wo][run.cols.clone()];
-        if g.sw == 1 {
-            for (d, &s) in img[run.src..run.src + src.len()].iter_mut().zip(src) {
-                *d += s;
+            for (d, &v) in plane[at..at + run.len()].iter_mut().zip(run) {
+                *d += v;
             }
         } else {
-            for (k, &s) in src.iter().enumerate() {
-                img[run.src + k * g.sw] += s;
+            for (k, &v) in run.iter().enumerate() {
+                plane[at + k * g.sw] += v;
             }
         }
-    });
+    }
+}
+
+/// The column matrix of a chunk of images side by side: row `(c, i, j)` holds, for each image
+/// in turn, what tap `(i, j)` sees of its channel `c` (`cols` is
+/// `[channels·kh·kw, images·ho·wo]`). `plane_of(image, c)` gives that channel's `h × w`
+/// values. Rows are filled in parallel.
+pub(crate) fn im2col<'a, T: Float + 'a>(
+    plane_of: impl Fn(usize, usize) -> &'a [T] + Sync,
+    images: usize,
+    g: &Geom,
+    cols: &mut [T],
+) {
+    let out = g.ho * g.wo;
+    cols.par_chunks_mut((images * out).max(1))
+        .enumerate()
+        .for_each(|(row, dst)| {
+            let (c, tap) = (row / g.taps(), row % g.taps());
+            for (n, seg) in dst.chunks_exact_mut(out.max(1)).enumerate() {
+                tap_row(plane_of(n, c), g, tap / g.kw, tap % g.kw, seg);
+            }
+        });
+}
+
+/// The adjoint of [`im2col`] for one image (`img` is its `[channels, h, w]`, accumulated
+/// into): `cols` is the whole side-by-side matrix of `images` images, this one `image`.
+pub(crate) fn col2im<T: Float>(cols: &[T], images: usize, image: usize, g: &Geom, img: &mut [T]) {
+    let out = g.ho * g.wo;
+    let row_len = images * out;
+    for (c, plane) in img.chunks_exact_mut((g.h * g.w).max(1)).enumerate() {
+        for tap in 0..g.taps() {
+            let src = &cols[(c * g.taps() + tap) * row_len + image * out..][..out];
+            tap_row_add(src, g, tap / g.kw, tap % g.kw, plane);
+        }
+    }
 }
 
 /// Max pooling of one `[h, w]` plane: each output's maximum (NaN wins, as in PyTorch) and the

@@ -138,13 +138,15 @@ impl Recurrent {
         let mut seq = x.clone();
         let (mut hs, mut cs) = (Vec::new(), Vec::new());
         for (k, l) in self.layers.iter().enumerate() {
-            // The input projections of every step in one product.
-            let xi = &seq.matmul(&l.w_ih.tensor().t()) + &l.b_ih.tensor();
+            let (w_ih, b_ih) = (l.w_ih.tensor().t(), l.b_ih.tensor());
             let (w_hh, b_hh) = (l.w_hh.tensor().t(), l.b_hh.tensor());
             let (mut h, mut c) = (initial(h0, k), initial(c0, k));
             let mut outs = Vec::with_capacity(t);
             for step in 0..t {
-                let gi = xi.narrow(1, step, 1).squeeze(1);
+                // Each step projects its own input slice: the gradient of a slice is spread
+                // back over the whole tensor it was cut from, and the input is G times
+                // narrower than its projection.
+                let gi = &seq.narrow(1, step, 1).squeeze(1).matmul(&w_ih) + &b_ih;
                 let gh = &h.matmul(&w_hh) + &b_hh;
                 (h, c) = self.step(&gi, &gh, &h, &c);
                 outs.push(h.clone());

@@ -274,27 +274,63 @@ fn chunk_images(per_image: usize) -> usize {
     ((1usize << 22) / per_image.max(1)).max(1)
 }
 
-/// The column matrices of `images` of `x` (`[N, C, H, W]`), one per image and group, in that
-/// order, into `cols` (reused from chunk to chunk).
+/// Channels `ch0..ch0 + chans` of images `images` of a `[N, channels, plane]` buffer, side by
+/// side: `[chans, images·plane]` into `dst` (reused).
+fn side_by_side<T: Element>(
+    src: &[T],
+    images: &Range<usize>,
+    (channels, ch0, chans): (usize, usize, usize),
+    plane: usize,
+    dst: &mut Vec<T>,
+) {
+    let count = images.len();
+    dst.resize(chans * count * plane, T::zero());
+    for (ci, row) in dst.chunks_exact_mut((count * plane).max(1)).enumerate() {
+        for (m, seg) in row.chunks_exact_mut(plane.max(1)).enumerate() {
+            let at = ((images.start + m) * channels + ch0 + ci) * plane;
+            seg.copy_from_slice(&src[at..at + plane]);
+        }
+    }
+}
+
+/// The inverse of [`side_by_side`]: `[chans, images·plane]` written back into channels
+/// `ch0..` of a `[N, channels, plane]` buffer.
+fn unside<T: Element>(
+    src: &[T],
+    images: &Range<usize>,
+    (channels, ch0, chans): (usize, usize, usize),
+    plane: usize,
+    dst: &mut [T],
+) {
+    let count = images.len();
+    for (ci, row) in src
+        .chunks_exact((count * plane).max(1))
+        .take(chans)
+        .enumerate()
+    {
+        for (m, seg) in row.chunks_exact(plane.max(1)).enumerate() {
+            let at = ((images.start + m) * channels + ch0 + ci) * plane;
+            dst[at..at + plane].copy_from_slice(seg);
+        }
+    }
+}
+
+/// The column matrix of group `grp` of `images` of `x` (`[N, C, H, W]`), images side by side:
+/// `[C/groups · kh · kw, images · Ho · Wo]` into `cols` (reused).
 fn columns<T: Element>(
     x: &[T],
     g: &Geom,
-    groups: usize,
-    c: usize,
-    images: Range<usize>,
+    (c, cg, grp): (usize, usize, usize),
+    images: &Range<usize>,
     cols: &mut Vec<T>,
 ) {
-    let cg = c / groups;
-    let block = cg * g.taps() * g.ho * g.wo;
-    cols.resize(images.len() * groups * block, T::zero());
-    let plane = g.h * g.w;
-    cols.par_chunks_mut(block.max(1))
-        .enumerate()
-        .for_each(|(k, dst)| {
-            let (img, grp) = (images.start + k / groups, k % groups);
-            let src = &x[(img * c + grp * cg) * plane..][..cg * plane];
-            im2col(src, g, cg, dst);
-        });
+    let hw = g.h * g.w;
+    cols.resize(cg * g.taps() * images.len() * g.ho * g.wo, T::zero());
+    let plane_of = |m: usize, ci: usize| {
+        let at = ((images.start + m) * c + grp * cg + ci) * hw;
+        &x[at..at + hw]
+    };
+    im2col(plane_of, images.len(), g, cols);
 }
 
 /// A row-major `rows × cols` matrix at `offset` in `data`.
@@ -327,7 +363,8 @@ fn chunks(n: usize, per_image: usize) -> impl Iterator<Item = Range<usize>> {
     (0..n).step_by(step).map(move |n0| n0..(n0 + step).min(n))
 }
 
-/// `y[n, group] = W_group @ cols[n, group]`, written straight into `[N, O, Ho, Wo]`.
+/// `y[:, group] = W_group @ cols[group]`, each chunk of images in one product whose columns
+/// run over every image (small images make wide products, not many narrow ones).
 fn conv_forward<T: Element>(
     x: &Tensor,
     w: &Tensor,
@@ -336,23 +373,24 @@ fn conv_forward<T: Element>(
     [n, c, o]: [usize; 3],
 ) -> Tensor {
     let (xd, wd) = (x.contiguous_data::<T>(), w.contiguous_data::<T>());
-    let (og, k, plane) = (o / groups, c / groups * g.taps(), g.ho * g.wo);
-    let mut out = Vec::with_capacity(n * o * plane);
-    let mut cols = Vec::new();
-    for images in chunks(n, groups * k * plane) {
-        columns(&xd, g, groups, c, images.clone(), &mut cols);
-        let pairs: Vec<_> = (0..images.len() * groups)
-            .map(|b| {
-                let w_g = mat(&wd, (b % groups) * og * k, og, k);
-                (w_g, mat(&cols, b * k * plane, k, plane))
-            })
-            .collect();
-        gemm_batch_append(&pairs, og, plane, &mut out);
+    let (cg, og) = (c / groups, o / groups);
+    let (k, plane) = (cg * g.taps(), g.ho * g.wo);
+    let mut out = vec![T::zero(); n * o * plane];
+    let (mut cols, mut y) = (Vec::new(), Vec::new());
+    for images in chunks(n, k * plane) {
+        for grp in 0..groups {
+            columns(&xd, g, (c, cg, grp), &images, &mut cols);
+            let wide = images.len() * plane;
+            let pair = (mat(&wd, grp * og * k, og, k), mat(&cols, 0, k, wide));
+            y.clear();
+            gemm_batch_append(&[pair], og, wide, &mut y);
+            unside(&y, &images, (o, grp * og, og), plane, &mut out);
+        }
     }
     Tensor::from_data(out, &[n, o, g.ho, g.wo])
 }
 
-/// `y[n, group] = col2im(W_groupᵀ @ u[n, group])`, `y` of the geometry's input size.
+/// `y[:, group] = col2im(W_groupᵀ @ u[:, group])`, `y` of the geometry's input size.
 fn conv_t_forward<T: Element>(
     u: &Tensor,
     w: &Tensor,
@@ -362,29 +400,33 @@ fn conv_t_forward<T: Element>(
 ) -> Tensor {
     let (ud, wd) = (u.contiguous_data::<T>(), w.contiguous_data::<T>());
     let (cig, cog) = (cin / groups, cout / groups);
-    let (k, plane, image) = (cog * g.taps(), g.ho * g.wo, cog * g.h * g.w);
-    let mut out = vec![T::zero(); n * cout * g.h * g.w];
-    let mut cols = Vec::new();
-    for images in chunks(n, groups * k * plane) {
-        let blocks = images.start * groups..images.end * groups;
-        let pairs: Vec<_> = blocks
-            .clone()
-            .map(|b| {
-                let w_t = mat_t(&wd, (b % groups) * cig * k, cig, k);
-                (w_t, mat(&ud, b * cig * plane, cig, plane))
-            })
-            .collect();
-        cols.clear();
-        gemm_batch_append(&pairs, k, plane, &mut cols);
-        out[blocks.start * image..blocks.end * image]
-            .par_chunks_mut(image.max(1))
-            .zip(cols.par_chunks((k * plane).max(1)))
-            .for_each(|(img, col)| col2im(col, g, cog, img));
+    let (k, plane, hw) = (cog * g.taps(), g.ho * g.wo, g.h * g.w);
+    let mut out = vec![T::zero(); n * cout * hw];
+    let (mut us, mut cols) = (Vec::new(), Vec::new());
+    for images in chunks(n, k * plane) {
+        let count = images.len();
+        for grp in 0..groups {
+            side_by_side(&ud, &images, (cin, grp * cig, cig), plane, &mut us);
+            // W_group is [cig, k] row-major; its transpose is read in place.
+            let pair = (
+                mat_t(&wd, grp * cig * k, cig, k),
+                mat(&us, 0, cig, count * plane),
+            );
+            cols.clear();
+            gemm_batch_append(&[pair], k, count * plane, &mut cols);
+            out[images.start * cout * hw..images.end * cout * hw]
+                .par_chunks_mut((cout * hw).max(1))
+                .enumerate()
+                .for_each(|(m, img)| {
+                    let channels = &mut img[grp * cog * hw..(grp + 1) * cog * hw];
+                    col2im(&cols, count, m, g, channels);
+                });
+        }
     }
     Tensor::from_data(out, &[n, cout, g.h, g.w])
 }
 
-/// `v[group] = Σ_n dy[n, group] @ cols[n, group]ᵀ`, as `[O, C/groups, kh, kw]`.
+/// `v[group] = dy[:, group] @ cols[group]ᵀ` summed over the images, as `[O, C/groups, kh, kw]`.
 fn conv_weight<T: Element>(
     x: &Tensor,
     dy: &Tensor,
@@ -393,28 +435,22 @@ fn conv_weight<T: Element>(
     [n, c, o]: [usize; 3],
 ) -> Tensor {
     let (xd, dyd) = (x.contiguous_data::<T>(), dy.contiguous_data::<T>());
-    let (og, k, plane) = (o / groups, c / groups * g.taps(), g.ho * g.wo);
+    let (cg, og) = (c / groups, o / groups);
+    let (k, plane) = (cg * g.taps(), g.ho * g.wo);
     let mut sum = vec![T::zero(); o * k];
-    let (mut cols, mut blocks) = (Vec::new(), Vec::new());
-    for images in chunks(n, groups * k * plane) {
-        columns(&xd, g, groups, c, images.clone(), &mut cols);
-        let pairs: Vec<_> = (0..images.len() * groups)
-            .map(|b| {
-                let dy_at = (images.start * groups + b) * og * plane;
-                (
-                    mat(&dyd, dy_at, og, plane),
-                    mat_t(&cols, b * k * plane, k, plane),
-                )
-            })
-            .collect();
-        blocks.clear();
-        gemm_batch_append(&pairs, og, k, &mut blocks);
-        for (b, block) in blocks.chunks((og * k).max(1)).enumerate() {
-            let dst = &mut sum[(b % groups) * og * k..][..og * k];
-            for (d, &v) in dst.iter_mut().zip(block) {
+    let (mut cols, mut dys, mut block) = (Vec::new(), Vec::new(), Vec::new());
+    for images in chunks(n, k * plane) {
+        let wide = images.len() * plane;
+        for grp in 0..groups {
+            columns(&xd, g, (c, cg, grp), &images, &mut cols);
+            side_by_side(&dyd, &images, (o, grp * og, og), plane, &mut dys);
+            let pair = (mat(&dys, 0, og, wide), mat_t(&cols, 0, k, wide));
+            block.clear();
+            gemm_batch_append(&[pair], og, k, &mut block);
+            for (d, &v) in sum[grp * og * k..(grp + 1) * og * k].iter_mut().zip(&block) {
                 *d += v;
             }
         }
     }
-    Tensor::from_data(sum, &[o, c / groups, g.kh, g.kw])
+    Tensor::from_data(sum, &[o, cg, g.kh, g.kw])
 }

@@ -101,6 +101,14 @@ impl Plan {
     }
 }
 
+/// For sorted axes that are not one contiguous run: the last run, and the axes before it.
+fn split_last_run(axes: &[usize]) -> Option<(Vec<usize>, Vec<usize>)> {
+    let start = (1..axes.len())
+        .rev()
+        .find(|&i| axes[i] != axes[i - 1] + 1)?;
+    Some((axes[start..].to_vec(), axes[..start].to_vec()))
+}
+
 impl Tensor {
     /// Sum of all elements (0-d).
     pub fn sum(&self) -> Tensor {
@@ -119,6 +127,18 @@ impl Tensor {
         let plan = Plan::new("sum_axes", self.shape(), axes, keepdim);
         if plan.axes.is_empty() {
             return self.clone();
+        }
+        if let Some((last_run, rest)) = split_last_run(&plan.axes) {
+            // Several separate runs of axes ([N, C, H, W] over N, H and W, say): the last run
+            // first, then the others, each over contiguous memory, instead of gathering the
+            // whole tensor into a permuted copy.
+            let partial = self.sum_axes(&last_run, true);
+            let total = partial.sum_axes(&rest, true);
+            return if keepdim {
+                total
+            } else {
+                total.reshape(&plan.out_shape)
+            };
         }
         let out = with_dtype!(self.dtype(), T => plan.run::<T>(self, kr::sum));
         let keep_shape = plan.keep_shape;
