@@ -26,7 +26,7 @@ pub fn avx512_matmul() -> bool {
 pub type Dims = smallvec::SmallVec<[usize; 4]>;
 
 /// Element count above which element-wise and reduction kernels split work across threads.
-pub const PAR_THRESHOLD: usize = 1 << 15;
+pub const PAR_THRESHOLD: usize = 1 << 17;
 
 /// Elements per parallel task: large enough to amortise scheduling, small enough to balance.
 pub(crate) const PAR_CHUNK: usize = 1 << 14;

@@ -253,3 +253,41 @@ pub fn zip3<T: Copy + Sync, U: Send>(
 pub fn gather<T: Copy + Send + Sync>(shape: &[usize], a: Src<'_, T>, out: &mut [T]) {
     map(shape, a, out, |x| x);
 }
+
+/// Copies the row-major `src` (of `shape`) into the block of the row-major `out` (of
+/// `out_shape`) that starts at `start` along every axis: one contiguous run per row.
+pub fn copy_into_block<T: Copy>(
+    src: &[T],
+    shape: &[usize],
+    out: &mut [T],
+    out_shape: &[usize],
+    start: &[usize],
+) {
+    let Some((&inner, outer_axes)) = shape.split_last() else {
+        out[0] = src[0];
+        return;
+    };
+    if src.is_empty() {
+        return;
+    }
+    let strides = crate::tensor::contiguous_strides(out_shape);
+    let mut idx = vec![0usize; outer_axes.len()];
+    for row in src.chunks_exact(inner) {
+        let at: usize = idx
+            .iter()
+            .zip(start)
+            .zip(&strides)
+            .map(|((&i, &s0), &st)| (i + s0) * st)
+            .sum::<usize>()
+            + start[outer_axes.len()];
+        out[at..at + inner].copy_from_slice(row);
+        // The next row's index, last axis fastest.
+        for a in (0..idx.len()).rev() {
+            idx[a] += 1;
+            if idx[a] < outer_axes[a] {
+                break;
+            }
+            idx[a] = 0;
+        }
+    }
+}

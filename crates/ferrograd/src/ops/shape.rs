@@ -9,6 +9,7 @@ use smallvec::smallvec;
 
 use crate::autograd::record;
 use crate::error::{Error, Result};
+use crate::kernels::{strided, Float};
 use crate::tensor::{
     broadcast_shapes, checked_numel, contiguous_strides, numel_or_panic, with_dtype, Dims, Element,
     Layout, Tensor,
@@ -223,14 +224,14 @@ impl Tensor {
             "pad: padding {pads:?} makes shape {:?} larger than fits in memory",
             self.shape()
         );
-        let mut out = self.detach();
-        for (axis, &(before, after)) in pads.iter().enumerate() {
-            if before + after == 0 {
-                continue;
-            }
-            let block = |n| Tensor::full(&with_axis(out.shape(), axis, n), value, self.dtype());
-            out = Tensor::cat(&[&block(before), &out, &block(after)], axis);
-        }
+        let out_shape = padded.expect("checked above");
+        let start: Vec<usize> = pads.iter().map(|&(before, _)| before).collect();
+        let out = with_dtype!(self.dtype(), T => {
+            let mut out = vec![T::from_f64(value); checked_numel(&out_shape).expect("checked")];
+            let src = self.contiguous_data::<T>();
+            strided::copy_into_block(&src, self.shape(), &mut out, &out_shape, &start);
+            Tensor::from_data(out, &out_shape)
+        });
         let pads = pads.to_vec();
         record("pad", out, &[self], move |c, up| {
             let mut g = up.clone();
