@@ -1,4 +1,5 @@
-//! Helpers shared by the examples.
+//! Helpers shared by the examples (each uses some of them).
+#![allow(dead_code)]
 
 use ferrograd::prelude::*;
 

@@ -1,0 +1,152 @@
+//! The MNIST training job shared by `mnist` (the seed's MLP) and `mnist_cnn`: flags, data,
+//! a progress bar, the seed's per-epoch lines, checkpoints.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use crate::common::peak_rss_mib;
+use ferrograd::data::{BatchIterator, Mnist};
+use ferrograd::io::{load_checkpoint, save_checkpoint};
+use ferrograd::metrics::accuracy;
+use ferrograd::prelude::*;
+use indicatif::{ProgressBar, ProgressStyle};
+
+struct Args {
+    data: PathBuf,
+    epochs: u64,
+    batch_size: usize,
+    lr: f64,
+    seed: u64,
+    threads: Option<usize>,
+    save: Option<PathBuf>,
+    resume: Option<PathBuf>,
+}
+
+const FLAGS: &str = "[--data DIR] [--epochs N] [--batch-size N] [--lr X] [--seed N] [--threads N] \
+                     [--save PATH] [--resume PATH]";
+
+fn parse_args(name: &str, epochs: u64) -> Result<Args, String> {
+    let usage = format!("usage: {name} {FLAGS}");
+    let mut a = Args {
+        data: PathBuf::from("data/mnist"),
+        epochs,
+        batch_size: 128,
+        lr: 1e-3,
+        seed: 0,
+        threads: None,
+        save: None,
+        resume: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        if flag == "--help" || flag == "-h" {
+            return Err(usage);
+        }
+        let value = it
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value\n{usage}"))?;
+        let bad = |e: &dyn std::fmt::Display| format!("{flag} {value}: {e}");
+        match flag.as_str() {
+            "--data" => a.data = PathBuf::from(&value),
+            "--epochs" => a.epochs = value.parse().map_err(|e| bad(&e))?,
+            "--batch-size" => a.batch_size = value.parse().map_err(|e| bad(&e))?,
+            "--lr" => a.lr = value.parse().map_err(|e| bad(&e))?,
+            "--seed" => a.seed = value.parse().map_err(|e| bad(&e))?,
+            "--threads" => a.threads = Some(value.parse().map_err(|e| bad(&e))?),
+            "--save" => a.save = Some(PathBuf::from(&value)),
+            "--resume" => a.resume = Some(PathBuf::from(&value)),
+            _ => return Err(format!("unknown flag {flag}\n{usage}")),
+        }
+    }
+    if a.batch_size == 0 {
+        return Err("--batch-size must be positive".into());
+    }
+    Ok(a)
+}
+
+fn run(args: Args, build: fn(f64) -> Model) -> Result<(), String> {
+    if let Some(n) = args.threads {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global()
+            .map_err(|e| e.to_string())?;
+    }
+    let load = |train| {
+        Mnist::load(&args.data, train)
+            .map_err(|e| format!("{e}\n(fetch the data with: scripts/fetch-data.sh)"))
+    };
+    let (train, test) = (load(true)?, load(false)?);
+    println!(
+        "data: {} ({} train, {} test images)",
+        args.data.display(),
+        train.labels.len(),
+        test.labels.len()
+    );
+
+    manual_seed(args.seed);
+    let mut model = build(args.lr);
+    let mut first_epoch = 0;
+    if let Some(path) = &args.resume {
+        let ck = load_checkpoint(path).map_err(|e| e.to_string())?;
+        ck.restore(&mut model).map_err(|e| e.to_string())?;
+        first_epoch = ck.epoch;
+        println!("resumed from {} after epoch {}", path.display(), ck.epoch);
+    }
+
+    for epoch in first_epoch..args.epochs {
+        let start = Instant::now();
+        let batches = BatchIterator::epoch(&train, args.batch_size, true, args.seed, epoch, false);
+        let bar = ProgressBar::new(batches.batches() as u64);
+        bar.set_style(
+            ProgressStyle::with_template("epoch {prefix} {bar:30} {pos}/{len} {msg}")
+                .expect("a valid template")
+                .progress_chars("=> "),
+        );
+        bar.set_prefix(epoch.to_string());
+        let (mut loss_sum, mut seen) = (0.0f64, 0usize);
+        for (i, batch) in batches.enumerate() {
+            let loss = model.train_step(&batch.inputs, &batch.targets);
+            loss_sum += loss as f64 * batch.indices.len() as f64;
+            seen += batch.indices.len();
+            if i % 20 == 0 {
+                let rate = seen as f64 / start.elapsed().as_secs_f64();
+                bar.set_message(format!(
+                    "loss {:.4}  {:.0} samples/s",
+                    loss_sum / seen as f64,
+                    rate
+                ));
+            }
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        let train_secs = start.elapsed().as_secs_f64();
+        let scores = model.predict(&test.images);
+        let acc = accuracy(&scores, &test.labels);
+        println!(
+            "Epoch {epoch} {acc}  loss {:.4}  {:.2} s ({:.0} samples/s)",
+            loss_sum / seen as f64,
+            train_secs,
+            seen as f64 / train_secs
+        );
+        if let Some(path) = &args.save {
+            save_checkpoint(path, &model, epoch + 1).map_err(|e| e.to_string())?;
+        }
+    }
+    if let Some(mib) = peak_rss_mib() {
+        println!("peak memory (RSS): {mib:.0} MiB");
+    }
+    Ok(())
+}
+
+/// Parses the flags (`epochs` by default) and trains the model `build` makes for a learning
+/// rate; errors go to stderr with a failing exit code.
+pub fn main(name: &str, epochs: u64, build: fn(f64) -> Model) -> ExitCode {
+    match parse_args(name, epochs).and_then(|args| run(args, build)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("{msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
