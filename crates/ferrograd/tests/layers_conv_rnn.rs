@@ -327,3 +327,23 @@ fn a_small_cnn_learns() {
     let acc = ferrograd::metrics::accuracy(&model.predict(&x), &labels);
     assert_eq!(acc.hit_num, 32);
 }
+
+#[test]
+fn empty_batches_and_sequences_give_empty_results() {
+    let x = Tensor::zeros(&[0, 3, 8, 8], DType::F32);
+    let c = Conv2D::new(3, 4, 3).padding(1);
+    assert_eq!(c.forward(&x, Mode::Eval).shape(), &[0, 4, 8, 8]);
+    assert_eq!(x.max_pool2d(2, 2, 0).shape(), &[0, 3, 4, 4]);
+    let t = ConvTranspose2D::new(3, 2, 4).stride(2).padding(1);
+    assert_eq!(t.forward(&x, Mode::Eval).shape(), &[0, 2, 16, 16]);
+    let lstm = LSTM::new(5, 3);
+    let h0 = Tensor::ones(&[1, 2, 3], DType::F32);
+    let (out, (h, _)) = lstm.forward_seq(
+        &Tensor::zeros(&[2, 0, 5], DType::F32),
+        Some((h0.clone(), h0.clone())),
+    );
+    assert_eq!(out.shape(), &[2, 0, 3]);
+    assert_eq!(h.to_vec::<f32>(), h0.to_vec::<f32>());
+    let (out, h) = GRU::new(5, 3).forward_seq(&Tensor::zeros(&[0, 4, 5], DType::F32), None);
+    assert_eq!((out.shape(), h.shape()), (&[0, 4, 3][..], &[1, 0, 3][..]));
+}

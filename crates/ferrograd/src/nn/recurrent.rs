@@ -151,7 +151,12 @@ impl Recurrent {
                 (h, c) = self.step(&gi, &gh, &h, &c);
                 outs.push(h.clone());
             }
-            seq = Tensor::stack(&outs.iter().collect::<Vec<_>>(), 1);
+            seq = if outs.is_empty() {
+                // An empty sequence: no outputs, and the state passes through unchanged.
+                Tensor::zeros(&[n, 0, self.hidden], x.dtype())
+            } else {
+                Tensor::stack(&outs.iter().collect::<Vec<_>>(), 1)
+            };
             hs.push(h);
             cs.push(c);
         }
