@@ -342,3 +342,77 @@ fn pooling_has_first_and_second_derivatives() {
         &[x.clone(), randn(&[2, 2, 6, 5], 5)],
     );
 }
+
+#[test]
+fn kernels_that_reach_past_the_padded_image_and_batches_split_in_chunks() {
+    // Taps that see nothing but padding on some rows and columns.
+    let cases = [
+        ([1, 1, 1, 1], [1, 1, 5, 5], ConvOpts::new().padding(2)),
+        ([2, 1, 2, 3], [2, 1, 7, 7], ConvOpts::new().padding(3)),
+        (
+            [1, 2, 3, 2],
+            [1, 2, 4, 4],
+            ConvOpts::new().padding(2).stride(2),
+        ),
+    ];
+    for (k, (xs, ws, o)) in cases.into_iter().enumerate() {
+        let (x, w) = (randn(&xs, 40 + k as u64), randn(&ws, 50 + k as u64));
+        close(
+            &x.conv2d(&w, &o),
+            &conv2d_direct(&x, &w, &o),
+            &format!("wide kernel {k}"),
+        );
+        check(
+            &format!("wide kernel {k}"),
+            |t| t[0].conv2d(&t[1], &o),
+            &[x, w],
+        );
+    }
+    // 576 × 1024 columns per image: the 10 images go through in more than one chunk.
+    let x = randn(&[10, 64, 32, 32], 60);
+    let w = randn(&[2, 64, 3, 3], 61);
+    let o = ConvOpts::new().padding(1);
+    let y = x.conv2d(&w, &o);
+    close(&y, &conv2d_direct(&x, &w, &o), "chunked batch");
+    let u = randn(y.shape(), 62);
+    let lhs = (&y * &u).sum().item();
+    let rhs = (&x * &u.conv_transpose2d(&w, &o)).sum().item();
+    assert!(
+        (lhs - rhs).abs() < 1e-8 * lhs.abs().max(1.0),
+        "{lhs} vs {rhs}"
+    );
+    // The weight gradient over both chunks: <conv2d(x, w), u> = <w, conv2d_weight(x, u)>.
+    let dw = x.conv2d_weight(&u, (3, 3), &o);
+    let rhs = (&w * &dw).sum().item();
+    assert!(
+        (lhs - rhs).abs() < 1e-8 * lhs.abs().max(1.0),
+        "{lhs} vs {rhs}"
+    );
+}
+
+#[test]
+fn output_padding_up_to_the_dilation() {
+    // PyTorch allows output_padding < max(stride, dilation): stride 1, dilation 2, output
+    // padding 1 gives 8×8 from 3×3, the last row and column receiving nothing.
+    let u = randn(&[1, 2, 3, 3], 70);
+    let w = randn(&[2, 1, 3, 3], 71);
+    let o = ConvOpts::new().dilation(2).output_padding(1);
+    let z = u.conv_transpose2d(&w, &o);
+    assert_eq!(z.shape(), &[1, 1, 8, 8]);
+    let zv = z.to_vec::<f64>();
+    assert!((0..8).all(|i| zv[7 * 8 + i] == 0.0 && zv[i * 8 + 7] == 0.0));
+    // Still the adjoint of the convolution, read on the input's 3×3.
+    let y = randn(&[1, 1, 8, 8], 72);
+    let back = y.conv2d(&w, &o).narrow(2, 0, 3).narrow(3, 0, 3);
+    let lhs = (&z * &y).sum().item();
+    let rhs = (&u * &back).sum().item();
+    assert!(
+        (lhs - rhs).abs() < 1e-9 * lhs.abs().max(1.0),
+        "{lhs} vs {rhs}"
+    );
+    check(
+        "conv_transpose2d, output padding past the stride",
+        |t| t[0].conv_transpose2d(&t[1], &o),
+        &[u, w],
+    );
+}

@@ -347,3 +347,51 @@ fn empty_batches_and_sequences_give_empty_results() {
     let (out, h) = GRU::new(5, 3).forward_seq(&Tensor::zeros(&[0, 4, 5], DType::F32), None);
     assert_eq!((out.shape(), h.shape()), (&[0, 4, 3][..], &[1, 0, 3][..]));
 }
+
+#[test]
+fn batchnorm1d_over_channels_and_length_with_its_affine_parameters() {
+    let bn = BatchNorm1d::new(3);
+    to_f64(&bn);
+    let params = bn.params();
+    params[0]
+        .1
+        .set(&Tensor::from_vec(vec![2.0f64, 0.5, -1.0], &[3]));
+    params[1]
+        .1
+        .set(&Tensor::from_vec(vec![0.1f64, 0.2, 0.3], &[3]));
+    let x = &randn(&[4, 3, 5], 30) * 3.0;
+    let y = bn.forward(&x, Mode::Train);
+    let (gamma, beta) = ([2.0, 0.5, -1.0], [0.1, 0.2, 0.3]);
+    let (xv, yv) = (x.to_vec::<f64>(), y.to_vec::<f64>());
+    for c in 0..3 {
+        let vals: Vec<f64> = (0..4)
+            .flat_map(|n| (0..5).map(move |l| (n * 3 + c) * 5 + l))
+            .map(|i| xv[i])
+            .collect();
+        let mean = vals.iter().sum::<f64>() / 20.0;
+        let var = vals.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 20.0;
+        for n in 0..4 {
+            for l in 0..5 {
+                let i = (n * 3 + c) * 5 + l;
+                let want = (xv[i] - mean) / (var + 1e-5).sqrt() * gamma[c] + beta[c];
+                assert!((yv[i] - want).abs() < 1e-9, "{} vs {want}", yv[i]);
+            }
+        }
+        // The running variance is unbiased over the N·L = 20 values.
+        let rv = bn.buffers()[1].1.tensor().to_vec::<f64>()[c];
+        assert!((rv - (0.9 + 0.1 * var * 20.0 / 19.0)).abs() < 1e-12);
+    }
+    // Evaluation applies the running statistics and the affine step.
+    let e = bn.forward(&x, Mode::Eval).to_vec::<f64>();
+    let (rm, rv) = (
+        bn.buffers()[0].1.tensor().to_vec::<f64>(),
+        bn.buffers()[1].1.tensor().to_vec::<f64>(),
+    );
+    let i = (2 * 3 + 1) * 5 + 4;
+    let want = (xv[i] - rm[1]) / (rv[1] + 1e-5).sqrt() * gamma[1] + beta[1];
+    assert!((e[i] - want).abs() < 1e-9);
+    // An empty batch passes through and leaves the statistics alone.
+    let empty = Tensor::zeros(&[0, 3, 5], DType::F64);
+    assert_eq!(bn.forward(&empty, Mode::Train).shape(), &[0, 3, 5]);
+    assert_eq!(bn.buffers()[2].1.tensor().item(), 1.0);
+}

@@ -89,7 +89,8 @@ impl Tap {
 fn tap_row<T: Float>(plane: &[T], g: &Geom, i: usize, j: usize, dst: &mut [T]) {
     let t = g.tap(i, j);
     for (oy, out_row) in dst.chunks_exact_mut(g.wo).enumerate() {
-        if !t.rows.contains(&oy) {
+        // A tap that sees only padding on this row (a kernel wider than the padded image).
+        if !t.rows.contains(&oy) || t.cols.is_empty() {
             out_row.iter_mut().for_each(|v| *v = T::zero());
             continue;
         }
@@ -115,6 +116,9 @@ fn tap_row<T: Float>(plane: &[T], g: &Geom, i: usize, j: usize, dst: &mut [T]) {
 /// `(i, j)` read it from.
 fn tap_row_add<T: Float>(src: &[T], g: &Geom, i: usize, j: usize, plane: &mut [T]) {
     let t = g.tap(i, j);
+    if t.cols.is_empty() {
+        return;
+    }
     for oy in t.rows.clone() {
         let at = t.src(g, oy);
         let run = &src[oy * g.wo..][t.cols.clone()];

@@ -41,6 +41,10 @@ impl BatchNorm {
         let mut keep = vec![1; x.ndim()];
         keep[1] = self.features();
         let count: usize = axes.iter().map(|&a| x.shape()[a]).product();
+        if x.numel() == 0 {
+            // An empty batch: nothing to normalise, and no statistics to learn from.
+            return x.clone();
+        }
         // One value per channel has no spread to normalise by (the output would be all
         // zeros); PyTorch refuses it too.
         assert!(

@@ -96,7 +96,8 @@ impl ConvOpts {
             out(h, kh, self.stride[0], self.padding[0], self.dilation[0]),
             out(w, kw, self.stride[1], self.padding[1], self.dilation[1]),
         ) {
-            (Some(ho), Some(wo)) if kh > 0 && kw > 0 => (ho, wo),
+            // The plane must fit too; batch and channels multiply it when the output is built.
+            (Some(ho), Some(wo)) if kh > 0 && kw > 0 && ho.checked_mul(wo).is_some() => (ho, wo),
             _ => panic!("{op}: a {kh}x{kw} kernel with {self:?} does not fit an input of {h}x{w}"),
         };
         Geom {
@@ -114,6 +115,15 @@ impl ConvOpts {
             wo,
         }
     }
+}
+
+/// `t` cut to `like`'s last two sizes (a convolution's output to the part a gradient covers).
+fn crop(t: &Tensor, like: &Tensor) -> Tensor {
+    let (h, w) = (like.shape()[2], like.shape()[3]);
+    if (t.shape()[2], t.shape()[3]) == (h, w) {
+        return t.clone();
+    }
+    t.narrow(2, 0, h).narrow(3, 0, w)
 }
 
 /// `[a, b, c, d]` of a 4-D tensor, or a panic naming `op` and `what`.
@@ -175,6 +185,12 @@ impl Tensor {
     pub fn conv_transpose2d(&self, w: &Tensor, opts: &ConvOpts) -> Tensor {
         let [_, _, h, wd] = dims4("conv_transpose2d", "input", self);
         let [_, _, kh, kw] = dims4("conv_transpose2d", "weight", w);
+        assert!(
+            opts.stride.iter().chain(&opts.dilation).all(|&v| v > 0) && h > 0 && wd > 0,
+            "conv_transpose2d: stride and dilation must be positive and the input not empty, \
+             got {opts:?} on {:?}",
+            self.shape()
+        );
         let size = |i: usize, n: usize, k: usize| -> usize {
             let (s, p, d, op) = (
                 opts.stride[i],
@@ -186,10 +202,17 @@ impl Tensor {
                 op < s.max(d),
                 "conv_transpose2d: output padding {op} must be below the stride or the dilation"
             );
-            ((n.max(1) - 1) * s + d * (k.max(1) - 1) + op + 1)
-                .checked_sub(2 * p)
+            let full = (n - 1)
+                .checked_mul(s)
+                .zip(d.checked_mul(k.saturating_sub(1)))
+                .and_then(|(a, b)| a.checked_add(b)?.checked_add(op + 1));
+            full.and_then(|f| f.checked_sub(p.checked_mul(2)?))
+                .filter(|&out| out > 0)
                 .unwrap_or_else(|| {
-                    panic!("conv_transpose2d: padding {p} exceeds the output of an input of {n}")
+                    panic!(
+                        "conv_transpose2d: padding {p} leaves no output for an input of {n} \
+                         (or the output size overflows)"
+                    )
                 })
         };
         self.conv_transpose2d_to(w, opts, (size(0, h, kh), size(1, wd, kw)))
@@ -214,19 +237,22 @@ impl Tensor {
             u.shape(),
             w.shape()
         );
-        let g = opts.geom("conv_transpose2d", out, (kh, kw));
+        let mut g = opts.geom("conv_transpose2d", out, (kh, kw));
+        // An output padding of a stride or more (allowed below the dilation) makes an output
+        // whose convolution is larger than the input: the extra positions receive nothing.
         assert!(
-            (g.ho, g.wo) == (hi, wi),
+            g.ho >= hi && g.wo >= wi,
             "conv_transpose2d: an output of {}x{} does not convolve back to the input's {hi}x{wi}",
             out.0,
             out.1
         );
+        (g.ho, g.wo) = (hi, wi);
         let y = with_dtype!(u.dtype(), T => conv_t_forward::<T>(&u, &w, &g, groups, [n, cin, cog * groups]));
         let opts = *opts;
         record("conv_transpose2d", y, &[&u, &w], move |c, up| {
             let (u, w) = (c.input(0), c.input(1));
             smallvec![
-                c.needs(0).then(|| up.conv2d(w, &opts)),
+                c.needs(0).then(|| crop(&up.conv2d(w, &opts), u)),
                 c.needs(1)
                     .then(|| up.conv2d_weight(u, (w.shape()[2], w.shape()[3]), &opts)),
             ]
@@ -247,13 +273,16 @@ impl Tensor {
             x.shape(),
             dy.shape()
         );
-        let g = opts.geom("conv2d_weight", (h, wd), (kh, kw));
+        let mut g = opts.geom("conv2d_weight", (h, wd), (kh, kw));
+        // `dy` may cover only the first rows and columns of the convolution's output (the
+        // transposed convolution's output padding): the rest count as zero.
         assert!(
-            (g.ho, g.wo) == (ho, wo),
+            g.ho >= ho && g.wo >= wo,
             "conv2d_weight: output gradient {:?} does not match the convolution of {:?}",
             dy.shape(),
             x.shape()
         );
+        (g.ho, g.wo) = (ho, wo);
         let v = with_dtype!(x.dtype(), T => conv_weight::<T>(&x, &dy, &g, groups, [n, c, o]));
         let opts = *opts;
         record("conv2d_weight", v, &[&x, &dy], move |c, up| {
@@ -261,7 +290,7 @@ impl Tensor {
             let size = (x.shape()[2], x.shape()[3]);
             smallvec![
                 c.needs(0).then(|| dy.conv_transpose2d_to(up, &opts, size)),
-                c.needs(1).then(|| x.conv2d(up, &opts)),
+                c.needs(1).then(|| crop(&x.conv2d(up, &opts), dy)),
             ]
         })
     }

@@ -19,8 +19,8 @@ use num_traits::Zero;
 /// `(planes, h, w)` of a `[N, C, H, W]` tensor, or a panic naming `op`.
 fn planes(op: &str, t: &Tensor) -> (usize, usize, usize) {
     match t.shape() {
-        &[n, c, h, w] => (n * c, h, w),
-        s => panic!("{op}: input must be [N, C, H, W], got shape {s:?}"),
+        &[n, c, h, w] if h > 0 && w > 0 => (n * c, h, w),
+        s => panic!("{op}: input must be [N, C, H, W] with H, W > 0, got shape {s:?}"),
     }
 }
 
@@ -38,11 +38,11 @@ fn fixed_windows(op: &str, size: usize, k: usize, stride: usize, pad: usize) -> 
         "{op}: kernel {k}, stride {stride} and padding {pad} need k > 0, stride > 0 and \
          padding ≤ kernel / 2"
     );
-    assert!(
-        size + 2 * pad >= k,
-        "{op}: a kernel of {k} does not fit an axis of {size} padded by {pad}"
-    );
-    let out = (size + 2 * pad - k) / stride + 1;
+    let padded = pad.checked_mul(2).and_then(|p| p.checked_add(size));
+    let Some(padded) = padded.filter(|&p| p >= k) else {
+        panic!("{op}: a kernel of {k} does not fit an axis of {size} padded by {pad}")
+    };
+    let out = (padded - k) / stride + 1;
     let start: Vec<usize> = (0..out).map(|o| (o * stride).saturating_sub(pad)).collect();
     let end = (0..out).map(|o| (o * stride + k - pad).min(size)).collect();
     Windows {
