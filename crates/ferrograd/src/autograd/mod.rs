@@ -1,6 +1,6 @@
 //! Reverse-mode automatic differentiation on a dynamic graph.
 //!
-//! An op records a [`Node`] only when one of its inputs is tracked and recording is enabled.
+//! An op records a graph node only when one of its inputs is tracked and recording is enabled.
 //! The node lives inside the op's output tensor (no allocation of its own) and keeps the op's
 //! inputs and derivative rule (a VJP written with tensor ops, so that running it with recording
 //! on yields a differentiable gradient). Inputs never point back to their consumers, so the

@@ -36,6 +36,32 @@ fn add_channel_bias(y: Tensor, bias: &Option<Param>) -> Tensor {
     }
 }
 
+/// The builder methods both convolution layers share (they hold `opts` and `bias`).
+macro_rules! conv_builders {
+    () => {
+        pub fn stride(mut self, s: usize) -> Self {
+            self.opts = self.opts.stride(s);
+            self
+        }
+
+        pub fn padding(mut self, p: usize) -> Self {
+            self.opts = self.opts.padding(p);
+            self
+        }
+
+        pub fn dilation(mut self, d: usize) -> Self {
+            self.opts = self.opts.dilation(d);
+            self
+        }
+
+        /// Without a bias (PyTorch's `bias=False`).
+        pub fn without_bias(mut self) -> Self {
+            self.bias = None;
+            self
+        }
+    };
+}
+
 /// 2-D convolution (PyTorch's `nn.Conv2d`): `weight` `[out, in/groups, k, k]`, `bias` `[out]`.
 pub struct Conv2D {
     in_channels: usize,
@@ -61,20 +87,7 @@ impl Conv2D {
         }
     }
 
-    pub fn stride(mut self, s: usize) -> Self {
-        self.opts = self.opts.stride(s);
-        self
-    }
-
-    pub fn padding(mut self, p: usize) -> Self {
-        self.opts = self.opts.padding(p);
-        self
-    }
-
-    pub fn dilation(mut self, d: usize) -> Self {
-        self.opts = self.opts.dilation(d);
-        self
-    }
+    conv_builders!();
 
     /// Channels in `groups` separate groups (the weight is drawn again for its new shape).
     pub fn groups(mut self, g: usize) -> Self {
@@ -93,12 +106,6 @@ impl Conv2D {
         ];
         let bias = self.bias.is_some().then_some(self.out_channels);
         (self.weight, self.bias) = conv_params(shape, bias);
-        self
-    }
-
-    /// Without a bias (PyTorch's `bias=False`).
-    pub fn without_bias(mut self) -> Self {
-        self.bias = None;
         self
     }
 
@@ -160,23 +167,10 @@ impl ConvTranspose2D {
         }
     }
 
-    pub fn stride(mut self, s: usize) -> Self {
-        self.opts = self.opts.stride(s);
-        self
-    }
-
-    pub fn padding(mut self, p: usize) -> Self {
-        self.opts = self.opts.padding(p);
-        self
-    }
+    conv_builders!();
 
     pub fn output_padding(mut self, p: usize) -> Self {
         self.opts = self.opts.output_padding(p);
-        self
-    }
-
-    pub fn dilation(mut self, d: usize) -> Self {
-        self.opts = self.opts.dilation(d);
         self
     }
 
@@ -197,12 +191,6 @@ impl ConvTranspose2D {
         ];
         let bias = self.bias.is_some().then_some(self.out_channels);
         (self.weight, self.bias) = conv_params(shape, bias);
-        self
-    }
-
-    /// Without a bias (PyTorch's `bias=False`).
-    pub fn without_bias(mut self) -> Self {
-        self.bias = None;
         self
     }
 }
