@@ -33,6 +33,8 @@ pub mod tensor;
 pub use error::{Error, Result};
 pub use kernels::avx512_matmul;
 pub use ops::conv::ConvOpts;
+/// The `rand` this crate is built with, so that generators passed to it need no second copy.
+pub use rand;
 
 /// The names most programs need.
 pub mod prelude {
@@ -43,7 +45,10 @@ pub mod prelude {
         detect_anomaly, enable_grad, grad, gradcheck, gradgradcheck, no_grad, GradcheckOptions,
         Gradients, Param,
     };
+    pub use crate::data::{one_hot, BatchIterator, Dataset, TensorDataset};
+    pub use crate::io::{load_checkpoint, save_checkpoint};
     pub use crate::loss::{Huber, Loss, Mae, Mse, Nll, SigmoidCrossEntropy, SoftmaxCrossEntropy};
+    pub use crate::metrics::accuracy;
     pub use crate::model::{Model, Net};
     pub use crate::nn::{
         AvgPool2D, BatchNorm1d, BatchNorm2d, Conv2D, ConvTranspose2D, Dense, Dropout, Dropout2d,
@@ -51,9 +56,10 @@ pub mod prelude {
         Reshape, Sigmoid, Softmax, Softplus, Tanh, GRU, LSTM, RNN,
     };
     pub use crate::optim::{
-        Adagrad, Adam, AdamW, Momentum, Optimizer, RAdam, RmsProp, Schedule, Sgd,
+        Adagrad, Adam, AdamW, ConstantLr, CosineAnnealing, ExponentialLr, LinearWarmup, Momentum,
+        MultiStepLr, Optimizer, RAdam, RmsProp, Schedule, Sgd, StepLr, WarmupThen,
     };
-    pub use crate::tensor::{manual_seed, DType, Tensor};
+    pub use crate::tensor::{manual_seed, with_default_rng, DType, Tensor};
     pub use crate::ConvOpts;
     pub use crate::{Error, Result};
     /// `#[derive(Module)]` (the macro shares the trait's name, as serde's derives do).

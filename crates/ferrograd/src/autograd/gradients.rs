@@ -38,11 +38,49 @@ impl Gradients {
         self.map.is_empty()
     }
 
+    /// The parameters' gradients, in `params`' order, skipping those with none.
+    pub fn of<'a>(
+        &'a self,
+        params: &'a [(String, Param)],
+    ) -> impl Iterator<Item = (&'a str, Tensor)> + 'a {
+        params
+            .iter()
+            .filter_map(|(n, p)| self.get_param(p).map(|g| (n.as_str(), g)))
+    }
+
+    /// The global L2 norm of every gradient together (what clipping by norm compares with
+    /// its bound), accumulated in f64.
+    pub fn norm(&self) -> f64 {
+        self.map
+            .values()
+            .map(|g| g.to_vec::<f64>().iter().map(|v| v * v).sum::<f64>())
+            .sum::<f64>()
+            .sqrt()
+    }
+
     /// Every gradient scaled by `factor` (averaging accumulated micro-batches, say).
     pub fn scale(&self, factor: f64) -> Gradients {
         Gradients {
             map: self.map.iter().map(|(&k, g)| (k, g * factor)).collect(),
         }
+    }
+}
+
+impl std::fmt::Debug for Gradients {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut shapes: Vec<(u64, Vec<usize>)> = self
+            .map
+            .iter()
+            .map(|(&id, g)| (id, g.shape().to_vec()))
+            .collect();
+        shapes.sort();
+        f.debug_struct("Gradients")
+            .field("leaves", &shapes.len())
+            .field(
+                "shapes",
+                &shapes.into_iter().map(|(_, s)| s).collect::<Vec<_>>(),
+            )
+            .finish()
     }
 }
 

@@ -28,4 +28,15 @@ impl Tensor {
     comparison!(le, le_scalar, <=, "<=");
     comparison!(gt, gt_scalar, >, ">");
     comparison!(ge, ge_scalar, >=, ">=");
+
+    /// Whether every element is within `atol + rtol·|other|` of `other`'s (numpy's and
+    /// PyTorch's `allclose`: the shapes broadcast, NaN equals nothing).
+    pub fn allclose(&self, other: &Tensor, rtol: f64, atol: f64) -> bool {
+        let shape = super::broadcast_shape_or_panic("allclose", self.shape(), other.shape());
+        let (a, b) = (self.broadcast_to(&shape), other.broadcast_to(&shape));
+        a.to_vec::<f64>()
+            .iter()
+            .zip(b.to_vec::<f64>())
+            .all(|(x, y)| (x - y).abs() <= atol + rtol * y.abs() || x == &y)
+    }
 }

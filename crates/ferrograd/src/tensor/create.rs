@@ -83,6 +83,30 @@ impl Tensor {
         Tensor::ones(self.shape(), self.dtype())
     }
 
+    /// `steps` evenly spaced values from `start` to `end`, both included (numpy's and
+    /// PyTorch's `linspace`).
+    pub fn linspace(start: f64, end: f64, steps: usize, dtype: DType) -> Tensor {
+        assert!(
+            start.is_finite() && end.is_finite(),
+            "linspace: bounds {start} and {end} must be finite"
+        );
+        let step = if steps > 1 {
+            (end - start) / (steps - 1) as f64
+        } else {
+            0.0
+        };
+        with_dtype!(dtype, T => {
+            let data: Vec<T> = (0..steps)
+                .map(|i| {
+                    // The last of several values is `end` exactly; a single one is `start`.
+                    let v = if i > 0 && i + 1 == steps { end } else { start + i as f64 * step };
+                    T::from_f64(v)
+                })
+                .collect();
+            Tensor::from_data(data, &[steps])
+        })
+    }
+
     /// `start, start + step, ...` up to but excluding `end`, as a 1-d tensor.
     pub fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Tensor {
         assert!(
