@@ -36,6 +36,9 @@ pub use ops::conv::ConvOpts;
 /// The `rand` this crate is built with, so that generators passed to it need no second copy.
 pub use rand;
 
+#[doc = include_str!("../docs/from_pytorch.md")]
+pub mod from_pytorch {}
+
 /// The names most programs need.
 pub mod prelude {
     pub use crate::autograd::{
