@@ -48,7 +48,7 @@ pub mod prelude {
         detect_anomaly, enable_grad, grad, gradcheck, gradgradcheck, no_grad, GradcheckOptions,
         Gradients, Param,
     };
-    pub use crate::data::{one_hot, BatchIterator, Dataset, TensorDataset};
+    pub use crate::data::{one_hot, BatchIterator, Batches, Dataset, TensorDataset};
     pub use crate::io::{load_checkpoint, save_checkpoint};
     pub use crate::loss::{Huber, Loss, Mae, Mse, Nll, SigmoidCrossEntropy, SoftmaxCrossEntropy};
     pub use crate::metrics::accuracy;

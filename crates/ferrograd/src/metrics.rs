@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use crate::data::ClassLabel;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
@@ -36,7 +37,7 @@ pub fn predicted_classes(scores: &Tensor) -> Vec<usize> {
 }
 
 /// Accuracy of `scores` `[N, C]` against class labels.
-pub fn accuracy(scores: &Tensor, labels: &[u8]) -> Accuracy {
+pub fn accuracy<L: ClassLabel>(scores: &Tensor, labels: &[L]) -> Accuracy {
     let pred = predicted_classes(scores);
     assert_eq!(
         pred.len(),
@@ -48,7 +49,7 @@ pub fn accuracy(scores: &Tensor, labels: &[u8]) -> Accuracy {
     let hit_num = pred
         .iter()
         .zip(labels)
-        .filter(|(p, l)| **p == **l as usize)
+        .filter(|(p, &l)| l.class() == Some(**p))
         .count();
     let total_num = labels.len();
     Accuracy {
@@ -64,7 +65,11 @@ pub fn accuracy(scores: &Tensor, labels: &[u8]) -> Accuracy {
 
 /// `m[true][predicted]` counts over `classes` classes. Labels come from data, so one outside
 /// `0..classes` (or a score row with more classes) is an error naming it, not a panic.
-pub fn confusion_matrix(scores: &Tensor, labels: &[u8], classes: usize) -> Result<Vec<Vec<usize>>> {
+pub fn confusion_matrix<L: ClassLabel>(
+    scores: &Tensor,
+    labels: &[L],
+    classes: usize,
+) -> Result<Vec<Vec<usize>>> {
     let pred = predicted_classes(scores);
     if pred.len() != labels.len() {
         return Err(Error::Shape(format!(
@@ -75,13 +80,13 @@ pub fn confusion_matrix(scores: &Tensor, labels: &[u8], classes: usize) -> Resul
     }
     let mut m = vec![vec![0; classes]; classes];
     for (i, (&p, &l)) in pred.iter().zip(labels).enumerate() {
-        if l as usize >= classes || p >= classes {
+        let Some(l) = l.class().filter(|&l| l < classes && p < classes) else {
             return Err(Error::Shape(format!(
                 "confusion_matrix: sample {i} has label {l} and prediction {p}, \
                  outside the {classes} classes"
             )));
-        }
-        m[l as usize][p] += 1;
+        };
+        m[l][p] += 1;
     }
     Ok(m)
 }

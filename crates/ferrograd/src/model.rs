@@ -3,7 +3,7 @@
 use crate::autograd::{no_grad, Gradients, Param};
 use crate::loss::Loss;
 use crate::nn::{indexed, Layer, Mode, Module, RngStream};
-use crate::optim::Optimizer;
+use crate::optim::{Optimizer, Schedule};
 use crate::tensor::Tensor;
 
 /// Layers applied in order (PyTorch's `nn.Sequential`). Itself a layer, so networks nest;
@@ -111,6 +111,8 @@ pub struct Model {
     net: Net,
     loss: Box<dyn Loss>,
     optimizer: Box<dyn Optimizer>,
+    /// Sets the learning rate before every update, from the number of steps taken.
+    schedule: Option<Box<dyn Schedule>>,
 }
 
 impl Model {
@@ -119,7 +121,15 @@ impl Model {
             net,
             loss: Box::new(loss),
             optimizer: Box::new(optimizer),
+            schedule: None,
         }
+    }
+
+    /// The learning rate follows `schedule`, read at the number of optimizer steps taken
+    /// before each update (step 0 first): no `set_lr` by hand in the training loop.
+    pub fn with_schedule(mut self, schedule: impl Schedule + 'static) -> Model {
+        self.schedule = Some(Box::new(schedule));
+        self
     }
 
     /// The network's output (recorded for backward in training mode).
@@ -142,6 +152,9 @@ impl Model {
 
     /// One optimizer step with `grads`.
     pub fn apply_grads(&mut self, grads: &Gradients) {
+        if let Some(s) = &self.schedule {
+            self.optimizer.set_lr(s.lr(self.optimizer.steps()));
+        }
         let params = self.net.params();
         self.optimizer.step(&params, grads);
     }

@@ -84,3 +84,57 @@ fn the_prelude_has_what_a_training_script_imports() {
     assert_eq!(Tensor::randn(&[2], DType::F32, &mut rng).shape(), &[2]);
     let _: fn(&std::path::Path) -> Result<ferrograd::io::Checkpoint> = load_checkpoint;
 }
+
+#[test]
+fn labels_of_any_integer_type_and_more_than_256_classes() {
+    let labels: Vec<usize> = vec![0, 299, 7];
+    let y = one_hot(&labels, 300);
+    assert_eq!(y.shape(), &[3, 300]);
+    assert_eq!(y.to_vec::<f32>()[300 + 299], 1.0);
+    // Predictions 0, 299 and 8.
+    let scores = one_hot(&[0usize, 299, 8], 300);
+    assert_eq!(accuracy(&scores, &labels).hit_num, 2);
+    let e = std::panic::catch_unwind(|| one_hot(&[-1i32], 3)).unwrap_err();
+    assert!(e.downcast_ref::<String>().unwrap().contains("label -1"));
+    let err = ferrograd::metrics::confusion_matrix(&scores, &[0i64, -2, 7], 300).unwrap_err();
+    assert!(err.to_string().contains("label -2"), "{err}");
+}
+
+#[test]
+fn batches_by_builder_and_a_schedule_on_the_model() {
+    let data = TensorDataset::new(
+        Tensor::arange(0.0, 10.0, 1.0, DType::F32).reshape(&[10, 1]),
+        Tensor::zeros(&[10, 1], DType::F32),
+    );
+    let batches = Batches::new(&data, 4).shuffle(3).drop_last(true);
+    let e0: Vec<Vec<usize>> = batches.epoch(0).map(|b| b.indices).collect();
+    assert_eq!(e0.len(), 2);
+    // The same as the positional form, and another order next epoch.
+    let old: Vec<Vec<usize>> = BatchIterator::epoch(&data, 4, true, 3, 0, true)
+        .map(|b| b.indices)
+        .collect();
+    assert_eq!(e0, old);
+    assert_ne!(batches.epoch(1).next().unwrap().indices, e0[0]);
+    let in_order: Vec<usize> = Batches::new(&data, 4)
+        .epoch(5)
+        .flat_map(|b| b.indices)
+        .collect();
+    assert_eq!(in_order, (0..10).collect::<Vec<_>>());
+
+    let net = Net::new(vec![Box::new(Dense::new(1, 1))]);
+    let mut model = Model::new(net, Mse::new(), Sgd::new(1.0)).with_schedule(StepLr {
+        base: 0.1,
+        step: 2,
+        gamma: 0.5,
+    });
+    let (x, y) = (
+        Tensor::ones(&[2, 1], DType::F32),
+        Tensor::zeros(&[2, 1], DType::F32),
+    );
+    let mut rates = Vec::new();
+    for _ in 0..5 {
+        model.train_step(&x, &y);
+        rates.push(model.optimizer().lr());
+    }
+    assert_eq!(rates, [0.1, 0.1, 0.05, 0.05, 0.025]);
+}

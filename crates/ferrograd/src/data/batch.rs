@@ -15,6 +15,53 @@ pub struct Batch {
     pub indices: Vec<usize>,
 }
 
+/// How to cut a dataset into batches, epoch after epoch: a builder with the options named
+/// (`Batches::new(&data, 64).shuffle(seed).drop_last(true)`), whose [`Batches::epoch`] gives
+/// that epoch's [`BatchIterator`].
+pub struct Batches<'a, D: Dataset> {
+    data: &'a D,
+    batch_size: usize,
+    seed: Option<u64>,
+    drop_last: bool,
+}
+
+impl<'a, D: Dataset> Batches<'a, D> {
+    /// Batches of `batch_size` in the data's order, the last one possibly smaller.
+    pub fn new(data: &'a D, batch_size: usize) -> Self {
+        assert!(batch_size > 0, "Batches: batch size must be positive");
+        Batches {
+            data,
+            batch_size,
+            seed: None,
+            drop_last: false,
+        }
+    }
+
+    /// A new order every epoch, drawn from `seed` and the epoch number.
+    pub fn shuffle(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Whether a last batch smaller than the others is left out.
+    pub fn drop_last(mut self, drop: bool) -> Self {
+        self.drop_last = drop;
+        self
+    }
+
+    /// The batches of epoch `epoch`.
+    pub fn epoch(&self, epoch: u64) -> BatchIterator<'a, D> {
+        BatchIterator::epoch(
+            self.data,
+            self.batch_size,
+            self.seed.is_some(),
+            self.seed.unwrap_or(0),
+            epoch,
+            self.drop_last,
+        )
+    }
+}
+
 /// Yields the batches of one epoch. Create one per epoch with [`BatchIterator::epoch`]: the
 /// order depends only on the seed and the epoch number.
 pub struct BatchIterator<'a, D: Dataset> {

@@ -4,7 +4,7 @@ mod batch;
 mod idx;
 mod mnist;
 
-pub use batch::{Batch, BatchIterator};
+pub use batch::{Batch, BatchIterator, Batches};
 pub use idx::{encode_idx_u8, parse_idx_u8, read_idx_u8, IdxU8};
 pub use mnist::Mnist;
 
@@ -53,15 +53,32 @@ impl Dataset for TensorDataset {
     }
 }
 
+/// A class label: any integer type (`u8` as IDX files store them, `usize` for many classes,
+/// plain literals); a negative one has no class.
+pub trait ClassLabel: Copy + std::fmt::Display {
+    /// The class index, or `None` for a negative label.
+    fn class(self) -> Option<usize>;
+}
+
+macro_rules! class_labels {
+    ($($t:ty),*) => {
+        $(impl ClassLabel for $t {
+            fn class(self) -> Option<usize> {
+                usize::try_from(self).ok()
+            }
+        })*
+    };
+}
+class_labels!(u8, u16, u32, u64, usize, i8, i16, i32, i64, isize);
+
 /// One-hot rows `[labels.len(), classes]` in f32.
-pub fn one_hot(labels: &[u8], classes: usize) -> Tensor {
+pub fn one_hot<L: ClassLabel>(labels: &[L], classes: usize) -> Tensor {
     let mut data = vec![0.0f32; labels.len() * classes];
     for (i, &l) in labels.iter().enumerate() {
-        assert!(
-            (l as usize) < classes,
-            "one_hot: label {l} is not below {classes} classes"
-        );
-        data[i * classes + l as usize] = 1.0;
+        let class = l.class().filter(|&c| c < classes);
+        let c =
+            class.unwrap_or_else(|| panic!("one_hot: label {l} is not a class of 0..{classes}"));
+        data[i * classes + c] = 1.0;
     }
     Tensor::from_vec(data, &[labels.len(), classes])
 }
