@@ -138,3 +138,15 @@ fn batches_by_builder_and_a_schedule_on_the_model() {
     }
     assert_eq!(rates, [0.1, 0.1, 0.05, 0.05, 0.025]);
 }
+
+#[test]
+fn updating_a_parameter_with_the_wrong_element_type_says_so() {
+    let p = Param::new(Tensor::zeros(&[2], DType::F32));
+    let e = std::panic::catch_unwind(|| p.update::<f64>(|_| ())).unwrap_err();
+    let msg = e.downcast_ref::<String>().unwrap();
+    assert!(
+        msg.contains("takes f64 elements") && msg.contains("holds f32"),
+        "{msg}"
+    );
+    assert_eq!(p.tensor().to_vec::<f32>(), vec![0.0, 0.0]);
+}

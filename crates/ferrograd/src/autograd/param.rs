@@ -100,6 +100,13 @@ impl Param {
     /// first); a closure that panics halfway leaves what it wrote.
     pub fn update<T: Element>(&self, f: impl FnOnce(&mut [T])) {
         let mut slot = self.value.write().unwrap_or_else(|e| e.into_inner());
+        assert!(
+            slot.dtype() == T::DTYPE,
+            "Param::update: the closure takes {} elements, the parameter {:?} holds {}",
+            T::DTYPE,
+            slot.shape(),
+            slot.dtype()
+        );
         // Swap the value out and unhook its node, so that the buffer is unique unless some
         // other tensor really shares it.
         let taken = std::mem::replace(&mut *slot, Tensor::from_data(Vec::<T>::new(), &[0]));
