@@ -150,3 +150,30 @@ fn updating_a_parameter_with_the_wrong_element_type_says_so() {
     );
     assert_eq!(p.tensor().to_vec::<f32>(), vec![0.0, 0.0]);
 }
+
+#[test]
+fn negative_axes_count_from_the_back() {
+    let x = Tensor::arange(0.0, 24.0, 1.0, DType::F64).reshape(&[2, 3, 4]);
+    assert_eq!(x.softmax(-1).to_vec::<f64>(), x.softmax(2).to_vec::<f64>());
+    assert_eq!(
+        x.sum_axes(&[-1, 0], false).to_vec::<f64>(),
+        x.sum_axes(&[2, 0], false).to_vec::<f64>()
+    );
+    assert_eq!(x.argmax(-2).shape(), &[2, 4]);
+    assert_eq!(x.transpose(-1, 0).shape(), &[4, 3, 2]);
+    assert_eq!(x.narrow(-1, 1, 2).shape(), &[2, 3, 2]);
+    assert_eq!(x.unsqueeze(-1).shape(), &[2, 3, 4, 1]);
+    assert_eq!(x.unsqueeze(0).squeeze(-4).shape(), &[2, 3, 4]);
+    assert_eq!(Tensor::cat(&[&x, &x], -1).shape(), &[2, 3, 8]);
+    assert_eq!(Tensor::stack(&[&x, &x], -1).shape(), &[2, 3, 4, 2]);
+    assert_eq!(x.index_select(-3, &[1]).shape(), &[1, 3, 4]);
+    // Out of range either way: the op and the shape in the message.
+    let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| x.softmax(-4))).unwrap_err();
+    let msg = e.downcast_ref::<String>().unwrap();
+    assert!(
+        msg.contains("softmax: axis -4 out of range for shape [2, 3, 4]"),
+        "{msg}"
+    );
+    assert!(Tensor::try_cat(&[&x], 3).is_err() && Tensor::try_cat(&[&x], -4).is_err());
+    assert!(x.try_index_select(-9, &[0]).is_err());
+}

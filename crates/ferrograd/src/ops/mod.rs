@@ -75,6 +75,45 @@ pub(crate) fn zip_elems<T: Element>(
     Tensor::from_data(out, &shape)
 }
 
+/// An axis: a position from the front (`usize`, or a non-negative signed integer) or, when
+/// negative, from the back (`-1` is the last axis), as numpy and PyTorch count.
+pub trait Axis: Copy + std::fmt::Display {
+    /// The position among `ndim` axes, or `None` when out of range.
+    fn position(self, ndim: usize) -> Option<usize>;
+}
+
+impl Axis for usize {
+    fn position(self, ndim: usize) -> Option<usize> {
+        (self < ndim).then_some(self)
+    }
+}
+
+macro_rules! signed_axis {
+    ($($t:ty),*) => {
+        $(impl Axis for $t {
+            fn position(self, ndim: usize) -> Option<usize> {
+                let from_back = usize::try_from(self.unsigned_abs()).ok();
+                match usize::try_from(self) {
+                    Ok(a) => (a < ndim).then_some(a),
+                    Err(_) => from_back.and_then(|b| ndim.checked_sub(b)),
+                }
+            }
+        })*
+    };
+}
+signed_axis!(i32, i64, isize);
+
+/// `axis` as a position in `shape`, or a panic naming `op`.
+pub(crate) fn axis_in<A: Axis>(op: &str, axis: A, shape: &[usize]) -> usize {
+    axis.position(shape.len())
+        .unwrap_or_else(|| panic!("{op}: axis {axis} out of range for shape {shape:?}"))
+}
+
+/// `axes` as positions in `shape`, or a panic naming `op`.
+pub(crate) fn axes_in<A: Axis>(op: &str, axes: &[A], shape: &[usize]) -> Vec<usize> {
+    axes.iter().map(|&a| axis_in(op, a, shape)).collect()
+}
+
 /// Panics naming `op` when `axis` is not an axis of `shape`.
 pub(crate) fn check_axis(op: &str, axis: usize, shape: &[usize]) {
     assert!(

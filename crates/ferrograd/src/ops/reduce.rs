@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use super::check_axis;
+use super::{axes_in, axis_in, check_axis, Axis};
 use smallvec::smallvec;
 
 use crate::autograd::{record, record_nondiff};
@@ -123,7 +123,8 @@ impl Tensor {
     }
 
     /// Sum over `axes`; with `keepdim` they stay as size-1 axes.
-    pub fn sum_axes(&self, axes: &[usize], keepdim: bool) -> Tensor {
+    pub fn sum_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
+        let axes = &axes_in("sum_axes", axes, self.shape());
         let plan = Plan::new("sum_axes", self.shape(), axes, keepdim);
         if plan.axes.is_empty() {
             return self.clone();
@@ -150,7 +151,8 @@ impl Tensor {
     }
 
     /// Mean over `axes`.
-    pub fn mean_axes(&self, axes: &[usize], keepdim: bool) -> Tensor {
+    pub fn mean_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
+        let axes = &axes_in("mean_axes", axes, self.shape());
         let plan = Plan::new("mean_axes", self.shape(), axes, keepdim);
         if plan.red == 0 {
             // numpy and PyTorch give NaN for the mean of nothing.
@@ -160,13 +162,23 @@ impl Tensor {
     }
 
     /// Maximum over `axes`. The gradient goes to the maximal elements, split evenly at ties.
-    pub fn max_axes(&self, axes: &[usize], keepdim: bool) -> Tensor {
-        self.extremum("max_axes", axes, keepdim, true)
+    pub fn max_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
+        self.extremum(
+            "max_axes",
+            &axes_in("max_axes", axes, self.shape()),
+            keepdim,
+            true,
+        )
     }
 
     /// Minimum over `axes`; gradient as in [`Tensor::max_axes`].
-    pub fn min_axes(&self, axes: &[usize], keepdim: bool) -> Tensor {
-        self.extremum("min_axes", axes, keepdim, false)
+    pub fn min_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
+        self.extremum(
+            "min_axes",
+            &axes_in("min_axes", axes, self.shape()),
+            keepdim,
+            false,
+        )
     }
 
     /// Maximum of all elements (0-d).
@@ -210,13 +222,13 @@ impl Tensor {
 
     /// Index of the largest element along `axis` (first at ties), as a tensor of this dtype
     /// with `axis` removed. Has no derivative.
-    pub fn argmax(&self, axis: usize) -> Tensor {
-        self.arg_extremum("argmax", axis, true)
+    pub fn argmax<A: Axis>(&self, axis: A) -> Tensor {
+        self.arg_extremum("argmax", axis_in("argmax", axis, self.shape()), true)
     }
 
     /// Index of the smallest element along `axis` (first at ties). Has no derivative.
-    pub fn argmin(&self, axis: usize) -> Tensor {
-        self.arg_extremum("argmin", axis, false)
+    pub fn argmin<A: Axis>(&self, axis: A) -> Tensor {
+        self.arg_extremum("argmin", axis_in("argmin", axis, self.shape()), false)
     }
 
     fn arg_extremum(&self, op: &'static str, axis: usize, is_max: bool) -> Tensor {

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::check_axis;
+use super::{axis_in, Axis};
 use smallvec::smallvec;
 
 use crate::autograd::record;
@@ -94,9 +94,11 @@ impl Tensor {
     }
 
     /// Axes `a` and `b` swapped. A view.
-    pub fn transpose(&self, a: usize, b: usize) -> Tensor {
-        check_axis("transpose", a, self.shape());
-        check_axis("transpose", b, self.shape());
+    pub fn transpose<A: Axis, B: Axis>(&self, a: A, b: B) -> Tensor {
+        let (a, b) = (
+            axis_in("transpose", a, self.shape()),
+            axis_in("transpose", b, self.shape()),
+        );
         let mut perm: Vec<usize> = (0..self.ndim()).collect();
         perm.swap(a, b);
         self.permute(&perm)
@@ -145,8 +147,8 @@ impl Tensor {
     }
 
     /// Removes axis `axis`, which must have size 1.
-    pub fn squeeze(&self, axis: usize) -> Tensor {
-        check_axis("squeeze", axis, self.shape());
+    pub fn squeeze<A: Axis>(&self, axis: A) -> Tensor {
+        let axis = axis_in("squeeze", axis, self.shape());
         assert!(
             self.shape()[axis] == 1,
             "squeeze: axis {axis} of shape {:?} has size {}, not 1",
@@ -159,12 +161,14 @@ impl Tensor {
     }
 
     /// Inserts a size-1 axis at position `axis` (0..=ndim).
-    pub fn unsqueeze(&self, axis: usize) -> Tensor {
-        assert!(
-            axis <= self.ndim(),
-            "unsqueeze: axis {axis} out of range for shape {:?}",
-            self.shape()
-        );
+    /// A negative `axis` counts from the back of the result (`-1` appends an axis).
+    pub fn unsqueeze<A: Axis>(&self, axis: A) -> Tensor {
+        let axis = axis.position(self.ndim() + 1).unwrap_or_else(|| {
+            panic!(
+                "unsqueeze: axis {axis} out of range for shape {:?}",
+                self.shape()
+            )
+        });
         let mut shape = self.shape().to_vec();
         shape.insert(axis, 1);
         self.reshape(&shape)
@@ -183,8 +187,8 @@ impl Tensor {
     }
 
     /// Elements `start..start + len` along `axis`. A view.
-    pub fn narrow(&self, axis: usize, start: usize, len: usize) -> Tensor {
-        check_axis("narrow", axis, self.shape());
+    pub fn narrow<A: Axis>(&self, axis: A, start: usize, len: usize) -> Tensor {
+        let axis = axis_in("narrow", axis, self.shape());
         let size = self.shape()[axis];
         assert!(
             start.checked_add(len).is_some_and(|end| end <= size),
@@ -243,20 +247,20 @@ impl Tensor {
     }
 
     /// Tensors joined along `axis`; all other axes must agree.
-    pub fn cat(tensors: &[&Tensor], axis: usize) -> Tensor {
+    pub fn cat<A: Axis>(tensors: &[&Tensor], axis: A) -> Tensor {
         Tensor::try_cat(tensors, axis).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    pub fn try_cat(tensors: &[&Tensor], axis: usize) -> Result<Tensor> {
+    pub fn try_cat<A: Axis>(tensors: &[&Tensor], axis: A) -> Result<Tensor> {
         let first = tensors
             .first()
             .ok_or_else(|| Error::Shape("cat: no tensors given".into()))?;
-        if axis >= first.ndim() {
+        let Some(axis) = axis.position(first.ndim()) else {
             return Err(Error::Shape(format!(
                 "cat: axis {axis} out of range for shape {:?}",
                 first.shape()
             )));
-        }
+        };
         for t in &tensors[1..] {
             let same_rank = t.ndim() == first.ndim();
             if !same_rank
@@ -300,19 +304,26 @@ impl Tensor {
     }
 
     /// Tensors of one shape stacked along a new axis `axis`.
-    pub fn stack(tensors: &[&Tensor], axis: usize) -> Tensor {
+    /// A negative `axis` counts from the back of the result.
+    pub fn stack<A: Axis>(tensors: &[&Tensor], axis: A) -> Tensor {
         let expanded: Vec<Tensor> = tensors.iter().map(|t| t.unsqueeze(axis)).collect();
         let refs: Vec<&Tensor> = expanded.iter().collect();
         Tensor::cat(&refs, axis)
     }
 
     /// The entries `indices` along `axis`, in that order (repeats allowed).
-    pub fn index_select(&self, axis: usize, indices: &[usize]) -> Tensor {
+    pub fn index_select<A: Axis>(&self, axis: A, indices: &[usize]) -> Tensor {
         self.try_index_select(axis, indices)
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
-    pub fn try_index_select(&self, axis: usize, indices: &[usize]) -> Result<Tensor> {
+    pub fn try_index_select<A: Axis>(&self, axis: A, indices: &[usize]) -> Result<Tensor> {
+        let Some(axis) = axis.position(self.ndim()) else {
+            return Err(Error::Shape(format!(
+                "index_select: axis {axis} out of range for shape {:?}",
+                self.shape()
+            )));
+        };
         check_indices("index_select", self.shape(), axis, indices)?;
         let indices: Arc<[usize]> = indices.into();
         let out = with_dtype!(self.dtype(), T => {
@@ -333,7 +344,8 @@ impl Tensor {
 
     /// This tensor with `source`'s entries along `axis` added at `indices` (repeats add up):
     /// `out[.., indices[j], ..] += source[.., j, ..]`.
-    pub fn index_add(&self, axis: usize, indices: &[usize], source: &Tensor) -> Tensor {
+    pub fn index_add<A: Axis>(&self, axis: A, indices: &[usize], source: &Tensor) -> Tensor {
+        let axis = axis_in("index_add", axis, self.shape());
         check_indices("index_add", self.shape(), axis, indices).unwrap_or_else(|e| panic!("{e}"));
         let expected = with_axis(self.shape(), axis, indices.len());
         assert!(

@@ -1,7 +1,7 @@
 //! Softmax and log-softmax along an axis, fused for stability (the maximum is subtracted before
 //! `exp`, so logits of 1000 give no overflow) and speed. Each has its own rule.
 
-use super::check_axis;
+use super::{axis_in, Axis};
 use smallvec::smallvec;
 
 use crate::autograd::record;
@@ -22,8 +22,8 @@ fn fused<T: Element>(x: &Tensor, axis: usize, log: bool) -> Tensor {
 
 impl Tensor {
     /// exp(x) / Σ exp(x) along `axis`.
-    pub fn softmax(&self, axis: usize) -> Tensor {
-        check_axis("softmax", axis, self.shape());
+    pub fn softmax<A: Axis>(&self, axis: A) -> Tensor {
+        let axis = axis_in("softmax", axis, self.shape());
         let out = with_dtype!(self.dtype(), T => fused::<T>(self, axis, false));
         record("softmax", out, &[self], move |c, up| {
             let y = c.out();
@@ -33,8 +33,8 @@ impl Tensor {
     }
 
     /// x − log Σ exp(x) along `axis`.
-    pub fn log_softmax(&self, axis: usize) -> Tensor {
-        check_axis("log_softmax", axis, self.shape());
+    pub fn log_softmax<A: Axis>(&self, axis: A) -> Tensor {
+        let axis = axis_in("log_softmax", axis, self.shape());
         let out = with_dtype!(self.dtype(), T => fused::<T>(self, axis, true));
         record("log_softmax", out, &[self], move |c, up| {
             let total = up.sum_axes(&[axis], true);
