@@ -65,7 +65,8 @@ pub fn truncated_normal(
     Tensor::from_vec(data, shape).to_dtype(dtype)
 }
 
-/// Glorot/Xavier uniform: U(±√(6 / (fan_in + fan_out))) (tinynn's default for dense layers).
+/// Glorot/Xavier uniform: U(±√(6 / (fan_in + fan_out))) (PyTorch's `xavier_uniform_`; what
+/// `Dense::new` uses).
 pub fn xavier_uniform(shape: &[usize], dtype: DType, rng: &mut impl Rng) -> Tensor {
     let (fi, fo) = fans(shape);
     let a = (6.0 / (fi + fo) as f64).sqrt();

@@ -1,4 +1,4 @@
-//! Evaluation: classification accuracy (with the seed's total / hits / accuracy), confusion
+//! Evaluation: classification accuracy (total, hits and their ratio), confusion
 //! matrices, and regression errors.
 
 use std::fmt;
@@ -16,7 +16,7 @@ pub struct Accuracy {
 }
 
 impl fmt::Display for Accuracy {
-    /// `{total_num: 10000, hit_num: 9658, accuracy: 0.9658}`, as the seed prints it.
+    /// `{total_num: 10000, hit_num: 9658, accuracy: 0.9658}`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,

@@ -1,4 +1,5 @@
-//! `Net` (ordered layers) and `Model` (net + loss + optimizer), the seed's pipeline.
+//! `Net` (layers in order, PyTorch's `nn.Sequential`) and `Model` (a net with its loss and
+//! optimizer: forward, backward, update).
 
 use crate::autograd::{no_grad, Gradients, Param};
 use crate::loss::Loss;

@@ -177,3 +177,29 @@ fn negative_axes_count_from_the_back() {
     assert!(Tensor::try_cat(&[&x], 3).is_err() && Tensor::try_cat(&[&x], -4).is_err());
     assert!(x.try_index_select(-9, &[0]).is_err());
 }
+
+#[test]
+fn random_tensors_from_the_default_generator_and_the_norm_before_clipping() {
+    manual_seed(8);
+    let a = Tensor::randn_default(&[3], DType::F64);
+    let u = Tensor::rand_uniform_default(&[4], 2.0, 3.0, DType::F32);
+    manual_seed(8);
+    assert_eq!(
+        Tensor::randn_default(&[3], DType::F64).to_vec::<f64>(),
+        a.to_vec::<f64>()
+    );
+    assert!(u.to_vec::<f32>().iter().all(|&v| (2.0..3.0).contains(&v)));
+
+    let p = Param::new(Tensor::from_vec(vec![3.0f64, 4.0], &[2]));
+    let params = vec![("p".to_string(), p.clone())];
+    let mut opt = Sgd::new(0.1).clip_grad_norm(1.0);
+    assert_eq!(opt.last_grad_norm(), None);
+    // ∂(½|p|²)/∂p = p = [3, 4]: norm 5, clipped to 1.
+    opt.step(
+        &params,
+        &p.tensor().square().sum().mul_scalar(0.5).backward(),
+    );
+    assert_eq!(opt.last_grad_norm(), Some(5.0));
+    let w = p.tensor().to_vec::<f64>();
+    assert!((w[0] - (3.0 - 0.1 * 0.6)).abs() < 1e-6 && (w[1] - (4.0 - 0.1 * 0.8)).abs() < 1e-6);
+}

@@ -12,8 +12,9 @@ pub struct Dense {
 }
 
 impl Dense {
-    /// `in_features → out_features`, f32, Xavier-uniform weights and zero bias (tinynn's
-    /// initialisation; PyTorch's differs), drawn from the generator seeded by `manual_seed`.
+    /// `in_features → out_features` (PyTorch's `nn.Linear`), f32, Xavier-uniform weights and
+    /// a zero bias (PyTorch draws both from U(±1/√in) instead), from the generator seeded by
+    /// `manual_seed`.
     pub fn new(in_features: usize, out_features: usize) -> Dense {
         // Drawn in [in, out] order, then stored transposed: a seed gives the same weights as
         // it did when the layer kept that layout.

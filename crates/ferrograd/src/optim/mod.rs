@@ -105,6 +105,8 @@ pub struct Optim<R> {
     weight_decay: f64,
     clip: Option<Clip>,
     steps: u64,
+    /// The global gradient norm the last step saw, when it clips by norm.
+    last_norm: Option<f64>,
     /// Per-parameter state, by parameter identity.
     state: HashMap<u64, Vec<Tensor>>,
 }
@@ -140,6 +142,7 @@ impl<R: UpdateRule> Optim<R> {
             weight_decay: 0.0,
             clip: None,
             steps: 0,
+            last_norm: None,
             state: HashMap::new(),
         }
     }
@@ -172,6 +175,12 @@ impl<R: UpdateRule> Optim<R> {
         );
         self.clip = Some(Clip::Value(v));
         self
+    }
+
+    /// With clipping by norm: the gradients' global norm before clipping, at the last step
+    /// (PyTorch's `clip_grad_norm_` return value).
+    pub fn last_grad_norm(&self) -> Option<f64> {
+        self.last_norm
     }
 
     pub fn rule(&self) -> &R {
@@ -226,6 +235,7 @@ impl<R: UpdateRule> Optimizer for Optim<R> {
                     .map(|(_, g)| with_dtype!(g.dtype(), T => sum_squares(&g.contiguous_data::<T>())))
                     .sum();
                 let norm = total.sqrt();
+                self.last_norm = Some(norm);
                 if norm > max {
                     max / (norm + 1e-6)
                 } else {

@@ -136,6 +136,18 @@ impl Tensor {
         })
     }
 
+    /// Standard normal draws from the default generator (seeded by [`manual_seed`]), for
+    /// code that does not carry a generator of its own (PyTorch's `torch.randn`).
+    pub fn randn_default(shape: &[usize], dtype: DType) -> Tensor {
+        with_default_rng(|rng| Tensor::randn(shape, dtype, rng))
+    }
+
+    /// Uniform draws in `[low, high)` from the default generator (PyTorch's `torch.rand`
+    /// scaled).
+    pub fn rand_uniform_default(shape: &[usize], low: f64, high: f64, dtype: DType) -> Tensor {
+        with_default_rng(|rng| Tensor::rand_uniform(shape, low, high, dtype, rng))
+    }
+
     /// Uniform draws in `[low, high)` from `rng`.
     pub fn rand_uniform(
         shape: &[usize],
