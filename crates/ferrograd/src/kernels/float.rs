@@ -44,27 +44,8 @@ impl Float for f32 {
             // SAFETY: forwarded contract; the AVX-512 check was just made.
             return unsafe { super::sgemm::gemm(a, b, out) };
         }
-        let (m, k, n) = (a.rows, a.cols, b.cols);
-        // SAFETY: the caller guarantees the shapes and bounds; `out` is an exclusive borrow,
-        // so it aliases neither input.
-        unsafe {
-            matrixmultiply::sgemm(
-                m,
-                k,
-                n,
-                1.0,
-                a.ptr(),
-                a.rs as isize,
-                a.cs as isize,
-                b.ptr(),
-                b.rs as isize,
-                b.cs as isize,
-                0.0,
-                out.as_mut_ptr(),
-                n as isize,
-                1,
-            )
-        }
+        // SAFETY: forwarded contract.
+        unsafe { portable_gemm(matrixmultiply::sgemm, a, b, out) }
     }
 }
 
@@ -82,25 +63,59 @@ impl Float for f64 {
         libm::erf(self)
     }
     unsafe fn gemm_unchecked(a: MatRef<'_, f64>, b: MatRef<'_, f64>, out: &mut [f64]) {
-        let (m, k, n) = (a.rows, a.cols, b.cols);
-        // SAFETY: as for f32.
-        unsafe {
-            matrixmultiply::dgemm(
-                m,
-                k,
-                n,
-                1.0,
-                a.ptr(),
-                a.rs as isize,
-                a.cs as isize,
-                b.ptr(),
-                b.rs as isize,
-                b.cs as isize,
-                0.0,
-                out.as_mut_ptr(),
-                n as isize,
-                1,
-            )
-        }
+        // SAFETY: forwarded contract.
+        unsafe { portable_gemm(matrixmultiply::dgemm, a, b, out) }
+    }
+}
+
+/// `matrixmultiply`'s signature, shared by its f32 and f64 products.
+type MmGemm<T> = unsafe fn(
+    usize,
+    usize,
+    usize,
+    T,
+    *const T,
+    isize,
+    isize,
+    *const T,
+    isize,
+    isize,
+    T,
+    *mut T,
+    isize,
+    isize,
+);
+
+/// `out = a @ b` by `matrixmultiply` (`gemm` is its `sgemm` or `dgemm`).
+///
+/// # Safety
+/// The shapes fit (`a.cols == b.rows`, `out.len() == a.rows * b.cols`) and every element
+/// `a` and `b` address lies inside their slices.
+unsafe fn portable_gemm<T: Float>(
+    gemm: MmGemm<T>,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    out: &mut [T],
+) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    // SAFETY: the caller guarantees the shapes and bounds; `out` is an exclusive borrow, so it
+    // aliases neither input.
+    unsafe {
+        gemm(
+            m,
+            k,
+            n,
+            T::one(),
+            a.ptr(),
+            a.rs as isize,
+            a.cs as isize,
+            b.ptr(),
+            b.rs as isize,
+            b.cs as isize,
+            T::zero(),
+            out.as_mut_ptr(),
+            n as isize,
+            1,
+        )
     }
 }

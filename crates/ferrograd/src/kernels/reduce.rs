@@ -34,6 +34,27 @@ fn accumulate<T: Float>(acc: &mut [T], x: &[T], op: &impl Fn(T, T) -> T) {
     }
 }
 
+/// `f(out block, x block)` for the matching blocks of `out` (`out_block` long) and `x`
+/// (`x_block` long): on the thread pool when the input is large and there is more than one
+/// block (`several`), in order otherwise.
+fn per_block<T: Send + Sync, U: Send>(
+    out: &mut [U],
+    out_block: usize,
+    x: &[T],
+    x_block: usize,
+    several: bool,
+    f: impl Fn((&mut [U], &[T])) + Sync + Send,
+) {
+    let (out_block, x_block) = (out_block.max(1), x_block.max(1));
+    if x.len() >= PAR_THRESHOLD && several {
+        out.par_chunks_mut(out_block)
+            .zip(x.par_chunks(x_block))
+            .for_each(f);
+    } else {
+        out.chunks_mut(out_block).zip(x.chunks(x_block)).for_each(f);
+    }
+}
+
 /// Sum of a whole buffer; parallel (and pairwise across chunks) when large.
 pub fn sum_all<T: Float>(xs: &[T]) -> T {
     if xs.len() >= PAR_THRESHOLD {
@@ -117,15 +138,7 @@ pub fn fold<T: Float>(
             accumulate(o_row, x_row, &pick);
         }
     };
-    if x.len() >= PAR_THRESHOLD && outer > 1 {
-        out.par_chunks_mut(inner)
-            .zip(x.par_chunks(red * inner))
-            .for_each(block);
-    } else {
-        out.chunks_mut(inner)
-            .zip(x.chunks(red * inner))
-            .for_each(block);
-    }
+    per_block(out, inner, x, red * inner, outer > 1, block);
 }
 
 /// Index along the reduced axis of the first element that `better` prefers over all others
@@ -159,15 +172,7 @@ pub fn arg_fold<T: Float>(
             *o = at;
         }
     };
-    if x.len() >= PAR_THRESHOLD && outer > 1 {
-        out.par_chunks_mut(inner)
-            .zip(x.par_chunks(red * inner))
-            .for_each(block);
-    } else {
-        out.chunks_mut(inner)
-            .zip(x.chunks(red * inner))
-            .for_each(block);
-    }
+    per_block(out, inner, x, red * inner, outer > 1, block);
 }
 
 /// Numerically stable softmax (or log-softmax) of each row of `x` viewed as
@@ -214,13 +219,5 @@ pub fn softmax<T: Float>(
             }
         }
     };
-    if x.len() >= PAR_THRESHOLD && outer > 1 {
-        out.par_chunks_mut(red * inner)
-            .zip(x.par_chunks(red * inner))
-            .for_each(block);
-    } else {
-        out.chunks_mut(red * inner)
-            .zip(x.chunks(red * inner))
-            .for_each(block);
-    }
+    per_block(out, red * inner, x, red * inner, outer > 1, block);
 }
