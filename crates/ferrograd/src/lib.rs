@@ -64,7 +64,7 @@ pub mod prelude {
         MultiStepLr, Optimizer, RAdam, RmsProp, Schedule, Sgd, StepLr, WarmupThen,
     };
     pub use crate::tensor::{manual_seed, with_default_rng, DType, Tensor};
-    pub use crate::{Axis, ConvOpts};
+    pub use crate::ConvOpts;
     pub use crate::{Error, Result};
     /// `#[derive(Module)]` (the macro shares the trait's name, as serde's derives do).
     pub use ferrograd_derive::Module;

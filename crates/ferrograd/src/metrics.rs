@@ -49,7 +49,11 @@ pub fn accuracy<L: ClassLabel>(scores: &Tensor, labels: &[L]) -> Accuracy {
     let hit_num = pred
         .iter()
         .zip(labels)
-        .filter(|(p, &l)| l.class() == Some(**p))
+        .filter(|(p, &l)| {
+            let class = l.class();
+            assert!(class.is_some(), "accuracy: label {l} is not a class");
+            class == Some(**p)
+        })
         .count();
     let total_num = labels.len();
     Accuracy {

@@ -48,8 +48,8 @@ impl Gradients {
             .filter_map(|(n, p)| self.get_param(p).map(|g| (n.as_str(), g)))
     }
 
-    /// The global L2 norm of every gradient together (what clipping by norm compares with
-    /// its bound), accumulated in f64.
+    /// The global L2 norm of every gradient held here together, accumulated in f64 (clipping
+    /// by norm compares the same figure, over the parameters it updates).
     pub fn norm(&self) -> f64 {
         self.map
             .values()

@@ -56,7 +56,7 @@ impl Dataset for TensorDataset {
 /// A class label: any integer type (`u8` as IDX files store them, `usize` for many classes,
 /// plain literals); a negative one has no class.
 pub trait ClassLabel: Copy + std::fmt::Display {
-    /// The class index, or `None` for a negative label.
+    /// The class index, or `None` for a negative label (or one past `usize`).
     fn class(self) -> Option<usize>;
 }
 

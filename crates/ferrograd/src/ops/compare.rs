@@ -37,6 +37,13 @@ impl Tensor {
         a.to_vec::<f64>()
             .iter()
             .zip(b.to_vec::<f64>())
-            .all(|(x, y)| (x - y).abs() <= atol + rtol * y.abs() || x == &y)
+            .all(|(x, y)| {
+                // Infinities are close only to themselves (the tolerance would be infinite).
+                if x.is_finite() && y.is_finite() {
+                    (x - y).abs() <= atol + rtol * y.abs()
+                } else {
+                    *x == y
+                }
+            })
     }
 }

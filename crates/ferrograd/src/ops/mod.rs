@@ -101,7 +101,7 @@ macro_rules! signed_axis {
         })*
     };
 }
-signed_axis!(i32, i64, isize);
+signed_axis!(i8, i16, i32, i64, isize);
 
 /// `axis` as a position in `shape`, or a panic naming `op`.
 pub(crate) fn axis_in<A: Axis>(op: &str, axis: A, shape: &[usize]) -> usize {
@@ -109,9 +109,17 @@ pub(crate) fn axis_in<A: Axis>(op: &str, axis: A, shape: &[usize]) -> usize {
         .unwrap_or_else(|| panic!("{op}: axis {axis} out of range for shape {shape:?}"))
 }
 
-/// `axes` as positions in `shape`, or a panic naming `op`.
+/// `axes` as positions in `shape`, or a panic naming `op` (also when two name one axis, as
+/// numpy refuses `axis=(1, -2)` on three axes).
 pub(crate) fn axes_in<A: Axis>(op: &str, axes: &[A], shape: &[usize]) -> Vec<usize> {
-    axes.iter().map(|&a| axis_in(op, a, shape)).collect()
+    let out: Vec<usize> = axes.iter().map(|&a| axis_in(op, a, shape)).collect();
+    for (i, a) in out.iter().enumerate() {
+        assert!(
+            !out[..i].contains(a),
+            "{op}: axis {a} given twice for shape {shape:?}"
+        );
+    }
+    out
 }
 
 /// Panics naming `op` when `axis` is not an axis of `shape`.

@@ -47,6 +47,11 @@ pub trait Optimizer: Send + Sync {
     fn set_lr(&mut self, lr: f64);
     /// Number of steps taken.
     fn steps(&self) -> u64;
+    /// With clipping by norm: the gradients' global norm before clipping, at the last step
+    /// (PyTorch's `clip_grad_norm_` return value); `None` otherwise.
+    fn last_grad_norm(&self) -> Option<f64> {
+        None
+    }
     /// The state of `params` to save for an exact resume, as `"{name}.{slot}"` → tensor.
     /// Fails when two parameters share a name.
     fn state(&self, params: &[(String, Param)]) -> Result<(u64, Vec<(String, Tensor)>)>;
@@ -177,12 +182,6 @@ impl<R: UpdateRule> Optim<R> {
         self
     }
 
-    /// With clipping by norm: the gradients' global norm before clipping, at the last step
-    /// (PyTorch's `clip_grad_norm_` return value).
-    pub fn last_grad_norm(&self) -> Option<f64> {
-        self.last_norm
-    }
-
     pub fn rule(&self) -> &R {
         &self.rule
     }
@@ -260,6 +259,10 @@ impl<R: UpdateRule> Optimizer for Optim<R> {
 
     fn steps(&self) -> u64 {
         self.steps
+    }
+
+    fn last_grad_norm(&self) -> Option<f64> {
+        self.last_norm
     }
 
     fn state(&self, params: &[(String, Param)]) -> Result<(u64, Vec<(String, Tensor)>)> {

@@ -87,8 +87,8 @@ impl Tensor {
     /// PyTorch's `linspace`).
     pub fn linspace(start: f64, end: f64, steps: usize, dtype: DType) -> Tensor {
         assert!(
-            start.is_finite() && end.is_finite(),
-            "linspace: bounds {start} and {end} must be finite"
+            (end - start).is_finite(),
+            "linspace: bounds {start} and {end} must be finite, as their difference"
         );
         let step = if steps > 1 {
             (end - start) / (steps - 1) as f64
