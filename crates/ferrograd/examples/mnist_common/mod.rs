@@ -121,7 +121,7 @@ fn run(args: Args, build: fn(f64) -> Model) -> Result<(), String> {
         }
         bar.finish_and_clear();
         let train_secs = start.elapsed().as_secs_f64();
-        let scores = model.predict(&test.images);
+        let scores = predict_in_batches(&model, &test.images, 1000);
         let acc = accuracy(&scores, &test.labels);
         println!(
             "Epoch {epoch} {acc}  loss {:.4}  {:.2} s ({:.0} samples/s)",
@@ -137,6 +137,17 @@ fn run(args: Args, build: fn(f64) -> Model) -> Result<(), String> {
         println!("peak memory (RSS): {mib:.0} MiB");
     }
     Ok(())
+}
+
+/// The model's outputs for `images`, `batch` rows at a time: the activations of a whole test
+/// set at once would dominate the peak memory of a convolutional network.
+fn predict_in_batches(model: &Model, images: &Tensor, batch: usize) -> Tensor {
+    let n = images.shape()[0];
+    let parts: Vec<Tensor> = (0..n)
+        .step_by(batch)
+        .map(|i| model.predict(&images.narrow(0, i, batch.min(n - i))))
+        .collect();
+    Tensor::cat(&parts.iter().collect::<Vec<_>>(), 0)
 }
 
 /// Parses the flags (`epochs` by default) and trains the model `build` makes for a learning
