@@ -1,23 +1,10 @@
 //! Convolution, its transpose and pooling: values against direct loops written here from
 //! PyTorch's definitions, and first and second derivatives against finite differences in f64.
 
+mod common;
+
+use common::{check, randn};
 use ferrograd::prelude::*;
-use rand::rngs::StdRng;
-use rand::SeedableRng;
-
-fn randn(shape: &[usize], seed: u64) -> Tensor {
-    Tensor::randn(shape, DType::F64, &mut StdRng::seed_from_u64(seed))
-}
-
-fn check(name: &str, f: impl Fn(&[Tensor]) -> Tensor, inputs: &[Tensor]) {
-    let opts = GradcheckOptions::default();
-    if let Err(e) = gradcheck(&f, inputs, &opts) {
-        panic!("{name}: {e}");
-    }
-    if let Err(e) = gradgradcheck(&f, inputs, &opts) {
-        panic!("{name} (second order): {e}");
-    }
-}
 
 /// PyTorch's conv2d, one output element at a time.
 fn conv2d_direct(x: &Tensor, w: &Tensor, o: &ConvOpts) -> (Vec<usize>, Vec<f64>) {

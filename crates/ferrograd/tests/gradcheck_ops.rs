@@ -1,13 +1,12 @@
 //! Every differentiable op checked against central finite differences in f64, at random
 //! points, with broadcast shapes and views; second derivatives checked too.
 
+mod common;
+
+use common::{check, randn};
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-
-fn randn(shape: &[usize], seed: u64) -> Tensor {
-    Tensor::randn(shape, DType::F64, &mut StdRng::seed_from_u64(seed))
-}
 
 /// Values in [lo, hi): for ops defined on part of the line or with kinks to avoid.
 fn uniform(shape: &[usize], lo: f64, hi: f64, seed: u64) -> Tensor {
@@ -23,16 +22,6 @@ fn away_from_zero(shape: &[usize], seed: u64) -> Tensor {
 
 fn check1(name: &str, f: impl Fn(&Tensor) -> Tensor, x: &Tensor) {
     check(name, |t| f(&t[0]), std::slice::from_ref(x));
-}
-
-fn check(name: &str, f: impl Fn(&[Tensor]) -> Tensor, inputs: &[Tensor]) {
-    let opts = GradcheckOptions::default();
-    if let Err(e) = gradcheck(&f, inputs, &opts) {
-        panic!("{name}: {e}");
-    }
-    if let Err(e) = gradgradcheck(&f, inputs, &opts) {
-        panic!("{name} (second order): {e}");
-    }
 }
 
 #[test]

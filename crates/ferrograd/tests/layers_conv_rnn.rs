@@ -2,13 +2,12 @@
 //! equations (the recurrent cells against a step written out here from PyTorch's
 //! documentation), derivatives in f64 to second order, and a small CNN that learns.
 
+mod common;
+
+use common::randn;
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-
-fn randn(shape: &[usize], seed: u64) -> Tensor {
-    Tensor::randn(shape, DType::F64, &mut StdRng::seed_from_u64(seed))
-}
 
 fn names(m: &dyn Module) -> Vec<String> {
     m.state_params().into_iter().map(|(n, _)| n).collect()

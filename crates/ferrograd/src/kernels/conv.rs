@@ -1,9 +1,10 @@
 //! Convolution by im2col/col2im around the matrix product, and the window kernels of pooling.
 //!
-//! `im2col` lays one image's receptive fields out as the columns of a `[C·kh·kw, Ho·Wo]`
-//! matrix, so that a convolution is one product with the `[O, C·kh·kw]` weight; `col2im` is
-//! its adjoint (it adds each column back where it came from), which is what the transposed
-//! convolution and the input gradient need.
+//! `im2col` lays the receptive fields of a chunk of images out as the columns of one
+//! `[C·kh·kw, images·Ho·Wo]` matrix (the images side by side), so that a convolution is one
+//! wide product with the `[O, C·kh·kw]` weight; `col2im` is its adjoint (it adds each column
+//! back where it came from), which is what the transposed convolution and the input gradient
+//! need.
 
 use rayon::prelude::*;
 

@@ -16,7 +16,7 @@ use super::binary_promote;
 use crate::autograd::record;
 use crate::kernels::conv::{col2im, im2col, Geom};
 use crate::kernels::matmul::{gemm_batch_append, MatRef};
-use crate::tensor::{with_dtype, Element, Tensor};
+use crate::tensor::{numel_or_panic, with_dtype, Element, Tensor};
 
 /// Stride, padding, dilation, groups and (for the transposed convolution) output padding.
 /// Builders take `self` by value; every value applies to both spatial axes unless set per
@@ -404,7 +404,7 @@ fn conv_forward<T: Element>(
     let (xd, wd) = (x.contiguous_data::<T>(), w.contiguous_data::<T>());
     let (cg, og) = (c / groups, o / groups);
     let (k, plane) = (cg * g.taps(), g.ho * g.wo);
-    let mut out = vec![T::zero(); n * o * plane];
+    let mut out = vec![T::zero(); numel_or_panic("conv2d", &[n, o, g.ho, g.wo])];
     let (mut cols, mut y) = (Vec::new(), Vec::new());
     for images in chunks(n, k * plane) {
         for grp in 0..groups {
@@ -430,7 +430,7 @@ fn conv_t_forward<T: Element>(
     let (ud, wd) = (u.contiguous_data::<T>(), w.contiguous_data::<T>());
     let (cig, cog) = (cin / groups, cout / groups);
     let (k, plane, hw) = (cog * g.taps(), g.ho * g.wo, g.h * g.w);
-    let mut out = vec![T::zero(); n * cout * hw];
+    let mut out = vec![T::zero(); numel_or_panic("conv_transpose2d", &[n, cout, g.h, g.w])];
     let (mut us, mut cols) = (Vec::new(), Vec::new());
     for images in chunks(n, k * plane) {
         let count = images.len();

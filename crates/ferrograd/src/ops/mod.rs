@@ -122,14 +122,6 @@ pub(crate) fn axes_in<A: Axis>(op: &str, axes: &[A], shape: &[usize]) -> Vec<usi
     out
 }
 
-/// Panics naming `op` when `axis` is not an axis of `shape`.
-pub(crate) fn check_axis(op: &str, axis: usize, shape: &[usize]) {
-    assert!(
-        axis < shape.len(),
-        "{op}: axis {axis} out of range for shape {shape:?}"
-    );
-}
-
 /// `f` applied elementwise to the tensor's elements, as `with_dtype` dispatch in one line.
 macro_rules! map_dispatch {
     ($x:expr, |$v:ident| $body:expr) => {

@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use super::{axes_in, axis_in, check_axis, Axis};
+use super::{axes_in, axis_in, Axis};
 use smallvec::smallvec;
 
 use crate::autograd::{record, record_nondiff};
@@ -25,11 +25,9 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(op: &str, shape: &[usize], axes: &[usize], keepdim: bool) -> Plan {
+    /// `axes` are positions already resolved (and checked) by `axes_in`/`axis_in`.
+    fn new(shape: &[usize], axes: &[usize], keepdim: bool) -> Plan {
         let mut sorted = axes.to_vec();
-        for &a in &sorted {
-            check_axis(op, a, shape);
-        }
         sorted.sort_unstable();
         sorted.dedup();
         let reduced = |i: usize| sorted.binary_search(&i).is_ok();
@@ -125,7 +123,7 @@ impl Tensor {
     /// Sum over `axes`; with `keepdim` they stay as size-1 axes.
     pub fn sum_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
         let axes = &axes_in("sum_axes", axes, self.shape());
-        let plan = Plan::new("sum_axes", self.shape(), axes, keepdim);
+        let plan = Plan::new(self.shape(), axes, keepdim);
         if plan.axes.is_empty() {
             return self.clone();
         }
@@ -153,7 +151,7 @@ impl Tensor {
     /// Mean over `axes`.
     pub fn mean_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
         let axes = &axes_in("mean_axes", axes, self.shape());
-        let plan = Plan::new("mean_axes", self.shape(), axes, keepdim);
+        let plan = Plan::new(self.shape(), axes, keepdim);
         if plan.red == 0 {
             // numpy and PyTorch give NaN for the mean of nothing.
             return &self.sum_axes(axes, keepdim) * f64::NAN;
@@ -194,7 +192,7 @@ impl Tensor {
     }
 
     fn extremum(&self, op: &'static str, axes: &[usize], keepdim: bool, is_max: bool) -> Tensor {
-        let plan = Plan::new(op, self.shape(), axes, keepdim);
+        let plan = Plan::new(self.shape(), axes, keepdim);
         if plan.axes.is_empty() {
             return self.clone();
         }
@@ -232,7 +230,7 @@ impl Tensor {
     }
 
     fn arg_extremum(&self, op: &'static str, axis: usize, is_max: bool) -> Tensor {
-        let plan = Plan::new(op, self.shape(), &[axis], false);
+        let plan = Plan::new(self.shape(), &[axis], false);
         assert!(
             plan.red > 0,
             "{op}: reduction over an empty axis of shape {:?}",

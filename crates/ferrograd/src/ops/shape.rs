@@ -223,15 +223,17 @@ impl Tensor {
             .zip(pads)
             .map(|(&d, &(before, after))| d.checked_add(before)?.checked_add(after))
             .collect();
-        assert!(
-            padded.as_deref().and_then(checked_numel).is_some(),
-            "pad: padding {pads:?} makes shape {:?} larger than fits in memory",
-            self.shape()
-        );
-        let out_shape = padded.expect("checked above");
+        let (out_shape, len) = padded
+            .and_then(|s| checked_numel(&s).map(|n| (s, n)))
+            .unwrap_or_else(|| {
+                panic!(
+                    "pad: padding {pads:?} makes shape {:?} larger than fits in memory",
+                    self.shape()
+                )
+            });
         let start: Vec<usize> = pads.iter().map(|&(before, _)| before).collect();
         let out = with_dtype!(self.dtype(), T => {
-            let mut out = vec![T::from_f64(value); checked_numel(&out_shape).expect("checked")];
+            let mut out = vec![T::from_f64(value); len];
             let src = self.contiguous_data::<T>();
             strided::copy_into_block(&src, self.shape(), &mut out, &out_shape, &start);
             Tensor::from_data(out, &out_shape)

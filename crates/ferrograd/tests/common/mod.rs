@@ -3,6 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
+use ferrograd::prelude::*;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
 /// A fresh directory under the target dir for one test.
 pub fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
@@ -17,4 +21,21 @@ pub fn gzip(bytes: &[u8]) -> Vec<u8> {
     let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     e.write_all(bytes).unwrap();
     e.finish().unwrap()
+}
+
+/// Standard normal f64 values of `shape`, reproducible from `seed`.
+pub fn randn(shape: &[usize], seed: u64) -> Tensor {
+    Tensor::randn(shape, DType::F64, &mut StdRng::seed_from_u64(seed))
+}
+
+/// First and second derivatives of `f` at `inputs` against central differences, panicking
+/// with `name` and the worst element on a mismatch.
+pub fn check(name: &str, f: impl Fn(&[Tensor]) -> Tensor, inputs: &[Tensor]) {
+    let opts = GradcheckOptions::default();
+    if let Err(e) = gradcheck(&f, inputs, &opts) {
+        panic!("{name}: {e}");
+    }
+    if let Err(e) = gradgradcheck(&f, inputs, &opts) {
+        panic!("{name} (second order): {e}");
+    }
 }
