@@ -24,4 +24,14 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// A [`Error::Format`] naming `path`.
+    pub(crate) fn format(path: &std::path::Path, msg: impl Into<String>) -> Error {
+        Error::Format {
+            path: path.to_path_buf(),
+            msg: msg.into(),
+        }
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -10,8 +10,8 @@
 
 use std::borrow::Cow;
 
-use super::node::{record, record_impl, Grads};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::record::record_impl;
+use crate::tensor::{record, DType, Grads, Tensor};
 
 /// The stand-in `f` receives for `input`: same value, tracked back to it through an identity.
 fn stand_in(input: &Tensor) -> Tensor {

@@ -2,38 +2,15 @@
 //! however long the graph), summing the contributions of every consumer.
 
 use std::collections::hash_map::Entry;
-use std::collections::{BinaryHeap, HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::BinaryHeap;
+
+use smallvec::SmallVec;
 
 use super::anomaly;
 use super::gradients::Gradients;
-use super::mode::ModeGuard;
-use smallvec::SmallVec;
-
-use super::node::{BackwardCtx, Node, NodeKind};
-use crate::tensor::Tensor;
-
-/// Node ids are unique sequential integers: a multiplicative hash spreads them well and costs
-/// a fraction of SipHash, which matters on graphs of scalar ops.
-#[derive(Default)]
-pub(crate) struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
-pub(crate) type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
-type IdSet = HashSet<u64, BuildHasherDefault<IdHasher>>;
+use super::ids::{IdMap, IdSet};
+use crate::tensor::anomaly::in_rule;
+use crate::tensor::{BackwardCtx, ModeGuard, Node, NodeKind, Tensor};
 
 /// Which gradients a backward pass keeps.
 pub(crate) enum Targets {
@@ -173,7 +150,7 @@ pub(crate) fn run_backward(
             out: &out,
             needs: &needs,
         };
-        let grads = anomaly::in_rule(|| (rec.rule)(&ctx, &g));
+        let grads = in_rule(|| (rec.rule)(&ctx, &g));
         assert_eq!(
             grads.len(),
             rec.inputs.len(),

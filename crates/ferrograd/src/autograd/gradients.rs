@@ -3,7 +3,7 @@
 
 use std::ops::{Add, AddAssign};
 
-use super::engine::IdMap;
+use super::ids::IdMap;
 use super::param::Param;
 use crate::tensor::Tensor;
 

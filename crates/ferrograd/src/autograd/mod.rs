@@ -1,27 +1,24 @@
-//! Reverse-mode automatic differentiation on a dynamic graph.
+//! Reverse-mode automatic differentiation on a dynamic graph: the backward engine, its result
+//! (`Gradients`), custom gradients, gradient checking and anomaly detection.
 //!
-//! An op records a graph node only when one of its inputs is tracked and recording is enabled.
-//! The node lives inside the op's output tensor (no allocation of its own) and keeps the op's
-//! inputs and derivative rule (a VJP written with tensor ops, so that running it with recording
-//! on yields a differentiable gradient). Inputs never point back to their consumers, so the
-//! graph has no cycles: it is freed with the last tensor that reaches it.
+//! An op records a graph node only when one of its inputs is tracked and recording is enabled;
+//! the node and the recording are the tensor's own (`tensor::record`), so this layer sits above
+//! the ops it runs: the engine sums contributions with `+` and rules are tensor ops.
 
 mod anomaly;
 mod custom;
 mod engine;
 pub mod gradcheck;
 mod gradients;
-mod mode;
-mod node;
+mod ids;
 mod param;
 
+/// Recording scopes and graph statistics, defined with the tensor's record.
+pub use crate::tensor::{enable_grad, is_grad_enabled, live_nodes, no_grad};
 pub(crate) use anomaly::anomaly_reported;
 pub use anomaly::detect_anomaly;
 pub use custom::{custom_gradient, custom_gradient_n, custom_gradient_named};
 pub use engine::{grad, grad_with_graph};
 pub use gradcheck::{gradcheck, gradgradcheck, GradcheckOptions};
 pub use gradients::Gradients;
-pub use mode::{enable_grad, is_grad_enabled, no_grad};
-pub use node::live_nodes;
-pub(crate) use node::{record, record_nondiff, BackwardCtx, Grads, Node};
 pub use param::Param;

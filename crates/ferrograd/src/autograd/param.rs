@@ -4,8 +4,7 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use super::node::Node;
-use crate::tensor::{with_dtype, DType, Element, Tensor};
+use crate::tensor::{with_dtype, DType, Element, Node, Tensor};
 
 /// `value` as a parameter's tensor: its own contiguous buffer from offset 0 (so that updates
 /// in place are possible), tracked through `node`.

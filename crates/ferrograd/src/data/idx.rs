@@ -19,13 +19,6 @@ pub struct IdxU8 {
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 const TYPE_U8: u8 = 0x08;
 
-fn format_error(path: &Path, msg: impl Into<String>) -> Error {
-    Error::Format {
-        path: path.to_path_buf(),
-        msg: msg.into(),
-    }
-}
-
 /// Reads an IDX file of unsigned bytes, plain or gzip-compressed, checking the magic, the
 /// rank, the dimensions and the length. Every problem is an error naming the file. A
 /// compressed file is inflated only as far as its header says the data goes (plus one byte, to
@@ -35,7 +28,7 @@ pub fn read_idx_u8(path: &Path) -> Result<IdxU8> {
         path: path.to_path_buf(),
         source,
     })?;
-    let fail = |msg: String| format_error(path, msg);
+    let fail = |msg: String| Error::format(path, msg);
     if !raw.starts_with(&GZIP_MAGIC) {
         return parse_idx_u8(&raw).map_err(fail);
     }

@@ -25,6 +25,19 @@ pub fn avx512_matmul() -> bool {
 /// allocation.
 pub type Dims = smallvec::SmallVec<[usize; 4]>;
 
+/// Row-major strides of a contiguous tensor of `shape`.
+pub fn contiguous_strides(shape: &[usize]) -> Dims {
+    let mut strides = Dims::from_elem(0, shape.len());
+    let mut acc = 1;
+    for i in (0..shape.len()).rev() {
+        strides[i] = acc;
+        // Saturating: only an empty tensor's shape can overflow here, and its strides are
+        // never used to address anything.
+        acc = acc.saturating_mul(shape[i]);
+    }
+    strides
+}
+
 /// Element count above which element-wise and reduction kernels split work across threads.
 pub const PAR_THRESHOLD: usize = 1 << 17;
 

@@ -270,7 +270,7 @@ pub fn copy_into_block<T: Copy>(
     if src.is_empty() {
         return;
     }
-    let strides = crate::tensor::contiguous_strides(out_shape);
+    let strides = super::contiguous_strides(out_shape);
     let mut idx = vec![0usize; outer_axes.len()];
     for row in src.chunks_exact(inner) {
         let at: usize = idx

@@ -9,7 +9,7 @@ use std::path::Path;
 use super::RngStream;
 use crate::autograd::{no_grad, Param};
 use crate::error::{Error, Result};
-use crate::io::{load_file_tensors, save_tensors, FileTensor};
+use crate::io::tensors::{load_file_tensors, save_tensors, FileTensor};
 use crate::tensor::Tensor;
 
 /// A holder of parameters, buffers and random streams, each named by its path.

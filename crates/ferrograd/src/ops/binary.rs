@@ -4,10 +4,9 @@
 use super::{broadcast_shape_or_panic, map_dispatch, zip_dispatch};
 use smallvec::smallvec;
 
-use crate::autograd::{record, BackwardCtx, Grads};
 use crate::kernels::strided;
 use crate::kernels::Float;
-use crate::tensor::{with_dtype, DType, Tensor};
+use crate::tensor::{record, with_dtype, BackwardCtx, DType, Grads, Tensor};
 use num_traits::Zero;
 
 /// Both operands in one dtype: f32 meets f64 as f64 (the cast is differentiable).

@@ -2,8 +2,7 @@
 
 use smallvec::smallvec;
 
-use crate::autograd::record;
-use crate::tensor::{with_dtype, DType, Element, Tensor};
+use crate::tensor::{record, with_dtype, DType, Element, Tensor};
 
 impl Tensor {
     /// The same values in `dtype` (a no-op when it already is). Differentiable: the gradient is

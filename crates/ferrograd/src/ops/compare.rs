@@ -1,8 +1,7 @@
 //! Comparisons: 0/1 masks in the operands' dtype. They have no derivative.
 
 use super::{scalar_like, zip_dispatch};
-use crate::autograd::record_nondiff;
-use crate::tensor::Tensor;
+use crate::tensor::{record_nondiff, Tensor};
 use num_traits::{One, Zero};
 
 macro_rules! comparison {

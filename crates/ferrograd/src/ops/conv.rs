@@ -13,10 +13,9 @@ use rayon::prelude::*;
 use smallvec::smallvec;
 
 use super::binary_promote;
-use crate::autograd::record;
 use crate::kernels::conv::{col2im, im2col, Geom};
 use crate::kernels::matmul::{gemm_batch_append, MatRef};
-use crate::tensor::{numel_or_panic, with_dtype, Element, Tensor};
+use crate::tensor::{numel_or_panic, record, with_dtype, Element, Tensor};
 
 /// Stride, padding, dilation, groups and (for the transposed convolution) output padding.
 /// Builders take `self` by value; every value applies to both spatial axes unless set per

@@ -4,10 +4,9 @@
 use super::binary_promote;
 use smallvec::smallvec;
 
-use crate::autograd::record;
 use crate::error::{Error, Result};
 use crate::kernels::matmul::{gemm_batch, MatRef};
-use crate::tensor::{broadcast_shapes, checked_numel, with_dtype, Element, Tensor};
+use crate::tensor::{broadcast_shapes, checked_numel, record, with_dtype, Element, Tensor};
 
 impl Tensor {
     /// Matrix product `self @ other`. Panics with both shapes when they do not fit.

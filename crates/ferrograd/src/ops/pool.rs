@@ -11,9 +11,8 @@ use std::sync::Arc;
 use rayon::prelude::*;
 use smallvec::smallvec;
 
-use crate::autograd::record;
 use crate::kernels::conv::{max_pool_plane, window_mean_plane, window_mean_plane_t, Geom, Windows};
-use crate::tensor::{with_dtype, Tensor};
+use crate::tensor::{record, with_dtype, Tensor};
 use num_traits::Zero;
 
 /// `(planes, h, w)` of a `[N, C, H, W]` tensor, or a panic naming `op`.

@@ -3,8 +3,7 @@
 use rand::seq::SliceRandom;
 use rand::Rng;
 
-use crate::autograd::{no_grad, record_nondiff};
-use crate::tensor::Tensor;
+use crate::tensor::{no_grad, record_nondiff, Tensor};
 
 impl Tensor {
     /// The entries along axis 0 in a random order drawn from `rng`. Has no derivative: wrap it

@@ -5,10 +5,9 @@ use std::borrow::Cow;
 use super::{axes_in, axis_in, Axis};
 use smallvec::smallvec;
 
-use crate::autograd::{record, record_nondiff};
 use crate::kernels::reduce as kr;
 use crate::kernels::Float;
-use crate::tensor::{with_dtype, Element, Tensor};
+use crate::tensor::{record, record_nondiff, with_dtype, Element, Tensor};
 
 /// A reduction arranged for the kernels: the data as `[outer, red, inner]` in row-major order.
 struct Plan {

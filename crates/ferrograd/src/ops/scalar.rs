@@ -4,9 +4,8 @@
 use smallvec::smallvec;
 
 use super::map_dispatch;
-use crate::autograd::record;
 use crate::kernels::Float;
-use crate::tensor::Tensor;
+use crate::tensor::{record, Tensor};
 
 impl Tensor {
     /// `self + s`.

@@ -7,12 +7,11 @@ use std::sync::Arc;
 use super::{axis_in, Axis};
 use smallvec::smallvec;
 
-use crate::autograd::record;
 use crate::error::{Error, Result};
 use crate::kernels::{strided, Float};
 use crate::tensor::{
-    broadcast_shapes, checked_numel, contiguous_strides, numel_or_panic, with_dtype, Dims, Element,
-    Layout, Tensor,
+    broadcast_shapes, checked_numel, contiguous_strides, numel_or_panic, record, with_dtype, Dims,
+    Element, Layout, Tensor,
 };
 
 /// A shape with `axis` set to `len`.

@@ -4,9 +4,8 @@
 use super::{axis_in, Axis};
 use smallvec::smallvec;
 
-use crate::autograd::record;
 use crate::kernels::reduce as kr;
-use crate::tensor::{with_dtype, Element, Tensor};
+use crate::tensor::{record, with_dtype, Element, Tensor};
 
 fn fused<T: Element>(x: &Tensor, axis: usize, log: bool) -> Tensor {
     let shape = x.shape();

@@ -3,9 +3,8 @@
 use super::map_dispatch;
 use smallvec::smallvec;
 
-use crate::autograd::{record, record_nondiff};
 use crate::kernels::Float;
-use crate::tensor::Tensor;
+use crate::tensor::{record, record_nondiff, Tensor};
 use num_traits::{One, Zero};
 
 /// 1 where `x` > 0, else 0: a constant mask (untracked), for the rules of kinked functions.

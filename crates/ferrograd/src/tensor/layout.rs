@@ -2,6 +2,7 @@
 //! permute, narrow, broadcast_to, reshape of a contiguous tensor) are new layouts over the same
 //! storage.
 
+pub use crate::kernels::contiguous_strides;
 use crate::kernels::Dims;
 
 /// The number of elements of `shape`, or `None` when it does not fit in a `usize`.
@@ -16,19 +17,6 @@ pub fn checked_numel(shape: &[usize]) -> Option<usize> {
 pub(crate) fn numel_or_panic(op: &str, shape: &[usize]) -> usize {
     checked_numel(shape)
         .unwrap_or_else(|| panic!("{op}: shape {shape:?} has more elements than fit in memory"))
-}
-
-/// Row-major strides of a contiguous tensor of `shape`.
-pub fn contiguous_strides(shape: &[usize]) -> Dims {
-    let mut strides = Dims::from_elem(0, shape.len());
-    let mut acc = 1;
-    for i in (0..shape.len()).rev() {
-        strides[i] = acc;
-        // Saturating: only an empty tensor's shape can overflow here, and its strides are
-        // never used to address anything.
-        acc = acc.saturating_mul(shape[i]);
-    }
-    strides
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

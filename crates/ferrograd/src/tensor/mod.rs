@@ -1,12 +1,15 @@
 //! The [`Tensor`] handle: shape, strides and offset over shared storage, in f32 or f64.
 //!
-//! A tensor is an immutable value and cheap to clone. Its one link upward is the optional graph
-//! node that `autograd` stores in tensors that are tracked for differentiation.
+//! A tensor is an immutable value and cheap to clone. A tracked tensor carries its graph node
+//! (`record`): the tensor, its node and the recording scopes are one layer, below the ops.
 
+pub(crate) mod anomaly;
 mod create;
 mod display;
 mod element;
 mod layout;
+mod mode;
+pub(crate) mod record;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -17,10 +20,13 @@ pub use element::{DType, Element, Storage};
 pub(crate) use layout::numel_or_panic;
 pub use layout::{broadcast_shapes, checked_numel, contiguous_strides, Layout};
 
-use crate::autograd::Node;
 use crate::kernels::strided::{self, Src};
 pub use crate::kernels::Dims;
 use crate::kernels::Float;
+pub(crate) use mode::ModeGuard;
+pub use mode::{enable_grad, is_grad_enabled, no_grad};
+pub use record::live_nodes;
+pub(crate) use record::{record, record_nondiff, BackwardCtx, Grads, Node, NodeKind};
 
 /// An n-dimensional array of f32 or f64, possibly a view of another tensor's storage.
 #[derive(Clone)]

@@ -1,4 +1,10 @@
-//! Graph nodes and how ops record them.
+//! The graph node a tracked tensor carries, and how ops record it.
+//!
+//! A tensor and its node are one layer: recording needs nothing but the tensor, so the ops sit
+//! on it and the backward engine (`autograd`) reads the nodes from above. A node keeps its op's
+//! inputs and derivative rule (a VJP written with tensor ops, so that running it with recording
+//! on yields a differentiable gradient). Inputs never point back to their consumers, so the
+//! graph has no cycles: it is freed with the last tensor that reaches it.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -8,7 +14,7 @@ use smallvec::SmallVec;
 
 use super::anomaly;
 use super::mode::is_grad_enabled;
-use crate::tensor::Tensor;
+use super::Tensor;
 
 /// A derivative rule: from the context and the upstream gradient (shape of the output) to one
 /// gradient per input (`None` where the input needs none). Written with tensor ops.

@@ -1,7 +1,5 @@
-//! Checkpoints in the safetensors format: model parameters and buffers (`model.{name}`),
-//! optimizer state (`optim.{param}.{slot}`) and metadata (epoch, optimizer steps, learning
-//! rate). Writes are atomic: a temporary file in the same directory, synced, then renamed over
-//! the target, so a crash never leaves a half-written checkpoint.
+//! Named tensors in safetensors files. Writes are atomic: a temporary file in the same
+//! directory, synced, then renamed over the target, so a crash never leaves a half-written file.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -12,14 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use safetensors::tensor::{Dtype, SafeTensors, View};
 
 use crate::error::{Error, Result};
-use crate::model::{Model, Net};
-use crate::nn::{Module, RngStream, StreamState};
 use crate::tensor::{DType, Tensor};
-
-const FORMAT: &str = "ferrograd-checkpoint-2";
-/// Checkpoints of the first format named Dense's parameters `w` (`[in, out]`) and `b`, and the
-/// norms' `gamma` and `beta`; they are refused with that explanation.
-const FORMAT_1: &str = "ferrograd-checkpoint-1";
 
 /// A tensor as safetensors sees it: little-endian bytes.
 struct Bytes {
@@ -67,13 +58,6 @@ fn to_bytes(t: &Tensor) -> Bytes {
     }
 }
 
-fn format_error(path: &Path, msg: impl Into<String>) -> Error {
-    Error::Format {
-        path: path.to_path_buf(),
-        msg: msg.into(),
-    }
-}
-
 /// Writes `bytes` to `path` atomically (temporary file + fsync + rename). The temporary file
 /// `.{name}.tmp-{pid}-{count}` is unique to this write within the process and is created only
 /// if it does not exist (a writer in another PID namespace with the same name gets an error,
@@ -91,7 +75,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         .unwrap_or(Path::new("."));
     let name = path
         .file_name()
-        .ok_or_else(|| format_error(path, "not a file path"))?
+        .ok_or_else(|| Error::format(path, "not a file path"))?
         .to_string_lossy();
     remove_stale_temps(dir, &name);
     let tmp: PathBuf = dir.join(format!(
@@ -158,7 +142,7 @@ pub fn save_tensors(
         .collect();
     let views = bytes.iter().map(|(n, b)| (n.as_str(), b));
     let encoded = safetensors::serialize(views, &Some(metadata))
-        .map_err(|e| format_error(path, e.to_string()))?;
+        .map_err(|e| Error::format(path, e.to_string()))?;
     write_atomic(path, &encoded)
 }
 
@@ -172,7 +156,7 @@ pub fn load_tensors(path: &Path) -> Result<(HashMap<String, Tensor>, HashMap<Str
             Dtype::F32 => DType::F32,
             Dtype::F64 => DType::F64,
             other => {
-                return Err(format_error(
+                return Err(Error::format(
                     path,
                     format!("tensor {name}: unsupported dtype {other:?}"),
                 ))
@@ -180,7 +164,7 @@ pub fn load_tensors(path: &Path) -> Result<(HashMap<String, Tensor>, HashMap<Str
         };
         let value = t
             .to_tensor_exact(dtype)
-            .ok_or_else(|| format_error(path, format!("tensor {name}: malformed data")))?;
+            .ok_or_else(|| Error::format(path, format!("tensor {name}: malformed data")))?;
         out.insert(name, value);
     }
     Ok((out, metadata))
@@ -265,9 +249,9 @@ fn read_safetensors(path: &Path) -> Result<(HashMap<String, FileTensor>, HashMap
         source,
     })?;
     let parsed = SafeTensors::deserialize(&raw)
-        .map_err(|e| format_error(path, format!("not a valid safetensors file: {e}")))?;
+        .map_err(|e| Error::format(path, format!("not a valid safetensors file: {e}")))?;
     let (_, meta) =
-        SafeTensors::read_metadata(&raw).map_err(|e| format_error(path, e.to_string()))?;
+        SafeTensors::read_metadata(&raw).map_err(|e| Error::format(path, e.to_string()))?;
     let tensors = parsed
         .tensors()
         .into_iter()
@@ -281,183 +265,4 @@ fn read_safetensors(path: &Path) -> Result<(HashMap<String, FileTensor>, HashMap
         })
         .collect();
     Ok((tensors, meta.metadata().clone().unwrap_or_default()))
-}
-
-/// A loaded checkpoint.
-pub struct Checkpoint {
-    pub path: PathBuf,
-    /// Epochs completed when it was saved.
-    pub epoch: u64,
-    pub tensors: HashMap<String, Tensor>,
-    pub metadata: HashMap<String, String>,
-}
-
-/// Saves the model's parameters, buffers and optimizer state after `epoch` epochs.
-pub fn save_checkpoint(path: &Path, model: &Model, epoch: u64) -> Result<()> {
-    let mut tensors: Vec<(String, Tensor)> = model
-        .net()
-        .state()
-        .into_iter()
-        .map(|(n, t)| (format!("model.{n}"), t))
-        .collect();
-    let (steps, state) = model.optimizer().state(&optim_names(model))?;
-    tensors.extend(state);
-    let metadata = HashMap::from([
-        ("format".to_string(), FORMAT.to_string()),
-        ("epoch".to_string(), epoch.to_string()),
-        ("optimizer_steps".to_string(), steps.to_string()),
-        ("lr".to_string(), format!("{:e}", model.optimizer().lr())),
-    ]);
-    let mut metadata = metadata;
-    for (name, stream) in model.net().rng_streams() {
-        metadata.insert(format!("rng.{name}"), stream.state().to_string());
-    }
-    save_tensors(path, &tensors, metadata)
-}
-
-/// The model's parameters named as their optimizer state is stored: `optim.{name}`.
-fn optim_names(model: &Model) -> Vec<(String, crate::autograd::Param)> {
-    model
-        .net()
-        .params()
-        .into_iter()
-        .map(|(n, p)| (format!("optim.{n}"), p))
-        .collect()
-}
-
-/// Reads a checkpoint written by [`save_checkpoint`].
-pub fn load_checkpoint(path: &Path) -> Result<Checkpoint> {
-    let (tensors, metadata) = load_tensors(path)?;
-    if metadata.get("format").map(String::as_str) == Some(FORMAT_1) {
-        return Err(format_error(
-            path,
-            "a checkpoint of the first format, from before parameters took PyTorch's names and \
-             layouts (Dense `w` [in, out] is now `weight` [out, in], `b` is `bias`, the norms' \
-             `gamma`/`beta` are `weight`/`bias`); it cannot be read by this version",
-        ));
-    }
-    if metadata.get("format").map(String::as_str) != Some(FORMAT) {
-        return Err(format_error(
-            path,
-            format!(
-                "not a ferrograd checkpoint (format {:?})",
-                metadata.get("format")
-            ),
-        ));
-    }
-    let number = |key: &str| -> Result<u64> {
-        metadata
-            .get(key)
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| format_error(path, format!("metadata {key:?} missing or not a number")))
-    };
-    let epoch = number("epoch")?;
-    number("optimizer_steps")?;
-    Ok(Checkpoint {
-        path: path.to_path_buf(),
-        epoch,
-        tensors,
-        metadata,
-    })
-}
-
-impl Checkpoint {
-    /// Sets the model's parameters, buffers and optimizer state. Every mismatch of names,
-    /// shapes or dtypes is listed in the error, and then nothing is changed.
-    pub fn restore(&self, model: &mut Model) -> Result<()> {
-        let with_prefix = |prefix: &str| -> Vec<(String, Tensor)> {
-            let mut v: Vec<(String, Tensor)> = self
-                .tensors
-                .iter()
-                .filter_map(|(k, t)| k.strip_prefix(prefix).map(|n| (n.to_string(), t.clone())))
-                .collect();
-            v.sort_by(|a, b| a.0.cmp(&b.0));
-            v
-        };
-        let net_state: HashMap<String, Tensor> = with_prefix("model.").into_iter().collect();
-        let mut optim_state: Vec<(String, Tensor)> = self
-            .tensors
-            .iter()
-            .filter(|(k, _)| k.starts_with("optim."))
-            .map(|(k, t)| (k.clone(), t.clone()))
-            .collect();
-        optim_state.sort_by(|a, b| a.0.cmp(&b.0));
-        let params = optim_names(model);
-        // Every part is checked before anything changes, and every problem is reported.
-        let mut problems = Vec::new();
-        if let Err(e) = model.net().check_state(&net_state) {
-            problems.push(e.to_string());
-        }
-        let streams = self.rng_states(model.net()).unwrap_or_else(|e| {
-            problems.push(e);
-            Vec::new()
-        });
-        if let Err(e) = model.optimizer().check_state(&params, &optim_state) {
-            problems.push(e.to_string());
-        }
-        let lr = self.metadata.get("lr").and_then(|v| v.parse::<f64>().ok());
-        let lr = lr
-            .filter(|lr| lr.is_finite() && *lr >= 0.0)
-            .unwrap_or_else(|| {
-                problems.push(format!(
-                    "metadata \"lr\" {:?} is not a learning rate",
-                    self.metadata.get("lr")
-                ));
-                0.0
-            });
-        if !problems.is_empty() {
-            return Err(format_error(&self.path, problems.join("; ")));
-        }
-        let steps: u64 = self.metadata["optimizer_steps"]
-            .parse()
-            .expect("checked at load");
-        let fail = |e: Error| format_error(&self.path, e.to_string());
-        let optimizer = model.optimizer_mut();
-        optimizer
-            .load_state(&params, steps, optim_state)
-            .map_err(fail)?;
-        optimizer.set_lr(lr);
-        model.net().load_state(&net_state).map_err(fail)?;
-        for (stream, state) in streams {
-            stream.set_state(state);
-        }
-        Ok(())
-    }
-
-    /// The saved position of every random stream of `net` (metadata `rng.{name}`), checked
-    /// against the network's streams: each one present and well-formed, none extra.
-    fn rng_states(&self, net: &Net) -> std::result::Result<Vec<(RngStream, StreamState)>, String> {
-        let streams = net.rng_streams();
-        let mut problems = Vec::new();
-        let mut out = Vec::new();
-        for (name, stream) in &streams {
-            match self.metadata.get(&format!("rng.{name}")).map(|v| v.parse()) {
-                None => problems.push(format!("rng.{name}: missing")),
-                Some(Err(e)) => problems.push(format!("rng.{name}: {e}")),
-                Some(Ok(state)) => out.push((stream.clone(), state)),
-            }
-        }
-        let mut extra: Vec<&String> = self
-            .metadata
-            .keys()
-            .filter(|k| {
-                k.strip_prefix("rng.")
-                    .is_some_and(|n| !streams.iter().any(|(s, _)| s == n))
-            })
-            .collect();
-        extra.sort();
-        problems.extend(
-            extra
-                .into_iter()
-                .map(|k| format!("{k}: not a random stream of this network")),
-        );
-        if problems.is_empty() {
-            Ok(out)
-        } else {
-            Err(format!(
-                "random streams do not fit the network: {}",
-                problems.join("; ")
-            ))
-        }
-    }
 }
