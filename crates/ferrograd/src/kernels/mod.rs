@@ -5,6 +5,7 @@
 
 pub(crate) mod conv;
 mod float;
+pub(crate) mod index;
 pub mod matmul;
 pub mod optim;
 mod parallel;

@@ -4,21 +4,40 @@
 mod binary;
 mod cast;
 mod compare;
+mod concat;
 pub(crate) mod conv;
+mod index;
 mod matmul;
 mod operators;
 mod pool;
 mod random;
 mod reduce;
 mod scalar;
-mod shape;
 mod softmax;
 mod unary;
+mod view;
 
 pub(crate) use binary::promote as binary_promote;
 
 use crate::kernels::strided;
 use crate::tensor::{broadcast_shapes, numel_or_panic, Dims, Element, Layout, Tensor};
+
+/// A shape with `axis` set to `len`.
+pub(crate) fn with_axis(shape: &[usize], axis: usize, len: usize) -> Dims {
+    let mut s = Dims::from_slice(shape);
+    s[axis] = len;
+    s
+}
+
+/// Elements before, along and after `axis`: the `[outer, axis, inner]` view of a row-major
+/// buffer.
+pub(crate) fn split_at_axis(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    (
+        shape[..axis].iter().product(),
+        shape[axis],
+        shape[axis + 1..].iter().product(),
+    )
+}
 
 /// `f` applied to every element of `x`, as a new contiguous untracked tensor.
 pub(crate) fn map_elems<T: Element>(x: &Tensor, f: impl Fn(T) -> T + Sync) -> Tensor {

@@ -12,6 +12,7 @@ use rayon::prelude::*;
 use smallvec::smallvec;
 
 use crate::kernels::conv::{max_pool_plane, window_mean_plane, window_mean_plane_t, Geom, Windows};
+use crate::kernels::index;
 use crate::tensor::{record, with_dtype, Tensor};
 use num_traits::Zero;
 
@@ -181,13 +182,7 @@ impl Tensor {
         let (np, ho, wo) = planes("max_pool2d backward", self);
         let out = with_dtype!(self.dtype(), T => {
             let up = self.contiguous_data::<T>();
-            let mut out = vec![T::zero(); np * h * w];
-            out.par_chunks_mut((h * w).max(1)).enumerate().for_each(|(p, x)| {
-                let (src, at) = (&up[p * ho * wo..][..ho * wo], &arg[p * ho * wo..][..ho * wo]);
-                for (&v, &i) in src.iter().zip(at) {
-                    x[i] += v;
-                }
-            });
+            let out = index::scatter_add_planes(&up, arg, np, (ho * wo, h * w));
             Tensor::from_data(out, &with_hw(self, h, w))
         });
         let (arg, hw) = (arg.clone(), (ho, wo));
@@ -202,9 +197,7 @@ impl Tensor {
         let (np, h, w) = planes("max_pool2d double backward", self);
         let out = with_dtype!(self.dtype(), T => {
             let x = self.contiguous_data::<T>();
-            let out: Vec<T> = (0..np * ho * wo)
-                .map(|k| x[(k / (ho * wo)) * h * w + arg[k]])
-                .collect();
+            let out = index::gather_planes(&x, &arg[..np * ho * wo], (h * w, ho * wo));
             Tensor::from_data(out, &with_hw(self, ho, wo))
         });
         let (arg, hw) = (arg.clone(), (h, w));
