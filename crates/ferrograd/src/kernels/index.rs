@@ -1,18 +1,19 @@
-//! Gathers and scatters by index: rows of an `[outer, d, inner]` buffer selected along the
+//! Gathers and scatters by index: rows of an `[outer, mid, inner]` buffer ([`Rows`]) selected along the
 //! middle axis and added back, blocks joined along an axis, and the per-plane gather and
 //! scatter of max pooling. Every index is bounds-checked by slice indexing.
 
 use rayon::prelude::*;
 
-use super::Float;
+use super::{Float, Rows};
 
-/// Rows `indices` (in order, repeats allowed) of `x`, seen as `[outer, d, inner]`:
+/// Rows `indices` (in order, repeats allowed) of `x`, seen as `[outer, mid, inner]`:
 /// an `[outer, indices.len(), inner]` buffer.
-pub(crate) fn select<T: Copy>(
-    x: &[T],
-    (outer, d, inner): (usize, usize, usize),
-    indices: &[usize],
-) -> Vec<T> {
+pub(crate) fn select<T: Copy>(x: &[T], rows: Rows, indices: &[usize]) -> Vec<T> {
+    let Rows {
+        outer,
+        mid: d,
+        inner,
+    } = rows;
     let mut out = Vec::with_capacity(outer * indices.len() * inner);
     for o in 0..outer {
         for &i in indices {
@@ -22,14 +23,14 @@ pub(crate) fn select<T: Copy>(
     out
 }
 
-/// Adds `src` (`[outer, indices.len(), inner]`) into `out` (`[outer, d, inner]`) at rows
+/// Adds `src` (`[outer, indices.len(), inner]`) into `out` (`[outer, mid, inner]`) at rows
 /// `indices`; repeated indices add up.
-pub(crate) fn add_at<T: Float>(
-    out: &mut [T],
-    src: &[T],
-    (outer, d, inner): (usize, usize, usize),
-    indices: &[usize],
-) {
+pub(crate) fn add_at<T: Float>(out: &mut [T], src: &[T], rows: Rows, indices: &[usize]) {
+    let Rows {
+        outer,
+        mid: d,
+        inner,
+    } = rows;
     for o in 0..outer {
         for (j, &i) in indices.iter().enumerate() {
             let s = &src[(o * indices.len() + j) * inner..][..inner];

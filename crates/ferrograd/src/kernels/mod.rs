@@ -26,6 +26,26 @@ pub fn avx512_matmul() -> bool {
 /// allocation.
 pub type Dims = smallvec::SmallVec<[usize; 4]>;
 
+/// A row-major buffer seen as `[outer, mid, inner]` around one axis (or one run of axes):
+/// the form every reduction, softmax and selection along an axis takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rows {
+    pub outer: usize,
+    pub mid: usize,
+    pub inner: usize,
+}
+
+impl Rows {
+    /// `shape` around `axis`.
+    pub fn around(shape: &[usize], axis: usize) -> Rows {
+        Rows {
+            outer: shape[..axis].iter().product(),
+            mid: shape[axis],
+            inner: shape[axis + 1..].iter().product(),
+        }
+    }
+}
+
 /// Row-major strides of a contiguous tensor of `shape`.
 pub fn contiguous_strides(shape: &[usize]) -> Dims {
     let mut strides = Dims::from_elem(0, shape.len());

@@ -1,10 +1,10 @@
-//! Reductions over a contiguous buffer viewed as `[outer, reduced, inner]`: every reduction over
+//! Reductions over a contiguous buffer viewed as `[outer, mid, inner]` ([`Rows`], reducing `mid`): every reduction over
 //! a contiguous block of axes has this form (the ops layer permutes other axis sets into it).
 
 use multiversion::multiversion;
 use rayon::prelude::*;
 
-use super::{Float, PAR_CHUNK, PAR_THRESHOLD};
+use super::{Float, Rows, PAR_CHUNK, PAR_THRESHOLD};
 
 /// Sum of a contiguous run with eight independent accumulators: vectorisable, and the error
 /// grows with n/8 rather than n. Compiled for each instruction set, chosen at run time.
@@ -66,100 +66,70 @@ pub fn sum_all<T: Float>(xs: &[T]) -> T {
 }
 
 /// `out[o, j] = Σ_r x[o, r, j]`.
-pub fn sum<T: Float>(x: &[T], outer: usize, red: usize, inner: usize, out: &mut [T]) {
-    debug_assert_eq!(x.len(), outer * red * inner);
+pub fn sum<T: Float>(x: &[T], rows: Rows, out: &mut [T]) {
+    let Rows { outer, mid, inner } = rows;
+    debug_assert_eq!(x.len(), outer * mid * inner);
     debug_assert_eq!(out.len(), outer * inner);
-    if red == 0 || out.is_empty() {
+    if mid == 0 || out.is_empty() {
         // The sum of nothing is 0 (and an empty output has nothing to compute).
         out.iter_mut().for_each(|v| *v = T::zero());
-        return;
-    }
-    if inner == 1 {
-        if outer == 1 {
-            out[0] = sum_all(x);
-        } else if x.len() >= PAR_THRESHOLD {
-            out.par_iter_mut()
-                .zip(x.par_chunks(red))
-                .for_each(|(o, row)| *o = sum_run(row));
-        } else {
-            for (o, row) in out.iter_mut().zip(x.chunks(red)) {
-                *o = sum_run(row);
-            }
-        }
-        return;
-    }
-    let block = |(o_row, x_block): (&mut [T], &[T])| {
-        o_row.iter_mut().for_each(|v| *v = T::zero());
-        for x_row in x_block.chunks_exact(inner) {
-            accumulate(o_row, x_row, &|v, x| v + x);
-        }
-    };
-    if x.len() >= PAR_THRESHOLD && outer > 1 {
-        out.par_chunks_mut(inner)
-            .zip(x.par_chunks(red * inner))
-            .for_each(block);
-    } else if x.len() >= PAR_THRESHOLD {
+    } else if inner == 1 && outer == 1 {
+        out[0] = sum_all(x);
+    } else if inner == 1 {
+        per_block(out, 1, x, mid, true, |(o, row)| o[0] = sum_run(row));
+    } else if outer == 1 && x.len() >= PAR_THRESHOLD {
         // One outer block: split the kept columns across threads instead.
-        let cols = (PAR_CHUNK / red).max(64);
+        let cols = (PAR_CHUNK / mid).max(64);
         out.par_chunks_mut(cols)
             .enumerate()
             .for_each(|(ci, o_cols)| {
                 let j0 = ci * cols;
                 o_cols.iter_mut().for_each(|v| *v = T::zero());
-                for r in 0..red {
+                for r in 0..mid {
                     let x_row = &x[r * inner + j0..r * inner + j0 + o_cols.len()];
                     accumulate(o_cols, x_row, &|v, x| v + x);
                 }
             });
     } else {
-        out.chunks_mut(inner)
-            .zip(x.chunks(red * inner))
-            .for_each(block);
+        let block = |(o_row, x_block): (&mut [T], &[T])| {
+            o_row.iter_mut().for_each(|v| *v = T::zero());
+            for x_row in x_block.chunks_exact(inner) {
+                accumulate(o_row, x_row, &|v, x| v + x);
+            }
+        };
+        per_block(out, inner, x, mid * inner, outer > 1, block);
     }
 }
 
 /// `out[o, j] = fold(x[o, 0, j], x[o, 1, j], ...)` for an associative `pick` such as max or min.
-/// `red` must be at least 1.
-pub fn fold<T: Float>(
-    x: &[T],
-    outer: usize,
-    red: usize,
-    inner: usize,
-    out: &mut [T],
-    pick: impl Fn(T, T) -> T + Sync,
-) {
-    assert!(red > 0, "reduction over an empty axis");
-    if out.is_empty() {
-        return;
-    }
+/// `rows.mid` must be at least 1.
+pub fn fold<T: Float>(x: &[T], rows: Rows, out: &mut [T], pick: impl Fn(T, T) -> T + Sync) {
+    let Rows { outer, mid, inner } = rows;
+    assert!(mid > 0, "reduction over an empty axis");
     let block = |(o_row, x_block): (&mut [T], &[T])| {
         o_row.copy_from_slice(&x_block[..inner]);
         for x_row in x_block.chunks_exact(inner).skip(1) {
             accumulate(o_row, x_row, &pick);
         }
     };
-    per_block(out, inner, x, red * inner, outer > 1, block);
+    per_block(out, inner, x, mid * inner, outer > 1, block);
 }
 
 /// Index along the reduced axis of the first element that `better` prefers over all others
 /// (`better(new, best)` true means `new` wins). NaN wins, as in numpy.
 pub fn arg_fold<T: Float>(
     x: &[T],
-    outer: usize,
-    red: usize,
-    inner: usize,
+    rows: Rows,
     out: &mut [usize],
     better: impl Fn(T, T) -> bool + Sync,
 ) {
-    assert!(red > 0, "reduction over an empty axis");
-    if out.is_empty() {
-        return;
-    }
+    let Rows { outer, mid, inner } = rows;
+    assert!(mid > 0, "reduction over an empty axis");
     let block = |(o_row, x_block): (&mut [usize], &[T])| {
         for (j, o) in o_row.iter_mut().enumerate() {
             let mut best = x_block[j];
             let mut at = 0;
-            for r in 1..red {
+            for r in 1..mid {
                 let v = x_block[r * inner + j];
                 if best.is_nan() {
                     break;
@@ -172,22 +142,17 @@ pub fn arg_fold<T: Float>(
             *o = at;
         }
     };
-    per_block(out, inner, x, red * inner, outer > 1, block);
+    per_block(out, inner, x, mid * inner, outer > 1, block);
 }
 
 /// Numerically stable softmax (or log-softmax) of each row of `x` viewed as
 /// `[outer, red, inner]` along the middle axis: the row maximum is subtracted before `exp`.
-pub fn softmax<T: Float>(
-    x: &[T],
-    outer: usize,
-    red: usize,
-    inner: usize,
-    log: bool,
-    out: &mut [T],
-) {
-    if x.is_empty() {
-        return;
-    }
+pub fn softmax<T: Float>(x: &[T], rows: Rows, log: bool, out: &mut [T]) {
+    let Rows {
+        outer,
+        mid: red,
+        inner,
+    } = rows;
     let block = |(o_block, x_block): (&mut [T], &[T])| {
         for j in 0..inner {
             let mut m = T::neg_infinity();

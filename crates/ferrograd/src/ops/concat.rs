@@ -3,9 +3,9 @@
 
 use smallvec::smallvec;
 
-use super::{split_at_axis, with_axis, Axis};
+use super::{with_axis, Axis};
 use crate::error::{Error, Result};
-use crate::kernels::{index, strided, Float};
+use crate::kernels::{index, strided, Float, Rows};
 use crate::tensor::{checked_numel, record, with_dtype, Tensor};
 
 impl Tensor {
@@ -90,7 +90,7 @@ impl Tensor {
                 ))
             })?;
         let out = with_dtype!(dtype, T => {
-            let (outer, _, inner) = split_at_axis(&out_shape, axis);
+            let Rows { outer, inner, .. } = Rows::around(&out_shape, axis);
             let datas: Vec<_> = cast.iter().map(|t| t.contiguous_data::<T>()).collect();
             let parts: Vec<&[T]> = datas.iter().map(|d| &d[..]).collect();
             let runs: Vec<usize> = sizes.iter().map(|&n| n * inner).collect();

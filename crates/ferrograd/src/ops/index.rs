@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use smallvec::smallvec;
 
-use super::{axis_in, split_at_axis, with_axis, Axis};
+use super::{axis_in, with_axis, Axis};
 use crate::error::{Error, Result};
-use crate::kernels::index;
+use crate::kernels::{index, Rows};
 use crate::tensor::{record, with_dtype, Tensor};
 
 impl Tensor {
@@ -27,7 +27,7 @@ impl Tensor {
         check_indices("index_select", self.shape(), axis, indices)?;
         let indices: Arc<[usize]> = indices.into();
         let out = with_dtype!(self.dtype(), T => {
-            let rows = split_at_axis(self.shape(), axis);
+            let rows = Rows::around(self.shape(), axis);
             let out = index::select(&self.contiguous_data::<T>(), rows, &indices);
             Tensor::from_data(out, &with_axis(self.shape(), axis, indices.len()))
         });
@@ -53,7 +53,7 @@ impl Tensor {
         let source = source.to_dtype(self.dtype());
         let indices: Arc<[usize]> = indices.into();
         let out = with_dtype!(self.dtype(), T => {
-            let rows = split_at_axis(self.shape(), axis);
+            let rows = Rows::around(self.shape(), axis);
             let mut out = self.contiguous_data::<T>().into_owned();
             index::add_at(&mut out, &source.contiguous_data::<T>(), rows, &indices);
             Tensor::from_data(out, self.shape())

@@ -29,16 +29,6 @@ pub(crate) fn with_axis(shape: &[usize], axis: usize, len: usize) -> Dims {
     s
 }
 
-/// Elements before, along and after `axis`: the `[outer, axis, inner]` view of a row-major
-/// buffer.
-pub(crate) fn split_at_axis(shape: &[usize], axis: usize) -> (usize, usize, usize) {
-    (
-        shape[..axis].iter().product(),
-        shape[axis],
-        shape[axis + 1..].iter().product(),
-    )
-}
-
 /// `f` applied to every element of `x`, as a new contiguous untracked tensor.
 pub(crate) fn map_elems<T: Element>(x: &Tensor, f: impl Fn(T) -> T + Sync) -> Tensor {
     let l = x.layout();

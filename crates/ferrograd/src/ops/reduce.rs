@@ -6,16 +6,15 @@ use super::{axes_in, axis_in, Axis};
 use smallvec::smallvec;
 
 use crate::kernels::reduce as kr;
-use crate::kernels::Float;
+use crate::kernels::{Float, Rows};
 use crate::tensor::{record, record_nondiff, with_dtype, Element, Tensor};
 
 /// A reduction arranged for the kernels: the data as `[outer, red, inner]` in row-major order.
 struct Plan {
     /// Sorted, distinct reduced axes.
     axes: Vec<usize>,
-    outer: usize,
-    red: usize,
-    inner: usize,
+    /// The data as `[outer, reduced, inner]`.
+    rows: Rows,
     /// Input shape with reduced axes set to 1.
     keep_shape: Vec<usize>,
     out_shape: Vec<usize>,
@@ -59,9 +58,11 @@ impl Plan {
         };
         Plan {
             axes: sorted,
-            outer,
-            red,
-            inner,
+            rows: Rows {
+                outer,
+                mid: red,
+                inner,
+            },
             keep_shape,
             out_shape,
             permuted,
@@ -80,20 +81,10 @@ impl Plan {
         }
     }
 
-    /// Runs `kernel(data, outer, red, inner, out)` into a new tensor of the output shape.
-    fn run<T: Element>(
-        &self,
-        x: &Tensor,
-        kernel: impl FnOnce(&[T], usize, usize, usize, &mut [T]),
-    ) -> Tensor {
-        let mut out = vec![T::zero(); self.outer * self.inner];
-        kernel(
-            &self.data::<T>(x),
-            self.outer,
-            self.red,
-            self.inner,
-            &mut out,
-        );
+    /// Runs `kernel(data, rows, out)` into a new tensor of the output shape.
+    fn run<T: Element>(&self, x: &Tensor, kernel: impl FnOnce(&[T], Rows, &mut [T])) -> Tensor {
+        let mut out = vec![T::zero(); self.rows.outer * self.rows.inner];
+        kernel(&self.data::<T>(x), self.rows, &mut out);
         Tensor::from_data(out, &self.out_shape)
     }
 }
@@ -109,14 +100,12 @@ fn split_last_run(axes: &[usize]) -> Option<(Vec<usize>, Vec<usize>)> {
 impl Tensor {
     /// Sum of all elements (0-d).
     pub fn sum(&self) -> Tensor {
-        let all: Vec<usize> = (0..self.ndim()).collect();
-        self.sum_axes(&all, false)
+        self.sum_axes(&self.all_axes(), false)
     }
 
     /// Mean of all elements (0-d).
     pub fn mean(&self) -> Tensor {
-        let all: Vec<usize> = (0..self.ndim()).collect();
-        self.mean_axes(&all, false)
+        self.mean_axes(&self.all_axes(), false)
     }
 
     /// Sum over `axes`; with `keepdim` they stay as size-1 axes.
@@ -151,11 +140,11 @@ impl Tensor {
     pub fn mean_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
         let axes = &axes_in("mean_axes", axes, self.shape());
         let plan = Plan::new(self.shape(), axes, keepdim);
-        if plan.red == 0 {
+        if plan.rows.mid == 0 {
             // numpy and PyTorch give NaN for the mean of nothing.
             return &self.sum_axes(axes, keepdim) * f64::NAN;
         }
-        &self.sum_axes(axes, keepdim) * (1.0 / plan.red as f64)
+        &self.sum_axes(axes, keepdim) * (1.0 / plan.rows.mid as f64)
     }
 
     /// Maximum over `axes`. The gradient goes to the maximal elements, split evenly at ties.
@@ -180,14 +169,12 @@ impl Tensor {
 
     /// Maximum of all elements (0-d).
     pub fn max(&self) -> Tensor {
-        let all: Vec<usize> = (0..self.ndim()).collect();
-        self.max_axes(&all, false)
+        self.max_axes(&self.all_axes(), false)
     }
 
     /// Minimum of all elements (0-d).
     pub fn min(&self) -> Tensor {
-        let all: Vec<usize> = (0..self.ndim()).collect();
-        self.min_axes(&all, false)
+        self.min_axes(&self.all_axes(), false)
     }
 
     fn extremum(&self, op: &'static str, axes: &[usize], keepdim: bool, is_max: bool) -> Tensor {
@@ -196,16 +183,16 @@ impl Tensor {
             return self.clone();
         }
         assert!(
-            plan.red > 0,
+            plan.rows.mid > 0,
             "{op}: reduction over an empty axis of shape {:?}",
             self.shape()
         );
-        let out = with_dtype!(self.dtype(), T => plan.run::<T>(self, |x, o, r, i, out| {
+        let out = with_dtype!(self.dtype(), T => plan.run::<T>(self, |x, rows, out| {
             // NaN propagates, as in numpy.
             if is_max {
-                kr::fold(x, o, r, i, out, |a, b| if a.is_nan() || a >= b { a } else { b })
+                kr::fold(x, rows, out, |a, b| if a.is_nan() || a >= b { a } else { b })
             } else {
-                kr::fold(x, o, r, i, out, |a, b| if a.is_nan() || a <= b { a } else { b })
+                kr::fold(x, rows, out, |a, b| if a.is_nan() || a <= b { a } else { b })
             }
         }));
         let (keep_shape, axes) = (plan.keep_shape, plan.axes);
@@ -231,22 +218,27 @@ impl Tensor {
     fn arg_extremum(&self, op: &'static str, axis: usize, is_max: bool) -> Tensor {
         let plan = Plan::new(self.shape(), &[axis], false);
         assert!(
-            plan.red > 0,
+            plan.rows.mid > 0,
             "{op}: reduction over an empty axis of shape {:?}",
             self.shape()
         );
         let out = with_dtype!(self.dtype(), T => {
-            let mut idx = vec![0usize; plan.outer * plan.inner];
+            let mut idx = vec![0usize; plan.rows.outer * plan.rows.inner];
             let data = plan.data::<T>(self);
             if is_max {
-                kr::arg_fold(&data, plan.outer, plan.red, plan.inner, &mut idx, |v, best| v > best);
+                kr::arg_fold(&data, plan.rows, &mut idx, |v, best| v > best);
             } else {
-                kr::arg_fold(&data, plan.outer, plan.red, plan.inner, &mut idx, |v, best| v < best);
+                kr::arg_fold(&data, plan.rows, &mut idx, |v, best| v < best);
             }
             let idx: Vec<T> = idx.into_iter().map(|i| T::from_f64(i as f64)).collect();
             Tensor::from_data(idx, &plan.out_shape)
         });
         record_nondiff(op, out, &[self])
+    }
+
+    /// Every axis, for the reductions to one value.
+    fn all_axes(&self) -> Vec<usize> {
+        (0..self.ndim()).collect()
     }
 
     /// Sums a broadcast result back down to `shape` (the reverse of `broadcast_to`): the

@@ -5,18 +5,14 @@ use super::{axis_in, Axis};
 use smallvec::smallvec;
 
 use crate::kernels::reduce as kr;
+use crate::kernels::Rows;
 use crate::tensor::{record, with_dtype, Element, Tensor};
 
 fn fused<T: Element>(x: &Tensor, axis: usize, log: bool) -> Tensor {
-    let shape = x.shape();
-    let (outer, red, inner) = (
-        shape[..axis].iter().product(),
-        shape[axis],
-        shape[axis + 1..].iter().product(),
-    );
+    let rows = Rows::around(x.shape(), axis);
     let mut out = vec![T::zero(); x.numel()];
-    kr::softmax(&x.contiguous_data::<T>(), outer, red, inner, log, &mut out);
-    Tensor::from_data(out, shape)
+    kr::softmax(&x.contiguous_data::<T>(), rows, log, &mut out);
+    Tensor::from_data(out, x.shape())
 }
 
 impl Tensor {

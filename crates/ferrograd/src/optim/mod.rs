@@ -11,7 +11,9 @@ mod schedule;
 use std::collections::HashMap;
 
 pub use crate::kernels::optim::Prep;
-pub use rules::{AdagradRule, AdamRule, AdamWRule, MomentumRule, RAdamRule, RmsPropRule, SgdRule};
+pub use rules::{
+    AdagradRule, AdamFamily, AdamRule, AdamWRule, MomentumRule, RAdamRule, RmsPropRule, SgdRule,
+};
 pub use schedule::{
     ConstantLr, CosineAnnealing, ExponentialLr, LinearWarmup, MultiStepLr, Schedule, StepLr,
     WarmupThen,
@@ -77,21 +79,26 @@ pub trait UpdateRule: Send + Sync {
     const SQUARES_GRADIENT: bool = false;
     /// Names of the state slots (for checkpoints).
     fn slot_names(&self) -> &'static [&'static str];
-    /// Updates `w` in place from the gradient `g` (to be clipped and decayed by `prep` in the
-    /// same pass) and the state `slots`, at step `t` (1-based) with learning rate `lr`.
-    fn apply<T: Element>(
-        &self,
-        w: &mut [T],
-        g: &[T],
-        prep: Prep<T>,
-        slots: &mut [Tensor],
-        lr: f64,
-        t: u64,
-    );
+    /// One update of one parameter, in place.
+    fn apply<T: Element>(&self, step: Step<'_, T>);
     /// Whether weight decay is decoupled (AdamW) rather than L2.
     fn decoupled(&self) -> bool {
         false
     }
+}
+
+/// What a rule updates one parameter from.
+pub struct Step<'a, T> {
+    /// The weights, updated in place.
+    pub w: &'a mut [T],
+    /// The gradient, to be clipped and decayed by `prep` in the same pass.
+    pub g: &'a [T],
+    pub prep: Prep<T>,
+    /// The rule's state slots for this parameter (`UpdateRule::SLOTS` of them).
+    pub slots: &'a mut [Tensor],
+    pub lr: f64,
+    /// The step number, from 1.
+    pub t: u64,
 }
 
 /// Gradient clipping applied before each update.
@@ -121,6 +128,14 @@ fn check_lr(lr: f64) {
     assert!(
         lr.is_finite() && lr >= 0.0,
         "optimizer: learning rate {lr} must be finite and not negative"
+    );
+}
+
+/// Panics unless the clipping bound `v` is finite and positive.
+fn check_bound(op: &str, v: f64) {
+    assert!(
+        v.is_finite() && v > 0.0,
+        "{op}: the bound {v} must be finite and positive"
     );
 }
 
@@ -164,20 +179,14 @@ impl<R: UpdateRule> Optim<R> {
 
     /// Clip gradients by global norm before each update.
     pub fn clip_grad_norm(mut self, max_norm: f64) -> Self {
-        assert!(
-            max_norm.is_finite() && max_norm > 0.0,
-            "clip_grad_norm: the norm bound {max_norm} must be finite and positive"
-        );
+        check_bound("clip_grad_norm", max_norm);
         self.clip = Some(Clip::Norm(max_norm));
         self
     }
 
     /// Clip every gradient element to [−v, v] before each update.
     pub fn clip_grad_value(mut self, v: f64) -> Self {
-        assert!(
-            v.is_finite() && v > 0.0,
-            "clip_grad_value: the bound {v} must be finite and positive"
-        );
+        check_bound("clip_grad_value", v);
         self.clip = Some(Clip::Value(v));
         self
     }
@@ -208,7 +217,16 @@ impl<R: UpdateRule> Optim<R> {
             keep: T::from_f64(if decoupled { 1.0 - lr * wd } else { 1.0 }),
             squares: R::SQUARES_GRADIENT,
         };
-        p.update::<T>(|w| self.rule.apply(w, &g, prep, slots, lr, t));
+        p.update::<T>(|w| {
+            self.rule.apply(Step {
+                w,
+                g: &g,
+                prep,
+                slots,
+                lr,
+                t,
+            })
+        });
     }
 }
 

@@ -1,7 +1,7 @@
 //! The update rules (PyTorch's formulations) and their constructors.
 
-use super::{Optim, UpdateRule};
-use crate::kernels::optim::{update, Prep};
+use super::{Optim, Step, UpdateRule};
+use crate::kernels::optim::update;
 use crate::kernels::Float;
 use crate::tensor::{Element, Tensor};
 
@@ -19,17 +19,9 @@ impl UpdateRule for SgdRule {
     fn slot_names(&self) -> &'static [&'static str] {
         &[]
     }
-    fn apply<T: Element>(
-        &self,
-        w: &mut [T],
-        g: &[T],
-        prep: Prep<T>,
-        _: &mut [Tensor],
-        lr: f64,
-        _: u64,
-    ) {
-        let lr = T::from_f64(lr);
-        update(w, g, prep, [], |w, g, s| (w - lr * g, s));
+    fn apply<T: Element>(&self, s: Step<'_, T>) {
+        let lr = T::from_f64(s.lr);
+        update(s.w, s.g, s.prep, [], |w, g, st| (w - lr * g, st));
     }
 }
 
@@ -50,20 +42,12 @@ impl UpdateRule for MomentumRule {
     fn slot_names(&self) -> &'static [&'static str] {
         &["momentum"]
     }
-    fn apply<T: Element>(
-        &self,
-        w: &mut [T],
-        g: &[T],
-        prep: Prep<T>,
-        slots: &mut [Tensor],
-        lr: f64,
-        t: u64,
-    ) {
-        let (lr, mu) = (T::from_f64(lr), T::from_f64(self.momentum));
+    fn apply<T: Element>(&self, s: Step<'_, T>) {
+        let (lr, mu) = (T::from_f64(s.lr), T::from_f64(self.momentum));
         let nesterov = self.nesterov;
         // PyTorch starts the buffer at the first gradient rather than at zero.
-        let first = t == 1;
-        update(w, g, prep, slices::<T, 1>(slots), |w, g, [b]| {
+        let first = s.t == 1;
+        update(s.w, s.g, s.prep, slices::<T, 1>(s.slots), |w, g, [b]| {
             let b = if first { g } else { mu * b + g };
             let d = if nesterov { g + mu * b } else { b };
             (w - lr * d, [b])
@@ -104,21 +88,13 @@ impl UpdateRule for RmsPropRule {
     fn slot_names(&self) -> &'static [&'static str] {
         &["square_avg"]
     }
-    fn apply<T: Element>(
-        &self,
-        w: &mut [T],
-        g: &[T],
-        prep: Prep<T>,
-        slots: &mut [Tensor],
-        lr: f64,
-        _: u64,
-    ) {
+    fn apply<T: Element>(&self, s: Step<'_, T>) {
         let (lr, a, eps) = (
-            T::from_f64(lr),
+            T::from_f64(s.lr),
             T::from_f64(self.alpha),
             T::from_f64(self.eps),
         );
-        update(w, g, prep, slices::<T, 1>(slots), |w, g, [sq]| {
+        update(s.w, s.g, s.prep, slices::<T, 1>(s.slots), |w, g, [sq]| {
             let sq = a * sq + (T::one() - a) * g * g;
             (w - lr * g / (sq.sqrt() + eps), [sq])
         });
@@ -153,17 +129,9 @@ impl UpdateRule for AdagradRule {
     fn slot_names(&self) -> &'static [&'static str] {
         &["sum"]
     }
-    fn apply<T: Element>(
-        &self,
-        w: &mut [T],
-        g: &[T],
-        prep: Prep<T>,
-        slots: &mut [Tensor],
-        lr: f64,
-        _: u64,
-    ) {
-        let (lr, eps) = (T::from_f64(lr), T::from_f64(self.eps));
-        update(w, g, prep, slices::<T, 1>(slots), |w, g, [sum]| {
+    fn apply<T: Element>(&self, s: Step<'_, T>) {
+        let (lr, eps) = (T::from_f64(s.lr), T::from_f64(self.eps));
+        update(s.w, s.g, s.prep, slices::<T, 1>(s.slots), |w, g, [sum]| {
             let sum = sum + g * g;
             (w - lr * g / (sum.sqrt() + eps), [sum])
         });
@@ -178,136 +146,92 @@ impl Optim<AdagradRule> {
 }
 
 /// Adam: m ← β₁m + (1−β₁)g, v ← β₂v + (1−β₂)g², w ← w − lr·m̂ / (√v̂ + ε) with the bias
-/// corrections m̂ = m / (1 − β₁ᵗ), v̂ = v / (1 − β₂ᵗ). `AdamWRule` adds decoupled decay.
+/// corrections m̂ = m / (1 − β₁ᵗ), v̂ = v / (1 − β₂ᵗ). Its hyper-parameters are those of the
+/// whole family: AdamW and RAdam wrap it.
+#[derive(Clone, Copy, Debug)]
 pub struct AdamRule {
     pub beta1: f64,
     pub beta2: f64,
     pub eps: f64,
 }
 
+impl Default for AdamRule {
+    /// β = (0.9, 0.999), ε = 1e-8 (PyTorch's defaults).
+    fn default() -> Self {
+        AdamRule {
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+        }
+    }
+}
+
+const ADAM_SLOTS: &[&str] = &["exp_avg", "exp_avg_sq"];
+
+impl AdamRule {
+    /// The constants of step `t`: β₁, β₂, ε in `T`, 1 − β₁ᵗ and β₂ᵗ.
+    fn at<T: Float>(&self, t: u64) -> ([T; 3], f64, f64) {
+        let consts = [self.beta1, self.beta2, self.eps].map(T::from_f64);
+        (
+            consts,
+            1.0 - self.beta1.powi(t as i32),
+            self.beta2.powi(t as i32),
+        )
+    }
+}
+
 impl UpdateRule for AdamRule {
     const SLOTS: usize = 2;
     const SQUARES_GRADIENT: bool = true;
     fn slot_names(&self) -> &'static [&'static str] {
-        &["exp_avg", "exp_avg_sq"]
+        ADAM_SLOTS
     }
-    fn apply<T: Element>(
-        &self,
-        w: &mut [T],
-        g: &[T],
-        prep: Prep<T>,
-        slots: &mut [Tensor],
-        lr: f64,
-        t: u64,
-    ) {
-        let (b1, b2) = (self.beta1, self.beta2);
-        let bc1 = 1.0 - b1.powi(t as i32);
-        let bc2 = 1.0 - b2.powi(t as i32);
+    fn apply<T: Element>(&self, s: Step<'_, T>) {
+        let ([b1, b2, eps], bc1, b2t) = self.at::<T>(s.t);
         // w − lr/bc1 · m / (√v / √bc2 + ε): the corrections folded into two constants.
-        let step = T::from_f64(lr / bc1);
-        let inv_sqrt_bc2 = T::from_f64(1.0 / bc2.sqrt());
-        let (b1, b2, eps) = (T::from_f64(b1), T::from_f64(b2), T::from_f64(self.eps));
-        update(w, g, prep, slices::<T, 2>(slots), |w, g, [m, v]| {
+        let step = T::from_f64(s.lr / bc1);
+        let inv_sqrt_bc2 = T::from_f64(1.0 / (1.0 - b2t).sqrt());
+        update(s.w, s.g, s.prep, slices::<T, 2>(s.slots), |w, g, [m, v]| {
             let (m, v) = moments(m, v, g, b1, b2);
             (w - step * m / (v.sqrt() * inv_sqrt_bc2 + eps), [m, v])
         });
     }
 }
 
-impl Optim<AdamRule> {
-    /// β = (0.9, 0.999), ε = 1e-8. With `weight_decay` this is Adam with L2 decay.
-    pub fn new(lr: f64) -> Self {
-        Optim::with_rule(
-            AdamRule {
-                beta1: 0.9,
-                beta2: 0.999,
-                eps: 1e-8,
-            },
-            lr,
-        )
-    }
-
-    pub fn betas(mut self, beta1: f64, beta2: f64) -> Self {
-        self.rule.beta1 = beta1;
-        self.rule.beta2 = beta2;
-        self
-    }
-
-    pub fn eps(mut self, eps: f64) -> Self {
-        self.rule.eps = eps;
-        self
-    }
-}
-
 /// AdamW: the Adam step after a decoupled decay w ← w·(1 − lr·wd).
+#[derive(Clone, Copy, Debug, Default)]
 pub struct AdamWRule(pub AdamRule);
 
 impl UpdateRule for AdamWRule {
     const SLOTS: usize = 2;
     const SQUARES_GRADIENT: bool = true;
     fn slot_names(&self) -> &'static [&'static str] {
-        self.0.slot_names()
+        ADAM_SLOTS
     }
     fn decoupled(&self) -> bool {
         true
     }
-    fn apply<T: Element>(
-        &self,
-        w: &mut [T],
-        g: &[T],
-        prep: Prep<T>,
-        slots: &mut [Tensor],
-        lr: f64,
-        t: u64,
-    ) {
-        self.0.apply(w, g, prep, slots, lr, t)
-    }
-}
-
-impl Optim<AdamWRule> {
-    /// β = (0.9, 0.999), ε = 1e-8, decoupled weight decay 0.01 (PyTorch's defaults).
-    pub fn new(lr: f64) -> Self {
-        Optim::with_rule(
-            AdamWRule(AdamRule {
-                beta1: 0.9,
-                beta2: 0.999,
-                eps: 1e-8,
-            }),
-            lr,
-        )
-        .weight_decay(0.01)
+    fn apply<T: Element>(&self, s: Step<'_, T>) {
+        self.0.apply(s)
     }
 }
 
 /// RAdam: Adam whose adaptive step is switched on, and rectified, only once the variance of
 /// the adaptive learning rate is tractable (ρₜ > 5); before that, momentum SGD with bias
 /// correction.
-pub struct RAdamRule {
-    pub beta1: f64,
-    pub beta2: f64,
-    pub eps: f64,
-}
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RAdamRule(pub AdamRule);
 
 impl UpdateRule for RAdamRule {
     const SLOTS: usize = 2;
     const SQUARES_GRADIENT: bool = true;
     fn slot_names(&self) -> &'static [&'static str] {
-        &["exp_avg", "exp_avg_sq"]
+        ADAM_SLOTS
     }
-    fn apply<T: Element>(
-        &self,
-        w: &mut [T],
-        g: &[T],
-        prep: Prep<T>,
-        slots: &mut [Tensor],
-        lr: f64,
-        t: u64,
-    ) {
-        let (b1, b2) = (self.beta1, self.beta2);
-        let bc1 = 1.0 - b1.powi(t as i32);
-        let b2t = b2.powi(t as i32);
-        let rho_inf = 2.0 / (1.0 - b2) - 1.0;
-        let rho_t = rho_inf - 2.0 * t as f64 * b2t / (1.0 - b2t);
+    fn apply<T: Element>(&self, s: Step<'_, T>) {
+        let ([b1, b2, eps], bc1, b2t) = self.0.at::<T>(s.t);
+        let rho_inf = 2.0 / (1.0 - self.0.beta2) - 1.0;
+        let rho_t = rho_inf - 2.0 * s.t as f64 * b2t / (1.0 - b2t);
         let adaptive = rho_t > 5.0;
         let rect = if adaptive {
             ((rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t))
@@ -315,10 +239,9 @@ impl UpdateRule for RAdamRule {
         } else {
             0.0
         };
-        let step = T::from_f64(lr / bc1);
+        let step = T::from_f64(s.lr / bc1);
         let (rect, sqrt_bc2) = (T::from_f64(rect), T::from_f64((1.0 - b2t).sqrt()));
-        let (b1, b2, eps) = (T::from_f64(b1), T::from_f64(b2), T::from_f64(self.eps));
-        update(w, g, prep, slices::<T, 2>(slots), |w, g, [m, v]| {
+        update(s.w, s.g, s.prep, slices::<T, 2>(s.slots), |w, g, [m, v]| {
             let (m, v) = moments(m, v, g, b1, b2);
             let d = if adaptive {
                 m * rect * sqrt_bc2 / (v.sqrt() + eps)
@@ -330,17 +253,50 @@ impl UpdateRule for RAdamRule {
     }
 }
 
-impl Optim<RAdamRule> {
-    /// β = (0.9, 0.999), ε = 1e-8.
+/// The rules of the Adam family, whose optimizers share the `betas` and `eps` setters.
+pub trait AdamFamily: UpdateRule {
+    /// The weight decay a new optimizer starts with (PyTorch's: 0.01 for AdamW, 0 otherwise).
+    const DEFAULT_WEIGHT_DECAY: f64 = 0.0;
+    /// The Adam hyper-parameters inside the rule.
+    fn adam_mut(&mut self) -> &mut AdamRule;
+}
+
+impl AdamFamily for AdamRule {
+    fn adam_mut(&mut self) -> &mut AdamRule {
+        self
+    }
+}
+
+impl AdamFamily for AdamWRule {
+    const DEFAULT_WEIGHT_DECAY: f64 = 0.01;
+    fn adam_mut(&mut self) -> &mut AdamRule {
+        &mut self.0
+    }
+}
+
+impl AdamFamily for RAdamRule {
+    fn adam_mut(&mut self) -> &mut AdamRule {
+        &mut self.0
+    }
+}
+
+impl<R: AdamFamily + Default> Optim<R> {
+    /// β = (0.9, 0.999), ε = 1e-8; weight decay 0.01 for AdamW, none for the others. With
+    /// `weight_decay`, Adam and RAdam decay by L2 (added to the gradient); AdamW decouples it.
     pub fn new(lr: f64) -> Self {
-        Optim::with_rule(
-            RAdamRule {
-                beta1: 0.9,
-                beta2: 0.999,
-                eps: 1e-8,
-            },
-            lr,
-        )
+        Optim::with_rule(R::default(), lr).weight_decay(R::DEFAULT_WEIGHT_DECAY)
+    }
+
+    pub fn betas(mut self, beta1: f64, beta2: f64) -> Self {
+        let adam = self.rule.adam_mut();
+        adam.beta1 = beta1;
+        adam.beta2 = beta2;
+        self
+    }
+
+    pub fn eps(mut self, eps: f64) -> Self {
+        self.rule.adam_mut().eps = eps;
+        self
     }
 }
 
