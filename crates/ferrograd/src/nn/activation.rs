@@ -50,53 +50,44 @@ activation!(
     Gelu, |x| x.gelu()
 );
 
-/// x for x > 0, `slope · x` otherwise.
-#[derive(Clone, Copy, Debug)]
-pub struct LeakyReLU {
-    pub slope: f64,
+/// An activation with one parameter, shown in its name (`LeakyReLU(0.01)`).
+macro_rules! activation_with {
+    ($(#[$doc:meta])* $name:ident($field:ident), |$x:ident, $p:ident| $body:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug)]
+        pub struct $name {
+            pub $field: f64,
+        }
+
+        impl $name {
+            pub fn new($field: f64) -> Self {
+                $name { $field }
+            }
+        }
+
+        impl Module for $name {
+            fn name(&self) -> String {
+                format!(concat!(stringify!($name), "({})"), self.$field)
+            }
+        }
+
+        impl Layer for $name {
+            fn forward(&self, $x: &Tensor, _: Mode) -> Tensor {
+                let $p = self.$field;
+                $body
+            }
+        }
+    };
 }
 
-impl LeakyReLU {
-    pub fn new(slope: f64) -> Self {
-        LeakyReLU { slope }
-    }
-}
-
-impl Module for LeakyReLU {
-    fn name(&self) -> String {
-        format!("LeakyReLU({})", self.slope)
-    }
-}
-
-impl Layer for LeakyReLU {
-    fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
-        x.leaky_relu(self.slope)
-    }
-}
-
-/// x for x > 0, `alpha · (eˣ − 1)` otherwise.
-#[derive(Clone, Copy, Debug)]
-pub struct Elu {
-    pub alpha: f64,
-}
-
-impl Elu {
-    pub fn new(alpha: f64) -> Self {
-        Elu { alpha }
-    }
-}
-
-impl Module for Elu {
-    fn name(&self) -> String {
-        format!("Elu({})", self.alpha)
-    }
-}
-
-impl Layer for Elu {
-    fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
-        x.elu(self.alpha)
-    }
-}
+activation_with!(
+    /// x for x > 0, `slope · x` otherwise.
+    LeakyReLU(slope), |x, slope| x.leaky_relu(slope)
+);
+activation_with!(
+    /// x for x > 0, `alpha · (eˣ − 1)` otherwise.
+    Elu(alpha), |x, alpha| x.elu(alpha)
+);
 
 /// Softmax along `axis`.
 #[derive(Clone, Copy, Debug)]

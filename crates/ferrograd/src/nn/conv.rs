@@ -19,51 +19,11 @@ fn conv_params(shape: [usize; 4], bias: Option<usize>) -> (Param, Option<Param>)
     })
 }
 
-fn named(weight: &Param, bias: &Option<Param>) -> Vec<(String, Param)> {
-    let mut out = vec![("weight".to_string(), weight.clone())];
-    out.extend(bias.iter().map(|b| ("bias".to_string(), b.clone())));
-    out
-}
-
-/// `y + bias` with the bias along the channel axis.
-fn add_channel_bias(y: Tensor, bias: &Option<Param>) -> Tensor {
-    match bias {
-        Some(b) => {
-            let b = b.tensor();
-            &y + &b.reshape(&[1, b.numel(), 1, 1])
-        }
-        None => y,
-    }
-}
-
-/// The builder methods both convolution layers share (they hold `opts` and `bias`).
-macro_rules! conv_builders {
-    () => {
-        pub fn stride(mut self, s: usize) -> Self {
-            self.opts = self.opts.stride(s);
-            self
-        }
-
-        pub fn padding(mut self, p: usize) -> Self {
-            self.opts = self.opts.padding(p);
-            self
-        }
-
-        pub fn dilation(mut self, d: usize) -> Self {
-            self.opts = self.opts.dilation(d);
-            self
-        }
-
-        /// Without a bias (PyTorch's `bias=False`).
-        pub fn without_bias(mut self) -> Self {
-            self.bias = None;
-            self
-        }
-    };
-}
-
-/// 2-D convolution (PyTorch's `nn.Conv2d`): `weight` `[out, in/groups, k, k]`, `bias` `[out]`.
-pub struct Conv2D {
+/// A 2-d convolution layer, forward (`TRANSPOSED = false`, PyTorch's `nn.Conv2d`: `weight`
+/// `[out, in/groups, k, k]`) or transposed (`TRANSPOSED = true`, `nn.ConvTranspose2d`:
+/// `weight` `[in, out/groups, k, k]`), with `bias` `[out]`. Use it through the aliases
+/// [`Conv2D`] and [`ConvTranspose2D`].
+pub struct ConvLayer<const TRANSPOSED: bool> {
     in_channels: usize,
     out_channels: usize,
     kernel: usize,
@@ -72,12 +32,23 @@ pub struct Conv2D {
     bias: Option<Param>,
 }
 
-impl Conv2D {
+/// 2-D convolution.
+pub type Conv2D = ConvLayer<false>;
+/// Transposed 2-D convolution.
+pub type ConvTranspose2D = ConvLayer<true>;
+
+impl<const TRANSPOSED: bool> ConvLayer<TRANSPOSED> {
+    const NAME: &'static str = if TRANSPOSED {
+        "ConvTranspose2D"
+    } else {
+        "Conv2D"
+    };
+
     /// `in_channels → out_channels` with a square `kernel`; stride 1, padding 0, a bias.
-    pub fn new(in_channels: usize, out_channels: usize, kernel: usize) -> Conv2D {
-        let shape = [out_channels, in_channels, kernel, kernel];
+    pub fn new(in_channels: usize, out_channels: usize, kernel: usize) -> Self {
+        let shape = Self::weight_shape(in_channels, out_channels, kernel, 1);
         let (weight, bias) = conv_params(shape, Some(out_channels));
-        Conv2D {
+        ConvLayer {
             in_channels,
             out_channels,
             kernel,
@@ -87,25 +58,52 @@ impl Conv2D {
         }
     }
 
-    conv_builders!();
+    /// The weight's shape for `groups` groups. PyTorch's fan-in is its second axis: the
+    /// inputs of a convolution, the outputs of a transposed one.
+    fn weight_shape(i: usize, o: usize, k: usize, groups: usize) -> [usize; 4] {
+        if TRANSPOSED {
+            [i, o / groups, k, k]
+        } else {
+            [o, i / groups, k, k]
+        }
+    }
+
+    pub fn stride(mut self, s: usize) -> Self {
+        self.opts = self.opts.stride(s);
+        self
+    }
+
+    pub fn padding(mut self, p: usize) -> Self {
+        self.opts = self.opts.padding(p);
+        self
+    }
+
+    pub fn dilation(mut self, d: usize) -> Self {
+        self.opts = self.opts.dilation(d);
+        self
+    }
+
+    /// Without a bias (PyTorch's `bias=False`).
+    pub fn without_bias(mut self) -> Self {
+        self.bias = None;
+        self
+    }
 
     /// Channels in `groups` separate groups (the weight is drawn again for its new shape).
     pub fn groups(mut self, g: usize) -> Self {
         assert!(
             g > 0 && self.in_channels.is_multiple_of(g) && self.out_channels.is_multiple_of(g),
-            "Conv2D: {g} groups do not divide {} inputs and {} outputs",
+            "{}: {g} groups do not divide {} inputs and {} outputs",
+            Self::NAME,
             self.in_channels,
             self.out_channels
         );
         self.opts = self.opts.groups(g);
-        let shape = [
-            self.out_channels,
-            self.in_channels / g,
-            self.kernel,
-            self.kernel,
-        ];
         let bias = self.bias.is_some().then_some(self.out_channels);
-        (self.weight, self.bias) = conv_params(shape, bias);
+        (self.weight, self.bias) = conv_params(
+            Self::weight_shape(self.in_channels, self.out_channels, self.kernel, g),
+            bias,
+        );
         self
     }
 
@@ -114,101 +112,33 @@ impl Conv2D {
     }
 }
 
-impl Module for Conv2D {
-    fn params(&self) -> Vec<(String, Param)> {
-        named(&self.weight, &self.bias)
-    }
-
-    fn name(&self) -> String {
-        format!(
-            "Conv2D({}, {}, {})",
-            self.in_channels, self.out_channels, self.kernel
-        )
-    }
-}
-
-impl Layer for Conv2D {
-    fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
-        assert!(
-            x.ndim() == 4 && x.shape()[1] == self.in_channels,
-            "{}: expected input [N, {}, H, W], got {:?}",
-            self.name(),
-            self.in_channels,
-            x.shape()
-        );
-        add_channel_bias(x.conv2d(&self.weight.tensor(), &self.opts), &self.bias)
-    }
-}
-
-/// Transposed 2-D convolution (PyTorch's `nn.ConvTranspose2d`): `weight`
-/// `[in, out/groups, k, k]`, `bias` `[out]`.
-pub struct ConvTranspose2D {
-    in_channels: usize,
-    out_channels: usize,
-    kernel: usize,
-    opts: ConvOpts,
-    weight: Param,
-    bias: Option<Param>,
-}
-
-impl ConvTranspose2D {
-    /// `in_channels → out_channels` with a square `kernel`; stride 1, padding 0, a bias.
-    pub fn new(in_channels: usize, out_channels: usize, kernel: usize) -> ConvTranspose2D {
-        // PyTorch's fan-in here is the weight's second axis: the output channels.
-        let shape = [in_channels, out_channels, kernel, kernel];
-        let (weight, bias) = conv_params(shape, Some(out_channels));
-        ConvTranspose2D {
-            in_channels,
-            out_channels,
-            kernel,
-            opts: ConvOpts::new(),
-            weight,
-            bias,
-        }
-    }
-
-    conv_builders!();
-
+impl ConvLayer<true> {
+    /// Extra rows and columns on one side of the output (PyTorch's `output_padding`).
     pub fn output_padding(mut self, p: usize) -> Self {
         self.opts = self.opts.output_padding(p);
         self
     }
-
-    /// Channels in `groups` separate groups (the weight is drawn again for its new shape).
-    pub fn groups(mut self, g: usize) -> Self {
-        assert!(
-            g > 0 && self.in_channels.is_multiple_of(g) && self.out_channels.is_multiple_of(g),
-            "ConvTranspose2D: {g} groups do not divide {} inputs and {} outputs",
-            self.in_channels,
-            self.out_channels
-        );
-        self.opts = self.opts.groups(g);
-        let shape = [
-            self.in_channels,
-            self.out_channels / g,
-            self.kernel,
-            self.kernel,
-        ];
-        let bias = self.bias.is_some().then_some(self.out_channels);
-        (self.weight, self.bias) = conv_params(shape, bias);
-        self
-    }
 }
 
-impl Module for ConvTranspose2D {
+impl<const TRANSPOSED: bool> Module for ConvLayer<TRANSPOSED> {
     fn params(&self) -> Vec<(String, Param)> {
-        named(&self.weight, &self.bias)
+        let mut out = vec![("weight".to_string(), self.weight.clone())];
+        out.extend(self.bias.iter().map(|b| ("bias".to_string(), b.clone())));
+        out
     }
 
     fn name(&self) -> String {
         format!(
-            "ConvTranspose2D({}, {}, {})",
-            self.in_channels, self.out_channels, self.kernel
+            "{}({}, {}, {})",
+            Self::NAME,
+            self.in_channels,
+            self.out_channels,
+            self.kernel
         )
     }
 }
 
-impl Layer for ConvTranspose2D {
+impl<const TRANSPOSED: bool> Layer for ConvLayer<TRANSPOSED> {
     fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
         assert!(
             x.ndim() == 4 && x.shape()[1] == self.in_channels,
@@ -217,10 +147,19 @@ impl Layer for ConvTranspose2D {
             self.in_channels,
             x.shape()
         );
-        add_channel_bias(
-            x.conv_transpose2d(&self.weight.tensor(), &self.opts),
-            &self.bias,
-        )
+        let w = self.weight.tensor();
+        let y = if TRANSPOSED {
+            x.conv_transpose2d(&w, &self.opts)
+        } else {
+            x.conv2d(&w, &self.opts)
+        };
+        match &self.bias {
+            Some(b) => {
+                let b = b.tensor();
+                &y + &b.reshape(&[1, b.numel(), 1, 1])
+            }
+            None => y,
+        }
     }
 }
 

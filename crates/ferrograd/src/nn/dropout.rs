@@ -1,91 +1,61 @@
-//! Inverted dropout: in training, zeroes each element with probability `p` and scales the rest
-//! by 1 / (1 − p), so evaluation needs no rescaling.
+//! Inverted dropout: in training, zeroes each element (or each whole channel) with probability
+//! `p` and scales the rest by 1 / (1 − p), so evaluation needs no rescaling.
 
 use rand::Rng;
 
 use super::{Layer, Mode, Module, RngStream};
 use crate::tensor::{with_default_rng, Tensor};
 
-pub struct Dropout {
+/// Dropout of single elements (`CHANNELS = false`, PyTorch's `nn.Dropout`) or of whole
+/// channels of `[N, C, H, W]` (`CHANNELS = true`, `nn.Dropout2d`). Use it through the aliases
+/// [`Dropout`] and [`Dropout2d`].
+pub struct DropoutOf<const CHANNELS: bool> {
     p: f64,
     stream: RngStream,
 }
 
-impl Dropout {
+/// Element-wise dropout.
+pub type Dropout = DropoutOf<false>;
+/// Channel dropout over `[N, C, H, W]`.
+pub type Dropout2d = DropoutOf<true>;
+
+impl<const CHANNELS: bool> DropoutOf<CHANNELS> {
+    const NAME: &'static str = if CHANNELS { "Dropout2d" } else { "Dropout" };
+
     /// Drop probability `p` in [0, 1), with a generator seeded from the default one.
-    pub fn new(p: f64) -> Dropout {
+    pub fn new(p: f64) -> Self {
         let seed = with_default_rng(|r| r.gen());
-        Dropout::with_seed(p, seed)
+        Self::with_seed(p, seed)
     }
 
-    pub fn with_seed(p: f64, seed: u64) -> Dropout {
+    /// Drop probability `p` in [0, 1), with a generator of its own seeded by `seed`.
+    pub fn with_seed(p: f64, seed: u64) -> Self {
         assert!(
             (0.0..1.0).contains(&p),
-            "Dropout: p = {p} must be in [0, 1)"
+            "{}: p = {p} must be in [0, 1)",
+            Self::NAME
         );
-        Dropout {
+        DropoutOf {
             p,
             stream: RngStream::new(seed),
         }
     }
 }
 
-impl Module for Dropout {
+impl<const CHANNELS: bool> Module for DropoutOf<CHANNELS> {
     fn rng_streams(&self) -> Vec<(String, RngStream)> {
         vec![("rng".into(), self.stream.clone())]
     }
 
     fn name(&self) -> String {
-        format!("Dropout({})", self.p)
+        format!("{}({})", Self::NAME, self.p)
     }
 }
 
-impl Layer for Dropout {
-    fn forward(&self, x: &Tensor, mode: Mode) -> Tensor {
-        if mode == Mode::Eval || self.p == 0.0 {
-            return x.clone();
-        }
-        let mut rng = self.stream.next_rng();
-        let keep = Tensor::rand_uniform(x.shape(), 0.0, 1.0, x.dtype(), &mut rng).ge_scalar(self.p);
-        x * &keep.mul_scalar(1.0 / (1.0 - self.p))
-    }
-}
-
-/// Channel dropout (PyTorch's `nn.Dropout2d`): in training, zeroes whole channels of
-/// `[N, C, H, W]` with probability `p` and scales the rest by 1 / (1 − p).
-pub struct Dropout2d {
-    p: f64,
-    stream: RngStream,
-}
-
-impl Dropout2d {
-    /// Drop probability `p` in [0, 1), with a generator seeded from the default one.
-    pub fn new(p: f64) -> Dropout2d {
-        assert!(
-            (0.0..1.0).contains(&p),
-            "Dropout2d: p = {p} must be in [0, 1)"
-        );
-        Dropout2d {
-            p,
-            stream: RngStream::new(with_default_rng(|r| r.gen())),
-        }
-    }
-}
-
-impl Module for Dropout2d {
-    fn rng_streams(&self) -> Vec<(String, RngStream)> {
-        vec![("rng".into(), self.stream.clone())]
-    }
-
-    fn name(&self) -> String {
-        format!("Dropout2d({})", self.p)
-    }
-}
-
-impl Layer for Dropout2d {
+impl<const CHANNELS: bool> Layer for DropoutOf<CHANNELS> {
     fn forward(&self, x: &Tensor, mode: Mode) -> Tensor {
         assert!(
-            x.ndim() == 4,
+            !CHANNELS || x.ndim() == 4,
             "{}: expected input [N, C, H, W], got {:?}",
             self.name(),
             x.shape()
@@ -93,7 +63,11 @@ impl Layer for Dropout2d {
         if mode == Mode::Eval || self.p == 0.0 {
             return x.clone();
         }
-        let mask_shape = [x.shape()[0], x.shape()[1], 1, 1];
+        let mask_shape = if CHANNELS {
+            vec![x.shape()[0], x.shape()[1], 1, 1]
+        } else {
+            x.shape().to_vec()
+        };
         let mut rng = self.stream.next_rng();
         let keep =
             Tensor::rand_uniform(&mask_shape, 0.0, 1.0, x.dtype(), &mut rng).ge_scalar(self.p);

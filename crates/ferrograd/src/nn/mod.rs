@@ -13,13 +13,13 @@ mod shape;
 mod stream;
 
 pub use activation::{Elu, Gelu, LeakyReLU, ReLU, Sigmoid, Softmax, Softplus, Tanh};
-pub use conv::{AvgPool2D, Conv2D, ConvTranspose2D, MaxPool2D};
+pub use conv::{AvgPool2D, Conv2D, ConvLayer, ConvTranspose2D, MaxPool2D};
 pub use dense::Dense;
-pub use dropout::{Dropout, Dropout2d};
+pub use dropout::{Dropout, Dropout2d, DropoutOf};
 pub use embedding::Embedding;
 pub(crate) use module::indexed;
 pub use module::{prefixed, LoadReport, Module};
-pub use norm::{BatchNorm1d, BatchNorm2d, LayerNorm};
+pub use norm::{BatchNorm1d, BatchNorm2d, BatchNormNd, LayerNorm};
 pub use recurrent::{GRU, LSTM, RNN};
 pub use shape::{Flatten, Reshape};
 pub use stream::{RngStream, StreamState};

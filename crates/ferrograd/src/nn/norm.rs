@@ -109,22 +109,40 @@ impl BatchNorm {
     }
 }
 
-/// Batch normalisation over `[N, C]` or `[N, C, L]` (PyTorch's `BatchNorm1d`): statistics per
-/// channel over every other axis.
-pub struct BatchNorm1d(BatchNorm);
+/// Batch normalisation over `D` spatial axes (PyTorch's `BatchNorm1d`, `BatchNorm2d`):
+/// statistics per channel (axis 1) over the batch and every spatial axis. Use it through the
+/// aliases [`BatchNorm1d`] and [`BatchNorm2d`].
+pub struct BatchNormNd<const D: usize>(BatchNorm);
 
-impl BatchNorm1d {
+/// Batch normalisation over `[N, C]` or `[N, C, L]`.
+pub type BatchNorm1d = BatchNormNd<1>;
+/// Batch normalisation over `[N, C, H, W]`.
+pub type BatchNorm2d = BatchNormNd<2>;
+
+impl<const D: usize> BatchNormNd<D> {
     /// PyTorch's defaults: momentum 0.1, eps 1e-5.
-    pub fn new(features: usize) -> BatchNorm1d {
-        BatchNorm1d::with_options(features, 0.1, 1e-5)
+    pub fn new(features: usize) -> Self {
+        Self::with_options(features, 0.1, 1e-5)
     }
 
-    pub fn with_options(features: usize, momentum: f64, eps: f64) -> BatchNorm1d {
-        BatchNorm1d(BatchNorm::new(features, momentum, eps))
+    pub fn with_options(features: usize, momentum: f64, eps: f64) -> Self {
+        BatchNormNd(BatchNorm::new(features, momentum, eps))
+    }
+
+    /// The input shapes this layer takes, for messages, and whether `x` is one of them:
+    /// `[N, C]` or `[N, C, L]` in 1-d, `[N, C, H, W]` in 2-d.
+    fn accepts(&self, x: &Tensor) -> (String, bool) {
+        let c = self.0.features();
+        let fits = x.ndim() >= 2 && x.shape()[1] == c;
+        if D == 1 {
+            (format!("[N, {c}] or [N, {c}, L]"), fits && x.ndim() <= 3)
+        } else {
+            (format!("[N, {c}, H, W]"), fits && x.ndim() == D + 2)
+        }
     }
 }
 
-impl Module for BatchNorm1d {
+impl<const D: usize> Module for BatchNormNd<D> {
     fn params(&self) -> Vec<(String, Param)> {
         self.0.params()
     }
@@ -134,63 +152,21 @@ impl Module for BatchNorm1d {
     }
 
     fn name(&self) -> String {
-        format!("BatchNorm1d({})", self.0.features())
+        format!("BatchNorm{D}d({})", self.0.features())
     }
 }
 
-impl Layer for BatchNorm1d {
+impl<const D: usize> Layer for BatchNormNd<D> {
     fn forward(&self, x: &Tensor, mode: Mode) -> Tensor {
-        let c = self.0.features();
+        let (expected, fits) = self.accepts(x);
         assert!(
-            (x.ndim() == 2 || x.ndim() == 3) && x.shape()[1] == c,
-            "{}: expected input [N, {c}] or [N, {c}, L], got {:?}",
+            fits,
+            "{}: expected input {expected}, got {:?}",
             self.name(),
             x.shape()
         );
-        let axes: &[usize] = if x.ndim() == 2 { &[0] } else { &[0, 2] };
-        self.0.forward(&self.name(), x, mode, axes)
-    }
-}
-
-/// Batch normalisation over `[N, C, H, W]` (PyTorch's `BatchNorm2d`): statistics per channel
-/// over the batch and both spatial axes.
-pub struct BatchNorm2d(BatchNorm);
-
-impl BatchNorm2d {
-    /// PyTorch's defaults: momentum 0.1, eps 1e-5.
-    pub fn new(features: usize) -> BatchNorm2d {
-        BatchNorm2d::with_options(features, 0.1, 1e-5)
-    }
-
-    pub fn with_options(features: usize, momentum: f64, eps: f64) -> BatchNorm2d {
-        BatchNorm2d(BatchNorm::new(features, momentum, eps))
-    }
-}
-
-impl Module for BatchNorm2d {
-    fn params(&self) -> Vec<(String, Param)> {
-        self.0.params()
-    }
-
-    fn buffers(&self) -> Vec<(String, Param)> {
-        self.0.buffers()
-    }
-
-    fn name(&self) -> String {
-        format!("BatchNorm2d({})", self.0.features())
-    }
-}
-
-impl Layer for BatchNorm2d {
-    fn forward(&self, x: &Tensor, mode: Mode) -> Tensor {
-        let c = self.0.features();
-        assert!(
-            x.ndim() == 4 && x.shape()[1] == c,
-            "{}: expected input [N, {c}, H, W], got {:?}",
-            self.name(),
-            x.shape()
-        );
-        self.0.forward(&self.name(), x, mode, &[0, 2, 3])
+        let axes: Vec<usize> = std::iter::once(0).chain(2..x.ndim()).collect();
+        self.0.forward(&self.name(), x, mode, &axes)
     }
 }
 
