@@ -5,7 +5,11 @@ use crate::tensor::Tensor;
 /// A loss of predictions against targets.
 pub trait Loss: Send + Sync {
     fn loss(&self, pred: &Tensor, target: &Tensor) -> Tensor;
-    fn name(&self) -> String;
+    /// The loss's name for messages and summaries (its type's name unless it has settings).
+    fn name(&self) -> String {
+        let full = std::any::type_name::<Self>();
+        full.rsplit("::").next().unwrap_or(full).to_string()
+    }
 }
 
 fn check(op: &str, pred: &Tensor, target: &Tensor) {
@@ -26,113 +30,84 @@ fn batch_mean(per_element: &Tensor) -> Tensor {
     per_element.sum_axes(&rest, false).mean()
 }
 
-/// Cross-entropy of softmax(logits) against one-hot or soft targets `[N, C]`, computed through
-/// log_softmax: finite for any logits. The gradient is (softmax − target) / N.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SoftmaxCrossEntropy;
-
-impl SoftmaxCrossEntropy {
-    pub fn new() -> Self {
-        SoftmaxCrossEntropy
+/// The target as rows over the class axis (the last of `scores`): one-hot from `I64` class
+/// indices shaped as `scores` without that axis (PyTorch's `cross_entropy` targets), or the
+/// one-hot / soft rows themselves, which must match `scores`' shape.
+fn class_rows(op: &str, scores: &Tensor, target: &Tensor) -> Tensor {
+    if target.dtype().is_float() {
+        check(op, scores, target);
+        return target.clone();
     }
+    let (batch, classes) = scores.shape().split_at(scores.ndim().saturating_sub(1));
+    assert!(
+        target.shape() == batch,
+        "{op}: class indices of shape {:?} do not fit scores of shape {:?} (expected {batch:?})",
+        target.shape(),
+        scores.shape()
+    );
+    let classes = classes.first().copied().unwrap_or(0);
+    let mut rows = vec![0.0; target.numel() * classes];
+    for (i, c) in target.to_vec::<i64>().into_iter().enumerate() {
+        let c = usize::try_from(c)
+            .ok()
+            .filter(|&c| c < classes)
+            .unwrap_or_else(|| panic!("{op}: class index {c} is not a class of 0..{classes}"));
+        rows[i * classes + c] = 1.0;
+    }
+    Tensor::from_vec(rows, scores.shape()).to_dtype(scores.dtype())
 }
 
-impl Loss for SoftmaxCrossEntropy {
-    fn loss(&self, logits: &Tensor, target: &Tensor) -> Tensor {
-        check("SoftmaxCrossEntropy", logits, target);
-        let last = logits.ndim() - 1;
-        -batch_mean(&(&logits.log_softmax(last) * target))
-    }
+/// Losses without settings: a unit struct, `new()`, and the formula.
+macro_rules! losses {
+    ($($(#[$doc:meta])* $name:ident, |$op:ident, $pred:ident, $target:ident| $body:expr;)*) => {
+        $(
+            $(#[$doc])*
+            #[derive(Clone, Copy, Debug, Default)]
+            pub struct $name;
 
-    fn name(&self) -> String {
-        "SoftmaxCrossEntropy".into()
-    }
+            impl $name {
+                pub fn new() -> Self {
+                    $name
+                }
+            }
+
+            impl Loss for $name {
+                fn loss(&self, $pred: &Tensor, $target: &Tensor) -> Tensor {
+                    let $op = stringify!($name);
+                    $body
+                }
+            }
+        )*
+    };
 }
 
-/// Negative log-likelihood of log-probabilities against one-hot targets.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Nll;
-
-impl Nll {
-    pub fn new() -> Self {
-        Nll
-    }
-}
-
-impl Loss for Nll {
-    fn loss(&self, log_probs: &Tensor, target: &Tensor) -> Tensor {
-        check("Nll", log_probs, target);
-        -batch_mean(&(log_probs * target))
-    }
-
-    fn name(&self) -> String {
-        "Nll".into()
-    }
-}
-
-/// Binary cross-entropy of sigmoid(logits) against targets in [0, 1], in the stable form
-/// max(x, 0) − x·t + ln(1 + e^−|x|).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SigmoidCrossEntropy;
-
-impl SigmoidCrossEntropy {
-    pub fn new() -> Self {
-        SigmoidCrossEntropy
-    }
-}
-
-impl Loss for SigmoidCrossEntropy {
-    fn loss(&self, logits: &Tensor, target: &Tensor) -> Tensor {
-        check("SigmoidCrossEntropy", logits, target);
-        // softplus(x) − x·t equals the stable form above.
+losses! {
+    /// Cross-entropy of softmax(logits) over the last axis, against one-hot or soft targets
+    /// of the logits' shape or `I64` class indices (`[N]` for logits `[N, C]`), computed
+    /// through log_softmax: finite for any logits. The gradient is (softmax − target) / N.
+    SoftmaxCrossEntropy, |op, logits, target| {
+        let rows = class_rows(op, logits, target);
+        -batch_mean(&(&logits.log_softmax(logits.ndim() - 1) * &rows))
+    };
+    /// Negative log-likelihood of log-probabilities (last axis) against one-hot targets or
+    /// `I64` class indices.
+    Nll, |op, log_probs, target| -batch_mean(&(log_probs * &class_rows(op, log_probs, target)));
+    /// Binary cross-entropy of sigmoid(logits) against targets in [0, 1], in the stable form
+    /// max(x, 0) − x·t + ln(1 + e^−|x|) (which softplus(x) − x·t equals).
+    SigmoidCrossEntropy, |op, logits, target| {
+        check(op, logits, target);
         batch_mean(&(&logits.softplus() - &(logits * target)))
-    }
-
-    fn name(&self) -> String {
-        "SigmoidCrossEntropy".into()
-    }
-}
-
-/// Mean squared error over all elements (PyTorch's `MSELoss`).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Mse;
-
-impl Mse {
-    pub fn new() -> Self {
-        Mse
-    }
-}
-
-impl Loss for Mse {
-    fn loss(&self, pred: &Tensor, target: &Tensor) -> Tensor {
-        check("Mse", pred, target);
+    };
+    /// Mean squared error over all elements (PyTorch's `MSELoss`).
+    Mse, |op, pred, target| {
+        check(op, pred, target);
         (pred - target).square().mean()
-    }
-
-    fn name(&self) -> String {
-        "Mse".into()
-    }
-}
-
-/// Mean absolute error over all elements.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Mae;
-
-impl Mae {
-    pub fn new() -> Self {
-        Mae
-    }
-}
-
-impl Loss for Mae {
-    fn loss(&self, pred: &Tensor, target: &Tensor) -> Tensor {
-        check("Mae", pred, target);
+    };
+    /// Mean absolute error over all elements.
+    Mae, |op, pred, target| {
+        check(op, pred, target);
         (pred - target).abs().mean()
-    }
-
-    fn name(&self) -> String {
-        "Mae".into()
-    }
+    };
 }
 
 /// Huber loss over all elements: ½d² for |d| ≤ delta, delta·(|d| − ½delta) beyond.

@@ -1,6 +1,10 @@
 //! The public API contract of DESIGN.md, written as its users write it (the static-graph part
 //! is not built yet). If this stops compiling, code outside the repository breaks too.
 
+mod common;
+
+use common::turn;
+
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -19,6 +23,7 @@ fn the_contract_compiles_and_behaves() {
         Tensor::full(&[2], 3.0, DType::F32),
     );
     let r = Tensor::randn(&[2, 3], DType::F32, &mut rng);
+    let _turn = turn();
     manual_seed(42);
     assert_eq!(a.shape(), &[2, 2]);
     assert_eq!(d.dtype(), DType::F64);

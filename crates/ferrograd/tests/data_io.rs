@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashMap;
 use std::path::Path;
 
-use common::{gzip, scratch};
+use common::{gzip, scratch, turn};
 use ferrograd::data::{encode_idx_u8, read_idx_u8, BatchIterator, Dataset, Mnist, TensorDataset};
 use ferrograd::io::{load_checkpoint, load_tensors, save_checkpoint, save_tensors};
 use ferrograd::prelude::*;
@@ -197,6 +197,7 @@ fn tensors_round_trip_through_safetensors() {
 }
 
 fn mlp() -> Model {
+    let _turn = turn();
     manual_seed(11);
     let net = Net::new(vec![
         Box::new(Dense::new(6, 5)),
@@ -261,6 +262,7 @@ fn checkpoint_mismatches_are_listed() {
     let dir = scratch("checkpoint_mismatch");
     let path = dir.join("ck.safetensors");
     save_checkpoint(&path, &mlp(), 0).unwrap();
+    let _turn = turn();
     manual_seed(1);
     let other = Net::new(vec![
         Box::new(Dense::new(6, 4)),

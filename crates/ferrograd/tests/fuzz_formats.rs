@@ -6,7 +6,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{gzip, scratch};
+use common::{gzip, scratch, turn};
 use ferrograd::data::{encode_idx_u8, parse_idx_u8, read_idx_u8};
 use ferrograd::io::{load_checkpoint, save_checkpoint};
 use ferrograd::prelude::*;
@@ -124,6 +124,7 @@ fn everything(model: &Model) -> String {
 }
 
 fn tiny_model() -> Model {
+    let _turn = turn();
     manual_seed(2);
     let net = Net::new(vec![
         Box::new(Dense::new(3, 4)),

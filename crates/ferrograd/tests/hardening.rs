@@ -5,7 +5,7 @@ mod common;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use common::scratch;
+use common::{scratch, turn};
 use ferrograd::data::{encode_idx_u8, one_hot, read_idx_u8, BatchIterator, TensorDataset};
 use ferrograd::io::{load_checkpoint, load_tensors, save_checkpoint, save_tensors};
 use ferrograd::metrics;
@@ -149,6 +149,7 @@ fn dropout_model() -> Model {
 
 /// Dense, BatchNorm, Dropout: every kind of state a checkpoint holds.
 fn dropout_model_seeded(seed: u64) -> Model {
+    let _turn = turn();
     manual_seed(seed);
     let net = Net::new(vec![
         Box::new(Dense::new(6, 16)),

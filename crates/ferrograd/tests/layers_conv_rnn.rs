@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::randn;
+use common::{randn, turn};
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -110,6 +110,7 @@ fn batchnorm2d_normalises_each_channel_over_batch_and_space() {
 
 #[test]
 fn dropout2d_drops_whole_channels() {
+    let _turn = turn();
     manual_seed(5);
     let d = Dropout2d::new(0.5);
     let x = Tensor::ones(&[4, 8, 3, 3], DType::F32);
@@ -289,6 +290,7 @@ fn layers_check_their_input() {
 
 #[test]
 fn a_small_cnn_learns() {
+    let _turn = turn();
     manual_seed(0);
     let net = Net::new(vec![
         Box::new(Conv2D::new(1, 4, 3).padding(1)),

@@ -7,7 +7,7 @@ mod common;
 use std::borrow::Cow;
 use std::path::Path;
 
-use common::scratch;
+use common::{scratch, turn};
 use ferrograd::prelude::*;
 use safetensors::tensor::{Dtype, View};
 
@@ -64,6 +64,7 @@ fn keys(named: Vec<(String, Param)>) -> Vec<String> {
 
 #[test]
 fn derived_and_nested_modules_use_pytorch_state_dict_keys() {
+    let _turn = turn();
     let g = generator();
     // What `named_parameters()` and `named_buffers()` give for the same PyTorch structure:
     // Generator(fc=Linear, bn=BatchNorm1d, up=Sequential(Linear, Dropout,
@@ -128,6 +129,7 @@ fn derived_and_nested_modules_use_pytorch_state_dict_keys() {
 
 #[test]
 fn the_mode_reaches_layers_inside_a_users_struct() {
+    let _turn = turn();
     let g = generator();
     let x = Tensor::randn(&[8, 4], DType::F32, &mut rand::thread_rng());
     // Evaluation: Dropout off and running statistics used, so two calls agree.
@@ -243,6 +245,7 @@ fn torch_state() -> Vec<(&'static str, Raw)> {
 
 #[test]
 fn a_pytorch_state_dict_loads_and_computes_as_the_same_weights_set_by_hand() {
+    let _turn = turn();
     let dir = scratch("torch_load");
     let path = dir.join("mlp.safetensors");
     write_torch_file(&path, &torch_state());
@@ -279,6 +282,7 @@ fn a_pytorch_state_dict_loads_and_computes_as_the_same_weights_set_by_hand() {
 
 #[test]
 fn every_mismatch_is_listed_and_nothing_changes() {
+    let _turn = turn();
     let dir = scratch("torch_mismatch");
     let path = dir.join("bad.safetensors");
     let mut tensors = torch_state();
@@ -332,6 +336,7 @@ fn every_mismatch_is_listed_and_nothing_changes() {
 
 #[test]
 fn a_net_set_to_evaluation_stays_there_inside_a_training_forward() {
+    let _turn = turn();
     let mut g = generator();
     g.up.eval();
     g.up.freeze();
@@ -353,6 +358,7 @@ fn a_net_set_to_evaluation_stays_there_inside_a_training_forward() {
 
 #[test]
 fn a_frozen_module_gets_no_gradient_and_no_update() {
+    let _turn = turn();
     let g = generator();
     g.fc.freeze();
     let x = Tensor::from_vec(values(16, 0.3), &[4, 4]);
@@ -376,6 +382,7 @@ fn a_frozen_module_gets_no_gradient_and_no_update() {
 
 #[test]
 fn copying_and_soft_updates_between_networks_of_one_structure() {
+    let _turn = turn();
     manual_seed(1);
     let online = torch_mlp();
     manual_seed(2);

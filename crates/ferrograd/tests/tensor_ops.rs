@@ -1,6 +1,10 @@
 //! Forward values of the tensor core: every op against hand-computed results, broadcasting,
 //! views, f64 paths and the panic messages.
 
+mod common;
+
+use common::turn;
+
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -67,6 +71,7 @@ fn random_creation_is_reproducible_by_seed() {
     )
     .to_vec::<f64>();
     assert!(u.iter().all(|&v| (-2.0..3.0).contains(&v)));
+    let _turn = turn();
     ferrograd::tensor::manual_seed(3);
     let d1 = ferrograd::tensor::with_default_rng(|r| Tensor::randn(&[4], DType::F32, r));
     ferrograd::tensor::manual_seed(3);

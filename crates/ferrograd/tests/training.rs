@@ -2,6 +2,10 @@
 //! values, optimizers' first steps against hand-computed values, schedules, train/eval
 //! behaviour, and small problems trained to completion.
 
+mod common;
+
+use common::turn;
+
 use ferrograd::optim::{
     ConstantLr, CosineAnnealing, ExponentialLr, LinearWarmup, MultiStepLr, StepLr, WarmupThen,
 };
@@ -485,6 +489,7 @@ fn initializers() {
 
 #[test]
 fn an_mlp_separates_xor_clusters() {
+    let _turn = turn();
     manual_seed(3);
     let mut rng = StdRng::seed_from_u64(3);
     let centers = [
@@ -517,6 +522,7 @@ fn an_mlp_separates_xor_clusters() {
 
 #[test]
 fn seed_004_linear_layer_with_mse_converges() {
+    let _turn = turn();
     manual_seed(4);
     let x = Tensor::rand_uniform(
         &[64, 3],

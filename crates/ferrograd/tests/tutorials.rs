@@ -5,18 +5,10 @@
 
 mod common;
 
-use common::scratch;
+use common::{scratch, turn};
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-
-/// The tests here seed the shared default generator before building their networks; they
-/// take turns, so that no other test draws between the seed and the draws.
-static GENERATOR: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn generator() -> std::sync::MutexGuard<'static, ()> {
-    GENERATOR.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// PyTorch's "fitting sin(x) with a third-order polynomial": a + bx + cx² + dx³ on [−π, π] by
 /// gradient descent on the summed squared error.
@@ -127,7 +119,7 @@ fn moons(n: usize, rng: &mut StdRng) -> (Tensor, Vec<usize>) {
 /// uninterrupted one does.
 #[test]
 fn two_moons_classifier_with_a_checkpoint_round_trip() {
-    let _turn = generator();
+    let _turn = turn();
     let mut rng = StdRng::seed_from_u64(0);
     let (x, labels) = moons(400, &mut rng);
     let data = TensorDataset::new(x.clone(), one_hot(&labels, 2));
@@ -170,7 +162,7 @@ fn two_moons_classifier_with_a_checkpoint_round_trip() {
 /// network's output with respect to its input: a gradient of a gradient, inside the loss.
 #[test]
 fn physics_informed_fit_needs_second_derivatives() {
-    let _turn = generator();
+    let _turn = turn();
     manual_seed(2);
     let net = Net::new(vec![
         Box::new(Dense::new(1, 24)),

@@ -4,17 +4,23 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use crate::tensor::{with_dtype, DType, Element, Node, Tensor};
+use crate::tensor::{with_any_dtype, DType, Element, Node, Tensor};
 
 /// `value` as a parameter's tensor: its own contiguous buffer from offset 0 (so that updates
-/// in place are possible), tracked through `node`.
+/// in place are possible), tracked as the leaf `id` when it is a float tensor.
 fn owned(value: &Tensor, id: u64) -> Tensor {
-    let fresh = with_dtype!(value.dtype(), T => value.materialize::<T>());
+    let fresh = with_any_dtype!(value.dtype(), T => value.materialize::<T>());
     Tensor::from_parts(
         fresh.storage().clone(),
         fresh.layout().clone(),
-        Some(Node::leaf_with_id(id)),
+        leaf(value.dtype(), id),
     )
+}
+
+/// The leaf node of parameter `id`; none for an integer buffer (a count, say), which no
+/// gradient reaches.
+fn leaf(dtype: DType, id: u64) -> Option<Node> {
+    dtype.is_float().then(|| Node::leaf_with_id(id))
 }
 
 /// A tracked leaf whose value can be replaced while its identity (what `Gradients` is keyed
@@ -117,7 +123,7 @@ impl Param {
         *slot = Tensor::from_parts(
             bare.storage().clone(),
             bare.layout().clone(),
-            Some(Node::leaf_with_id(self.id)),
+            leaf(T::DTYPE, self.id),
         );
         if let Err(panic) = result {
             drop(slot);
@@ -125,8 +131,12 @@ impl Param {
         }
     }
 
-    /// Converts the value to `dtype`, keeping the identity (for f64 gradient checks, say).
+    /// Converts the value to `dtype`, keeping the identity (for f64 gradient checks, say). An
+    /// integer buffer keeps its dtype: a count stays a count in an f64 network.
     pub fn set_dtype(&self, dtype: DType) {
+        if !self.dtype().is_float() {
+            return;
+        }
         let mut slot = self.value.write().unwrap_or_else(|e| e.into_inner());
         *slot = owned(&slot.to_dtype(dtype), self.id);
     }

@@ -35,21 +35,18 @@ impl View for &Bytes {
 }
 
 fn to_bytes(t: &Tensor) -> Bytes {
+    macro_rules! le {
+        ($t:ty) => {
+            t.to_vec::<$t>()
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect()
+        };
+    }
     let (dtype, data) = match t.dtype() {
-        DType::F32 => (
-            Dtype::F32,
-            t.to_vec::<f32>()
-                .iter()
-                .flat_map(|v| v.to_le_bytes())
-                .collect(),
-        ),
-        DType::F64 => (
-            Dtype::F64,
-            t.to_vec::<f64>()
-                .iter()
-                .flat_map(|v| v.to_le_bytes())
-                .collect(),
-        ),
+        DType::F32 => (Dtype::F32, le!(f32)),
+        DType::F64 => (Dtype::F64, le!(f64)),
+        DType::I64 => (Dtype::I64, le!(i64)),
     };
     Bytes {
         dtype,
@@ -146,7 +143,7 @@ pub fn save_tensors(
     write_atomic(path, &encoded)
 }
 
-/// Reads every tensor and the metadata of a safetensors file (f32 and f64 tensors only,
+/// Reads every tensor and the metadata of a safetensors file (f32, f64 and i64 tensors only,
 /// kept in their dtype).
 pub fn load_tensors(path: &Path) -> Result<(HashMap<String, Tensor>, HashMap<String, String>)> {
     let (file, metadata) = read_safetensors(path)?;
@@ -155,6 +152,7 @@ pub fn load_tensors(path: &Path) -> Result<(HashMap<String, Tensor>, HashMap<Str
         let dtype = match t.dtype {
             Dtype::F32 => DType::F32,
             Dtype::F64 => DType::F64,
+            Dtype::I64 => DType::I64,
             other => {
                 return Err(Error::format(
                     path,
@@ -216,9 +214,51 @@ impl FileTensor {
         }
     }
 
+    /// The values as i64, for the integer and bool dtypes (`None` for a u64 above i64's
+    /// range, or another dtype).
+    fn integers(&self) -> Option<Vec<i64>> {
+        macro_rules! decode {
+            ($n:literal, |$b:ident| $e:expr) => {
+                self.data
+                    .chunks_exact($n)
+                    .map(|c| {
+                        let $b: [u8; $n] = c.try_into().expect("chunk size");
+                        $e
+                    })
+                    .collect::<Option<Vec<i64>>>()
+            };
+        }
+        match self.dtype {
+            Dtype::I64 => decode!(8, |b| Some(i64::from_le_bytes(b))),
+            Dtype::U64 => decode!(8, |b| i64::try_from(u64::from_le_bytes(b)).ok()),
+            Dtype::I32 => decode!(4, |b| Some(i32::from_le_bytes(b).into())),
+            Dtype::U32 => decode!(4, |b| Some(u32::from_le_bytes(b).into())),
+            Dtype::I16 => decode!(2, |b| Some(i16::from_le_bytes(b).into())),
+            Dtype::U16 => decode!(2, |b| Some(u16::from_le_bytes(b).into())),
+            Dtype::I8 => decode!(1, |b| Some(i8::from_le_bytes(b).into())),
+            Dtype::U8 | Dtype::BOOL => decode!(1, |b| Some(b[0].into())),
+            _ => None,
+        }
+    }
+
     /// The tensor in `dtype` when the conversion changes no value (f16, bf16 and integers
-    /// into f32 or f64, f32 into f64, f64 values that f32 holds exactly), else `None`.
+    /// into f32 or f64, f32 into f64, f64 values that f32 holds exactly, integers and whole
+    /// floats into i64), else `None`.
     pub fn to_tensor_exact(&self, dtype: DType) -> Option<Tensor> {
+        if dtype == DType::I64 {
+            let ints = match self.integers() {
+                Some(ints) => ints,
+                None => self
+                    .values()?
+                    .into_iter()
+                    // Whole and inside i64's range (2^63 itself is not).
+                    .map(|v| {
+                        (v == v.trunc() && v.abs() < 9.223_372_036_854_776e18).then_some(v as i64)
+                    })
+                    .collect::<Option<Vec<i64>>>()?,
+            };
+            return Tensor::try_from_vec(ints, &self.shape).ok();
+        }
         let values = self.values()?;
         let t = match dtype {
             DType::F64 => Tensor::try_from_vec(values, &self.shape).ok()?,
@@ -232,6 +272,7 @@ impl FileTensor {
                     .collect();
                 Tensor::try_from_vec(narrow?, &self.shape).ok()?
             }
+            DType::I64 => unreachable!("handled above"),
         };
         Some(t)
     }

@@ -36,7 +36,8 @@ impl Module for Embedding {
 }
 
 impl Layer for Embedding {
-    /// `x` holds ids (any shape, stored as floats); the result has a trailing `dim` axis.
+    /// `x` holds ids, any shape: an `I64` tensor (or whole floats); the result has a trailing
+    /// `dim` axis.
     fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
         let (rows, dim) = (self.table.shape()[0], self.table.shape()[1]);
         let ids: Vec<usize> = x

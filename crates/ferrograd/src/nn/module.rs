@@ -10,7 +10,7 @@ use super::RngStream;
 use crate::autograd::{no_grad, Param};
 use crate::error::{Error, Result};
 use crate::io::tensors::{load_file_tensors, save_tensors, FileTensor};
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 
 /// A holder of parameters, buffers and random streams, each named by its path.
 ///
@@ -58,23 +58,15 @@ pub trait Module: Send + Sync {
     /// Whether `state` fits (every name present, same shapes and dtypes, nothing extra); the
     /// error lists every mismatch.
     fn check_state(&self, state: &HashMap<String, Tensor>) -> Result<()> {
-        let report = compare(&self.state_params(), state, |t, p| {
-            if t.dtype() == p.dtype() {
-                Ok(t.clone())
-            } else {
-                Err(String::new())
-            }
-        });
-        report.to_result(true)
+        compare_state(self, state).to_result(true)
     }
 
     /// Sets every parameter and buffer from `state`, after checking it all with
     /// [`Module::check_state`]; nothing changes on error.
     fn load_state(&self, state: &HashMap<String, Tensor>) -> Result<()> {
-        self.check_state(state)?;
-        for (name, p) in self.state_params() {
-            p.set(&state[&name]);
-        }
+        let report = compare_state(self, state);
+        report.to_result(true)?;
+        report.apply();
         Ok(())
     }
 
@@ -178,6 +170,30 @@ pub trait Module: Send + Sync {
             self.num_params()
         )
     }
+}
+
+/// `state` against the module's parameters and buffers: the same dtype, or a count saved as a
+/// float (before buffers had an integer dtype) whose values are all whole.
+fn compare_state<M: Module + ?Sized>(module: &M, state: &HashMap<String, Tensor>) -> LoadReport {
+    compare(&module.state_params(), state, |t, p| {
+        if t.dtype() == p.dtype() {
+            Ok(t.clone())
+        } else if p.dtype() == DType::I64 && t.dtype().is_float() {
+            whole(t).ok_or_else(String::new)
+        } else {
+            Err(String::new())
+        }
+    })
+}
+
+/// `t`'s values as an i64 tensor when every one is whole and within i64's range.
+fn whole(t: &Tensor) -> Option<Tensor> {
+    let ints = t
+        .to_vec::<f64>()
+        .into_iter()
+        .map(|v| (v == v.trunc() && v.abs() < 9.2e18).then_some(v as i64))
+        .collect::<Option<Vec<i64>>>()?;
+    Some(Tensor::from_vec(ints, t.shape()))
 }
 
 /// `path::to::Name<T>` → `Name`.

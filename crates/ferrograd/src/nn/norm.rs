@@ -12,7 +12,7 @@ struct BatchNorm {
     bias: Param,
     running_mean: Param,
     running_var: Param,
-    /// Training steps taken, as PyTorch counts them (f64: exact for any realistic count).
+    /// Training steps taken, an i64 scalar as PyTorch keeps it.
     num_batches_tracked: Param,
     momentum: f64,
     eps: f64,
@@ -25,7 +25,7 @@ impl BatchNorm {
             bias: Param::new(Tensor::zeros(&[features], DType::F32)),
             running_mean: Param::new(Tensor::zeros(&[features], DType::F32)),
             running_var: Param::new(Tensor::ones(&[features], DType::F32)),
-            num_batches_tracked: Param::new(Tensor::zeros(&[], DType::F64)),
+            num_batches_tracked: Param::new(Tensor::zeros(&[], DType::I64)),
             momentum,
             eps,
         }
@@ -85,8 +85,9 @@ impl BatchNorm {
             self.running_mean
                 .set(&rm.to_dtype(self.running_mean.dtype()));
             self.running_var.set(&rv.to_dtype(self.running_var.dtype()));
-            let batches = self.num_batches_tracked.tensor().add_scalar(1.0);
-            self.num_batches_tracked.set(&batches);
+            let batches = self.num_batches_tracked.tensor().to_vec::<i64>()[0];
+            self.num_batches_tracked
+                .set(&Tensor::scalar(batches.saturating_add(1)));
         });
     }
 

@@ -11,11 +11,13 @@ use num_traits::Zero;
 
 /// Both operands in one dtype: f32 meets f64 as f64 (the cast is differentiable).
 pub(crate) fn promote(a: &Tensor, b: &Tensor) -> (Tensor, Tensor) {
-    if a.dtype() == b.dtype() {
-        (a.clone(), b.clone())
-    } else {
-        (a.to_dtype(DType::F64), b.to_dtype(DType::F64))
-    }
+    let to = match (a.dtype(), b.dtype()) {
+        (x, y) if x == y => return (a.clone(), b.clone()),
+        // An integer meets a float: the float's dtype, as PyTorch promotes.
+        (DType::I64, float) | (float, DType::I64) => float,
+        _ => DType::F64,
+    };
+    (a.to_dtype(to), b.to_dtype(to))
 }
 
 macro_rules! promoted {

@@ -1,17 +1,21 @@
-//! Conversion between f32 and f64, and materialising views.
+//! Conversion between dtypes, and materialising views.
 
 use smallvec::smallvec;
 
-use crate::tensor::{record, with_dtype, DType, Element, Tensor};
+use crate::tensor::{record, record_nondiff, with_any_dtype, DType, Element, Tensor};
 
 impl Tensor {
-    /// The same values in `dtype` (a no-op when it already is). Differentiable: the gradient is
-    /// cast back.
+    /// The same values in `dtype` (a no-op when it already is), cast as PyTorch casts (into
+    /// an integer: truncated toward zero). Between floats it is differentiable (the gradient is
+    /// cast back); a cast into an integer has no derivative.
     pub fn to_dtype(&self, dtype: DType) -> Tensor {
         if self.dtype() == dtype {
             return self.clone();
         }
-        let out = with_dtype!(dtype, T => Tensor::from_data(self.to_vec::<T>(), self.shape()));
+        let out = with_any_dtype!(dtype, T => Tensor::from_data(self.to_vec::<T>(), self.shape()));
+        if !dtype.is_float() {
+            return record_nondiff("to_dtype", out, &[self]);
+        }
         let from = self.dtype();
         record("to_dtype", out, &[self], move |_, up| {
             smallvec![Some(up.to_dtype(from))]
@@ -23,7 +27,7 @@ impl Tensor {
         if self.is_contiguous() {
             return self.clone();
         }
-        let out = with_dtype!(self.dtype(), T => self.materialize::<T>());
+        let out = with_any_dtype!(self.dtype(), T => self.materialize::<T>());
         record("contiguous", out, &[self], |_, up| {
             smallvec![Some(up.clone())]
         })

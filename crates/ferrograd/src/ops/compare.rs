@@ -1,21 +1,40 @@
-//! Comparisons: 0/1 masks in the operands' dtype. They have no derivative.
+//! Comparisons: 0/1 masks in the operands' dtype (the first operand's among floats, the
+//! float's when an integer meets a float, i64 between integers). They have no derivative.
 
-use super::{scalar_like, zip_dispatch};
-use crate::tensor::{record_nondiff, Tensor};
-use num_traits::{One, Zero};
+use super::{binary_promote, scalar_like, zip_elems};
+use crate::tensor::{record_nondiff, with_any_dtype, DType, Element, Tensor};
+
+/// The operands of a comparison in one dtype: the first's among floats (and among integers),
+/// the float's when an integer meets a float.
+fn common(a: &Tensor, b: &Tensor) -> (Tensor, Tensor) {
+    if a.dtype().is_float() == b.dtype().is_float() {
+        (a.clone(), b.to_dtype(a.dtype()))
+    } else {
+        binary_promote(a, b)
+    }
+}
 
 macro_rules! comparison {
     ($name:ident, $scalar:ident, $op:tt, $doc:literal) => {
         #[doc = concat!("1 where `self ", $doc, " other` (broadcast), else 0. Has no derivative.")]
         pub fn $name(&self, other: &Tensor) -> Tensor {
-            let other = other.to_dtype(self.dtype());
-            let out = zip_dispatch!(stringify!($name), self, &other, |x, y| if x $op y { T::one() } else { T::zero() });
-            record_nondiff(stringify!($name), out, &[self, &other])
+            let (a, b) = common(self, other);
+            let name = stringify!($name);
+            let out = with_any_dtype!(a.dtype(), T => {
+                zip_elems::<T>(name, &a, &b, |x, y| if x $op y { T::ONE } else { T::ZERO })
+            });
+            record_nondiff(name, out, &[&a, &b])
         }
 
-        #[doc = concat!("1 where `self ", $doc, " value`, else 0. Has no derivative.")]
+        #[doc = concat!("1 where `self ", $doc, " value`, else 0 (an integer tensor compares \
+            exactly in f64 and keeps its dtype). Has no derivative.")]
         pub fn $scalar(&self, value: f64) -> Tensor {
-            self.$name(&scalar_like(self, value))
+            if self.dtype().is_float() {
+                self.$name(&scalar_like(self, value))
+            } else {
+                let wide = self.to_dtype(DType::F64);
+                wide.$name(&scalar_like(&wide, value)).to_dtype(self.dtype())
+            }
         }
     };
 }

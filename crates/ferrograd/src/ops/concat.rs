@@ -5,8 +5,8 @@ use smallvec::smallvec;
 
 use super::{with_axis, Axis};
 use crate::error::{Error, Result};
-use crate::kernels::{index, strided, Float, Rows};
-use crate::tensor::{checked_numel, record, with_dtype, Tensor};
+use crate::kernels::{index, strided, Rows};
+use crate::tensor::{checked_numel, record, with_any_dtype, Element, Tensor};
 
 impl Tensor {
     /// Padded with `value`: `pads[i] = (before, after)` elements along axis `i`.
@@ -32,8 +32,8 @@ impl Tensor {
                 )
             });
         let start: Vec<usize> = pads.iter().map(|&(before, _)| before).collect();
-        let out = with_dtype!(self.dtype(), T => {
-            let mut out = vec![T::from_f64(value); len];
+        let out = with_any_dtype!(self.dtype(), T => {
+            let mut out = vec![T::cast_from_f64(value); len];
             let src = self.contiguous_data::<T>();
             strided::copy_into_block(&src, self.shape(), &mut out, &out_shape, &start);
             Tensor::from_data(out, &out_shape)
@@ -75,7 +75,11 @@ impl Tensor {
                 )));
             }
         }
-        let dtype = first.dtype();
+        // The first tensor's dtype, unless it holds integers and a float joins it.
+        let dtype = match tensors.iter().find(|t| t.dtype().is_float()) {
+            Some(float) if !first.dtype().is_float() => float.dtype(),
+            _ => first.dtype(),
+        };
         let cast: Vec<Tensor> = tensors.iter().map(|t| t.to_dtype(dtype)).collect();
         let sizes: Vec<usize> = cast.iter().map(|t| t.shape()[axis]).collect();
         let total = sizes.iter().try_fold(0usize, |acc, &n| acc.checked_add(n));
@@ -89,7 +93,7 @@ impl Tensor {
                     tensors.len()
                 ))
             })?;
-        let out = with_dtype!(dtype, T => {
+        let out = with_any_dtype!(dtype, T => {
             let Rows { outer, inner, .. } = Rows::around(&out_shape, axis);
             let datas: Vec<_> = cast.iter().map(|t| t.contiguous_data::<T>()).collect();
             let parts: Vec<&[T]> = datas.iter().map(|d| &d[..]).collect();

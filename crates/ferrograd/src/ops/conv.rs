@@ -15,7 +15,7 @@ use smallvec::smallvec;
 use super::binary_promote;
 use crate::kernels::conv::{col2im, im2col, Geom};
 use crate::kernels::matmul::{gemm_batch_append, MatRef};
-use crate::tensor::{numel_or_panic, record, with_dtype, Element, Tensor};
+use crate::tensor::{numel_or_panic, record, with_dtype, FloatElement, Tensor};
 
 /// Stride, padding, dilation, groups and (for the transposed convolution) output padding.
 /// Builders take `self` by value; every value applies to both spatial axes unless set per
@@ -304,7 +304,7 @@ fn chunk_images(per_image: usize) -> usize {
 
 /// Channels `ch0..ch0 + chans` of images `images` of a `[N, channels, plane]` buffer, side by
 /// side: `[chans, images·plane]` into `dst` (reused).
-fn side_by_side<T: Element>(
+fn side_by_side<T: FloatElement>(
     src: &[T],
     images: &Range<usize>,
     (channels, ch0, chans): (usize, usize, usize),
@@ -323,7 +323,7 @@ fn side_by_side<T: Element>(
 
 /// The inverse of [`side_by_side`]: `[chans, images·plane]` written back into channels
 /// `ch0..` of a `[N, channels, plane]` buffer.
-fn unside<T: Element>(
+fn unside<T: FloatElement>(
     src: &[T],
     images: &Range<usize>,
     (channels, ch0, chans): (usize, usize, usize),
@@ -345,7 +345,7 @@ fn unside<T: Element>(
 
 /// The column matrix of group `grp` of `images` of `x` (`[N, C, H, W]`), images side by side:
 /// `[C/groups · kh · kw, images · Ho · Wo]` into `cols` (reused).
-fn columns<T: Element>(
+fn columns<T: FloatElement>(
     x: &[T],
     g: &Geom,
     (c, cg, grp): (usize, usize, usize),
@@ -393,7 +393,7 @@ fn chunks(n: usize, per_image: usize) -> impl Iterator<Item = Range<usize>> {
 
 /// `y[:, group] = W_group @ cols[group]`, each chunk of images in one product whose columns
 /// run over every image (small images make wide products, not many narrow ones).
-fn conv_forward<T: Element>(
+fn conv_forward<T: FloatElement>(
     x: &Tensor,
     w: &Tensor,
     g: &Geom,
@@ -419,7 +419,7 @@ fn conv_forward<T: Element>(
 }
 
 /// `y[:, group] = col2im(W_groupᵀ @ u[:, group])`, `y` of the geometry's input size.
-fn conv_t_forward<T: Element>(
+fn conv_t_forward<T: FloatElement>(
     u: &Tensor,
     w: &Tensor,
     g: &Geom,
@@ -455,7 +455,7 @@ fn conv_t_forward<T: Element>(
 }
 
 /// `v[group] = dy[:, group] @ cols[group]ᵀ` summed over the images, as `[O, C/groups, kh, kw]`.
-fn conv_weight<T: Element>(
+fn conv_weight<T: FloatElement>(
     x: &Tensor,
     dy: &Tensor,
     g: &Geom,

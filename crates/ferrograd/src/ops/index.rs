@@ -1,6 +1,7 @@
 //! Selection by index along an axis (index_select) and its adjoint (index_add), each the
 //! other's derivative. The loops are `kernels::index`.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use smallvec::smallvec;
@@ -8,25 +9,75 @@ use smallvec::smallvec;
 use super::{axis_in, with_axis, Axis};
 use crate::error::{Error, Result};
 use crate::kernels::{index, Rows};
-use crate::tensor::{record, with_dtype, Tensor};
+use crate::tensor::{record, with_any_dtype, with_dtype, DType, Tensor};
+
+/// Positions to select: `usize`s (a slice, an array, a `Vec`) or a 1-d `I64` tensor, as
+/// PyTorch's `index_select` takes an int64 index tensor.
+pub trait Indices {
+    /// The positions; an error naming `op` for a tensor that is not 1-d `I64` or holds a
+    /// negative value.
+    fn positions(&self, op: &str) -> Result<Cow<'_, [usize]>>;
+}
+
+impl Indices for [usize] {
+    fn positions(&self, _: &str) -> Result<Cow<'_, [usize]>> {
+        Ok(Cow::Borrowed(self))
+    }
+}
+
+impl<const N: usize> Indices for [usize; N] {
+    fn positions(&self, _: &str) -> Result<Cow<'_, [usize]>> {
+        Ok(Cow::Borrowed(self))
+    }
+}
+
+impl Indices for Vec<usize> {
+    fn positions(&self, _: &str) -> Result<Cow<'_, [usize]>> {
+        Ok(Cow::Borrowed(self))
+    }
+}
+
+impl Indices for Tensor {
+    fn positions(&self, op: &str) -> Result<Cow<'_, [usize]>> {
+        if self.dtype() != DType::I64 || self.ndim() != 1 {
+            return Err(Error::Shape(format!(
+                "{op}: indices must be a 1-d i64 tensor, got {:?} {}",
+                self.shape(),
+                self.dtype()
+            )));
+        }
+        self.to_vec::<i64>()
+            .into_iter()
+            .map(|i| {
+                usize::try_from(i).map_err(|_| Error::Shape(format!("{op}: negative index {i}")))
+            })
+            .collect::<Result<Vec<usize>>>()
+            .map(Cow::Owned)
+    }
+}
 
 impl Tensor {
     /// The entries `indices` along `axis`, in that order (repeats allowed).
-    pub fn index_select<A: Axis>(&self, axis: A, indices: &[usize]) -> Tensor {
+    pub fn index_select<A: Axis, I: Indices + ?Sized>(&self, axis: A, indices: &I) -> Tensor {
         self.try_index_select(axis, indices)
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
-    pub fn try_index_select<A: Axis>(&self, axis: A, indices: &[usize]) -> Result<Tensor> {
+    pub fn try_index_select<A: Axis, I: Indices + ?Sized>(
+        &self,
+        axis: A,
+        indices: &I,
+    ) -> Result<Tensor> {
         let Some(axis) = axis.position(self.ndim()) else {
             return Err(Error::Shape(format!(
                 "index_select: axis {axis} out of range for shape {:?}",
                 self.shape()
             )));
         };
-        check_indices("index_select", self.shape(), axis, indices)?;
+        let indices = indices.positions("index_select")?;
+        check_indices("index_select", self.shape(), axis, &indices)?;
         let indices: Arc<[usize]> = indices.into();
-        let out = with_dtype!(self.dtype(), T => {
+        let out = with_any_dtype!(self.dtype(), T => {
             let rows = Rows::around(self.shape(), axis);
             let out = index::select(&self.contiguous_data::<T>(), rows, &indices);
             Tensor::from_data(out, &with_axis(self.shape(), axis, indices.len()))
@@ -61,7 +112,7 @@ impl Tensor {
         record("index_add", out, &[self, &source], move |c, up| {
             smallvec![
                 c.needs(0).then(|| up.clone()),
-                c.needs(1).then(|| up.index_select(axis, &indices)),
+                c.needs(1).then(|| up.index_select(axis, &*indices)),
             ]
         })
     }

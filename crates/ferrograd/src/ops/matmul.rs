@@ -6,7 +6,7 @@ use smallvec::smallvec;
 
 use crate::error::{Error, Result};
 use crate::kernels::matmul::{gemm_batch, MatRef};
-use crate::tensor::{broadcast_shapes, checked_numel, record, with_dtype, Element, Tensor};
+use crate::tensor::{broadcast_shapes, checked_numel, record, with_dtype, FloatElement, Tensor};
 
 impl Tensor {
     /// Matrix product `self @ other`. Panics with both shapes when they do not fit.
@@ -116,7 +116,7 @@ fn operand_offsets(
 }
 
 /// The product into `out_shape` (`batch ++ [m, n]`, not empty).
-fn batched<T: Element>(a: &Tensor, b: &Tensor, out_shape: &[usize], k: usize) -> Tensor {
+fn batched<T: FloatElement>(a: &Tensor, b: &Tensor, out_shape: &[usize], k: usize) -> Tensor {
     let (batch, m, n) = match out_shape {
         [batch @ .., m, n] => (batch, *m, *n),
         _ => unreachable!("matmul output has two matrix axes"),

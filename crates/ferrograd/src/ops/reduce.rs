@@ -6,8 +6,8 @@ use super::{axes_in, axis_in, Axis};
 use smallvec::smallvec;
 
 use crate::kernels::reduce as kr;
-use crate::kernels::{Float, Rows};
-use crate::tensor::{record, record_nondiff, with_dtype, Element, Tensor};
+use crate::kernels::Rows;
+use crate::tensor::{record, record_nondiff, with_dtype, FloatElement, Tensor};
 
 /// A reduction arranged for the kernels: the data as `[outer, red, inner]` in row-major order.
 struct Plan {
@@ -70,7 +70,7 @@ impl Plan {
     }
 
     /// The input's elements in the order the kernels expect.
-    fn data<'a, T: Element>(&self, x: &'a Tensor) -> Cow<'a, [T]> {
+    fn data<'a, T: FloatElement>(&self, x: &'a Tensor) -> Cow<'a, [T]> {
         match &self.permuted {
             None => x.contiguous_data::<T>(),
             Some(perm) => Cow::Owned(
@@ -82,7 +82,11 @@ impl Plan {
     }
 
     /// Runs `kernel(data, rows, out)` into a new tensor of the output shape.
-    fn run<T: Element>(&self, x: &Tensor, kernel: impl FnOnce(&[T], Rows, &mut [T])) -> Tensor {
+    fn run<T: FloatElement>(
+        &self,
+        x: &Tensor,
+        kernel: impl FnOnce(&[T], Rows, &mut [T]),
+    ) -> Tensor {
         let mut out = vec![T::zero(); self.rows.outer * self.rows.inner];
         kernel(&self.data::<T>(x), self.rows, &mut out);
         Tensor::from_data(out, &self.out_shape)
@@ -204,8 +208,8 @@ impl Tensor {
         })
     }
 
-    /// Index of the largest element along `axis` (first at ties), as a tensor of this dtype
-    /// with `axis` removed. Has no derivative.
+    /// Index of the largest element along `axis` (first at ties; NaN counts as the largest,
+    /// as in numpy), an `I64` tensor with `axis` removed. Has no derivative.
     pub fn argmax<A: Axis>(&self, axis: A) -> Tensor {
         self.arg_extremum("argmax", axis_in("argmax", axis, self.shape()), true)
     }
@@ -230,7 +234,8 @@ impl Tensor {
             } else {
                 kr::arg_fold(&data, plan.rows, &mut idx, |v, best| v < best);
             }
-            let idx: Vec<T> = idx.into_iter().map(|i| T::from_f64(i as f64)).collect();
+            // An axis longer than i64 can count cannot be allocated.
+            let idx: Vec<i64> = idx.into_iter().map(|i| i as i64).collect();
             Tensor::from_data(idx, &plan.out_shape)
         });
         record_nondiff(op, out, &[self])

@@ -6,9 +6,9 @@ use smallvec::smallvec;
 
 use crate::kernels::reduce as kr;
 use crate::kernels::Rows;
-use crate::tensor::{record, with_dtype, Element, Tensor};
+use crate::tensor::{record, with_dtype, FloatElement, Tensor};
 
-fn fused<T: Element>(x: &Tensor, axis: usize, log: bool) -> Tensor {
+fn fused<T: FloatElement>(x: &Tensor, axis: usize, log: bool) -> Tensor {
     let rows = Rows::around(x.shape(), axis);
     let mut out = vec![T::zero(); x.numel()];
     kr::softmax(&x.contiguous_data::<T>(), rows, log, &mut out);

@@ -7,8 +7,8 @@ use smallvec::smallvec;
 use super::{axis_in, with_axis, Axis};
 use crate::error::{Error, Result};
 use crate::tensor::{
-    broadcast_shapes, checked_numel, contiguous_strides, numel_or_panic, record, with_dtype, Dims,
-    Layout, Tensor,
+    broadcast_shapes, checked_numel, contiguous_strides, numel_or_panic, record, with_any_dtype,
+    Dims, Layout, Tensor,
 };
 
 impl Tensor {
@@ -36,7 +36,7 @@ impl Tensor {
         let base = if self.is_contiguous() {
             self.detach()
         } else {
-            with_dtype!(self.dtype(), T => self.materialize::<T>())
+            with_any_dtype!(self.dtype(), T => self.materialize::<T>())
         };
         let layout = Layout {
             shape: Dims::from_slice(shape),

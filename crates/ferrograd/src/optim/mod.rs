@@ -22,7 +22,7 @@ pub use schedule::{
 use crate::autograd::{anomaly_reported, Gradients, Param};
 use crate::error::{Error, Result};
 use crate::kernels::optim::sum_squares;
-use crate::tensor::{with_dtype, Element, Tensor};
+use crate::tensor::{with_dtype, FloatElement, Tensor};
 
 /// Plain gradient descent.
 pub type Sgd = Optim<SgdRule>;
@@ -80,7 +80,7 @@ pub trait UpdateRule: Send + Sync {
     /// Names of the state slots (for checkpoints).
     fn slot_names(&self) -> &'static [&'static str];
     /// One update of one parameter, in place.
-    fn apply<T: Element>(&self, step: Step<'_, T>);
+    fn apply<T: FloatElement>(&self, step: Step<'_, T>);
     /// Whether weight decay is decoupled (AdamW) rather than L2.
     fn decoupled(&self) -> bool {
         false
@@ -195,7 +195,7 @@ impl<R: UpdateRule> Optim<R> {
         &self.rule
     }
 
-    fn update_one<T: Element>(&mut self, p: &Param, g: &Tensor, gscale: f64) {
+    fn update_one<T: FloatElement>(&mut self, p: &Param, g: &Tensor, gscale: f64) {
         let (lr, wd, t) = (self.lr, self.weight_decay, self.steps);
         let clip_value = match self.clip {
             Some(Clip::Value(v)) => Some(v),

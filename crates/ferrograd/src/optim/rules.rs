@@ -3,10 +3,10 @@
 use super::{Optim, Step, UpdateRule};
 use crate::kernels::optim::update;
 use crate::kernels::Float;
-use crate::tensor::{Element, Tensor};
+use crate::tensor::{FloatElement, Tensor};
 
 /// The slots of a parameter as mutable slices.
-fn slices<T: Element, const K: usize>(slots: &mut [Tensor]) -> [&mut [T]; K] {
+fn slices<T: FloatElement, const K: usize>(slots: &mut [Tensor]) -> [&mut [T]; K] {
     let mut it = slots.iter_mut();
     std::array::from_fn(|_| it.next().expect("slot count").data_mut::<T>())
 }
@@ -19,7 +19,7 @@ impl UpdateRule for SgdRule {
     fn slot_names(&self) -> &'static [&'static str] {
         &[]
     }
-    fn apply<T: Element>(&self, s: Step<'_, T>) {
+    fn apply<T: FloatElement>(&self, s: Step<'_, T>) {
         let lr = T::from_f64(s.lr);
         update(s.w, s.g, s.prep, [], |w, g, st| (w - lr * g, st));
     }
@@ -42,7 +42,7 @@ impl UpdateRule for MomentumRule {
     fn slot_names(&self) -> &'static [&'static str] {
         &["momentum"]
     }
-    fn apply<T: Element>(&self, s: Step<'_, T>) {
+    fn apply<T: FloatElement>(&self, s: Step<'_, T>) {
         let (lr, mu) = (T::from_f64(s.lr), T::from_f64(self.momentum));
         let nesterov = self.nesterov;
         // PyTorch starts the buffer at the first gradient rather than at zero.
@@ -88,7 +88,7 @@ impl UpdateRule for RmsPropRule {
     fn slot_names(&self) -> &'static [&'static str] {
         &["square_avg"]
     }
-    fn apply<T: Element>(&self, s: Step<'_, T>) {
+    fn apply<T: FloatElement>(&self, s: Step<'_, T>) {
         let (lr, a, eps) = (
             T::from_f64(s.lr),
             T::from_f64(self.alpha),
@@ -129,7 +129,7 @@ impl UpdateRule for AdagradRule {
     fn slot_names(&self) -> &'static [&'static str] {
         &["sum"]
     }
-    fn apply<T: Element>(&self, s: Step<'_, T>) {
+    fn apply<T: FloatElement>(&self, s: Step<'_, T>) {
         let (lr, eps) = (T::from_f64(s.lr), T::from_f64(self.eps));
         update(s.w, s.g, s.prep, slices::<T, 1>(s.slots), |w, g, [sum]| {
             let sum = sum + g * g;
@@ -186,7 +186,7 @@ impl UpdateRule for AdamRule {
     fn slot_names(&self) -> &'static [&'static str] {
         ADAM_SLOTS
     }
-    fn apply<T: Element>(&self, s: Step<'_, T>) {
+    fn apply<T: FloatElement>(&self, s: Step<'_, T>) {
         let ([b1, b2, eps], bc1, b2t) = self.at::<T>(s.t);
         // w − lr/bc1 · m / (√v / √bc2 + ε): the corrections folded into two constants.
         let step = T::from_f64(s.lr / bc1);
@@ -211,7 +211,7 @@ impl UpdateRule for AdamWRule {
     fn decoupled(&self) -> bool {
         true
     }
-    fn apply<T: Element>(&self, s: Step<'_, T>) {
+    fn apply<T: FloatElement>(&self, s: Step<'_, T>) {
         self.0.apply(s)
     }
 }
@@ -228,7 +228,7 @@ impl UpdateRule for RAdamRule {
     fn slot_names(&self) -> &'static [&'static str] {
         ADAM_SLOTS
     }
-    fn apply<T: Element>(&self, s: Step<'_, T>) {
+    fn apply<T: FloatElement>(&self, s: Step<'_, T>) {
         let ([b1, b2, eps], bc1, b2t) = self.0.at::<T>(s.t);
         let rho_inf = 2.0 / (1.0 - self.0.beta2) - 1.0;
         let rho_t = rho_inf - 2.0 * s.t as f64 * b2t / (1.0 - b2t);

@@ -62,6 +62,9 @@ pub(crate) fn in_rule<R>(f: impl FnOnce() -> R) -> R {
 }
 
 pub(crate) fn has_non_finite(t: &Tensor) -> bool {
+    if !t.dtype().is_float() {
+        return false;
+    }
     with_dtype!(t.dtype(), T => t.contiguous_data::<T>().iter().any(|v| !v.is_finite()))
 }
 

@@ -6,7 +6,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, StandardNormal};
 
-use super::{with_dtype, DType, Element, Tensor};
+use super::{with_any_dtype, with_dtype, DType, Element, Tensor};
 use crate::error::{Error, Result};
 use crate::kernels::Float;
 
@@ -56,13 +56,14 @@ impl Tensor {
         Tensor::from_data(vec![value], &[])
     }
 
+    /// `value` everywhere (cast as [`Element::cast_from_f64`] says for an integer dtype).
     pub fn full(shape: &[usize], value: f64, dtype: DType) -> Tensor {
         let n = super::numel_or_panic("full", shape);
         if n == 1 {
-            let storage = with_dtype!(dtype, T => T::inline(T::from_f64(value)));
+            let storage = with_any_dtype!(dtype, T => T::inline(T::cast_from_f64(value)));
             return Tensor::from_parts(storage, super::Layout::contiguous(shape), None);
         }
-        with_dtype!(dtype, T => Tensor::from_data(vec![T::from_f64(value); n], shape))
+        with_any_dtype!(dtype, T => Tensor::from_data(vec![T::cast_from_f64(value); n], shape))
     }
 
     pub fn zeros(shape: &[usize], dtype: DType) -> Tensor {
@@ -95,19 +96,20 @@ impl Tensor {
         } else {
             0.0
         };
-        with_dtype!(dtype, T => {
+        with_any_dtype!(dtype, T => {
             let data: Vec<T> = (0..steps)
                 .map(|i| {
                     // The last of several values is `end` exactly; a single one is `start`.
                     let v = if i > 0 && i + 1 == steps { end } else { start + i as f64 * step };
-                    T::from_f64(v)
+                    T::cast_from_f64(v)
                 })
                 .collect();
             Tensor::from_data(data, &[steps])
         })
     }
 
-    /// `start, start + step, ...` up to but excluding `end`, as a 1-d tensor.
+    /// `start, start + step, ...` up to but excluding `end`, as a 1-d tensor (`DType::I64`
+    /// gives indices, as PyTorch's integer `arange`).
     pub fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Tensor {
         assert!(
             start.is_finite() && end.is_finite() && step.is_finite() && step != 0.0,
@@ -119,8 +121,8 @@ impl Tensor {
             "arange: {start}..{end} by {step} is not a finite range that fits in memory"
         );
         let n = count as usize;
-        with_dtype!(dtype, T => {
-            let data: Vec<T> = (0..n).map(|i| T::from_f64(start + i as f64 * step)).collect();
+        with_any_dtype!(dtype, T => {
+            let data: Vec<T> = (0..n).map(|i| T::cast_from_f64(start + i as f64 * step)).collect();
             Tensor::from_data(data, &[n])
         })
     }

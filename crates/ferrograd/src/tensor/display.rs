@@ -28,8 +28,11 @@ impl fmt::Display for Tensor {
         let whole = values
             .iter()
             .all(|v| v.is_finite() && *v == v.trunc() && v.abs() < 1e16);
+        let integer = !self.dtype().is_float();
         let fmt_one = |v: f64| -> String {
-            if whole {
+            if integer {
+                format!("{v:.0}")
+            } else if whole {
                 format!("{v:.0}.")
             } else {
                 format!("{v:.precision$}")

@@ -15,14 +15,13 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 pub use create::{manual_seed, with_default_rng};
-pub(crate) use element::with_dtype;
-pub use element::{DType, Element, Storage};
+pub(crate) use element::{with_any_dtype, with_dtype, INTEGER_IN_FLOAT_OP};
+pub use element::{DType, Element, FloatElement, Storage};
 pub(crate) use layout::numel_or_panic;
 pub use layout::{broadcast_shapes, checked_numel, contiguous_strides, Layout};
 
 use crate::kernels::strided::{self, Src};
 pub use crate::kernels::Dims;
-use crate::kernels::Float;
 pub(crate) use mode::ModeGuard;
 pub use mode::{enable_grad, is_grad_enabled, no_grad};
 pub use record::live_nodes;
@@ -109,6 +108,7 @@ impl Tensor {
         match (&self.0.storage, &other.0.storage) {
             (Storage::F32(a), Storage::F32(b)) => Arc::ptr_eq(a, b),
             (Storage::F64(a), Storage::F64(b)) => Arc::ptr_eq(a, b),
+            (Storage::I64(a), Storage::I64(b)) => Arc::ptr_eq(a, b),
             // Inline single elements are copied, never shared.
             _ => false,
         }
@@ -135,8 +135,12 @@ impl Tensor {
         let buf = self.buffer::<T>();
         if l.is_contiguous() {
             Cow::Borrowed(&buf[l.offset..l.offset + l.numel()])
+        } else if l.numel() == 0 {
+            Cow::Owned(Vec::new())
         } else {
-            let mut out = vec![T::zero(); l.numel()];
+            // Any element fills the buffer before the gather overwrites it (a non-empty
+            // layout that fits its buffer addresses its offset).
+            let mut out = vec![buf[l.offset]; l.numel()];
             strided::gather(
                 &l.shape,
                 Src {
@@ -171,11 +175,15 @@ impl Tensor {
         T::buffer_mut(&mut inner.storage)
     }
 
-    /// A row-major copy of the elements converted to `T`, whatever the dtype.
+    /// A row-major copy of the elements converted to `T`, whatever the dtype (exactly when
+    /// it is the dtype; otherwise as [`Element::cast_from_f64`] describes).
     pub fn to_vec<T: Element>(&self) -> Vec<T> {
-        with_dtype!(self.dtype(), S => {
+        if self.dtype() == T::DTYPE {
+            return self.contiguous_data::<T>().into_owned();
+        }
+        with_any_dtype!(self.dtype(), S => {
             let data = self.contiguous_data::<S>();
-            data.iter().map(|&v| T::from_f64(v.as_f64())).collect()
+            data.iter().map(|&v| T::cast_from_f64(v.cast_to_f64())).collect()
         })
     }
 

@@ -179,8 +179,15 @@ pub(crate) fn record_nondiff(name: &'static str, out: Tensor, inputs: &[&Tensor]
 }
 
 impl Tensor {
-    /// A tracked leaf holding the same data: gradients flow back to it.
+    /// A tracked leaf holding the same data: gradients flow back to it. Panics for an integer
+    /// tensor: gradients exist for float dtypes only.
     pub fn requires_grad(&self) -> Tensor {
+        assert!(
+            self.dtype().is_float(),
+            "requires_grad: only float tensors can require gradients, this one is {} (convert \
+             with .to_dtype(DType::F32) first)",
+            self.dtype()
+        );
         Tensor::from_parts(
             self.storage().clone(),
             self.layout().clone(),

@@ -7,6 +7,15 @@ use ferrograd::prelude::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
+static GENERATOR: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A turn with the shared default generator: tests that seed it (`manual_seed`) or draw from
+/// it (building layers) hold one, so that no other test of the binary draws between a seed and
+/// the draws that should follow from it.
+pub fn turn() -> std::sync::MutexGuard<'static, ()> {
+    GENERATOR.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A fresh directory under the target dir for one test.
 pub fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
