@@ -16,6 +16,21 @@
 // The derive macro names this crate `::ferrograd`, here as everywhere else.
 extern crate self as ferrograd;
 
+/// A public unit struct with `new()` (layers and losses without settings).
+macro_rules! unit_struct {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, Default)]
+        pub struct $name;
+
+        impl $name {
+            pub fn new() -> Self {
+                $name
+            }
+        }
+    };
+}
+
 pub mod autograd;
 pub mod data;
 pub mod error;

@@ -1,5 +1,6 @@
 //! Losses: each returns a differentiable 0-d tensor, the mean over the batch (axis 0).
 
+use crate::ops::same_shape;
 use crate::tensor::Tensor;
 
 /// A loss of predictions against targets.
@@ -10,15 +11,6 @@ pub trait Loss: Send + Sync {
         let full = std::any::type_name::<Self>();
         full.rsplit("::").next().unwrap_or(full).to_string()
     }
-}
-
-fn check(op: &str, pred: &Tensor, target: &Tensor) {
-    assert!(
-        pred.shape() == target.shape(),
-        "{op}: prediction shape {:?} differs from target shape {:?}",
-        pred.shape(),
-        target.shape()
-    );
 }
 
 /// Mean over the batch of the per-sample sums over the remaining axes.
@@ -35,7 +27,7 @@ fn batch_mean(per_element: &Tensor) -> Tensor {
 /// one-hot / soft rows themselves, which must match `scores`' shape.
 fn class_rows(op: &str, scores: &Tensor, target: &Tensor) -> Tensor {
     if target.dtype().is_float() {
-        check(op, scores, target);
+        same_shape(op, scores, target);
         return target.clone();
     }
     let (batch, classes) = scores.shape().split_at(scores.ndim().saturating_sub(1));
@@ -61,15 +53,7 @@ fn class_rows(op: &str, scores: &Tensor, target: &Tensor) -> Tensor {
 macro_rules! losses {
     ($($(#[$doc:meta])* $name:ident, |$op:ident, $pred:ident, $target:ident| $body:expr;)*) => {
         $(
-            $(#[$doc])*
-            #[derive(Clone, Copy, Debug, Default)]
-            pub struct $name;
-
-            impl $name {
-                pub fn new() -> Self {
-                    $name
-                }
-            }
+            unit_struct!($(#[$doc])* $name);
 
             impl Loss for $name {
                 fn loss(&self, $pred: &Tensor, $target: &Tensor) -> Tensor {
@@ -95,17 +79,17 @@ losses! {
     /// Binary cross-entropy of sigmoid(logits) against targets in [0, 1], in the stable form
     /// max(x, 0) − x·t + ln(1 + e^−|x|) (which softplus(x) − x·t equals).
     SigmoidCrossEntropy, |op, logits, target| {
-        check(op, logits, target);
+        same_shape(op, logits, target);
         batch_mean(&(&logits.softplus() - &(logits * target)))
     };
     /// Mean squared error over all elements (PyTorch's `MSELoss`).
     Mse, |op, pred, target| {
-        check(op, pred, target);
+        same_shape(op, pred, target);
         (pred - target).square().mean()
     };
     /// Mean absolute error over all elements.
     Mae, |op, pred, target| {
-        check(op, pred, target);
+        same_shape(op, pred, target);
         (pred - target).abs().mean()
     };
 }
@@ -125,7 +109,7 @@ impl Huber {
 
 impl Loss for Huber {
     fn loss(&self, pred: &Tensor, target: &Tensor) -> Tensor {
-        check("Huber", pred, target);
+        same_shape("Huber", pred, target);
         let d = (pred - target).abs();
         // min(|d|, delta) is the quadratic part; the rest grows linearly.
         let quad = d.clamp(0.0, self.delta);

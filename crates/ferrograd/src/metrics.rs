@@ -5,6 +5,7 @@ use std::fmt;
 
 use crate::data::ClassLabel;
 use crate::error::{Error, Result};
+use crate::ops::same_shape;
 use crate::tensor::Tensor;
 
 /// Accuracy of a classifier over some samples.
@@ -93,17 +94,6 @@ pub fn confusion_matrix<L: ClassLabel>(
         m[l][p] += 1;
     }
     Ok(m)
-}
-
-/// Panics naming `metric` unless the prediction and target shapes are equal: broadcasting
-/// `[N, 1]` against `[N]` would compare every prediction with every target.
-fn same_shape(metric: &str, pred: &Tensor, target: &Tensor) {
-    assert!(
-        pred.shape() == target.shape(),
-        "{metric}: prediction shape {:?} differs from target shape {:?}",
-        pred.shape(),
-        target.shape()
-    );
 }
 
 /// Mean squared error.

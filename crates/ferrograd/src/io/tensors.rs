@@ -181,62 +181,44 @@ impl FileTensor {
         format!("{:?}", self.dtype).to_lowercase()
     }
 
+    /// `decode` applied to every `N`-byte element, `None` when any is `None`.
+    fn decode<const N: usize, V>(&self, decode: impl Fn([u8; N]) -> Option<V>) -> Option<Vec<V>> {
+        self.data
+            .chunks_exact(N)
+            .map(|c| decode(c.try_into().expect("chunk size")))
+            .collect()
+    }
+
     /// The values as f64, or `None` for a dtype with no exact f64 form of every value.
     fn values(&self) -> Option<Vec<f64>> {
-        macro_rules! decode {
-            ($n:literal, |$b:ident| $e:expr) => {
-                self.data
-                    .chunks_exact($n)
-                    .map(|c| {
-                        let $b: [u8; $n] = c.try_into().expect("chunk size");
-                        $e
-                    })
-                    .collect::<Option<Vec<f64>>>()
-            };
-        }
         // An integer converts when f64 holds it exactly.
         let int = |v: i128| ((v as f64) as i128 == v).then_some(v as f64);
         match self.dtype {
-            Dtype::F64 => decode!(8, |b| Some(f64::from_le_bytes(b))),
-            Dtype::F32 => decode!(4, |b| Some(f32::from_le_bytes(b) as f64)),
-            Dtype::F16 => decode!(2, |b| Some(half::f16::from_le_bytes(b).to_f64())),
-            Dtype::BF16 => decode!(2, |b| Some(half::bf16::from_le_bytes(b).to_f64())),
-            Dtype::I64 => decode!(8, |b| int(i64::from_le_bytes(b) as i128)),
-            Dtype::U64 => decode!(8, |b| int(u64::from_le_bytes(b) as i128)),
-            Dtype::I32 => decode!(4, |b| int(i32::from_le_bytes(b) as i128)),
-            Dtype::U32 => decode!(4, |b| int(u32::from_le_bytes(b) as i128)),
-            Dtype::I16 => decode!(2, |b| int(i16::from_le_bytes(b) as i128)),
-            Dtype::U16 => decode!(2, |b| int(u16::from_le_bytes(b) as i128)),
-            Dtype::I8 => decode!(1, |b| int(i8::from_le_bytes(b) as i128)),
-            Dtype::U8 => decode!(1, |b| int(b[0] as i128)),
-            Dtype::BOOL => decode!(1, |b| Some(f64::from(b[0] != 0))),
-            _ => None,
+            Dtype::F64 => self.decode(|b| Some(f64::from_le_bytes(b))),
+            Dtype::F32 => self.decode(|b| Some(f32::from_le_bytes(b) as f64)),
+            Dtype::F16 => self.decode(|b| Some(half::f16::from_le_bytes(b).to_f64())),
+            Dtype::BF16 => self.decode(|b| Some(half::bf16::from_le_bytes(b).to_f64())),
+            Dtype::BOOL => self.decode(|[b]| Some(f64::from(b != 0))),
+            _ => self
+                .integers()?
+                .into_iter()
+                .map(|v| int(v.into()))
+                .collect(),
         }
     }
 
     /// The values as i64, for the integer and bool dtypes (`None` for a u64 above i64's
     /// range, or another dtype).
     fn integers(&self) -> Option<Vec<i64>> {
-        macro_rules! decode {
-            ($n:literal, |$b:ident| $e:expr) => {
-                self.data
-                    .chunks_exact($n)
-                    .map(|c| {
-                        let $b: [u8; $n] = c.try_into().expect("chunk size");
-                        $e
-                    })
-                    .collect::<Option<Vec<i64>>>()
-            };
-        }
         match self.dtype {
-            Dtype::I64 => decode!(8, |b| Some(i64::from_le_bytes(b))),
-            Dtype::U64 => decode!(8, |b| i64::try_from(u64::from_le_bytes(b)).ok()),
-            Dtype::I32 => decode!(4, |b| Some(i32::from_le_bytes(b).into())),
-            Dtype::U32 => decode!(4, |b| Some(u32::from_le_bytes(b).into())),
-            Dtype::I16 => decode!(2, |b| Some(i16::from_le_bytes(b).into())),
-            Dtype::U16 => decode!(2, |b| Some(u16::from_le_bytes(b).into())),
-            Dtype::I8 => decode!(1, |b| Some(i8::from_le_bytes(b).into())),
-            Dtype::U8 | Dtype::BOOL => decode!(1, |b| Some(b[0].into())),
+            Dtype::I64 => self.decode(|b| Some(i64::from_le_bytes(b))),
+            Dtype::U64 => self.decode(|b| i64::try_from(u64::from_le_bytes(b)).ok()),
+            Dtype::I32 => self.decode(|b| Some(i32::from_le_bytes(b).into())),
+            Dtype::U32 => self.decode(|b| Some(u32::from_le_bytes(b).into())),
+            Dtype::I16 => self.decode(|b| Some(i16::from_le_bytes(b).into())),
+            Dtype::U16 => self.decode(|b| Some(u16::from_le_bytes(b).into())),
+            Dtype::I8 => self.decode(|b| Some(i8::from_le_bytes(b).into())),
+            Dtype::U8 | Dtype::BOOL => self.decode(|[b]: [u8; 1]| Some(b.into())),
             _ => None,
         }
     }

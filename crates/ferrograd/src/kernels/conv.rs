@@ -209,6 +209,23 @@ pub(crate) struct Windows {
     pub div: Vec<f64>,
 }
 
+/// `f(k, rows, div)` for every output `k` of a plane of width `w`: `rows` are the row-major
+/// ranges its window covers, `div` what it is divided by.
+fn each_window(
+    w: usize,
+    wy: &Windows,
+    wx: &Windows,
+    mut f: impl FnMut(usize, &mut dyn Iterator<Item = std::ops::Range<usize>>, f64),
+) {
+    let wo = wx.start.len();
+    for (oy, (&y0, &y1)) in wy.start.iter().zip(&wy.end).enumerate() {
+        for (ox, (&x0, &x1)) in wx.start.iter().zip(&wx.end).enumerate() {
+            let mut rows = (y0..y1).map(|iy| iy * w + x0..iy * w + x1);
+            f(oy * wo + ox, &mut rows, wy.div[oy] * wx.div[ox]);
+        }
+    }
+}
+
 /// `out[oy, ox] = Σ x[window] / (div_y[oy] · div_x[ox])` for one plane.
 pub(crate) fn window_mean_plane<T: Float>(
     x: &[T],
@@ -217,18 +234,10 @@ pub(crate) fn window_mean_plane<T: Float>(
     wx: &Windows,
     out: &mut [T],
 ) {
-    let wo = wx.start.len();
-    for (oy, (&y0, &y1)) in wy.start.iter().zip(&wy.end).enumerate() {
-        for (ox, (&x0, &x1)) in wx.start.iter().zip(&wx.end).enumerate() {
-            let mut s = T::zero();
-            for iy in y0..y1 {
-                for &v in &x[iy * w + x0..iy * w + x1] {
-                    s += v;
-                }
-            }
-            out[oy * wo + ox] = s / T::from_f64(wy.div[oy] * wx.div[ox]);
-        }
-    }
+    each_window(w, wy, wx, |k, rows, div| {
+        let s: T = rows.map(|r| x[r].iter().copied().sum::<T>()).sum();
+        out[k] = s / T::from_f64(div);
+    });
 }
 
 /// The adjoint of [`window_mean_plane`]: each output's value, divided as there, added to every
@@ -240,15 +249,8 @@ pub(crate) fn window_mean_plane_t<T: Float>(
     wx: &Windows,
     x: &mut [T],
 ) {
-    let wo = wx.start.len();
-    for (oy, (&y0, &y1)) in wy.start.iter().zip(&wy.end).enumerate() {
-        for (ox, (&x0, &x1)) in wx.start.iter().zip(&wx.end).enumerate() {
-            let v = up[oy * wo + ox] / T::from_f64(wy.div[oy] * wx.div[ox]);
-            for iy in y0..y1 {
-                for d in &mut x[iy * w + x0..iy * w + x1] {
-                    *d += v;
-                }
-            }
-        }
-    }
+    each_window(w, wy, wx, |k, rows, div| {
+        let v = up[k] / T::from_f64(div);
+        rows.for_each(|r| x[r].iter_mut().for_each(|d| *d += v));
+    });
 }

@@ -5,15 +5,7 @@ use crate::tensor::Tensor;
 
 macro_rules! activation {
     ($(#[$doc:meta])* $name:ident, |$x:ident| $body:expr) => {
-        $(#[$doc])*
-        #[derive(Clone, Copy, Debug, Default)]
-        pub struct $name;
-
-        impl $name {
-            pub fn new() -> Self {
-                $name
-            }
-        }
+        unit_struct!($(#[$doc])* $name);
 
         impl Module for $name {
             fn name(&self) -> String {

@@ -1,7 +1,7 @@
 //! Convolution and pooling layers, NCHW, with PyTorch's parameter names, layouts and default
 //! initialisation (weight and bias uniform in ±1/√fan_in).
 
-use super::{Layer, Mode, Module};
+use super::{expect_input, Layer, Mode, Module};
 use crate::autograd::Param;
 use crate::init;
 use crate::ops::conv::ConvOpts;
@@ -140,12 +140,12 @@ impl<const TRANSPOSED: bool> Module for ConvLayer<TRANSPOSED> {
 
 impl<const TRANSPOSED: bool> Layer for ConvLayer<TRANSPOSED> {
     fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
-        assert!(
-            x.ndim() == 4 && x.shape()[1] == self.in_channels,
-            "{}: expected input [N, {}, H, W], got {:?}",
-            self.name(),
-            self.in_channels,
-            x.shape()
+        let fits = x.ndim() == 4 && x.shape()[1] == self.in_channels;
+        expect_input(
+            &self.name(),
+            fits,
+            &format!("[N, {}, H, W]", self.in_channels),
+            x,
         );
         let w = self.weight.tensor();
         let y = if TRANSPOSED {
@@ -197,12 +197,7 @@ macro_rules! pool_layer {
 
         impl Layer for $name {
             fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
-                assert!(
-                    x.ndim() == 4,
-                    "{}: expected input [N, C, H, W], got {:?}",
-                    self.name(),
-                    x.shape()
-                );
+                expect_input(&self.name(), x.ndim() == 4, "[N, C, H, W]", x);
                 x.$op(self.kernel, self.stride, self.padding)
             }
         }

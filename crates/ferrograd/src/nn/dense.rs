@@ -1,7 +1,7 @@
 //! Fully connected layer: `x @ weightᵀ + bias`, PyTorch's `nn.Linear` (same names, same
 //! `[out, in]` weight layout; the product reads the transposed view in place).
 
-use super::{Layer, Mode, Module};
+use super::{expect_input, named, Layer, Mode, Module};
 use crate::autograd::Param;
 use crate::init;
 use crate::tensor::{with_default_rng, DType, Tensor};
@@ -51,10 +51,7 @@ impl Dense {
 
 impl Module for Dense {
     fn params(&self) -> Vec<(String, Param)> {
-        vec![
-            ("weight".into(), self.weight.clone()),
-            ("bias".into(), self.bias.clone()),
-        ]
+        named(&[("weight", &self.weight), ("bias", &self.bias)])
     }
 
     fn name(&self) -> String {
@@ -66,12 +63,8 @@ impl Module for Dense {
 impl Layer for Dense {
     fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
         let fan_in = self.weight.shape()[1];
-        assert!(
-            x.ndim() >= 1 && x.shape()[x.ndim() - 1] == fan_in,
-            "{}: expected input [..., {fan_in}], got {:?}",
-            self.name(),
-            x.shape()
-        );
+        let fits = x.ndim() >= 1 && x.shape()[x.ndim() - 1] == fan_in;
+        expect_input(&self.name(), fits, &format!("[..., {fan_in}]"), x);
         &x.matmul(&self.weight.tensor().t()) + &self.bias.tensor()
     }
 }

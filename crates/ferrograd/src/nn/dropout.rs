@@ -3,7 +3,7 @@
 
 use rand::Rng;
 
-use super::{Layer, Mode, Module, RngStream};
+use super::{expect_input, Layer, Mode, Module, RngStream};
 use crate::tensor::{with_default_rng, Tensor};
 
 /// Dropout of single elements (`CHANNELS = false`, PyTorch's `nn.Dropout`) or of whole
@@ -54,12 +54,7 @@ impl<const CHANNELS: bool> Module for DropoutOf<CHANNELS> {
 
 impl<const CHANNELS: bool> Layer for DropoutOf<CHANNELS> {
     fn forward(&self, x: &Tensor, mode: Mode) -> Tensor {
-        assert!(
-            !CHANNELS || x.ndim() == 4,
-            "{}: expected input [N, C, H, W], got {:?}",
-            self.name(),
-            x.shape()
-        );
+        expect_input(&self.name(), !CHANNELS || x.ndim() == 4, "[N, C, H, W]", x);
         if mode == Mode::Eval || self.p == 0.0 {
             return x.clone();
         }

@@ -24,7 +24,26 @@ pub use recurrent::{GRU, LSTM, RNN};
 pub use shape::{Flatten, Reshape};
 pub use stream::{RngStream, StreamState};
 
+use crate::autograd::Param;
 use crate::tensor::Tensor;
+
+/// Panics naming the layer unless `fits`: "{layer}: expected input {expected}, got {shape}"
+/// (wrong input rank or size is a programmer error, as a slice index out of range).
+pub(crate) fn expect_input(layer: &str, fits: bool, expected: &str, x: &Tensor) {
+    assert!(
+        fits,
+        "{layer}: expected input {expected}, got {:?}",
+        x.shape()
+    );
+}
+
+/// Parameters named as given, for [`Module::params`].
+pub(crate) fn named(params: &[(&str, &Param)]) -> Vec<(String, Param)> {
+    params
+        .iter()
+        .map(|&(n, p)| (n.to_string(), p.clone()))
+        .collect()
+}
 
 /// Training (dropout active, batch statistics) or evaluation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! Normalisation layers.
 
-use super::{Layer, Mode, Module};
+use super::{expect_input, named, Layer, Mode, Module};
 use crate::autograd::{anomaly_reported, no_grad, Param};
 use crate::tensor::{DType, Tensor};
 
@@ -92,10 +92,7 @@ impl BatchNorm {
     }
 
     fn params(&self) -> Vec<(String, Param)> {
-        vec![
-            ("weight".into(), self.weight.clone()),
-            ("bias".into(), self.bias.clone()),
-        ]
+        named(&[("weight", &self.weight), ("bias", &self.bias)])
     }
 
     fn buffers(&self) -> Vec<(String, Param)> {
@@ -160,12 +157,7 @@ impl<const D: usize> Module for BatchNormNd<D> {
 impl<const D: usize> Layer for BatchNormNd<D> {
     fn forward(&self, x: &Tensor, mode: Mode) -> Tensor {
         let (expected, fits) = self.accepts(x);
-        assert!(
-            fits,
-            "{}: expected input {expected}, got {:?}",
-            self.name(),
-            x.shape()
-        );
+        expect_input(&self.name(), fits, &expected, x);
         let axes: Vec<usize> = std::iter::once(0).chain(2..x.ndim()).collect();
         self.0.forward(&self.name(), x, mode, &axes)
     }
@@ -190,10 +182,7 @@ impl LayerNorm {
 
 impl Module for LayerNorm {
     fn params(&self) -> Vec<(String, Param)> {
-        vec![
-            ("weight".into(), self.weight.clone()),
-            ("bias".into(), self.bias.clone()),
-        ]
+        named(&[("weight", &self.weight), ("bias", &self.bias)])
     }
 
     fn name(&self) -> String {
@@ -204,12 +193,8 @@ impl Module for LayerNorm {
 impl Layer for LayerNorm {
     fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
         let features = self.weight.numel();
-        assert!(
-            x.ndim() >= 1 && x.shape()[x.ndim() - 1] == features,
-            "{}: expected input [..., {features}], got {:?}",
-            self.name(),
-            x.shape()
-        );
+        let fits = x.ndim() >= 1 && x.shape()[x.ndim() - 1] == features;
+        expect_input(&self.name(), fits, &format!("[..., {features}]"), x);
         let last = x.ndim() - 1;
         let mean = x.mean_axes(&[last], true);
         let centered = x - &mean;

@@ -2,7 +2,7 @@
 //! (batch-first): `RNN` (tanh), `LSTM` (gates i, f, g, o), `GRU` (gates r, z, n). Written from
 //! the tensor ops, so every derivative (second order included) comes from their rules.
 
-use super::{Layer, Mode, Module};
+use super::{expect_input, Layer, Mode, Module};
 use crate::autograd::Param;
 use crate::init;
 use crate::tensor::{with_default_rng, DType, Tensor};
@@ -104,13 +104,9 @@ impl Recurrent {
 
     /// Checks `x` `[N, T, input]` and a state `[L, N, H]`, naming the layer.
     fn check(&self, x: &Tensor, states: &[&Tensor]) {
-        assert!(
-            x.ndim() == 3 && x.shape()[2] == self.input,
-            "{}: expected input [N, T, {}] (batch first), got {:?}",
-            self.name(),
-            self.input,
-            x.shape()
-        );
+        let fits = x.ndim() == 3 && x.shape()[2] == self.input;
+        let expected = format!("[N, T, {}] (batch first)", self.input);
+        expect_input(&self.name(), fits, &expected, x);
         let want = [self.layers.len(), x.shape()[0], self.hidden];
         for s in states {
             assert!(

@@ -47,6 +47,17 @@ pub(crate) fn map_elems<T: Element>(x: &Tensor, f: impl Fn(T) -> T + Sync) -> Te
     Tensor::from_data(out, &l.shape)
 }
 
+/// Panics naming `op` unless the prediction and target shapes are equal (losses and metrics:
+/// broadcasting `[N, 1]` against `[N]` would compare every prediction with every target).
+pub(crate) fn same_shape(op: &str, pred: &Tensor, target: &Tensor) {
+    assert!(
+        pred.shape() == target.shape(),
+        "{op}: prediction shape {:?} differs from target shape {:?}",
+        pred.shape(),
+        target.shape()
+    );
+}
+
 /// The shape two operands of `op` broadcast to; panics naming the op and both shapes.
 pub(crate) fn broadcast_shape_or_panic(op: &str, a: &[usize], b: &[usize]) -> Dims {
     let shape = broadcast_shapes(a, b)

@@ -13,7 +13,7 @@ use smallvec::smallvec;
 
 use crate::kernels::conv::{max_pool_plane, window_mean_plane, window_mean_plane_t, Geom, Windows};
 use crate::kernels::index;
-use crate::tensor::{record, with_dtype, Tensor};
+use crate::tensor::{record, with_dtype, FloatElement, Tensor};
 use num_traits::Zero;
 
 /// `(planes, h, w)` of a `[N, C, H, W]` tensor, or a panic naming `op`.
@@ -22,6 +22,22 @@ fn planes(op: &str, t: &Tensor) -> (usize, usize, usize) {
         &[n, c, h, w] if h > 0 && w > 0 => (n * c, h, w),
         s => panic!("{op}: input must be [N, C, H, W] with H, W > 0, got shape {s:?}"),
     }
+}
+
+/// A new `[N, C, h, w]` tensor, zero before `f(input plane, output plane)` fills each plane
+/// of `x` (`[N, C, H, W]`); planes in parallel.
+fn map_planes<T: FloatElement>(
+    x: &Tensor,
+    (h, w): (usize, usize),
+    f: impl Fn(&[T], &mut [T]) + Sync,
+) -> Tensor {
+    let (np, ih, iw) = planes("pooling", x);
+    let data = x.contiguous_data::<T>();
+    let mut out = vec![T::zero(); np * h * w];
+    out.par_chunks_mut((h * w).max(1))
+        .enumerate()
+        .for_each(|(p, o)| f(&data[p * ih * iw..][..ih * iw], o));
+    Tensor::from_data(out, &with_hw(x, h, w))
 }
 
 /// `t`'s shape with the last two axes replaced.
@@ -144,16 +160,11 @@ impl Tensor {
 
     /// Mean over fixed windows of the last two axes (`windows` = rows, columns).
     fn window_mean(&self, windows: Arc<(Windows, Windows)>) -> Tensor {
-        let (np, h, w) = planes("window mean", self);
+        let (_, h, w) = planes("window mean", self);
         let (ho, wo) = (windows.0.start.len(), windows.1.start.len());
-        let out = with_dtype!(self.dtype(), T => {
-            let x = self.contiguous_data::<T>();
-            let mut out = vec![T::zero(); np * ho * wo];
-            out.par_chunks_mut((ho * wo).max(1)).enumerate().for_each(|(p, o)| {
-                window_mean_plane(&x[p * h * w..][..h * w], w, &windows.0, &windows.1, o)
-            });
-            Tensor::from_data(out, &with_hw(self, ho, wo))
-        });
+        let out = with_dtype!(self.dtype(), T => map_planes::<T>(self, (ho, wo), |x, o| {
+            window_mean_plane(x, w, &windows.0, &windows.1, o)
+        }));
         record("window_mean", out, &[self], move |_, up| {
             smallvec![Some(up.window_mean_t(windows.clone(), (h, w)))]
         })
@@ -162,15 +173,10 @@ impl Tensor {
     /// The adjoint of [`Tensor::window_mean`]: each value spread (divided) over its window of
     /// an `h × w` plane.
     fn window_mean_t(&self, windows: Arc<(Windows, Windows)>, (h, w): (usize, usize)) -> Tensor {
-        let (np, ho, wo) = planes("window mean adjoint", self);
-        let out = with_dtype!(self.dtype(), T => {
-            let up = self.contiguous_data::<T>();
-            let mut out = vec![T::zero(); np * h * w];
-            out.par_chunks_mut((h * w).max(1)).enumerate().for_each(|(p, x)| {
-                window_mean_plane_t(&up[p * ho * wo..][..ho * wo], w, &windows.0, &windows.1, x)
-            });
-            Tensor::from_data(out, &with_hw(self, h, w))
-        });
+        planes("window mean adjoint", self);
+        let out = with_dtype!(self.dtype(), T => map_planes::<T>(self, (h, w), |up, x| {
+            window_mean_plane_t(up, w, &windows.0, &windows.1, x)
+        }));
         record("window_mean_t", out, &[self], move |_, up| {
             smallvec![Some(up.window_mean(windows.clone()))]
         })

@@ -74,6 +74,8 @@ pub trait Optimizer: Send + Sync {
 pub trait UpdateRule: Send + Sync {
     /// State values per parameter element.
     const SLOTS: usize;
+    /// The weight decay a new optimizer starts with (PyTorch's: 0.01 for AdamW, else 0).
+    const DEFAULT_WEIGHT_DECAY: f64 = 0.0;
     /// Whether the rule keeps a running square of the gradient (whose tiny values the update
     /// flushes to zero rather than compute slowly as subnormals).
     const SQUARES_GRADIENT: bool = false;
@@ -151,6 +153,16 @@ fn by_name(params: &[(String, Param)]) -> Result<HashMap<&str, &Param>> {
         }
     }
     Ok(out)
+}
+
+impl<R: UpdateRule + Default> Optim<R> {
+    /// The rule's defaults (PyTorch's: Adam's β = (0.9, 0.999), ε = 1e-8; momentum 0.9;
+    /// RMSProp's α = 0.99, ε = 1e-8; Adagrad's ε = 1e-10; AdamW's decoupled decay 0.01) at
+    /// learning rate `lr`. With `weight_decay`, every rule but AdamW's decays by L2 (added to
+    /// the gradient).
+    pub fn new(lr: f64) -> Self {
+        Optim::with_rule(R::default(), lr).weight_decay(R::DEFAULT_WEIGHT_DECAY)
+    }
 }
 
 impl<R: UpdateRule> Optim<R> {

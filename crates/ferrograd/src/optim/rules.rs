@@ -12,6 +12,7 @@ fn slices<T: FloatElement, const K: usize>(slots: &mut [Tensor]) -> [&mut [T]; K
 }
 
 /// w ← w − lr·g.
+#[derive(Clone, Copy, Debug, Default)]
 pub struct SgdRule;
 
 impl UpdateRule for SgdRule {
@@ -25,16 +26,21 @@ impl UpdateRule for SgdRule {
     }
 }
 
-impl Optim<SgdRule> {
-    pub fn new(lr: f64) -> Self {
-        Optim::with_rule(SgdRule, lr)
-    }
-}
-
 /// buf ← μ·buf + g; w ← w − lr·buf (Nesterov: w ← w − lr·(g + μ·buf)).
+#[derive(Clone, Copy, Debug)]
 pub struct MomentumRule {
     pub momentum: f64,
     pub nesterov: bool,
+}
+
+impl Default for MomentumRule {
+    /// Momentum 0.9, classical (not Nesterov).
+    fn default() -> Self {
+        MomentumRule {
+            momentum: 0.9,
+            nesterov: false,
+        }
+    }
 }
 
 impl UpdateRule for MomentumRule {
@@ -56,16 +62,6 @@ impl UpdateRule for MomentumRule {
 }
 
 impl Optim<MomentumRule> {
-    /// Momentum 0.9, classical (not Nesterov).
-    pub fn new(lr: f64) -> Self {
-        Optim::with_rule(
-            MomentumRule {
-                momentum: 0.9,
-                nesterov: false,
-            },
-            lr,
-        )
-    }
     pub fn momentum(mut self, momentum: f64) -> Self {
         self.rule.momentum = momentum;
         self
@@ -77,9 +73,20 @@ impl Optim<MomentumRule> {
 }
 
 /// s ← α·s + (1 − α)·g²; w ← w − lr·g / (√s + ε).
+#[derive(Clone, Copy, Debug)]
 pub struct RmsPropRule {
     pub alpha: f64,
     pub eps: f64,
+}
+
+impl Default for RmsPropRule {
+    /// α = 0.99, ε = 1e-8.
+    fn default() -> Self {
+        RmsPropRule {
+            alpha: 0.99,
+            eps: 1e-8,
+        }
+    }
 }
 
 impl UpdateRule for RmsPropRule {
@@ -102,16 +109,6 @@ impl UpdateRule for RmsPropRule {
 }
 
 impl Optim<RmsPropRule> {
-    /// α = 0.99, ε = 1e-8.
-    pub fn new(lr: f64) -> Self {
-        Optim::with_rule(
-            RmsPropRule {
-                alpha: 0.99,
-                eps: 1e-8,
-            },
-            lr,
-        )
-    }
     pub fn alpha(mut self, alpha: f64) -> Self {
         self.rule.alpha = alpha;
         self
@@ -119,8 +116,16 @@ impl Optim<RmsPropRule> {
 }
 
 /// s ← s + g²; w ← w − lr·g / (√s + ε).
+#[derive(Clone, Copy, Debug)]
 pub struct AdagradRule {
     pub eps: f64,
+}
+
+impl Default for AdagradRule {
+    /// ε = 1e-10.
+    fn default() -> Self {
+        AdagradRule { eps: 1e-10 }
+    }
 }
 
 impl UpdateRule for AdagradRule {
@@ -135,13 +140,6 @@ impl UpdateRule for AdagradRule {
             let sum = sum + g * g;
             (w - lr * g / (sum.sqrt() + eps), [sum])
         });
-    }
-}
-
-impl Optim<AdagradRule> {
-    /// ε = 1e-10.
-    pub fn new(lr: f64) -> Self {
-        Optim::with_rule(AdagradRule { eps: 1e-10 }, lr)
     }
 }
 
@@ -204,6 +202,7 @@ pub struct AdamWRule(pub AdamRule);
 
 impl UpdateRule for AdamWRule {
     const SLOTS: usize = 2;
+    const DEFAULT_WEIGHT_DECAY: f64 = 0.01;
     const SQUARES_GRADIENT: bool = true;
     fn slot_names(&self) -> &'static [&'static str] {
         ADAM_SLOTS
@@ -255,8 +254,6 @@ impl UpdateRule for RAdamRule {
 
 /// The rules of the Adam family, whose optimizers share the `betas` and `eps` setters.
 pub trait AdamFamily: UpdateRule {
-    /// The weight decay a new optimizer starts with (PyTorch's: 0.01 for AdamW, 0 otherwise).
-    const DEFAULT_WEIGHT_DECAY: f64 = 0.0;
     /// The Adam hyper-parameters inside the rule.
     fn adam_mut(&mut self) -> &mut AdamRule;
 }
@@ -268,7 +265,6 @@ impl AdamFamily for AdamRule {
 }
 
 impl AdamFamily for AdamWRule {
-    const DEFAULT_WEIGHT_DECAY: f64 = 0.01;
     fn adam_mut(&mut self) -> &mut AdamRule {
         &mut self.0
     }
@@ -280,13 +276,7 @@ impl AdamFamily for RAdamRule {
     }
 }
 
-impl<R: AdamFamily + Default> Optim<R> {
-    /// β = (0.9, 0.999), ε = 1e-8; weight decay 0.01 for AdamW, none for the others. With
-    /// `weight_decay`, Adam and RAdam decay by L2 (added to the gradient); AdamW decouples it.
-    pub fn new(lr: f64) -> Self {
-        Optim::with_rule(R::default(), lr).weight_decay(R::DEFAULT_WEIGHT_DECAY)
-    }
-
+impl<R: AdamFamily> Optim<R> {
     pub fn betas(mut self, beta1: f64, beta2: f64) -> Self {
         let adam = self.rule.adam_mut();
         adam.beta1 = beta1;

@@ -151,10 +151,10 @@ pub(crate) const INTEGER_IN_FLOAT_OP: &str =
     "an i64 tensor reached an op that computes in floating point; integer tensors hold \
      indices and labels: convert with .to_dtype(DType::F32) (or F64) first";
 
-/// Runs `$body` with `$T` bound to the float type of `$dtype`; panics for an integer dtype
-/// (float ops: arithmetic, kernels, gradients).
-macro_rules! with_dtype {
-    ($dtype:expr, $T:ident => $body:expr) => {
+/// Runs `$body` with `$T` bound to the Rust type of `$dtype` when it is a float, `$int`
+/// otherwise (an expression, or `$body` again with `$T = i64`).
+macro_rules! dispatch {
+    ($dtype:expr, $T:ident => $body:expr, int => $int:expr) => {
         match $dtype {
             $crate::tensor::DType::F32 => {
                 type $T = f32;
@@ -164,10 +164,19 @@ macro_rules! with_dtype {
                 type $T = f64;
                 $body
             }
-            $crate::tensor::DType::I64 => {
-                panic!("{}", $crate::tensor::INTEGER_IN_FLOAT_OP)
-            }
+            $crate::tensor::DType::I64 => $int,
         }
+    };
+}
+pub(crate) use dispatch;
+
+/// Runs `$body` with `$T` bound to the float type of `$dtype`; panics for an integer dtype
+/// (float ops: arithmetic, kernels, gradients).
+macro_rules! with_dtype {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        $crate::tensor::dispatch!($dtype, $T => $body, int => {
+            panic!("{}", $crate::tensor::INTEGER_IN_FLOAT_OP)
+        })
     };
 }
 pub(crate) use with_dtype;
@@ -176,20 +185,10 @@ pub(crate) use with_dtype;
 /// converting elements: copies, views, selection, comparison, display).
 macro_rules! with_any_dtype {
     ($dtype:expr, $T:ident => $body:expr) => {
-        match $dtype {
-            $crate::tensor::DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            $crate::tensor::DType::F64 => {
-                type $T = f64;
-                $body
-            }
-            $crate::tensor::DType::I64 => {
-                type $T = i64;
-                $body
-            }
-        }
+        $crate::tensor::dispatch!($dtype, $T => $body, int => {
+            type $T = i64;
+            $body
+        })
     };
 }
 pub(crate) use with_any_dtype;

@@ -15,7 +15,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 pub use create::{manual_seed, with_default_rng};
-pub(crate) use element::{with_any_dtype, with_dtype, INTEGER_IN_FLOAT_OP};
+pub(crate) use element::{dispatch, with_any_dtype, with_dtype, INTEGER_IN_FLOAT_OP};
 pub use element::{DType, Element, FloatElement, Storage};
 pub(crate) use layout::numel_or_panic;
 pub use layout::{broadcast_shapes, checked_numel, contiguous_strides, Layout};
