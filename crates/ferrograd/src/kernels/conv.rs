@@ -213,8 +213,7 @@ pub(crate) struct Windows {
 /// ranges its window covers, `div` what it is divided by.
 fn each_window(
     w: usize,
-    wy: &Windows,
-    wx: &Windows,
+    [wy, wx]: &[Windows; 2],
     mut f: impl FnMut(usize, &mut dyn Iterator<Item = std::ops::Range<usize>>, f64),
 ) {
     let wo = wx.start.len();
@@ -227,14 +226,14 @@ fn each_window(
 }
 
 /// `out[oy, ox] = Σ x[window] / (div_y[oy] · div_x[ox])` for one plane.
+/// `windows` are the rows' and the columns'; `w` is the input's width.
 pub(crate) fn window_mean_plane<T: Float>(
     x: &[T],
     w: usize,
-    wy: &Windows,
-    wx: &Windows,
+    windows: &[Windows; 2],
     out: &mut [T],
 ) {
-    each_window(w, wy, wx, |k, rows, div| {
+    each_window(w, windows, |k, rows, div| {
         let s: T = rows.map(|r| x[r].iter().copied().sum::<T>()).sum();
         out[k] = s / T::from_f64(div);
     });
@@ -245,11 +244,10 @@ pub(crate) fn window_mean_plane<T: Float>(
 pub(crate) fn window_mean_plane_t<T: Float>(
     up: &[T],
     w: usize,
-    wy: &Windows,
-    wx: &Windows,
+    windows: &[Windows; 2],
     x: &mut [T],
 ) {
-    each_window(w, wy, wx, |k, rows, div| {
+    each_window(w, windows, |k, rows, div| {
         let v = up[k] / T::from_f64(div);
         rows.for_each(|r| x[r].iter_mut().for_each(|d| *d += v));
     });

@@ -41,41 +41,50 @@ impl Default for ConvOpts {
     }
 }
 
+/// A setter of one value for both spatial axes (`name`) and one of a value per axis
+/// (`name_hw`).
+macro_rules! per_axis {
+    ($(#[$doc:meta])* $field:ident, $hw:ident) => {
+        $(#[$doc])*
+        /// The same for height and width.
+        pub fn $field(self, v: usize) -> Self {
+            self.$hw(v, v)
+        }
+
+        $(#[$doc])*
+        /// Height's and width's.
+        pub fn $hw(mut self, h: usize, w: usize) -> Self {
+            self.$field = [h, w];
+            self
+        }
+    };
+}
+
 impl ConvOpts {
     /// Stride 1, padding 0, dilation 1, groups 1, output padding 0.
     pub fn new() -> Self {
         Self::default()
     }
-    pub fn stride(self, s: usize) -> Self {
-        self.stride_hw(s, s)
-    }
-    pub fn stride_hw(mut self, h: usize, w: usize) -> Self {
-        self.stride = [h, w];
-        self
-    }
-    pub fn padding(self, p: usize) -> Self {
-        self.padding_hw(p, p)
-    }
-    pub fn padding_hw(mut self, h: usize, w: usize) -> Self {
-        self.padding = [h, w];
-        self
-    }
-    pub fn dilation(self, d: usize) -> Self {
-        self.dilation_hw(d, d)
-    }
-    pub fn dilation_hw(mut self, h: usize, w: usize) -> Self {
-        self.dilation = [h, w];
-        self
-    }
+    per_axis!(
+        /// Step between applications of the kernel.
+        stride, stride_hw
+    );
+    per_axis!(
+        /// Implicit zeros on both sides of each spatial axis.
+        padding, padding_hw
+    );
+    per_axis!(
+        /// Spacing between kernel taps.
+        dilation, dilation_hw
+    );
+    per_axis!(
+        /// Extra size on one side of a transposed convolution's output.
+        output_padding, output_padding_hw
+    );
+
+    /// Channels split into `g` groups convolved separately.
     pub fn groups(mut self, g: usize) -> Self {
         self.groups = g;
-        self
-    }
-    pub fn output_padding(self, p: usize) -> Self {
-        self.output_padding_hw(p, p)
-    }
-    pub fn output_padding_hw(mut self, h: usize, w: usize) -> Self {
-        self.output_padding = [h, w];
         self
     }
 
@@ -164,8 +173,8 @@ impl Tensor {
         let [o, ci, kh, kw] = dims4("conv2d", "weight", &w);
         check_groups("conv2d", opts.groups, c, ci, o, &x, &w);
         let g = opts.geom("conv2d", (h, wd), (kh, kw));
-        let out =
-            with_dtype!(x.dtype(), T => conv_forward::<T>(&x, &w, &g, opts.groups, [n, c, o]));
+        let sizes = Sizes::new(&g, opts.groups, [n, c, o]);
+        let out = with_dtype!(x.dtype(), T => conv_forward::<T>(&x, &w, &sizes));
         let opts = *opts;
         record("conv2d", out, &[&x, &w], move |c, up| {
             let (x, w) = (c.input(0), c.input(1));
@@ -246,7 +255,8 @@ impl Tensor {
             out.1
         );
         (g.ho, g.wo) = (hi, wi);
-        let y = with_dtype!(u.dtype(), T => conv_t_forward::<T>(&u, &w, &g, groups, [n, cin, cog * groups]));
+        let sizes = Sizes::new(&g, groups, [n, cog * groups, cin]);
+        let y = with_dtype!(u.dtype(), T => conv_t_forward::<T>(&u, &w, &sizes));
         let opts = *opts;
         record("conv_transpose2d", y, &[&u, &w], move |c, up| {
             let (u, w) = (c.input(0), c.input(1));
@@ -282,7 +292,8 @@ impl Tensor {
             x.shape()
         );
         (g.ho, g.wo) = (ho, wo);
-        let v = with_dtype!(x.dtype(), T => conv_weight::<T>(&x, &dy, &g, groups, [n, c, o]));
+        let sizes = Sizes::new(&g, groups, [n, c, o]);
+        let v = with_dtype!(x.dtype(), T => conv_weight::<T>(&x, &dy, &sizes));
         let opts = *opts;
         record("conv2d_weight", v, &[&x, &dy], move |c, up| {
             let (x, dy) = (c.input(0), c.input(1));
@@ -391,18 +402,42 @@ fn chunks(n: usize, per_image: usize) -> impl Iterator<Item = Range<usize>> {
     (0..n).step_by(step).map(move |n0| n0..(n0 + step).min(n))
 }
 
+/// The sizes of one convolution, seen from its forward pass (`conv2d`: images `[n, c, h, w]`
+/// to `[n, o, ho, wo]`); its transpose and weight gradient use the same sizes.
+#[derive(Clone, Copy)]
+struct Sizes<'a> {
+    g: &'a Geom,
+    groups: usize,
+    n: usize,
+    /// Image channels (`conv2d`'s input, the transposed convolution's output).
+    c: usize,
+    /// Filter channels (`conv2d`'s output, the transposed convolution's input).
+    o: usize,
+}
+
+impl Sizes<'_> {
+    fn new(g: &Geom, groups: usize, [n, c, o]: [usize; 3]) -> Sizes<'_> {
+        Sizes { g, groups, n, c, o }
+    }
+
+    /// Image and filter channels per group, rows of one column matrix (`c/groups · taps`)
+    /// and output positions per plane.
+    fn per_group(&self) -> (usize, usize, usize, usize) {
+        let cg = self.c / self.groups;
+        (
+            cg,
+            self.o / self.groups,
+            cg * self.g.taps(),
+            self.g.ho * self.g.wo,
+        )
+    }
+}
+
 /// `y[:, group] = W_group @ cols[group]`, each chunk of images in one product whose columns
 /// run over every image (small images make wide products, not many narrow ones).
-fn conv_forward<T: FloatElement>(
-    x: &Tensor,
-    w: &Tensor,
-    g: &Geom,
-    groups: usize,
-    [n, c, o]: [usize; 3],
-) -> Tensor {
+fn conv_forward<T: FloatElement>(x: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Tensor {
     let (xd, wd) = (x.contiguous_data::<T>(), w.contiguous_data::<T>());
-    let (cg, og) = (c / groups, o / groups);
-    let (k, plane) = (cg * g.taps(), g.ho * g.wo);
+    let (Sizes { g, groups, n, c, o }, (cg, og, k, plane)) = (*s, s.per_group());
     let mut out = vec![T::zero(); numel_or_panic("conv2d", &[n, o, g.ho, g.wo])];
     let (mut cols, mut y) = (Vec::new(), Vec::new());
     for images in chunks(n, k * plane) {
@@ -419,16 +454,19 @@ fn conv_forward<T: FloatElement>(
 }
 
 /// `y[:, group] = col2im(W_groupᵀ @ u[:, group])`, `y` of the geometry's input size.
-fn conv_t_forward<T: FloatElement>(
-    u: &Tensor,
-    w: &Tensor,
-    g: &Geom,
-    groups: usize,
-    [n, cin, cout]: [usize; 3],
-) -> Tensor {
+fn conv_t_forward<T: FloatElement>(u: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Tensor {
     let (ud, wd) = (u.contiguous_data::<T>(), w.contiguous_data::<T>());
-    let (cig, cog) = (cin / groups, cout / groups);
-    let (k, plane, hw) = (cog * g.taps(), g.ho * g.wo, g.h * g.w);
+    let (
+        Sizes {
+            g,
+            groups,
+            n,
+            c: cout,
+            o: cin,
+        },
+        (cog, cig, k, plane),
+    ) = (*s, s.per_group());
+    let hw = g.h * g.w;
     let mut out = vec![T::zero(); numel_or_panic("conv_transpose2d", &[n, cout, g.h, g.w])];
     let (mut us, mut cols) = (Vec::new(), Vec::new());
     for images in chunks(n, k * plane) {
@@ -455,16 +493,9 @@ fn conv_t_forward<T: FloatElement>(
 }
 
 /// `v[group] = dy[:, group] @ cols[group]ᵀ` summed over the images, as `[O, C/groups, kh, kw]`.
-fn conv_weight<T: FloatElement>(
-    x: &Tensor,
-    dy: &Tensor,
-    g: &Geom,
-    groups: usize,
-    [n, c, o]: [usize; 3],
-) -> Tensor {
+fn conv_weight<T: FloatElement>(x: &Tensor, dy: &Tensor, s: &Sizes<'_>) -> Tensor {
     let (xd, dyd) = (x.contiguous_data::<T>(), dy.contiguous_data::<T>());
-    let (cg, og) = (c / groups, o / groups);
-    let (k, plane) = (cg * g.taps(), g.ho * g.wo);
+    let (Sizes { g, groups, n, c, o }, (cg, og, k, plane)) = (*s, s.per_group());
     let mut sum = vec![T::zero(); o * k];
     let (mut cols, mut dys, mut block) = (Vec::new(), Vec::new(), Vec::new());
     for images in chunks(n, k * plane) {

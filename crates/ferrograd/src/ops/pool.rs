@@ -126,7 +126,7 @@ impl Tensor {
         let (_, h, w) = planes("avg_pool2d", self);
         let wy = fixed_windows("avg_pool2d", h, kernel, stride, padding);
         let wx = fixed_windows("avg_pool2d", w, kernel, stride, padding);
-        self.window_mean(Arc::new((wy, wx)))
+        self.window_mean(Arc::new([wy, wx]))
     }
 
     /// Average pooling to an `out_h × out_w` output whatever the input size (PyTorch's
@@ -138,10 +138,10 @@ impl Tensor {
             "adaptive_avg_pool2d: cannot pool {:?} to {out_h}x{out_w}",
             self.shape()
         );
-        self.window_mean(Arc::new((
+        self.window_mean(Arc::new([
             adaptive_windows(h, out_h),
             adaptive_windows(w, out_w),
-        )))
+        ]))
     }
 
     /// Nearest-neighbour upsampling by integer factors: each pixel becomes a
@@ -159,11 +159,11 @@ impl Tensor {
     }
 
     /// Mean over fixed windows of the last two axes (`windows` = rows, columns).
-    fn window_mean(&self, windows: Arc<(Windows, Windows)>) -> Tensor {
+    fn window_mean(&self, windows: Arc<[Windows; 2]>) -> Tensor {
         let (_, h, w) = planes("window mean", self);
-        let (ho, wo) = (windows.0.start.len(), windows.1.start.len());
+        let (ho, wo) = (windows[0].start.len(), windows[1].start.len());
         let out = with_dtype!(self.dtype(), T => map_planes::<T>(self, (ho, wo), |x, o| {
-            window_mean_plane(x, w, &windows.0, &windows.1, o)
+            window_mean_plane(x, w, &windows, o)
         }));
         record("window_mean", out, &[self], move |_, up| {
             smallvec![Some(up.window_mean_t(windows.clone(), (h, w)))]
@@ -172,10 +172,10 @@ impl Tensor {
 
     /// The adjoint of [`Tensor::window_mean`]: each value spread (divided) over its window of
     /// an `h × w` plane.
-    fn window_mean_t(&self, windows: Arc<(Windows, Windows)>, (h, w): (usize, usize)) -> Tensor {
+    fn window_mean_t(&self, windows: Arc<[Windows; 2]>, (h, w): (usize, usize)) -> Tensor {
         planes("window mean adjoint", self);
         let out = with_dtype!(self.dtype(), T => map_planes::<T>(self, (h, w), |up, x| {
-            window_mean_plane_t(up, w, &windows.0, &windows.1, x)
+            window_mean_plane_t(up, w, &windows, x)
         }));
         record("window_mean_t", out, &[self], move |_, up| {
             smallvec![Some(up.window_mean(windows.clone()))]

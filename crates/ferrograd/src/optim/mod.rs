@@ -72,15 +72,14 @@ pub trait Optimizer: Send + Sync {
 
 /// The per-element arithmetic of an optimizer.
 pub trait UpdateRule: Send + Sync {
-    /// State values per parameter element.
-    const SLOTS: usize;
+    /// Names of the state slots, one value per parameter element each (the names are those
+    /// of PyTorch's optimizer state, for checkpoints).
+    const SLOTS: &'static [&'static str];
     /// The weight decay a new optimizer starts with (PyTorch's: 0.01 for AdamW, else 0).
     const DEFAULT_WEIGHT_DECAY: f64 = 0.0;
     /// Whether the rule keeps a running square of the gradient (whose tiny values the update
     /// flushes to zero rather than compute slowly as subnormals).
     const SQUARES_GRADIENT: bool = false;
-    /// Names of the state slots (for checkpoints).
-    fn slot_names(&self) -> &'static [&'static str];
     /// One update of one parameter, in place.
     fn apply<T: FloatElement>(&self, step: Step<'_, T>);
     /// Whether weight decay is decoupled (AdamW) rather than L2.
@@ -96,7 +95,7 @@ pub struct Step<'a, T> {
     /// The gradient, to be clipped and decayed by `prep` in the same pass.
     pub g: &'a [T],
     pub prep: Prep<T>,
-    /// The rule's state slots for this parameter (`UpdateRule::SLOTS` of them).
+    /// The rule's state slots for this parameter (one per name in `UpdateRule::SLOTS`).
     pub slots: &'a mut [Tensor],
     pub lr: f64,
     /// The step number, from 1.
@@ -214,7 +213,7 @@ impl<R: UpdateRule> Optim<R> {
             _ => None,
         };
         let slots = self.state.entry(p.id()).or_insert_with(|| {
-            (0..R::SLOTS)
+            (0..R::SLOTS.len())
                 .map(|_| Tensor::zeros(g.shape(), T::DTYPE))
                 .collect()
         });
@@ -299,7 +298,7 @@ impl<R: UpdateRule> Optimizer for Optim<R> {
         let mut out = Vec::new();
         for (name, p) in by_name(params)? {
             if let Some(slots) = self.state.get(&p.id()) {
-                for (slot, t) in self.rule.slot_names().iter().zip(slots) {
+                for (slot, t) in R::SLOTS.iter().zip(slots) {
                     out.push((format!("{name}.{slot}"), t.clone()));
                 }
             }
@@ -332,7 +331,7 @@ impl<R: UpdateRule> Optim<R> {
         state: &[(String, Tensor)],
     ) -> Result<HashMap<u64, Vec<Tensor>>> {
         let params = by_name(params)?;
-        let names = self.rule.slot_names();
+        let names = R::SLOTS;
         let mut problems = Vec::new();
         // Parameters with a reported problem: their missing slots go without saying.
         let mut faulty = std::collections::HashSet::new();

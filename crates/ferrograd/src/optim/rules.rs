@@ -16,10 +16,7 @@ fn slices<T: FloatElement, const K: usize>(slots: &mut [Tensor]) -> [&mut [T]; K
 pub struct SgdRule;
 
 impl UpdateRule for SgdRule {
-    const SLOTS: usize = 0;
-    fn slot_names(&self) -> &'static [&'static str] {
-        &[]
-    }
+    const SLOTS: &'static [&'static str] = &[];
     fn apply<T: FloatElement>(&self, s: Step<'_, T>) {
         let lr = T::from_f64(s.lr);
         update(s.w, s.g, s.prep, [], |w, g, st| (w - lr * g, st));
@@ -44,10 +41,7 @@ impl Default for MomentumRule {
 }
 
 impl UpdateRule for MomentumRule {
-    const SLOTS: usize = 1;
-    fn slot_names(&self) -> &'static [&'static str] {
-        &["momentum"]
-    }
+    const SLOTS: &'static [&'static str] = &["momentum"];
     fn apply<T: FloatElement>(&self, s: Step<'_, T>) {
         let (lr, mu) = (T::from_f64(s.lr), T::from_f64(self.momentum));
         let nesterov = self.nesterov;
@@ -90,11 +84,8 @@ impl Default for RmsPropRule {
 }
 
 impl UpdateRule for RmsPropRule {
-    const SLOTS: usize = 1;
+    const SLOTS: &'static [&'static str] = &["square_avg"];
     const SQUARES_GRADIENT: bool = true;
-    fn slot_names(&self) -> &'static [&'static str] {
-        &["square_avg"]
-    }
     fn apply<T: FloatElement>(&self, s: Step<'_, T>) {
         let (lr, a, eps) = (
             T::from_f64(s.lr),
@@ -129,11 +120,8 @@ impl Default for AdagradRule {
 }
 
 impl UpdateRule for AdagradRule {
-    const SLOTS: usize = 1;
+    const SLOTS: &'static [&'static str] = &["sum"];
     const SQUARES_GRADIENT: bool = true;
-    fn slot_names(&self) -> &'static [&'static str] {
-        &["sum"]
-    }
     fn apply<T: FloatElement>(&self, s: Step<'_, T>) {
         let (lr, eps) = (T::from_f64(s.lr), T::from_f64(self.eps));
         update(s.w, s.g, s.prep, slices::<T, 1>(s.slots), |w, g, [sum]| {
@@ -179,11 +167,8 @@ impl AdamRule {
 }
 
 impl UpdateRule for AdamRule {
-    const SLOTS: usize = 2;
+    const SLOTS: &'static [&'static str] = ADAM_SLOTS;
     const SQUARES_GRADIENT: bool = true;
-    fn slot_names(&self) -> &'static [&'static str] {
-        ADAM_SLOTS
-    }
     fn apply<T: FloatElement>(&self, s: Step<'_, T>) {
         let ([b1, b2, eps], bc1, b2t) = self.at::<T>(s.t);
         // w − lr/bc1 · m / (√v / √bc2 + ε): the corrections folded into two constants.
@@ -201,12 +186,9 @@ impl UpdateRule for AdamRule {
 pub struct AdamWRule(pub AdamRule);
 
 impl UpdateRule for AdamWRule {
-    const SLOTS: usize = 2;
+    const SLOTS: &'static [&'static str] = ADAM_SLOTS;
     const DEFAULT_WEIGHT_DECAY: f64 = 0.01;
     const SQUARES_GRADIENT: bool = true;
-    fn slot_names(&self) -> &'static [&'static str] {
-        ADAM_SLOTS
-    }
     fn decoupled(&self) -> bool {
         true
     }
@@ -222,11 +204,8 @@ impl UpdateRule for AdamWRule {
 pub struct RAdamRule(pub AdamRule);
 
 impl UpdateRule for RAdamRule {
-    const SLOTS: usize = 2;
+    const SLOTS: &'static [&'static str] = ADAM_SLOTS;
     const SQUARES_GRADIENT: bool = true;
-    fn slot_names(&self) -> &'static [&'static str] {
-        ADAM_SLOTS
-    }
     fn apply<T: FloatElement>(&self, s: Step<'_, T>) {
         let ([b1, b2, eps], bc1, b2t) = self.0.at::<T>(s.t);
         let rho_inf = 2.0 / (1.0 - self.0.beta2) - 1.0;
