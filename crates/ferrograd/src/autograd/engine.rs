@@ -10,7 +10,8 @@ use super::anomaly;
 use super::gradients::Gradients;
 use super::ids::{IdMap, IdSet};
 use crate::tensor::anomaly::in_rule;
-use crate::tensor::{BackwardCtx, ModeGuard, Node, NodeKind, Tensor};
+use crate::tensor::record::OpRecord;
+use crate::tensor::{BackwardCtx, Grads, ModeGuard, Node, NodeKind, Tensor};
 
 /// Which gradients a backward pass keeps.
 pub(crate) enum Targets {
@@ -143,49 +144,62 @@ pub(crate) fn run_backward(
             .iter()
             .map(|t| t.0.node.as_ref().is_some_and(wanted))
             .collect();
-        // The output itself is tracked: a rule that reads it stays differentiable when the
-        // pass builds a graph (and records nothing otherwise).
-        let ctx = BackwardCtx {
-            inputs: &rec.inputs,
-            out: &out,
-            needs: &needs,
-        };
-        let grads = in_rule(|| (rec.rule)(&ctx, &g));
-        assert_eq!(
-            grads.len(),
-            rec.inputs.len(),
-            "backward of {}: rule returned {} gradients for {} inputs",
-            rec.name,
-            grads.len(),
-            rec.inputs.len()
-        );
-        anomaly::check_backward(&rec.name, &grads, &rec.inputs);
+        let grads = apply_rule(rec, &out, &g, &needs);
         for ((input, gi), &need) in rec.inputs.iter().zip(grads).zip(&needs) {
-            let (Some(gi), true) = (gi, need) else {
-                continue;
-            };
-            assert!(
-                gi.shape() == input.shape() && gi.dtype() == input.dtype(),
-                "backward of {}: gradient of shape {:?} ({}) for an input of shape {:?} ({})",
-                rec.name,
-                gi.shape(),
-                gi.dtype(),
-                input.shape(),
-                input.dtype()
-            );
-            match pending.entry(node_of(input).id) {
-                Entry::Occupied(mut acc) => {
-                    let sum = acc.get() + &gi;
-                    acc.insert(sum);
-                }
-                Entry::Vacant(slot) => {
-                    slot.insert(gi);
-                    queue.push(Newest::of(input));
+            if let (Some(gi), true) = (gi, need) {
+                check_gradient(rec, input, &gi);
+                // The first contribution queues the input; later ones add to it.
+                match pending.entry(node_of(input).id) {
+                    Entry::Occupied(mut acc) => {
+                        let sum = acc.get() + &gi;
+                        acc.insert(sum);
+                    }
+                    Entry::Vacant(slot) => {
+                        slot.insert(gi);
+                        queue.push(Newest::of(input));
+                    }
                 }
             }
         }
     }
     results
+}
+
+/// Runs `rec`'s derivative rule for the upstream gradient `g` of its output `out`: one
+/// gradient per input (`None` where `needs` is false), checked for NaN/Inf when anomaly
+/// detection is on.
+fn apply_rule(rec: &OpRecord, out: &Tensor, g: &Tensor, needs: &[bool]) -> Grads {
+    // The output itself is tracked: a rule that reads it stays differentiable when the pass
+    // builds a graph (and records nothing otherwise).
+    let ctx = BackwardCtx {
+        inputs: &rec.inputs,
+        out,
+        needs,
+    };
+    let grads = in_rule(|| (rec.rule)(&ctx, g));
+    assert_eq!(
+        grads.len(),
+        rec.inputs.len(),
+        "backward of {}: rule returned {} gradients for {} inputs",
+        rec.name,
+        grads.len(),
+        rec.inputs.len()
+    );
+    anomaly::check_backward(&rec.name, &grads, &rec.inputs);
+    grads
+}
+
+/// Panics naming the op when a rule's gradient does not match its input's shape and dtype.
+fn check_gradient(rec: &OpRecord, input: &Tensor, gi: &Tensor) {
+    assert!(
+        gi.shape() == input.shape() && gi.dtype() == input.dtype(),
+        "backward of {}: gradient of shape {:?} ({}) for an input of shape {:?} ({})",
+        rec.name,
+        gi.shape(),
+        gi.dtype(),
+        input.shape(),
+        input.dtype()
+    );
 }
 
 /// The seed gradient for `backward()`: one, for a one-element result.

@@ -330,6 +330,111 @@ fn even_step(len: usize, max: usize, align: usize) -> usize {
     len.div_ceil(blocks).div_ceil(align) * align
 }
 
+/// The `kc × nc` block of B at row `p0`, column `j0`, as NR-column panels. A row-major B small
+/// enough to stay in L2 is read in place (rows of a panel are NR contiguous floats, b.rs apart)
+/// when its rows start on cache lines (else every vector load would straddle two); only a
+/// partial last panel is packed.
+struct BPanels<'a> {
+    b: &'a MatRef<'a, f32>,
+    packed: &'a [f32],
+    p0: usize,
+    j0: usize,
+    kc: usize,
+    /// Panels before this one are read in place.
+    in_place: usize,
+}
+
+impl<'a> BPanels<'a> {
+    fn new(
+        b: &'a MatRef<'a, f32>,
+        buf: &'a mut [f32],
+        (p0, kc): (usize, usize),
+        (j0, nc): (usize, usize),
+    ) -> Self {
+        let direct = b.cs == 1 && b.rows * b.cols <= DIRECT_B_MAX && line_aligned(b);
+        let in_place = if direct { nc / NR } else { 0 };
+        let packed = &mut buf[..(nc.div_ceil(NR) - in_place) * NR * kc];
+        pack_b(b, p0, kc, j0 + in_place * NR, nc - in_place * NR, packed);
+        BPanels {
+            b,
+            packed,
+            p0,
+            j0,
+            kc,
+            in_place,
+        }
+    }
+
+    /// Panel `q`: where its first row starts and the stride between rows.
+    fn panel(&self, q: usize) -> (*const f32, usize) {
+        let b = self.b;
+        if q < self.in_place {
+            (
+                b.data[b.offset + self.p0 * b.rs + self.j0 + q * NR..].as_ptr(),
+                b.rs,
+            )
+        } else {
+            (
+                self.packed[(q - self.in_place) * NR * self.kc..].as_ptr(),
+                NR,
+            )
+        }
+    }
+}
+
+/// The `mc × kc` block of A at row `i0`, column `p0`, as MR-row panels. An A with a unit
+/// stride is read in place: each step broadcasts one element from each of MR rows, from MR
+/// row runs (row-major) or one column run (column-major, a transposed view). A micro-panel
+/// stays in L1 across the B panels either way, so packing it would only add a copy. Only a
+/// partial last row panel is packed.
+struct APanels<'a> {
+    a: &'a MatRef<'a, f32>,
+    packed: &'a [f32],
+    i0: usize,
+    p0: usize,
+    kc: usize,
+    in_place: usize,
+}
+
+impl<'a> APanels<'a> {
+    fn new(
+        a: &'a MatRef<'a, f32>,
+        buf: &'a mut [f32],
+        (i0, mc): (usize, usize),
+        (p0, kc): (usize, usize),
+    ) -> Self {
+        let direct = a.cs == 1 || a.rs == 1;
+        let in_place = if direct { mc / MR } else { 0 };
+        let packed = &mut buf[..(mc.div_ceil(MR) - in_place) * MR * kc];
+        pack_a(a, i0 + in_place * MR, mc - in_place * MR, p0, kc, packed);
+        APanels {
+            a,
+            packed,
+            i0,
+            p0,
+            kc,
+            in_place,
+        }
+    }
+
+    /// Row panel `r`.
+    fn panel(&self, r: usize) -> APanel {
+        let a = self.a;
+        if r >= self.in_place {
+            return APanel::Steps(
+                self.packed[(r - self.in_place) * MR * self.kc..].as_ptr(),
+                MR,
+            );
+        }
+        let p = a.data[a.offset + (self.i0 + r * MR) * a.rs + self.p0 * a.cs..].as_ptr();
+        if a.cs == 1 {
+            APanel::Rows(p, a.rs)
+        } else {
+            APanel::Steps(p, a.cs)
+        }
+    }
+}
+
 /// The blocked product on one thread: `c[0..a.rows, 0..b.cols] = a @ b`, row stride `ldc`.
 ///
 /// # Safety
@@ -345,62 +450,26 @@ unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usi
             Ok(bufs) => bufs,
             Err(_) => &mut fresh,
         };
-        let nc_max = NC.min(n.div_ceil(NR) * NR);
-        let mc_max = MC.min(m.div_ceil(MR) * MR);
-        let bp = bp.get(KC * nc_max);
-        let ap = ap.get(KC * mc_max);
+        let bp = bp.get(KC * NC.min(n.div_ceil(NR) * NR));
+        let ap = ap.get(KC * MC.min(m.div_ceil(MR) * MR));
         // Blocks of equal size, at most the cache sizes: 784 splits as 4 × 196, not
         // 3 × 256 + 16 (a thin last block would be mostly overhead).
         let (kc_step, mc_step) = (even_step(k, KC, 1), even_step(m, MC, MR));
         for j0 in (0..n).step_by(NC) {
             let nc = (n - j0).min(NC);
-            let panels = nc.div_ceil(NR);
             for p0 in (0..k).step_by(kc_step) {
                 let kc = (k - p0).min(kc_step);
-                // A row-major B small enough to stay in L2 is read in place (rows of a panel
-                // are NR contiguous floats, b.rs apart) when its rows start on cache lines
-                // (else every vector load would straddle two); only a partial last panel is
-                // packed.
-                let direct = b.cs == 1 && k * n <= DIRECT_B_MAX && line_aligned(b);
-                let packed_from = if direct { nc / NR } else { 0 };
-                let bp = &mut bp[..(panels - packed_from) * NR * kc];
-                pack_b(b, p0, kc, j0 + packed_from * NR, nc - packed_from * NR, bp);
-                let b_panel = |q: usize| -> (*const f32, usize) {
-                    if q < packed_from {
-                        (b.data[b.offset + p0 * b.rs + j0 + q * NR..].as_ptr(), b.rs)
-                    } else {
-                        (bp[(q - packed_from) * NR * kc..].as_ptr(), NR)
-                    }
-                };
+                let b_panels = BPanels::new(b, bp, (p0, kc), (j0, nc));
                 for i0 in (0..m).step_by(mc_step) {
                     let mc = (m - i0).min(mc_step);
-                    // An A with a unit stride is read in place: each step broadcasts one element
-                    // from each of MR rows, from MR row runs (row-major) or one column run
-                    // (column-major, a transposed view). A micro-panel stays in L1 across the
-                    // B panels either way, so packing it would only add a copy (measured: 5% of
-                    // a 1024² product). Only a partial last row panel is packed.
-                    let direct = a.cs == 1 || a.rs == 1;
-                    let packed_from = if direct { mc / MR } else { 0 };
-                    let ap = &mut ap[..(mc.div_ceil(MR) - packed_from) * MR * kc];
-                    pack_a(a, i0 + packed_from * MR, mc - packed_from * MR, p0, kc, ap);
+                    let a_panels = APanels::new(a, ap, (i0, mc), (p0, kc));
                     // The A micro-panel (broadcast operand) stays in L1 while the B panels
                     // stream from L2.
                     for r in 0..mc.div_ceil(MR) {
-                        let rows = (mc - r * MR).min(MR);
-                        let a_panel = if r < packed_from {
-                            let at = a.offset + (i0 + r * MR) * a.rs + p0 * a.cs;
-                            let p = a.data[at..].as_ptr();
-                            if a.cs == 1 {
-                                APanel::Rows(p, a.rs)
-                            } else {
-                                APanel::Steps(p, a.cs)
-                            }
-                        } else {
-                            APanel::Steps(ap[(r - packed_from) * MR * kc..].as_ptr(), MR)
-                        };
-                        for q in 0..panels {
+                        let (rows, a_panel) = ((mc - r * MR).min(MR), a_panels.panel(r));
+                        for q in 0..nc.div_ceil(NR) {
                             let cols = (nc - q * NR).min(NR);
-                            let (bq, ldb) = b_panel(q);
+                            let (bq, ldb) = b_panels.panel(q);
                             // SAFETY: the tile (rows × cols at row i0 + r·MR, column
                             // j0 + q·NR) is inside this call's block of C; the B panel holds kc
                             // rows of NR floats, ldb apart (in place: a full panel inside b;
