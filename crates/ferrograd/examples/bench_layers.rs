@@ -17,32 +17,32 @@ type Case = (&'static str, fn() -> Box<dyn Layer>, &'static [usize]);
 const CASES: [Case; 8] = [
     (
         "conv3x3_64",
-        || Box::new(Conv2D::new(64, 64, 3).padding(1)),
+        || Box::new(Conv2d::new(64, 64, 3).padding(1)),
         &[32, 64, 32, 32],
     ),
     (
         "conv5x5_lenet1",
-        || Box::new(Conv2D::new(1, 8, 5).padding(2)),
+        || Box::new(Conv2d::new(1, 8, 5).padding(2)),
         &[128, 1, 28, 28],
     ),
     (
         "conv5x5_lenet2",
-        || Box::new(Conv2D::new(8, 16, 5).padding(2)),
+        || Box::new(Conv2d::new(8, 16, 5).padding(2)),
         &[128, 8, 14, 14],
     ),
     (
         "convT_dcgan",
-        || Box::new(ConvTranspose2D::new(128, 64, 4).stride(2).padding(1)),
+        || Box::new(ConvTranspose2d::new(128, 64, 4).stride(2).padding(1)),
         &[64, 128, 7, 7],
     ),
     (
         "maxpool2",
-        || Box::new(MaxPool2D::new(2, 2)),
+        || Box::new(MaxPool2d::new(2, 2)),
         &[128, 16, 28, 28],
     ),
     ("bn2d", || Box::new(BatchNorm2d::new(64)), &[32, 64, 32, 32]),
-    ("lstm", || Box::new(LSTM::new(32, 128)), &[64, 50, 32]),
-    ("gru", || Box::new(GRU::new(32, 128)), &[64, 50, 32]),
+    ("lstm", || Box::new(Lstm::new(32, 128)), &[64, 50, 32]),
+    ("gru", || Box::new(Gru::new(32, 128)), &[64, 50, 32]),
 ];
 
 fn run(name: &str, make: fn() -> Box<dyn Layer>, shape: &[usize], repeats: usize) {

@@ -222,58 +222,90 @@ fn main() {
         ("dX1  128x400 @ 400x784 (W1ᵀ)", 128, 400, 784, false, true),
     ];
     for (name, m, k, n, ta, tb) in shapes {
-        let sa = if ta { [k, m] } else { [m, k] };
-        let sb = if tb { [n, k] } else { [k, n] };
-        let (a_st, b_st) = (
-            Tensor::randn(&sa, DType::F32, &mut rng),
-            Tensor::randn(&sb, DType::F32, &mut rng),
-        );
-        let a = if ta { a_st.t() } else { a_st.clone() };
-        let b = if tb { b_st.t() } else { b_st.clone() };
-        let (av, bv) = (a_st.to_vec::<f32>(), b_st.to_vec::<f32>());
-        let mut c = vec![0f32; m * n];
-        let flops = 2.0 * (m * k * n) as f64;
-        // Same result first.
-        let want = a.matmul(&b).to_vec::<f32>();
-        blas.sgemm(ta, tb, m, n, k, &av, &bv, &mut c);
-        let err = want
-            .iter()
-            .zip(&c)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0.0f32, f32::max);
-        assert!(
-            err <= 1e-3 * (k as f32).sqrt(),
-            "{name}: results differ by {err}"
-        );
-        let mut ours = || drop(black_box(a.matmul(&b)));
-        let mut theirs = || {
-            blas.sgemm(ta, tb, m, n, k, &av, &bv, &mut c);
-            black_box(&c);
+        let case = Case {
+            name,
+            m,
+            k,
+            n,
+            ta,
+            tb,
         };
-        let (mut ro, mut rt) = (Vec::new(), Vec::new());
-        let end = Instant::now() + Duration::from_secs_f64(secs);
-        while Instant::now() < end {
-            if threads == 1 {
-                ro.extend(calls(&mut ours, flops, Instant::now()));
-                rt.extend(calls(&mut theirs, flops, Instant::now()));
-            } else {
-                // The pause after the BLAS block outlasts its threads' spinning (OpenBLAS:
-                // 2^28 cycles, about 0.1 s); rayon's threads go idle within milliseconds.
-                for (f, rates, pause) in [
-                    (&mut ours as &mut dyn FnMut(), &mut ro, 20),
-                    (&mut theirs, &mut rt, 150),
-                ] {
-                    let block = calls(f, flops, Instant::now() + Duration::from_millis(100));
-                    rates.push(block.len() as f64 / block.iter().map(|r| 1.0 / r).sum::<f64>());
-                    std::thread::sleep(Duration::from_millis(pause));
-                }
+        compare(&blas, &case, threads, secs, &mut rng);
+    }
+}
+
+/// One product: `[m, k] @ [k, n]`, A and/or B given transposed (views of `[k, m]`, `[n, k]`).
+struct Case {
+    name: &'static str,
+    m: usize,
+    k: usize,
+    n: usize,
+    ta: bool,
+    tb: bool,
+}
+
+/// Checks that both libraries agree on `case`, then times them for `secs` seconds,
+/// interleaved, and prints the best and 10th-percentile rates.
+fn compare(blas: &Blas, case: &Case, threads: usize, secs: f64, rng: &mut StdRng) {
+    let Case {
+        name,
+        m,
+        k,
+        n,
+        ta,
+        tb,
+    } = *case;
+    let sa = if ta { [k, m] } else { [m, k] };
+    let sb = if tb { [n, k] } else { [k, n] };
+    let (a_st, b_st) = (
+        Tensor::randn(&sa, DType::F32, rng),
+        Tensor::randn(&sb, DType::F32, rng),
+    );
+    let a = if ta { a_st.t() } else { a_st.clone() };
+    let b = if tb { b_st.t() } else { b_st.clone() };
+    let (av, bv) = (a_st.to_vec::<f32>(), b_st.to_vec::<f32>());
+    let mut c = vec![0f32; m * n];
+    let flops = 2.0 * (m * k * n) as f64;
+    // Same result first.
+    let want = a.matmul(&b).to_vec::<f32>();
+    blas.sgemm(ta, tb, m, n, k, &av, &bv, &mut c);
+    let err = want
+        .iter()
+        .zip(&c)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max);
+    assert!(
+        err <= 1e-3 * (k as f32).sqrt(),
+        "{name}: results differ by {err}"
+    );
+    let mut ours = || drop(black_box(a.matmul(&b)));
+    let mut theirs = || {
+        blas.sgemm(ta, tb, m, n, k, &av, &bv, &mut c);
+        black_box(&c);
+    };
+    let (mut ro, mut rt) = (Vec::new(), Vec::new());
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    while Instant::now() < end {
+        if threads == 1 {
+            ro.extend(calls(&mut ours, flops, Instant::now()));
+            rt.extend(calls(&mut theirs, flops, Instant::now()));
+        } else {
+            // The pause after the BLAS block outlasts its threads' spinning (OpenBLAS:
+            // 2^28 cycles, about 0.1 s); rayon's threads go idle within milliseconds.
+            for (f, rates, pause) in [
+                (&mut ours as &mut dyn FnMut(), &mut ro, 20),
+                (&mut theirs, &mut rt, 150),
+            ] {
+                let block = calls(f, flops, Instant::now() + Duration::from_millis(100));
+                rates.push(block.len() as f64 / block.iter().map(|r| 1.0 / r).sum::<f64>());
+                std::thread::sleep(Duration::from_millis(pause));
             }
         }
-        let ((ob, op), (tb_, tp)) = (best_p10(ro), best_p10(rt));
-        println!(
-            "  {name:30} ours {ob:6.1} / {op:6.1} | BLAS {tb_:6.1} / {tp:6.1} | ratio {:.2} / {:.2}",
-            ob / tb_,
-            op / tp
-        );
     }
+    let ((ob, op), (tb_, tp)) = (best_p10(ro), best_p10(rt));
+    println!(
+        "  {name:30} ours {ob:6.1} / {op:6.1} | BLAS {tb_:6.1} / {tp:6.1} | ratio {:.2} / {:.2}",
+        ob / tb_,
+        op / tp
+    );
 }

@@ -7,7 +7,13 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 
 fn main() {
-    // A numerically stable log(1 + eˣ).
+    log1pexp();
+    two_inputs_and_a_captured_variable();
+    second_order_and_stop_gradient();
+}
+
+/// A numerically stable log(1 + eˣ).
+fn log1pexp() {
     let x = Tensor::scalar(100.0f32).requires_grad();
     let naive = (&x.exp() + 1.0).log();
     let stable = custom_gradient_named("log1pexp", &[&x], |v| {
@@ -22,8 +28,10 @@ fn main() {
         grad(&naive, &[&x])[0].item(),
         grad(&stable, &[&x])[0].item()
     );
+}
 
-    // Two inputs: bar(x, y) = x·y.
+/// Two inputs, bar(x, y) = x·y; and a variable read by the function, passed as an input.
+fn two_inputs_and_a_captured_variable() {
     let (x, y) = (
         Tensor::scalar(2.0f32).requires_grad(),
         Tensor::scalar(3.0f32).requires_grad(),
@@ -40,7 +48,6 @@ fn main() {
         g.get(&y).unwrap().item()
     );
 
-    // A variable read by the function is passed as an input.
     let weights = Tensor::ones(&[2], DType::F32).requires_grad();
     let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3]).requires_grad();
     let poly = custom_gradient_named("linear_poly", &[&x, &weights], |v| {
@@ -62,8 +69,11 @@ fn main() {
         g.get(&x).unwrap().to_vec::<f32>(),
         g.get(&weights).unwrap().to_vec::<f32>()
     );
+}
 
-    // A hand-written derivative is differentiated again: x³ with rule 3x² gives 6x.
+/// A hand-written derivative differentiated again (x³ with rule 3x² gives 6x), and an op
+/// without a gradient inside, cut with stop_gradient.
+fn second_order_and_stop_gradient() {
     let x = Tensor::scalar(2.0f64).requires_grad();
     let cube = custom_gradient_named("cube", &[&x], |v| {
         let x = v[0].clone();
@@ -78,7 +88,6 @@ fn main() {
         grad(&d1, &[&x])[0].item()
     );
 
-    // An op without a gradient inside, cut with stop_gradient.
     let x = Tensor::from_vec(vec![0.3f32, 0.5], &[2]).requires_grad();
     let res = custom_gradient_named("test_func_with_stop_grad", &[&x], |v| {
         let shuffled = v[0].shuffle(&mut StdRng::seed_from_u64(1)).stop_gradient();

@@ -8,13 +8,13 @@ use std::path::Path;
 use ferrograd::io::load_tensors;
 use ferrograd::prelude::*;
 
-/// The seed's MLP, as `nn.Sequential(Linear, ReLU, Linear, ReLU, Linear)`.
+/// The seed's MLP, as `nn.Sequential(Linear, Relu, Linear, Relu, Linear)`.
 fn mlp() -> Net {
     Net::new(vec![
         Box::new(Dense::new(784, 400)),
-        Box::new(ReLU::new()),
+        Box::new(Relu::new()),
         Box::new(Dense::new(400, 100)),
-        Box::new(ReLU::new()),
+        Box::new(Relu::new()),
         Box::new(Dense::new(100, 10)),
     ])
 }
@@ -22,12 +22,12 @@ fn mlp() -> Net {
 /// `../shared/bench/torch_cnn.py`'s CNN, layer for layer.
 fn cnn() -> Net {
     Net::new(vec![
-        Box::new(Conv2D::new(1, 8, 5).padding(2)),
-        Box::new(ReLU::new()),
-        Box::new(MaxPool2D::new(2, 2)),
-        Box::new(Conv2D::new(8, 16, 5).padding(2)),
-        Box::new(ReLU::new()),
-        Box::new(MaxPool2D::new(2, 2)),
+        Box::new(Conv2d::new(1, 8, 5).padding(2)),
+        Box::new(Relu::new()),
+        Box::new(MaxPool2d::new(2, 2)),
+        Box::new(Conv2d::new(8, 16, 5).padding(2)),
+        Box::new(Relu::new()),
+        Box::new(MaxPool2d::new(2, 2)),
         Box::new(Flatten::new()),
         Box::new(Dense::new(16 * 7 * 7, 10)),
     ])

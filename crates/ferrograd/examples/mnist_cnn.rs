@@ -16,12 +16,12 @@ mod mnist_common;
 fn cnn(lr: f64) -> Model {
     let net = Net::new(vec![
         Box::new(Reshape::new(&[1, 28, 28])),
-        Box::new(Conv2D::new(1, 8, 5).padding(2)),
-        Box::new(ReLU::new()),
-        Box::new(MaxPool2D::new(2, 2)),
-        Box::new(Conv2D::new(8, 16, 5).padding(2)),
-        Box::new(ReLU::new()),
-        Box::new(MaxPool2D::new(2, 2)),
+        Box::new(Conv2d::new(1, 8, 5).padding(2)),
+        Box::new(Relu::new()),
+        Box::new(MaxPool2d::new(2, 2)),
+        Box::new(Conv2d::new(8, 16, 5).padding(2)),
+        Box::new(Relu::new()),
+        Box::new(MaxPool2d::new(2, 2)),
         Box::new(Flatten::new()),
         Box::new(Dense::new(16 * 7 * 7, 10)),
     ]);

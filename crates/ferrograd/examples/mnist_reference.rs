@@ -40,9 +40,9 @@ fn run(dir: &Path, data: &Path) -> Result<(), String> {
     };
     let net = Net::new(vec![
         dense(0, 784, 400)?,
-        Box::new(ReLU::new()),
+        Box::new(Relu::new()),
         dense(2, 400, 100)?,
-        Box::new(ReLU::new()),
+        Box::new(Relu::new()),
         dense(4, 100, 10)?,
     ]);
     let mut model = Model::new(net, SoftmaxCrossEntropy::new(), Adam::new(1e-3));

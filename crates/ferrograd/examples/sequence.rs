@@ -26,7 +26,7 @@ impl Layer for LastStep {
 fn rows_lstm(lr: f64) -> Model {
     let net = Net::new(vec![
         Box::new(Reshape::new(&[28, 28])),
-        Box::new(LSTM::new(28, 128)),
+        Box::new(Lstm::new(28, 128)),
         Box::new(LastStep),
         Box::new(Dense::new(128, 10)),
     ]);

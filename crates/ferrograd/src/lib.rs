@@ -69,10 +69,14 @@ pub mod prelude {
     pub use crate::loss::{Huber, Loss, Mae, Mse, Nll, SigmoidCrossEntropy, SoftmaxCrossEntropy};
     pub use crate::metrics::accuracy;
     pub use crate::model::{Model, Net};
+    /// The contract's spellings of the same layers.
     pub use crate::nn::{
-        AvgPool2D, BatchNorm1d, BatchNorm2d, Conv2D, ConvTranspose2D, Dense, Dropout, Dropout2d,
-        Elu, Embedding, Flatten, Gelu, Layer, LayerNorm, LeakyReLU, MaxPool2D, Mode, Module, ReLU,
-        Reshape, Sigmoid, Softmax, Softplus, Tanh, GRU, LSTM, RNN,
+        AvgPool2D, Conv2D, ConvTranspose2D, LeakyReLU, MaxPool2D, ReLU, GRU, LSTM, RNN,
+    };
+    pub use crate::nn::{
+        AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, ConvTranspose2d, Dense, Dropout, Dropout2d,
+        Elu, Embedding, Flatten, Gelu, Gru, Layer, LayerNorm, LeakyRelu, Lstm, MaxPool2d, Mode,
+        Module, Relu, Reshape, Rnn, Sigmoid, Softmax, Softplus, Tanh,
     };
     pub use crate::optim::{
         Adagrad, Adam, AdamW, ConstantLr, CosineAnnealing, ExponentialLr, LinearWarmup, Momentum,

@@ -59,7 +59,7 @@ fn gradients_have_a_norm_and_iterate_by_parameter() {
         "{text}"
     );
     let net = Net::new(vec![Box::new(Dense::new(2, 3)), Box::new(ReLU::new())]);
-    assert_eq!(format!("{net:?}"), "[\"Dense(2, 3)\", \"ReLU\"]");
+    assert_eq!(format!("{net:?}"), "[\"Dense(2, 3)\", \"Relu\"]");
 }
 
 #[test]

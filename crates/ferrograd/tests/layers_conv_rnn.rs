@@ -275,7 +275,7 @@ fn layers_check_their_input() {
     let x = Tensor::zeros(&[2, 3, 5, 5], DType::F32);
     let m = msg(&|| drop(Conv2D::new(1, 8, 3).forward(&x, Mode::Train)));
     assert!(
-        m.contains("Conv2D(1, 8, 3): expected input [N, 1, H, W]"),
+        m.contains("Conv2d(1, 8, 3): expected input [N, 1, H, W]"),
         "{m}"
     );
     let m = msg(&|| drop(BatchNorm2d::new(4).forward(&x, Mode::Train)));
@@ -283,7 +283,7 @@ fn layers_check_their_input() {
     let m =
         msg(&|| drop(LSTM::new(4, 2).forward(&Tensor::zeros(&[2, 3, 5], DType::F32), Mode::Train)));
     assert!(
-        m.contains("LSTM(4, 2, num_layers=1): expected input [N, T, 4]"),
+        m.contains("Lstm(4, 2, num_layers=1): expected input [N, T, 4]"),
         "{m}"
     );
 }

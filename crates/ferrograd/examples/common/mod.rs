@@ -8,9 +8,9 @@ use ferrograd::prelude::*;
 pub fn seed_mlp(lr: f64) -> Model {
     let net = Net::new(vec![
         Box::new(Dense::new(784, 400)),
-        Box::new(ReLU::new()),
+        Box::new(Relu::new()),
         Box::new(Dense::new(400, 100)),
-        Box::new(ReLU::new()),
+        Box::new(Relu::new()),
         Box::new(Dense::new(100, 10)),
     ]);
     Model::new(net, SoftmaxCrossEntropy::new(), Adam::new(lr))

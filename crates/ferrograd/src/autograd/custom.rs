@@ -11,7 +11,7 @@
 use std::borrow::Cow;
 
 use crate::tensor::record::record_impl;
-use crate::tensor::{record, DType, Grads, Tensor};
+use crate::tensor::{record, DType, InputGrads, Tensor};
 
 /// The stand-in `f` receives for `input`: same value, tracked back to it through an identity.
 fn stand_in(input: &Tensor) -> Tensor {
@@ -25,7 +25,7 @@ fn stand_in(input: &Tensor) -> Tensor {
 
 /// Panics naming the function unless `grads` holds one gradient per input, each of the
 /// input's shape; converts each to the input's dtype.
-fn checked(name: &str, grads: Vec<Tensor>, inputs: &[Tensor]) -> Grads {
+fn checked(name: &str, grads: Vec<Tensor>, inputs: &[Tensor]) -> InputGrads {
     assert!(
         grads.len() == inputs.len(),
         "{name}: the gradient function returned {} gradients for {} inputs",

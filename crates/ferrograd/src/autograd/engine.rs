@@ -11,7 +11,7 @@ use super::gradients::Gradients;
 use super::ids::{IdMap, IdSet};
 use crate::tensor::anomaly::in_rule;
 use crate::tensor::record::OpRecord;
-use crate::tensor::{BackwardCtx, Grads, ModeGuard, Node, NodeKind, Tensor};
+use crate::tensor::{BackwardCtx, InputGrads, ModeGuard, Node, NodeKind, Tensor};
 
 /// Which gradients a backward pass keeps.
 pub(crate) enum Targets {
@@ -168,7 +168,7 @@ pub(crate) fn run_backward(
 /// Runs `rec`'s derivative rule for the upstream gradient `g` of its output `out`: one
 /// gradient per input (`None` where `needs` is false), checked for NaN/Inf when anomaly
 /// detection is on.
-fn apply_rule(rec: &OpRecord, out: &Tensor, g: &Tensor, needs: &[bool]) -> Grads {
+fn apply_rule(rec: &OpRecord, out: &Tensor, g: &Tensor, needs: &[bool]) -> InputGrads {
     // The output itself is tracked: a rule that reads it stays differentiable when the pass
     // builds a graph (and records nothing otherwise).
     let ctx = BackwardCtx {

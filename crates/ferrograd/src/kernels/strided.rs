@@ -21,12 +21,12 @@ pub struct Src<'a, T> {
 
 /// Shape and per-operand strides after merging axes that every operand traverses as one run.
 /// Always at least one axis.
-struct Plan<const K: usize> {
+struct MergedAxes<const K: usize> {
     shape: Dims,
     strides: [Dims; K],
 }
 
-impl<const K: usize> Plan<K> {
+impl<const K: usize> MergedAxes<K> {
     fn new(shape: &[usize], strides: [&[usize]; K]) -> Self {
         let mut out_shape = Dims::new();
         let mut out_strides: [Dims; K] = std::array::from_fn(|_| Dims::new());
@@ -59,7 +59,7 @@ impl<const K: usize> Plan<K> {
                 s.push(0);
             }
         }
-        Plan {
+        MergedAxes {
             shape: out_shape,
             strides: out_strides,
         }
@@ -125,7 +125,7 @@ pub fn map<T: Copy + Sync, U: Send>(
     out: &mut [U],
     f: impl Fn(T) -> U + Sync,
 ) {
-    let plan = Plan::new(shape, [a.strides]);
+    let plan = MergedAxes::new(shape, [a.strides]);
     plan.for_runs(out, [a.offset], |dst, [oa], [sa]| match sa {
         1 => run_map(dst, &a.data[oa..oa + dst.len()], &f),
         0 => {
@@ -150,7 +150,7 @@ pub fn zip<T: Copy + Sync, U: Send>(
     out: &mut [U],
     f: impl Fn(T, T) -> U + Sync,
 ) {
-    let plan = Plan::new(shape, [a.strides, b.strides]);
+    let plan = MergedAxes::new(shape, [a.strides, b.strides]);
     plan.for_runs(out, [a.offset, b.offset], |dst, [oa, ob], [sa, sb]| {
         let n = dst.len();
         match (sa, sb) {
@@ -233,7 +233,7 @@ pub fn zip3<T: Copy + Sync, U: Send>(
     out: &mut [U],
     f: impl Fn(T, T, T) -> U + Sync,
 ) {
-    let plan = Plan::new(shape, [a.strides, b.strides, c.strides]);
+    let plan = MergedAxes::new(shape, [a.strides, b.strides, c.strides]);
     plan.for_runs(
         out,
         [a.offset, b.offset, c.offset],

@@ -23,7 +23,7 @@ macro_rules! activation {
 
 activation!(
     /// max(x, 0).
-    ReLU, |x| x.relu()
+    Relu, |x| x.relu()
 );
 activation!(
     /// 1 / (1 + e^−x).
@@ -42,7 +42,7 @@ activation!(
     Gelu, |x| x.gelu()
 );
 
-/// An activation with one parameter, shown in its name (`LeakyReLU(0.01)`).
+/// An activation with one parameter, shown in its name (`LeakyRelu(0.01)`).
 macro_rules! activation_with {
     ($(#[$doc:meta])* $name:ident($field:ident), |$x:ident, $p:ident| $body:expr) => {
         $(#[$doc])*
@@ -74,7 +74,7 @@ macro_rules! activation_with {
 
 activation_with!(
     /// x for x > 0, `slope · x` otherwise.
-    LeakyReLU(slope), |x, slope| x.leaky_relu(slope)
+    LeakyRelu(slope), |x, slope| x.leaky_relu(slope)
 );
 activation_with!(
     /// x for x > 0, `alpha · (eˣ − 1)` otherwise.

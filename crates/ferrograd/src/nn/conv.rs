@@ -22,7 +22,7 @@ fn conv_params(shape: [usize; 4], bias: Option<usize>) -> (Param, Option<Param>)
 /// A 2-d convolution layer, forward (`TRANSPOSED = false`, PyTorch's `nn.Conv2d`: `weight`
 /// `[out, in/groups, k, k]`) or transposed (`TRANSPOSED = true`, `nn.ConvTranspose2d`:
 /// `weight` `[in, out/groups, k, k]`), with `bias` `[out]`. Use it through the aliases
-/// [`Conv2D`] and [`ConvTranspose2D`].
+/// [`Conv2d`] and [`ConvTranspose2d`].
 pub struct ConvLayer<const TRANSPOSED: bool> {
     in_channels: usize,
     out_channels: usize,
@@ -33,15 +33,15 @@ pub struct ConvLayer<const TRANSPOSED: bool> {
 }
 
 /// 2-D convolution.
-pub type Conv2D = ConvLayer<false>;
+pub type Conv2d = ConvLayer<false>;
 /// Transposed 2-D convolution.
-pub type ConvTranspose2D = ConvLayer<true>;
+pub type ConvTranspose2d = ConvLayer<true>;
 
 impl<const TRANSPOSED: bool> ConvLayer<TRANSPOSED> {
     const NAME: &'static str = if TRANSPOSED {
-        "ConvTranspose2D"
+        "ConvTranspose2d"
     } else {
-        "Conv2D"
+        "Conv2d"
     };
 
     /// `in_channels → out_channels` with a square `kernel`; stride 1, padding 0, a bias.
@@ -206,11 +206,11 @@ macro_rules! pool_layer {
 
 pool_layer!(
     /// Max pooling (PyTorch's `nn.MaxPool2d`, floor mode, padding as −∞).
-    MaxPool2D,
+    MaxPool2d,
     max_pool2d
 );
 pool_layer!(
     /// Average pooling (PyTorch's `nn.AvgPool2d`, floor mode, padding counted).
-    AvgPool2D,
+    AvgPool2d,
     avg_pool2d
 );

@@ -1,5 +1,9 @@
 //! Layers: the `Layer` trait, dense and normalisation layers, dropout, embeddings, shape
 //! layers and activations. Layers get their gradients from autodiff.
+//!
+//! Type names treat acronyms as words, as Rust's naming conventions ask (`Relu`, `Lstm`,
+//! `Conv2d`, `Mse`, `Sgd`); the spellings of DESIGN.md's contract, which tinynn and PyTorch
+//! users know (`ReLU`, `LSTM`, `Conv2D`, ...), are aliases of the same types.
 
 mod activation;
 mod conv;
@@ -12,17 +16,41 @@ mod recurrent;
 mod shape;
 mod stream;
 
-pub use activation::{Elu, Gelu, LeakyReLU, ReLU, Sigmoid, Softmax, Softplus, Tanh};
-pub use conv::{AvgPool2D, Conv2D, ConvLayer, ConvTranspose2D, MaxPool2D};
+pub use activation::{Elu, Gelu, LeakyRelu, Relu, Sigmoid, Softmax, Softplus, Tanh};
+pub use conv::{AvgPool2d, Conv2d, ConvLayer, ConvTranspose2d, MaxPool2d};
 pub use dense::Dense;
 pub use dropout::{Dropout, Dropout2d, DropoutOf};
 pub use embedding::Embedding;
 pub(crate) use module::indexed;
 pub use module::{prefixed, LoadReport, Module};
 pub use norm::{BatchNorm1d, BatchNorm2d, BatchNormNd, LayerNorm};
-pub use recurrent::{GRU, LSTM, RNN};
+pub use recurrent::{Gru, Lstm, Rnn};
 pub use shape::{Flatten, Reshape};
 pub use stream::{RngStream, StreamState};
+
+/// The contract's spellings (DESIGN.md), kept working: aliases of the types above.
+#[allow(clippy::upper_case_acronyms)]
+mod contract_names {
+    /// Alias of [`super::Relu`].
+    pub type ReLU = super::Relu;
+    /// Alias of [`super::LeakyRelu`].
+    pub type LeakyReLU = super::LeakyRelu;
+    /// Alias of [`super::Conv2d`].
+    pub type Conv2D = super::Conv2d;
+    /// Alias of [`super::ConvTranspose2d`].
+    pub type ConvTranspose2D = super::ConvTranspose2d;
+    /// Alias of [`super::MaxPool2d`].
+    pub type MaxPool2D = super::MaxPool2d;
+    /// Alias of [`super::AvgPool2d`].
+    pub type AvgPool2D = super::AvgPool2d;
+    /// Alias of [`super::Rnn`].
+    pub type RNN = super::Rnn;
+    /// Alias of [`super::Lstm`].
+    pub type LSTM = super::Lstm;
+    /// Alias of [`super::Gru`].
+    pub type GRU = super::Gru;
+}
+pub use contract_names::*;
 
 use crate::autograd::Param;
 use crate::tensor::Tensor;

@@ -1,5 +1,5 @@
 //! Recurrent layers with PyTorch's equations, gate orders, parameter names and layouts
-//! (batch-first): `RNN` (tanh), `LSTM` (gates i, f, g, o), `GRU` (gates r, z, n). Written from
+//! (batch-first): `Rnn` (tanh), `Lstm` (gates i, f, g, o), `Gru` (gates r, z, n). Written from
 //! the tensor ops, so every derivative (second order included) comes from their rules.
 
 use super::{expect_input, Layer, Mode, Module};
@@ -27,9 +27,9 @@ impl Cell {
 
     fn name(self) -> &'static str {
         match self {
-            Cell::Tanh => "RNN",
-            Cell::Lstm => "LSTM",
-            Cell::Gru => "GRU",
+            Cell::Tanh => "Rnn",
+            Cell::Lstm => "Lstm",
+            Cell::Gru => "Gru",
         }
     }
 }
@@ -42,7 +42,7 @@ struct LayerWeights {
     b_hh: Param,
 }
 
-/// A stack of recurrent layers; `RNN`, `LSTM` and `GRU` wrap it.
+/// A stack of recurrent layers; `Rnn`, `Lstm` and `Gru` wrap it.
 struct Recurrent {
     cell: Cell,
     input: usize,
@@ -226,40 +226,39 @@ macro_rules! recurrent_layer {
 recurrent_layer!(
     /// Elman RNN with tanh (PyTorch's `nn.RNN`, `batch_first=True`):
     /// `h' = tanh(x W_ihᵀ + b_ih + h W_hhᵀ + b_hh)`.
-    RNN,
+    Rnn,
     Cell::Tanh
 );
 recurrent_layer!(
     /// LSTM (PyTorch's `nn.LSTM`, `batch_first=True`), gates i, f, g, o in that order.
-    LSTM,
+    Lstm,
     Cell::Lstm
 );
 recurrent_layer!(
     /// GRU (PyTorch's `nn.GRU`, `batch_first=True`), gates r, z, n in that order, with
     /// `n = tanh(W_in x + b_in + r ⊙ (W_hn h + b_hn))`.
-    GRU,
+    Gru,
     Cell::Gru
 );
 
-impl RNN {
-    /// Outputs `[N, T, H]` and the final hidden state `[L, N, H]`; `h0` `[L, N, H]` or zeros.
-    pub fn forward_seq(&self, x: &Tensor, h0: Option<Tensor>) -> (Tensor, Tensor) {
-        self.0.check(x, &h0.iter().collect::<Vec<_>>());
-        let (out, h, _) = self.0.run(x, h0.as_ref(), None);
-        (out, h)
-    }
+/// `forward_seq` of the layers whose state is one hidden tensor.
+macro_rules! hidden_state_forward {
+    ($($name:ident),*) => {$(
+        impl $name {
+            /// Outputs `[N, T, H]` and the final hidden state `[L, N, H]`; `h0` `[L, N, H]`
+            /// or zeros.
+            pub fn forward_seq(&self, x: &Tensor, h0: Option<Tensor>) -> (Tensor, Tensor) {
+                self.0.check(x, &h0.iter().collect::<Vec<_>>());
+                let (out, h, _) = self.0.run(x, h0.as_ref(), None);
+                (out, h)
+            }
+        }
+    )*};
 }
 
-impl GRU {
-    /// Outputs `[N, T, H]` and the final hidden state `[L, N, H]`; `h0` `[L, N, H]` or zeros.
-    pub fn forward_seq(&self, x: &Tensor, h0: Option<Tensor>) -> (Tensor, Tensor) {
-        self.0.check(x, &h0.iter().collect::<Vec<_>>());
-        let (out, h, _) = self.0.run(x, h0.as_ref(), None);
-        (out, h)
-    }
-}
+hidden_state_forward!(Rnn, Gru);
 
-impl LSTM {
+impl Lstm {
     /// Outputs `[N, T, H]` and the final `(h, c)`, `[L, N, H]` each; the initial state
     /// `(h0, c0)` or zeros.
     pub fn forward_seq(

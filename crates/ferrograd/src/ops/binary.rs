@@ -6,7 +6,7 @@ use smallvec::smallvec;
 
 use crate::kernels::strided;
 use crate::kernels::Float;
-use crate::tensor::{record, with_dtype, BackwardCtx, DType, Grads, Tensor};
+use crate::tensor::{record, with_dtype, BackwardCtx, DType, InputGrads, Tensor};
 use num_traits::Zero;
 
 /// Both operands in one dtype: f32 meets f64 as f64 (the cast is differentiable).
@@ -145,7 +145,7 @@ impl Tensor {
 
 /// Gradients of an element-wise max or min: to the first operand where it `wins`, to the
 /// second where it loses, half to each at a `tie`.
-fn tie_split(c: &BackwardCtx<'_>, wins: &Tensor, tie: &Tensor, up: &Tensor) -> Grads {
+fn tie_split(c: &BackwardCtx<'_>, wins: &Tensor, tie: &Tensor, up: &Tensor) -> InputGrads {
     let first = wins + &(tie * 0.5);
     let second = 1.0 - &first;
     smallvec![

@@ -10,7 +10,7 @@ use crate::kernels::Rows;
 use crate::tensor::{record, record_nondiff, with_dtype, FloatElement, Tensor};
 
 /// A reduction arranged for the kernels: the data as `[outer, red, inner]` in row-major order.
-struct Plan {
+struct Reduction {
     /// Sorted, distinct reduced axes.
     axes: Vec<usize>,
     /// The data as `[outer, reduced, inner]`.
@@ -22,9 +22,9 @@ struct Plan {
     permuted: Option<Vec<usize>>,
 }
 
-impl Plan {
+impl Reduction {
     /// `axes` are positions already resolved (and checked) by `axes_in`/`axis_in`.
-    fn new(shape: &[usize], axes: &[usize], keepdim: bool) -> Plan {
+    fn new(shape: &[usize], axes: &[usize], keepdim: bool) -> Reduction {
         let mut sorted = axes.to_vec();
         sorted.sort_unstable();
         sorted.dedup();
@@ -56,7 +56,7 @@ impl Plan {
                 (keep_shape.iter().product(), 1, Some(perm))
             }
         };
-        Plan {
+        Reduction {
             axes: sorted,
             rows: Rows {
                 outer,
@@ -115,7 +115,7 @@ impl Tensor {
     /// Sum over `axes`; with `keepdim` they stay as size-1 axes.
     pub fn sum_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
         let axes = &axes_in("sum_axes", axes, self.shape());
-        let plan = Plan::new(self.shape(), axes, keepdim);
+        let plan = Reduction::new(self.shape(), axes, keepdim);
         if plan.axes.is_empty() {
             return self.clone();
         }
@@ -143,7 +143,7 @@ impl Tensor {
     /// Mean over `axes`.
     pub fn mean_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
         let axes = &axes_in("mean_axes", axes, self.shape());
-        let plan = Plan::new(self.shape(), axes, keepdim);
+        let plan = Reduction::new(self.shape(), axes, keepdim);
         if plan.rows.mid == 0 {
             // numpy and PyTorch give NaN for the mean of nothing.
             return &self.sum_axes(axes, keepdim) * f64::NAN;
@@ -182,7 +182,7 @@ impl Tensor {
     }
 
     fn extremum(&self, op: &'static str, axes: &[usize], keepdim: bool, is_max: bool) -> Tensor {
-        let plan = Plan::new(self.shape(), axes, keepdim);
+        let plan = Reduction::new(self.shape(), axes, keepdim);
         if plan.axes.is_empty() {
             return self.clone();
         }
@@ -220,7 +220,7 @@ impl Tensor {
     }
 
     fn arg_extremum(&self, op: &'static str, axis: usize, is_max: bool) -> Tensor {
-        let plan = Plan::new(self.shape(), &[axis], false);
+        let plan = Reduction::new(self.shape(), &[axis], false);
         assert!(
             plan.rows.mid > 0,
             "{op}: reduction over an empty axis of shape {:?}",

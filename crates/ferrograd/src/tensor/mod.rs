@@ -25,7 +25,7 @@ pub use crate::kernels::Dims;
 pub(crate) use mode::ModeGuard;
 pub use mode::{enable_grad, is_grad_enabled, no_grad};
 pub use record::live_nodes;
-pub(crate) use record::{record, record_nondiff, BackwardCtx, Grads, Node, NodeKind};
+pub(crate) use record::{record, record_nondiff, BackwardCtx, InputGrads, Node, NodeKind};
 
 /// An n-dimensional array of f32 or f64, possibly a view of another tensor's storage.
 #[derive(Clone)]

@@ -18,10 +18,10 @@ use super::Tensor;
 
 /// A derivative rule: from the context and the upstream gradient (shape of the output) to one
 /// gradient per input (`None` where the input needs none). Written with tensor ops.
-pub(crate) type Rule = Box<dyn Fn(&BackwardCtx<'_>, &Tensor) -> Grads + Send + Sync>;
+pub(crate) type Rule = Box<dyn Fn(&BackwardCtx<'_>, &Tensor) -> InputGrads + Send + Sync>;
 
 /// One gradient per input of a rule, `None` where none is needed.
-pub(crate) type Grads = SmallVec<[Option<Tensor>; 2]>;
+pub(crate) type InputGrads = SmallVec<[Option<Tensor>; 2]>;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 static LIVE: AtomicUsize = AtomicUsize::new(0);
@@ -136,7 +136,7 @@ pub(crate) fn record(
     name: &'static str,
     out: Tensor,
     inputs: &[&Tensor],
-    rule: impl Fn(&BackwardCtx<'_>, &Tensor) -> Grads + Send + Sync + 'static,
+    rule: impl Fn(&BackwardCtx<'_>, &Tensor) -> InputGrads + Send + Sync + 'static,
 ) -> Tensor {
     record_impl(Cow::Borrowed(name), out, inputs, Box::new(rule))
 }
