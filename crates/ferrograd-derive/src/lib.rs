@@ -5,12 +5,17 @@
 //! Every field takes part unless marked `#[module(skip)]` (configuration, cached values).
 //! Tuple structs name their fields `0`, `1`, ... as PyTorch's `Sequential` does.
 
+#![deny(missing_docs)]
+
 use proc_macro::TokenStream;
 use proc_macro2::TokenStream as Tokens;
 use quote::quote;
 use syn::ext::IdentExt;
 use syn::{parse_macro_input, parse_quote, Data, DeriveInput, Fields, Index};
 
+/// Implements `ferrograd::nn::Module` for a struct whose fields are modules: parameters,
+/// buffers and random streams are the fields', prefixed by the field's name (`#[module(skip)]`
+/// leaves a field out).
 #[proc_macro_derive(Module, attributes(module))]
 pub fn derive_module(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+/// An error returned by this crate: the `try_` forms of the ops, gradient checks, anomaly
+/// detection and file reading and writing.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Shapes that do not fit an operation; the message names the op and the shapes.
@@ -15,10 +17,18 @@ pub enum Error {
     Gradcheck(String),
     /// A malformed data file or checkpoint: which file and what is wrong.
     #[error("{}: {msg}", path.display())]
-    Format { path: PathBuf, msg: String },
+    Format {
+        /// The file that was being read.
+        path: PathBuf,
+        /// What is wrong with it.
+        msg: String,
+    },
+    /// Reading or writing a file failed at the operating-system level.
     #[error("{}: {source}", path.display())]
     Io {
+        /// The file that was being read or written.
         path: PathBuf,
+        /// The underlying I/O error.
         #[source]
         source: std::io::Error,
     },
@@ -34,4 +44,5 @@ impl Error {
     }
 }
 
+/// `std::result::Result` with this crate's [`Error`] as the default error type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

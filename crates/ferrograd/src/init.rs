@@ -21,14 +21,17 @@ pub fn fans(shape: &[usize]) -> (usize, usize) {
     }
 }
 
+/// All zeros (for biases, say).
 pub fn zeros(shape: &[usize], dtype: DType) -> Tensor {
     Tensor::zeros(shape, dtype)
 }
 
+/// All ones (for the scale of a normalization, say).
 pub fn ones(shape: &[usize], dtype: DType) -> Tensor {
     Tensor::ones(shape, dtype)
 }
 
+/// Every element `value`, cast to `dtype` as [`Tensor::full`] casts it.
 pub fn constant(shape: &[usize], value: f64, dtype: DType) -> Tensor {
     Tensor::full(shape, value, dtype)
 }

@@ -11,6 +11,7 @@
 //! ```
 
 #![deny(unsafe_op_in_unsafe_fn)]
+#![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 // The derive macro names this crate `::ferrograd`, here as everywhere else.
@@ -24,6 +25,7 @@ macro_rules! unit_struct {
         pub struct $name;
 
         impl $name {
+            /// The only value: this type has no settings.
             pub fn new() -> Self {
                 $name
             }

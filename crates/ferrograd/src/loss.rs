@@ -5,6 +5,8 @@ use crate::tensor::Tensor;
 
 /// A loss of predictions against targets.
 pub trait Loss: Send + Sync {
+    /// The loss of `pred` against `target`: a 0-d tensor, differentiable with respect to
+    /// `pred`. The losses of this module panic when the shapes do not fit.
     fn loss(&self, pred: &Tensor, target: &Tensor) -> Tensor;
     /// The loss's name for messages and summaries (its type's name unless it has settings).
     fn name(&self) -> String {
@@ -97,10 +99,12 @@ losses! {
 /// Huber loss over all elements: ½d² for |d| ≤ delta, delta·(|d| − ½delta) beyond.
 #[derive(Clone, Copy, Debug)]
 pub struct Huber {
+    /// Where the loss turns from quadratic to linear in the difference.
     pub delta: f64,
 }
 
 impl Huber {
+    /// A Huber loss with threshold `delta`; panics unless `delta` is positive.
     pub fn new(delta: f64) -> Self {
         assert!(delta > 0.0, "Huber: delta {delta} must be positive");
         Huber { delta }

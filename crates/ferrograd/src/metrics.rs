@@ -11,8 +11,11 @@ use crate::tensor::Tensor;
 /// Accuracy of a classifier over some samples.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Accuracy {
+    /// Number of samples.
     pub total_num: usize,
+    /// Number of samples whose predicted class is their label.
     pub hit_num: usize,
+    /// `hit_num / total_num`, from 0 to 1 (0 when there are no samples).
     pub accuracy: f64,
 }
 

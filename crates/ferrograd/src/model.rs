@@ -10,6 +10,17 @@ use crate::tensor::Tensor;
 /// Layers applied in order (PyTorch's `nn.Sequential`). Itself a layer, so networks nest;
 /// parameters are named `"{index}.{name}"` (`"0.weight"`, `"2.1.bias"`), as PyTorch names
 /// them for the same structure.
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let net = Net::new(vec![Box::new(Dense::new(4, 3)), Box::new(Relu::new())]);
+/// let y = net.forward(&Tensor::ones(&[2, 4], DType::F32));
+/// assert_eq!(y.shape(), &[2, 3]);
+/// assert!(y.to_vec::<f32>().iter().all(|&v| v >= 0.0));
+/// let names: Vec<String> = net.params().into_iter().map(|(name, _)| name).collect();
+/// assert_eq!(names, ["0.weight", "0.bias"]);
+/// ```
 pub struct Net {
     layers: Vec<Box<dyn Layer>>,
     mode: Mode,
@@ -30,18 +41,23 @@ impl Net {
         Layer::forward(self, x, self.mode)
     }
 
+    /// Sets training mode (dropout active, batch statistics), used by [`Net::forward`].
     pub fn train(&mut self) {
         self.mode = Mode::Train;
     }
 
+    /// Sets evaluation mode, used by [`Net::forward`]; as a layer inside another net, this
+    /// net then stays in evaluation whatever mode it is called in.
     pub fn eval(&mut self) {
         self.mode = Mode::Eval;
     }
 
+    /// The mode set by [`Net::train`] or [`Net::eval`] (training for a new net).
     pub fn mode(&self) -> Mode {
         self.mode
     }
 
+    /// The layers, in the order they are applied.
     pub fn layers(&self) -> &[Box<dyn Layer>] {
         &self.layers
     }
@@ -108,6 +124,19 @@ impl Layer for Net {
 }
 
 /// A network trained with a loss and an optimizer.
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let net = Net::new(vec![Box::new(Dense::new(4, 3))]);
+/// let mut model = Model::new(net, SoftmaxCrossEntropy::new(), Sgd::new(0.1));
+/// let x = Tensor::from_vec(vec![1.0f32, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0], &[2, 4]);
+/// let y = one_hot(&[0u8, 2], 3);
+/// let (before, grads) = model.backward(&model.forward(&x), &y);
+/// model.apply_grads(&grads);
+/// let (after, _) = model.backward(&model.forward(&x), &y);
+/// assert!(after < before);
+/// ```
 pub struct Model {
     net: Net,
     loss: Box<dyn Loss>,
@@ -117,6 +146,8 @@ pub struct Model {
 }
 
 impl Model {
+    /// A model that trains `net` on `loss` with `optimizer`, at the optimizer's learning rate
+    /// unless [`Model::with_schedule`] sets one.
     pub fn new(net: Net, loss: impl Loss + 'static, optimizer: impl Optimizer + 'static) -> Model {
         Model {
             net,
@@ -177,18 +208,22 @@ impl Model {
         no_grad(|| Layer::forward(&self.net, x, Mode::Eval))
     }
 
+    /// The network.
     pub fn net(&self) -> &Net {
         &self.net
     }
 
+    /// The network, to change its mode or parameters.
     pub fn net_mut(&mut self) -> &mut Net {
         &mut self.net
     }
 
+    /// The optimizer (its learning rate, step count and state).
     pub fn optimizer(&self) -> &dyn Optimizer {
         self.optimizer.as_ref()
     }
 
+    /// The optimizer, to set its learning rate or load its state.
     pub fn optimizer_mut(&mut self) -> &mut dyn Optimizer {
         self.optimizer.as_mut()
     }

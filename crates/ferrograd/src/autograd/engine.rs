@@ -250,11 +250,33 @@ impl Tensor {
 
 /// Gradients of the one-element `y` with respect to each of `xs` (leaves or intermediate
 /// results); zeros for an input that does not reach `y`.
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3]).requires_grad();
+/// let w = Tensor::from_vec(vec![5.0f32], &[1]).requires_grad();
+/// let y = (&x * &x).sum(); // Σ x², so dy/dx = 2x
+/// let gs = grad(&y, &[&x, &w]);
+/// assert_eq!(gs[0].to_vec::<f32>(), vec![2.0, 4.0, 6.0]);
+/// assert_eq!(gs[1].to_vec::<f32>(), vec![0.0]); // w does not reach y
+/// ```
 pub fn grad(y: &Tensor, xs: &[&Tensor]) -> Vec<Tensor> {
     grad_impl(y, xs, false)
 }
 
 /// As [`grad`], with differentiable results (for higher-order derivatives).
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let x = Tensor::scalar(2.0f64).requires_grad();
+/// let y = &(&x * &x) * &x; // x³
+/// let dy = grad_with_graph(&y, &[&x]).remove(0); // 3x² = 12
+/// assert_eq!(dy.item(), 12.0);
+/// let d2y = grad(&dy, &[&x]).remove(0); // 6x = 12
+/// assert_eq!(d2y.item(), 12.0);
+/// ```
 pub fn grad_with_graph(y: &Tensor, xs: &[&Tensor]) -> Vec<Tensor> {
     grad_impl(y, xs, true)
 }

@@ -11,6 +11,8 @@ use super::engine::{grad, grad_with_graph};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
+/// Step and tolerances for [`gradcheck`] and [`gradgradcheck`]; `Default` gives values suited
+/// to f64 central differences.
 #[derive(Clone, Debug)]
 pub struct GradcheckOptions {
     /// Finite-difference step.

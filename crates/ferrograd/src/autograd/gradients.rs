@@ -34,6 +34,7 @@ impl Gradients {
         self.map.len()
     }
 
+    /// `true` when no leaf received a gradient.
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }

@@ -25,6 +25,17 @@ fn leaf(dtype: DType, id: u64) -> Option<Node> {
 
 /// A tracked leaf whose value can be replaced while its identity (what `Gradients` is keyed
 /// by) stays. Clones share the same parameter.
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let w = Param::new(Tensor::from_vec(vec![1.0f32, 2.0], &[2]));
+/// let loss = (&w.tensor() * 3.0).sum();
+/// let grads = loss.backward();
+/// assert_eq!(grads.get_param(&w).unwrap().to_vec::<f32>(), vec![3.0, 3.0]);
+/// w.set(&Tensor::from_vec(vec![0.5f32, 0.5], &[2]));
+/// assert_eq!(w.tensor().to_vec::<f32>(), vec![0.5, 0.5]);
+/// ```
 #[derive(Clone)]
 pub struct Param {
     id: u64,
@@ -45,6 +56,8 @@ impl std::fmt::Debug for Param {
 }
 
 impl Param {
+    /// A new parameter holding a copy of `value`, with a fresh identity. A float value is
+    /// tracked; an integer one (a count kept as a buffer) is not.
     pub fn new(value: Tensor) -> Param {
         let id = Node::fresh_id();
         let value = owned(&value, id);
@@ -74,6 +87,7 @@ impl Param {
         self.frozen.store(frozen, Ordering::Relaxed);
     }
 
+    /// Whether [`Param::set_frozen`] has stopped gradients to this parameter.
     pub fn is_frozen(&self) -> bool {
         self.frozen.load(Ordering::Relaxed)
     }
@@ -146,10 +160,12 @@ impl Param {
         self.value.read().unwrap_or_else(|e| e.into_inner()).numel()
     }
 
+    /// The current value's element type.
     pub fn dtype(&self) -> DType {
         self.value.read().unwrap_or_else(|e| e.into_inner()).dtype()
     }
 
+    /// The current value's shape (a copy: the value can be replaced at any time).
     pub fn shape(&self) -> Vec<usize> {
         self.value
             .read()

@@ -10,8 +10,11 @@ use crate::tensor::Tensor;
 
 /// One batch: inputs, targets and the sample indices they came from.
 pub struct Batch {
+    /// The samples' inputs, stacked along axis 0.
     pub inputs: Tensor,
+    /// The samples' targets, stacked along axis 0.
     pub targets: Tensor,
+    /// The samples' indices in the dataset, in the batch's order.
     pub indices: Vec<usize>,
 }
 

@@ -12,7 +12,9 @@ use crate::error::{Error, Result};
 /// An IDX array of unsigned bytes (the only element type these datasets use).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IdxU8 {
+    /// The dimensions, outermost first.
     pub dims: Vec<usize>,
+    /// The elements in row-major order (as many as the product of `dims`).
     pub data: Vec<u8>,
 }
 

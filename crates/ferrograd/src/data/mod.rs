@@ -12,7 +12,9 @@ use crate::tensor::Tensor;
 
 /// A set of (input, target) samples held as two tensors whose axis 0 is the sample.
 pub trait Dataset {
+    /// Number of samples.
     fn len(&self) -> usize;
+    /// Whether there are no samples.
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -23,11 +25,15 @@ pub trait Dataset {
 /// Inputs and targets in memory.
 #[derive(Clone)]
 pub struct TensorDataset {
+    /// The inputs, one sample per index of axis 0.
     pub inputs: Tensor,
+    /// The targets, one sample per index of axis 0.
     pub targets: Tensor,
 }
 
 impl TensorDataset {
+    /// The samples of `inputs` and `targets`; panics unless both have the same length along
+    /// axis 0.
     pub fn new(inputs: Tensor, targets: Tensor) -> TensorDataset {
         assert_eq!(
             inputs.shape()[0],

@@ -19,10 +19,15 @@ const FORMAT_1: &str = "ferrograd-checkpoint-1";
 
 /// A loaded checkpoint.
 pub struct Checkpoint {
+    /// The file it was read from.
     pub path: PathBuf,
     /// Epochs completed when it was saved.
     pub epoch: u64,
+    /// Every tensor in the file by name: `model.{name}` for the network, `optim.{param}.{slot}`
+    /// for the optimizer.
     pub tensors: HashMap<String, Tensor>,
+    /// The file's metadata: `format`, `epoch`, `optimizer_steps`, `lr` and the `rng.{name}`
+    /// streams.
     pub metadata: HashMap<String, String>,
 }
 

@@ -171,6 +171,7 @@ pub fn load_tensors(path: &Path) -> Result<(HashMap<String, Tensor>, HashMap<Str
 /// A tensor as stored in a safetensors file, any dtype, before conversion.
 pub struct FileTensor {
     dtype: Dtype,
+    /// The dimensions, outermost first.
     pub shape: Vec<usize>,
     data: Vec<u8>,
 }

@@ -11,9 +11,14 @@ use super::{Float, PAR_CHUNK, PAR_THRESHOLD};
 /// (g + l2·w), and decoupled decay (w·keep).
 #[derive(Clone, Copy, Debug)]
 pub struct Prep<T> {
+    /// Factor on the gradient (1 without clipping by global norm).
     pub scale: T,
+    /// Bound on each gradient element's magnitude, applied after `scale`; `None` for no
+    /// clipping by value.
     pub clamp: Option<T>,
+    /// L2 penalty: `l2 · w` is added to the gradient (0 for none).
     pub l2: T,
+    /// Factor on the weight before the rule, for decoupled weight decay (1 for none).
     pub keep: T,
     /// Whether the rule squares the gradient (Adam, RMSProp, Adagrad, ...): then gradient
     /// elements whose square would be subnormal count as zero.

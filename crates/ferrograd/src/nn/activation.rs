@@ -23,6 +23,14 @@ macro_rules! activation {
 
 activation!(
     /// max(x, 0).
+    ///
+    /// ```
+    /// use ferrograd::prelude::*;
+    ///
+    /// let x = Tensor::from_vec(vec![-1.0f32, 0.0, 2.0], &[3]);
+    /// let y = Layer::forward(&Relu::new(), &x, Mode::Eval);
+    /// assert_eq!(y.to_vec::<f32>(), vec![0.0, 0.0, 2.0]);
+    /// ```
     Relu, |x| x.relu()
 );
 activation!(
@@ -48,10 +56,12 @@ macro_rules! activation_with {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug)]
         pub struct $name {
+            #[doc = concat!("The `", stringify!($field), "` in the type's formula.")]
             pub $field: f64,
         }
 
         impl $name {
+            #[doc = concat!("The activation with the given `", stringify!($field), "`.")]
             pub fn new($field: f64) -> Self {
                 $name { $field }
             }
@@ -84,10 +94,12 @@ activation_with!(
 /// Softmax along `axis`.
 #[derive(Clone, Copy, Debug)]
 pub struct Softmax {
+    /// The axis whose entries sum to 1; `forward` panics when the input has no such axis.
     pub axis: usize,
 }
 
 impl Softmax {
+    /// Softmax along `axis` (1 for the classes of an `[N, C]` batch).
     pub fn new(axis: usize) -> Self {
         Softmax { axis }
     }

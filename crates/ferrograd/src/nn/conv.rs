@@ -33,6 +33,15 @@ pub struct ConvLayer<const TRANSPOSED: bool> {
 }
 
 /// 2-D convolution.
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let conv = Conv2d::new(1, 8, 3).padding(1);
+/// assert_eq!(conv.weight().shape(), vec![8, 1, 3, 3]);
+/// let y = Layer::forward(&conv, &Tensor::zeros(&[2, 1, 28, 28], DType::F32), Mode::Eval);
+/// assert_eq!(y.shape(), &[2, 8, 28, 28]);
+/// ```
 pub type Conv2d = ConvLayer<false>;
 /// Transposed 2-D convolution.
 pub type ConvTranspose2d = ConvLayer<true>;
@@ -68,16 +77,20 @@ impl<const TRANSPOSED: bool> ConvLayer<TRANSPOSED> {
         }
     }
 
+    /// Moves the kernel `s` steps at a time (default 1).
     pub fn stride(mut self, s: usize) -> Self {
         self.opts = self.opts.stride(s);
         self
     }
 
+    /// PyTorch's `padding`, on every side (default 0): `p` zeros around the input of a
+    /// convolution; `p` rows and columns trimmed from the output of a transposed one.
     pub fn padding(mut self, p: usize) -> Self {
         self.opts = self.opts.padding(p);
         self
     }
 
+    /// Spaces the kernel's taps `d` apart (default 1).
     pub fn dilation(mut self, d: usize) -> Self {
         self.opts = self.opts.dilation(d);
         self
@@ -107,6 +120,7 @@ impl<const TRANSPOSED: bool> ConvLayer<TRANSPOSED> {
         self
     }
 
+    /// The weight parameter, in the layout described on the type.
     pub fn weight(&self) -> &Param {
         &self.weight
     }
@@ -183,6 +197,7 @@ macro_rules! pool_layer {
                 }
             }
 
+            /// Pads every side of the input by `p` (default 0; the type says with what).
             pub fn padding(mut self, p: usize) -> Self {
                 self.padding = p;
                 self
@@ -206,6 +221,15 @@ macro_rules! pool_layer {
 
 pool_layer!(
     /// Max pooling (PyTorch's `nn.MaxPool2d`, floor mode, padding as −∞).
+    ///
+    /// ```
+    /// use ferrograd::prelude::*;
+    ///
+    /// let x = Tensor::arange(0.0, 16.0, 1.0, DType::F32).reshape(&[1, 1, 4, 4]);
+    /// let y = Layer::forward(&MaxPool2d::new(2, 2), &x, Mode::Eval);
+    /// assert_eq!(y.shape(), &[1, 1, 2, 2]);
+    /// assert_eq!(y.to_vec::<f32>(), vec![5.0, 7.0, 13.0, 15.0]);
+    /// ```
     MaxPool2d,
     max_pool2d
 );

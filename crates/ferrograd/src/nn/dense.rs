@@ -6,6 +6,19 @@ use crate::autograd::Param;
 use crate::init;
 use crate::tensor::{with_default_rng, DType, Tensor};
 
+/// A fully connected layer: `y = x @ weightᵀ + bias`, with `weight` `[out, in]` and `bias`
+/// `[out]`, over the last axis of an input of any rank.
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let layer = Dense::new(784, 400);
+/// let y = Layer::forward(&layer, &Tensor::zeros(&[32, 784], DType::F32), Mode::Eval);
+/// assert_eq!(y.shape(), &[32, 400]);
+/// let names: Vec<String> = layer.params().into_iter().map(|(name, _)| name).collect();
+/// assert_eq!(names, ["weight", "bias"]);
+/// assert_eq!(layer.weight().shape(), vec![400, 784]);
+/// ```
 pub struct Dense {
     weight: Param,
     bias: Param,
@@ -44,6 +57,7 @@ impl Dense {
         &self.weight
     }
 
+    /// The bias, `[out]`.
     pub fn bias(&self) -> &Param {
         &self.bias
     }

@@ -9,6 +9,18 @@ use crate::tensor::{with_default_rng, Tensor};
 /// Dropout of single elements (`CHANNELS = false`, PyTorch's `nn.Dropout`) or of whole
 /// channels of `[N, C, H, W]` (`CHANNELS = true`, `nn.Dropout2d`). Use it through the aliases
 /// [`Dropout`] and [`Dropout2d`].
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let drop = Dropout::with_seed(0.5, 7);
+/// let x = Tensor::ones(&[4, 10], DType::F32);
+/// assert_eq!(Layer::forward(&drop, &x, Mode::Eval).to_vec::<f32>(), x.to_vec::<f32>());
+/// let y = Layer::forward(&drop, &x, Mode::Train);
+/// assert_eq!(y.shape(), &[4, 10]);
+/// // Each element is dropped (0) or kept and scaled by 1 / (1 − p) = 2.
+/// assert!(y.to_vec::<f32>().iter().all(|&v| v == 0.0 || v == 2.0));
+/// ```
 pub struct DropoutOf<const CHANNELS: bool> {
     p: f64,
     stream: RngStream,

@@ -5,6 +5,19 @@ use crate::autograd::Param;
 use crate::init;
 use crate::tensor::{with_default_rng, DType, Tensor};
 
+/// A table of `count` learned vectors of `dim` entries, looked up by integer id (PyTorch's
+/// `nn.Embedding`; the table is the parameter `weight`, `[count, dim]`).
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let emb = Embedding::new(100, 16);
+/// let ids = Tensor::from_vec(vec![3i64, 7, 7, 0, 1, 99], &[2, 3]);
+/// let v = Layer::forward(&emb, &ids, Mode::Eval);
+/// assert_eq!(v.shape(), &[2, 3, 16]);
+/// assert_eq!(emb.lookup(&[3, 7]).shape(), &[2, 16]);
+/// assert_eq!(emb.params()[0].1.shape(), vec![100, 16]);
+/// ```
 pub struct Embedding {
     table: Param,
 }

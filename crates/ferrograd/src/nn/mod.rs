@@ -76,7 +76,10 @@ pub(crate) fn named(params: &[(&str, &Param)]) -> Vec<(String, Param)> {
 /// Training (dropout active, batch statistics) or evaluation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
+    /// Training: dropout is active and batch normalisation uses and updates batch statistics.
     Train,
+    /// Evaluation: dropout passes its input through and batch normalisation uses its running
+    /// statistics.
     Eval,
 }
 

@@ -266,7 +266,9 @@ pub(crate) fn indexed<M, V>(
 /// and the module did not know, and (internally) what can be set.
 #[derive(Debug, Default)]
 pub struct LoadReport {
+    /// Keys of parameters and buffers that the file did not hold.
     pub missing: Vec<String>,
+    /// Keys in the file that name no parameter or buffer of the module.
     pub unexpected: Vec<String>,
     mismatched: Vec<String>,
     fits: Vec<(Param, Tensor)>,

@@ -110,6 +110,21 @@ impl BatchNorm {
 /// Batch normalisation over `D` spatial axes (PyTorch's `BatchNorm1d`, `BatchNorm2d`):
 /// statistics per channel (axis 1) over the batch and every spatial axis. Use it through the
 /// aliases [`BatchNorm1d`] and [`BatchNorm2d`].
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let x = Tensor::zeros(&[4, 8, 5, 5], DType::F32);
+/// assert_eq!(Layer::forward(&BatchNorm2d::new(8), &x, Mode::Eval).shape(), &[4, 8, 5, 5]);
+///
+/// // Training normalises by the batch's mean (2) and variance (1), and moves the running
+/// // mean from 0 towards 2 by the momentum (0.1).
+/// let bn = BatchNorm1d::new(1);
+/// let y = Layer::forward(&bn, &Tensor::from_vec(vec![1.0f32, 3.0], &[2, 1]), Mode::Train);
+/// let y = y.to_vec::<f32>();
+/// assert!((y[0] + 1.0).abs() < 1e-4 && (y[1] - 1.0).abs() < 1e-4);
+/// assert!((bn.buffers()[0].1.tensor().item() - 0.2).abs() < 1e-6); // running_mean
+/// ```
 pub struct BatchNormNd<const D: usize>(BatchNorm);
 
 /// Batch normalisation over `[N, C]` or `[N, C, L]`.
@@ -123,6 +138,8 @@ impl<const D: usize> BatchNormNd<D> {
         Self::with_options(features, 0.1, 1e-5)
     }
 
+    /// `features` channels, with `momentum` (the weight of each new batch in the running
+    /// statistics) and `eps` (added to the variance before its square root).
     pub fn with_options(features: usize, momentum: f64, eps: f64) -> Self {
         BatchNormNd(BatchNorm::new(features, momentum, eps))
     }
@@ -164,6 +181,17 @@ impl<const D: usize> Layer for BatchNormNd<D> {
 }
 
 /// Layer normalisation over the last axis, with a learned scale and shift.
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 5.0, 5.0, 5.0], &[2, 4]);
+/// let y = Layer::forward(&LayerNorm::new(4), &x, Mode::Eval);
+/// assert_eq!(y.shape(), &[2, 4]);
+/// let y = y.to_vec::<f32>();
+/// assert!(y[..4].iter().sum::<f32>().abs() < 1e-5); // mean 0 (and variance 1)
+/// assert_eq!(&y[4..], &[0.0, 0.0, 0.0, 0.0]); // a constant row has no spread
+/// ```
 pub struct LayerNorm {
     weight: Param,
     bias: Param,
@@ -171,6 +199,8 @@ pub struct LayerNorm {
 }
 
 impl LayerNorm {
+    /// Normalises a last axis of `features` entries; scale 1, shift 0 and eps 1e-5, as
+    /// PyTorch's defaults.
     pub fn new(features: usize) -> LayerNorm {
         LayerNorm {
             weight: Param::new(Tensor::ones(&[features], DType::F32)),

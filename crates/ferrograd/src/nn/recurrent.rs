@@ -231,6 +231,18 @@ recurrent_layer!(
 );
 recurrent_layer!(
     /// LSTM (PyTorch's `nn.LSTM`, `batch_first=True`), gates i, f, g, o in that order.
+    ///
+    /// ```
+    /// use ferrograd::prelude::*;
+    ///
+    /// let lstm = Lstm::new(10, 32).num_layers(2);
+    /// let x = Tensor::zeros(&[4, 7, 10], DType::F32); // [N, T, features]
+    /// let (out, (h, c)) = lstm.forward_seq(&x, None);
+    /// assert_eq!(out.shape(), &[4, 7, 32]);
+    /// assert_eq!(h.shape(), &[2, 4, 32]);
+    /// assert_eq!(c.shape(), &[2, 4, 32]);
+    /// assert_eq!(lstm.params()[0].0, "weight_ih_l0"); // [4·32, 10]
+    /// ```
     Lstm,
     Cell::Lstm
 );

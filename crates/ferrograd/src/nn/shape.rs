@@ -8,6 +8,7 @@ use crate::tensor::Tensor;
 pub struct Flatten;
 
 impl Flatten {
+    /// The layer (it has no settings).
     pub fn new() -> Self {
         Flatten
     }

@@ -15,11 +15,14 @@ pub struct RngStream(Arc<Mutex<StreamState>>);
 /// Where a stream stands: its seed and the number of draws taken so far.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StreamState {
+    /// The seed the stream was made with.
     pub seed: u64,
+    /// Draws taken so far: the next draw is number `draws`.
     pub draws: u64,
 }
 
 impl RngStream {
+    /// A stream at its start (no draws yet) for `seed`.
     pub fn new(seed: u64) -> RngStream {
         RngStream(Arc::new(Mutex::new(StreamState { seed, draws: 0 })))
     }
@@ -35,10 +38,12 @@ impl RngStream {
         StdRng::from_seed(key)
     }
 
+    /// Where the stream stands now, to save it.
     pub fn state(&self) -> StreamState {
         *self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Moves the stream (and every clone) to `state`, to resume a saved one.
     pub fn set_state(&self, state: StreamState) {
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = state;
     }

@@ -30,6 +30,8 @@ macro_rules! promoted {
 }
 
 impl Tensor {
+    /// Element-wise `self + other` with broadcasting (the `+` operator); mixed dtypes are
+    /// promoted (f32 with f64 to f64). Panics when the shapes do not broadcast.
     pub fn add(&self, other: &Tensor) -> Tensor {
         promoted!(self, other, add);
         let out = zip_dispatch!("add", self, other, |x, y| x + y);
@@ -41,6 +43,8 @@ impl Tensor {
         })
     }
 
+    /// Element-wise `self - other` with broadcasting (the `-` operator); mixed dtypes are
+    /// promoted (f32 with f64 to f64). Panics when the shapes do not broadcast.
     pub fn sub(&self, other: &Tensor) -> Tensor {
         promoted!(self, other, sub);
         let out = zip_dispatch!("sub", self, other, |x, y| x - y);
@@ -52,6 +56,8 @@ impl Tensor {
         })
     }
 
+    /// Element-wise `self * other` with broadcasting (the `*` operator); mixed dtypes are
+    /// promoted (f32 with f64 to f64). Panics when the shapes do not broadcast.
     pub fn mul(&self, other: &Tensor) -> Tensor {
         promoted!(self, other, mul);
         let out = zip_dispatch!("mul", self, other, |x, y| x * y);
@@ -64,6 +70,8 @@ impl Tensor {
         })
     }
 
+    /// Element-wise `self / other` with broadcasting (the `/` operator); mixed dtypes are
+    /// promoted (f32 with f64 to f64). Panics when the shapes do not broadcast.
     pub fn div(&self, other: &Tensor) -> Tensor {
         promoted!(self, other, div);
         let out = zip_dispatch!("div", self, other, |x, y| x / y);

@@ -53,6 +53,8 @@ impl Tensor {
         Tensor::try_cat(tensors, axis).unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// [`Tensor::cat`], returning [`Error::Shape`] instead of panicking when the list is empty,
+    /// the axis is out of range or the other axes disagree.
     pub fn try_cat<A: Axis>(tensors: &[&Tensor], axis: A) -> Result<Tensor> {
         let first = tensors
             .first()

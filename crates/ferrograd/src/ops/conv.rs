@@ -22,10 +22,17 @@ use crate::tensor::{numel_or_panic, record, with_dtype, FloatElement, Tensor};
 /// axis with the `_hw` forms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConvOpts {
+    /// Step between applications of the kernel, `[height, width]`; positive.
     pub stride: [usize; 2],
+    /// Implicit zeros on both sides of each spatial axis, `[height, width]`.
     pub padding: [usize; 2],
+    /// Spacing between kernel taps, `[height, width]`; positive.
     pub dilation: [usize; 2],
+    /// Number of channel groups convolved separately; positive, and must divide both channel
+    /// counts.
     pub groups: usize,
+    /// Extra size on one side of a transposed convolution's output, `[height, width]`;
+    /// ignored by the forward convolution.
     pub output_padding: [usize; 2],
 }
 

@@ -63,6 +63,9 @@ impl Tensor {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// [`Tensor::index_select`], returning [`Error::Shape`] instead of panicking when the axis
+    /// is out of range or the indices are not valid positions along it (negative, past the
+    /// end, or a tensor other than a 1-d `I64` one).
     pub fn try_index_select<A: Axis, I: Indices + ?Sized>(
         &self,
         axis: A,

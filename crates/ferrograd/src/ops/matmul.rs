@@ -14,6 +14,8 @@ impl Tensor {
         self.try_matmul(other).unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// [`Tensor::matmul`], returning [`Error::Shape`] instead of panicking when the shapes do
+    /// not fit.
     pub fn try_matmul(&self, other: &Tensor) -> Result<Tensor> {
         let (a, b) = binary_promote(self, other);
         if a.ndim() == 0 || b.ndim() == 0 {

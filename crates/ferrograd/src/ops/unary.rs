@@ -27,11 +27,13 @@ fn sign_of(x: &Tensor) -> Tensor {
 const TWO_OVER_SQRT_PI: f64 = std::f64::consts::FRAC_2_SQRT_PI;
 
 impl Tensor {
+    /// Element-wise `-x` (the unary `-` operator).
     pub fn neg(&self) -> Tensor {
         let out = map_dispatch!(self, |v| -v);
         record("neg", out, &[self], |_, up| smallvec![Some(-up)])
     }
 
+    /// Element-wise `eˣ`.
     pub fn exp(&self) -> Tensor {
         let out = map_dispatch!(self, |v| v.exp());
         record("exp", out, &[self], |c, up| smallvec![Some(up * c.out())])
@@ -45,6 +47,7 @@ impl Tensor {
         })
     }
 
+    /// Element-wise square root (NaN for negative elements; the gradient is infinite at 0).
     pub fn sqrt(&self) -> Tensor {
         let out = map_dispatch!(self, |v| v.sqrt());
         record("sqrt", out, &[self], |c, up| {
@@ -65,6 +68,7 @@ impl Tensor {
         })
     }
 
+    /// Element-wise `x²`.
     pub fn square(&self) -> Tensor {
         let out = map_dispatch!(self, |v| v * v);
         record("square", out, &[self], |c, up| {
@@ -72,6 +76,7 @@ impl Tensor {
         })
     }
 
+    /// Element-wise `|x|`; its gradient at 0 is 0.
     pub fn abs(&self) -> Tensor {
         let out = map_dispatch!(self, |v| v.abs());
         record("abs", out, &[self], |c, up| {
@@ -84,6 +89,7 @@ impl Tensor {
         record_nondiff("sign", sign_of(self), &[self])
     }
 
+    /// Element-wise sine (radians).
     pub fn sin(&self) -> Tensor {
         let out = map_dispatch!(self, |v| v.sin());
         record("sin", out, &[self], |c, up| {
@@ -91,6 +97,7 @@ impl Tensor {
         })
     }
 
+    /// Element-wise cosine (radians).
     pub fn cos(&self) -> Tensor {
         let out = map_dispatch!(self, |v| v.cos());
         record("cos", out, &[self], |c, up| {
@@ -98,6 +105,7 @@ impl Tensor {
         })
     }
 
+    /// Element-wise hyperbolic tangent.
     pub fn tanh(&self) -> Tensor {
         let out = map_dispatch!(self, |v| v.tanh());
         record("tanh", out, &[self], |c, up| {

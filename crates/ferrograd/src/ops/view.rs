@@ -17,6 +17,8 @@ impl Tensor {
         self.try_reshape(shape).unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// [`Tensor::reshape`], returning [`Error::Shape`] instead of panicking when the element
+    /// counts differ.
     pub fn try_reshape(&self, shape: &[usize]) -> Result<Tensor> {
         let n = checked_numel(shape);
         if n != Some(self.numel()) {
@@ -100,6 +102,8 @@ impl Tensor {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// [`Tensor::broadcast_to`], returning [`Error::Shape`] instead of panicking when the
+    /// shape cannot be broadcast to `shape`.
     pub fn try_broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
         if shape == self.shape() {
             return Ok(self.clone());

@@ -25,15 +25,109 @@ use crate::kernels::optim::sum_squares;
 use crate::tensor::{with_dtype, FloatElement, Tensor};
 
 /// Plain gradient descent.
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let w = Param::new(Tensor::from_vec(vec![1.0f32, 2.0], &[2]));
+/// let loss = (&w.tensor() * &w.tensor()).sum(); // gradient 2w = [2, 4]
+/// let grads = loss.backward();
+/// let mut opt = Sgd::new(0.1);
+/// opt.step(&[("w".to_string(), w.clone())], &grads);
+/// let v = w.tensor().to_vec::<f32>();
+/// assert!((v[0] - 0.8).abs() < 1e-5 && (v[1] - 1.6).abs() < 1e-5);
+/// ```
 pub type Sgd = Optim<SgdRule>;
 /// Gradient descent with (optionally Nesterov) momentum.
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let w = Param::new(Tensor::from_vec(vec![1.0f32, 2.0], &[2]));
+/// let params = [("w".to_string(), w.clone())];
+/// let mut opt = Momentum::new(0.1); // momentum 0.9
+/// for _ in 0..2 {
+///     let loss = (&w.tensor() * &w.tensor()).sum();
+///     opt.step(&params, &loss.backward());
+/// }
+/// // The buffer starts at the first gradient [2, 4]; the second step moves by
+/// // 0.1 · (0.9 · [2, 4] + [1.6, 3.2]), further than plain gradient descent would.
+/// let v = w.tensor().to_vec::<f32>();
+/// assert!((v[0] - 0.46).abs() < 1e-5 && (v[1] - 0.92).abs() < 1e-5);
+/// ```
 pub type Momentum = Optim<MomentumRule>;
+/// RMSProp: each element's step is divided by the root of a running mean of its squared
+/// gradient, so elements with large and small gradients move at similar speeds.
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let w = Param::new(Tensor::from_vec(vec![1.0f32, 2.0], &[2]));
+/// let grads = (&w.tensor() * &w.tensor()).sum().backward(); // [2, 4]
+/// let mut opt = RmsProp::new(0.01); // α = 0.99
+/// opt.step(&[("w".to_string(), w.clone())], &grads);
+/// // After one step the mean square is (1 − α)·g², so every element moves by lr / √(1 − α).
+/// let v = w.tensor().to_vec::<f32>();
+/// assert!((v[0] - 0.9).abs() < 1e-4 && (v[1] - 1.9).abs() < 1e-4);
+/// ```
 pub type RmsProp = Optim<RmsPropRule>;
+/// Adagrad: each element's step is divided by the root of the sum of all its squared
+/// gradients so far, so steps shrink as gradients accumulate.
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let w = Param::new(Tensor::from_vec(vec![1.0f32, 2.0], &[2]));
+/// let grads = (&w.tensor() * &w.tensor()).sum().backward(); // [2, 4]
+/// let mut opt = Adagrad::new(0.1);
+/// opt.step(&[("w".to_string(), w.clone())], &grads);
+/// // The first step divides each gradient by its own magnitude: every element moves by lr.
+/// let v = w.tensor().to_vec::<f32>();
+/// assert!((v[0] - 0.9).abs() < 1e-4 && (v[1] - 1.9).abs() < 1e-4);
+/// ```
 pub type Adagrad = Optim<AdagradRule>;
 /// Adam; with `weight_decay` the decay is L2 (added to the gradient).
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let w = Param::new(Tensor::from_vec(vec![1.0f32, 2.0], &[2]));
+/// let grads = (&w.tensor() * &w.tensor()).sum().backward(); // [2, 4]
+/// let mut opt = Adam::new(0.1);
+/// opt.step(&[("w".to_string(), w.clone())], &grads);
+/// // With the bias corrections, the first step moves every element by about lr.
+/// let v = w.tensor().to_vec::<f32>();
+/// assert!((v[0] - 0.9).abs() < 1e-4 && (v[1] - 1.9).abs() < 1e-4);
+/// ```
 pub type Adam = Optim<AdamRule>;
 /// Adam with decoupled weight decay.
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let w = Param::new(Tensor::from_vec(vec![1.0f32, 2.0], &[2]));
+/// let grads = (&w.tensor() * &w.tensor()).sum().backward(); // [2, 4]
+/// let mut opt = AdamW::new(0.1); // weight decay 0.01
+/// opt.step(&[("w".to_string(), w.clone())], &grads);
+/// // w · (1 − 0.1 · 0.01), then Adam's first step of about lr.
+/// let v = w.tensor().to_vec::<f32>();
+/// assert!((v[0] - 0.899).abs() < 1e-4 && (v[1] - 1.898).abs() < 1e-4);
+/// ```
 pub type AdamW = Optim<AdamWRule>;
+/// RAdam: Adam whose adaptive step is rectified, and used only once enough steps have been
+/// taken for the second moment to be a usable estimate; before that, momentum SGD.
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let w = Param::new(Tensor::from_vec(vec![1.0f32, 2.0], &[2]));
+/// let grads = (&w.tensor() * &w.tensor()).sum().backward(); // [2, 4]
+/// let mut opt = RAdam::new(0.1);
+/// opt.step(&[("w".to_string(), w.clone())], &grads);
+/// // The first steps are bias-corrected momentum: here w − lr · g.
+/// let v = w.tensor().to_vec::<f32>();
+/// assert!((v[0] - 0.8).abs() < 1e-5 && (v[1] - 1.6).abs() < 1e-5);
+/// ```
 pub type RAdam = Optim<RAdamRule>;
 
 /// What a model needs from an optimizer.
@@ -44,6 +138,7 @@ pub type RAdam = Optim<RAdamRule>;
 pub trait Optimizer: Send + Sync {
     /// One update of every parameter that has a gradient.
     fn step(&mut self, params: &[(String, Param)], grads: &Gradients);
+    /// The current learning rate.
     fn lr(&self) -> f64;
     /// Sets the learning rate; panics unless it is finite and not negative.
     fn set_lr(&mut self, lr: f64);
@@ -94,9 +189,12 @@ pub struct Step<'a, T> {
     pub w: &'a mut [T],
     /// The gradient, to be clipped and decayed by `prep` in the same pass.
     pub g: &'a [T],
+    /// Clipping and weight decay, to be applied to each gradient element (and, for decoupled
+    /// decay, each weight) before the rule's arithmetic.
     pub prep: Prep<T>,
     /// The rule's state slots for this parameter (one per name in `UpdateRule::SLOTS`).
     pub slots: &'a mut [Tensor],
+    /// The learning rate for this step.
     pub lr: f64,
     /// The step number, from 1.
     pub t: u64,
@@ -202,6 +300,7 @@ impl<R: UpdateRule> Optim<R> {
         self
     }
 
+    /// The update rule, with its hyper-parameters.
     pub fn rule(&self) -> &R {
         &self.rule
     }

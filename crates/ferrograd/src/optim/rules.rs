@@ -26,7 +26,9 @@ impl UpdateRule for SgdRule {
 /// buf ← μ·buf + g; w ← w − lr·buf (Nesterov: w ← w − lr·(g + μ·buf)).
 #[derive(Clone, Copy, Debug)]
 pub struct MomentumRule {
+    /// The momentum factor μ, the share of the buffer kept from step to step.
     pub momentum: f64,
+    /// Whether the step looks ahead along the buffer (Nesterov momentum).
     pub nesterov: bool,
 }
 
@@ -56,10 +58,12 @@ impl UpdateRule for MomentumRule {
 }
 
 impl Optim<MomentumRule> {
+    /// Sets the momentum factor μ (0.9 by default).
     pub fn momentum(mut self, momentum: f64) -> Self {
         self.rule.momentum = momentum;
         self
     }
+    /// Switches Nesterov momentum on or off (off by default).
     pub fn nesterov(mut self, on: bool) -> Self {
         self.rule.nesterov = on;
         self
@@ -69,7 +73,9 @@ impl Optim<MomentumRule> {
 /// s ← α·s + (1 − α)·g²; w ← w − lr·g / (√s + ε).
 #[derive(Clone, Copy, Debug)]
 pub struct RmsPropRule {
+    /// The smoothing constant α, the share of the running mean square kept each step.
     pub alpha: f64,
+    /// Added to the denominator so that it is never zero.
     pub eps: f64,
 }
 
@@ -100,6 +106,7 @@ impl UpdateRule for RmsPropRule {
 }
 
 impl Optim<RmsPropRule> {
+    /// Sets the smoothing constant α (0.99 by default).
     pub fn alpha(mut self, alpha: f64) -> Self {
         self.rule.alpha = alpha;
         self
@@ -109,6 +116,7 @@ impl Optim<RmsPropRule> {
 /// s ← s + g²; w ← w − lr·g / (√s + ε).
 #[derive(Clone, Copy, Debug)]
 pub struct AdagradRule {
+    /// Added to the denominator so that it is never zero.
     pub eps: f64,
 }
 
@@ -136,8 +144,11 @@ impl UpdateRule for AdagradRule {
 /// whole family: AdamW and RAdam wrap it.
 #[derive(Clone, Copy, Debug)]
 pub struct AdamRule {
+    /// Decay rate β₁ of the running mean of the gradient.
     pub beta1: f64,
+    /// Decay rate β₂ of the running mean of the squared gradient.
     pub beta2: f64,
+    /// Added to the denominator so that it is never zero.
     pub eps: f64,
 }
 
@@ -256,6 +267,8 @@ impl AdamFamily for RAdamRule {
 }
 
 impl<R: AdamFamily> Optim<R> {
+    /// Sets the decay rates β₁ of the gradient's mean and β₂ of its square's (0.9 and 0.999
+    /// by default).
     pub fn betas(mut self, beta1: f64, beta2: f64) -> Self {
         let adam = self.rule.adam_mut();
         adam.beta1 = beta1;
@@ -263,6 +276,7 @@ impl<R: AdamFamily> Optim<R> {
         self
     }
 
+    /// Sets ε, added to the denominator so that it is never zero (1e-8 by default).
     pub fn eps(mut self, eps: f64) -> Self {
         self.rule.adam_mut().eps = eps;
         self

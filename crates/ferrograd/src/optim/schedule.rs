@@ -4,6 +4,7 @@ use std::f64::consts::PI;
 
 /// A learning rate as a function of the step count.
 pub trait Schedule: Send + Sync {
+    /// The learning rate for step (or epoch) `t`, counted from 0.
     fn lr(&self, t: u64) -> f64;
 }
 
@@ -18,8 +19,11 @@ impl Schedule for ConstantLr {
 
 /// `base · gamma^⌊t / step⌋`.
 pub struct StepLr {
+    /// The rate at t = 0.
     pub base: f64,
+    /// Steps between decays (0 counts as 1).
     pub step: u64,
+    /// The factor applied at each decay.
     pub gamma: f64,
 }
 
@@ -31,8 +35,11 @@ impl Schedule for StepLr {
 
 /// `base · gamma^(number of milestones ≤ t)`.
 pub struct MultiStepLr {
+    /// The rate before the first milestone.
     pub base: f64,
+    /// The steps at which the rate is multiplied by `gamma`, in any order.
     pub milestones: Vec<u64>,
+    /// The factor applied at each milestone.
     pub gamma: f64,
 }
 
@@ -45,7 +52,9 @@ impl Schedule for MultiStepLr {
 
 /// `base · gamma^t`.
 pub struct ExponentialLr {
+    /// The rate at t = 0.
     pub base: f64,
+    /// The factor applied at every step.
     pub gamma: f64,
 }
 
@@ -57,8 +66,11 @@ impl Schedule for ExponentialLr {
 
 /// Cosine from `base` at t = 0 down to `min` at t = `period` (held there after).
 pub struct CosineAnnealing {
+    /// The rate at t = 0.
     pub base: f64,
+    /// The rate at t = `period` and after.
     pub min: f64,
+    /// Steps from `base` down to `min`.
     pub period: u64,
 }
 
@@ -71,7 +83,9 @@ impl Schedule for CosineAnnealing {
 
 /// Linear from `base / warmup` (t = 0) up to `base` (t = warmup − 1), then `base`.
 pub struct LinearWarmup {
+    /// The rate reached at the end of the warmup and kept after it.
     pub base: f64,
+    /// Number of warmup steps.
     pub warmup: u64,
 }
 
@@ -88,7 +102,9 @@ impl Schedule for LinearWarmup {
 /// Linear warmup for `warmup` steps, then `after` counted from the end of the warmup
 /// (warmup then cosine, say).
 pub struct WarmupThen<S> {
+    /// The warmup, for its first `warmup.warmup` steps.
     pub warmup: LinearWarmup,
+    /// The schedule after the warmup, whose step 0 is the first step after it.
     pub after: S,
 }
 

@@ -66,10 +66,12 @@ impl Tensor {
         with_any_dtype!(dtype, T => Tensor::from_data(vec![T::cast_from_f64(value); n], shape))
     }
 
+    /// Zeros of `shape` and `dtype`, untracked.
     pub fn zeros(shape: &[usize], dtype: DType) -> Tensor {
         Tensor::full(shape, 0.0, dtype)
     }
 
+    /// Ones of `shape` and `dtype`, untracked.
     pub fn ones(shape: &[usize], dtype: DType) -> Tensor {
         Tensor::full(shape, 1.0, dtype)
     }

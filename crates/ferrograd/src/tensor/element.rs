@@ -15,8 +15,11 @@ use crate::kernels::Float;
 /// an `I64` tensor cannot require gradients.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
+    /// 32-bit float (`f32`), the default for layers and parameters.
     F32,
+    /// 64-bit float (`f64`), for gradient checks and precision-sensitive work.
     F64,
+    /// 64-bit signed integer (`i64`), for indices and labels; no arithmetic or gradients.
     I64,
 }
 
@@ -42,15 +45,22 @@ impl fmt::Display for DType {
 /// of scalar ops would otherwise spend most of its time allocating one-element buffers.
 #[derive(Clone, Debug)]
 pub enum Storage {
+    /// A shared buffer of `f32`.
     F32(Arc<Vec<f32>>),
+    /// A shared buffer of `f64`.
     F64(Arc<Vec<f64>>),
+    /// A shared buffer of `i64`.
     I64(Arc<Vec<i64>>),
+    /// One `f32`, held inline.
     F32One(f32),
+    /// One `f64`, held inline.
     F64One(f64),
+    /// One `i64`, held inline.
     I64One(i64),
 }
 
 impl Storage {
+    /// The element type held.
     pub fn dtype(&self) -> DType {
         match self {
             Storage::F32(_) | Storage::F32One(_) => DType::F32,
@@ -59,6 +69,7 @@ impl Storage {
         }
     }
 
+    /// Number of elements in the buffer (which views may use only part of).
     pub fn len(&self) -> usize {
         match self {
             Storage::F32(v) => v.len(),
@@ -68,6 +79,7 @@ impl Storage {
         }
     }
 
+    /// Whether the buffer holds no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -75,8 +87,11 @@ impl Storage {
 
 /// A type a tensor can hold: its dtype, its place in [`Storage`] and its conversions.
 pub trait Element: Copy + Send + Sync + fmt::Debug + PartialOrd + 'static {
+    /// The [`DType`] of tensors holding this type.
     const DTYPE: DType;
+    /// Zero of this type.
     const ZERO: Self;
+    /// One of this type.
     const ONE: Self;
     /// Storage owning `v` (inline when it holds one element).
     fn into_storage(v: Vec<Self>) -> Storage;

@@ -19,15 +19,20 @@ pub(crate) fn numel_or_panic(op: &str, shape: &[usize]) -> usize {
         .unwrap_or_else(|| panic!("{op}: shape {shape:?} has more elements than fit in memory"))
 }
 
+/// Where a tensor's elements sit in its storage: element `[i, j, ...]` is at
+/// `offset + i·strides[0] + j·strides[1] + ...`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
+    /// Size of each axis.
     pub shape: Dims,
     /// Elements to skip per step along each axis; 0 along a broadcast axis.
     pub strides: Dims,
+    /// Position of the first element in the storage.
     pub offset: usize,
 }
 
 impl Layout {
+    /// The row-major layout of `shape` from offset 0.
     pub fn contiguous(shape: &[usize]) -> Self {
         Layout {
             shape: Dims::from_slice(shape),
@@ -36,6 +41,7 @@ impl Layout {
         }
     }
 
+    /// Number of elements addressed (the product of the shape; 1 for a 0-d layout).
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }

@@ -27,7 +27,21 @@ pub use mode::{enable_grad, is_grad_enabled, no_grad};
 pub use record::live_nodes;
 pub(crate) use record::{record, record_nondiff, BackwardCtx, InputGrads, Node, NodeKind};
 
-/// An n-dimensional array of f32 or f64, possibly a view of another tensor's storage.
+/// An n-dimensional array of f32 or f64 (or i64 indices), possibly a view of another tensor's
+/// storage. Ops take `&self` and return new tensors; operators work on references, with numpy
+/// broadcasting and `f64` numbers on either side.
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]);
+/// assert_eq!(a.shape(), &[2, 2]);
+/// assert_eq!(a.dtype(), DType::F32);
+/// let b = &a * 2.0 + &Tensor::ones(&[2], DType::F32); // [2, 2] + [2] broadcasts
+/// assert_eq!(b.to_vec::<f32>(), vec![3.0, 5.0, 7.0, 9.0]);
+/// assert_eq!(a.matmul(&a).to_vec::<f32>(), vec![7.0, 10.0, 15.0, 22.0]);
+/// assert_eq!(a.sum_axes(&[1], false).to_vec::<f32>(), vec![3.0, 7.0]);
+/// ```
 #[derive(Clone)]
 pub struct Tensor(pub(crate) Arc<TensorInner>);
 
@@ -71,26 +85,32 @@ impl Tensor {
         Tensor::from_parts(self.0.storage.clone(), layout, None)
     }
 
+    /// The size of each axis (empty for a 0-d tensor).
     pub fn shape(&self) -> &[usize] {
         &self.0.layout.shape
     }
 
+    /// Elements to skip in the storage per step along each axis (0 along a broadcast axis).
     pub fn strides(&self) -> &[usize] {
         &self.0.layout.strides
     }
 
+    /// Number of axes.
     pub fn ndim(&self) -> usize {
         self.0.layout.shape.len()
     }
 
+    /// Number of elements (1 for a 0-d tensor).
     pub fn numel(&self) -> usize {
         self.0.layout.numel()
     }
 
+    /// The element type.
     pub fn dtype(&self) -> DType {
         self.0.storage.dtype()
     }
 
+    /// Whether the elements sit in row-major order in one block of the storage.
     pub fn is_contiguous(&self) -> bool {
         self.0.layout.is_contiguous()
     }

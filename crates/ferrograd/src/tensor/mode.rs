@@ -7,6 +7,7 @@ thread_local! {
     static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
 }
 
+/// Whether ops on this thread currently record a graph (false inside [`no_grad`]).
 pub fn is_grad_enabled() -> bool {
     GRAD_ENABLED.with(|g| g.get())
 }
