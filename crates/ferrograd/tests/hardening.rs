@@ -3,24 +3,13 @@
 
 mod common;
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-
-use common::{scratch, turn};
+use common::{panic_message, scratch, turn};
 use ferrograd::data::{encode_idx_u8, one_hot, read_idx_u8, BatchIterator, TensorDataset};
 use ferrograd::io::{load_checkpoint, load_tensors, save_checkpoint, save_tensors};
 use ferrograd::metrics;
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-
-/// The message of the panic `f` raises (fails the test if it does not panic).
-fn panic_message(f: impl FnOnce()) -> String {
-    let err = catch_unwind(AssertUnwindSafe(f)).expect_err("expected a panic");
-    err.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
-}
 
 fn assert_panics(needle: &str, f: impl FnOnce()) {
     let msg = panic_message(f);

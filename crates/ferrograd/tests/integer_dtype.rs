@@ -6,19 +6,10 @@
 mod common;
 
 use std::collections::HashMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use common::scratch;
+use common::{panic_message, scratch};
 use ferrograd::io::{load_tensors, save_tensors};
 use ferrograd::prelude::*;
-
-fn panic_message(f: impl FnOnce()) -> String {
-    let err = catch_unwind(AssertUnwindSafe(f)).expect_err("should panic");
-    err.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
-}
 
 #[test]
 fn i64_values_are_stored_and_read_back_exactly() {

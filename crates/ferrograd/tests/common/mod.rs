@@ -16,6 +16,16 @@ pub fn turn() -> std::sync::MutexGuard<'static, ()> {
     GENERATOR.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The message of the panic `f` raises (fails the test if it does not panic).
+pub fn panic_message(f: impl FnOnce()) -> String {
+    let err =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("expected a panic");
+    err.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
 /// A fresh directory under the target dir for one test.
 pub fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
