@@ -12,6 +12,10 @@ pub enum Error {
     /// A NaN or Inf first produced by the named op (see `autograd::detect_anomaly`).
     #[error("{0}")]
     Anomaly(String),
+    /// A static graph that cannot run: a missing feed, a fed value that contradicts its
+    /// placeholder, a node of another graph.
+    #[error("{0}")]
+    Graph(String),
     /// A gradient check found analytic and numeric derivatives apart.
     #[error("{0}")]
     Gradcheck(String),

@@ -36,6 +36,7 @@ macro_rules! unit_struct {
 pub mod autograd;
 pub mod data;
 pub mod error;
+pub mod graph;
 pub mod init;
 pub mod io;
 mod kernels;

@@ -17,6 +17,7 @@ const LAYERS: &[&[&str]] = &[
     &["nn", "loss", "optim", "metrics"],
     &["model"],
     &["io/checkpoint", "io"],
+    &["graph"],
 ];
 
 fn layer_of(unit: &str) -> usize {

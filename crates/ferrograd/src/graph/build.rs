@@ -1,0 +1,326 @@
+//! Building graphs: leaves, gradients, and on `Node` the tensor core's methods and operators.
+//! Each adds a node after its shapes are checked; the plain forms panic naming the op and the
+//! shapes, the `try_*` forms return the error.
+
+use std::ops::{Add, Div, Mul, Neg, Sub};
+
+use super::op::{Binary, Op, Reduce, Unary};
+use super::{Graph, Node};
+use crate::autograd::Param;
+use crate::error::Result;
+use crate::tensor::{DType, Tensor};
+
+impl Graph {
+    /// A value fed at run time, of any shape and dtype (simpleflow's `placeholder()`): nodes
+    /// that read it learn their shapes at run time.
+    pub fn placeholder(&self, name: &str) -> Node {
+        let op = Op::Placeholder {
+            name: name.to_string(),
+            shape: None,
+            dtype: None,
+        };
+        self.add(op, &[])
+    }
+
+    /// A value fed at run time with this shape (`None` axes are free, a batch say) and dtype:
+    /// shapes are checked as the graph is built, and fed values are checked against both.
+    pub fn placeholder_with(&self, name: &str, shape: &[Option<usize>], dtype: DType) -> Node {
+        let op = Op::Placeholder {
+            name: name.to_string(),
+            shape: Some(shape.to_vec()),
+            dtype: Some(dtype),
+        };
+        self.add(op, &[])
+    }
+
+    /// State that keeps its value across runs, starting at `initial` (its shape and dtype are
+    /// the variable's).
+    pub fn variable(&self, name: &str, initial: Tensor) -> Node {
+        let op = Op::Variable {
+            name: name.to_string(),
+            param: Param::new(initial),
+        };
+        self.add(op, &[])
+    }
+
+    /// A value fixed when the graph is built.
+    pub fn constant(&self, value: Tensor) -> Node {
+        self.add(Op::Constant(value.detach()), &[])
+    }
+
+    /// Nodes holding the gradient of `y` (one element) with respect to each of `xs`: runnable,
+    /// and differentiable again. A node that `y` does not depend on gets zeros.
+    pub fn gradients(&self, y: &Node, xs: &[&Node]) -> Vec<Node> {
+        xs.iter().map(|x| self.add(Op::Grad, &[y, x])).collect()
+    }
+
+    /// The variables of the graph, as (node, name, value).
+    pub(crate) fn variables(&self) -> Vec<(usize, String, Param)> {
+        self.nodes()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| match &n.op {
+                Op::Variable { name, param } => Some((i, name.clone(), param.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+macro_rules! unary_methods {
+    ($($(#[$doc:meta])* $name:ident => $op:expr;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(&self) -> Node {
+            self.graph.add(Op::Unary($op), &[self])
+        }
+    )*};
+}
+
+impl Node {
+    unary_methods! {
+        /// eˣ.
+        exp => Unary::Exp;
+        /// ln x.
+        log => Unary::Log;
+        /// √x.
+        sqrt => Unary::Sqrt;
+        /// x².
+        square => Unary::Square;
+        /// |x|.
+        abs => Unary::Abs;
+        /// tanh x.
+        tanh => Unary::Tanh;
+        /// 1 / (1 + e⁻ˣ).
+        sigmoid => Unary::Sigmoid;
+        /// max(x, 0).
+        relu => Unary::Relu;
+        /// ln(1 + eˣ).
+        softplus => Unary::Softplus;
+        /// x Φ(x).
+        gelu => Unary::Gelu;
+        /// sin x.
+        sin => Unary::Sin;
+        /// cos x.
+        cos => Unary::Cos;
+    }
+
+    /// xᵖ.
+    pub fn powf(&self, p: f64) -> Node {
+        self.graph.add(Op::Unary(Unary::Powf(p)), &[self])
+    }
+
+    /// x for x > 0, `slope · x` otherwise.
+    pub fn leaky_relu(&self, slope: f64) -> Node {
+        self.graph.add(Op::Unary(Unary::LeakyRelu(slope)), &[self])
+    }
+
+    /// Element-wise maximum (broadcast).
+    pub fn maximum(&self, other: &Node) -> Node {
+        self.graph.add(Op::Binary(Binary::Maximum), &[self, other])
+    }
+
+    /// Element-wise minimum (broadcast).
+    pub fn minimum(&self, other: &Node) -> Node {
+        self.graph.add(Op::Binary(Binary::Minimum), &[self, other])
+    }
+
+    /// The matrix product (2-D, or batched with broadcast batch axes).
+    pub fn matmul(&self, other: &Node) -> Node {
+        self.try_matmul(other).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Node::matmul`] returning the shape error.
+    pub fn try_matmul(&self, other: &Node) -> Result<Node> {
+        self.graph.try_add(Op::Matmul, &[self, other])
+    }
+
+    fn reduce(&self, kind: Reduce, axes: Option<&[usize]>, keepdim: bool) -> Node {
+        let op = Op::Reduce {
+            kind,
+            axes: axes.map(<[usize]>::to_vec),
+            keepdim,
+        };
+        self.graph.add(op, &[self])
+    }
+
+    /// Sum of all elements (0-d).
+    pub fn sum(&self) -> Node {
+        self.reduce(Reduce::Sum, None, false)
+    }
+
+    /// Mean of all elements (0-d).
+    pub fn mean(&self) -> Node {
+        self.reduce(Reduce::Mean, None, false)
+    }
+
+    /// Sum over `axes`; with `keepdim` they stay as size-1 axes.
+    pub fn sum_axes(&self, axes: &[usize], keepdim: bool) -> Node {
+        self.reduce(Reduce::Sum, Some(axes), keepdim)
+    }
+
+    /// Mean over `axes`.
+    pub fn mean_axes(&self, axes: &[usize], keepdim: bool) -> Node {
+        self.reduce(Reduce::Mean, Some(axes), keepdim)
+    }
+
+    /// Maximum over `axes`.
+    pub fn max_axes(&self, axes: &[usize], keepdim: bool) -> Node {
+        self.reduce(Reduce::Max, Some(axes), keepdim)
+    }
+
+    /// Minimum over `axes`.
+    pub fn min_axes(&self, axes: &[usize], keepdim: bool) -> Node {
+        self.reduce(Reduce::Min, Some(axes), keepdim)
+    }
+
+    /// The same elements in `shape`.
+    pub fn reshape(&self, shape: &[usize]) -> Node {
+        self.try_reshape(shape).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Node::reshape`] returning the shape error.
+    pub fn try_reshape(&self, shape: &[usize]) -> Result<Node> {
+        self.graph.try_add(Op::Reshape(shape.to_vec()), &[self])
+    }
+
+    /// Axes reordered: axis `i` of the result is axis `perm[i]`.
+    pub fn permute(&self, perm: &[usize]) -> Node {
+        self.graph.add(Op::Permute(perm.to_vec()), &[self])
+    }
+
+    /// Axes `a` and `b` swapped.
+    pub fn transpose(&self, a: usize, b: usize) -> Node {
+        let rank = self.shape().map(|s| s.len()).unwrap_or_else(|| {
+            panic!(
+                "transpose: the rank of %{} is not known when the graph is built",
+                self.index
+            )
+        });
+        let mut perm: Vec<usize> = (0..rank).collect();
+        assert!(
+            a < rank && b < rank,
+            "transpose: axes {a} and {b} out of range for {}",
+            super::op::show_opt(&self.shape())
+        );
+        perm.swap(a, b);
+        self.permute(&perm)
+    }
+
+    /// Repeated along new leading and size-1 axes to `shape`.
+    pub fn broadcast_to(&self, shape: &[usize]) -> Node {
+        self.try_broadcast_to(shape)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Node::broadcast_to`] returning the shape error.
+    pub fn try_broadcast_to(&self, shape: &[usize]) -> Result<Node> {
+        self.graph.try_add(Op::BroadcastTo(shape.to_vec()), &[self])
+    }
+
+    /// exp(x) / Σ exp(x) along `axis`.
+    pub fn softmax(&self, axis: usize) -> Node {
+        self.graph.add(Op::Softmax(axis), &[self])
+    }
+
+    /// x − log Σ exp(x) along `axis`.
+    pub fn log_softmax(&self, axis: usize) -> Node {
+        self.graph.add(Op::LogSoftmax(axis), &[self])
+    }
+
+    fn scalar(&self, u: Unary) -> Node {
+        self.graph.add(Op::Unary(u), &[self])
+    }
+}
+
+/// `node op node` and `node op f64`, on references and values, as for tensors.
+macro_rules! node_operators {
+    ($trait:ident, $method:ident, $binary:expr, $with_scalar:expr, $scalar_with:expr) => {
+        impl $trait<&Node> for &Node {
+            type Output = Node;
+            fn $method(self, rhs: &Node) -> Node {
+                self.graph.add(Op::Binary($binary), &[self, rhs])
+            }
+        }
+        impl $trait<Node> for Node {
+            type Output = Node;
+            fn $method(self, rhs: Node) -> Node {
+                (&self).$method(&rhs)
+            }
+        }
+        impl $trait<&Node> for Node {
+            type Output = Node;
+            fn $method(self, rhs: &Node) -> Node {
+                (&self).$method(rhs)
+            }
+        }
+        impl $trait<Node> for &Node {
+            type Output = Node;
+            fn $method(self, rhs: Node) -> Node {
+                self.$method(&rhs)
+            }
+        }
+        impl $trait<f64> for Node {
+            type Output = Node;
+            fn $method(self, rhs: f64) -> Node {
+                (&self).$method(rhs)
+            }
+        }
+        impl $trait<f64> for &Node {
+            type Output = Node;
+            fn $method(self, rhs: f64) -> Node {
+                let f: fn(&Node, f64) -> Node = $with_scalar;
+                f(self, rhs)
+            }
+        }
+        impl $trait<&Node> for f64 {
+            type Output = Node;
+            fn $method(self, rhs: &Node) -> Node {
+                let f: fn(f64, &Node) -> Node = $scalar_with;
+                f(self, rhs)
+            }
+        }
+    };
+}
+
+node_operators!(
+    Add,
+    add,
+    Binary::Add,
+    |n, s| n.scalar(Unary::AddScalar(s)),
+    |s, n| n.scalar(Unary::AddScalar(s))
+);
+node_operators!(
+    Sub,
+    sub,
+    Binary::Sub,
+    |n, s| n.scalar(Unary::AddScalar(-s)),
+    |s, n| n.scalar(Unary::RsubScalar(s))
+);
+node_operators!(
+    Mul,
+    mul,
+    Binary::Mul,
+    |n, s| n.scalar(Unary::MulScalar(s)),
+    |s, n| n.scalar(Unary::MulScalar(s))
+);
+node_operators!(
+    Div,
+    div,
+    Binary::Div,
+    |n, s| n.scalar(Unary::DivScalar(s)),
+    |s, n| n.scalar(Unary::RdivScalar(s))
+);
+
+impl Neg for &Node {
+    type Output = Node;
+    fn neg(self) -> Node {
+        self.scalar(Unary::Neg)
+    }
+}
+
+impl Neg for Node {
+    type Output = Node;
+    fn neg(self) -> Node {
+        (&self).neg()
+    }
+}

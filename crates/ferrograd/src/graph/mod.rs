@@ -1,0 +1,264 @@
+//! Static-graph mode (seed 001, simpleflow): build a graph of placeholders, variables,
+//! constants and ops, then run any node in a [`Session`] with a [`Feed`] of values.
+//!
+//! A node is data: its [`Op`], its inputs, and the shape and dtype inferred when it was added,
+//! so a graph whose shapes cannot fit is reported where it is built. A session evaluates only
+//! the nodes its fetches need, each once per run, with the eager ops; [`Graph::gradients`] adds
+//! gradient nodes that the session evaluates with the eager backward engine, so graph mode has
+//! no table of derivatives of its own, and gradients of gradients work as in eager mode.
+//!
+//! ```
+//! use ferrograd::graph::{Feed, GradientDescentOptimizer, Graph, Session};
+//! use ferrograd::prelude::*;
+//!
+//! let g = Graph::new();
+//! let x = g.placeholder_with("x", &[None, Some(1)], DType::F64);
+//! let y = g.placeholder("y");
+//! let w = g.variable("weight", Tensor::from_vec(vec![1.0f64], &[1, 1]));
+//! let loss = (&x.matmul(&w) - &y).square().sum();
+//! let train = GradientDescentOptimizer::new(0.1).minimize(&loss);
+//! let mut sess = Session::new(&g);
+//! let xs = Tensor::from_vec(vec![1.0f64, 2.0], &[2, 1]);
+//! let feed = Feed::new().with(&x, xs.clone()).with(&y, &xs * 3.0);
+//! for _ in 0..50 {
+//!     sess.run(&train, &feed)?;
+//! }
+//! assert!((sess.run(&w, &feed)?.item() - 3.0).abs() < 1e-6);
+//! # Ok::<(), ferrograd::Error>(())
+//! ```
+
+mod build;
+mod op;
+mod optimize;
+mod session;
+mod train;
+
+use std::cell::RefCell;
+use std::fmt;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub use op::{Binary, Op, Reduce, Shape, Unary};
+pub use session::{Feed, Session};
+pub use train::{GradientDescentOptimizer, GraphOptimizer};
+
+use crate::tensor::DType;
+
+/// One node as the graph stores it.
+#[derive(Clone, Debug)]
+pub struct NodeData {
+    /// What it computes.
+    pub op: Op,
+    /// The nodes it reads, by index in the graph.
+    pub inputs: Vec<usize>,
+    /// The shape inferred when it was added (`None` axes are free; `None` as a whole when it
+    /// depends on a placeholder of unknown shape).
+    pub shape: Option<Shape>,
+    /// The dtype inferred when it was added, when known.
+    pub dtype: Option<DType>,
+}
+
+struct GraphInner {
+    id: u64,
+    nodes: Vec<NodeData>,
+}
+
+/// A static computational graph. Cheap to clone: clones are handles to the same graph.
+#[derive(Clone)]
+pub struct Graph(Rc<RefCell<GraphInner>>);
+
+/// A handle to a node of a graph. Takes the same operators and methods as `Tensor` for the ops
+/// the graph knows.
+#[derive(Clone)]
+pub struct Node {
+    graph: Graph,
+    index: usize,
+}
+
+/// `f32`, or `?` when unknown.
+fn dtype_name(d: Option<DType>) -> String {
+    d.map_or("?".to_string(), |d| d.to_string())
+}
+
+static NEXT_GRAPH: AtomicU64 = AtomicU64::new(1);
+
+impl Default for Graph {
+    fn default() -> Self {
+        Graph::new()
+    }
+}
+
+impl Graph {
+    /// An empty graph.
+    pub fn new() -> Graph {
+        Graph(Rc::new(RefCell::new(GraphInner {
+            id: NEXT_GRAPH.fetch_add(1, Ordering::Relaxed),
+            nodes: Vec::new(),
+        })))
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.0.borrow().id
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.0.borrow().nodes.len()
+    }
+
+    /// Whether the graph has no node.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A copy of node `index`'s data.
+    pub fn node_data(&self, index: usize) -> NodeData {
+        self.0.borrow().nodes[index].clone()
+    }
+
+    pub(crate) fn nodes(&self) -> std::cell::Ref<'_, Vec<NodeData>> {
+        std::cell::Ref::map(self.0.borrow(), |g| &g.nodes)
+    }
+
+    /// The node at `index`, as a handle.
+    pub fn node(&self, index: usize) -> Node {
+        assert!(index < self.len(), "graph: no node {index}");
+        Node {
+            graph: self.clone(),
+            index,
+        }
+    }
+
+    /// Adds a node after checking that its inputs' shapes fit the op.
+    pub(crate) fn try_add(&self, op: Op, inputs: &[&Node]) -> crate::Result<Node> {
+        for n in inputs {
+            if n.graph.id() != self.id() {
+                return Err(crate::Error::Graph(format!(
+                    "{}: an input belongs to another graph",
+                    op.name()
+                )));
+            }
+        }
+        let idx: Vec<usize> = inputs.iter().map(|n| n.index).collect();
+        let shapes: Vec<(Option<Shape>, Option<DType>)> = {
+            let nodes = self.nodes();
+            idx.iter()
+                .map(|&i| (nodes[i].shape.clone(), nodes[i].dtype))
+                .collect()
+        };
+        let (shape, dtype) = op.infer_partial(&shapes).map_err(|why| {
+            let given: Vec<String> = shapes
+                .iter()
+                .map(|(s, d)| format!("{} {}", op::show_opt(s), dtype_name(*d)))
+                .collect();
+            crate::Error::Shape(format!(
+                "{}: {why} (inputs {})",
+                op.name(),
+                given.join(", ")
+            ))
+        })?;
+        let mut g = self.0.borrow_mut();
+        g.nodes.push(NodeData {
+            op,
+            inputs: idx,
+            shape,
+            dtype,
+        });
+        Ok(Node {
+            graph: self.clone(),
+            index: g.nodes.len() - 1,
+        })
+    }
+
+    pub(crate) fn add(&self, op: Op, inputs: &[&Node]) -> Node {
+        self.try_add(op, inputs).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The graph as Graphviz DOT text: one box per node (op, shape, dtype), an edge per input.
+    pub fn to_dot(&self) -> String {
+        let mut out =
+            String::from("digraph ferrograd {\n  node [shape=box, fontname=\"monospace\"];\n");
+        for (i, n) in self.nodes().iter().enumerate() {
+            let label = format!(
+                "%{i} {}\\n{} {}",
+                n.op.name(),
+                op::show_opt(&n.shape),
+                dtype_name(n.dtype)
+            );
+            out += &format!("  n{i} [label=\"{}\"];\n", label.replace('"', "\\\""));
+            for &j in &n.inputs {
+                out += &format!("  n{j} -> n{i};\n");
+            }
+        }
+        out + "}\n"
+    }
+}
+
+impl fmt::Display for Graph {
+    /// One line per node: `%3 = matmul(%0, %2)  [?, 1] f64`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, n) in self.nodes().iter().enumerate() {
+            let inputs: Vec<String> = n.inputs.iter().map(|j| format!("%{j}")).collect();
+            let call = if inputs.is_empty() {
+                n.op.name()
+            } else {
+                format!("{}({})", n.op.name(), inputs.join(", "))
+            };
+            writeln!(
+                f,
+                "%{i} = {call:<40} {} {}",
+                op::show_opt(&n.shape),
+                dtype_name(n.dtype)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Graph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl Node {
+    /// The node's index in its graph.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The graph the node belongs to.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The shape inferred for the node (`None` axes are free), or `None` when it depends on
+    /// a placeholder of unknown shape.
+    pub fn shape(&self) -> Option<Shape> {
+        self.graph.nodes()[self.index].shape.clone()
+    }
+
+    /// The dtype inferred for the node, when known.
+    pub fn dtype(&self) -> Option<DType> {
+        self.graph.nodes()[self.index].dtype
+    }
+
+    /// The node's op.
+    pub fn op(&self) -> Op {
+        self.graph.nodes()[self.index].op.clone()
+    }
+}
+
+impl fmt::Debug for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = &self.graph.nodes()[self.index];
+        write!(
+            f,
+            "%{} = {} {} {}",
+            self.index,
+            n.op.name(),
+            op::show_opt(&n.shape),
+            dtype_name(n.dtype)
+        )
+    }
+}

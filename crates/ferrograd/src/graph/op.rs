@@ -1,0 +1,475 @@
+//! The ops a graph node can hold: data that says what the node computes, with each op's shape
+//! rule and its evaluation (a call of the eager `Tensor` op) side by side. Gradients need no
+//! rule here: a session evaluates nodes with the eager ops, and the eager engine differentiates
+//! them, so the project keeps one table of derivatives.
+
+use std::fmt;
+
+use crate::autograd::Param;
+use crate::tensor::{DType, Tensor};
+
+/// A shape known at build time, axis by axis: `None` is a free axis (a batch fed at run time).
+pub type Shape = Vec<Option<usize>>;
+
+/// Element-wise functions of one input.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Unary {
+    /// −x.
+    Neg,
+    /// eˣ.
+    Exp,
+    /// ln x.
+    Log,
+    /// √x.
+    Sqrt,
+    /// x².
+    Square,
+    /// |x|.
+    Abs,
+    /// tanh x.
+    Tanh,
+    /// 1 / (1 + e⁻ˣ).
+    Sigmoid,
+    /// max(x, 0).
+    Relu,
+    /// ln(1 + eˣ).
+    Softplus,
+    /// x Φ(x).
+    Gelu,
+    /// sin x.
+    Sin,
+    /// cos x.
+    Cos,
+    /// xᵖ.
+    Powf(f64),
+    /// x + s.
+    AddScalar(f64),
+    /// x · s.
+    MulScalar(f64),
+    /// x / s.
+    DivScalar(f64),
+    /// s − x.
+    RsubScalar(f64),
+    /// s / x.
+    RdivScalar(f64),
+    /// x for x > 0, slope · x otherwise.
+    LeakyRelu(f64),
+}
+
+impl Unary {
+    fn apply(self, x: &Tensor) -> Tensor {
+        match self {
+            Unary::Neg => x.neg(),
+            Unary::Exp => x.exp(),
+            Unary::Log => x.log(),
+            Unary::Sqrt => x.sqrt(),
+            Unary::Square => x.square(),
+            Unary::Abs => x.abs(),
+            Unary::Tanh => x.tanh(),
+            Unary::Sigmoid => x.sigmoid(),
+            Unary::Relu => x.relu(),
+            Unary::Softplus => x.softplus(),
+            Unary::Gelu => x.gelu(),
+            Unary::Sin => x.sin(),
+            Unary::Cos => x.cos(),
+            Unary::Powf(p) => x.powf(p),
+            Unary::AddScalar(s) => x.add_scalar(s),
+            Unary::MulScalar(s) => x.mul_scalar(s),
+            Unary::DivScalar(s) => x.div_scalar(s),
+            Unary::RsubScalar(s) => x.rsub_scalar(s),
+            Unary::RdivScalar(s) => x.rdiv_scalar(s),
+            Unary::LeakyRelu(s) => x.leaky_relu(s),
+        }
+    }
+}
+
+/// Element-wise functions of two inputs, with numpy broadcasting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Binary {
+    /// a + b.
+    Add,
+    /// a − b.
+    Sub,
+    /// a · b.
+    Mul,
+    /// a / b.
+    Div,
+    /// max(a, b).
+    Maximum,
+    /// min(a, b).
+    Minimum,
+}
+
+/// Reductions over axes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reduce {
+    /// Σ.
+    Sum,
+    /// Mean.
+    Mean,
+    /// Maximum.
+    Max,
+    /// Minimum.
+    Min,
+}
+
+/// What a node computes.
+#[derive(Clone)]
+pub enum Op {
+    /// A value fed at run time, with an optional shape (`None` axes free) and dtype.
+    Placeholder {
+        /// The name errors and listings use.
+        name: String,
+        /// The shape fed values must have, when given.
+        shape: Option<Shape>,
+        /// The dtype fed values must have, when given.
+        dtype: Option<DType>,
+    },
+    /// State that keeps its value across runs, updated by training ops.
+    Variable {
+        /// The name in listings and saved files.
+        name: String,
+        /// The value, a tracked leaf so that the eager engine differentiates it.
+        param: Param,
+    },
+    /// A value fixed when the graph is built.
+    Constant(Tensor),
+    /// An element-wise function.
+    Unary(Unary),
+    /// An element-wise function of two inputs.
+    Binary(Binary),
+    /// The matrix product (batched, with broadcast batch axes).
+    Matmul,
+    /// A reduction over `axes` (`None`: all of them).
+    Reduce {
+        /// Which reduction.
+        kind: Reduce,
+        /// The reduced axes, or every axis.
+        axes: Option<Vec<usize>>,
+        /// Whether reduced axes stay as size 1.
+        keepdim: bool,
+    },
+    /// The same elements in another shape.
+    Reshape(Vec<usize>),
+    /// Axes reordered.
+    Permute(Vec<usize>),
+    /// Repeated to a larger shape.
+    BroadcastTo(Vec<usize>),
+    /// Softmax along an axis.
+    Softmax(usize),
+    /// Log-softmax along an axis.
+    LogSoftmax(usize),
+    /// The gradient of input 0 (a one-element value) with respect to input 1.
+    Grad,
+    /// One step of an optimizer on `vars` against the loss (input 0); the loss is its value.
+    Minimize(super::train::Minimizer),
+}
+
+impl Op {
+    /// The op's name in listings.
+    pub fn name(&self) -> String {
+        match self {
+            Op::Placeholder { name, .. } => format!("placeholder {name:?}"),
+            Op::Variable { name, .. } => format!("variable {name:?}"),
+            Op::Constant(t) => format!("constant {:?}", t.shape()),
+            Op::Unary(u) => format!("{u:?}").to_lowercase(),
+            Op::Binary(b) => format!("{b:?}").to_lowercase(),
+            Op::Matmul => "matmul".into(),
+            Op::Reduce {
+                kind,
+                axes,
+                keepdim,
+            } => match axes {
+                None => format!("{kind:?}").to_lowercase(),
+                Some(a) => format!(
+                    "{}_axes({a:?}, keepdim={keepdim})",
+                    format!("{kind:?}").to_lowercase()
+                ),
+            },
+            Op::Reshape(s) => format!("reshape({s:?})"),
+            Op::Permute(p) => format!("permute({p:?})"),
+            Op::BroadcastTo(s) => format!("broadcast_to({s:?})"),
+            Op::Softmax(a) => format!("softmax({a})"),
+            Op::LogSoftmax(a) => format!("log_softmax({a})"),
+            Op::Grad => "grad".into(),
+            Op::Minimize(m) => format!("minimize({})", m.describe()),
+        }
+    }
+
+    /// Whether the op computes from its inputs alone, so that equal ops on equal inputs may be
+    /// merged and ops on constants folded.
+    pub(crate) fn is_pure(&self) -> bool {
+        !matches!(
+            self,
+            Op::Placeholder { .. } | Op::Variable { .. } | Op::Constant(_) | Op::Minimize(_)
+        )
+    }
+
+    /// The result's shape and dtype where every input's is known; where one is not, what the
+    /// op alone fixes (a reshape's shape, a gradient's), the rest unknown.
+    pub(crate) fn infer_partial(
+        &self,
+        inputs: &[(Option<Shape>, Option<DType>)],
+    ) -> Result<(Option<Shape>, Option<DType>), String> {
+        if let Op::Placeholder { shape, dtype, .. } = self {
+            return Ok((shape.clone(), *dtype));
+        }
+        let all: Option<Vec<(Shape, DType)>> = inputs
+            .iter()
+            .map(|(s, d)| Some((s.clone()?, (*d)?)))
+            .collect();
+        if let Some(all) = all {
+            return self.infer(&all).map(|(s, d)| (Some(s), Some(d)));
+        }
+        Ok(match self {
+            Op::Placeholder { shape, dtype, .. } => (shape.clone(), *dtype),
+            Op::Reshape(to) | Op::BroadcastTo(to) => (Some(known(to)), inputs[0].1),
+            Op::Grad => inputs[1].clone(),
+            Op::Minimize(_) => (Some(Vec::new()), inputs[0].1),
+            Op::Reduce {
+                axes: None,
+                keepdim: false,
+                ..
+            } => (Some(Vec::new()), inputs[0].1),
+            _ => (None, None),
+        })
+    }
+
+    /// The result's shape and dtype from the inputs', or why they do not fit.
+    fn infer(&self, inputs: &[(Shape, DType)]) -> Result<(Shape, DType), String> {
+        let float = |d: DType, what: &str| {
+            if d.is_float() {
+                Ok(d)
+            } else {
+                Err(format!("{what} needs a float input, got {d}"))
+            }
+        };
+        match self {
+            Op::Placeholder { .. } => unreachable!("a placeholder's shape and dtype are its own"),
+            Op::Variable { param, .. } => Ok((known(&param.shape()), param.dtype())),
+            Op::Constant(t) => Ok((known(t.shape()), t.dtype())),
+            Op::Unary(_) | Op::Softmax(_) | Op::LogSoftmax(_) => {
+                let (s, d) = &inputs[0];
+                if let Op::Softmax(a) | Op::LogSoftmax(a) = self {
+                    check_axis(*a, s)?;
+                }
+                Ok((s.clone(), float(*d, "this op")?))
+            }
+            Op::Binary(_) => {
+                let ((a, da), (b, db)) = (&inputs[0], &inputs[1]);
+                Ok((broadcast(a, b)?, promote(*da, *db)))
+            }
+            Op::Matmul => {
+                let ((a, da), (b, db)) = (&inputs[0], &inputs[1]);
+                Ok((matmul_shape(a, b)?, float(promote(*da, *db), "matmul")?))
+            }
+            Op::Reduce {
+                axes,
+                keepdim,
+                kind,
+            } => {
+                let (s, d) = &inputs[0];
+                let d = float(*d, &format!("{kind:?}").to_lowercase())?;
+                let all: Vec<usize> = (0..s.len()).collect();
+                let axes = axes.as_ref().unwrap_or(&all);
+                for &a in axes {
+                    check_axis(a, s)?;
+                }
+                let out = (0..s.len())
+                    .filter_map(|i| match (axes.contains(&i), keepdim) {
+                        (true, true) => Some(Some(1)),
+                        (true, false) => None,
+                        (false, _) => Some(s[i]),
+                    })
+                    .collect();
+                Ok((out, d))
+            }
+            Op::Reshape(to) => {
+                let (s, d) = &inputs[0];
+                match s.iter().copied().collect::<Option<Vec<usize>>>() {
+                    Some(from)
+                        if from.iter().product::<usize>() != to.iter().product::<usize>() =>
+                    {
+                        Err(format!("cannot reshape {from:?} into {to:?}"))
+                    }
+                    _ => Ok((known(to), *d)),
+                }
+            }
+            Op::Permute(p) => {
+                let (s, d) = &inputs[0];
+                let mut seen = vec![false; s.len()];
+                let valid = p.len() == s.len()
+                    && p.iter()
+                        .all(|&i| i < s.len() && !std::mem::replace(&mut seen[i], true));
+                if !valid {
+                    return Err(format!("{p:?} is not a permutation of {}", show(s)));
+                }
+                Ok((p.iter().map(|&i| s[i]).collect(), *d))
+            }
+            Op::BroadcastTo(to) => {
+                let (s, d) = &inputs[0];
+                let out = broadcast(s, &known(to))?;
+                if out != known(to) || s.len() > to.len() {
+                    return Err(format!("cannot broadcast {} to {to:?}", show(s)));
+                }
+                Ok((out, *d))
+            }
+            Op::Grad => {
+                let ((of, _), (wrt, d)) = (&inputs[0], &inputs[1]);
+                if of.iter().any(|d| *d != Some(1)) {
+                    return Err(format!(
+                        "gradients need a one-element value to differentiate, got {}",
+                        show(of)
+                    ));
+                }
+                Ok((wrt.clone(), float(*d, "a gradient")?))
+            }
+            Op::Minimize(_) => {
+                let (of, d) = &inputs[0];
+                if of.iter().any(|d| *d != Some(1)) {
+                    return Err(format!(
+                        "minimize needs a one-element loss, got {}",
+                        show(of)
+                    ));
+                }
+                Ok((Vec::new(), *d))
+            }
+        }
+    }
+
+    /// The op on evaluated inputs (leaves are evaluated by the session).
+    pub(crate) fn eval(&self, x: &[Tensor]) -> Tensor {
+        match self {
+            Op::Unary(u) => u.apply(&x[0]),
+            Op::Binary(b) => match b {
+                Binary::Add => &x[0] + &x[1],
+                Binary::Sub => &x[0] - &x[1],
+                Binary::Mul => &x[0] * &x[1],
+                Binary::Div => &x[0] / &x[1],
+                Binary::Maximum => x[0].maximum(&x[1]),
+                Binary::Minimum => x[0].minimum(&x[1]),
+            },
+            Op::Matmul => x[0].matmul(&x[1]),
+            Op::Reduce {
+                kind,
+                axes,
+                keepdim,
+            } => {
+                let all: Vec<usize> = (0..x[0].ndim()).collect();
+                let axes = axes.as_deref().unwrap_or(&all);
+                match kind {
+                    Reduce::Sum => x[0].sum_axes(axes, *keepdim),
+                    Reduce::Mean => x[0].mean_axes(axes, *keepdim),
+                    Reduce::Max => x[0].max_axes(axes, *keepdim),
+                    Reduce::Min => x[0].min_axes(axes, *keepdim),
+                }
+            }
+            Op::Reshape(s) => x[0].reshape(s),
+            Op::Permute(p) => x[0].permute(p),
+            Op::BroadcastTo(s) => x[0].broadcast_to(s),
+            Op::Softmax(a) => x[0].softmax(*a),
+            Op::LogSoftmax(a) => x[0].log_softmax(*a),
+            Op::Constant(t) => t.clone(),
+            Op::Placeholder { .. } | Op::Variable { .. } | Op::Grad | Op::Minimize(_) => {
+                unreachable!("the session evaluates leaves, gradients and training ops")
+            }
+        }
+    }
+
+    /// A key equal for ops that compute the same function of the same inputs.
+    pub(crate) fn key(&self) -> String {
+        format!("{self:?}")
+    }
+}
+
+impl fmt::Debug for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Op::Unary(u) => write!(f, "{u:?}"),
+            Op::Reduce {
+                kind,
+                axes,
+                keepdim,
+            } => write!(f, "Reduce({kind:?}, {axes:?}, {keepdim})"),
+            _ => f.write_str(&self.name()),
+        }
+    }
+}
+
+/// A shape with every axis known.
+pub(crate) fn known(s: &[usize]) -> Shape {
+    s.iter().map(|&d| Some(d)).collect()
+}
+
+/// `[?, 784]`, or `[..]` when not even the rank is known.
+pub(crate) fn show_opt(s: &Option<Shape>) -> String {
+    s.as_ref().map_or("[..]".to_string(), show)
+}
+
+/// `[?, 784]`.
+pub(crate) fn show(s: &Shape) -> String {
+    let axes: Vec<String> = s
+        .iter()
+        .map(|d| d.map_or("?".to_string(), |d| d.to_string()))
+        .collect();
+    format!("[{}]", axes.join(", "))
+}
+
+fn check_axis(a: usize, s: &Shape) -> Result<(), String> {
+    if a < s.len() {
+        Ok(())
+    } else {
+        Err(format!("axis {a} out of range for {}", show(s)))
+    }
+}
+
+fn promote(a: DType, b: DType) -> DType {
+    match (a, b) {
+        (x, y) if x == y => x,
+        (DType::I64, f) | (f, DType::I64) => f,
+        _ => DType::F64,
+    }
+}
+
+/// numpy broadcasting where some sizes are free: a free axis against a size above 1 takes it
+/// (anything else would fail at run time), against 1 or another free axis stays free.
+fn broadcast(a: &Shape, b: &Shape) -> Result<Shape, String> {
+    let n = a.len().max(b.len());
+    let at = |s: &Shape, i: usize| (i + s.len()).checked_sub(n).map_or(Some(1), |j| s[j]);
+    (0..n)
+        .map(|i| match (at(a, i), at(b, i)) {
+            (Some(1), d) | (d, Some(1)) => Ok(d),
+            (Some(x), Some(y)) if x == y => Ok(Some(x)),
+            (None, d) | (d, None) => Ok(d),
+            _ => Err(format!(
+                "shapes {} and {} do not broadcast",
+                show(a),
+                show(b)
+            )),
+        })
+        .collect()
+}
+
+fn matmul_shape(a: &Shape, b: &Shape) -> Result<Shape, String> {
+    if a.len() < 2 || b.len() < 2 {
+        return Err(format!(
+            "graph matmul takes 2-D or batched operands, got {} @ {}",
+            show(a),
+            show(b)
+        ));
+    }
+    let (ka, kb) = (a[a.len() - 1], b[b.len() - 2]);
+    if let (Some(x), Some(y)) = (ka, kb) {
+        if x != y {
+            return Err(format!(
+                "inner dimensions differ: {} @ {}",
+                show(a),
+                show(b)
+            ));
+        }
+    }
+    let mut out = broadcast(&a[..a.len() - 2].to_vec(), &b[..b.len() - 2].to_vec())?;
+    out.push(a[a.len() - 2]);
+    out.push(b[b.len() - 1]);
+    Ok(out)
+}

@@ -1,0 +1,313 @@
+//! Running a graph: a `Feed` of placeholder values, and a `Session` that evaluates the nodes a
+//! run needs, each once, with the eager ops and the eager backward engine.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use super::op::{show, Op};
+use super::optimize::Plan;
+use super::{Graph, Node};
+use crate::autograd::{grad, grad_with_graph, Param};
+use crate::error::{Error, Result};
+use crate::io::tensors::{load_tensors, save_tensors};
+use crate::tensor::{enable_grad, no_grad, Tensor};
+
+/// Values for placeholders, for one or more runs.
+#[derive(Clone, Default)]
+pub struct Feed {
+    values: HashMap<usize, (u64, Tensor)>,
+}
+
+impl Feed {
+    /// No values.
+    pub fn new() -> Feed {
+        Feed::default()
+    }
+
+    /// This feed with `value` for the placeholder `node`.
+    pub fn with(mut self, node: &Node, value: Tensor) -> Feed {
+        self.values.insert(node.index(), (node.graph().id(), value));
+        self
+    }
+}
+
+/// Evaluates nodes of one graph. Variables keep their values across runs (they live in the
+/// graph); optimizer state lives in the `minimize` nodes.
+pub struct Session {
+    graph: Graph,
+    optimize: bool,
+    plan: Option<Plan>,
+    evaluations: u64,
+}
+
+/// What one run works out before evaluating.
+struct Needs {
+    /// Nodes to evaluate, in order.
+    order: Vec<usize>,
+    /// Nodes whose value must be a tracked tensor: the targets of gradients.
+    wrt: HashSet<usize>,
+    /// Gradient nodes whose own gradient is needed (evaluated with a graph).
+    nested: HashSet<usize>,
+    /// Whether anything is differentiated (values are then recorded).
+    differentiates: bool,
+}
+
+impl Session {
+    /// A session on `g`; before its first run it merges common sub-expressions and folds
+    /// constant sub-graphs.
+    pub fn new(g: &Graph) -> Session {
+        Session {
+            graph: g.clone(),
+            optimize: true,
+            plan: None,
+            evaluations: 0,
+        }
+    }
+
+    /// A session that evaluates the graph as built, without the optimisation pass.
+    pub fn unoptimized(g: &Graph) -> Session {
+        Session {
+            optimize: false,
+            ..Session::new(g)
+        }
+    }
+
+    /// Ops evaluated by this session's runs so far (leaves and folded values not counted).
+    pub fn evaluations(&self) -> u64 {
+        self.evaluations
+    }
+
+    /// The value of `fetch`.
+    pub fn run(&mut self, fetch: &Node, feed: &Feed) -> Result<Tensor> {
+        Ok(self.run_many(&[fetch], feed)?.remove(0))
+    }
+
+    /// The values of `fetches`, from one evaluation of the nodes they need (shared work is
+    /// done once).
+    pub fn run_many(&mut self, fetches: &[&Node], feed: &Feed) -> Result<Vec<Tensor>> {
+        let id = self.graph.id();
+        if fetches.iter().any(|n| n.graph().id() != id) {
+            return Err(Error::Graph(
+                "run: a fetched node belongs to another graph".into(),
+            ));
+        }
+        if feed.values.values().any(|(g, _)| *g != id) {
+            return Err(Error::Graph(
+                "run: the feed holds a node of another graph".into(),
+            ));
+        }
+        if self
+            .plan
+            .as_ref()
+            .is_none_or(|p| p.repr.len() != self.graph.len())
+        {
+            self.plan = Some(if self.optimize {
+                Plan::optimized(&self.graph)
+            } else {
+                Plan::plain(&self.graph)
+            });
+        }
+        let plan = self.plan.take().expect("planned above");
+        let targets: Vec<usize> = fetches.iter().map(|n| plan.repr[n.index()]).collect();
+        let needs = self.needs(&plan, &targets);
+        let result = if needs.differentiates {
+            enable_grad(|| self.evaluate(&plan, &needs, feed))
+        } else {
+            no_grad(|| self.evaluate(&plan, &needs, feed))
+        };
+        self.plan = Some(plan);
+        let values = result?;
+        Ok(targets
+            .iter()
+            .map(|&t| values[t].clone().expect("evaluated").detach())
+            .collect())
+    }
+
+    /// The nodes the targets need, and which of them gradients involve.
+    fn needs(&self, plan: &Plan, targets: &[usize]) -> Needs {
+        let nodes = self.graph.nodes();
+        let mut needed = vec![false; nodes.len()];
+        let mut stack: Vec<usize> = targets.to_vec();
+        while let Some(i) = stack.pop() {
+            if std::mem::replace(&mut needed[i], true) || plan.folded[i].is_some() {
+                continue;
+            }
+            stack.extend(nodes[i].inputs.iter().map(|&j| plan.repr[j]));
+        }
+        let order: Vec<usize> = (0..nodes.len()).filter(|&i| needed[i]).collect();
+        let (mut wrt, mut nested) = (HashSet::new(), HashSet::new());
+        let mut differentiates = false;
+        for &i in &order {
+            let inputs: Vec<usize> = nodes[i].inputs.iter().map(|&j| plan.repr[j]).collect();
+            match nodes[i].op {
+                Op::Grad => {
+                    differentiates = true;
+                    wrt.insert(inputs[1]);
+                    // A gradient node that this one differentiates needs its own graph.
+                    nested.extend(
+                        ancestors(&nodes, plan, inputs[0])
+                            .into_iter()
+                            .filter(|&a| matches!(nodes[a].op, Op::Grad)),
+                    );
+                }
+                Op::Minimize(_) => {
+                    differentiates = true;
+                    nested.extend(
+                        ancestors(&nodes, plan, inputs[0])
+                            .into_iter()
+                            .filter(|&a| matches!(nodes[a].op, Op::Grad)),
+                    );
+                }
+                _ => {}
+            }
+        }
+        Needs {
+            order,
+            wrt,
+            nested,
+            differentiates,
+        }
+    }
+
+    /// Every needed node's value, in order.
+    fn evaluate(&mut self, plan: &Plan, needs: &Needs, feed: &Feed) -> Result<Vec<Option<Tensor>>> {
+        let nodes = self.graph.nodes().clone();
+        let mut values: Vec<Option<Tensor>> = plan.folded.clone();
+        for &i in &needs.order {
+            if values[i].is_some() {
+                continue;
+            }
+            let n = &nodes[i];
+            let input = |k: usize| {
+                values[plan.repr[n.inputs[k]]]
+                    .clone()
+                    .expect("inputs come first")
+            };
+            let mut v = match &n.op {
+                Op::Placeholder { name, shape, dtype } => {
+                    fed(feed, i, name, shape.as_ref(), *dtype)?
+                }
+                Op::Variable { param, .. } => param.tensor(),
+                Op::Grad => {
+                    self.evaluations += 1;
+                    let (y, x) = (input(0), input(1));
+                    if needs.nested.contains(&i) {
+                        grad_with_graph(&y, &[&x]).remove(0)
+                    } else {
+                        grad(&y, &[&x]).remove(0)
+                    }
+                }
+                Op::Minimize(m) => {
+                    self.evaluations += 1;
+                    let loss = input(0);
+                    let grads = loss.backward();
+                    let params: Vec<(String, Param)> = m
+                        .vars
+                        .iter()
+                        .filter_map(|&v| match &nodes[v].op {
+                            Op::Variable { name, param } => Some((name.clone(), param.clone())),
+                            _ => None,
+                        })
+                        .collect();
+                    m.optimizer.borrow_mut().step(&params, &grads);
+                    loss.detach()
+                }
+                op => {
+                    self.evaluations += 1;
+                    let inputs: Vec<Tensor> = (0..n.inputs.len()).map(input).collect();
+                    op.eval(&inputs)
+                }
+            };
+            if needs.wrt.contains(&i) && !v.is_tracked() {
+                v = v.requires_grad();
+            }
+            values[i] = Some(v);
+        }
+        Ok(values)
+    }
+
+    /// Writes every variable of the graph to a safetensors file, by name, atomically.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let tensors: Vec<(String, Tensor)> = self
+            .graph
+            .variables()
+            .into_iter()
+            .map(|(_, name, p)| (name, p.tensor().detach()))
+            .collect();
+        let meta = HashMap::from([("format".to_string(), "ferrograd-graph-1".to_string())]);
+        save_tensors(path.as_ref(), &tensors, meta)
+    }
+
+    /// Sets every variable from a file written by [`Session::save`]. Every missing name and
+    /// every shape or dtype mismatch is listed in the error, and then nothing changes.
+    pub fn restore(&mut self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let (tensors, _) = load_tensors(path)?;
+        let mut problems = Vec::new();
+        let vars = self.graph.variables();
+        for (_, name, p) in &vars {
+            match tensors.get(name) {
+                None => problems.push(format!("{name}: missing")),
+                Some(t) if t.shape() != p.shape().as_slice() || t.dtype() != p.dtype() => problems
+                    .push(format!(
+                        "{name}: expected {:?} {}, found {:?} {}",
+                        p.shape(),
+                        p.dtype(),
+                        t.shape(),
+                        t.dtype()
+                    )),
+                Some(_) => {}
+            }
+        }
+        if !problems.is_empty() {
+            return Err(Error::format(path, problems.join("; ")));
+        }
+        for (_, name, p) in vars {
+            p.set(&tensors[&name]);
+        }
+        Ok(())
+    }
+}
+
+/// Node `i`'s ancestors (itself included) through the plan's representatives.
+fn ancestors(nodes: &[super::NodeData], plan: &Plan, i: usize) -> Vec<usize> {
+    let mut seen = HashSet::new();
+    let mut stack = vec![i];
+    while let Some(k) = stack.pop() {
+        if seen.insert(k) {
+            stack.extend(nodes[k].inputs.iter().map(|&j| plan.repr[j]));
+        }
+    }
+    seen.into_iter().collect()
+}
+
+/// The value fed for placeholder `i`, checked against its declared shape and dtype.
+fn fed(
+    feed: &Feed,
+    i: usize,
+    name: &str,
+    shape: Option<&super::Shape>,
+    dtype: Option<crate::tensor::DType>,
+) -> Result<Tensor> {
+    let Some((_, v)) = feed.values.get(&i) else {
+        return Err(Error::Graph(format!(
+            "run: no value fed for placeholder {name:?}"
+        )));
+    };
+    let fits = shape.is_none_or(|s| {
+        s.len() == v.ndim()
+            && s.iter()
+                .zip(v.shape())
+                .all(|(d, &n)| d.is_none_or(|d| d == n))
+    });
+    if !fits || dtype.is_some_and(|d| d != v.dtype()) {
+        return Err(Error::Graph(format!(
+            "run: placeholder {name:?} takes {} {}, fed {:?} {}",
+            shape.map_or("any shape".to_string(), show),
+            dtype.map_or("of any dtype".to_string(), |d| d.to_string()),
+            v.shape(),
+            v.dtype()
+        )));
+    }
+    Ok(v.clone())
+}

@@ -1,0 +1,103 @@
+//! Optimizers as graph ops: `minimize` adds a node that, when run, takes one step of an
+//! optimizer of the training library on the variables that reach the loss. One adapter serves
+//! every optimizer; `GradientDescentOptimizer` is simpleflow's name for it with plain SGD.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use super::op::Op;
+use super::Node;
+use crate::optim::{Optimizer, Sgd};
+
+/// The optimizer and the variables a `minimize` node updates.
+#[derive(Clone)]
+pub struct Minimizer {
+    pub(crate) optimizer: Rc<RefCell<Box<dyn Optimizer>>>,
+    /// Variable nodes, by index.
+    pub(crate) vars: Vec<usize>,
+}
+
+impl Minimizer {
+    pub(crate) fn describe(&self) -> String {
+        let vars: Vec<String> = self.vars.iter().map(|v| format!("%{v}")).collect();
+        format!(
+            "lr {:e} on {}",
+            self.optimizer.borrow().lr(),
+            vars.join(", ")
+        )
+    }
+}
+
+/// Any optimizer of the training library (`Adam`, `Momentum`, ...), used from a graph.
+pub struct GraphOptimizer {
+    optimizer: Box<dyn Optimizer>,
+}
+
+impl GraphOptimizer {
+    /// Wraps `optimizer`; its state lives in the node `minimize` adds.
+    pub fn new(optimizer: impl Optimizer + 'static) -> GraphOptimizer {
+        GraphOptimizer {
+            optimizer: Box::new(optimizer),
+        }
+    }
+
+    /// A node that, when run, takes one step on every variable the loss depends on; its value
+    /// is the loss before the step.
+    pub fn minimize(self, loss: &Node) -> Node {
+        let nodes = loss.graph().nodes();
+        let mut reaches = vec![false; loss.index() + 1];
+        reaches[loss.index()] = true;
+        let mut vars = Vec::new();
+        for i in (0..=loss.index()).rev() {
+            if !reaches[i] {
+                continue;
+            }
+            if let Op::Variable { .. } = nodes[i].op {
+                vars.push(i);
+            }
+            for &j in &nodes[i].inputs {
+                reaches[j] = true;
+            }
+        }
+        drop(nodes);
+        vars.reverse();
+        self.minimizer(loss, vars)
+    }
+
+    /// As [`GraphOptimizer::minimize`], updating only `vars` (variable nodes).
+    pub fn minimize_vars(self, loss: &Node, vars: &[&Node]) -> Node {
+        for v in vars {
+            assert!(
+                matches!(v.op(), Op::Variable { .. }),
+                "minimize_vars: node %{} is not a variable",
+                v.index()
+            );
+        }
+        self.minimizer(loss, vars.iter().map(|v| v.index()).collect())
+    }
+
+    fn minimizer(self, loss: &Node, vars: Vec<usize>) -> Node {
+        let m = Minimizer {
+            optimizer: Rc::new(RefCell::new(self.optimizer)),
+            vars,
+        };
+        loss.graph().add(Op::Minimize(m), &[loss])
+    }
+}
+
+/// Plain gradient descent on a graph (simpleflow's and TensorFlow 1's name).
+pub struct GradientDescentOptimizer {
+    lr: f64,
+}
+
+impl GradientDescentOptimizer {
+    /// Steps of `lr` times the gradient.
+    pub fn new(lr: f64) -> GradientDescentOptimizer {
+        GradientDescentOptimizer { lr }
+    }
+
+    /// A node that, when run, takes one descent step on every variable the loss depends on.
+    pub fn minimize(&self, loss: &Node) -> Node {
+        GraphOptimizer::new(Sgd::new(self.lr)).minimize(loss)
+    }
+}

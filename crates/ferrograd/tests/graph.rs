@@ -1,0 +1,295 @@
+//! Static-graph mode (seed 001): building with checked shapes, sessions and feeds, gradients
+//! from the eager engine (first and second order), training ops, the optimisation pass,
+//! listings, DOT, and saving variables.
+
+mod common;
+
+use common::{panic_message, scratch};
+use ferrograd::graph::{Feed, GradientDescentOptimizer, Graph, GraphOptimizer, Session};
+use ferrograd::prelude::*;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use rand_distr::{Distribution, Normal};
+
+/// The seed's data: y = 3x + N(0, 0.5²) on 100 points in [−1, 1].
+fn seed_data() -> (Tensor, Tensor) {
+    let xs = Tensor::linspace(-1.0, 1.0, 100, DType::F64);
+    let mut rng = StdRng::seed_from_u64(0);
+    let noise = Normal::new(0.0, 0.5).unwrap();
+    let ys: Vec<f64> = xs
+        .to_vec::<f64>()
+        .iter()
+        .map(|x| 3.0 * x + noise.sample(&mut rng))
+        .collect();
+    (xs, Tensor::from_vec(ys, &[100]))
+}
+
+#[test]
+fn the_seeds_linear_regression_converges() {
+    let g = Graph::new();
+    let x = g.placeholder("x");
+    let y_ = g.placeholder("y");
+    let w = g.variable("weight", Tensor::from_vec(vec![1.0f64], &[1, 1]));
+    let b = g.variable("threshold", Tensor::scalar(0.0f64));
+    let y = &(&x * &w) + &b;
+    let loss = (&y - &y_).square().sum();
+    let train = GradientDescentOptimizer::new(0.005).minimize(&loss);
+    let (xs, ys) = seed_data();
+    let feed = Feed::new().with(&x, xs).with(&y_, ys);
+    let mut sess = Session::new(&g);
+    let first = sess.run(&loss, &feed).unwrap().item();
+    for _ in 0..20 {
+        sess.run(&train, &feed).unwrap();
+    }
+    let last = sess.run(&loss, &feed).unwrap().item();
+    let (wv, bv) = (sess.run(&w, &feed).unwrap(), sess.run(&b, &feed).unwrap());
+    assert!(last < first / 4.0, "loss {first} → {last}");
+    assert!((wv.item() - 3.0).abs() < 0.3, "w = {}", wv.item());
+    assert!(bv.item().abs() < 0.2, "b = {}", bv.item());
+    assert_eq!(wv.shape(), &[1, 1]);
+}
+
+#[test]
+fn a_node_consumed_twice_gets_both_contributions() {
+    let g = Graph::new();
+    let r = g.variable("r", Tensor::scalar(3.0f64));
+    let y = &r * &r;
+    let dr = g.gradients(&y, &[&r]);
+    let mut sess = Session::new(&g);
+    assert_eq!(sess.run(&dr[0], &Feed::new()).unwrap().item(), 6.0);
+    // Two branches through an intermediate node: z = h + 2h with h = r², dz/dr = 3·2r.
+    let h = r.square();
+    let z = &h + &(&h * 2.0);
+    let dz = g.gradients(&z, &[&r]);
+    assert_eq!(sess.run(&dz[0], &Feed::new()).unwrap().item(), 18.0);
+}
+
+#[test]
+fn gradients_of_gradients() {
+    let g = Graph::new();
+    let x = g.placeholder("x");
+    let y = x.powf(3.0);
+    let d1 = g.gradients(&y, &[&x]);
+    let d2 = g.gradients(&d1[0], &[&x]);
+    let d3 = g.gradients(&d2[0], &[&x]);
+    let mut sess = Session::new(&g);
+    let feed = Feed::new().with(&x, Tensor::scalar(2.0f64));
+    let v = sess.run_many(&[&y, &d1[0], &d2[0], &d3[0]], &feed).unwrap();
+    let v: Vec<f64> = v.iter().map(Tensor::item).collect();
+    assert_eq!(v, vec![8.0, 12.0, 12.0, 6.0]);
+    // The listing shows the gradient nodes as nodes of the graph.
+    assert!(format!("{g}").contains("grad(%1, %0)"), "{g}");
+}
+
+#[test]
+fn feeds_are_checked_and_errors_name_what_is_wrong() {
+    let g = Graph::new();
+    let x = g.placeholder_with("x", &[None, Some(3)], DType::F32);
+    let y = x.sum();
+    let mut sess = Session::new(&g);
+    let err = sess.run(&y, &Feed::new()).unwrap_err().to_string();
+    assert!(err.contains("no value fed for placeholder \"x\""), "{err}");
+    let bad = Feed::new().with(&x, Tensor::zeros(&[2, 4], DType::F32));
+    let err = sess.run(&y, &bad).unwrap_err().to_string();
+    assert!(
+        err.contains("placeholder \"x\" takes [?, 3] f32, fed [2, 4] f32"),
+        "{err}"
+    );
+    let bad = Feed::new().with(&x, Tensor::zeros(&[2, 3], DType::F64));
+    let err = sess.run(&y, &bad).unwrap_err().to_string();
+    assert!(err.contains("fed [2, 3] f64"), "{err}");
+    let ok = Feed::new().with(&x, Tensor::ones(&[5, 3], DType::F32));
+    assert_eq!(sess.run(&y, &ok).unwrap().item(), 15.0);
+
+    let other = Graph::new();
+    let z = other.placeholder("z");
+    assert!(sess
+        .run(&z, &ok)
+        .unwrap_err()
+        .to_string()
+        .contains("another graph"));
+    let mixed = ok.clone().with(&z, Tensor::scalar(1.0f32));
+    assert!(sess
+        .run(&y, &mixed)
+        .unwrap_err()
+        .to_string()
+        .contains("another graph"));
+    let msg = panic_message(|| drop(&y + &z));
+    assert!(msg.contains("another graph"), "{msg}");
+}
+
+#[test]
+fn shapes_are_checked_when_the_graph_is_built() {
+    let g = Graph::new();
+    let a = g.placeholder_with("a", &[None, Some(3)], DType::F32);
+    let w = g.variable("w", Tensor::zeros(&[4, 2], DType::F32));
+    let err = a.try_matmul(&w).unwrap_err().to_string();
+    assert!(
+        err.contains("matmul: inner dimensions differ: [?, 3] @ [4, 2]"),
+        "{err}"
+    );
+    let msg = panic_message(|| drop(a.matmul(&w)));
+    assert!(msg.contains("[?, 3] @ [4, 2]"), "{msg}");
+    let v = g.variable("v", Tensor::zeros(&[3, 2], DType::F32));
+    assert_eq!(a.matmul(&v).shape(), Some(vec![None, Some(2)]));
+    let msg = panic_message(|| drop(&a + &v));
+    assert!(msg.contains("do not broadcast"), "{msg}");
+    assert!(
+        a.try_reshape(&[5]).is_ok(),
+        "a free axis may make any count"
+    );
+    assert!(v.try_reshape(&[5]).is_err());
+}
+
+#[test]
+fn each_needed_node_is_evaluated_once_per_run() {
+    let g = Graph::new();
+    let x = g.placeholder("x");
+    let h = x.exp(); // read by two consumers
+    let a = h.sum();
+    let b = h.mean();
+    let unused = x.log().sum();
+    let mut sess = Session::unoptimized(&g);
+    let feed = Feed::new().with(&x, Tensor::ones(&[4], DType::F64));
+    sess.run_many(&[&a, &b], &feed).unwrap();
+    assert_eq!(
+        sess.evaluations(),
+        3,
+        "exp once, sum, mean; the log branch not at all"
+    );
+    sess.run(&a, &feed).unwrap();
+    assert_eq!(sess.evaluations(), 5);
+    drop(unused);
+}
+
+#[test]
+fn common_subexpressions_merge_and_constants_fold_before_the_first_run() {
+    let g = Graph::new();
+    let x = g.placeholder("x");
+    let c = g.constant(Tensor::from_vec(vec![1.0f64, 2.0], &[2]));
+    let k = (&c * 2.0).exp().sum(); // constant: folded
+    let y = &(&x.tanh() * &k) + &x.tanh(); // tanh(x) twice: merged
+    let feed = Feed::new().with(&x, Tensor::from_vec(vec![0.5f64, -0.5], &[2]));
+    let mut plain = Session::unoptimized(&g);
+    let mut optimized = Session::new(&g);
+    let (p, o) = (
+        plain.run(&y, &feed).unwrap(),
+        optimized.run(&y, &feed).unwrap(),
+    );
+    assert_eq!(p.to_vec::<f64>(), o.to_vec::<f64>());
+    // Unoptimised: mul, exp, sum, tanh, tanh, mul, add. Optimised: tanh, mul, add.
+    assert_eq!(plain.evaluations(), 7);
+    assert_eq!(optimized.evaluations(), 3);
+}
+
+/// An MLP 4-8-3 with a softmax cross-entropy on one-hot targets, in graph mode, and the same
+/// weights in eager mode.
+#[test]
+fn graph_and_eager_gradients_agree_on_an_mlp() {
+    let mut rng = StdRng::seed_from_u64(3);
+    let w1 = Tensor::randn(&[4, 8], DType::F64, &mut rng);
+    let b1 = Tensor::randn(&[8], DType::F64, &mut rng);
+    let w2 = Tensor::randn(&[8, 3], DType::F64, &mut rng);
+    let xs = Tensor::randn(&[5, 4], DType::F64, &mut rng);
+    let ys = one_hot(&[0usize, 2, 1, 1, 0], 3).to_dtype(DType::F64);
+
+    let g = Graph::new();
+    let x = g.placeholder_with("x", &[None, Some(4)], DType::F64);
+    let y = g.placeholder_with("y", &[None, Some(3)], DType::F64);
+    let (gw1, gb1, gw2) = (
+        g.variable("w1", w1.clone()),
+        g.variable("b1", b1.clone()),
+        g.variable("w2", w2.clone()),
+    );
+    let h = (&x.matmul(&gw1) + &gb1).relu();
+    let loss = -(&h.matmul(&gw2).log_softmax(1) * &y).sum() / 5.0;
+    let grads = g.gradients(&loss, &[&gw1, &gb1, &gw2]);
+    let mut sess = Session::new(&g);
+    let feed = Feed::new().with(&x, xs.clone()).with(&y, ys.clone());
+    let refs: Vec<&ferrograd::graph::Node> = grads.iter().collect();
+    let graph_grads = sess.run_many(&refs, &feed).unwrap();
+
+    let (w1, b1, w2) = (w1.requires_grad(), b1.requires_grad(), w2.requires_grad());
+    let h = (&xs.matmul(&w1) + &b1).relu();
+    let eager_loss = -(&h.matmul(&w2).log_softmax(1) * &ys).sum() / 5.0;
+    let eager = grad(&eager_loss, &[&w1, &b1, &w2]);
+    for (a, b) in graph_grads.iter().zip(&eager) {
+        assert!(a.allclose(b, 0.0, 1e-12));
+    }
+}
+
+#[test]
+fn any_optimizer_trains_a_graph_as_it_trains_eagerly() {
+    let start = Tensor::from_vec(vec![1.0f32, -2.0, 0.5], &[3]);
+    let target = Tensor::from_vec(vec![0.0f32, 1.0, 2.0], &[3]);
+    let g = Graph::new();
+    let w = g.variable("w", start.clone());
+    let t = g.constant(target.clone());
+    let loss = (&w - &t).square().sum();
+    let train = GraphOptimizer::new(Adam::new(0.1)).minimize(&loss);
+    let mut sess = Session::new(&g);
+    for _ in 0..5 {
+        sess.run(&train, &Feed::new()).unwrap();
+    }
+
+    let p = Param::new(start);
+    let mut adam = Adam::new(0.1);
+    for _ in 0..5 {
+        let grads = (&p.tensor() - &target).square().sum().backward();
+        adam.step(&[("w".to_string(), p.clone())], &grads);
+    }
+    assert_eq!(
+        sess.run(&w, &Feed::new()).unwrap().to_vec::<f32>(),
+        p.tensor().to_vec::<f32>()
+    );
+}
+
+#[test]
+fn variables_survive_save_and_restore() {
+    let path = scratch("graph_save").join("vars.safetensors");
+    let g = Graph::new();
+    let w = g.variable("w", Tensor::from_vec(vec![1.0f32, 2.0], &[2]));
+    let loss = w.square().sum();
+    let train = GradientDescentOptimizer::new(0.25).minimize(&loss);
+    let mut sess = Session::new(&g);
+    sess.run(&train, &Feed::new()).unwrap();
+    let trained = sess.run(&w, &Feed::new()).unwrap().to_vec::<f32>();
+    assert_eq!(trained, vec![0.5, 1.0]);
+    sess.save(&path).unwrap();
+    sess.run(&train, &Feed::new()).unwrap();
+    sess.restore(&path).unwrap();
+    assert_eq!(sess.run(&w, &Feed::new()).unwrap().to_vec::<f32>(), trained);
+
+    // A graph whose variables do not match is refused, and keeps its values.
+    let other = Graph::new();
+    let v = other.variable("w", Tensor::zeros(&[3], DType::F32));
+    let mut s2 = Session::new(&other);
+    let err = s2.restore(&path).unwrap_err().to_string();
+    assert!(err.contains("w: expected [3] f32, found [2] f32"), "{err}");
+    assert_eq!(
+        s2.run(&v, &Feed::new()).unwrap().to_vec::<f32>(),
+        vec![0.0; 3]
+    );
+}
+
+#[test]
+fn a_graph_prints_as_a_listing_and_as_dot() {
+    let g = Graph::new();
+    let x = g.placeholder_with("x", &[None, Some(2)], DType::F32);
+    let w = g.variable("w", Tensor::zeros(&[2, 1], DType::F32));
+    let y = x.matmul(&w).sum();
+    let listing = format!("{g}");
+    let lines: Vec<&str> = listing.lines().collect();
+    assert_eq!(lines.len(), 4);
+    assert!(lines[0].starts_with("%0 = placeholder \"x\"") && lines[0].ends_with("[?, 2] f32"));
+    assert!(lines[2].starts_with("%2 = matmul(%0, %1)") && lines[2].ends_with("[?, 1] f32"));
+    assert!(lines[3].ends_with("[] f32"), "{}", lines[3]);
+    let dot = g.to_dot();
+    assert!(dot.starts_with("digraph ferrograd {") && dot.trim_end().ends_with('}'));
+    assert_eq!(dot.matches(" [label=").count(), 4);
+    for edge in ["n0 -> n2;", "n1 -> n2;", "n2 -> n3;"] {
+        assert!(dot.contains(edge), "{dot}");
+    }
+    assert_eq!(dot.matches(" -> ").count(), 3);
+    drop(y);
+}
