@@ -1,6 +1,7 @@
 //! Autograd overhead: a micrograd-style graph of scalar ops (mixed add/mul/relu) timed forward
-//! and backward per node, and the seed's MLP step (784-400-100-10, batch 128) split into kernel
-//! time and graph bookkeeping.
+//! and backward per node; the seed's MLP step (784-400-100-10, batch 128) split into kernel
+//! time and graph bookkeeping; and the same training step (Adam) in eager mode and through a
+//! static graph's Session.
 //!
 //! `cargo run --release --example bench_autograd`
 
@@ -31,6 +32,62 @@ fn scalar_graph(n_ops: usize) -> (f64, f64, usize) {
 fn main() {
     scalar_graph_report();
     mlp_step_report();
+    session_step_report();
+}
+
+/// One Adam training step of the seed's MLP, eager (`Model::train_step`) against a static
+/// graph's `Session::run` of its `minimize` node, alternating, best of each.
+fn session_step_report() {
+    use ferrograd::graph::{Feed, Graph, GraphOptimizer, Session};
+    let mut rng = StdRng::seed_from_u64(1);
+    let x = Tensor::randn(&[128, 784], DType::F32, &mut rng);
+    let labels: Vec<usize> = (0..128).map(|i| i % 10).collect();
+    let y = one_hot(&labels, 10);
+    manual_seed(0);
+    let net = Net::new(vec![
+        Box::new(Dense::new(784, 400)),
+        Box::new(Relu::new()),
+        Box::new(Dense::new(400, 100)),
+        Box::new(Relu::new()),
+        Box::new(Dense::new(100, 10)),
+    ]);
+    let g = Graph::new();
+    let (gx, gy) = (g.placeholder("x"), g.placeholder("y"));
+    let mut h = gx.clone();
+    let params = net.params();
+    for (i, wb) in params.chunks(2).enumerate() {
+        let w = g.variable(&wb[0].0, wb[0].1.tensor().detach());
+        let b = g.variable(&wb[1].0, wb[1].1.tensor().detach());
+        h = &h.matmul(&w.transpose(0, 1)) + &b;
+        if i < 2 {
+            h = h.relu();
+        }
+    }
+    let loss = -(&h.log_softmax(1) * &gy).sum_axes(&[1], false).mean();
+    let train = GraphOptimizer::new(Adam::new(1e-3)).minimize(&loss);
+    let mut sess = Session::new(&g);
+    let feed = Feed::new().with(&gx, x.clone()).with(&gy, y.clone());
+    let mut model = Model::new(net, SoftmaxCrossEntropy::new(), Adam::new(1e-3));
+    let reps = 20;
+    let (mut eager, mut graph) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..7 {
+        let t = Instant::now();
+        for _ in 0..reps {
+            model.train_step(&x, &y);
+        }
+        eager = eager.min(t.elapsed().as_secs_f64() / reps as f64);
+        let t = Instant::now();
+        for _ in 0..reps {
+            sess.run(&train, &feed).expect("a fed graph runs");
+        }
+        graph = graph.min(t.elapsed().as_secs_f64() / reps as f64);
+    }
+    println!(
+        "MLP Adam step 784-400-100-10, batch 128: eager {:.3} ms, static graph {:.3} ms (graph/eager {:.2})",
+        eager * 1e3,
+        graph * 1e3,
+        graph / eager
+    );
 }
 
 /// Per-node costs of a micrograd-style graph of scalar ops, best of ten.

@@ -7,7 +7,7 @@ use std::path::Path;
 use super::op::{show, Op};
 use super::optimize::Plan;
 use super::{Graph, Node};
-use crate::autograd::{grad, grad_with_graph, Param};
+use crate::autograd::{grad, grad_with_graph, Gradients, Param};
 use crate::error::{Error, Result};
 use crate::io::tensors::{load_tensors, save_tensors};
 use crate::tensor::{enable_grad, no_grad, Tensor};
@@ -37,6 +37,8 @@ pub struct Session {
     graph: Graph,
     optimize: bool,
     plan: Option<Plan>,
+    /// What runs of each set of fetches need, worked out on their first run.
+    needs: HashMap<Vec<usize>, Needs>,
     evaluations: u64,
 }
 
@@ -60,6 +62,7 @@ impl Session {
             graph: g.clone(),
             optimize: true,
             plan: None,
+            needs: HashMap::new(),
             evaluations: 0,
         }
     }
@@ -101,129 +104,42 @@ impl Session {
             .as_ref()
             .is_none_or(|p| p.repr.len() != self.graph.len())
         {
+            // The graph grew: plan it again, and what runs need with it.
             self.plan = Some(if self.optimize {
                 Plan::optimized(&self.graph)
             } else {
                 Plan::plain(&self.graph)
             });
+            self.needs.clear();
         }
-        let plan = self.plan.take().expect("planned above");
+        let plan = self.plan.as_ref().expect("planned above");
         let targets: Vec<usize> = fetches.iter().map(|n| plan.repr[n.index()]).collect();
-        let needs = self.needs(&plan, &targets);
+        if !self.needs.contains_key(&targets) {
+            let needs = needs(&self.graph, plan, &targets);
+            self.needs.insert(targets.clone(), needs);
+        }
+        let needs = &self.needs[&targets];
+        let mut evaluations = 0;
+        let run = || evaluate(&self.graph, plan, needs, feed, &mut evaluations);
         let result = if needs.differentiates {
-            enable_grad(|| self.evaluate(&plan, &needs, feed))
+            enable_grad(run)
         } else {
-            no_grad(|| self.evaluate(&plan, &needs, feed))
+            no_grad(run)
         };
-        self.plan = Some(plan);
-        let values = result?;
-        Ok(targets
+        self.evaluations += evaluations;
+        let (values, steps) = result?;
+        let out = targets
             .iter()
             .map(|&t| values[t].clone().expect("evaluated").detach())
-            .collect())
-    }
-
-    /// The nodes the targets need, and which of them gradients involve.
-    fn needs(&self, plan: &Plan, targets: &[usize]) -> Needs {
+            .collect();
+        // The recorded graph goes before the optimizers step, as in `Model::train_step`, so
+        // that they update the variables in place instead of copying buffers still shared.
+        drop(values);
         let nodes = self.graph.nodes();
-        let mut needed = vec![false; nodes.len()];
-        let mut stack: Vec<usize> = targets.to_vec();
-        while let Some(i) = stack.pop() {
-            if std::mem::replace(&mut needed[i], true) || plan.folded[i].is_some() {
-                continue;
-            }
-            stack.extend(nodes[i].inputs.iter().map(|&j| plan.repr[j]));
+        for (m, grads) in steps {
+            step(&nodes, &m, &grads);
         }
-        let order: Vec<usize> = (0..nodes.len()).filter(|&i| needed[i]).collect();
-        let (mut wrt, mut nested) = (HashSet::new(), HashSet::new());
-        let mut differentiates = false;
-        for &i in &order {
-            let inputs: Vec<usize> = nodes[i].inputs.iter().map(|&j| plan.repr[j]).collect();
-            match nodes[i].op {
-                Op::Grad => {
-                    differentiates = true;
-                    wrt.insert(inputs[1]);
-                    // A gradient node that this one differentiates needs its own graph.
-                    nested.extend(
-                        ancestors(&nodes, plan, inputs[0])
-                            .into_iter()
-                            .filter(|&a| matches!(nodes[a].op, Op::Grad)),
-                    );
-                }
-                Op::Minimize(_) => {
-                    differentiates = true;
-                    nested.extend(
-                        ancestors(&nodes, plan, inputs[0])
-                            .into_iter()
-                            .filter(|&a| matches!(nodes[a].op, Op::Grad)),
-                    );
-                }
-                _ => {}
-            }
-        }
-        Needs {
-            order,
-            wrt,
-            nested,
-            differentiates,
-        }
-    }
-
-    /// Every needed node's value, in order.
-    fn evaluate(&mut self, plan: &Plan, needs: &Needs, feed: &Feed) -> Result<Vec<Option<Tensor>>> {
-        let nodes = self.graph.nodes().clone();
-        let mut values: Vec<Option<Tensor>> = plan.folded.clone();
-        for &i in &needs.order {
-            if values[i].is_some() {
-                continue;
-            }
-            let n = &nodes[i];
-            let input = |k: usize| {
-                values[plan.repr[n.inputs[k]]]
-                    .clone()
-                    .expect("inputs come first")
-            };
-            let mut v = match &n.op {
-                Op::Placeholder { name, shape, dtype } => {
-                    fed(feed, i, name, shape.as_ref(), *dtype)?
-                }
-                Op::Variable { param, .. } => param.tensor(),
-                Op::Grad => {
-                    self.evaluations += 1;
-                    let (y, x) = (input(0), input(1));
-                    if needs.nested.contains(&i) {
-                        grad_with_graph(&y, &[&x]).remove(0)
-                    } else {
-                        grad(&y, &[&x]).remove(0)
-                    }
-                }
-                Op::Minimize(m) => {
-                    self.evaluations += 1;
-                    let loss = input(0);
-                    let grads = loss.backward();
-                    let params: Vec<(String, Param)> = m
-                        .vars
-                        .iter()
-                        .filter_map(|&v| match &nodes[v].op {
-                            Op::Variable { name, param } => Some((name.clone(), param.clone())),
-                            _ => None,
-                        })
-                        .collect();
-                    m.optimizer.borrow_mut().step(&params, &grads);
-                    loss.detach()
-                }
-                op => {
-                    self.evaluations += 1;
-                    let inputs: Vec<Tensor> = (0..n.inputs.len()).map(input).collect();
-                    op.eval(&inputs)
-                }
-            };
-            if needs.wrt.contains(&i) && !v.is_tracked() {
-                v = v.requires_grad();
-            }
-            values[i] = Some(v);
-        }
-        Ok(values)
+        Ok(out)
     }
 
     /// Writes every variable of the graph to a safetensors file, by name, atomically.
@@ -310,4 +226,114 @@ fn fed(
         )));
     }
     Ok(v.clone())
+}
+
+/// The nodes the targets need, in order, and which of them gradients involve.
+fn needs(graph: &Graph, plan: &Plan, targets: &[usize]) -> Needs {
+    let nodes = graph.nodes();
+    let mut needed = vec![false; nodes.len()];
+    let mut stack: Vec<usize> = targets.to_vec();
+    while let Some(i) = stack.pop() {
+        if std::mem::replace(&mut needed[i], true) || plan.folded[i].is_some() {
+            continue;
+        }
+        stack.extend(nodes[i].inputs.iter().map(|&j| plan.repr[j]));
+    }
+    let order: Vec<usize> = (0..nodes.len()).filter(|&i| needed[i]).collect();
+    let (mut wrt, mut nested) = (HashSet::new(), HashSet::new());
+    let mut differentiates = false;
+    for &i in &order {
+        let inputs: Vec<usize> = nodes[i].inputs.iter().map(|&j| plan.repr[j]).collect();
+        let differentiated = match nodes[i].op {
+            Op::Grad => {
+                wrt.insert(inputs[1]);
+                inputs[0]
+            }
+            Op::Minimize(_) => inputs[0],
+            _ => continue,
+        };
+        differentiates = true;
+        // A gradient node on the way to a differentiated value needs its own graph.
+        nested.extend(
+            ancestors(&nodes, plan, differentiated)
+                .into_iter()
+                .filter(|&a| matches!(nodes[a].op, Op::Grad)),
+        );
+    }
+    Needs {
+        order,
+        wrt,
+        nested,
+        differentiates,
+    }
+}
+
+/// A training op's optimizer with the gradients to step it by.
+type PendingStep = (super::train::Minimizer, Gradients);
+
+/// Every needed node's value (and the folded ones), counting op evaluations, and the steps
+/// training ops are to take once the values are released.
+fn evaluate(
+    graph: &Graph,
+    plan: &Plan,
+    needs: &Needs,
+    feed: &Feed,
+    evaluations: &mut u64,
+) -> Result<(Vec<Option<Tensor>>, Vec<PendingStep>)> {
+    let nodes = graph.nodes();
+    let mut values: Vec<Option<Tensor>> = plan.folded.clone();
+    let mut steps = Vec::new();
+    for &i in &needs.order {
+        if values[i].is_some() {
+            continue;
+        }
+        let n = &nodes[i];
+        let input = |k: usize| {
+            values[plan.repr[n.inputs[k]]]
+                .clone()
+                .expect("inputs come first")
+        };
+        let mut v = match &n.op {
+            Op::Placeholder { name, shape, dtype } => fed(feed, i, name, shape.as_ref(), *dtype)?,
+            Op::Variable { param, .. } => param.tensor(),
+            Op::Grad => {
+                let (y, x) = (input(0), input(1));
+                *evaluations += 1;
+                if needs.nested.contains(&i) {
+                    grad_with_graph(&y, &[&x]).remove(0)
+                } else {
+                    grad(&y, &[&x]).remove(0)
+                }
+            }
+            Op::Minimize(m) => {
+                *evaluations += 1;
+                let loss = input(0);
+                steps.push((m.clone(), loss.backward()));
+                loss.detach()
+            }
+            op => {
+                *evaluations += 1;
+                let inputs: Vec<Tensor> = (0..n.inputs.len()).map(input).collect();
+                op.eval(&inputs)
+            }
+        };
+        if needs.wrt.contains(&i) && !v.is_tracked() {
+            v = v.requires_grad();
+        }
+        values[i] = Some(v);
+    }
+    Ok((values, steps))
+}
+
+/// One step of `m`'s optimizer on its variables.
+fn step(nodes: &[super::NodeData], m: &super::train::Minimizer, grads: &Gradients) {
+    let params: Vec<(String, Param)> = m
+        .vars
+        .iter()
+        .filter_map(|&v| match &nodes[v].op {
+            Op::Variable { name, param } => Some((name.clone(), param.clone())),
+            _ => None,
+        })
+        .collect();
+    m.optimizer.borrow_mut().step(&params, grads);
 }
