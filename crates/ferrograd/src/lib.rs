@@ -68,6 +68,7 @@ pub mod prelude {
         Gradients, Param,
     };
     pub use crate::data::{one_hot, BatchIterator, Batches, Dataset, TensorDataset};
+    pub use crate::graph::{Feed, GradientDescentOptimizer, Graph, GraphOptimizer, Node, Session};
     pub use crate::io::{load_checkpoint, save_checkpoint};
     pub use crate::loss::{Huber, Loss, Mae, Mse, Nll, SigmoidCrossEntropy, SoftmaxCrossEntropy};
     pub use crate::metrics::accuracy;

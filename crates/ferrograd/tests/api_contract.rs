@@ -1,5 +1,4 @@
-//! The public API contract of DESIGN.md, written as its users write it (the static-graph part
-//! is not built yet). If this stops compiling, code outside the repository breaks too.
+//! The public API contract of DESIGN.md, written as its users write it. If this stops compiling, code outside the repository breaks too.
 
 mod common;
 
@@ -104,4 +103,31 @@ fn the_contract_compiles_and_behaves() {
     model.apply_grads(&grads);
     let l: Tensor = SoftmaxCrossEntropy::new().loss(&pred, &y);
     assert_eq!(l.shape(), &[] as &[usize]);
+}
+
+#[test]
+fn the_static_graph_contract() -> Result<()> {
+    let g = Graph::new();
+    let x = g.placeholder("x");
+    let w = g.variable("weight", Tensor::from_vec(vec![1.0f32], &[1, 1]));
+    let y = g.placeholder("y");
+    let loss = (&(&x * &w) - &y).square().sum();
+    let train = GradientDescentOptimizer::new(0.005).minimize(&loss);
+    let dw: Vec<Node> = g.gradients(&loss, &[&w]);
+    let mut sess = Session::new(&g);
+    let xs = Tensor::from_vec(vec![1.0f32, 2.0], &[2]);
+    let ys = Tensor::from_vec(vec![3.0f32, 6.0], &[2]);
+    let feed = Feed::new().with(&x, xs).with(&y, ys);
+    let value: Tensor = sess.run(&loss, &feed)?;
+    assert_eq!(value.item(), 20.0); // (1 − 3)² + (2 − 6)²
+    assert_eq!(sess.run(&dw[0], &feed)?.item(), -20.0); // Σ 2(xw − y)x
+    sess.run(&train, &feed)?;
+    let vals: Vec<Tensor> = sess.run_many(&[&loss, &w], &feed)?;
+    assert!((vals[1].item() - 1.1).abs() < 1e-6); // 1 − 0.005·(−20)
+    assert!(vals[0].item() < 20.0);
+    let d2: Vec<Node> = g.gradients(&dw[0], &[&w]);
+    assert_eq!(sess.run(&d2[0], &feed)?.item(), 10.0); // Σ 2x²
+    let dot: String = g.to_dot();
+    assert!(dot.starts_with("digraph"));
+    Ok(())
 }

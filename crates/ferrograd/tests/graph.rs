@@ -5,7 +5,7 @@
 mod common;
 
 use common::{panic_message, scratch};
-use ferrograd::graph::{Feed, GradientDescentOptimizer, Graph, GraphOptimizer, Session};
+use ferrograd::graph::{Feed, GradientDescentOptimizer, Graph, GraphOptimizer, Node, Session};
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -292,4 +292,58 @@ fn a_graph_prints_as_a_listing_and_as_dot() {
     }
     assert_eq!(dot.matches(" -> ").count(), 3);
     drop(y);
+}
+
+#[test]
+fn convolution_pooling_and_structure_ops_infer_shapes_and_match_eager() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let xs = Tensor::randn(&[2, 1, 8, 8], DType::F64, &mut rng);
+    let k = Tensor::randn(&[4, 1, 3, 3], DType::F64, &mut rng);
+    let kt = Tensor::randn(&[4, 2, 2, 2], DType::F64, &mut rng);
+    let opts = ConvOpts::new().padding(1);
+    let up = ConvOpts::new().stride(2);
+
+    let g = Graph::new();
+    let x = g.placeholder_with("x", &[None, Some(1), Some(8), Some(8)], DType::F64);
+    let w = g.variable("w", k.clone());
+    let wt = g.variable("wt", kt.clone());
+    let h = x.conv2d(&w, &opts).relu().max_pool2d(2, 2, 0);
+    assert_eq!(h.shape(), Some(vec![None, Some(4), Some(4), Some(4)]));
+    let u = h.conv_transpose2d(&wt, &up);
+    assert_eq!(u.shape(), Some(vec![None, Some(2), Some(8), Some(8)]));
+    let pooled = u.avg_pool2d(2, 2, 0).flatten_from(1);
+    assert_eq!(pooled.shape(), Some(vec![None, Some(32)]));
+    let joined = Node::cat(&[&pooled, &pooled.narrow(1, 0, 8)], 1);
+    assert_eq!(joined.shape(), Some(vec![None, Some(40)]));
+    let classes = joined.argmax(1);
+    assert_eq!(
+        (classes.shape(), classes.dtype()),
+        (Some(vec![None]), Some(DType::I64))
+    );
+    let loss = joined.square().sum();
+    let grads = g.gradients(&loss, &[&w, &wt]);
+
+    let mut sess = Session::new(&g);
+    let feed = Feed::new().with(&x, xs.clone());
+    let out = sess
+        .run_many(&[&loss, &grads[0], &grads[1], &classes], &feed)
+        .unwrap();
+
+    let (k, kt) = (k.requires_grad(), kt.requires_grad());
+    let h = xs.conv2d(&k, &opts).relu().max_pool2d(2, 2, 0);
+    let pooled = h
+        .conv_transpose2d(&kt, &up)
+        .avg_pool2d(2, 2, 0)
+        .flatten_from(1);
+    let joined = Tensor::cat(&[&pooled, &pooled.narrow(1, 0, 8)], 1);
+    let eager_loss = joined.square().sum();
+    let eager = grad(&eager_loss, &[&k, &kt]);
+    assert_eq!(out[0].item(), eager_loss.item());
+    assert!(out[1].allclose(&eager[0], 0.0, 1e-12));
+    assert!(out[2].allclose(&eager[1], 0.0, 1e-12));
+    assert_eq!(out[3].to_vec::<i64>(), joined.argmax(1).to_vec::<i64>());
+
+    let bad = g.variable("bad", Tensor::zeros(&[4, 3, 3, 3], DType::F64));
+    let msg = panic_message(|| drop(x.conv2d(&bad, &opts)));
+    assert!(msg.contains("do not fit 1 group(s)"), "{msg}");
 }

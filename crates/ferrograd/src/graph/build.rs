@@ -8,6 +8,7 @@ use super::op::{Binary, Op, Reduce, Unary};
 use super::{Graph, Node};
 use crate::autograd::Param;
 use crate::error::Result;
+use crate::ops::conv::ConvOpts;
 use crate::tensor::{DType, Tensor};
 
 impl Graph {
@@ -225,6 +226,67 @@ impl Node {
     /// x − log Σ exp(x) along `axis`.
     pub fn log_softmax(&self, axis: usize) -> Node {
         self.graph.add(Op::LogSoftmax(axis), &[self])
+    }
+
+    /// 2-D convolution (PyTorch's `conv2d`): `self` `[N, C, H, W]`, `w`
+    /// `[O, C/groups, kh, kw]`.
+    pub fn conv2d(&self, w: &Node, opts: &ConvOpts) -> Node {
+        self.graph.add(Op::Conv2d(*opts), &[self, w])
+    }
+
+    /// The transposed convolution (PyTorch's `conv_transpose2d`): `w` `[Cin, Cout/groups, kh,
+    /// kw]`.
+    pub fn conv_transpose2d(&self, w: &Node, opts: &ConvOpts) -> Node {
+        self.graph.add(Op::ConvTranspose2d(*opts), &[self, w])
+    }
+
+    /// Max pooling over square windows (PyTorch's semantics).
+    pub fn max_pool2d(&self, kernel: usize, stride: usize, padding: usize) -> Node {
+        let op = Op::Pool {
+            max: true,
+            kernel,
+            stride,
+            padding,
+        };
+        self.graph.add(op, &[self])
+    }
+
+    /// Average pooling over square windows (the padding counts).
+    pub fn avg_pool2d(&self, kernel: usize, stride: usize, padding: usize) -> Node {
+        let op = Op::Pool {
+            max: false,
+            kernel,
+            stride,
+            padding,
+        };
+        self.graph.add(op, &[self])
+    }
+
+    /// Nodes joined along `axis`; all other axes must agree.
+    pub fn cat(nodes: &[&Node], axis: usize) -> Node {
+        let first = nodes.first().expect("cat: no nodes given");
+        first.graph.add(Op::Cat(axis), nodes)
+    }
+
+    /// Elements `start..start + len` along `axis`.
+    pub fn narrow(&self, axis: usize, start: usize, len: usize) -> Node {
+        self.graph.add(Op::Narrow { axis, start, len }, &[self])
+    }
+
+    /// Axes from `start` on merged into one.
+    pub fn flatten_from(&self, start: usize) -> Node {
+        self.graph.add(Op::FlattenFrom(start), &[self])
+    }
+
+    /// Index of the largest element along `axis` (an i64 node). Has no derivative.
+    pub fn argmax(&self, axis: usize) -> Node {
+        self.graph.add(Op::ArgExtremum { max: true, axis }, &[self])
+    }
+
+    /// Index of the smallest element along `axis` (an i64 node). Has no derivative.
+    pub fn argmin(&self, axis: usize) -> Node {
+        self.graph
+            .add(Op::ArgExtremum { max: false, axis }, &[self])
     }
 
     fn scalar(&self, u: Unary) -> Node {

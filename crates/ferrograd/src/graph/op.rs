@@ -6,6 +6,7 @@
 use std::fmt;
 
 use crate::autograd::Param;
+use crate::ops::conv::ConvOpts;
 use crate::tensor::{DType, Tensor};
 
 /// A shape known at build time, axis by axis: `None` is a free axis (a batch fed at run time).
@@ -159,6 +160,41 @@ pub enum Op {
     Softmax(usize),
     /// Log-softmax along an axis.
     LogSoftmax(usize),
+    /// 2-D convolution of input 0 (`[N, C, H, W]`) by the weight input 1.
+    Conv2d(ConvOpts),
+    /// The transposed 2-D convolution of input 0 by the weight input 1.
+    ConvTranspose2d(ConvOpts),
+    /// Max (`max: true`) or average pooling over square windows.
+    Pool {
+        /// Max pooling, else average pooling.
+        max: bool,
+        /// Window size.
+        kernel: usize,
+        /// Step between windows.
+        stride: usize,
+        /// Padding on every side.
+        padding: usize,
+    },
+    /// The inputs joined along an axis.
+    Cat(usize),
+    /// Elements `start..start + len` along `axis`.
+    Narrow {
+        /// The axis.
+        axis: usize,
+        /// The first element kept.
+        start: usize,
+        /// How many are kept.
+        len: usize,
+    },
+    /// Axes from this one on merged into one.
+    FlattenFrom(usize),
+    /// The index of the largest (`max: true`) or smallest element along an axis, as i64.
+    ArgExtremum {
+        /// Largest, else smallest.
+        max: bool,
+        /// The axis.
+        axis: usize,
+    },
     /// The gradient of input 0 (a one-element value) with respect to input 1.
     Grad,
     /// One step of an optimizer on `vars` against the loss (input 0); the loss is its value.
@@ -191,6 +227,23 @@ impl Op {
             Op::BroadcastTo(s) => format!("broadcast_to({s:?})"),
             Op::Softmax(a) => format!("softmax({a})"),
             Op::LogSoftmax(a) => format!("log_softmax({a})"),
+            Op::Conv2d(o) => format!("conv2d({o:?})"),
+            Op::ConvTranspose2d(o) => format!("conv_transpose2d({o:?})"),
+            Op::Pool {
+                max,
+                kernel,
+                stride,
+                padding,
+            } => format!(
+                "{}_pool2d({kernel}, {stride}, {padding})",
+                if *max { "max" } else { "avg" }
+            ),
+            Op::Cat(a) => format!("cat({a})"),
+            Op::Narrow { axis, start, len } => format!("narrow({axis}, {start}, {len})"),
+            Op::FlattenFrom(a) => format!("flatten_from({a})"),
+            Op::ArgExtremum { max, axis } => {
+                format!("{}({axis})", if *max { "argmax" } else { "argmin" })
+            }
             Op::Grad => "grad".into(),
             Op::Minimize(m) => format!("minimize({})", m.describe()),
         }
@@ -314,6 +367,85 @@ impl Op {
                 }
                 Ok((out, *d))
             }
+            Op::Conv2d(o) | Op::ConvTranspose2d(o) => {
+                let ((x, dx), (w, dw)) = (&inputs[0], &inputs[1]);
+                let d = float(promote(*dx, *dw), "a convolution")?;
+                Ok((
+                    conv_shape(x, w, o, matches!(self, Op::ConvTranspose2d(_)))?,
+                    d,
+                ))
+            }
+            Op::Pool {
+                kernel,
+                stride,
+                padding,
+                ..
+            } => {
+                let (s, d) = &inputs[0];
+                if s.len() != 4 || *kernel == 0 || *stride == 0 {
+                    return Err(format!(
+                        "pooling takes [N, C, H, W] with a positive kernel and stride, got {}",
+                        show(s)
+                    ));
+                }
+                let out = |n: Option<usize>| -> Result<Option<usize>, String> {
+                    let Some(n) = n else { return Ok(None) };
+                    (n + 2 * padding)
+                        .checked_sub(*kernel)
+                        .map(|r| Some(r / stride + 1))
+                        .ok_or_else(|| format!("a kernel of {kernel} does not fit {}", show(s)))
+                };
+                Ok((
+                    vec![s[0], s[1], out(s[2])?, out(s[3])?],
+                    float(*d, "pooling")?,
+                ))
+            }
+            Op::Cat(axis) => {
+                let (first, d) = &inputs[0];
+                check_axis(*axis, first)?;
+                let mut out = first.clone();
+                for (s, dt) in &inputs[1..] {
+                    let fits = s.len() == first.len()
+                        && (0..s.len()).all(|i| i == *axis || same(s[i], first[i]));
+                    if !fits || dt != d {
+                        return Err(format!(
+                            "{} {dt} does not join {} {d}",
+                            show(s),
+                            show(first)
+                        ));
+                    }
+                    out[*axis] = out[*axis].zip(s[*axis]).map(|(a, b)| a + b);
+                }
+                Ok((out, *d))
+            }
+            Op::Narrow { axis, start, len } => {
+                let (s, d) = &inputs[0];
+                check_axis(*axis, s)?;
+                if s[*axis].is_some_and(|n| start + len > n) {
+                    return Err(format!(
+                        "{len} elements from {start} exceed axis {axis} of {}",
+                        show(s)
+                    ));
+                }
+                let mut out = s.clone();
+                out[*axis] = Some(*len);
+                Ok((out, *d))
+            }
+            Op::FlattenFrom(start) => {
+                let (s, d) = &inputs[0];
+                if *start > s.len() {
+                    return Err(format!("axis {start} out of range for {}", show(s)));
+                }
+                let mut out = s[..*start].to_vec();
+                out.push(s[*start..].iter().copied().product::<Option<usize>>());
+                Ok((out, *d))
+            }
+            Op::ArgExtremum { axis, .. } => {
+                let (s, _) = &inputs[0];
+                check_axis(*axis, s)?;
+                let out = (0..s.len()).filter(|&i| i != *axis).map(|i| s[i]).collect();
+                Ok((out, DType::I64))
+            }
             Op::Grad => {
                 let ((of, _), (wrt, d)) = (&inputs[0], &inputs[1]);
                 if of.iter().any(|d| *d != Some(1)) {
@@ -369,6 +501,25 @@ impl Op {
             Op::BroadcastTo(s) => x[0].broadcast_to(s),
             Op::Softmax(a) => x[0].softmax(*a),
             Op::LogSoftmax(a) => x[0].log_softmax(*a),
+            Op::Conv2d(o) => x[0].conv2d(&x[1], o),
+            Op::ConvTranspose2d(o) => x[0].conv_transpose2d(&x[1], o),
+            Op::Pool {
+                max,
+                kernel,
+                stride,
+                padding,
+            } => {
+                if *max {
+                    x[0].max_pool2d(*kernel, *stride, *padding)
+                } else {
+                    x[0].avg_pool2d(*kernel, *stride, *padding)
+                }
+            }
+            Op::Cat(axis) => Tensor::cat(&x.iter().collect::<Vec<_>>(), *axis),
+            Op::Narrow { axis, start, len } => x[0].narrow(*axis, *start, *len),
+            Op::FlattenFrom(a) => x[0].flatten_from(*a),
+            Op::ArgExtremum { max: true, axis } => x[0].argmax(*axis),
+            Op::ArgExtremum { max: false, axis } => x[0].argmin(*axis),
             Op::Constant(t) => t.clone(),
             Op::Placeholder { .. } | Op::Variable { .. } | Op::Grad | Op::Minimize(_) => {
                 unreachable!("the session evaluates leaves, gradients and training ops")
@@ -421,6 +572,55 @@ fn check_axis(a: usize, s: &Shape) -> Result<(), String> {
     } else {
         Err(format!("axis {a} out of range for {}", show(s)))
     }
+}
+
+/// Whether two sizes may be equal (a free one may be anything).
+fn same(a: Option<usize>, b: Option<usize>) -> bool {
+    a.zip(b).is_none_or(|(a, b)| a == b)
+}
+
+/// The output of a convolution (or of its transpose) of `x` `[N, C, H, W]` by `w`, with
+/// PyTorch's size formulas; known sizes are checked against the weight and the groups.
+fn conv_shape(x: &Shape, w: &Shape, o: &ConvOpts, transposed: bool) -> Result<Shape, String> {
+    if x.len() != 4 || w.len() != 4 || o.groups == 0 {
+        return Err(format!(
+            "convolution takes [N, C, H, W] and a 4-D weight, got {} and {}",
+            show(x),
+            show(w)
+        ));
+    }
+    let g = o.groups;
+    let (channels_in, channels_out) = if transposed {
+        (w[0], w[1].map(|c| c * g))
+    } else {
+        (w[1].map(|c| c * g), w[0])
+    };
+    if !same(x[1], channels_in) || channels_out.is_some_and(|c| c % g != 0) {
+        return Err(format!(
+            "input {} and weight {} do not fit {g} group(s)",
+            show(x),
+            show(w)
+        ));
+    }
+    let size = |i: usize| -> Result<Option<usize>, String> {
+        let (Some(n), Some(k)) = (x[2 + i], w[2 + i]) else {
+            return Ok(None);
+        };
+        let (s, p, d) = (o.stride[i], o.padding[i], o.dilation[i]);
+        let span = d * (k.max(1) - 1) + 1;
+        let out = if transposed {
+            ((n.max(1) - 1) * s + span + o.output_padding[i]).checked_sub(2 * p)
+        } else {
+            (n + 2 * p).checked_sub(span).map(|r| r / s.max(1) + 1)
+        };
+        out.filter(|&v| v > 0).map(Some).ok_or_else(|| {
+            format!(
+                "a {k}-wide kernel with {o:?} leaves no output of {}",
+                show(x)
+            )
+        })
+    };
+    Ok(vec![x[0], channels_out, size(0)?, size(1)?])
 }
 
 fn promote(a: DType, b: DType) -> DType {
