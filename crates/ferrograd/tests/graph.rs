@@ -347,3 +347,39 @@ fn convolution_pooling_and_structure_ops_infer_shapes_and_match_eager() {
     let msg = panic_message(|| drop(x.conv2d(&bad, &opts)));
     assert!(msg.contains("do not fit 1 group(s)"), "{msg}");
 }
+
+#[test]
+fn the_remaining_core_ops_match_eager_values_and_gradients() {
+    let mut rng = StdRng::seed_from_u64(9);
+    let v0 = Tensor::randn(&[2, 1, 2, 3], DType::F64, &mut rng);
+    let g = Graph::new();
+    let v = g.variable("v", v0.clone());
+    let zero = g.constant(Tensor::scalar(0.0f64));
+    let a = v.clamp(-0.5, 0.5).elu(1.0) + v.erf() * v.detach().sign();
+    let b = v.gt(&zero).where_cond(&v, &(&v * 0.1)) + v.detach().lt(&zero) * 2.0;
+    let c = (&a + &b).squeeze(1).unsqueeze(0).squeeze(0); // [2, 2, 3]
+    let d = c
+        .pad(&[(0, 0), (1, 0), (0, 2)], 0.5)
+        .index_select(2, &[4, 0, 0]); // [2, 3, 3]
+    let e = Node::stack(&[&d, &d.square()], 1); // [2, 2, 3, 3]
+    let f = e.upsample_nearest2d(2, 2).adaptive_avg_pool2d(2, 2); // [2, 2, 2, 2]
+    assert_eq!(f.shape(), Some(vec![Some(2), Some(2), Some(2), Some(2)]));
+    let loss = &f.sum() + &(&e.max() - &e.min());
+    let dv = g.gradients(&loss, &[&v]);
+    let mut sess = Session::new(&g);
+    let out = sess.run_many(&[&loss, &dv[0]], &Feed::new()).unwrap();
+
+    let v = v0.requires_grad();
+    let zero = Tensor::scalar(0.0f64);
+    let a = &v.clamp(-0.5, 0.5).elu(1.0) + &(&v.erf() * &v.detach().sign());
+    let b = &v.gt(&zero).where_cond(&v, &(&v * 0.1)) + &(&v.detach().lt(&zero) * 2.0);
+    let c = (&a + &b).squeeze(1);
+    let d = c
+        .pad(&[(0, 0), (1, 0), (0, 2)], 0.5)
+        .index_select(2, &[4, 0, 0]);
+    let e = Tensor::stack(&[&d, &d.square()], 1);
+    let f = e.upsample_nearest2d(2, 2).adaptive_avg_pool2d(2, 2);
+    let loss = &f.sum() + &(&e.max() - &e.min());
+    assert!((out[0].item() - loss.item()).abs() < 1e-12);
+    assert!(out[1].allclose(&grad(&loss, &[&v])[0], 0.0, 1e-12));
+}

@@ -103,6 +103,98 @@ impl Node {
         sin => Unary::Sin;
         /// cos x.
         cos => Unary::Cos;
+        /// erf x.
+        erf => Unary::Erf;
+        /// −1, 0 or 1. Has no derivative (detach its input).
+        sign => Unary::Sign;
+    }
+
+    /// x for x > 0, `alpha · (eˣ − 1)` otherwise.
+    pub fn elu(&self, alpha: f64) -> Node {
+        self.graph.add(Op::Unary(Unary::Elu(alpha)), &[self])
+    }
+
+    /// Values limited to `[min, max]`.
+    pub fn clamp(&self, min: f64, max: f64) -> Node {
+        self.graph.add(Op::Unary(Unary::Clamp(min, max)), &[self])
+    }
+
+    /// 1 where equal (broadcast), else 0. Has no derivative.
+    pub fn eq(&self, other: &Node) -> Node {
+        self.graph.add(Op::Binary(Binary::Eq), &[self, other])
+    }
+
+    /// 1 where `self < other` (broadcast), else 0. Has no derivative.
+    pub fn lt(&self, other: &Node) -> Node {
+        self.graph.add(Op::Binary(Binary::Lt), &[self, other])
+    }
+
+    /// 1 where `self > other` (broadcast), else 0. Has no derivative.
+    pub fn gt(&self, other: &Node) -> Node {
+        self.graph.add(Op::Binary(Binary::Gt), &[self, other])
+    }
+
+    /// `on_true` where this mask is non-zero, `on_false` elsewhere (all three broadcast).
+    pub fn where_cond(&self, on_true: &Node, on_false: &Node) -> Node {
+        self.graph.add(Op::WhereCond, &[self, on_true, on_false])
+    }
+
+    /// The same values, cut from differentiation (`detach`, TensorFlow's `stop_gradient`).
+    pub fn stop_gradient(&self) -> Node {
+        self.graph.add(Op::StopGradient, &[self])
+    }
+
+    /// Alias of [`Node::stop_gradient`] under the eager name.
+    pub fn detach(&self) -> Node {
+        self.stop_gradient()
+    }
+
+    /// Removes axis `axis`, which must have size 1.
+    pub fn squeeze(&self, axis: usize) -> Node {
+        self.graph.add(Op::Squeeze(axis), &[self])
+    }
+
+    /// Inserts a size-1 axis at `axis` (0..=rank).
+    pub fn unsqueeze(&self, axis: usize) -> Node {
+        self.graph.add(Op::Unsqueeze(axis), &[self])
+    }
+
+    /// Padded with `value`: `pads[i] = (before, after)` elements along axis `i`.
+    pub fn pad(&self, pads: &[(usize, usize)], value: f64) -> Node {
+        self.graph.add(Op::Pad(pads.to_vec(), value), &[self])
+    }
+
+    /// The entries `indices` along `axis`, in that order.
+    pub fn index_select(&self, axis: usize, indices: &[usize]) -> Node {
+        self.graph
+            .add(Op::IndexSelect(axis, indices.to_vec()), &[self])
+    }
+
+    /// Nodes of one shape stacked along a new axis `axis`.
+    pub fn stack(nodes: &[&Node], axis: usize) -> Node {
+        let expanded: Vec<Node> = nodes.iter().map(|n| n.unsqueeze(axis)).collect();
+        Node::cat(&expanded.iter().collect::<Vec<_>>(), axis)
+    }
+
+    /// Average pooling to an `out_h × out_w` output.
+    pub fn adaptive_avg_pool2d(&self, out_h: usize, out_w: usize) -> Node {
+        self.graph.add(Op::AdaptiveAvgPool2d(out_h, out_w), &[self])
+    }
+
+    /// Nearest-neighbour upsampling by integer factors.
+    pub fn upsample_nearest2d(&self, scale_h: usize, scale_w: usize) -> Node {
+        self.graph
+            .add(Op::UpsampleNearest2d(scale_h, scale_w), &[self])
+    }
+
+    /// Maximum of all elements (0-d).
+    pub fn max(&self) -> Node {
+        self.reduce(Reduce::Max, None, false)
+    }
+
+    /// Minimum of all elements (0-d).
+    pub fn min(&self) -> Node {
+        self.reduce(Reduce::Min, None, false)
     }
 
     /// xᵖ.

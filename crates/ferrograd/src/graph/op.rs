@@ -55,6 +55,14 @@ pub enum Unary {
     RdivScalar(f64),
     /// x for x > 0, slope · x otherwise.
     LeakyRelu(f64),
+    /// x for x > 0, α(eˣ − 1) otherwise.
+    Elu(f64),
+    /// erf x.
+    Erf,
+    /// −1, 0 or 1.
+    Sign,
+    /// x limited to [min, max].
+    Clamp(f64, f64),
 }
 
 impl Unary {
@@ -80,6 +88,10 @@ impl Unary {
             Unary::RsubScalar(s) => x.rsub_scalar(s),
             Unary::RdivScalar(s) => x.rdiv_scalar(s),
             Unary::LeakyRelu(s) => x.leaky_relu(s),
+            Unary::Elu(a) => x.elu(a),
+            Unary::Erf => x.erf(),
+            Unary::Sign => x.sign(),
+            Unary::Clamp(lo, hi) => x.clamp(lo, hi),
         }
     }
 }
@@ -99,6 +111,12 @@ pub enum Binary {
     Maximum,
     /// min(a, b).
     Minimum,
+    /// 1 where a == b, else 0 (no derivative).
+    Eq,
+    /// 1 where a < b, else 0 (no derivative).
+    Lt,
+    /// 1 where a > b, else 0 (no derivative).
+    Gt,
 }
 
 /// Reductions over axes.
@@ -188,6 +206,22 @@ pub enum Op {
     },
     /// Axes from this one on merged into one.
     FlattenFrom(usize),
+    /// A size-1 axis removed.
+    Squeeze(usize),
+    /// A size-1 axis inserted at this position.
+    Unsqueeze(usize),
+    /// Padded with a constant: `(before, after)` per axis.
+    Pad(Vec<(usize, usize)>, f64),
+    /// The entries at these positions along an axis.
+    IndexSelect(usize, Vec<usize>),
+    /// Input 1 where input 0 is non-zero, input 2 elsewhere (broadcast).
+    WhereCond,
+    /// The same values, cut from differentiation.
+    StopGradient,
+    /// Average pooling to this output size.
+    AdaptiveAvgPool2d(usize, usize),
+    /// Nearest-neighbour upsampling by these factors.
+    UpsampleNearest2d(usize, usize),
     /// The index of the largest (`max: true`) or smallest element along an axis, as i64.
     ArgExtremum {
         /// Largest, else smallest.
@@ -241,6 +275,14 @@ impl Op {
             Op::Cat(a) => format!("cat({a})"),
             Op::Narrow { axis, start, len } => format!("narrow({axis}, {start}, {len})"),
             Op::FlattenFrom(a) => format!("flatten_from({a})"),
+            Op::Squeeze(a) => format!("squeeze({a})"),
+            Op::Unsqueeze(a) => format!("unsqueeze({a})"),
+            Op::Pad(p, v) => format!("pad({p:?}, {v})"),
+            Op::IndexSelect(a, i) => format!("index_select({a}, {i:?})"),
+            Op::WhereCond => "where_cond".into(),
+            Op::StopGradient => "stop_gradient".into(),
+            Op::AdaptiveAvgPool2d(h, w) => format!("adaptive_avg_pool2d({h}, {w})"),
+            Op::UpsampleNearest2d(h, w) => format!("upsample_nearest2d({h}, {w})"),
             Op::ArgExtremum { max, axis } => {
                 format!("{}({axis})", if *max { "argmax" } else { "argmin" })
             }
@@ -440,6 +482,70 @@ impl Op {
                 out.push(s[*start..].iter().copied().product::<Option<usize>>());
                 Ok((out, *d))
             }
+            Op::StopGradient => Ok(inputs[0].clone()),
+            Op::Squeeze(axis) => {
+                let (s, d) = &inputs[0];
+                check_axis(*axis, s)?;
+                if !same(s[*axis], Some(1)) {
+                    return Err(format!("axis {axis} of {} is not of size 1", show(s)));
+                }
+                let mut out = s.clone();
+                out.remove(*axis);
+                Ok((out, *d))
+            }
+            Op::Unsqueeze(axis) => {
+                let (s, d) = &inputs[0];
+                if *axis > s.len() {
+                    return Err(format!("axis {axis} out of range for {}", show(s)));
+                }
+                let mut out = s.clone();
+                out.insert(*axis, Some(1));
+                Ok((out, *d))
+            }
+            Op::Pad(pads, _) => {
+                let (s, d) = &inputs[0];
+                if pads.len() != s.len() {
+                    return Err(format!(
+                        "{} (before, after) pairs for {}",
+                        pads.len(),
+                        show(s)
+                    ));
+                }
+                let out = s
+                    .iter()
+                    .zip(pads)
+                    .map(|(n, (a, b))| n.map(|n| n + a + b))
+                    .collect();
+                Ok((out, *d))
+            }
+            Op::IndexSelect(axis, indices) => {
+                let (s, d) = &inputs[0];
+                check_axis(*axis, s)?;
+                if let Some(i) = indices.iter().find(|&&i| s[*axis].is_some_and(|n| i >= n)) {
+                    return Err(format!(
+                        "index {i} out of range for axis {axis} of {}",
+                        show(s)
+                    ));
+                }
+                let mut out = s.clone();
+                out[*axis] = Some(indices.len());
+                Ok((out, *d))
+            }
+            Op::WhereCond => {
+                let ((c, _), (a, da), (b, db)) = (&inputs[0], &inputs[1], &inputs[2]);
+                Ok((broadcast(&broadcast(c, a)?, b)?, promote(*da, *db)))
+            }
+            Op::AdaptiveAvgPool2d(h, w) | Op::UpsampleNearest2d(h, w) => {
+                let (s, d) = &inputs[0];
+                if s.len() != 4 {
+                    return Err(format!("takes [N, C, H, W], got {}", show(s)));
+                }
+                let out = match self {
+                    Op::AdaptiveAvgPool2d(..) => vec![s[0], s[1], Some(*h), Some(*w)],
+                    _ => vec![s[0], s[1], s[2].map(|n| n * h), s[3].map(|n| n * w)],
+                };
+                Ok((out, float(*d, "this op")?))
+            }
             Op::ArgExtremum { axis, .. } => {
                 let (s, _) = &inputs[0];
                 check_axis(*axis, s)?;
@@ -480,6 +586,9 @@ impl Op {
                 Binary::Div => &x[0] / &x[1],
                 Binary::Maximum => x[0].maximum(&x[1]),
                 Binary::Minimum => x[0].minimum(&x[1]),
+                Binary::Eq => x[0].eq(&x[1]),
+                Binary::Lt => x[0].lt(&x[1]),
+                Binary::Gt => x[0].gt(&x[1]),
             },
             Op::Matmul => x[0].matmul(&x[1]),
             Op::Reduce {
@@ -518,6 +627,14 @@ impl Op {
             Op::Cat(axis) => Tensor::cat(&x.iter().collect::<Vec<_>>(), *axis),
             Op::Narrow { axis, start, len } => x[0].narrow(*axis, *start, *len),
             Op::FlattenFrom(a) => x[0].flatten_from(*a),
+            Op::Squeeze(a) => x[0].squeeze(*a),
+            Op::Unsqueeze(a) => x[0].unsqueeze(*a),
+            Op::Pad(p, v) => x[0].pad(p, *v),
+            Op::IndexSelect(a, i) => x[0].index_select(*a, i),
+            Op::WhereCond => x[0].where_cond(&x[1], &x[2]),
+            Op::StopGradient => x[0].detach(),
+            Op::AdaptiveAvgPool2d(h, w) => x[0].adaptive_avg_pool2d(*h, *w),
+            Op::UpsampleNearest2d(h, w) => x[0].upsample_nearest2d(*h, *w),
             Op::ArgExtremum { max: true, axis } => x[0].argmax(*axis),
             Op::ArgExtremum { max: false, axis } => x[0].argmin(*axis),
             Op::Constant(t) => t.clone(),
