@@ -35,8 +35,12 @@ impl Graph {
     }
 
     /// State that keeps its value across runs, starting at `initial` (its shape and dtype are
-    /// the variable's).
+    /// the variable's). Names are unique in a graph: they name the values saved to files.
     pub fn variable(&self, name: &str, initial: Tensor) -> Node {
+        assert!(
+            self.variables().iter().all(|(_, n, _)| n != name),
+            "variable: the graph already has a variable named {name:?}"
+        );
         let op = Op::Variable {
             name: name.to_string(),
             param: Param::new(initial),
@@ -124,6 +128,42 @@ impl Node {
         self.graph.add(Op::Binary(Binary::Eq), &[self, other])
     }
 
+    /// 1 where not equal (broadcast), else 0. Has no derivative.
+    pub fn ne(&self, other: &Node) -> Node {
+        self.graph.add(Op::Binary(Binary::Ne), &[self, other])
+    }
+
+    /// 1 where `self <= other` (broadcast), else 0. Has no derivative.
+    pub fn le(&self, other: &Node) -> Node {
+        self.graph.add(Op::Binary(Binary::Le), &[self, other])
+    }
+
+    /// 1 where `self >= other` (broadcast), else 0. Has no derivative.
+    pub fn ge(&self, other: &Node) -> Node {
+        self.graph.add(Op::Binary(Binary::Ge), &[self, other])
+    }
+
+    /// The same values in `dtype` (into an integer: truncated, no derivative).
+    pub fn to_dtype(&self, dtype: DType) -> Node {
+        self.graph.add(Op::ToDtype(dtype), &[self])
+    }
+
+    /// The last two axes swapped.
+    pub fn t(&self) -> Node {
+        let rank = self.shape().map(|s| s.len()).unwrap_or_else(|| {
+            panic!(
+                "t: the rank of %{} is not known when the graph is built",
+                self.index
+            )
+        });
+        assert!(
+            rank >= 2,
+            "t: needs at least 2 axes, %{} has {rank}",
+            self.index
+        );
+        self.transpose(rank - 2, rank - 1)
+    }
+
     /// 1 where `self < other` (broadcast), else 0. Has no derivative.
     pub fn lt(&self, other: &Node) -> Node {
         self.graph.add(Op::Binary(Binary::Lt), &[self, other])
@@ -166,8 +206,14 @@ impl Node {
 
     /// The entries `indices` along `axis`, in that order.
     pub fn index_select(&self, axis: usize, indices: &[usize]) -> Node {
+        self.try_index_select(axis, indices)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Node::index_select`] returning the error.
+    pub fn try_index_select(&self, axis: usize, indices: &[usize]) -> Result<Node> {
         self.graph
-            .add(Op::IndexSelect(axis, indices.to_vec()), &[self])
+            .try_add(Op::IndexSelect(axis, indices.to_vec()), &[self])
     }
 
     /// Nodes of one shape stacked along a new axis `axis`.
@@ -356,8 +402,15 @@ impl Node {
 
     /// Nodes joined along `axis`; all other axes must agree.
     pub fn cat(nodes: &[&Node], axis: usize) -> Node {
-        let first = nodes.first().expect("cat: no nodes given");
-        first.graph.add(Op::Cat(axis), nodes)
+        Node::try_cat(nodes, axis).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Node::cat`] returning the shape error.
+    pub fn try_cat(nodes: &[&Node], axis: usize) -> Result<Node> {
+        let first = nodes
+            .first()
+            .ok_or_else(|| crate::Error::Shape("cat: no nodes given".into()))?;
+        first.graph.try_add(Op::Cat(axis), nodes)
     }
 
     /// Elements `start..start + len` along `axis`.

@@ -117,6 +117,21 @@ pub enum Binary {
     Lt,
     /// 1 where a > b, else 0 (no derivative).
     Gt,
+    /// 1 where a ≠ b, else 0 (no derivative).
+    Ne,
+    /// 1 where a ≤ b, else 0 (no derivative).
+    Le,
+    /// 1 where a ≥ b, else 0 (no derivative).
+    Ge,
+}
+
+impl Binary {
+    fn is_comparison(self) -> bool {
+        matches!(
+            self,
+            Binary::Eq | Binary::Lt | Binary::Gt | Binary::Ne | Binary::Le | Binary::Ge
+        )
+    }
 }
 
 /// Reductions over axes.
@@ -218,6 +233,8 @@ pub enum Op {
     WhereCond,
     /// The same values, cut from differentiation.
     StopGradient,
+    /// The same values in another dtype.
+    ToDtype(DType),
     /// Average pooling to this output size.
     AdaptiveAvgPool2d(usize, usize),
     /// Nearest-neighbour upsampling by these factors.
@@ -281,6 +298,7 @@ impl Op {
             Op::IndexSelect(a, i) => format!("index_select({a}, {i:?})"),
             Op::WhereCond => "where_cond".into(),
             Op::StopGradient => "stop_gradient".into(),
+            Op::ToDtype(d) => format!("to_dtype({d})"),
             Op::AdaptiveAvgPool2d(h, w) => format!("adaptive_avg_pool2d({h}, {w})"),
             Op::UpsampleNearest2d(h, w) => format!("upsample_nearest2d({h}, {w})"),
             Op::ArgExtremum { max, axis } => {
@@ -319,7 +337,12 @@ impl Op {
         Ok(match self {
             Op::Placeholder { shape, dtype, .. } => (shape.clone(), *dtype),
             Op::Reshape(to) | Op::BroadcastTo(to) => (Some(known(to)), inputs[0].1),
-            Op::Grad => inputs[1].clone(),
+            Op::Grad => {
+                if let Some(of) = &inputs[0].0 {
+                    one_element(of, "gradients need a one-element value to differentiate")?;
+                }
+                inputs[1].clone()
+            }
             Op::Minimize(_) => (Some(Vec::new()), inputs[0].1),
             Op::Reduce {
                 axes: None,
@@ -350,9 +373,16 @@ impl Op {
                 }
                 Ok((s.clone(), float(*d, "this op")?))
             }
-            Op::Binary(_) => {
+            Op::Binary(op) => {
                 let ((a, da), (b, db)) = (&inputs[0], &inputs[1]);
-                Ok((broadcast(a, b)?, promote(*da, *db)))
+                let d = match op {
+                    // Comparisons: the first operand's dtype among floats (and integers), the
+                    // float's when they mix, as the eager ops.
+                    c if c.is_comparison() && da.is_float() == db.is_float() => *da,
+                    c if c.is_comparison() => promote(*da, *db),
+                    _ => float(promote(*da, *db), "arithmetic")?,
+                };
+                Ok((broadcast(a, b)?, d))
             }
             Op::Matmul => {
                 let ((a, da), (b, db)) = (&inputs[0], &inputs[1]);
@@ -367,8 +397,11 @@ impl Op {
                 let d = float(*d, &format!("{kind:?}").to_lowercase())?;
                 let all: Vec<usize> = (0..s.len()).collect();
                 let axes = axes.as_ref().unwrap_or(&all);
-                for &a in axes {
+                for (k, &a) in axes.iter().enumerate() {
                     check_axis(a, s)?;
+                    if axes[..k].contains(&a) {
+                        return Err(format!("axis {a} given twice"));
+                    }
                 }
                 let out = (0..s.len())
                     .filter_map(|i| match (axes.contains(&i), keepdim) {
@@ -381,14 +414,16 @@ impl Op {
             }
             Op::Reshape(to) => {
                 let (s, d) = &inputs[0];
-                match s.iter().copied().collect::<Option<Vec<usize>>>() {
-                    Some(from)
-                        if from.iter().product::<usize>() != to.iter().product::<usize>() =>
-                    {
-                        Err(format!("cannot reshape {from:?} into {to:?}"))
-                    }
-                    _ => Ok((known(to), *d)),
+                // The known sizes must divide the target's count (free axes make up the rest).
+                let fixed: usize = s.iter().flatten().product();
+                let target: usize = to.iter().product();
+                let complete = s.iter().all(Option::is_some);
+                if (complete && fixed != target)
+                    || (!complete && fixed != 0 && !target.is_multiple_of(fixed))
+                {
+                    return Err(format!("cannot reshape {} into {to:?}", show(s)));
                 }
+                Ok((known(to), *d))
             }
             Op::Permute(p) => {
                 let (s, d) = &inputs[0];
@@ -403,11 +438,16 @@ impl Op {
             }
             Op::BroadcastTo(to) => {
                 let (s, d) = &inputs[0];
-                let out = broadcast(s, &known(to))?;
-                if out != known(to) || s.len() > to.len() {
+                let lead = to.len().checked_sub(s.len());
+                let fits = lead.is_some_and(|lead| {
+                    s.iter()
+                        .zip(&to[lead..])
+                        .all(|(n, &t)| n.is_none_or(|n| n == 1 || n == t))
+                });
+                if !fits {
                     return Err(format!("cannot broadcast {} to {to:?}", show(s)));
                 }
-                Ok((out, *d))
+                Ok((known(to), *d))
             }
             Op::Conv2d(o) | Op::ConvTranspose2d(o) => {
                 let ((x, dx), (w, dw)) = (&inputs[0], &inputs[1]);
@@ -424,9 +464,10 @@ impl Op {
                 ..
             } => {
                 let (s, d) = &inputs[0];
-                if s.len() != 4 || *kernel == 0 || *stride == 0 {
+                if s.len() != 4 || *kernel == 0 || *stride == 0 || *padding > kernel / 2 {
                     return Err(format!(
-                        "pooling takes [N, C, H, W] with a positive kernel and stride, got {}",
+                        "pooling takes [N, C, H, W], a positive kernel and stride and padding up \
+                         to half the kernel, got {}",
                         show(s)
                     ));
                 }
@@ -446,19 +487,21 @@ impl Op {
                 let (first, d) = &inputs[0];
                 check_axis(*axis, first)?;
                 let mut out = first.clone();
-                for (s, dt) in &inputs[1..] {
+                for (s, _) in &inputs[1..] {
                     let fits = s.len() == first.len()
                         && (0..s.len()).all(|i| i == *axis || same(s[i], first[i]));
-                    if !fits || dt != d {
-                        return Err(format!(
-                            "{} {dt} does not join {} {d}",
-                            show(s),
-                            show(first)
-                        ));
+                    if !fits {
+                        return Err(format!("{} does not join {}", show(s), show(first)));
                     }
                     out[*axis] = out[*axis].zip(s[*axis]).map(|(a, b)| a + b);
                 }
-                Ok((out, *d))
+                // The first input's dtype, unless it holds integers and a float joins it.
+                let joining = inputs.iter().map(|(_, d)| *d).find(|d| d.is_float());
+                let d = match joining {
+                    Some(f) if !d.is_float() => f,
+                    _ => *d,
+                };
+                Ok((out, d))
             }
             Op::Narrow { axis, start, len } => {
                 let (s, d) = &inputs[0];
@@ -483,6 +526,7 @@ impl Op {
                 Ok((out, *d))
             }
             Op::StopGradient => Ok(inputs[0].clone()),
+            Op::ToDtype(to) => Ok((inputs[0].0.clone(), *to)),
             Op::Squeeze(axis) => {
                 let (s, d) = &inputs[0];
                 check_axis(*axis, s)?;
@@ -533,12 +577,16 @@ impl Op {
             }
             Op::WhereCond => {
                 let ((c, _), (a, da), (b, db)) = (&inputs[0], &inputs[1], &inputs[2]);
-                Ok((broadcast(&broadcast(c, a)?, b)?, promote(*da, *db)))
+                let d = float(promote(*da, *db), "where_cond")?;
+                Ok((broadcast(&broadcast(c, a)?, b)?, d))
             }
             Op::AdaptiveAvgPool2d(h, w) | Op::UpsampleNearest2d(h, w) => {
                 let (s, d) = &inputs[0];
-                if s.len() != 4 {
-                    return Err(format!("takes [N, C, H, W], got {}", show(s)));
+                if s.len() != 4 || *h == 0 || *w == 0 {
+                    return Err(format!(
+                        "takes [N, C, H, W] and positive sizes, got {}",
+                        show(s)
+                    ));
                 }
                 let out = match self {
                     Op::AdaptiveAvgPool2d(..) => vec![s[0], s[1], Some(*h), Some(*w)],
@@ -547,19 +595,15 @@ impl Op {
                 Ok((out, float(*d, "this op")?))
             }
             Op::ArgExtremum { axis, .. } => {
-                let (s, _) = &inputs[0];
+                let (s, d) = &inputs[0];
+                float(*d, "argmax and argmin")?;
                 check_axis(*axis, s)?;
                 let out = (0..s.len()).filter(|&i| i != *axis).map(|i| s[i]).collect();
                 Ok((out, DType::I64))
             }
             Op::Grad => {
                 let ((of, _), (wrt, d)) = (&inputs[0], &inputs[1]);
-                if of.iter().any(|d| *d != Some(1)) {
-                    return Err(format!(
-                        "gradients need a one-element value to differentiate, got {}",
-                        show(of)
-                    ));
-                }
+                one_element(of, "gradients need a one-element value to differentiate")?;
                 Ok((wrt.clone(), float(*d, "a gradient")?))
             }
             Op::Minimize(_) => {
@@ -589,6 +633,9 @@ impl Op {
                 Binary::Eq => x[0].eq(&x[1]),
                 Binary::Lt => x[0].lt(&x[1]),
                 Binary::Gt => x[0].gt(&x[1]),
+                Binary::Ne => x[0].ne(&x[1]),
+                Binary::Le => x[0].le(&x[1]),
+                Binary::Ge => x[0].ge(&x[1]),
             },
             Op::Matmul => x[0].matmul(&x[1]),
             Op::Reduce {
@@ -633,6 +680,7 @@ impl Op {
             Op::IndexSelect(a, i) => x[0].index_select(*a, i),
             Op::WhereCond => x[0].where_cond(&x[1], &x[2]),
             Op::StopGradient => x[0].detach(),
+            Op::ToDtype(d) => x[0].to_dtype(*d),
             Op::AdaptiveAvgPool2d(h, w) => x[0].adaptive_avg_pool2d(*h, *w),
             Op::UpsampleNearest2d(h, w) => x[0].upsample_nearest2d(*h, *w),
             Op::ArgExtremum { max: true, axis } => x[0].argmax(*axis),
@@ -691,6 +739,15 @@ fn check_axis(a: usize, s: &Shape) -> Result<(), String> {
     }
 }
 
+/// `Err(what, shape)` unless `s` holds one element.
+fn one_element(s: &Shape, what: &str) -> Result<(), String> {
+    if s.iter().all(|d| *d == Some(1)) {
+        Ok(())
+    } else {
+        Err(format!("{what}, got {}", show(s)))
+    }
+}
+
 /// Whether two sizes may be equal (a free one may be anything).
 fn same(a: Option<usize>, b: Option<usize>) -> bool {
     a.zip(b).is_none_or(|(a, b)| a == b)
@@ -706,7 +763,21 @@ fn conv_shape(x: &Shape, w: &Shape, o: &ConvOpts, transposed: bool) -> Result<Sh
             show(w)
         ));
     }
+    let positive = o.stride.iter().chain(&o.dilation).all(|&v| v > 0)
+        && w[2..].iter().all(|k| k.is_none_or(|k| k > 0));
+    let output_padding_fits =
+        !transposed || (0..2).all(|i| o.output_padding[i] < o.stride[i].max(o.dilation[i]));
+    if !positive || !output_padding_fits {
+        return Err(format!(
+            "stride, dilation and kernel must be positive (and a transposed convolution's \
+             output padding below the stride or the dilation), got {o:?} and weight {}",
+            show(w)
+        ));
+    }
     let g = o.groups;
+    if transposed && w[0].is_some_and(|c| c % g != 0) {
+        return Err(format!("weight {} does not fit {g} group(s)", show(w)));
+    }
     let (channels_in, channels_out) = if transposed {
         (w[0], w[1].map(|c| c * g))
     } else {
@@ -724,11 +795,11 @@ fn conv_shape(x: &Shape, w: &Shape, o: &ConvOpts, transposed: bool) -> Result<Sh
             return Ok(None);
         };
         let (s, p, d) = (o.stride[i], o.padding[i], o.dilation[i]);
-        let span = d * (k.max(1) - 1) + 1;
+        let span = d * (k - 1) + 1;
         let out = if transposed {
             ((n.max(1) - 1) * s + span + o.output_padding[i]).checked_sub(2 * p)
         } else {
-            (n + 2 * p).checked_sub(span).map(|r| r / s.max(1) + 1)
+            (n + 2 * p).checked_sub(span).map(|r| r / s + 1)
         };
         out.filter(|&v| v > 0).map(Some).ok_or_else(|| {
             format!(
@@ -767,13 +838,34 @@ fn broadcast(a: &Shape, b: &Shape) -> Result<Shape, String> {
         .collect()
 }
 
+/// numpy's matmul: a 1-D operand is a row (left) or a column (right) that the result drops.
 fn matmul_shape(a: &Shape, b: &Shape) -> Result<Shape, String> {
-    if a.len() < 2 || b.len() < 2 {
+    if a.is_empty() || b.is_empty() {
         return Err(format!(
-            "graph matmul takes 2-D or batched operands, got {} @ {}",
+            "matmul of a 0-d operand: {} @ {}",
             show(a),
             show(b)
         ));
+    }
+    if a.len() == 1 || b.len() == 1 {
+        let a2 = if a.len() == 1 {
+            vec![Some(1), a[0]]
+        } else {
+            a.clone()
+        };
+        let b2 = if b.len() == 1 {
+            vec![b[0], Some(1)]
+        } else {
+            b.clone()
+        };
+        let mut out = matmul_shape(&a2, &b2)?;
+        if b.len() == 1 {
+            out.pop();
+        }
+        if a.len() == 1 {
+            out.remove(out.len() - usize::from(b.len() != 1) - 1);
+        }
+        return Ok(out);
     }
     let (ka, kb) = (a[a.len() - 1], b[b.len() - 2]);
     if let (Some(x), Some(y)) = (ka, kb) {

@@ -2,7 +2,7 @@
 //! same inputs as an earlier one is that node) and constant sub-graphs folded (a pure op whose
 //! inputs are all constants is computed once, here).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::op::Op;
 use super::Graph;
@@ -33,19 +33,25 @@ impl Plan {
     }
 
     /// Merges common sub-expressions and folds constant sub-graphs, in one pass in node order
-    /// (inputs always come before their consumers).
+    /// (inputs always come before their consumers). A node that gradients are taken with
+    /// respect to keeps its identity (it is never merged), and neither it nor what is computed
+    /// from it is folded: the gradient must flow through them at run time.
     pub fn optimized(g: &Graph) -> Plan {
         let mut plan = Plan::plain(g);
+        let nodes = g.nodes();
+        let targets = gradient_targets(&nodes);
+        let mut varies = vec![false; nodes.len()];
         let mut seen: HashMap<(String, Vec<usize>), usize> = HashMap::new();
-        for (i, n) in g.nodes().iter().enumerate() {
-            if !n.op.is_pure() {
+        for (i, n) in nodes.iter().enumerate() {
+            varies[i] = targets.contains(&i) || n.inputs.iter().any(|&j| varies[j]);
+            if !n.op.is_pure() || targets.contains(&i) {
                 continue;
             }
             let inputs: Vec<usize> = n.inputs.iter().map(|&j| plan.repr[j]).collect();
             let constant: Option<Vec<Tensor>> =
                 inputs.iter().map(|&j| plan.folded[j].clone()).collect();
             match constant {
-                Some(values) if !matches!(n.op, Op::Grad) => {
+                Some(values) if !matches!(n.op, Op::Grad) && !varies[i] => {
                     plan.folded[i] = Some(no_grad(|| n.op.eval(&values)));
                 }
                 _ => match seen.get(&(n.op.key(), inputs.clone())) {
@@ -58,4 +64,13 @@ impl Plan {
         }
         plan
     }
+}
+
+/// The nodes some gradient node differentiates with respect to.
+pub(crate) fn gradient_targets(nodes: &[super::NodeData]) -> HashSet<usize> {
+    nodes
+        .iter()
+        .filter(|n| matches!(n.op, Op::Grad))
+        .map(|n| n.inputs[1])
+        .collect()
 }

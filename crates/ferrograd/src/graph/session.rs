@@ -18,7 +18,20 @@ pub struct Feed {
     values: HashMap<usize, (u64, Tensor)>,
 }
 
+/// The fed placeholders with their values' shapes and dtypes, in node order.
+type FeedShapes = Vec<(usize, Vec<usize>, crate::tensor::DType)>;
+
 impl Feed {
+    fn shapes(&self) -> FeedShapes {
+        let mut out: FeedShapes = self
+            .values
+            .iter()
+            .map(|(&i, (_, t))| (i, t.shape().to_vec(), t.dtype()))
+            .collect();
+        out.sort_by_key(|(i, _, _)| *i);
+        out
+    }
+
     /// No values.
     pub fn new() -> Feed {
         Feed::default()
@@ -39,6 +52,9 @@ pub struct Session {
     plan: Option<Plan>,
     /// What runs of each set of fetches need, worked out on their first run.
     needs: HashMap<Vec<usize>, Needs>,
+    /// Fetches and fed shapes and dtypes that have run: shapes follow from them, so their
+    /// runs need no shape checks again.
+    checked: HashSet<(Vec<usize>, FeedShapes)>,
     evaluations: u64,
 }
 
@@ -63,6 +79,7 @@ impl Session {
             optimize: true,
             plan: None,
             needs: HashMap::new(),
+            checked: HashSet::new(),
             evaluations: 0,
         }
     }
@@ -99,6 +116,15 @@ impl Session {
                 "run: the feed holds a node of another graph".into(),
             ));
         }
+        for &i in feed.values.keys() {
+            let n = self.graph.node_data(i);
+            if !matches!(n.op, Op::Placeholder { .. }) {
+                return Err(Error::Graph(format!(
+                    "run: the feed holds %{i} ({}), which is not a placeholder",
+                    n.op.name()
+                )));
+            }
+        }
         if self
             .plan
             .as_ref()
@@ -111,6 +137,7 @@ impl Session {
                 Plan::plain(&self.graph)
             });
             self.needs.clear();
+            self.checked.clear();
         }
         let plan = self.plan.as_ref().expect("planned above");
         let targets: Vec<usize> = fetches.iter().map(|n| plan.repr[n.index()]).collect();
@@ -119,8 +146,10 @@ impl Session {
             self.needs.insert(targets.clone(), needs);
         }
         let needs = &self.needs[&targets];
+        let key = (targets.clone(), feed.shapes());
+        let check = !self.checked.contains(&key);
         let mut evaluations = 0;
-        let run = || evaluate(&self.graph, plan, needs, feed, &mut evaluations);
+        let run = || evaluate(&self.graph, plan, needs, feed, check, &mut evaluations);
         let result = if needs.differentiates {
             enable_grad(run)
         } else {
@@ -128,6 +157,9 @@ impl Session {
         };
         self.evaluations += evaluations;
         let (values, steps) = result?;
+        if check {
+            self.checked.insert(key);
+        }
         let out = targets
             .iter()
             .map(|&t| values[t].clone().expect("evaluated").detach())
@@ -278,51 +310,128 @@ fn evaluate(
     plan: &Plan,
     needs: &Needs,
     feed: &Feed,
+    check: bool,
     evaluations: &mut u64,
 ) -> Result<(Vec<Option<Tensor>>, Vec<PendingStep>)> {
     let nodes = graph.nodes();
     let mut values: Vec<Option<Tensor>> = plan.folded.clone();
     let mut steps = Vec::new();
     for &i in &needs.order {
-        if values[i].is_some() {
-            continue;
-        }
-        let n = &nodes[i];
-        let input = |k: usize| {
-            values[plan.repr[n.inputs[k]]]
-                .clone()
-                .expect("inputs come first")
-        };
-        let mut v = match &n.op {
-            Op::Placeholder { name, shape, dtype } => fed(feed, i, name, shape.as_ref(), *dtype)?,
-            Op::Variable { param, .. } => param.tensor(),
-            Op::Grad => {
-                let (y, x) = (input(0), input(1));
-                *evaluations += 1;
-                if needs.nested.contains(&i) {
-                    grad_with_graph(&y, &[&x]).remove(0)
-                } else {
-                    grad(&y, &[&x]).remove(0)
+        let v = match values[i].take() {
+            // Constants and folded values; a gradient target among them becomes a leaf.
+            Some(v) => v,
+            None => {
+                let n = &nodes[i];
+                let inputs: Vec<Tensor> = n
+                    .inputs
+                    .iter()
+                    .map(|&j| values[plan.repr[j]].clone().expect("inputs come first"))
+                    .collect();
+                match &n.op {
+                    Op::Placeholder { name, shape, dtype } => {
+                        fed(feed, i, name, shape.as_ref(), *dtype)?
+                    }
+                    Op::Variable { param, .. } => param.tensor(),
+                    Op::Grad => {
+                        *evaluations += 1;
+                        gradients_of(&nodes, plan, needs, &mut values, i, &inputs)
+                    }
+                    Op::Minimize(m) => {
+                        *evaluations += 1;
+                        let loss = &inputs[0];
+                        // A loss that reaches no trainable variable leaves nothing to step.
+                        if loss.is_tracked() {
+                            steps.push((m.clone(), loss.backward()));
+                        }
+                        loss.detach()
+                    }
+                    op => {
+                        *evaluations += 1;
+                        if check {
+                            check_run_shapes(i, op, &inputs)?;
+                        }
+                        op.eval(&inputs)
+                    }
                 }
             }
-            Op::Minimize(m) => {
-                *evaluations += 1;
-                let loss = input(0);
-                steps.push((m.clone(), loss.backward()));
-                loss.detach()
-            }
-            op => {
-                *evaluations += 1;
-                let inputs: Vec<Tensor> = (0..n.inputs.len()).map(input).collect();
-                op.eval(&inputs)
-            }
         };
-        if needs.wrt.contains(&i) && !v.is_tracked() {
-            v = v.requires_grad();
-        }
-        values[i] = Some(v);
+        values[i] = Some(if needs.wrt.contains(&i) && !v.is_tracked() {
+            if !v.dtype().is_float() {
+                return Err(Error::Graph(format!(
+                    "run: gradients are taken with respect to %{i}, whose value is {}",
+                    v.dtype()
+                )));
+            }
+            v.requires_grad()
+        } else {
+            v
+        });
     }
     Ok((values, steps))
+}
+
+/// The value of gradient node `i` (inputs `y`, `x`), computed in one backward pass together
+/// with every later gradient node of the same `y` whose target is already evaluated; their
+/// values are stored in `values`.
+fn gradients_of(
+    nodes: &[super::NodeData],
+    plan: &Plan,
+    needs: &Needs,
+    values: &mut [Option<Tensor>],
+    i: usize,
+    inputs: &[Tensor],
+) -> Tensor {
+    let y = plan.repr[nodes[i].inputs[0]];
+    let nested = needs.nested.contains(&i);
+    let siblings: Vec<usize> = needs
+        .order
+        .iter()
+        .copied()
+        .filter(|&j| {
+            j > i
+                && matches!(nodes[j].op, Op::Grad)
+                && values[j].is_none()
+                && plan.repr[nodes[j].inputs[0]] == y
+                && needs.nested.contains(&j) == nested
+                && values[plan.repr[nodes[j].inputs[1]]].is_some()
+        })
+        .collect();
+    let mut xs = vec![inputs[1].clone()];
+    xs.extend(siblings.iter().map(|&j| {
+        values[plan.repr[nodes[j].inputs[1]]]
+            .clone()
+            .expect("checked")
+    }));
+    let refs: Vec<&Tensor> = xs.iter().collect();
+    let mut grads = if nested {
+        grad_with_graph(&inputs[0], &refs)
+    } else {
+        grad(&inputs[0], &refs)
+    };
+    for (&j, g) in siblings.iter().zip(grads.drain(1..)) {
+        values[j] = Some(g);
+    }
+    grads.remove(0)
+}
+
+/// The op's shape rule on the values' actual shapes (free axes and unshaped placeholders are
+/// only known now): an error naming the node, not a panic inside the op.
+fn check_run_shapes(i: usize, op: &Op, inputs: &[Tensor]) -> Result<()> {
+    let shapes: Vec<(Option<super::Shape>, Option<crate::tensor::DType>)> = inputs
+        .iter()
+        .map(|t| (Some(super::op::known(t.shape())), Some(t.dtype())))
+        .collect();
+    op.infer_partial(&shapes).map(drop).map_err(|why| {
+        let given: Vec<String> = inputs
+            .iter()
+            .map(|t| format!("{:?} {}", t.shape(), t.dtype()))
+            .collect();
+        Error::Shape(format!(
+            "run: %{i} {}: {why} (inputs {})",
+            op.name(),
+            given.join(", ")
+        ))
+    })
 }
 
 /// One step of `m`'s optimizer on its variables.

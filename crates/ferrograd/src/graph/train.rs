@@ -64,9 +64,15 @@ impl GraphOptimizer {
         self.minimizer(loss, vars)
     }
 
-    /// As [`GraphOptimizer::minimize`], updating only `vars` (variable nodes).
+    /// As [`GraphOptimizer::minimize`], updating only `vars` (variable nodes of the loss's
+    /// graph).
     pub fn minimize_vars(self, loss: &Node, vars: &[&Node]) -> Node {
         for v in vars {
+            assert!(
+                v.graph().id() == loss.graph().id(),
+                "minimize_vars: node %{} belongs to another graph",
+                v.index()
+            );
             assert!(
                 matches!(v.op(), Op::Variable { .. }),
                 "minimize_vars: node %{} is not a variable",
@@ -77,6 +83,11 @@ impl GraphOptimizer {
     }
 
     fn minimizer(self, loss: &Node, vars: Vec<usize>) -> Node {
+        assert!(
+            !vars.is_empty(),
+            "minimize: no variable reaches the loss %{}, so there is nothing to train",
+            loss.index()
+        );
         let m = Minimizer {
             optimizer: Rc::new(RefCell::new(self.optimizer)),
             vars,
@@ -99,5 +110,10 @@ impl GradientDescentOptimizer {
     /// A node that, when run, takes one descent step on every variable the loss depends on.
     pub fn minimize(&self, loss: &Node) -> Node {
         GraphOptimizer::new(Sgd::new(self.lr)).minimize(loss)
+    }
+
+    /// As [`GradientDescentOptimizer::minimize`], on `vars` only.
+    pub fn minimize_vars(&self, loss: &Node, vars: &[&Node]) -> Node {
+        GraphOptimizer::new(Sgd::new(self.lr)).minimize_vars(loss, vars)
     }
 }
