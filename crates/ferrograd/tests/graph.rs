@@ -439,3 +439,45 @@ fn run_time_misfits_are_errors_and_build_time_misuse_panics_clearly() {
         panic_message(|| drop(GradientDescentOptimizer::new(0.1).minimize_vars(&w.sum(), &[&v])));
     assert!(msg.contains("belongs to another graph"), "{msg}");
 }
+
+#[test]
+fn negative_axes_named_ops_and_adjoint_ops_match_eager() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let (x0, dy0) = (
+        Tensor::randn(&[2, 3, 5, 5], DType::F64, &mut rng),
+        Tensor::randn(&[2, 4, 3, 3], DType::F64, &mut rng),
+    );
+    let g = Graph::new();
+    let x = g.variable("x", x0.clone());
+    let dy = g.constant(dy0.clone());
+    let opts = ConvOpts::new();
+    let wg = x.conv2d_weight(&dy, (3, 3), &opts); // [4, 3, 3, 3]
+    assert_eq!(wg.shape(), Some(vec![Some(4), Some(3), Some(3), Some(3)]));
+    let s = wg.softmax(-1).sum_axes(&[-1, -2], false).sum_to(&[1, 3]); // [4, 3] → [1, 3]
+    let t = s.index_add(-1, &[0, 0], &s.narrow(-1, 1, 2).mul_scalar(2.0));
+    let u = t
+        .add(&t.neg().div_scalar(4.0))
+        .rsub_scalar(1.0)
+        .transpose(-1, -2);
+    let loss = u.sum();
+    let dx = g.gradients(&loss, &[&x]);
+    let out = Session::new(&g)
+        .run_many(&[&loss, &dx[0]], &Feed::new())
+        .unwrap();
+
+    let xe = x0.requires_grad();
+    let wg = xe.conv2d_weight(&dy0, (3, 3), &opts);
+    let s = wg.softmax(-1).sum_axes(&[-1, -2], false).sum_to(&[1, 3]);
+    let t = s.index_add(-1, &[0, 0], &s.narrow(-1, 1, 2).mul_scalar(2.0));
+    let u = (&t + &(-&t).div_scalar(4.0))
+        .rsub_scalar(1.0)
+        .transpose(-1, -2);
+    let loss = u.sum();
+    assert!((out[0].item() - loss.item()).abs() < 1e-12);
+    assert!(out[1].allclose(&grad(&loss, &[&xe])[0], 0.0, 1e-12));
+
+    let free = g.placeholder("free");
+    let msg = panic_message(|| drop(free.softmax(-1)));
+    assert!(msg.contains("needs the rank"), "{msg}");
+    assert_eq!(free.softmax(1).index(), free.index() + 1);
+}

@@ -4,12 +4,14 @@
 
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
+use super::op::show_opt;
 use super::op::{Binary, Op, Reduce, Unary};
 use super::{Graph, Node};
 use crate::autograd::Param;
 use crate::error::Result;
 use crate::ops::conv::ConvOpts;
 use crate::tensor::{DType, Tensor};
+use crate::Axis;
 
 impl Graph {
     /// A value fed at run time, of any shape and dtype (simpleflow's `placeholder()`): nodes
@@ -190,12 +192,14 @@ impl Node {
     }
 
     /// Removes axis `axis`, which must have size 1.
-    pub fn squeeze(&self, axis: usize) -> Node {
+    pub fn squeeze<A: Axis>(&self, axis: A) -> Node {
+        let axis = self.axis("squeeze", axis, 0);
         self.graph.add(Op::Squeeze(axis), &[self])
     }
 
     /// Inserts a size-1 axis at `axis` (0..=rank).
-    pub fn unsqueeze(&self, axis: usize) -> Node {
+    pub fn unsqueeze<A: Axis>(&self, axis: A) -> Node {
+        let axis = self.axis("unsqueeze", axis, 1);
         self.graph.add(Op::Unsqueeze(axis), &[self])
     }
 
@@ -205,19 +209,24 @@ impl Node {
     }
 
     /// The entries `indices` along `axis`, in that order.
-    pub fn index_select(&self, axis: usize, indices: &[usize]) -> Node {
+    pub fn index_select<A: Axis>(&self, axis: A, indices: &[usize]) -> Node {
         self.try_index_select(axis, indices)
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// [`Node::index_select`] returning the error.
-    pub fn try_index_select(&self, axis: usize, indices: &[usize]) -> Result<Node> {
+    pub fn try_index_select<A: Axis>(&self, axis: A, indices: &[usize]) -> Result<Node> {
+        let axis = self.axis("index_select", axis, 0);
         self.graph
             .try_add(Op::IndexSelect(axis, indices.to_vec()), &[self])
     }
 
     /// Nodes of one shape stacked along a new axis `axis`.
-    pub fn stack(nodes: &[&Node], axis: usize) -> Node {
+    pub fn stack<A: Axis>(nodes: &[&Node], axis: A) -> Node {
+        let axis = nodes
+            .first()
+            .expect("stack: no nodes given")
+            .axis("stack", axis, 1);
         let expanded: Vec<Node> = nodes.iter().map(|n| n.unsqueeze(axis)).collect();
         Node::cat(&expanded.iter().collect::<Vec<_>>(), axis)
     }
@@ -293,23 +302,23 @@ impl Node {
     }
 
     /// Sum over `axes`; with `keepdim` they stay as size-1 axes.
-    pub fn sum_axes(&self, axes: &[usize], keepdim: bool) -> Node {
-        self.reduce(Reduce::Sum, Some(axes), keepdim)
+    pub fn sum_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Node {
+        self.reduce(Reduce::Sum, Some(&self.axes("sum_axes", axes)), keepdim)
     }
 
     /// Mean over `axes`.
-    pub fn mean_axes(&self, axes: &[usize], keepdim: bool) -> Node {
-        self.reduce(Reduce::Mean, Some(axes), keepdim)
+    pub fn mean_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Node {
+        self.reduce(Reduce::Mean, Some(&self.axes("mean_axes", axes)), keepdim)
     }
 
     /// Maximum over `axes`.
-    pub fn max_axes(&self, axes: &[usize], keepdim: bool) -> Node {
-        self.reduce(Reduce::Max, Some(axes), keepdim)
+    pub fn max_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Node {
+        self.reduce(Reduce::Max, Some(&self.axes("max_axes", axes)), keepdim)
     }
 
     /// Minimum over `axes`.
-    pub fn min_axes(&self, axes: &[usize], keepdim: bool) -> Node {
-        self.reduce(Reduce::Min, Some(axes), keepdim)
+    pub fn min_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Node {
+        self.reduce(Reduce::Min, Some(&self.axes("min_axes", axes)), keepdim)
     }
 
     /// The same elements in `shape`.
@@ -328,7 +337,8 @@ impl Node {
     }
 
     /// Axes `a` and `b` swapped.
-    pub fn transpose(&self, a: usize, b: usize) -> Node {
+    pub fn transpose<A: Axis, B: Axis>(&self, a: A, b: B) -> Node {
+        let (a, b) = (self.axis("transpose", a, 0), self.axis("transpose", b, 0));
         let rank = self.shape().map(|s| s.len()).unwrap_or_else(|| {
             panic!(
                 "transpose: the rank of %{} is not known when the graph is built",
@@ -357,12 +367,14 @@ impl Node {
     }
 
     /// exp(x) / Σ exp(x) along `axis`.
-    pub fn softmax(&self, axis: usize) -> Node {
+    pub fn softmax<A: Axis>(&self, axis: A) -> Node {
+        let axis = self.axis("softmax", axis, 0);
         self.graph.add(Op::Softmax(axis), &[self])
     }
 
     /// x − log Σ exp(x) along `axis`.
-    pub fn log_softmax(&self, axis: usize) -> Node {
+    pub fn log_softmax<A: Axis>(&self, axis: A) -> Node {
+        let axis = self.axis("log_softmax", axis, 0);
         self.graph.add(Op::LogSoftmax(axis), &[self])
     }
 
@@ -401,20 +413,22 @@ impl Node {
     }
 
     /// Nodes joined along `axis`; all other axes must agree.
-    pub fn cat(nodes: &[&Node], axis: usize) -> Node {
+    pub fn cat<A: Axis>(nodes: &[&Node], axis: A) -> Node {
         Node::try_cat(nodes, axis).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// [`Node::cat`] returning the shape error.
-    pub fn try_cat(nodes: &[&Node], axis: usize) -> Result<Node> {
+    pub fn try_cat<A: Axis>(nodes: &[&Node], axis: A) -> Result<Node> {
         let first = nodes
             .first()
             .ok_or_else(|| crate::Error::Shape("cat: no nodes given".into()))?;
+        let axis = first.axis("cat", axis, 0);
         first.graph.try_add(Op::Cat(axis), nodes)
     }
 
     /// Elements `start..start + len` along `axis`.
-    pub fn narrow(&self, axis: usize, start: usize, len: usize) -> Node {
+    pub fn narrow<A: Axis>(&self, axis: A, start: usize, len: usize) -> Node {
+        let axis = self.axis("narrow", axis, 0);
         self.graph.add(Op::Narrow { axis, start, len }, &[self])
     }
 
@@ -424,14 +438,116 @@ impl Node {
     }
 
     /// Index of the largest element along `axis` (an i64 node). Has no derivative.
-    pub fn argmax(&self, axis: usize) -> Node {
+    pub fn argmax<A: Axis>(&self, axis: A) -> Node {
+        let axis = self.axis("argmax", axis, 0);
         self.graph.add(Op::ArgExtremum { max: true, axis }, &[self])
     }
 
     /// Index of the smallest element along `axis` (an i64 node). Has no derivative.
-    pub fn argmin(&self, axis: usize) -> Node {
+    pub fn argmin<A: Axis>(&self, axis: A) -> Node {
+        let axis = self.axis("argmin", axis, 0);
         self.graph
             .add(Op::ArgExtremum { max: false, axis }, &[self])
+    }
+
+    /// `a` as a position among this node's axes (plus `extra`, for ops that insert one); a
+    /// negative axis needs the rank known when the graph is built.
+    fn axis<A: Axis>(&self, op: &str, a: A, extra: usize) -> usize {
+        match self.shape() {
+            Some(s) => a.position(s.len() + extra).unwrap_or_else(|| {
+                panic!(
+                    "{op}: axis {a} out of range for {}",
+                    show_opt(&self.shape())
+                )
+            }),
+            None => {
+                // Without a rank, only counting from the front is possible.
+                const FAR: usize = 1 << 40;
+                a.position(FAR).filter(|&p| p < FAR / 2).unwrap_or_else(|| {
+                    panic!(
+                        "{op}: the negative axis {a} needs the rank of %{}, unknown when the \
+                         graph is built",
+                        self.index
+                    )
+                })
+            }
+        }
+    }
+
+    fn axes<A: Axis>(&self, op: &str, axes: &[A]) -> Vec<usize> {
+        axes.iter().map(|&a| self.axis(op, a, 0)).collect()
+    }
+
+    /// Sums a broadcast result back down to `shape` (the gradient of a broadcast operand).
+    pub fn sum_to(&self, shape: &[usize]) -> Node {
+        self.graph.add(Op::SumTo(shape.to_vec()), &[self])
+    }
+
+    /// This node with `source`'s entries along `axis` added at `indices` (repeats add up).
+    pub fn index_add<A: Axis>(&self, axis: A, indices: &[usize], source: &Node) -> Node {
+        let axis = self.axis("index_add", axis, 0);
+        self.graph
+            .add(Op::IndexAdd(axis, indices.to_vec()), &[self, source])
+    }
+
+    /// The weight gradient of `conv2d(self, w)` for an upstream gradient `dy`.
+    pub fn conv2d_weight(&self, dy: &Node, kernel: (usize, usize), opts: &ConvOpts) -> Node {
+        self.graph.add(Op::Conv2dWeight(kernel, *opts), &[self, dy])
+    }
+
+    /// The same values (graph values are always laid out for the ops that read them).
+    pub fn contiguous(&self) -> Node {
+        self.clone()
+    }
+
+    /// `self + other` (broadcast), as the `+` operator.
+    pub fn add(&self, other: &Node) -> Node {
+        self + other
+    }
+
+    /// `self − other` (broadcast), as the `-` operator.
+    pub fn sub(&self, other: &Node) -> Node {
+        self - other
+    }
+
+    /// `self · other` (broadcast), as the `*` operator.
+    pub fn mul(&self, other: &Node) -> Node {
+        self * other
+    }
+
+    /// `self / other` (broadcast), as the `/` operator.
+    pub fn div(&self, other: &Node) -> Node {
+        self / other
+    }
+
+    /// −x.
+    pub fn neg(&self) -> Node {
+        -self
+    }
+
+    /// x + s.
+    pub fn add_scalar(&self, s: f64) -> Node {
+        self.scalar(Unary::AddScalar(s))
+    }
+
+    /// x · s.
+    pub fn mul_scalar(&self, s: f64) -> Node {
+        self.scalar(Unary::MulScalar(s))
+    }
+
+    /// x / s.
+    pub fn div_scalar(&self, s: f64) -> Node {
+        self.scalar(Unary::DivScalar(s))
+    }
+
+    /// s − x.
+    pub fn rsub_scalar(&self, s: f64) -> Node {
+        self.scalar(Unary::RsubScalar(s))
+    }
+
+    /// s / x.
+    pub fn rdiv_scalar(&self, s: f64) -> Node {
+        self.scalar(Unary::RdivScalar(s))
     }
 
     fn scalar(&self, u: Unary) -> Node {
@@ -451,25 +567,25 @@ macro_rules! node_operators {
         impl $trait<Node> for Node {
             type Output = Node;
             fn $method(self, rhs: Node) -> Node {
-                (&self).$method(&rhs)
+                $trait::$method(&self, &rhs)
             }
         }
         impl $trait<&Node> for Node {
             type Output = Node;
             fn $method(self, rhs: &Node) -> Node {
-                (&self).$method(rhs)
+                $trait::$method(&self, rhs)
             }
         }
         impl $trait<Node> for &Node {
             type Output = Node;
             fn $method(self, rhs: Node) -> Node {
-                self.$method(&rhs)
+                $trait::$method(self, &rhs)
             }
         }
         impl $trait<f64> for Node {
             type Output = Node;
             fn $method(self, rhs: f64) -> Node {
-                (&self).$method(rhs)
+                $trait::$method(&self, rhs)
             }
         }
         impl $trait<f64> for &Node {
@@ -528,6 +644,6 @@ impl Neg for &Node {
 impl Neg for Node {
     type Output = Node;
     fn neg(self) -> Node {
-        (&self).neg()
+        Neg::neg(&self)
     }
 }

@@ -235,6 +235,13 @@ pub enum Op {
     StopGradient,
     /// The same values in another dtype.
     ToDtype(DType),
+    /// A broadcast result summed back down to this shape.
+    SumTo(Vec<usize>),
+    /// Input 0 with input 1's entries added at these positions along an axis.
+    IndexAdd(usize, Vec<usize>),
+    /// The weight gradient of a convolution of input 0 for the output gradient input 1,
+    /// with this kernel size.
+    Conv2dWeight((usize, usize), ConvOpts),
     /// Average pooling to this output size.
     AdaptiveAvgPool2d(usize, usize),
     /// Nearest-neighbour upsampling by these factors.
@@ -299,6 +306,9 @@ impl Op {
             Op::WhereCond => "where_cond".into(),
             Op::StopGradient => "stop_gradient".into(),
             Op::ToDtype(d) => format!("to_dtype({d})"),
+            Op::SumTo(s) => format!("sum_to({s:?})"),
+            Op::IndexAdd(a, i) => format!("index_add({a}, {i:?})"),
+            Op::Conv2dWeight(k, o) => format!("conv2d_weight({k:?}, {o:?})"),
             Op::AdaptiveAvgPool2d(h, w) => format!("adaptive_avg_pool2d({h}, {w})"),
             Op::UpsampleNearest2d(h, w) => format!("upsample_nearest2d({h}, {w})"),
             Op::ArgExtremum { max, axis } => {
@@ -527,6 +537,52 @@ impl Op {
             }
             Op::StopGradient => Ok(inputs[0].clone()),
             Op::ToDtype(to) => Ok((inputs[0].0.clone(), *to)),
+            Op::SumTo(to) => {
+                let (s, d) = &inputs[0];
+                let lead = s.len().checked_sub(to.len());
+                let fits = lead.is_some_and(|lead| {
+                    s[lead..]
+                        .iter()
+                        .zip(to)
+                        .all(|(n, &t)| t == 1 || n.is_none_or(|n| n == t))
+                });
+                if !fits {
+                    return Err(format!("{to:?} does not broadcast to {}", show(s)));
+                }
+                Ok((known(to), float(*d, "sum_to")?))
+            }
+            Op::IndexAdd(axis, indices) => {
+                let ((s, d), (src, _)) = (&inputs[0], &inputs[1]);
+                check_axis(*axis, s)?;
+                let mut expected = s.clone();
+                expected[*axis] = Some(indices.len());
+                let fits =
+                    src.len() == s.len() && src.iter().zip(&expected).all(|(a, b)| same(*a, *b));
+                if !fits || indices.iter().any(|&i| s[*axis].is_some_and(|n| i >= n)) {
+                    return Err(format!(
+                        "source {} and {} indices do not fit {} along axis {axis}",
+                        show(src),
+                        indices.len(),
+                        show(s)
+                    ));
+                }
+                Ok((s.clone(), float(*d, "index_add")?))
+            }
+            Op::Conv2dWeight((kh, kw), o) => {
+                let ((x, dx), (dy, ddy)) = (&inputs[0], &inputs[1]);
+                if x.len() != 4 || dy.len() != 4 || o.groups == 0 {
+                    return Err(format!(
+                        "takes [N, C, H, W] twice, got {} and {}",
+                        show(x),
+                        show(dy)
+                    ));
+                }
+                let cg = x[1].map(|c| c / o.groups);
+                Ok((
+                    vec![dy[1], cg, Some(*kh), Some(*kw)],
+                    float(promote(*dx, *ddy), "conv2d_weight")?,
+                ))
+            }
             Op::Squeeze(axis) => {
                 let (s, d) = &inputs[0];
                 check_axis(*axis, s)?;
@@ -681,6 +737,9 @@ impl Op {
             Op::WhereCond => x[0].where_cond(&x[1], &x[2]),
             Op::StopGradient => x[0].detach(),
             Op::ToDtype(d) => x[0].to_dtype(*d),
+            Op::SumTo(s) => x[0].sum_to(s),
+            Op::IndexAdd(a, i) => x[0].index_add(*a, i, &x[1]),
+            Op::Conv2dWeight(k, o) => x[0].conv2d_weight(&x[1], *k, o),
             Op::AdaptiveAvgPool2d(h, w) => x[0].adaptive_avg_pool2d(*h, *w),
             Op::UpsampleNearest2d(h, w) => x[0].upsample_nearest2d(*h, *w),
             Op::ArgExtremum { max: true, axis } => x[0].argmax(*axis),
