@@ -11,6 +11,8 @@ use ferrograd::prelude::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
+mod common;
+
 fn scalar_graph(n_ops: usize) -> (f64, f64, usize) {
     let x = Tensor::scalar(0.5f64).requires_grad();
     let w = Tensor::scalar(1.0001f64).requires_grad();
@@ -44,17 +46,11 @@ fn session_step_report() {
     let labels: Vec<usize> = (0..128).map(|i| i % 10).collect();
     let y = one_hot(&labels, 10);
     manual_seed(0);
-    let net = Net::new(vec![
-        Box::new(Dense::new(784, 400)),
-        Box::new(Relu::new()),
-        Box::new(Dense::new(400, 100)),
-        Box::new(Relu::new()),
-        Box::new(Dense::new(100, 10)),
-    ]);
+    let mut model = common::seed_mlp(1e-3);
     let g = Graph::new();
     let (gx, gy) = (g.placeholder("x"), g.placeholder("y"));
     let mut h = gx.clone();
-    let params = net.params();
+    let params = model.net().params();
     for (i, wb) in params.chunks(2).enumerate() {
         let w = g.variable(&wb[0].0, wb[0].1.tensor().detach());
         let b = g.variable(&wb[1].0, wb[1].1.tensor().detach());
@@ -67,7 +63,6 @@ fn session_step_report() {
     let train = GraphOptimizer::new(Adam::new(1e-3)).minimize(&loss);
     let mut sess = Session::new(&g);
     let feed = Feed::new().with(&gx, x.clone()).with(&gy, y.clone());
-    let mut model = Model::new(net, SoftmaxCrossEntropy::new(), Adam::new(1e-3));
     let reps = 20;
     let (mut eager, mut graph) = (f64::INFINITY, f64::INFINITY);
     for _ in 0..7 {

@@ -557,7 +557,7 @@ impl Node {
 
 /// `node op node` and `node op f64`, on references and values, as for tensors.
 macro_rules! node_operators {
-    ($trait:ident, $method:ident, $binary:expr, $with_scalar:expr, $scalar_with:expr) => {
+    ($trait:ident, $method:ident, $binary:expr, |$s:ident| $with_scalar:expr, |$t:ident| $scalar_with:expr) => {
         impl $trait<&Node> for &Node {
             type Output = Node;
             fn $method(self, rhs: &Node) -> Node {
@@ -590,49 +590,33 @@ macro_rules! node_operators {
         }
         impl $trait<f64> for &Node {
             type Output = Node;
-            fn $method(self, rhs: f64) -> Node {
-                let f: fn(&Node, f64) -> Node = $with_scalar;
-                f(self, rhs)
+            fn $method(self, $s: f64) -> Node {
+                self.scalar($with_scalar)
             }
         }
         impl $trait<&Node> for f64 {
             type Output = Node;
             fn $method(self, rhs: &Node) -> Node {
-                let f: fn(f64, &Node) -> Node = $scalar_with;
-                f(self, rhs)
+                let $t = self;
+                rhs.scalar($scalar_with)
             }
         }
     };
 }
 
-node_operators!(
-    Add,
-    add,
-    Binary::Add,
-    |n, s| n.scalar(Unary::AddScalar(s)),
-    |s, n| n.scalar(Unary::AddScalar(s))
-);
-node_operators!(
-    Sub,
-    sub,
-    Binary::Sub,
-    |n, s| n.scalar(Unary::AddScalar(-s)),
-    |s, n| n.scalar(Unary::RsubScalar(s))
-);
-node_operators!(
-    Mul,
-    mul,
-    Binary::Mul,
-    |n, s| n.scalar(Unary::MulScalar(s)),
-    |s, n| n.scalar(Unary::MulScalar(s))
-);
-node_operators!(
-    Div,
-    div,
-    Binary::Div,
-    |n, s| n.scalar(Unary::DivScalar(s)),
-    |s, n| n.scalar(Unary::RdivScalar(s))
-);
+// (trait, method, the node op, `node op s`, `s op node`); `x − s` is exactly `x + (−s)`.
+node_operators!(Add, add, Binary::Add, |s| Unary::AddScalar(s), |s| {
+    Unary::AddScalar(s)
+});
+node_operators!(Sub, sub, Binary::Sub, |s| Unary::AddScalar(-s), |s| {
+    Unary::RsubScalar(s)
+});
+node_operators!(Mul, mul, Binary::Mul, |s| Unary::MulScalar(s), |s| {
+    Unary::MulScalar(s)
+});
+node_operators!(Div, div, Binary::Div, |s| Unary::DivScalar(s), |s| {
+    Unary::RdivScalar(s)
+});
 
 impl Neg for &Node {
     type Output = Node;
