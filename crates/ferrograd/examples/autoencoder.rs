@@ -1,0 +1,202 @@
+//! An autoencoder on MNIST (seed 000 lists it among tinynn's unsupervised models): dense
+//! 784-256-64-256-784, or convolutional with `--conv`, trained on the mean squared error of its
+//! reconstructions. Prints the test-set reconstruction MSE per epoch, writes a PNG of test
+//! digits above their reconstructions and an SVG of the loss curves.
+//!
+//! `scripts/fetch-data.sh && cargo run --release --example autoencoder -- --out-dir docs`
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clap::Parser;
+use ferrograd::data::Mnist;
+use ferrograd::prelude::*;
+use image::{imageops, GrayImage, Luma};
+use indicatif::{ProgressBar, ProgressStyle};
+use plotters::prelude::*;
+
+#[derive(Parser)]
+#[command(about = "A dense or convolutional autoencoder on MNIST")]
+struct Args {
+    /// Directory of the IDX files.
+    #[arg(long, default_value = "data/mnist")]
+    data: PathBuf,
+    /// Passes over the training set.
+    #[arg(long, default_value_t = 5)]
+    epochs: u64,
+    /// Images per step.
+    #[arg(long, default_value_t = 128)]
+    batch_size: usize,
+    /// Adam's learning rate.
+    #[arg(long, default_value_t = 1e-3)]
+    lr: f64,
+    /// Seed of the weights and the shuffles.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// The convolutional autoencoder instead of the dense one.
+    #[arg(long)]
+    conv: bool,
+    /// Train on the first N training images only (a quick run).
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Where to write the pictures.
+    #[arg(long, default_value = ".")]
+    out_dir: PathBuf,
+    /// Save the trained network's weights to this safetensors file.
+    #[arg(long)]
+    save: Option<PathBuf>,
+}
+
+/// 784-256-64-256-784 with ReLU, a sigmoid output in [0, 1] as the pixels.
+fn dense() -> Net {
+    Net::new(vec![
+        Box::new(Dense::new(784, 256)),
+        Box::new(Relu::new()),
+        Box::new(Dense::new(256, 64)),
+        Box::new(Relu::new()),
+        Box::new(Dense::new(64, 256)),
+        Box::new(Relu::new()),
+        Box::new(Dense::new(256, 784)),
+        Box::new(Sigmoid::new()),
+    ])
+}
+
+/// Two stride-2 convolutions down to 32×7×7, two transposed convolutions back up.
+fn convolutional() -> Net {
+    Net::new(vec![
+        Box::new(Reshape::new(&[1, 28, 28])),
+        Box::new(Conv2d::new(1, 16, 3).stride(2).padding(1)),
+        Box::new(Relu::new()),
+        Box::new(Conv2d::new(16, 32, 3).stride(2).padding(1)),
+        Box::new(Relu::new()),
+        Box::new(
+            ConvTranspose2d::new(32, 16, 3)
+                .stride(2)
+                .padding(1)
+                .output_padding(1),
+        ),
+        Box::new(Relu::new()),
+        Box::new(
+            ConvTranspose2d::new(16, 1, 3)
+                .stride(2)
+                .padding(1)
+                .output_padding(1),
+        ),
+        Box::new(Sigmoid::new()),
+        Box::new(Reshape::new(&[784])),
+    ])
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let load = |train| {
+        Mnist::load(&args.data, train)
+            .map_err(|e| format!("{e}\n(fetch the data with: scripts/fetch-data.sh)"))
+    };
+    let (train, test) = (load(true)?, load(false)?);
+    let n = args
+        .limit
+        .map_or(train.images.shape()[0], |l| l.min(train.images.shape()[0]));
+    let images = train.images.narrow(0, 0, n);
+    let data = TensorDataset::new(images.clone(), images);
+    manual_seed(args.seed);
+    let net = if args.conv { convolutional() } else { dense() };
+    let mut model = Model::new(net, Mse::new(), Adam::new(args.lr));
+    std::fs::create_dir_all(&args.out_dir)?;
+    let mut curves = Vec::new();
+    for epoch in 0..args.epochs {
+        let start = Instant::now();
+        let batches = BatchIterator::epoch(&data, args.batch_size, true, args.seed, epoch, false);
+        let bar = ProgressBar::new(batches.batches() as u64);
+        bar.set_style(ProgressStyle::with_template(
+            "epoch {prefix} {bar:30} {pos}/{len}",
+        )?);
+        bar.set_prefix(epoch.to_string());
+        let (mut loss_sum, mut seen) = (0.0f64, 0usize);
+        for batch in batches {
+            loss_sum +=
+                model.train_step(&batch.inputs, &batch.targets) as f64 * batch.indices.len() as f64;
+            seen += batch.indices.len();
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        let secs = start.elapsed().as_secs_f64();
+        let test_mse = reconstruction_mse(&model, &test.images);
+        println!(
+            "Epoch {epoch} train MSE {:.5}  test MSE {test_mse:.5}  {secs:.2} s",
+            loss_sum / seen as f64
+        );
+        curves.push((loss_sum / seen as f64, test_mse));
+    }
+    let name = if args.conv {
+        "autoencoder_conv"
+    } else {
+        "autoencoder"
+    };
+    let grid = args.out_dir.join(format!("{name}.png"));
+    digits_and_reconstructions(&model, &test.images, 10).save(&grid)?;
+    let curve = args.out_dir.join(format!("{name}_loss.svg"));
+    plot(&curve, &curves)?;
+    println!("wrote {} and {}", grid.display(), curve.display());
+    if let Some(path) = &args.save {
+        model.net().save_safetensors(path)?;
+    }
+    Ok(())
+}
+
+/// The mean squared error of the model's reconstructions of `images`, 1,000 at a time.
+fn reconstruction_mse(model: &Model, images: &Tensor) -> f64 {
+    let n = images.shape()[0];
+    let total: f64 = (0..n)
+        .step_by(1000)
+        .map(|i| {
+            let x = images.narrow(0, i, 1000.min(n - i));
+            (&model.predict(&x) - &x).square().sum().item()
+        })
+        .sum();
+    total / images.numel() as f64
+}
+
+/// The first `count` test digits in a row, their reconstructions in the row below, scaled 3×.
+fn digits_and_reconstructions(model: &Model, images: &Tensor, count: usize) -> GrayImage {
+    let x = images.narrow(0, 0, count);
+    let rows = [x.to_vec::<f32>(), model.predict(&x).to_vec::<f32>()];
+    let grid = GrayImage::from_fn(28 * count as u32, 56, |px, py| {
+        let (row, digit) = ((py / 28) as usize, (px / 28) as usize);
+        let at = digit * 784 + (py % 28) as usize * 28 + (px % 28) as usize;
+        Luma([(rows[row][at].clamp(0.0, 1.0) * 255.0).round() as u8])
+    });
+    imageops::resize(
+        &grid,
+        grid.width() * 3,
+        grid.height() * 3,
+        imageops::FilterType::Nearest,
+    )
+}
+
+/// Train and test MSE per epoch.
+fn plot(path: &Path, curves: &[(f64, f64)]) -> Result<(), Box<dyn std::error::Error>> {
+    let root = SVGBackend::new(path, (640, 400)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let top = curves.iter().map(|c| c.0.max(c.1)).fold(0.0, f64::max) * 1.1;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("reconstruction MSE per epoch", ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(1usize..curves.len().max(2), 0.0..top.max(1e-3))?;
+    chart.configure_mesh().x_desc("epoch").draw()?;
+    for (label, colour, pick) in [("train", BLUE, 0usize), ("test", RED, 1)] {
+        let points = curves
+            .iter()
+            .enumerate()
+            .map(move |(e, c)| (e + 1, if pick == 0 { c.0 } else { c.1 }));
+        chart
+            .draw_series(LineSeries::new(points, colour.stroke_width(2)))?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
+    }
+    chart.configure_series_labels().border_style(BLACK).draw()?;
+    root.present()?;
+    Ok(())
+}
