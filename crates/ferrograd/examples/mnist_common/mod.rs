@@ -12,60 +12,43 @@ use ferrograd::metrics::accuracy;
 use ferrograd::prelude::*;
 use indicatif::{ProgressBar, ProgressStyle};
 
+// The flags every MNIST job takes; the default epoch count is the example's.
+#[derive(clap::Parser)]
+#[command(
+    about = "Trains a classifier on MNIST (or Fashion-MNIST) and prints the seed's \
+                   per-epoch lines"
+)]
 struct Args {
+    /// Directory of the IDX files (MNIST, or Fashion-MNIST: same format).
+    #[arg(long, default_value = "data/mnist")]
     data: PathBuf,
-    epochs: u64,
+    /// Passes over the training set (default: the example's).
+    #[arg(long)]
+    epochs: Option<u64>,
+    /// Images per step.
+    #[arg(long, default_value_t = 128)]
     batch_size: usize,
+    /// Adam's learning rate.
+    #[arg(long, default_value_t = 1e-3)]
     lr: f64,
+    /// Seed of the weights and the shuffles.
+    #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Threads of the pool the kernels run on (default: one per core).
+    #[arg(long)]
     threads: Option<usize>,
+    /// Save a checkpoint to this file after every epoch.
+    #[arg(long)]
     save: Option<PathBuf>,
+    /// Resume from a checkpoint written by --save.
+    #[arg(long)]
     resume: Option<PathBuf>,
 }
 
-const FLAGS: &str = "[--data DIR] [--epochs N] [--batch-size N] [--lr X] [--seed N] [--threads N] \
-                     [--save PATH] [--resume PATH]";
-
-fn parse_args(name: &str, epochs: u64) -> Result<Args, String> {
-    let usage = format!("usage: {name} {FLAGS}");
-    let mut a = Args {
-        data: PathBuf::from("data/mnist"),
-        epochs,
-        batch_size: 128,
-        lr: 1e-3,
-        seed: 0,
-        threads: None,
-        save: None,
-        resume: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        if flag == "--help" || flag == "-h" {
-            return Err(usage);
-        }
-        let value = it
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value\n{usage}"))?;
-        let bad = |e: &dyn std::fmt::Display| format!("{flag} {value}: {e}");
-        match flag.as_str() {
-            "--data" => a.data = PathBuf::from(&value),
-            "--epochs" => a.epochs = value.parse().map_err(|e| bad(&e))?,
-            "--batch-size" => a.batch_size = value.parse().map_err(|e| bad(&e))?,
-            "--lr" => a.lr = value.parse().map_err(|e| bad(&e))?,
-            "--seed" => a.seed = value.parse().map_err(|e| bad(&e))?,
-            "--threads" => a.threads = Some(value.parse().map_err(|e| bad(&e))?),
-            "--save" => a.save = Some(PathBuf::from(&value)),
-            "--resume" => a.resume = Some(PathBuf::from(&value)),
-            _ => return Err(format!("unknown flag {flag}\n{usage}")),
-        }
-    }
-    if a.batch_size == 0 {
+fn run(args: Args, epochs: u64, build: fn(f64) -> Model) -> Result<(), String> {
+    if args.batch_size == 0 {
         return Err("--batch-size must be positive".into());
     }
-    Ok(a)
-}
-
-fn run(args: Args, build: fn(f64) -> Model) -> Result<(), String> {
     if let Some(n) = args.threads {
         rayon::ThreadPoolBuilder::new()
             .num_threads(n)
@@ -94,7 +77,7 @@ fn run(args: Args, build: fn(f64) -> Model) -> Result<(), String> {
         println!("resumed from {} after epoch {}", path.display(), ck.epoch);
     }
 
-    for epoch in first_epoch..args.epochs {
+    for epoch in first_epoch..args.epochs.unwrap_or(epochs) {
         let start = Instant::now();
         let batches = BatchIterator::epoch(&train, args.batch_size, true, args.seed, epoch, false);
         let bar = ProgressBar::new(batches.batches() as u64);
@@ -152,8 +135,11 @@ fn predict_in_batches(model: &Model, images: &Tensor, batch: usize) -> Tensor {
 
 /// Parses the flags (`epochs` by default) and trains the model `build` makes for a learning
 /// rate; errors go to stderr with a failing exit code.
-pub fn main(name: &str, epochs: u64, build: fn(f64) -> Model) -> ExitCode {
-    match parse_args(name, epochs).and_then(|args| run(args, build)) {
+pub fn main(name: &'static str, epochs: u64, build: fn(f64) -> Model) -> ExitCode {
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Args::command().name(name).get_matches();
+    let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    match run(args, epochs, build) {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => {
             eprintln!("{msg}");
