@@ -126,7 +126,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         episode_return += reward;
         if done {
             returns.push(episode_return);
-            if returns.len() % 10 == 0 {
+            if returns.len().is_multiple_of(10) {
                 let last10 = &returns[returns.len() - 10..];
                 println!(
                     "episodes {:4}  steps {step:6}  average return of the last 10: {:.1}",
@@ -155,7 +155,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if replay.len() >= 1_000 {
             learn(&online, &target, &mut opt, &replay, batch, gamma, &mut rng);
         }
-        if step % 1000 == 0 {
+        if step.is_multiple_of(1000) {
             target.copy_from(&online)?;
         }
     }
