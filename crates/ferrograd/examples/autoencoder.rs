@@ -5,7 +5,7 @@
 //!
 //! `scripts/fetch-data.sh && cargo run --release --example autoencoder -- --out-dir docs`
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use clap::Parser;
@@ -15,36 +15,24 @@ use image::{imageops, GrayImage, Luma};
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
 
+mod common;
+
 #[derive(Parser)]
 #[command(about = "A dense or convolutional autoencoder on MNIST")]
 struct Args {
-    /// Directory of the IDX files.
-    #[arg(long, default_value = "data/mnist")]
-    data: PathBuf,
     /// Passes over the training set.
     #[arg(long, default_value_t = 5)]
     epochs: u64,
-    /// Images per step.
-    #[arg(long, default_value_t = 128)]
-    batch_size: usize,
-    /// Adam's learning rate.
-    #[arg(long, default_value_t = 1e-3)]
-    lr: f64,
-    /// Seed of the weights and the shuffles.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
     /// The convolutional autoencoder instead of the dense one.
     #[arg(long)]
     conv: bool,
     /// Train on the first N training images only (a quick run).
     #[arg(long)]
     limit: Option<usize>,
-    /// Where to write the pictures.
-    #[arg(long, default_value = ".")]
-    out_dir: PathBuf,
-    /// Save the trained network's weights to this safetensors file.
-    #[arg(long)]
-    save: Option<PathBuf>,
+    #[command(flatten)]
+    training: common::Training,
+    #[command(flatten)]
+    output: common::Output,
 }
 
 /// 784-256-64-256-784 with ReLU, a sigmoid output in [0, 1] as the pixels.
@@ -89,8 +77,9 @@ fn convolutional() -> Net {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
+    let (t, out) = (&args.training, &args.output);
     let load = |train| {
-        Mnist::load(&args.data, train)
+        Mnist::load(&t.data, train)
             .map_err(|e| format!("{e}\n(fetch the data with: scripts/fetch-data.sh)"))
     };
     let (train, test) = (load(true)?, load(false)?);
@@ -99,14 +88,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map_or(train.images.shape()[0], |l| l.min(train.images.shape()[0]));
     let images = train.images.narrow(0, 0, n);
     let data = TensorDataset::new(images.clone(), images);
-    manual_seed(args.seed);
+    manual_seed(t.seed);
     let net = if args.conv { convolutional() } else { dense() };
-    let mut model = Model::new(net, Mse::new(), Adam::new(args.lr));
-    std::fs::create_dir_all(&args.out_dir)?;
+    let mut model = Model::new(net, Mse::new(), Adam::new(t.lr));
+    std::fs::create_dir_all(&out.out_dir)?;
     let mut curves = Vec::new();
     for epoch in 0..args.epochs {
         let start = Instant::now();
-        let batches = BatchIterator::epoch(&data, args.batch_size, true, args.seed, epoch, false);
+        let batches = BatchIterator::epoch(&data, t.batch_size, true, t.seed, epoch, false);
         let bar = ProgressBar::new(batches.batches() as u64);
         bar.set_style(ProgressStyle::with_template(
             "epoch {prefix} {bar:30} {pos}/{len}",
@@ -133,12 +122,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         "autoencoder"
     };
-    let grid = args.out_dir.join(format!("{name}.png"));
+    let grid = out.out_dir.join(format!("{name}.png"));
     digits_and_reconstructions(&model, &test.images, 10).save(&grid)?;
-    let curve = args.out_dir.join(format!("{name}_loss.svg"));
+    let curve = out.out_dir.join(format!("{name}_loss.svg"));
     plot(&curve, &curves)?;
     println!("wrote {} and {}", grid.display(), curve.display());
-    if let Some(path) = &args.save {
+    if let Some(path) = &out.save {
         model.net().save_safetensors(path)?;
     }
     Ok(())

@@ -18,6 +18,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
+mod common;
+
 #[derive(Parser)]
 #[command(about = "A DCGAN on MNIST")]
 struct Args {
@@ -33,12 +35,8 @@ struct Args {
     /// Seed of the weights, the noise and the shuffles.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Where to write dcgan_epoch_{k}.png.
-    #[arg(long, default_value = ".")]
-    out_dir: PathBuf,
-    /// Save the generator's weights to this safetensors file.
-    #[arg(long)]
-    save: Option<PathBuf>,
+    #[command(flatten)]
+    output: common::Output,
 }
 
 fn generator() -> Net {
@@ -86,7 +84,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Tensor::zeros(&[64, 1], DType::F32),
     );
     let bce = SigmoidCrossEntropy::new();
-    std::fs::create_dir_all(&args.out_dir)?;
+    std::fs::create_dir_all(&args.output.out_dir)?;
     for epoch in 0..args.epochs {
         let start = Instant::now();
         let batches = BatchIterator::epoch(&data, 64, true, args.seed, epoch, true);
@@ -120,7 +118,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         bar.finish_and_clear();
         let secs = start.elapsed().as_secs_f64();
-        let path = args.out_dir.join(format!("dcgan_epoch_{}.png", epoch + 1));
+        let path = args
+            .output
+            .out_dir
+            .join(format!("dcgan_epoch_{}.png", epoch + 1));
         grid(&Layer::forward(&g, &fixed, Mode::Eval)).save(&path)?;
         println!(
             "Epoch {epoch}  loss D {:.4}  loss G {:.4}  {secs:.1} s ({:.2} s per 100 steps)  wrote {}",
@@ -130,7 +131,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             path.display()
         );
     }
-    if let Some(path) = &args.save {
+    if let Some(path) = &args.output.save {
         g.save_safetensors(path)?;
     }
     Ok(())

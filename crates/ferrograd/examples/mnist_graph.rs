@@ -5,7 +5,6 @@
 //!
 //! `scripts/fetch-data.sh && cargo run --release --example mnist_graph -- --epochs 2`
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -19,21 +18,11 @@ mod common;
 #[derive(Parser)]
 #[command(about = "The seed's MNIST MLP as a static graph")]
 struct Args {
-    /// Directory of the IDX files.
-    #[arg(long, default_value = "data/mnist")]
-    data: PathBuf,
     /// Epochs to train.
     #[arg(long, default_value_t = 2)]
     epochs: u64,
-    /// Images per step.
-    #[arg(long, default_value_t = 128)]
-    batch_size: usize,
-    /// Adam's learning rate.
-    #[arg(long, default_value_t = 1e-3)]
-    lr: f64,
-    /// Seed of the initial weights and the shuffles.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[command(flatten)]
+    training: common::Training,
 }
 
 /// The graph's inputs, its scores, and its training op.
@@ -73,6 +62,7 @@ fn build(layers: &[(Tensor, Tensor)], lr: f64) -> MlpGraph {
 }
 
 fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let (epochs, args) = (args.epochs, args.training);
     let load = |train| {
         Mnist::load(&args.data, train)
             .map_err(|e| format!("{e}\n(fetch the data with: scripts/fetch-data.sh)"))
@@ -93,7 +83,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let g = build(&layers, args.lr);
     println!("{} nodes:\n{}", g.graph.len(), g.graph);
     let mut sess = Session::new(&g.graph);
-    for epoch in 0..args.epochs {
+    for epoch in 0..epochs {
         let start = Instant::now();
         let (mut loss_sum, mut seen) = (0.0f64, 0usize);
         for batch in BatchIterator::epoch(&train, args.batch_size, true, args.seed, epoch, false) {

@@ -13,6 +13,8 @@ use ferrograd::prelude::*;
 use image::{ImageReader, Rgb, RgbImage};
 use indicatif::{ProgressBar, ProgressStyle};
 
+mod common;
+
 #[derive(Parser)]
 #[command(about = "Paint a picture with an MLP from pixel coordinates to colours")]
 struct Args {
@@ -34,12 +36,8 @@ struct Args {
     /// Seed of the weights and the shuffles.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Where to write nn_paint_original.png and nn_paint.png.
-    #[arg(long, default_value = ".")]
-    out_dir: PathBuf,
-    /// Save the trained network's weights to this safetensors file.
-    #[arg(long)]
-    save: Option<PathBuf>,
+    #[command(flatten)]
+    output: common::Output,
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -51,8 +49,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .to_rgb8(),
         None => generated(args.size),
     };
-    std::fs::create_dir_all(&args.out_dir)?;
-    picture.save(args.out_dir.join("nn_paint_original.png"))?;
+    std::fs::create_dir_all(&args.output.out_dir)?;
+    picture.save(args.output.out_dir.join("nn_paint_original.png"))?;
     let (coords, colours) = pixels(&picture);
     let data = TensorDataset::new(coords.clone(), colours.clone());
 
@@ -95,10 +93,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         secs / args.epochs.max(1) as f64,
         psnr(&painted, &colours)
     );
-    let path = args.out_dir.join("nn_paint.png");
+    let path = args.output.out_dir.join("nn_paint.png");
     to_image(&painted, picture.width(), picture.height()).save(&path)?;
     println!("wrote {}", path.display());
-    if let Some(path) = &args.save {
+    if let Some(path) = &args.output.save {
         model.net().save_safetensors(path)?;
     }
     Ok(())

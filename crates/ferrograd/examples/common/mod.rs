@@ -1,7 +1,37 @@
 //! Helpers shared by the examples (each uses some of them).
 #![allow(dead_code)]
 
+use std::path::PathBuf;
+
 use ferrograd::prelude::*;
+
+/// Flags of the examples that train on MNIST with Adam.
+#[derive(clap::Args)]
+pub struct Training {
+    /// Directory of the IDX files (MNIST, or Fashion-MNIST: same format).
+    #[arg(long, default_value = "data/mnist")]
+    pub data: PathBuf,
+    /// Images per step.
+    #[arg(long, default_value_t = 128)]
+    pub batch_size: usize,
+    /// Adam's learning rate.
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f64,
+    /// Seed of the weights and the shuffles.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+/// Flags of the examples that write pictures and weights.
+#[derive(clap::Args)]
+pub struct Output {
+    /// Where to write the pictures.
+    #[arg(long, default_value = ".")]
+    pub out_dir: PathBuf,
+    /// Save the trained network's weights to this safetensors file.
+    #[arg(long)]
+    pub save: Option<PathBuf>,
+}
 
 /// The seed's MNIST classifier: MLP 784-400-100-10 with ReLU, softmax cross-entropy and Adam at
 /// learning rate `lr` (weights from the generator seeded by `manual_seed`).

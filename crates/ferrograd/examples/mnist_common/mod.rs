@@ -19,21 +19,11 @@ use indicatif::{ProgressBar, ProgressStyle};
                    per-epoch lines"
 )]
 struct Args {
-    /// Directory of the IDX files (MNIST, or Fashion-MNIST: same format).
-    #[arg(long, default_value = "data/mnist")]
-    data: PathBuf,
     /// Passes over the training set (default: the example's).
     #[arg(long)]
     epochs: Option<u64>,
-    /// Images per step.
-    #[arg(long, default_value_t = 128)]
-    batch_size: usize,
-    /// Adam's learning rate.
-    #[arg(long, default_value_t = 1e-3)]
-    lr: f64,
-    /// Seed of the weights and the shuffles.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[command(flatten)]
+    training: crate::common::Training,
     /// Threads of the pool the kernels run on (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
@@ -46,7 +36,8 @@ struct Args {
 }
 
 fn run(args: Args, epochs: u64, build: fn(f64) -> Model) -> Result<(), String> {
-    if args.batch_size == 0 {
+    let t = &args.training;
+    if t.batch_size == 0 {
         return Err("--batch-size must be positive".into());
     }
     if let Some(n) = args.threads {
@@ -56,19 +47,19 @@ fn run(args: Args, epochs: u64, build: fn(f64) -> Model) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     }
     let load = |train| {
-        Mnist::load(&args.data, train)
+        Mnist::load(&t.data, train)
             .map_err(|e| format!("{e}\n(fetch the data with: scripts/fetch-data.sh)"))
     };
     let (train, test) = (load(true)?, load(false)?);
     println!(
         "data: {} ({} train, {} test images)",
-        args.data.display(),
+        t.data.display(),
         train.labels.len(),
         test.labels.len()
     );
 
-    manual_seed(args.seed);
-    let mut model = build(args.lr);
+    manual_seed(t.seed);
+    let mut model = build(t.lr);
     let mut first_epoch = 0;
     if let Some(path) = &args.resume {
         let ck = load_checkpoint(path).map_err(|e| e.to_string())?;
@@ -79,7 +70,7 @@ fn run(args: Args, epochs: u64, build: fn(f64) -> Model) -> Result<(), String> {
 
     for epoch in first_epoch..args.epochs.unwrap_or(epochs) {
         let start = Instant::now();
-        let batches = BatchIterator::epoch(&train, args.batch_size, true, args.seed, epoch, false);
+        let batches = BatchIterator::epoch(&train, t.batch_size, true, t.seed, epoch, false);
         let bar = ProgressBar::new(batches.batches() as u64);
         bar.set_style(
             ProgressStyle::with_template("epoch {prefix} {bar:30} {pos}/{len} {msg}")
