@@ -1,5 +1,6 @@
 //! Losses: each returns a differentiable 0-d tensor, the mean over the batch (axis 0).
 
+use crate::data::one_hot;
 use crate::ops::same_shape;
 use crate::tensor::Tensor;
 
@@ -40,15 +41,13 @@ fn class_rows(op: &str, scores: &Tensor, target: &Tensor) -> Tensor {
         scores.shape()
     );
     let classes = classes.first().copied().unwrap_or(0);
-    let mut rows = vec![0.0; target.numel() * classes];
-    for (i, c) in target.to_vec::<i64>().into_iter().enumerate() {
-        let c = usize::try_from(c)
-            .ok()
-            .filter(|&c| c < classes)
-            .unwrap_or_else(|| panic!("{op}: class index {c} is not a class of 0..{classes}"));
-        rows[i * classes + c] = 1.0;
+    let labels = target.to_vec::<i64>();
+    if let Some(c) = labels.iter().find(|&&c| !(0..classes as i64).contains(&c)) {
+        panic!("{op}: class index {c} is not a class of 0..{classes}");
     }
-    Tensor::from_vec(rows, scores.shape()).to_dtype(scores.dtype())
+    one_hot(&labels, classes)
+        .reshape(scores.shape())
+        .to_dtype(scores.dtype())
 }
 
 /// Losses without settings: a unit struct, `new()`, and the formula.

@@ -3,14 +3,12 @@
 //! The per-thread state and the forward check sit with the recording, in `tensor::anomaly`.
 
 use crate::error::{Error, Result};
-use crate::tensor::anomaly::{enabled, has_non_finite, report, reported, shapes, Scope};
+use crate::tensor::anomaly::{enabled, has_non_finite, report, shapes, Scope};
 use crate::tensor::Tensor;
 
 /// Whether detection is on and has already found a NaN/Inf in the current `detect_anomaly`:
 /// optimizers then skip their update, so that the non-finite value never reaches the weights.
-pub(crate) fn anomaly_reported() -> bool {
-    reported()
-}
+pub(crate) use crate::tensor::anomaly::reported as anomaly_reported;
 
 pub(crate) fn check_backward(op: &str, grads: &[Option<Tensor>], inputs: &[Tensor]) {
     if !enabled() {

@@ -9,7 +9,7 @@ use super::optimize::Plan;
 use super::{Graph, Node};
 use crate::autograd::{grad, grad_with_graph, Gradients, Param};
 use crate::error::{Error, Result};
-use crate::io::tensors::{load_tensors, save_tensors};
+use crate::nn::Module;
 use crate::tensor::{enable_grad, no_grad, Tensor};
 
 /// Values for placeholders, for one or more runs.
@@ -117,11 +117,11 @@ impl Session {
             ));
         }
         for &i in feed.values.keys() {
-            let n = self.graph.node_data(i);
-            if !matches!(n.op, Op::Placeholder { .. }) {
+            let op = &self.graph.nodes()[i].op;
+            if !matches!(op, Op::Placeholder { .. }) {
                 return Err(Error::Graph(format!(
                     "run: the feed holds %{i} ({}), which is not a placeholder",
-                    n.op.name()
+                    op.name()
                 )));
             }
         }
@@ -176,44 +176,28 @@ impl Session {
 
     /// Writes every variable of the graph to a safetensors file, by name, atomically.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        let tensors: Vec<(String, Tensor)> = self
-            .graph
-            .variables()
-            .into_iter()
-            .map(|(_, name, p)| (name, p.tensor().detach()))
-            .collect();
-        let meta = HashMap::from([("format".to_string(), "ferrograd-graph-1".to_string())]);
-        save_tensors(path.as_ref(), &tensors, meta)
+        self.variables().save_safetensors(path)
     }
 
-    /// Sets every variable from a file written by [`Session::save`]. Every missing name and
-    /// every shape or dtype mismatch is listed in the error, and then nothing changes.
+    /// Sets every variable from a file written by [`Session::save`]. Every missing or
+    /// unexpected name and every shape or dtype mismatch is listed in the error, and then
+    /// nothing changes.
     pub fn restore(&mut self, path: impl AsRef<Path>) -> Result<()> {
-        let path = path.as_ref();
-        let (tensors, _) = load_tensors(path)?;
-        let mut problems = Vec::new();
+        self.variables().load_safetensors(path)
+    }
+
+    fn variables(&self) -> Variables {
         let vars = self.graph.variables();
-        for (_, name, p) in &vars {
-            match tensors.get(name) {
-                None => problems.push(format!("{name}: missing")),
-                Some(t) if t.shape() != p.shape().as_slice() || t.dtype() != p.dtype() => problems
-                    .push(format!(
-                        "{name}: expected {:?} {}, found {:?} {}",
-                        p.shape(),
-                        p.dtype(),
-                        t.shape(),
-                        t.dtype()
-                    )),
-                Some(_) => {}
-            }
-        }
-        if !problems.is_empty() {
-            return Err(Error::format(path, problems.join("; ")));
-        }
-        for (_, name, p) in vars {
-            p.set(&tensors[&name]);
-        }
-        Ok(())
+        Variables(vars.into_iter().map(|(_, name, p)| (name, p)).collect())
+    }
+}
+
+/// A graph's variables as a module, which saving and loading come with.
+struct Variables(Vec<(String, Param)>);
+
+impl Module for Variables {
+    fn params(&self) -> Vec<(String, Param)> {
+        self.0.clone()
     }
 }
 

@@ -231,14 +231,7 @@ impl FileTensor {
         if dtype == DType::I64 {
             let ints = match self.integers() {
                 Some(ints) => ints,
-                None => self
-                    .values()?
-                    .into_iter()
-                    // Whole and inside i64's range (2^63 itself is not).
-                    .map(|v| {
-                        (v == v.trunc() && v.abs() < 9.223_372_036_854_776e18).then_some(v as i64)
-                    })
-                    .collect::<Option<Vec<i64>>>()?,
+                None => whole_numbers(self.values()?)?,
             };
             return Tensor::try_from_vec(ints, &self.shape).ok();
         }
@@ -259,6 +252,14 @@ impl FileTensor {
         };
         Some(t)
     }
+}
+
+/// The values as i64 when every one is whole and inside i64's range (2^63 itself is not).
+pub(crate) fn whole_numbers(values: impl IntoIterator<Item = f64>) -> Option<Vec<i64>> {
+    values
+        .into_iter()
+        .map(|v| (v == v.trunc() && v.abs() < 9.223_372_036_854_776e18).then_some(v as i64))
+        .collect()
 }
 
 /// Every tensor of a safetensors file as stored (any dtype), by name.

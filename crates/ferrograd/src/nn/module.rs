@@ -9,7 +9,7 @@ use std::path::Path;
 use super::RngStream;
 use crate::autograd::{no_grad, Param};
 use crate::error::{Error, Result};
-use crate::io::tensors::{load_file_tensors, save_tensors, FileTensor};
+use crate::io::tensors::{load_file_tensors, save_tensors, whole_numbers, FileTensor};
 use crate::tensor::{DType, Tensor};
 
 /// A holder of parameters, buffers and random streams, each named by its path.
@@ -188,12 +188,10 @@ fn compare_state<M: Module + ?Sized>(module: &M, state: &HashMap<String, Tensor>
 
 /// `t`'s values as an i64 tensor when every one is whole and within i64's range.
 fn whole(t: &Tensor) -> Option<Tensor> {
-    let ints = t
-        .to_vec::<f64>()
-        .into_iter()
-        .map(|v| (v == v.trunc() && v.abs() < 9.2e18).then_some(v as i64))
-        .collect::<Option<Vec<i64>>>()?;
-    Some(Tensor::from_vec(ints, t.shape()))
+    Some(Tensor::from_vec(
+        whole_numbers(t.to_vec::<f64>())?,
+        t.shape(),
+    ))
 }
 
 /// `path::to::Name<T>` → `Name`.
