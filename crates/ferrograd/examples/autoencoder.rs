@@ -76,7 +76,10 @@ fn convolutional() -> Net {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = Args::parse();
+    run(Args::parse())
+}
+
+fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let (t, out) = (&args.training, &args.output);
     let load = |train| {
         Mnist::load(&t.data, train)
@@ -188,4 +191,38 @@ fn plot(path: &Path, curves: &[(f64, f64)]) -> Result<(), Box<dyn std::error::Er
     chart.configure_series_labels().border_style(BLACK).draw()?;
     root.present()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dense_and_convolutional_train_and_draw_on_tiny_data() {
+        let data = common::tiny_mnist("autoencoder-example", 64, 20);
+        let dir = data.to_str().unwrap();
+        for conv in [false, true] {
+            let mut argv = vec![
+                "autoencoder",
+                "--data",
+                dir,
+                "--out-dir",
+                dir,
+                "--epochs",
+                "2",
+            ];
+            if conv {
+                argv.push("--conv");
+            }
+            run(Args::try_parse_from(argv).unwrap()).unwrap();
+            let name = if conv {
+                "autoencoder_conv"
+            } else {
+                "autoencoder"
+            };
+            let grid = image::open(data.join(format!("{name}.png"))).unwrap();
+            assert_eq!((grid.width(), grid.height()), (28 * 10 * 3, 56 * 3));
+            assert!(data.join(format!("{name}_loss.svg")).exists());
+        }
+    }
 }

@@ -72,19 +72,21 @@ fn run(name: &str, make: fn() -> Box<dyn Layer>, shape: &[usize], repeats: usize
     );
 }
 
+/// Forward+backward times of the layer cases of `../shared/bench/torch_layers.py`.
+#[derive(clap::Parser)]
+struct Args {
+    /// Timed repetitions of each case (after one warm-up).
+    #[arg(long, default_value_t = 20)]
+    repeats: usize,
+    /// The cases to run, by name (all when none is given).
+    cases: Vec<String>,
+}
+
 fn main() {
-    let mut args: Vec<String> = std::env::args().skip(1).collect();
-    let mut repeats = 20;
-    if let Some(i) = args.iter().position(|a| a == "--repeats") {
-        repeats = args
-            .get(i + 1)
-            .and_then(|v| v.parse().ok())
-            .expect("--repeats takes a number");
-        args.drain(i..i + 2);
-    }
+    let args = <Args as clap::Parser>::parse();
     for (name, make, shape) in CASES {
-        if args.is_empty() || args.iter().any(|a| a == name) {
-            run(name, make, shape, repeats);
+        if args.cases.is_empty() || args.cases.iter().any(|a| a == name) {
+            run(name, make, shape, args.repeats.max(1));
         }
     }
 }

@@ -181,21 +181,23 @@ fn calls(f: &mut dyn FnMut(), flops: f64, until: Instant) -> Vec<f64> {
     rates
 }
 
+/// Our f32 matmul against a BLAS library's `cblas_sgemm`, loaded at run time.
+#[derive(clap::Parser)]
+struct Args {
+    /// The BLAS shared library to load (e.g. libopenblas.so.0).
+    lib: String,
+    /// Threads for both sides.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Seconds of measurement per shape (default: 3 with one thread, 8 with more).
+    #[arg(long)]
+    seconds: Option<f64>,
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let flag = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .map(|i| args[i + 1].clone())
-    };
-    let Some(lib) = args.first().filter(|a| !a.starts_with("--")) else {
-        eprintln!("usage: bench_matmul_blas LIB [--threads 1|2] [--seconds S]");
-        std::process::exit(2);
-    };
-    let threads: usize = flag("--threads").map_or(2, |s| s.parse().expect("--threads"));
-    let secs: f64 = flag("--seconds").map_or(if threads == 1 { 3.0 } else { 8.0 }, |s| {
-        s.parse().expect("--seconds")
-    });
+    let args = <Args as clap::Parser>::parse();
+    let (lib, threads) = (&args.lib, args.threads.max(1));
+    let secs = args.seconds.unwrap_or(if threads == 1 { 3.0 } else { 8.0 });
     let blas = Blas::open(lib, threads).unwrap_or_else(|e| {
         eprintln!("{e}");
         std::process::exit(1);

@@ -66,7 +66,10 @@ fn discriminator() -> Net {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = Args::parse();
+    run(Args::parse())
+}
+
+fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let train = Mnist::load(&args.data, true)
         .map_err(|e| format!("{e}\n(fetch the data with: scripts/fetch-data.sh)"))?;
     let n = train.images.shape()[0];
@@ -146,4 +149,19 @@ fn grid(samples: &Tensor) -> GrayImage {
         Luma([((v[at].clamp(-1.0, 1.0) + 1.0) * 127.5).round() as u8])
     });
     imageops::resize(&img, 8 * 56, 8 * 56, imageops::FilterType::Nearest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trains_both_networks_and_draws_samples_on_tiny_data() {
+        let data = common::tiny_mnist("dcgan-example", 128, 10);
+        let dir = data.to_str().unwrap();
+        let argv = ["dcgan", "--data", dir, "--out-dir", dir, "--steps", "2"];
+        run(Args::try_parse_from(argv).unwrap()).unwrap();
+        let grid = image::open(data.join("dcgan_epoch_1.png")).unwrap();
+        assert!(grid.width() >= 8 * 28 && grid.height() >= 8 * 28);
+    }
 }

@@ -7,10 +7,17 @@
 
 use std::collections::VecDeque;
 
+use std::path::Path;
+use std::time::Instant;
+
 use clap::Parser;
 use ferrograd::prelude::*;
+use indicatif::{ProgressBar, ProgressStyle};
+use plotters::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+
+mod common;
 
 /// The classic cart-pole physics (Barto, Sutton and Anderson; Gym's CartPole-v1): Euler steps
 /// of 0.02 s, failure beyond ±12° or ±2.4, episodes capped at 500 steps.
@@ -76,9 +83,10 @@ struct Args {
     /// Environment steps at most.
     #[arg(long, default_value_t = 300_000)]
     steps: usize,
-    /// Save the Q-network's weights to this safetensors file.
-    #[arg(long)]
-    save: Option<std::path::PathBuf>,
+    /// `dqn_returns.svg` (the return of every episode) goes here; `--save` writes the
+    /// Q-network's weights.
+    #[command(flatten)]
+    output: common::Output,
 }
 
 /// One transition: state, action, reward, next state, whether the next state is terminal.
@@ -95,7 +103,10 @@ fn q_network() -> Net {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = Args::parse();
+    run(Args::parse())
+}
+
+fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     manual_seed(args.seed);
     let online = q_network();
     let target = q_network();
@@ -107,7 +118,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut returns: Vec<f64> = Vec::new();
     let mut env = rl::CartPole::reset(&mut rng);
     let mut episode_return = 0.0;
-    let start = std::time::Instant::now();
+    let (start, bar) = (Instant::now(), steps_bar(args.steps)?);
+    let mut solved_at = None;
     for step in 0..args.steps {
         // ε from 1 down to 0.01 over the first 20,000 steps.
         let eps = (1.0 - step as f64 / 20_000.0).max(0.01);
@@ -126,28 +138,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         episode_return += reward;
         if done {
             returns.push(episode_return);
-            if returns.len().is_multiple_of(10) {
-                let last10 = &returns[returns.len() - 10..];
-                println!(
-                    "episodes {:4}  steps {step:6}  average return of the last 10: {:.1}",
-                    returns.len(),
-                    last10.iter().sum::<f64>() / 10.0
-                );
-            }
-            if returns.len() >= 100 {
-                let avg = returns[returns.len() - 100..].iter().sum::<f64>() / 100.0;
-                if avg >= 475.0 {
-                    println!(
-                        "solved after {} episodes and {step} steps ({:.1} s): average return \
-                         {avg:.1} over the last 100 episodes",
-                        returns.len(),
-                        start.elapsed().as_secs_f64()
-                    );
-                    if let Some(path) = &args.save {
-                        online.save_safetensors(path)?;
-                    }
-                    return Ok(());
-                }
+            report(&bar, &returns, step);
+            if average_of_last(&returns, 100).is_some_and(|avg| avg >= 475.0) {
+                solved_at = Some(step);
+                break;
             }
             env = rl::CartPole::reset(&mut rng);
             episode_return = 0.0;
@@ -158,8 +152,101 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if step.is_multiple_of(1000) {
             target.copy_from(&online)?;
         }
+        bar.inc(1);
     }
-    println!("not solved within {} steps", args.steps);
+    bar.finish_and_clear();
+    match solved_at {
+        Some(step) => println!(
+            "solved after {} episodes and {step} steps ({:.1} s): average return {:.1} over the \
+             last 100 episodes",
+            returns.len(),
+            start.elapsed().as_secs_f64(),
+            average_of_last(&returns, 100).unwrap_or_default()
+        ),
+        None => println!("not solved within {} steps", args.steps),
+    }
+    finish(&args.output, &online, &returns)
+}
+
+/// A bar over the environment steps (drawn only on a terminal).
+fn steps_bar(steps: usize) -> Result<ProgressBar, Box<dyn std::error::Error>> {
+    let bar = ProgressBar::new(steps as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} steps {per_sec}")?.progress_chars("=> "),
+    );
+    Ok(bar)
+}
+
+/// The mean of the last `n` returns, once there are `n`.
+fn average_of_last(returns: &[f64], n: usize) -> Option<f64> {
+    (returns.len() >= n).then(|| returns[returns.len() - n..].iter().sum::<f64>() / n as f64)
+}
+
+/// Every 10 episodes, their average return, printed above the bar.
+fn report(bar: &ProgressBar, returns: &[f64], step: usize) {
+    if returns.len().is_multiple_of(10) {
+        let avg = average_of_last(returns, 10).unwrap_or_default();
+        bar.suspend(|| {
+            println!(
+                "episodes {:4}  steps {step:6}  average return of the last 10: {avg:.1}",
+                returns.len()
+            )
+        });
+    }
+}
+
+/// Writes the curve of returns, and the weights if asked.
+fn finish(
+    out: &common::Output,
+    online: &Net,
+    returns: &[f64],
+) -> Result<(), Box<dyn std::error::Error>> {
+    std::fs::create_dir_all(&out.out_dir)?;
+    let path = out.out_dir.join("dqn_returns.svg");
+    plot_returns(&path, returns)?;
+    println!("wrote {}", path.display());
+    if let Some(path) = &out.save {
+        online.save_safetensors(path)?;
+    }
+    Ok(())
+}
+
+/// Each episode's return, the mean of the last 100, and CartPole-v1's bar at 475.
+fn plot_returns(path: &Path, returns: &[f64]) -> Result<(), Box<dyn std::error::Error>> {
+    let root = SVGBackend::new(path, (720, 400)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let episodes = returns.len().max(2);
+    let mut chart = ChartBuilder::on(&root)
+        .caption("DQN on CartPole: return per episode", ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(50)
+        .build_cartesian_2d(1..episodes, 0.0..520.0)?;
+    chart.configure_mesh().x_desc("episode").draw()?;
+    let each = returns.iter().enumerate().map(|(i, &r)| (i + 1, r));
+    chart
+        .draw_series(LineSeries::new(each, BLUE.mix(0.3)))?
+        .label("return")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
+    let mean =
+        (100..=returns.len()).map(|n| (n, average_of_last(&returns[..n], 100).unwrap_or_default()));
+    chart
+        .draw_series(LineSeries::new(mean, RED.stroke_width(2)))?
+        .label("mean of the last 100")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
+    chart
+        .draw_series(LineSeries::new(
+            [(1, 475.0), (episodes, 475.0)],
+            BLACK.mix(0.6),
+        ))?
+        .label("solved (475)")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE)
+        .draw()?;
+    root.present()?;
     Ok(())
 }
 
@@ -191,4 +278,22 @@ fn learn(
     let chosen = (&q * &one_hot(&actions, 2)).sum_axes(&[1], false);
     let loss = Huber::new(1.0).loss(&chosen, &Tensor::from_vec(targets, &[batch]));
     opt.step(&online.params(), &loss.backward());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn learns_for_a_few_steps_and_writes_its_curve() {
+        let dir = common::scratch("dqn-example");
+        let weights = dir.join("q.safetensors");
+        let argv = ["dqn", "--steps", "1500", "--out-dir", dir.to_str().unwrap()];
+        let save = ["--save", weights.to_str().unwrap()];
+        run(Args::try_parse_from(argv.iter().chain(&save)).unwrap()).unwrap();
+        let svg = std::fs::read_to_string(dir.join("dqn_returns.svg")).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("return per episode"));
+        let reloaded = q_network();
+        reloaded.load_safetensors(&weights).unwrap();
+    }
 }

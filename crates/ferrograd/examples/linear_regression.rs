@@ -14,6 +14,8 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Normal};
 
+mod common;
+
 #[derive(Parser)]
 #[command(about = "Seed 001's linear regression in graph mode")]
 struct Args {
@@ -29,7 +31,10 @@ struct Args {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = Args::parse();
+    run(Args::parse())
+}
+
+fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let (xs, ys) = data(args.seed);
 
     // The seed's graph: placeholders for the data, variables for the parameters.
@@ -102,4 +107,18 @@ fn plot(
     ))?;
     root.present()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fits_and_plots() {
+        let dir = common::scratch("linear_regression-example");
+        let argv = ["linear_regression", "--out-dir", dir.to_str().unwrap()];
+        run(Args::try_parse_from(argv).unwrap()).unwrap();
+        let svg = std::fs::read_to_string(dir.join("linear_regression.svg")).unwrap();
+        assert!(svg.starts_with("<svg"));
+    }
 }

@@ -54,11 +54,17 @@ fn compare(dir: &Path, name: &str, net: Net) -> Result<f64> {
     Ok(worst)
 }
 
+/// Runs PyTorch's saved models here and compares the outputs.
+#[derive(clap::Parser)]
+struct Args {
+    /// The directory `scripts/export_torch.py` wrote.
+    #[arg(default_value = "torch_models")]
+    dir: std::path::PathBuf,
+}
+
 fn main() -> Result<()> {
-    let dir = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "torch_models".to_string());
-    let dir = Path::new(&dir);
+    let args = <Args as clap::Parser>::parse();
+    let dir = args.dir.as_path();
     compare(dir, "mlp", mlp())?;
     compare(dir, "cnn", cnn())?;
     Ok(())

@@ -12,3 +12,22 @@ mod mnist_common;
 fn main() -> ExitCode {
     mnist_common::main("mnist", 20, common::seed_mlp)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trains_saves_and_resumes_on_tiny_data() {
+        let data = common::tiny_mnist("mnist-example", 300, 50);
+        let (data, ck) = (data.to_str().unwrap(), data.join("ck.safetensors"));
+        let ck = ck.to_str().unwrap();
+        let run = |argv: &[&str]| mnist_common::run_with("mnist", 20, common::seed_mlp, argv);
+        run(&["mnist", "--data", data, "--epochs", "1", "--save", ck]).unwrap();
+        run(&["mnist", "--data", data, "--epochs", "2", "--resume", ck]).unwrap();
+        let missing = run(&["mnist", "--data", "/nonexistent", "--epochs", "1"]).unwrap_err();
+        assert!(missing.contains("scripts/fetch-data.sh"), "{missing}");
+        let zero = run(&["mnist", "--data", data, "--batch-size", "0"]).unwrap_err();
+        assert!(zero.contains("--batch-size"), "{zero}");
+    }
+}

@@ -31,3 +31,21 @@ fn cnn(lr: f64) -> Model {
 fn main() -> ExitCode {
     mnist_common::main("mnist_cnn", 2, cnn)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trains_on_tiny_data() {
+        let data = common::tiny_mnist("mnist_cnn-example", 200, 40);
+        let argv = [
+            "mnist_cnn",
+            "--data",
+            data.to_str().unwrap(),
+            "--epochs",
+            "1",
+        ];
+        mnist_common::run_with("mnist_cnn", 2, cnn, &argv).unwrap();
+    }
+}

@@ -123,3 +123,21 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trains_on_tiny_data() {
+        let data = common::tiny_mnist("mnist_graph-example", 200, 40);
+        let argv = [
+            "mnist_graph",
+            "--data",
+            data.to_str().unwrap(),
+            "--epochs",
+            "1",
+        ];
+        run(Args::try_parse_from(argv).unwrap()).unwrap();
+    }
+}

@@ -74,18 +74,19 @@ fn run(dir: &Path, data: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Replays the numpy reference's epoch and prints both losses step by step.
+#[derive(clap::Parser)]
+struct Args {
+    /// The directory `scripts/tinynn_reference.py --dump DIR` wrote.
+    dir: PathBuf,
+    /// Directory of the MNIST IDX files.
+    #[arg(long, default_value = "data/mnist")]
+    data: PathBuf,
+}
+
 fn main() -> std::process::ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let data = args
-        .iter()
-        .position(|a| a == "--data")
-        .and_then(|i| args.get(i + 1))
-        .map_or_else(|| PathBuf::from("data/mnist"), PathBuf::from);
-    let Some(dir) = args.first().filter(|a| !a.starts_with("--")) else {
-        eprintln!("usage: mnist_reference DIR [--data data/mnist]");
-        return std::process::ExitCode::from(2);
-    };
-    match run(Path::new(dir), &data) {
+    let args = <Args as clap::Parser>::parse();
+    match run(&args.dir, &args.data) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("{e}");

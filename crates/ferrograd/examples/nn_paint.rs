@@ -41,7 +41,10 @@ struct Args {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = Args::parse();
+    run(Args::parse())
+}
+
+fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let picture = match &args.image {
         Some(path) => ImageReader::open(path)?
             .decode()?
@@ -151,4 +154,33 @@ fn to_image(colours: &Tensor, w: u32, h: u32) -> RgbImage {
 fn psnr(painted: &Tensor, original: &Tensor) -> f64 {
     let mse = (painted - original).square().mean().item();
     10.0 * (1.0 / mse.max(1e-12)).log10()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paints_a_given_picture() {
+        let dir = common::scratch("nn_paint-example");
+        let source = dir.join("stripes.png");
+        image::RgbImage::from_fn(20, 12, |x, _| image::Rgb([(x * 12) as u8, 40, 200]))
+            .save(&source)
+            .unwrap();
+        let argv = [
+            "nn_paint",
+            "--image",
+            source.to_str().unwrap(),
+            "--size",
+            "16",
+        ];
+        let rest = ["--epochs", "3", "--out-dir", dir.to_str().unwrap()];
+        run(Args::try_parse_from(argv.iter().chain(&rest)).unwrap()).unwrap();
+        for name in ["nn_paint_original.png", "nn_paint.png"] {
+            let painted = image::open(dir.join(name)).unwrap();
+            assert_eq!((painted.width(), painted.height()), (16, 16), "{name}");
+        }
+        let missing = ["nn_paint", "--image", "/nonexistent.png", "--epochs", "1"];
+        assert!(run(Args::try_parse_from(missing).unwrap()).is_err());
+    }
 }

@@ -36,3 +36,21 @@ fn rows_lstm(lr: f64) -> Model {
 fn main() -> ExitCode {
     mnist_common::main("sequence", 3, rows_lstm)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trains_on_tiny_data() {
+        let data = common::tiny_mnist("sequence-example", 200, 40);
+        let argv = [
+            "sequence",
+            "--data",
+            data.to_str().unwrap(),
+            "--epochs",
+            "1",
+        ];
+        mnist_common::run_with("sequence", 2, rows_lstm, &argv).unwrap();
+    }
+}

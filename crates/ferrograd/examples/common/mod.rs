@@ -53,3 +53,37 @@ pub fn peak_rss_mib() -> Option<f64> {
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
 }
+
+/// Writes `n_train` and `n_test` random 28×28 images, labelled 0–9 in turn, as the four MNIST
+/// IDX files in a fresh directory named for `name`: data for the examples' tests.
+#[cfg(test)]
+pub fn tiny_mnist(name: &str, n_train: usize, n_test: usize) -> PathBuf {
+    use rand::{Rng, SeedableRng};
+    let dir = scratch(name);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    for (prefix, n) in [("train", n_train), ("t10k", n_test)] {
+        let count = (n as u32).to_be_bytes();
+        let mut images = [
+            &[0, 0, 8, 3][..],
+            &count,
+            &28u32.to_be_bytes(),
+            &28u32.to_be_bytes(),
+        ]
+        .concat();
+        images.extend((0..n * 784).map(|_| rng.gen::<u8>()));
+        let mut labels = [&[0, 0, 8, 1][..], &count].concat();
+        labels.extend((0..n).map(|i| (i % 10) as u8));
+        std::fs::write(dir.join(format!("{prefix}-images-idx3-ubyte")), images).unwrap();
+        std::fs::write(dir.join(format!("{prefix}-labels-idx1-ubyte")), labels).unwrap();
+    }
+    dir
+}
+
+/// A fresh, empty directory for one test's files.
+#[cfg(test)]
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ferrograd-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

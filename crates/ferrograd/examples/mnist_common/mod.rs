@@ -127,9 +127,7 @@ fn predict_in_batches(model: &Model, images: &Tensor, batch: usize) -> Tensor {
 /// Parses the flags (`epochs` by default) and trains the model `build` makes for a learning
 /// rate; errors go to stderr with a failing exit code.
 pub fn main(name: &'static str, epochs: u64, build: fn(f64) -> Model) -> ExitCode {
-    use clap::{CommandFactory, FromArgMatches};
-    let matches = Args::command().name(name).get_matches();
-    let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let args = parse(name, std::env::args_os()).unwrap_or_else(|e| e.exit());
     match run(args, epochs, build) {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => {
@@ -137,4 +135,26 @@ pub fn main(name: &'static str, epochs: u64, build: fn(f64) -> Model) -> ExitCod
             ExitCode::FAILURE
         }
     }
+}
+
+/// The job as `main` runs it, with the command line given (program name first).
+#[cfg(test)]
+pub fn run_with(
+    name: &'static str,
+    epochs: u64,
+    build: fn(f64) -> Model,
+    argv: &[&str],
+) -> Result<(), String> {
+    let args = parse(name, argv).map_err(|e| e.to_string())?;
+    run(args, epochs, build)
+}
+
+fn parse<I, T>(name: &'static str, argv: I) -> Result<Args, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Args::command().name(name).try_get_matches_from(argv)?;
+    Args::from_arg_matches(&matches)
 }
