@@ -280,3 +280,73 @@ fn gradcheck_reports_a_wrong_rule() {
     );
     assert!(msg.contains("analytic") && msg.contains("numeric"), "{msg}");
 }
+
+#[test]
+fn batch_norm_fused() {
+    // [N, C] and [N, C, H, W]; the output weighted so that no sum over a channel is constant.
+    for (shape, seed) in [
+        (vec![5, 3], 300),
+        (vec![2, 3, 4, 5], 310),
+        (vec![3, 2, 7], 320),
+    ] {
+        let c = shape[1];
+        let mix = randn(&shape, seed + 3);
+        let inputs = [
+            &randn(&shape, seed) * 2.0 + 1.5,
+            uniform(&[c], 0.5, 2.0, seed + 1),
+            randn(&[c], seed + 2),
+        ];
+        let f = |t: &[Tensor]| &t[0].batch_norm(&t[1], &t[2], 1e-5).0 * &mix;
+        check("batch_norm", f, &inputs);
+
+        // Against the composite formula, value and (fused) gradient.
+        let composite = |t: &[Tensor]| {
+            let axes: Vec<usize> = (0..shape.len()).filter(|&a| a != 1).collect();
+            let mut keep = vec![1; shape.len()];
+            keep[1] = c;
+            let centered = &t[0] - &t[0].mean_axes(&axes, true);
+            let var = centered.square().mean_axes(&axes, true);
+            let xhat = &centered / &var.add_scalar(1e-5).sqrt();
+            &(&(&xhat * &t[1].reshape(&keep)) + &t[2].reshape(&keep)) * &mix
+        };
+        let tracked: Vec<Tensor> = inputs.iter().map(|t| t.requires_grad()).collect();
+        let refs: Vec<&Tensor> = tracked.iter().collect();
+        let (fused_y, plain_y) = (f(&tracked), composite(&tracked));
+        assert!(fused_y.allclose(&plain_y, 1e-12, 1e-12));
+        let fused_g = grad(&fused_y.sum(), &refs);
+        let plain_g = grad(&plain_y.sum(), &refs);
+        for (a, b) in fused_g.iter().zip(&plain_g) {
+            assert!(a.allclose(b, 1e-10, 1e-10), "{a} vs {b}");
+        }
+    }
+}
+
+#[test]
+fn batch_norm_statistics_keep_their_digits_far_from_zero() {
+    // f32 values around 10,000 with a spread of 1: the variance must come out near 1.
+    let x = &(randn(&[64, 4, 16, 16], 330) + 1e4).to_dtype(DType::F32);
+    let (w, b) = (
+        Tensor::ones(&[4], DType::F32),
+        Tensor::zeros(&[4], DType::F32),
+    );
+    let (y, mean, var) = x.batch_norm(&w, &b, 1e-5);
+    for (m, v) in mean.to_vec::<f64>().iter().zip(var.to_vec::<f64>()) {
+        assert!(
+            (m - 1e4).abs() < 0.1 && (v - 1.0).abs() < 0.05,
+            "mean {m} var {v}"
+        );
+    }
+    let ys = y.to_vec::<f32>();
+    assert!(ys.iter().all(|v| v.abs() < 6.0));
+}
+
+#[test]
+fn batch_norm_refuses_mismatched_shapes_by_name() {
+    let x = Tensor::zeros(&[2, 3], DType::F32);
+    let w = Tensor::ones(&[4], DType::F32);
+    let m = common::panic_message(|| drop(x.batch_norm(&w, &w, 1e-5)));
+    assert!(
+        m.contains("batch_norm") && m.contains("[2, 3]") && m.contains("[4]"),
+        "{m}"
+    );
+}

@@ -7,6 +7,7 @@ pub(crate) mod conv;
 mod float;
 pub(crate) mod index;
 pub mod matmul;
+pub mod norm;
 pub mod optim;
 mod parallel;
 pub mod reduce;

@@ -9,7 +9,7 @@ use super::{Float, Rows, PAR_CHUNK, PAR_THRESHOLD};
 /// Sum of a contiguous run with eight independent accumulators: vectorisable, and the error
 /// grows with n/8 rather than n. Compiled for each instruction set, chosen at run time.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn sum_run<T: Float>(xs: &[T]) -> T {
+pub(crate) fn sum_run<T: Float>(xs: &[T]) -> T {
     let mut acc = [T::zero(); 8];
     let chunks = xs.chunks_exact(8);
     let rest = chunks.remainder();

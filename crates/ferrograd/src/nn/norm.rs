@@ -52,20 +52,21 @@ impl BatchNorm {
             "{name}: training needs more than one value per channel, got input {:?}",
             x.shape()
         );
-        let (mean, var) = match mode {
+        match mode {
             Mode::Train => {
-                let mean = x.mean_axes(axes, true);
-                let var = (x - &mean).square().mean_axes(axes, true);
+                // Parameters in another dtype than the input follow the input's.
+                let [w, b] = [&self.weight, &self.bias].map(|p| p.tensor().to_dtype(x.dtype()));
+                let (y, mean, var) = x.batch_norm(&w, &b, self.eps);
                 self.track(&mean, &var, count);
-                (mean, var)
+                y
             }
-            Mode::Eval => (
-                self.running_mean.tensor().detach().reshape(&keep),
-                self.running_var.tensor().detach().reshape(&keep),
-            ),
-        };
-        let xhat = &(x - &mean) / &var.add_scalar(self.eps).sqrt();
-        &(&xhat * &self.weight.tensor().reshape(&keep)) + &self.bias.tensor().reshape(&keep)
+            Mode::Eval => {
+                let mean = self.running_mean.tensor().detach().reshape(&keep);
+                let var = self.running_var.tensor().detach().reshape(&keep);
+                let xhat = &(x - &mean) / &var.add_scalar(self.eps).sqrt();
+                &(&xhat * &self.weight.tensor().reshape(&keep)) + &self.bias.tensor().reshape(&keep)
+            }
+        }
     }
 
     /// Moves the running statistics towards this batch's (the variance unbiased, as

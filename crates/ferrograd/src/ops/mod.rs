@@ -8,6 +8,7 @@ mod concat;
 pub(crate) mod conv;
 mod index;
 mod matmul;
+mod norm;
 mod operators;
 mod pool;
 mod random;

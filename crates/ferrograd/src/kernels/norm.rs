@@ -1,0 +1,153 @@
+//! Batch normalisation fused: per-channel statistics of `[outer, channels, inner]` (axis 1 of
+//! NCHW or `[N, C]`, `inner` the spatial size) in one pass each, and the normalised output or
+//! its derivative in one more, where the composite ops would take a dozen passes and buffers.
+//!
+//! Each run of `inner` values is summed in the element type (eight accumulators), the runs of a
+//! channel in f64: the statistics of a large batch keep their digits.
+
+use multiversion::multiversion;
+use rayon::prelude::*;
+
+use super::reduce::sum_run;
+use super::{Float, Rows, PAR_THRESHOLD};
+
+/// Σ (x − m)² of a run.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn sum_sq_dev<T: Float>(xs: &[T], m: T) -> T {
+    let mut acc = [T::zero(); 8];
+    let chunks = xs.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..8 {
+            let d = c[i] - m;
+            acc[i] += d * d;
+        }
+    }
+    rest.iter()
+        .fold(acc.iter().fold(T::zero(), |s, &a| s + a), |s, &x| {
+            s + (x - m) * (x - m)
+        })
+}
+
+/// Σ dy·(x − m) of a run.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn sum_dot_dev<T: Float>(dy: &[T], xs: &[T], m: T) -> T {
+    let mut acc = [T::zero(); 8];
+    let (dc, xc) = (dy.chunks_exact(8), xs.chunks_exact(8));
+    let (dr, xr) = (dc.remainder(), xc.remainder());
+    for (d, x) in dc.zip(xc) {
+        for i in 0..8 {
+            acc[i] += d[i] * (x[i] - m);
+        }
+    }
+    let head = acc.iter().fold(T::zero(), |s, &a| s + a);
+    dr.iter().zip(xr).fold(head, |s, (&d, &x)| s + d * (x - m))
+}
+
+/// `out = a·x + b` over a run.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn affine<T: Float>(out: &mut [T], xs: &[T], a: T, b: T) {
+    for (o, &x) in out.iter_mut().zip(xs) {
+        *o = x * a + b;
+    }
+}
+
+/// `out = a·dy − b·(x − m) − k` over a run: the input gradient of batch normalisation.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn input_grad<T: Float>(out: &mut [T], dy: &[T], xs: &[T], [a, b, m, k]: [T; 4]) {
+    for ((o, &d), &x) in out.iter_mut().zip(dy).zip(xs) {
+        *o = a * d - b * (x - m) - k;
+    }
+}
+
+/// `f(c)` for every channel, on the thread pool when `len` elements are to be read.
+fn per_channel<R: Send>(
+    channels: usize,
+    len: usize,
+    f: impl Fn(usize) -> R + Sync + Send,
+) -> Vec<R> {
+    if len >= PAR_THRESHOLD {
+        (0..channels).into_par_iter().map(f).collect()
+    } else {
+        (0..channels).map(f).collect()
+    }
+}
+
+/// `f(run of out, run index)` for every `inner`-long run, on the pool when large.
+fn per_run<T: Float>(out: &mut [T], inner: usize, f: impl Fn(&mut [T], usize) + Sync + Send) {
+    if out.len() >= PAR_THRESHOLD {
+        out.par_chunks_mut(inner)
+            .enumerate()
+            .for_each(|(r, o)| f(o, r));
+    } else {
+        out.chunks_mut(inner).enumerate().for_each(|(r, o)| f(o, r));
+    }
+}
+
+/// The runs of channel `c` in a buffer seen as `rows`.
+fn runs<T>(x: &[T], rows: Rows, c: usize) -> impl Iterator<Item = &[T]> {
+    let Rows { outer, mid, inner } = rows;
+    (0..outer).map(move |o| &x[(o * mid + c) * inner..][..inner])
+}
+
+/// Per-channel mean and biased variance (over `outer · inner` values each).
+pub fn batch_stats<T: Float>(x: &[T], rows: Rows) -> (Vec<T>, Vec<T>) {
+    assert_eq!(x.len(), rows.outer * rows.mid * rows.inner);
+    let count = (rows.outer * rows.inner) as f64;
+    let stats = per_channel(rows.mid, x.len(), |c| {
+        let sum: f64 = runs(x, rows, c).map(|r| sum_run(r).as_f64()).sum();
+        let mean = T::from_f64(sum / count);
+        let sq: f64 = runs(x, rows, c).map(|r| sum_sq_dev(r, mean).as_f64()).sum();
+        (mean, T::from_f64(sq / count))
+    });
+    stats.into_iter().unzip()
+}
+
+/// `out = x · scale[c] + shift[c]` per channel.
+pub fn scale_shift<T: Float>(x: &[T], rows: Rows, scale: &[T], shift: &[T], out: &mut [T]) {
+    assert!(x.len() == out.len() && scale.len() == rows.mid && shift.len() == rows.mid);
+    per_run(out, rows.inner.max(1), |o, r| {
+        let c = r % rows.mid;
+        affine(o, &x[r * rows.inner..][..rows.inner], scale[c], shift[c]);
+    });
+}
+
+/// The gradients of `y = (x − mean)·invstd·weight + bias` given `dy`, with the batch's own
+/// statistics: `(dx, dweight, dbias)`.
+pub fn batch_norm_backward<T: Float>(
+    dy: &[T],
+    x: &[T],
+    rows: Rows,
+    [mean, invstd, weight]: [&[T]; 3],
+) -> (Vec<T>, Vec<T>, Vec<T>) {
+    assert!(dy.len() == x.len() && x.len() == rows.outer * rows.mid * rows.inner);
+    let count = (rows.outer * rows.inner) as f64;
+    let sums = per_channel(rows.mid, 2 * x.len(), |c| {
+        let dbias: f64 = runs(dy, rows, c).map(|r| sum_run(r).as_f64()).sum();
+        let dot: f64 = runs(dy, rows, c)
+            .zip(runs(x, rows, c))
+            .map(|(d, x)| sum_dot_dev(d, x, mean[c]).as_f64())
+            .sum();
+        (T::from_f64(dot * invstd[c].as_f64()), T::from_f64(dbias))
+    });
+    let (dweight, dbias): (Vec<T>, Vec<T>) = sums.into_iter().unzip();
+    // dx = w·invstd·(dy − Σdy/M − x̂·Σ(dy·x̂)/M), with x̂ = (x − mean)·invstd.
+    let coefficients: Vec<[T; 4]> = (0..rows.mid)
+        .map(|c| {
+            let a = weight[c] * invstd[c];
+            let m = T::from_f64(count);
+            [a, a * invstd[c] * dweight[c] / m, mean[c], a * dbias[c] / m]
+        })
+        .collect();
+    let mut dx = vec![T::zero(); x.len()];
+    per_run(&mut dx, rows.inner.max(1), |o, r| {
+        let at = r * rows.inner;
+        input_grad(
+            o,
+            &dy[at..][..rows.inner],
+            &x[at..][..rows.inner],
+            coefficients[r % rows.mid],
+        );
+    });
+    (dx, dweight, dbias)
+}

@@ -1,0 +1,140 @@
+//! Batch normalisation with the batch's own statistics, fused (`kernels/norm.rs`): one rule for
+//! the whole normalisation instead of a dozen composite ops.
+//!
+//! The rule takes the fused kernel when no graph is being built (an ordinary backward), and
+//! writes the same derivative with tensor ops when it is (`backward_with_graph`), so that
+//! second derivatives work as for every op.
+
+use smallvec::smallvec;
+
+use crate::kernels::norm as kn;
+use crate::kernels::Rows;
+use crate::tensor::{is_grad_enabled, record, with_dtype, FloatElement, Tensor};
+
+/// `[outer, channels, inner]` of an `[N, C, ...]` input.
+fn channel_rows(shape: &[usize]) -> Rows {
+    Rows::around(shape, 1)
+}
+
+/// Every axis but the channels'.
+fn stat_axes(ndim: usize) -> Vec<usize> {
+    (0..ndim).filter(|&a| a != 1).collect()
+}
+
+fn forward<T: FloatElement>(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> [Tensor; 4] {
+    let rows = channel_rows(x.shape());
+    let xs = x.contiguous_data::<T>();
+    let (mean, var) = kn::batch_stats(&xs, rows);
+    let invstd: Vec<T> = var
+        .iter()
+        .map(|&v| T::one() / (v + T::from_f64(eps)).sqrt())
+        .collect();
+    let (w, b) = (weight.contiguous_data::<T>(), bias.contiguous_data::<T>());
+    let scale: Vec<T> = (0..rows.mid).map(|c| w[c] * invstd[c]).collect();
+    let shift: Vec<T> = (0..rows.mid).map(|c| b[c] - mean[c] * scale[c]).collect();
+    let mut out = vec![T::zero(); xs.len()];
+    kn::scale_shift(&xs, rows, &scale, &shift, &mut out);
+    let c = [rows.mid];
+    [
+        Tensor::from_data(out, x.shape()),
+        Tensor::from_data(mean, &c),
+        Tensor::from_data(var, &c),
+        Tensor::from_data(invstd, &c),
+    ]
+}
+
+/// The fused derivative: `(dx, dweight, dbias)`.
+fn fused_backward<T: FloatElement>(up: &Tensor, x: &Tensor, stats: [&Tensor; 3]) -> [Tensor; 3] {
+    let rows = channel_rows(x.shape());
+    let [mean, invstd, weight] = stats.map(|t| t.contiguous_data::<T>());
+    let (dx, dw, db) = kn::batch_norm_backward(
+        &up.contiguous_data::<T>(),
+        &x.contiguous_data::<T>(),
+        rows,
+        [&mean, &invstd, &weight],
+    );
+    let c = [rows.mid];
+    [
+        Tensor::from_data(dx, x.shape()),
+        Tensor::from_data(dw, &c),
+        Tensor::from_data(db, &c),
+    ]
+}
+
+/// The same derivative in tensor ops on the (tracked) inputs: differentiable again.
+fn composite_backward(up: &Tensor, x: &Tensor, weight: &Tensor, eps: f64) -> [Tensor; 3] {
+    let axes = stat_axes(x.ndim());
+    let mut keep = vec![1; x.ndim()];
+    keep[1] = x.shape()[1];
+    let centered = x - &x.mean_axes(&axes, true);
+    let invstd = centered
+        .square()
+        .mean_axes(&axes, true)
+        .add_scalar(eps)
+        .powf(-0.5);
+    let xhat = &centered * &invstd;
+    let up_xhat = up * &xhat;
+    let scaled = &weight.reshape(&keep) * &invstd;
+    let dx = &scaled
+        * &(&(up - &up.mean_axes(&axes, true)) - &(&xhat * &up_xhat.mean_axes(&axes, true)));
+    [
+        dx,
+        up_xhat.sum_axes(&axes, false),
+        up.sum_axes(&axes, false),
+    ]
+}
+
+impl Tensor {
+    /// Batch normalisation with this batch's statistics (PyTorch's `batch_norm` in training):
+    /// every channel (axis 1 of `[N, C, ...]`) is normalised by its mean and biased variance
+    /// over all other axes, then scaled by `weight` and shifted by `bias` (`[C]` each).
+    ///
+    /// Returns the output and the per-channel mean and biased variance (`[C]`, untracked), from
+    /// which a layer updates its running statistics.
+    ///
+    /// ```
+    /// use ferrograd::prelude::*;
+    /// let x = Tensor::from_vec(vec![1.0f32, 3.0, 10.0, 30.0], &[2, 2]);
+    /// let (w, b) = (Tensor::ones(&[2], DType::F32), Tensor::zeros(&[2], DType::F32));
+    /// let (y, mean, var) = x.batch_norm(&w, &b, 0.0);
+    /// assert_eq!(y.to_vec::<f32>(), vec![-1.0, -1.0, 1.0, 1.0]);
+    /// assert_eq!((mean.to_vec::<f32>(), var.to_vec::<f32>()), (vec![5.5, 16.5], vec![20.25, 182.25]));
+    /// ```
+    pub fn batch_norm(&self, weight: &Tensor, bias: &Tensor, eps: f64) -> (Tensor, Tensor, Tensor) {
+        let channels = self.shape().get(1).copied();
+        assert!(
+            self.ndim() >= 2
+                && weight.shape() == [channels.unwrap_or(0)]
+                && bias.shape() == weight.shape(),
+            "batch_norm: expected input [N, C, ...] with weight and bias [C], got input {:?}, \
+             weight {:?}, bias {:?}",
+            self.shape(),
+            weight.shape(),
+            bias.shape()
+        );
+        assert!(
+            weight.dtype() == self.dtype() && bias.dtype() == self.dtype(),
+            "batch_norm: input, weight and bias must share a dtype, got {:?}, {:?}, {:?}",
+            self.dtype(),
+            weight.dtype(),
+            bias.dtype()
+        );
+        let [y, mean, var, invstd] =
+            with_dtype!(self.dtype(), T => forward::<T>(self, weight, bias, eps));
+        let stats = (mean.clone(), invstd);
+        let y = record("batch_norm", y, &[self, weight, bias], move |c, up| {
+            let (x, w) = (c.input(0), c.input(1));
+            let [dx, dw, db] = if is_grad_enabled() {
+                composite_backward(up, x, w, eps)
+            } else {
+                with_dtype!(x.dtype(), T => fused_backward::<T>(up, x, [&stats.0, &stats.1, w]))
+            };
+            smallvec![
+                c.needs(0).then_some(dx),
+                c.needs(1).then_some(dw),
+                c.needs(2).then_some(db)
+            ]
+        });
+        (y, mean, var)
+    }
+}
