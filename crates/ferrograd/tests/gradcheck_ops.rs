@@ -350,3 +350,49 @@ fn batch_norm_refuses_mismatched_shapes_by_name() {
         "{m}"
     );
 }
+
+#[test]
+fn recurrent_cells_fused() {
+    let (n, h) = (3, 4);
+    let mix = randn(&[n, h], 340);
+    let lstm = |t: &[Tensor]| {
+        let (h_new, c_new) = Tensor::lstm_cell(&t[0], &t[1], &t[2]);
+        &(&h_new * &mix) + &(&c_new * 0.7)
+    };
+    let inputs = [
+        randn(&[n, 4 * h], 341),
+        randn(&[n, 4 * h], 342),
+        randn(&[n, h], 343),
+    ];
+    check("lstm_cell", lstm, &inputs);
+    // Only h' reaches the result, or only c'.
+    check(
+        "lstm_cell h'",
+        |t| Tensor::lstm_cell(&t[0], &t[1], &t[2]).0,
+        &inputs,
+    );
+    check(
+        "lstm_cell c'",
+        |t| Tensor::lstm_cell(&t[0], &t[1], &t[2]).1,
+        &inputs,
+    );
+
+    let gru = |t: &[Tensor]| &Tensor::gru_cell(&t[0], &t[1], &t[2]) * &mix;
+    let inputs = [
+        randn(&[n, 3 * h], 344),
+        randn(&[n, 3 * h], 345),
+        randn(&[n, h], 346),
+    ];
+    check("gru_cell", gru, &inputs);
+}
+
+#[test]
+fn recurrent_cells_refuse_mismatched_gates_by_name() {
+    let gates = Tensor::zeros(&[2, 12], DType::F32);
+    let state = Tensor::zeros(&[2, 4], DType::F32);
+    let m = common::panic_message(|| drop(Tensor::lstm_cell(&gates, &gates, &state)));
+    assert!(m.contains("lstm_cell") && m.contains("[2, 12]"), "{m}");
+    let wide = Tensor::zeros(&[2, 16], DType::F32);
+    let m = common::panic_message(|| drop(Tensor::gru_cell(&wide, &gates, &state)));
+    assert!(m.contains("gru_cell") && m.contains("[2, 16]"), "{m}");
+}

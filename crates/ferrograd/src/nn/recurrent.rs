@@ -164,25 +164,10 @@ impl Recurrent {
     /// One step from the input projection `gi` and the hidden projection `gh` (both with
     /// their biases), gates along the last axis in PyTorch's order.
     fn step(&self, gi: &Tensor, gh: &Tensor, h: &Tensor, c: &Tensor) -> (Tensor, Tensor) {
-        let hid = self.hidden;
-        let part = |t: &Tensor, k: usize| t.narrow(1, k * hid, hid);
         match self.cell {
             Cell::Tanh => ((gi + gh).tanh(), c.clone()),
-            Cell::Lstm => {
-                let g = gi + gh;
-                let (i, f) = (part(&g, 0).sigmoid(), part(&g, 1).sigmoid());
-                let (cand, o) = (part(&g, 2).tanh(), part(&g, 3).sigmoid());
-                let c = &(&f * c) + &(&i * &cand);
-                (&o * &c.tanh(), c)
-            }
-            Cell::Gru => {
-                let r = (&part(gi, 0) + &part(gh, 0)).sigmoid();
-                let z = (&part(gi, 1) + &part(gh, 1)).sigmoid();
-                let cand = (&part(gi, 2) + &(&r * &part(gh, 2))).tanh();
-                // h' = (1 − z)·n + z·h
-                let h = &cand + &(&z * &(h - &cand));
-                (h, c.clone())
-            }
+            Cell::Lstm => Tensor::lstm_cell(gi, gh, c),
+            Cell::Gru => (Tensor::gru_cell(gi, gh, h), c.clone()),
         }
     }
 }

@@ -12,6 +12,7 @@ mod norm;
 mod operators;
 mod pool;
 mod random;
+mod recurrent;
 mod reduce;
 mod scalar;
 mod softmax;

@@ -94,11 +94,11 @@ impl Tensor {
     ///
     /// ```
     /// use ferrograd::prelude::*;
-    /// let x = Tensor::from_vec(vec![1.0f32, 3.0, 10.0, 30.0], &[2, 2]);
+    /// let x = Tensor::from_vec(vec![1.0f32, 10.0, 3.0, 18.0], &[2, 2]);
     /// let (w, b) = (Tensor::ones(&[2], DType::F32), Tensor::zeros(&[2], DType::F32));
     /// let (y, mean, var) = x.batch_norm(&w, &b, 0.0);
     /// assert_eq!(y.to_vec::<f32>(), vec![-1.0, -1.0, 1.0, 1.0]);
-    /// assert_eq!((mean.to_vec::<f32>(), var.to_vec::<f32>()), (vec![5.5, 16.5], vec![20.25, 182.25]));
+    /// assert_eq!((mean.to_vec::<f32>(), var.to_vec::<f32>()), (vec![2.0, 14.0], vec![1.0, 16.0]));
     /// ```
     pub fn batch_norm(&self, weight: &Tensor, bias: &Tensor, eps: f64) -> (Tensor, Tensor, Tensor) {
         let channels = self.shape().get(1).copied();

@@ -107,7 +107,7 @@ impl Tensor {
 
     /// Element-wise hyperbolic tangent.
     pub fn tanh(&self) -> Tensor {
-        let out = map_dispatch!(self, |v| v.tanh());
+        let out = map_dispatch!(self, |v| v.tanh_fast());
         record("tanh", out, &[self], |c, up| {
             smallvec![Some(up * &(1.0 - &c.out().square()))]
         })
