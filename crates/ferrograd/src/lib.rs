@@ -51,6 +51,7 @@ pub mod tensor;
 pub use error::{Error, Result};
 pub use kernels::avx512_matmul;
 pub use ops::conv::ConvOpts;
+pub use ops::recurrent::RecurrentWeights;
 pub use ops::{Axis, Indices};
 /// The `rand` this crate is built with, so that generators passed to it need no second copy.
 pub use rand;

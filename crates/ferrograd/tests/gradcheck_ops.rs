@@ -396,3 +396,53 @@ fn recurrent_cells_refuse_mismatched_gates_by_name() {
     let m = common::panic_message(|| drop(Tensor::gru_cell(&wide, &gates, &state)));
     assert!(m.contains("gru_cell") && m.contains("[2, 16]"), "{m}");
 }
+
+#[test]
+fn recurrent_layers_fused() {
+    use ferrograd::RecurrentWeights;
+    let (n, t, input, h) = (2, 3, 3, 2);
+    let mix = randn(&[n, t, h], 350);
+    for (gates, seed) in [(4, 360), (3, 370), (1, 380)] {
+        let mut inputs = vec![
+            randn(&[n, t, input], seed),
+            randn(&[n, h], seed + 1),
+            randn(&[gates * h, input], seed + 3),
+            randn(&[gates * h, h], seed + 4),
+            randn(&[gates * h], seed + 5),
+            randn(&[gates * h], seed + 6),
+        ];
+        if gates == 4 {
+            inputs.insert(2, randn(&[n, h], seed + 2));
+        }
+        let f = |v: &[Tensor]| {
+            let k = usize::from(gates == 4);
+            let w = RecurrentWeights {
+                w_ih: &v[2 + k],
+                w_hh: &v[3 + k],
+                b_ih: &v[4 + k],
+                b_hh: &v[5 + k],
+            };
+            // Every output reaches the result: the sequence, the last h and (LSTM) the last c.
+            let (out, h_n, c_n) = match gates {
+                4 => {
+                    let (o, h, c) = v[0].lstm(&v[1], &v[2], w);
+                    (o, h, Some(c))
+                }
+                3 => {
+                    let (o, h) = v[0].gru(&v[1], w);
+                    (o, h, None)
+                }
+                _ => {
+                    let (o, h) = v[0].rnn_tanh(&v[1], w);
+                    (o, h, None)
+                }
+            };
+            let mut total = &(&out * &mix).sum() + &(&h_n * 0.3).sum();
+            if let Some(c) = c_n {
+                total = &total + &c.square().sum();
+            }
+            total
+        };
+        check(&format!("recurrent layer, {gates} gates"), f, &inputs);
+    }
+}

@@ -1,125 +1,451 @@
-//! The element-wise part of one recurrent step, fused: the gate activations and the state
-//! update of an LSTM or GRU cell in one pass over `[N, G·H]` gate pre-activations, where the
-//! composite ops take a dozen passes and buffers per time step. The input projections
-//! (`gi = x·W_ihᵀ + b_ih`, `gh = h·W_hhᵀ + b_hh`) stay matrix products.
+//! Recurrent cells, fused: the gate activations and state update of one step in one pass over
+//! the `[N, G·H]` gate pre-activations, and whole sequences with one matrix product per step.
+//!
+//! A sequence runs as cuDNN and PyTorch's CPU kernels run it: the input projections of every
+//! step are one product before the loop, the loop does only `h·W_hhᵀ` and the cell, and the
+//! derivative runs the loop backwards, leaving the weight gradients and the input gradient to
+//! three products after it. Buffers are time-major (`[T, N, ·]`) so that every step's rows are
+//! one block.
 
+use super::matmul::{gemm_batch, MatRef};
 use super::Float;
 
-fn sigmoid<T: Float>(v: T) -> T {
-    if v >= T::zero() {
-        T::one() / (T::one() + (-v).exp())
+/// `s·(1 − s)`: the sigmoid's derivative from its value.
+fn dsigmoid<T: Float>(s: T) -> T {
+    s * (T::one() - s)
+}
+
+/// `1 − t²`: tanh's derivative from its value.
+fn dtanh<T: Float>(t: T) -> T {
+    T::one() - t * t
+}
+
+/// Each cell of `[N, H]` with its offset in `[N, G·H]` gates: (gate offset, state offset).
+fn cells(len: usize, h: usize, gates: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..len / h.max(1)).flat_map(move |r| (0..h).map(move |j| (r * gates * h + j, r * h + j)))
+}
+
+/// Row `r` of a row-major matrix `width` wide.
+fn row<T>(x: &[T], r: usize, width: usize) -> &[T] {
+    &x[r * width..][..width]
+}
+
+/// `out = a + b`.
+fn sum_into<T: Float>(out: &mut [T], a: &[T], b: &[T]) {
+    for ((o, &a), &b) in out.iter_mut().zip(a).zip(b) {
+        *o = a + b;
+    }
+}
+
+/// Plane `k` of `[P, len]`.
+fn plane<T>(x: &[T], k: usize, len: usize) -> &[T] {
+    &x[k * len..][..len]
+}
+
+/// `P` disjoint planes of `[P, len]`, mutable.
+fn planes_mut<T, const P: usize>(x: &mut [T], len: usize) -> [&mut [T]; P] {
+    let mut it = x.chunks_mut(len.max(1));
+    std::array::from_fn(|_| it.next().unwrap_or_default())
+}
+
+/// One step's inputs: the gate pre-activations `gi`, `gh` (`[N, G·H]`, biases included) and
+/// the previous state `h`, `c` (`[N, H]`; `c` empty for cells without one, `h` for cells that
+/// do not read it), `len` = N·H.
+#[derive(Clone, Copy)]
+pub struct StepIn<'a, T> {
+    pub len: usize,
+    pub gi: &'a [T],
+    pub gh: &'a [T],
+    pub h: &'a [T],
+    pub c: &'a [T],
+}
+
+/// One step's gradients, written by [`Cell::backward`]: of `gi` and `gh` (`[N, G·H]`), and of
+/// the previous state by every path but `gh` (`[N, H]`; `dc` only for cells with one).
+pub struct StepGrads<'a, T> {
+    pub dgi: &'a mut [T],
+    pub dgh: &'a mut [T],
+    pub dh: &'a mut [T],
+    pub dc: &'a mut [T],
+}
+
+/// What a recurrent cell computes per step, in PyTorch's gate order.
+pub trait Cell {
+    /// Gate blocks in each projection (PyTorch's `G` in `weight_ih [G·H, in]`).
+    const GATES: usize;
+    /// `[N, H]` planes kept per step for the derivative.
+    const SAVED: usize;
+    /// Whether the cell carries a second state (the LSTM's `c`).
+    const HAS_C: bool;
+    /// The new state `h'` (and `c'`) and the saved planes.
+    fn forward<T: Float>(x: StepIn<'_, T>, hid: usize, out: [&mut [T]; 2], saved: &mut [T]);
+    /// The gradients from the upstream `dh'` (and `dc'`) and what `forward` saved.
+    fn backward<T: Float>(
+        x: StepIn<'_, T>,
+        hid: usize,
+        saved: &[T],
+        up: [&[T]; 2],
+        g: StepGrads<'_, T>,
+    );
+}
+
+/// Elman RNN: `h' = tanh(gi + gh)`.
+pub struct TanhCell;
+
+impl Cell for TanhCell {
+    const GATES: usize = 1;
+    const SAVED: usize = 1;
+    const HAS_C: bool = false;
+
+    fn forward<T: Float>(x: StepIn<'_, T>, hid: usize, [h_new, _]: [&mut [T]; 2], saved: &mut [T]) {
+        for (r, out) in h_new.chunks_mut(hid.max(1)).enumerate() {
+            sum_into(out, row(x.gi, r, hid), row(x.gh, r, hid));
+            T::tanh_in_place(out);
+        }
+        saved.copy_from_slice(h_new);
+    }
+
+    fn backward<T: Float>(
+        x: StepIn<'_, T>,
+        hid: usize,
+        saved: &[T],
+        [up, _]: [&[T]; 2],
+        g: StepGrads<'_, T>,
+    ) {
+        for (gate, s) in cells(x.len, hid, 1) {
+            let d = up[s] * dtanh(saved[s]);
+            (g.dgi[gate], g.dgh[gate], g.dh[s]) = (d, d, T::zero());
+        }
+    }
+}
+
+/// LSTM, gates i, f, g, o: `c' = σ(f)·c + σ(i)·tanh(g)`, `h' = σ(o)·tanh(c')`.
+pub struct LstmCell;
+
+impl Cell for LstmCell {
+    const GATES: usize = 4;
+    /// i, f, g, o activated, and tanh c'.
+    const SAVED: usize = 5;
+    const HAS_C: bool = true;
+
+    fn forward<T: Float>(
+        x: StepIn<'_, T>,
+        hid: usize,
+        [h_new, c_new]: [&mut [T]; 2],
+        saved: &mut [T],
+    ) {
+        let len = x.len;
+        let mut gates = vec![T::zero(); 4 * hid];
+        for r in 0..len / hid.max(1) {
+            sum_into(&mut gates, row(x.gi, r, 4 * hid), row(x.gh, r, 4 * hid));
+            let (ifg, o) = gates.split_at_mut(3 * hid);
+            T::sigmoid_in_place(&mut ifg[..2 * hid]);
+            T::tanh_in_place(&mut ifg[2 * hid..]);
+            T::sigmoid_in_place(o);
+            let at = r * hid;
+            let (i, f, cand) = (&ifg[..hid], &ifg[hid..2 * hid], &ifg[2 * hid..]);
+            let c = &mut c_new[at..at + hid];
+            for j in 0..hid {
+                c[j] = f[j] * x.c[at + j] + i[j] * cand[j];
+            }
+            let tc = &mut saved[4 * len + at..][..hid];
+            tc.copy_from_slice(c);
+            T::tanh_in_place(tc);
+            for j in 0..hid {
+                h_new[at + j] = o[j] * tc[j];
+            }
+            for (k, g) in gates.chunks(hid.max(1)).enumerate() {
+                saved[k * len + at..][..hid].copy_from_slice(g);
+            }
+        }
+    }
+
+    fn backward<T: Float>(
+        x: StepIn<'_, T>,
+        hid: usize,
+        saved: &[T],
+        [up_h, up_c]: [&[T]; 2],
+        g: StepGrads<'_, T>,
+    ) {
+        let len = x.len;
+        let [i, f, cand, o, tc] = [0, 1, 2, 3, 4].map(|k| plane(saved, k, len));
+        for (gate, s) in cells(len, hid, 4) {
+            let dct = up_c[s] + up_h[s] * o[s] * dtanh(tc[s]);
+            let d = [
+                dct * cand[s] * dsigmoid(i[s]),
+                dct * x.c[s] * dsigmoid(f[s]),
+                dct * i[s] * dtanh(cand[s]),
+                up_h[s] * tc[s] * dsigmoid(o[s]),
+            ];
+            for (k, d) in d.into_iter().enumerate() {
+                (g.dgi[gate + k * hid], g.dgh[gate + k * hid]) = (d, d);
+            }
+            (g.dc[s], g.dh[s]) = (dct * f[s], T::zero());
+        }
+    }
+}
+
+/// GRU, gates r, z, n: `n = tanh(gi_n + σ(r)·gh_n)`, `h' = n + σ(z)·(h − n)`.
+pub struct GruCell;
+
+impl Cell for GruCell {
+    const GATES: usize = 3;
+    /// r, z, n activated, and gh_n.
+    const SAVED: usize = 4;
+    const HAS_C: bool = false;
+
+    fn forward<T: Float>(x: StepIn<'_, T>, hid: usize, [h_new, _]: [&mut [T]; 2], saved: &mut [T]) {
+        let len = x.len;
+        let [sr, sz, sn, sghn] = planes_mut::<T, 4>(saved, len);
+        let mut rz = vec![T::zero(); 2 * hid];
+        for r in 0..len / hid.max(1) {
+            let (gi, gh) = (row(x.gi, r, 3 * hid), row(x.gh, r, 3 * hid));
+            sum_into(&mut rz, &gi[..2 * hid], &gh[..2 * hid]);
+            T::sigmoid_in_place(&mut rz);
+            let at = r * hid;
+            let (reset, update) = rz.split_at(hid);
+            let n = &mut sn[at..at + hid];
+            for j in 0..hid {
+                n[j] = gi[2 * hid + j] + reset[j] * gh[2 * hid + j];
+            }
+            T::tanh_in_place(n);
+            for j in 0..hid {
+                h_new[at + j] = n[j] + update[j] * (x.h[at + j] - n[j]);
+            }
+            sr[at..at + hid].copy_from_slice(reset);
+            sz[at..at + hid].copy_from_slice(update);
+            sghn[at..at + hid].copy_from_slice(&gh[2 * hid..]);
+        }
+    }
+
+    fn backward<T: Float>(
+        x: StepIn<'_, T>,
+        hid: usize,
+        saved: &[T],
+        [up, _]: [&[T]; 2],
+        g: StepGrads<'_, T>,
+    ) {
+        let len = x.len;
+        let [r, z, n, gh_n] = [0, 1, 2, 3].map(|k| plane(saved, k, len));
+        let one = T::one();
+        for (gate, s) in cells(len, hid, 3) {
+            let dn = up[s] * (one - z[s]) * dtanh(n[s]);
+            let dr = dn * gh_n[s] * dsigmoid(r[s]);
+            let dz = up[s] * (x.h[s] - n[s]) * dsigmoid(z[s]);
+            (g.dgi[gate], g.dgi[gate + hid], g.dgi[gate + 2 * hid]) = (dr, dz, dn);
+            (g.dgh[gate], g.dgh[gate + hid], g.dgh[gate + 2 * hid]) = (dr, dz, dn * r[s]);
+            g.dh[s] = up[s] * z[s];
+        }
+    }
+}
+
+/// A row-major `[rows, cols]` block of `data` at `offset`, or its transpose.
+fn mat<T>(data: &[T], offset: usize, rows: usize, cols: usize, transposed: bool) -> MatRef<'_, T> {
+    let (rs, cs) = if transposed { (1, cols) } else { (cols, 1) };
+    let (rows, cols) = if transposed {
+        (cols, rows)
     } else {
-        let e = v.exp();
-        e / (T::one() + e)
+        (rows, cols)
+    };
+    MatRef {
+        data,
+        offset,
+        rows,
+        cols,
+        rs,
+        cs,
     }
 }
 
-/// The activated LSTM gates `[i, f, g, o]` at row offset `at` (gates `h` apart).
-fn lstm_gates<T: Float>(gi: &[T], gh: &[T], at: usize, h: usize) -> [T; 4] {
-    let pre = |k: usize| gi[at + k * h] + gh[at + k * h];
-    [
-        sigmoid(pre(0)),
-        sigmoid(pre(1)),
-        pre(2).tanh_fast(),
-        sigmoid(pre(3)),
-    ]
+/// `a @ b`.
+fn product<T: Float>(a: MatRef<'_, T>, b: MatRef<'_, T>) -> Vec<T> {
+    let (m, n) = (a.rows, b.cols);
+    gemm_batch(&[(a, b)], m, n)
 }
 
-/// Rows of `[N, G·H]` gates and `[N, H]` states: (row offset in the gates, in the state).
-fn cells(n: usize, h: usize, gates: usize) -> impl Iterator<Item = (usize, usize)> {
-    (0..n).flat_map(move |r| (0..h).map(move |j| (r * gates * h + j, r * h + j)))
-}
-
-/// How many `[N, H]` planes `lstm_forward` writes: `h'`, `c'`, then what the derivative reads
-/// (the activated gates i, f, g, o and tanh c').
-pub const LSTM_PLANES: usize = 7;
-
-/// LSTM step (PyTorch's gate order i, f, g, o): `c' = f·c + i·g`, `h' = o·tanh(c')`, written to
-/// `out` as `LSTM_PLANES` planes of `[N, H]`.
-pub fn lstm_forward<T: Float>(gi: &[T], gh: &[T], c: &[T], h: usize, out: &mut [T]) {
-    let len = c.len();
-    let mut planes = out.chunks_mut(len.max(1));
-    let mut plane = || planes.next().unwrap_or_default();
-    let [out_h, out_c, act_i, act_f, act_g, act_o, tanh_c] = std::array::from_fn(|_| plane());
-    for (g, s) in cells(len / h.max(1), h, 4) {
-        let [i, f, cand, o] = lstm_gates(gi, gh, g, h);
-        let c_new = f * c[s] + i * cand;
-        let tc = c_new.tanh_fast();
-        (out_h[s], out_c[s], tanh_c[s]) = (o * tc, c_new, tc);
-        (act_i[s], act_f[s], act_g[s], act_o[s]) = (i, f, cand, o);
+/// `out[r, :] += bias` for every row.
+fn add_rows<T: Float>(out: &mut [T], bias: &[T]) {
+    for row in out.chunks_mut(bias.len().max(1)) {
+        row.iter_mut().zip(bias).for_each(|(o, &b)| *o += b);
     }
 }
 
-/// The LSTM step's derivative from the upstream `[dh' | dc']` and the planes `lstm_forward`
-/// wrote: the gradient of the gate pre-activations (`[N, 4H]`, the same for `gi` and `gh`)
-/// and of the previous cell state.
-pub fn lstm_backward<T: Float>(
-    saved: &[T],
-    c: &[T],
-    up: &[T],
-    h: usize,
-    dgates: &mut [T],
-    dc: &mut [T],
-) {
-    let len = c.len();
-    let plane = |k: usize| &saved[k * len..][..len];
-    let [i, f, cand, o, tc] = [2, 3, 4, 5, 6].map(plane);
-    let (up_h, up_c) = (&up[..len], &up[len..][..len]);
-    let one = T::one();
-    for (g, s) in cells(len / h.max(1), h, 4) {
-        let dct = up_c[s] + up_h[s] * o[s] * (one - tc[s] * tc[s]);
-        dgates[g] = dct * cand[s] * i[s] * (one - i[s]);
-        dgates[g + h] = dct * c[s] * f[s] * (one - f[s]);
-        dgates[g + 2 * h] = dct * i[s] * (one - cand[s] * cand[s]);
-        dgates[g + 3 * h] = up_h[s] * tc[s] * o[s] * (one - o[s]);
-        dc[s] = dct * f[s];
+/// Column sums of `[rows, cols]`.
+fn column_sums<T: Float>(x: &[T], cols: usize) -> Vec<T> {
+    let mut acc = vec![T::zero(); cols];
+    accumulate_rows(&mut acc, x);
+    acc
+}
+
+/// `acc += row` for every `acc.len()`-long row of `x` (one row: an element-wise sum).
+fn accumulate_rows<T: Float>(acc: &mut [T], x: &[T]) {
+    for row in x.chunks(acc.len().max(1)) {
+        acc.iter_mut().zip(row).for_each(|(a, &v)| *a += v);
     }
 }
 
-/// The GRU's gates `[r, z, n]` at row offset `at`.
-fn gru_gates<T: Float>(gi: &[T], gh: &[T], at: usize, h: usize) -> [T; 3] {
-    let r = sigmoid(gi[at] + gh[at]);
-    let z = sigmoid(gi[at + h] + gh[at + h]);
-    [r, z, (gi[at + 2 * h] + r * gh[at + 2 * h]).tanh_fast()]
+/// The sizes of a sequence: batch, steps, input width, hidden width.
+#[derive(Clone, Copy, Debug)]
+pub struct SeqSizes {
+    pub n: usize,
+    pub t: usize,
+    pub input: usize,
+    pub hidden: usize,
 }
 
-/// How many `[N, H]` planes `gru_forward` writes: `h'`, then the activated gates r, z, n that
-/// the derivative reads.
-pub const GRU_PLANES: usize = 4;
+/// A layer's weights: `w_ih [G·H, in]`, `w_hh [G·H, H]`, `b_ih`, `b_hh [G·H]`.
+#[derive(Clone, Copy)]
+pub struct Weights<'a, T> {
+    pub w_ih: &'a [T],
+    pub w_hh: &'a [T],
+    pub b_ih: &'a [T],
+    pub b_hh: &'a [T],
+}
 
-/// GRU step (PyTorch's gates r, z, n): `n = tanh(gi_n + r·gh_n)`, `h' = n + z·(h − n)`, written
-/// to `out` as `GRU_PLANES` planes of `[N, H]`.
-pub fn gru_forward<T: Float>(gi: &[T], gh: &[T], state: &[T], h: usize, out: &mut [T]) {
-    let len = state.len();
-    let mut planes = out.chunks_mut(len.max(1));
-    let mut plane = || planes.next().unwrap_or_default();
-    let [out_h, act_r, act_z, act_n] = std::array::from_fn(|_| plane());
-    for (g, s) in cells(len / h.max(1), h, 3) {
-        let [r, z, cand] = gru_gates(gi, gh, g, h);
-        out_h[s] = cand + z * (state[s] - cand);
-        (act_r[s], act_z[s], act_n[s]) = (r, z, cand);
+/// What the forward pass of a sequence leaves: the states of every step, time-major and with
+/// the initial one first (`[T + 1, N, H]`; `cs` empty without a second state), and the saved
+/// planes (`[T, SAVED, N, H]`).
+pub struct SeqForward<T> {
+    pub hs: Vec<T>,
+    pub cs: Vec<T>,
+    pub saved: Vec<T>,
+}
+
+/// Runs cell `C` over the time-major input `x_tm` (`[T, N, in]`) from the states `h0`, `c0`.
+pub fn sequence_forward<C: Cell, T: Float>(
+    x_tm: &[T],
+    [h0, c0]: [&[T]; 2],
+    w: Weights<'_, T>,
+    sz: SeqSizes,
+) -> SeqForward<T> {
+    let SeqSizes {
+        n,
+        t,
+        input,
+        hidden,
+    } = sz;
+    let (gates, state) = (C::GATES * hidden, n * hidden);
+    // Every step's input projection in one product.
+    let mut gi = product(
+        mat(x_tm, 0, t * n, input, false),
+        mat(w.w_ih, 0, gates, input, true),
+    );
+    add_rows(&mut gi, w.b_ih);
+    let mut hs = vec![T::zero(); (t + 1) * state];
+    let mut cs = vec![T::zero(); if C::HAS_C { (t + 1) * state } else { 0 }];
+    hs[..state].copy_from_slice(h0);
+    if C::HAS_C {
+        cs[..state].copy_from_slice(c0);
     }
+    let mut saved = vec![T::zero(); t * C::SAVED * state];
+    let saved_len = C::SAVED * state;
+    for step in 0..t {
+        let (h_prev, h_next) = hs[step * state..].split_at_mut(state);
+        let mut gh = product(
+            mat(h_prev, 0, n, hidden, false),
+            mat(w.w_hh, 0, gates, hidden, true),
+        );
+        add_rows(&mut gh, w.b_hh);
+        let (c_prev, c_next): (&[T], &mut [T]) = if C::HAS_C {
+            let (p, q) = cs[step * state..].split_at_mut(state);
+            (p, &mut q[..state])
+        } else {
+            (&[], &mut [])
+        };
+        let x = StepIn {
+            len: state,
+            gi: &gi[step * n * gates..][..n * gates],
+            gh: &gh,
+            h: h_prev,
+            c: c_prev,
+        };
+        let out = [&mut h_next[..state], c_next];
+        C::forward(x, hidden, out, &mut saved[step * saved_len..][..saved_len]);
+    }
+    SeqForward { hs, cs, saved }
 }
 
-/// The GRU step's derivative from the upstream `dh'`, the planes `gru_forward` wrote and the
-/// hidden projection `gh`: gradients of `gi` and `gh` (`[N, 3H]` each; they differ in the
-/// candidate's part) and of the previous state.
-pub fn gru_backward<T: Float>(
-    [saved, gh, state]: [&[T]; 3],
-    up: &[T],
-    h: usize,
-    [dgi, dgh, dstate]: [&mut [T]; 3],
-) {
-    let len = state.len();
-    let plane = |k: usize| &saved[k * len..][..len];
-    let [r, z, cand] = [1, 2, 3].map(plane);
-    let one = T::one();
-    for (g, s) in cells(len / h.max(1), h, 3) {
-        let dn = up[s] * (one - z[s]) * (one - cand[s] * cand[s]);
-        let dr = dn * gh[g + 2 * h] * r[s] * (one - r[s]);
-        let dz = up[s] * (state[s] - cand[s]) * z[s] * (one - z[s]);
-        (dgi[g], dgi[g + h], dgi[g + 2 * h]) = (dr, dz, dn);
-        (dgh[g], dgh[g + h], dgh[g + 2 * h]) = (dr, dz, dn * r[s]);
-        dstate[s] = up[s] * z[s];
+/// The gradients of a sequence: input (time-major, `[T, N, in]`), initial states, weights.
+pub struct SeqGrads<T> {
+    pub dx_tm: Vec<T>,
+    pub dh0: Vec<T>,
+    pub dc0: Vec<T>,
+    pub dw_ih: Vec<T>,
+    pub dw_hh: Vec<T>,
+    pub db_ih: Vec<T>,
+    pub db_hh: Vec<T>,
+}
+
+/// The derivative of [`sequence_forward`] from the upstream of every step's output
+/// (`dout_tm`, `[T, N, H]`) and of the last states (`dh_n`, `dc_n`).
+pub fn sequence_backward<C: Cell, T: Float>(
+    x_tm: &[T],
+    fwd: &SeqForward<T>,
+    w: Weights<'_, T>,
+    sz: SeqSizes,
+    [dout_tm, dh_n, dc_n]: [&[T]; 3],
+) -> SeqGrads<T> {
+    let SeqSizes {
+        n,
+        t,
+        input,
+        hidden,
+    } = sz;
+    let (gates, state, saved_len) = (C::GATES * hidden, n * hidden, C::SAVED * n * hidden);
+    let (mut dgi, mut dgh) = (
+        vec![T::zero(); t * n * gates],
+        vec![T::zero(); t * n * gates],
+    );
+    let (mut dh, mut dc) = (dh_n.to_vec(), dc_n.to_vec());
+    let (mut dh_direct, mut dc_prev) = (vec![T::zero(); state], vec![T::zero(); dc.len()]);
+    for step in (0..t).rev() {
+        accumulate_rows(&mut dh, &dout_tm[step * state..][..state]);
+        let c: &[T] = if C::HAS_C {
+            &fwd.cs[step * state..][..state]
+        } else {
+            &[]
+        };
+        let x = StepIn {
+            len: state,
+            gi: &[],
+            gh: &[],
+            h: &fwd.hs[step * state..][..state],
+            c,
+        };
+        let at = step * n * gates;
+        let grads = StepGrads {
+            dgi: &mut dgi[at..][..n * gates],
+            dgh: &mut dgh[at..][..n * gates],
+            dh: &mut dh_direct,
+            dc: &mut dc_prev,
+        };
+        let saved = &fwd.saved[step * saved_len..][..saved_len];
+        C::backward(x, hidden, saved, [&dh, &dc], grads);
+        // The previous state's gradient: through gh, plus any direct path.
+        dh = product(
+            mat(&dgh, at, n, gates, false),
+            mat(w.w_hh, 0, gates, hidden, false),
+        );
+        accumulate_rows(&mut dh, &dh_direct);
+        std::mem::swap(&mut dc, &mut dc_prev);
+    }
+    let rows = t * n;
+    SeqGrads {
+        dx_tm: product(
+            mat(&dgi, 0, rows, gates, false),
+            mat(w.w_ih, 0, gates, input, false),
+        ),
+        dh0: dh,
+        dc0: dc,
+        dw_ih: product(
+            mat(&dgi, 0, rows, gates, true),
+            mat(x_tm, 0, rows, input, false),
+        ),
+        dw_hh: product(
+            mat(&dgh, 0, rows, gates, true),
+            mat(&fwd.hs, 0, rows, hidden, false),
+        ),
+        db_ih: column_sums(&dgi, gates),
+        db_hh: column_sums(&dgh, gates),
     }
 }

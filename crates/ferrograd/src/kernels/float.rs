@@ -18,9 +18,12 @@ pub trait Float:
     fn from_f64(v: f64) -> Self;
     fn as_f64(self) -> f64;
     fn erf(self) -> Self;
-    /// Hyperbolic tangent. f32 goes through one f64 `exp` (glibc's `tanhf` goes through
-    /// `expm1f`, several times slower), within one unit in the last place of the exact value.
-    fn tanh_fast(self) -> Self;
+    /// e^x of every element, in place (vectorised for f32).
+    fn exp_in_place(xs: &mut [Self]);
+    /// The logistic sigmoid of every element, in place (vectorised for f32).
+    fn sigmoid_in_place(xs: &mut [Self]);
+    /// tanh of every element, in place (vectorised for f32).
+    fn tanh_in_place(xs: &mut [Self]);
     /// `out = a @ b` with `out` row-major `[a.rows, b.cols]`.
     ///
     /// # Safety
@@ -42,16 +45,14 @@ impl Float for f32 {
     fn erf(self) -> Self {
         libm::erff(self)
     }
-    #[inline]
-    fn tanh_fast(self) -> Self {
-        let a = self.abs();
-        if a < 1.0 / 4096.0 {
-            // tanh x = x − x³/3 + …: the cubic term is below half a unit of x here.
-            return self;
-        }
-        // f64 keeps (1 − e) exact enough near 0, where f32 would cancel its digits away.
-        let e = (-2.0 * a as f64).exp();
-        (((1.0 - e) / (1.0 + e)) as f32).copysign(self)
+    fn exp_in_place(xs: &mut [Self]) {
+        super::activation::exp_f32(xs);
+    }
+    fn sigmoid_in_place(xs: &mut [Self]) {
+        super::activation::sigmoid_f32(xs);
+    }
+    fn tanh_in_place(xs: &mut [Self]) {
+        super::activation::tanh_f32(xs);
     }
     unsafe fn gemm_unchecked(a: MatRef<'_, f32>, b: MatRef<'_, f32>, out: &mut [f32]) {
         if super::sgemm::available() {
@@ -76,9 +77,18 @@ impl Float for f64 {
     fn erf(self) -> Self {
         libm::erf(self)
     }
-    #[inline]
-    fn tanh_fast(self) -> Self {
-        self.tanh()
+    fn exp_in_place(xs: &mut [Self]) {
+        xs.iter_mut().for_each(|x| *x = x.exp());
+    }
+    fn sigmoid_in_place(xs: &mut [Self]) {
+        for x in xs {
+            let e = (-x.abs()).exp();
+            let s = 1.0 / (1.0 + e);
+            *x = if *x >= 0.0 { s } else { e * s };
+        }
+    }
+    fn tanh_in_place(xs: &mut [Self]) {
+        xs.iter_mut().for_each(|x| *x = x.tanh());
     }
     unsafe fn gemm_unchecked(a: MatRef<'_, f64>, b: MatRef<'_, f64>, out: &mut [f64]) {
         // SAFETY: forwarded contract.
@@ -135,31 +145,5 @@ unsafe fn portable_gemm<T: Float>(
             n as isize,
             1,
         )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Float;
-
-    #[test]
-    fn f32_tanh_is_within_one_ulp() {
-        let mut worst = 0i64;
-        let mut x = -20.0f32;
-        while x < 20.0 {
-            for v in [x, x * 1e-3, x * 1e-6] {
-                let exact = (v as f64).tanh() as f32;
-                let got = v.tanh_fast();
-                worst = worst.max((got.to_bits() as i64 - exact.to_bits() as i64).abs());
-            }
-            x += 0.00137;
-        }
-        assert!(worst <= 1, "{worst} ulp");
-        assert!(f32::NAN.tanh_fast().is_nan());
-        assert_eq!(
-            (f32::INFINITY.tanh_fast(), f32::NEG_INFINITY.tanh_fast()),
-            (1.0, -1.0)
-        );
-        assert_eq!((-0.0f32).tanh_fast().to_bits(), (-0.0f32).to_bits());
     }
 }

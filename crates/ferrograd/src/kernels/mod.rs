@@ -3,6 +3,7 @@
 //! Element-wise kernels run on rayon above [`PAR_THRESHOLD`] elements; below it the cost of
 //! waking threads outweighs the work.
 
+pub mod activation;
 pub mod cells;
 pub(crate) mod conv;
 mod float;

@@ -183,6 +183,16 @@ pub fn map_flat<T: Copy + Sync, U: Send>(a: &[T], out: &mut [U], f: impl Fn(T) -
     }
 }
 
+/// `f` over `xs` in place, in chunks on the thread pool when large (for slice functions such
+/// as `Float::tanh_in_place`).
+pub fn apply_chunks<T: Send>(xs: &mut [T], f: impl Fn(&mut [T]) + Sync + Send) {
+    if xs.len() >= PAR_THRESHOLD {
+        xs.par_chunks_mut(PAR_CHUNK).for_each(f);
+    } else {
+        f(xs);
+    }
+}
+
 /// `out[i] = f(a[i], b[i])` over three slices of one length: the common case of same-shape
 /// contiguous operands.
 pub fn zip_flat<T: Copy + Sync, U: Send>(

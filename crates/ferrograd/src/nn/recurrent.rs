@@ -1,11 +1,12 @@
 //! Recurrent layers with PyTorch's equations, gate orders, parameter names and layouts
-//! (batch-first): `Rnn` (tanh), `Lstm` (gates i, f, g, o), `Gru` (gates r, z, n). Written from
-//! the tensor ops, so every derivative (second order included) comes from their rules.
+//! (batch-first): `Rnn` (tanh), `Lstm` (gates i, f, g, o), `Gru` (gates r, z, n). Each layer of
+//! a stack is one fused op over the whole sequence, differentiable to any order.
 
 use super::{expect_input, Layer, Mode, Module};
 use crate::autograd::Param;
 use crate::init;
 use crate::tensor::{with_default_rng, DType, Tensor};
+use crate::RecurrentWeights;
 
 /// Which cell a [`Recurrent`] stack runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,56 +120,46 @@ impl Recurrent {
     }
 
     /// Runs every layer over the sequence: the last layer's outputs `[N, T, H]` and each
-    /// layer's final states (`h`, and `c` for the LSTM), `[L, N, H]` each.
+    /// layer's final states (`h`, and `c` for the LSTM), `[L, N, H]` each. Each layer is one
+    /// fused op (`Tensor::lstm`, `gru`, `rnn_tanh`).
     fn run(
         &self,
         x: &Tensor,
         h0: Option<&Tensor>,
         c0: Option<&Tensor>,
     ) -> (Tensor, Tensor, Option<Tensor>) {
-        let (n, t) = (x.shape()[0], x.shape()[1]);
-        let zeros = Tensor::zeros(&[n, self.hidden], x.dtype());
+        let zeros = Tensor::zeros(&[x.shape()[0], self.hidden], x.dtype());
         let initial = |s: Option<&Tensor>, k: usize| {
             s.map_or(zeros.clone(), |s| s.narrow(0, k, 1).squeeze(0))
         };
         let mut seq = x.clone();
         let (mut hs, mut cs) = (Vec::new(), Vec::new());
         for (k, l) in self.layers.iter().enumerate() {
-            let (w_ih, b_ih) = (l.w_ih.tensor().t(), l.b_ih.tensor());
-            let (w_hh, b_hh) = (l.w_hh.tensor().t(), l.b_hh.tensor());
-            let (mut h, mut c) = (initial(h0, k), initial(c0, k));
-            let mut outs = Vec::with_capacity(t);
-            for step in 0..t {
-                // Each step projects its own input slice: the gradient of a slice is spread
-                // back over the whole tensor it was cut from, and the input is G times
-                // narrower than its projection.
-                let gi = &seq.narrow(1, step, 1).squeeze(1).matmul(&w_ih) + &b_ih;
-                let gh = &h.matmul(&w_hh) + &b_hh;
-                (h, c) = self.step(&gi, &gh, &h, &c);
-                outs.push(h.clone());
-            }
-            seq = if outs.is_empty() {
-                // An empty sequence: no outputs, and the state passes through unchanged.
-                Tensor::zeros(&[n, 0, self.hidden], x.dtype())
-            } else {
-                Tensor::stack(&outs.iter().collect::<Vec<_>>(), 1)
+            // Parameters in another dtype than the input follow the input's.
+            let [w_ih, w_hh, b_ih, b_hh] =
+                [&l.w_ih, &l.w_hh, &l.b_ih, &l.b_hh].map(|p| p.tensor().to_dtype(x.dtype()));
+            let w = RecurrentWeights {
+                w_ih: &w_ih,
+                w_hh: &w_hh,
+                b_ih: &b_ih,
+                b_hh: &b_hh,
             };
+            let h = initial(h0, k);
+            let (out, h) = match self.cell {
+                Cell::Tanh => seq.rnn_tanh(&h, w),
+                Cell::Gru => seq.gru(&h, w),
+                Cell::Lstm => {
+                    let (out, h, c) = seq.lstm(&h, &initial(c0, k), w);
+                    cs.push(c);
+                    (out, h)
+                }
+            };
+            seq = out;
             hs.push(h);
-            cs.push(c);
         }
         let stack = |v: &[Tensor]| Tensor::stack(&v.iter().collect::<Vec<_>>(), 0);
         let c = (self.cell == Cell::Lstm).then(|| stack(&cs));
         (seq, stack(&hs), c)
-    }
-
-    /// One step from the input projection `gi` and the hidden projection `gh` (both with
-    /// their biases), gates along the last axis in PyTorch's order.
-    fn step(&self, gi: &Tensor, gh: &Tensor, h: &Tensor, c: &Tensor) -> (Tensor, Tensor) {
-        match self.cell {
-            Cell::Tanh => ((gi + gh).tanh(), c.clone()),
-            Cell::Lstm => Tensor::lstm_cell(gi, gh, c),
-            Cell::Gru => (Tensor::gru_cell(gi, gh, h), c.clone()),
-        }
     }
 }
 

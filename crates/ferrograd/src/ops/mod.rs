@@ -12,7 +12,7 @@ mod norm;
 mod operators;
 mod pool;
 mod random;
-mod recurrent;
+pub(crate) mod recurrent;
 mod reduce;
 mod scalar;
 mod softmax;
@@ -23,7 +23,9 @@ pub(crate) use binary::promote as binary_promote;
 pub use index::Indices;
 
 use crate::kernels::strided;
-use crate::tensor::{broadcast_shapes, numel_or_panic, Dims, Element, Layout, Tensor};
+use crate::tensor::{
+    broadcast_shapes, numel_or_panic, Dims, Element, FloatElement, Layout, Tensor,
+};
 
 /// A shape with `axis` set to `len`.
 pub(crate) fn with_axis(shape: &[usize], axis: usize, len: usize) -> Dims {
@@ -47,6 +49,21 @@ pub(crate) fn map_elems<T: Element>(x: &Tensor, f: impl Fn(T) -> T + Sync) -> Te
         strided::map(&l.shape, x.src::<T>(&l.strides), &mut out, f);
     }
     Tensor::from_data(out, &l.shape)
+}
+
+/// The slice function `f` (such as `Float::tanh_in_place`, vectorised) over a contiguous copy
+/// of `x`; one element takes `map_elems`' inline path.
+pub(crate) fn map_slices<T: FloatElement>(x: &Tensor, f: fn(&mut [T])) -> Tensor {
+    if x.numel() == 1 {
+        return map_elems(x, |v: T| {
+            let mut one = [v];
+            f(&mut one);
+            one[0]
+        });
+    }
+    let mut out = x.contiguous_data::<T>().into_owned();
+    strided::apply_chunks(&mut out, f);
+    Tensor::from_data(out, x.shape())
 }
 
 /// Panics naming `op` unless the prediction and target shapes are equal (losses and metrics:
@@ -152,6 +169,14 @@ macro_rules! map_dispatch {
     };
 }
 pub(crate) use map_dispatch;
+
+/// `map_slices` with the slice function `$f` of `x`'s float type (`tanh_in_place`, ...).
+macro_rules! map_slices_dispatch {
+    ($x:expr, $f:ident) => {
+        $crate::tensor::with_dtype!($x.dtype(), T => $crate::ops::map_slices::<T>($x, <T as $crate::kernels::Float>::$f))
+    };
+}
+pub(crate) use map_slices_dispatch;
 
 /// As `map_dispatch`, for a binary elementwise function over broadcast operands of one dtype.
 macro_rules! zip_dispatch {

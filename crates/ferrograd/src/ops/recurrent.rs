@@ -1,17 +1,17 @@
-//! One step of an LSTM or GRU cell after its matrix products, fused (`kernels/cells.rs`): the
-//! gate activations and the state update as one op with one rule.
+//! Recurrent cells and whole recurrent layers, fused (`kernels/cells.rs`): one op per step, or
+//! one op per layer and sequence, instead of a dozen composite ops per step.
 //!
-//! As for batch normalisation, the rule runs the fused kernel in an ordinary backward and the
+//! As for batch normalisation, each rule runs the fused kernel in an ordinary backward and the
 //! same derivative in tensor ops when a graph is being built, so that second derivatives work.
 
 use smallvec::smallvec;
 
-use crate::kernels::cells as kc;
-use crate::tensor::{is_grad_enabled, record, with_dtype, FloatElement, Tensor};
+use crate::kernels::cells::{self as kc, Cell, GruCell, LstmCell, StepGrads, StepIn, TanhCell};
+use crate::tensor::{is_grad_enabled, record, with_dtype, DType, FloatElement, Tensor};
 
 /// Panics naming `op` unless `gi` and `gh` are `[N, gates·H]` and `state` is `[N, H]`, one
 /// dtype; returns `H`.
-fn check(op: &str, gates: usize, gi: &Tensor, gh: &Tensor, state: &Tensor) -> usize {
+fn check_step(op: &str, gates: usize, gi: &Tensor, gh: &Tensor, state: &Tensor) -> usize {
     let s = state.shape();
     let ok = s.len() == 2
         && gi.shape() == [s[0], gates * s[1]]
@@ -37,69 +37,134 @@ fn gate(t: &Tensor, k: usize, h: usize) -> Tensor {
     t.narrow(1, k * h, h)
 }
 
-fn lstm_fused<T: FloatElement>(gi: &Tensor, gh: &Tensor, c: &Tensor, h: usize) -> Tensor {
-    let mut out = vec![T::zero(); kc::LSTM_PLANES * c.numel()];
-    let [gi, gh, c] = [gi, gh, c].map(|t| t.contiguous_data::<T>());
-    kc::lstm_forward(&gi, &gh, &c, h, &mut out);
-    Tensor::from_data(out, &[kc::LSTM_PLANES, c.len() / h.max(1), h])
+impl Tensor {
+    /// Plane `k` of a `[P, ...]` tensor: a view.
+    fn plane(&self, k: usize) -> Tensor {
+        self.narrow(0, k, 1).squeeze(0)
+    }
 }
 
-fn lstm_fused_backward<T: FloatElement>(saved: &Tensor, c: &Tensor, up: &Tensor) -> [Tensor; 2] {
-    let h = c.shape()[1];
-    let [saved, c, up] = [saved, c, up].map(|t| t.contiguous_data::<T>());
-    let mut dgates = vec![T::zero(); 4 * c.len()];
-    let mut dc = vec![T::zero(); c.len()];
-    kc::lstm_backward(&saved, &c, &up, h, &mut dgates, &mut dc);
-    let n = c.len() / h.max(1);
+/// One step of cell `C` as one op: the output is `[2 + SAVED, N, H]` planes (`h'`, `c'` or
+/// zeros, then what the fused rule reads); `state` is `c` for the LSTM, `h` otherwise.
+fn fused_step<C: Cell, T: FloatElement>(gi: &Tensor, gh: &Tensor, state: &Tensor) -> Tensor {
+    let (len, hid) = (state.numel(), state.shape()[1]);
+    let [gi, gh, state] = [gi, gh, state].map(|t| t.contiguous_data::<T>());
+    let mut out = vec![T::zero(); (2 + C::SAVED) * len];
+    let (new, saved) = out.split_at_mut(2 * len);
+    let (h_new, c_new) = new.split_at_mut(len);
+    let (h, c): (&[T], &[T]) = if C::HAS_C {
+        (&[], &state)
+    } else {
+        (&state, &[])
+    };
+    let x = StepIn {
+        len,
+        gi: &gi,
+        gh: &gh,
+        h,
+        c,
+    };
+    C::forward(
+        x,
+        hid,
+        [h_new, if C::HAS_C { c_new } else { &mut [] }],
+        saved,
+    );
+    Tensor::from_data(out, &[2 + C::SAVED, len / hid.max(1), hid])
+}
+
+/// The fused rule of [`fused_step`]: gradients of `gi`, `gh` and the state.
+fn fused_step_backward<C: Cell, T: FloatElement>(
+    packed: &Tensor,
+    state: &Tensor,
+    up: &Tensor,
+) -> [Tensor; 3] {
+    let (len, shape) = (state.numel(), state.shape().to_vec());
+    let [packed, state, up] = [packed, state, up].map(|t| t.contiguous_data::<T>());
+    let (mut dgi, mut dgh) = (
+        vec![T::zero(); C::GATES * len],
+        vec![T::zero(); C::GATES * len],
+    );
+    let (mut dh, mut dc) = (vec![T::zero(); len], vec![T::zero(); len]);
+    let (h, c): (&[T], &[T]) = if C::HAS_C {
+        (&[], &state)
+    } else {
+        (&state, &[])
+    };
+    let x = StepIn {
+        len,
+        gi: &[],
+        gh: &[],
+        h,
+        c,
+    };
+    let grads = StepGrads {
+        dgi: &mut dgi,
+        dgh: &mut dgh,
+        dh: &mut dh,
+        dc: &mut dc,
+    };
+    C::backward(
+        x,
+        shape[1],
+        &packed[2 * len..],
+        [&up[..len], &up[len..2 * len]],
+        grads,
+    );
+    let gates = [shape[0], C::GATES * shape[1]];
+    let dstate = if C::HAS_C { dc } else { dh };
     [
-        Tensor::from_data(dgates, &[n, 4 * h]),
-        Tensor::from_data(dc, &[n, h]),
+        Tensor::from_data(dgi, &gates),
+        Tensor::from_data(dgh, &gates),
+        Tensor::from_data(dstate, &shape),
     ]
 }
 
-/// The LSTM step's derivative in tensor ops on the (tracked) inputs.
-fn lstm_composite_backward(gi: &Tensor, gh: &Tensor, c: &Tensor, up: &Tensor) -> [Tensor; 2] {
+/// A cell's derivative written in tensor ops on the (tracked) inputs: `(dgi, dgh, dh, dc)`
+/// from the upstream `dh'`, `dc'`, where `dh` and `dc` are the gradients of the previous state
+/// by every path but `gh` (`None` where there is none).
+type Composite = fn(&Tensor, &Tensor, [&Tensor; 2], [&Tensor; 2]) -> [Option<Tensor>; 4];
+
+fn tanh_composite(
+    gi: &Tensor,
+    gh: &Tensor,
+    _: [&Tensor; 2],
+    [up, _]: [&Tensor; 2],
+) -> [Option<Tensor>; 4] {
+    let y = (gi + gh).tanh();
+    let d = up * &(1.0 - &y.square());
+    [Some(d.clone()), Some(d), None, None]
+}
+
+fn lstm_composite(
+    gi: &Tensor,
+    gh: &Tensor,
+    [_, c]: [&Tensor; 2],
+    [up_h, up_c]: [&Tensor; 2],
+) -> [Option<Tensor>; 4] {
     let h = c.shape()[1];
     let g = gi + gh;
     let (i, f) = (gate(&g, 0, h).sigmoid(), gate(&g, 1, h).sigmoid());
     let (cand, o) = (gate(&g, 2, h).tanh(), gate(&g, 3, h).sigmoid());
     let tc = (&(&f * c) + &(&i * &cand)).tanh();
-    let (up_h, up_c) = (up.select_plane(0), up.select_plane(1));
-    let dct = &up_c + &(&(&up_h * &o) * &(1.0 - &tc.square()));
+    let dct = up_c + &(&(up_h * &o) * &(1.0 - &tc.square()));
     let dsig = |s: &Tensor| s * &(1.0 - s);
     let parts = [
         &(&dct * &cand) * &dsig(&i),
         &(&dct * c) * &dsig(&f),
         &(&dct * &i) * &(1.0 - &cand.square()),
-        &(&up_h * &tc) * &dsig(&o),
+        &(up_h * &tc) * &dsig(&o),
     ];
-    [Tensor::cat(&parts.iter().collect::<Vec<_>>(), 1), &dct * &f]
+    let dg = Tensor::cat(&parts.iter().collect::<Vec<_>>(), 1);
+    [Some(dg.clone()), Some(dg), None, Some(&dct * &f)]
 }
 
-fn gru_fused<T: FloatElement>(gi: &Tensor, gh: &Tensor, state: &Tensor, h: usize) -> Tensor {
-    let mut out = vec![T::zero(); kc::GRU_PLANES * state.numel()];
-    let [gi, gh, s] = [gi, gh, state].map(|t| t.contiguous_data::<T>());
-    kc::gru_forward(&gi, &gh, &s, h, &mut out);
-    Tensor::from_data(out, &[kc::GRU_PLANES, s.len() / h.max(1), h])
-}
-
-fn gru_fused_backward<T: FloatElement>(ins: [&Tensor; 3], up: &Tensor) -> [Tensor; 3] {
-    let h = ins[2].shape()[1];
-    let [saved, gh, s] = ins.map(|t| t.contiguous_data::<T>());
-    let (mut dgi, mut dgh) = (vec![T::zero(); gh.len()], vec![T::zero(); gh.len()]);
-    let mut ds = vec![T::zero(); s.len()];
-    let up = up.select_plane(0).contiguous_data::<T>().into_owned();
-    kc::gru_backward([&saved, &gh, &s], &up, h, [&mut dgi, &mut dgh, &mut ds]);
-    let n = s.len() / h.max(1);
-    [
-        Tensor::from_data(dgi, &[n, 3 * h]),
-        Tensor::from_data(dgh, &[n, 3 * h]),
-        Tensor::from_data(ds, &[n, h]),
-    ]
-}
-
-/// The GRU step's derivative in tensor ops on the (tracked) inputs.
-fn gru_composite_backward(gi: &Tensor, gh: &Tensor, state: &Tensor, up: &Tensor) -> [Tensor; 3] {
+fn gru_composite(
+    gi: &Tensor,
+    gh: &Tensor,
+    [state, _]: [&Tensor; 2],
+    [up, _]: [&Tensor; 2],
+) -> [Option<Tensor>; 4] {
     let h = state.shape()[1];
     let r = (&gate(gi, 0, h) + &gate(gh, 0, h)).sigmoid();
     let z = (&gate(gi, 1, h) + &gate(gh, 1, h)).sigmoid();
@@ -110,7 +175,57 @@ fn gru_composite_backward(gi: &Tensor, gh: &Tensor, state: &Tensor, up: &Tensor)
     let dz = &(up * &(state - &cand)) * &(&z * &(1.0 - &z));
     let dgh_n = &dn * &r;
     let cat = |parts: [&Tensor; 3]| Tensor::cat(&parts, 1);
-    [cat([&dr, &dz, &dn]), cat([&dr, &dz, &dgh_n]), up * &z]
+    [
+        Some(cat([&dr, &dz, &dn])),
+        Some(cat([&dr, &dz, &dgh_n])),
+        Some(up * &z),
+        None,
+    ]
+}
+
+/// How each cell runs, by its type.
+trait CellOps: Cell {
+    const NAME: &'static str;
+    const COMPOSITE: Composite;
+}
+
+impl CellOps for TanhCell {
+    const NAME: &'static str = "rnn_tanh";
+    const COMPOSITE: Composite = tanh_composite;
+}
+
+impl CellOps for LstmCell {
+    const NAME: &'static str = "lstm";
+    const COMPOSITE: Composite = lstm_composite;
+}
+
+impl CellOps for GruCell {
+    const NAME: &'static str = "gru";
+    const COMPOSITE: Composite = gru_composite;
+}
+
+/// One step of cell `C` recorded as one op; returns the packed planes.
+fn step_op<C: CellOps>(name: &'static str, gi: &Tensor, gh: &Tensor, state: &Tensor) -> Tensor {
+    check_step(name, C::GATES, gi, gh, state);
+    let out = with_dtype!(state.dtype(), T => fused_step::<C, T>(gi, gh, state));
+    record(name, out, &[gi, gh, state], move |ctx, up| {
+        let [gi, gh, state] = [0, 1, 2].map(|i| ctx.input(i));
+        let [dgi, dgh, dstate] = if is_grad_enabled() {
+            // The state is `c` for the LSTM (which reads no `h`), `h` for the others.
+            let ups = [&up.plane(0), &up.plane(1)];
+            let [dgi, dgh, dh, dc] = (C::COMPOSITE)(gi, gh, [state, state], ups);
+            let dstate = if C::HAS_C { dc } else { dh };
+            [dgi, dgh, dstate]
+                .map(|d| d.unwrap_or_else(|| Tensor::zeros(state.shape(), state.dtype())))
+        } else {
+            with_dtype!(state.dtype(), T => fused_step_backward::<C, T>(ctx.out(), state, up))
+        };
+        smallvec![
+            ctx.needs(0).then_some(dgi),
+            ctx.needs(1).then_some(dgh),
+            ctx.needs(2).then_some(dstate)
+        ]
+    })
 }
 
 impl Tensor {
@@ -127,19 +242,8 @@ impl Tensor {
     /// assert_eq!(h.item(), 0.5 * 1f64.tanh());
     /// ```
     pub fn lstm_cell(gi: &Tensor, gh: &Tensor, c: &Tensor) -> (Tensor, Tensor) {
-        let h = check("lstm_cell", 4, gi, gh, c);
-        let out = with_dtype!(c.dtype(), T => lstm_fused::<T>(gi, gh, c, h));
-        let packed = record("lstm_cell", out, &[gi, gh, c], move |ctx, up| {
-            let [gi, gh, c] = [0, 1, 2].map(|i| ctx.input(i));
-            let [dg, dc] = if is_grad_enabled() {
-                lstm_composite_backward(gi, gh, c, up)
-            } else {
-                with_dtype!(c.dtype(), T => lstm_fused_backward::<T>(ctx.out(), c, up))
-            };
-            let dg_h = ctx.needs(1).then(|| dg.clone());
-            smallvec![ctx.needs(0).then_some(dg), dg_h, ctx.needs(2).then_some(dc)]
-        });
-        (packed.select_plane(0), packed.select_plane(1))
+        let packed = step_op::<LstmCell>("lstm_cell", gi, gh, c);
+        (packed.plane(0), packed.plane(1))
     }
 
     /// One GRU step after its matrix products: `gi = x·W_ihᵀ + b_ih` and `gh = h·W_hhᵀ + b_hh`
@@ -153,28 +257,22 @@ impl Tensor {
     /// assert_eq!(Tensor::gru_cell(&zeros, &zeros, &h).item(), 1.0); // z = ½, n = 0
     /// ```
     pub fn gru_cell(gi: &Tensor, gh: &Tensor, h: &Tensor) -> Tensor {
-        let hid = check("gru_cell", 3, gi, gh, h);
-        let out = with_dtype!(h.dtype(), T => gru_fused::<T>(gi, gh, h, hid));
-        let packed = record("gru_cell", out, &[gi, gh, h], move |ctx, up| {
-            let [gi, gh, h] = [0, 1, 2].map(|i| ctx.input(i));
-            let [dgi, dgh, dh] = if is_grad_enabled() {
-                gru_composite_backward(gi, gh, h, &up.select_plane(0))
-            } else {
-                with_dtype!(h.dtype(), T => gru_fused_backward::<T>([ctx.out(), gh, h], up))
-            };
-            smallvec![
-                ctx.needs(0).then_some(dgi),
-                ctx.needs(1).then_some(dgh),
-                ctx.needs(2).then_some(dh)
-            ]
-        });
-        packed.select_plane(0)
+        step_op::<GruCell>("gru_cell", gi, gh, h).plane(0)
     }
 }
 
-impl Tensor {
-    /// Plane `k` of a `[P, N, H]` tensor: a view.
-    fn select_plane(&self, k: usize) -> Tensor {
-        self.narrow(0, k, 1).squeeze(0)
-    }
+/// A recurrent layer's weights, PyTorch's layouts: `w_ih [G·H, in]`, `w_hh [G·H, H]`,
+/// `b_ih [G·H]`, `b_hh [G·H]`.
+#[derive(Clone, Copy)]
+pub struct RecurrentWeights<'a> {
+    /// Input projection, `[G·H, in]`.
+    pub w_ih: &'a Tensor,
+    /// Hidden projection, `[G·H, H]`.
+    pub w_hh: &'a Tensor,
+    /// Input bias, `[G·H]`.
+    pub b_ih: &'a Tensor,
+    /// Hidden bias, `[G·H]`.
+    pub b_hh: &'a Tensor,
 }
+
+mod sequence;

@@ -1,6 +1,6 @@
 //! Element-wise functions of one tensor.
 
-use super::map_dispatch;
+use super::{map_dispatch, map_slices_dispatch};
 use smallvec::smallvec;
 
 use crate::kernels::Float;
@@ -35,7 +35,7 @@ impl Tensor {
 
     /// Element-wise `eˣ`.
     pub fn exp(&self) -> Tensor {
-        let out = map_dispatch!(self, |v| v.exp());
+        let out = map_slices_dispatch!(self, exp_in_place);
         record("exp", out, &[self], |c, up| smallvec![Some(up * c.out())])
     }
 
@@ -107,7 +107,7 @@ impl Tensor {
 
     /// Element-wise hyperbolic tangent.
     pub fn tanh(&self) -> Tensor {
-        let out = map_dispatch!(self, |v| v.tanh_fast());
+        let out = map_slices_dispatch!(self, tanh_in_place);
         record("tanh", out, &[self], |c, up| {
             smallvec![Some(up * &(1.0 - &c.out().square()))]
         })
@@ -115,12 +115,7 @@ impl Tensor {
 
     /// Logistic sigmoid, evaluated without overflow for large |x|.
     pub fn sigmoid(&self) -> Tensor {
-        let out = map_dispatch!(self, |v| if v >= T::zero() {
-            T::one() / (T::one() + (-v).exp())
-        } else {
-            let e = v.exp();
-            e / (T::one() + e)
-        });
+        let out = map_slices_dispatch!(self, sigmoid_in_place);
         record("sigmoid", out, &[self], |c, up| {
             smallvec![Some(&(up * c.out()) * &(1.0 - c.out()))]
         })
