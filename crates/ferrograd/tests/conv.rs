@@ -60,6 +60,14 @@ fn close(got: &Tensor, want: &(Vec<usize>, Vec<f64>), what: &str) {
 /// non-square kernels.
 fn cases() -> Vec<([usize; 4], [usize; 4], ConvOpts)> {
     vec![
+        // Few channels: the direct kernel, forward and (stride 1) transposed.
+        ([2, 4, 6, 5], [5, 4, 3, 3], ConvOpts::new().padding(1)),
+        // More outputs than one block of lanes, and dilation.
+        (
+            [1, 5, 7, 6],
+            [18, 5, 2, 3],
+            ConvOpts::new().dilation(2).padding(1),
+        ),
         ([2, 3, 7, 6], [4, 3, 3, 3], ConvOpts::new()),
         (
             [2, 3, 7, 6],
@@ -153,7 +161,7 @@ fn conv_transpose2d_output_size_is_pytorchs() {
 
 #[test]
 fn convolutions_have_first_and_second_derivatives() {
-    for (k, (xs, ws, o)) in cases().into_iter().enumerate().take(5) {
+    for (k, (xs, ws, o)) in cases().into_iter().enumerate().take(7) {
         let (x, w) = (randn(&xs, k as u64), randn(&ws, 100 + k as u64));
         check(
             &format!("conv2d case {k}"),

@@ -169,6 +169,110 @@ pub(crate) fn col2im<T: Float>(cols: &[T], images: usize, image: usize, g: &Geom
     }
 }
 
+/// Output channels per block of the direct kernel: one AVX-512 register of f32.
+pub(crate) const DIRECT_LANES: usize = 16;
+
+/// Direct convolution (no column matrix) of every image: `x` is `[N, C, h, w]`, `wt` the weight
+/// laid out `[C, kh, kw, O']` with `O'` the output channels rounded up to [`DIRECT_LANES`]
+/// (zeros beyond `o`), so that each tap is one vector operation over a block of outputs; `y`
+/// `[N, O, ho, wo]` (overwritten). Where the channels are few the column matrix is mostly
+/// copies of the input, and this reads the input in place instead.
+pub(crate) fn direct_conv<T: Float>(x: &[T], c: usize, g: &Geom, wt: &[T], o: usize, y: &mut [T]) {
+    let (image, out) = (c * g.h * g.w, o * g.ho * g.wo);
+    y.par_chunks_mut(out.max(1))
+        .zip(x.par_chunks(image.max(1)))
+        .for_each(|(y, x)| direct_conv_image(x, c, g, wt, o, y));
+}
+
+/// [`direct_conv`] of one image, compiled for each instruction set.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn direct_conv_image<T: Float>(x: &[T], c: usize, g: &Geom, wt: &[T], o: usize, y: &mut [T]) {
+    // A zero-padded copy: every tap then reads inside it.
+    let (hp, wp) = (g.h + 2 * g.ph, g.w + 2 * g.pw);
+    let mut padded = vec![T::zero(); c * hp * wp];
+    for (ci, plane) in x.chunks_exact((g.h * g.w).max(1)).enumerate() {
+        for (r, row) in plane.chunks_exact(g.w.max(1)).enumerate() {
+            padded[(ci * hp + r + g.ph) * wp + g.pw..][..g.w].copy_from_slice(row);
+        }
+    }
+    let d = Direct {
+        padded: &padded,
+        wp,
+        hp,
+        c,
+        g,
+        wt,
+        o,
+    };
+    for oy in 0..g.ho {
+        // Four output positions at a time: four independent sums per tap instead of one
+        // chain of dependent multiply-adds.
+        let mut ox = 0;
+        while ox + 4 <= g.wo {
+            d.pixels::<4>(oy, ox, y);
+            ox += 4;
+        }
+        for ox in ox..g.wo {
+            d.pixels::<1>(oy, ox, y);
+        }
+    }
+}
+
+/// One image's operands for the direct kernel.
+struct Direct<'a, T> {
+    padded: &'a [T],
+    wp: usize,
+    hp: usize,
+    c: usize,
+    g: &'a Geom,
+    wt: &'a [T],
+    o: usize,
+}
+
+impl<T: Float> Direct<'_, T> {
+    /// Outputs `(oy, ox..ox + P)` of every output channel into `y` (`[O, ho, wo]`).
+    #[inline(always)]
+    fn pixels<const P: usize>(&self, oy: usize, ox: usize, y: &mut [T]) {
+        const L: usize = DIRECT_LANES;
+        let Direct {
+            padded,
+            wp,
+            hp,
+            c,
+            g,
+            wt,
+            o,
+        } = *self;
+        let (plane, blocks) = (g.ho * g.wo, o.div_ceil(L));
+        let stride = blocks * L;
+        for b in 0..blocks {
+            let mut acc = [[T::zero(); L]; P];
+            for ci in 0..c {
+                for i in 0..g.kh {
+                    let row = (ci * hp + oy * g.sh + i * g.dh) * wp + ox * g.sw;
+                    let taps = ((ci * g.kh + i) * g.kw) * stride + b * L;
+                    for j in 0..g.kw {
+                        let w: &[T; L] = wt[taps + j * stride..][..L]
+                            .try_into()
+                            .expect("a block of L weights");
+                        for (p, acc) in acc.iter_mut().enumerate() {
+                            let v = padded[row + p * g.sw + j * g.dw];
+                            for l in 0..L {
+                                acc[l] += w[l] * v;
+                            }
+                        }
+                    }
+                }
+            }
+            for (p, acc) in acc.iter().enumerate() {
+                for (l, &a) in acc.iter().enumerate().take(o - b * L) {
+                    y[(b * L + l) * plane + oy * g.wo + ox + p] = a;
+                }
+            }
+        }
+    }
+}
+
 /// Max pooling of one `[h, w]` plane: each output's maximum (NaN wins, as in PyTorch) and the
 /// flat input index it came from (the first at ties). Padding never wins (it is −∞).
 pub(crate) fn max_pool_plane<T: Float>(x: &[T], g: &Geom, out: &mut [T], arg: &mut [usize]) {

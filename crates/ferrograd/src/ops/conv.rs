@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use smallvec::smallvec;
 
 use super::binary_promote;
-use crate::kernels::conv::{col2im, im2col, Geom};
+use crate::kernels::conv::{self as kc, col2im, im2col, Geom};
 use crate::kernels::matmul::{gemm_batch_append, MatRef};
 use crate::tensor::{numel_or_panic, record, with_dtype, FloatElement, Tensor};
 
@@ -313,6 +313,38 @@ impl Tensor {
     }
 }
 
+/// Whether the direct kernel beats im2col and the product for a convolution with `k` rows of
+/// column matrix (`C·kh·kw`) and `o` output channels: few rows make a column matrix that is
+/// mostly copies of the input and a product too thin to run at speed.
+fn direct_wins(groups: usize, k: usize, o: usize) -> bool {
+    groups == 1 && k * o <= DIRECT_MAX_WORK && o >= 4
+}
+
+const DIRECT_MAX_WORK: usize = 1 << 12;
+
+/// The geometry of the plain convolution that equals the transposed convolution of `g` (the
+/// forward geometry: `g.ho × g.wo` in, `g.h × g.w` out), when there is one and the direct
+/// kernel wins: stride 1, no group, and a padding the flipped kernel can take.
+fn as_direct_conv(g: &Geom, groups: usize, cin: usize, cout: usize) -> Option<Geom> {
+    let reach = (g.dh * (g.kh - 1), g.dw * (g.kw - 1));
+    let fits = g.sh == 1
+        && g.sw == 1
+        && reach.0 >= g.ph
+        && reach.1 >= g.pw
+        && g.ho + reach.0 == g.h + 2 * g.ph
+        && g.wo + reach.1 == g.w + 2 * g.pw
+        && direct_wins(groups, cin * g.taps(), cout);
+    fits.then(|| Geom {
+        h: g.ho,
+        w: g.wo,
+        ph: reach.0 - g.ph,
+        pw: reach.1 - g.pw,
+        ho: g.h,
+        wo: g.w,
+        ..*g
+    })
+}
+
 /// Images per chunk of column matrices: enough for the products to be large and the threads
 /// busy, few enough that the one reused buffer (about 16 MiB of f32) stays in the allocator's
 /// hands instead of being mapped and faulted in on every call.
@@ -446,6 +478,18 @@ fn conv_forward<T: FloatElement>(x: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Tenso
     let (xd, wd) = (x.contiguous_data::<T>(), w.contiguous_data::<T>());
     let (Sizes { g, groups, n, c, o }, (cg, og, k, plane)) = (*s, s.per_group());
     let mut out = vec![T::zero(); numel_or_panic("conv2d", &[n, o, g.ho, g.wo])];
+    if direct_wins(groups, k, o) {
+        // The weight [O, C·kh·kw] transposed to [C·kh·kw, O'], O' a whole number of blocks.
+        let stride = o.div_ceil(kc::DIRECT_LANES) * kc::DIRECT_LANES;
+        let mut wt = vec![T::zero(); k * stride];
+        for (oc, filter) in wd.chunks_exact(k.max(1)).enumerate() {
+            for (tap, &v) in filter.iter().enumerate() {
+                wt[tap * stride + oc] = v;
+            }
+        }
+        kc::direct_conv(&xd, c, g, &wt, o, &mut out);
+        return Tensor::from_data(out, &[n, o, g.ho, g.wo]);
+    }
     let (mut cols, mut y) = (Vec::new(), Vec::new());
     for images in chunks(n, k * plane) {
         for grp in 0..groups {
@@ -475,6 +519,22 @@ fn conv_t_forward<T: FloatElement>(u: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Ten
     ) = (*s, s.per_group());
     let hw = g.h * g.w;
     let mut out = vec![T::zero(); numel_or_panic("conv_transpose2d", &[n, cout, g.h, g.w])];
+    if let Some(flipped) = as_direct_conv(g, groups, cin, cout) {
+        // With a stride of 1 the transposed convolution is a convolution by the flipped
+        // kernel, channels swapped: [Cin, Cout, kh, kw] → taps (ci, kh−1−i, kw−1−j) × Cout.
+        let stride = cout.div_ceil(kc::DIRECT_LANES) * kc::DIRECT_LANES;
+        let taps = g.taps();
+        let mut wt = vec![T::zero(); cin * taps * stride];
+        for (ci, filters) in wd.chunks_exact((cout * taps).max(1)).enumerate() {
+            for (oc, filter) in filters.chunks_exact(taps.max(1)).enumerate() {
+                for (tap, &v) in filter.iter().enumerate() {
+                    wt[(ci * taps + taps - 1 - tap) * stride + oc] = v;
+                }
+            }
+        }
+        kc::direct_conv(&ud, cin, &flipped, &wt, cout, &mut out);
+        return Tensor::from_data(out, &[n, cout, g.h, g.w]);
+    }
     let (mut us, mut cols) = (Vec::new(), Vec::new());
     for images in chunks(n, k * plane) {
         let count = images.len();
