@@ -122,3 +122,51 @@ fn an_idx_header_whose_count_is_the_largest_usize_is_an_error() {
     let err = ferrograd::data::parse_idx_u8(&bytes).unwrap_err();
     assert!(err.contains("truncated"), "{err}");
 }
+
+#[test]
+fn a_huge_padding_costs_no_more_than_the_output() {
+    // Stride 100 over a padding of 20,000: a 401×401 output that reads the one input pixel
+    // once. Only the output (and no padded copy of the image) may be allocated.
+    let x = Tensor::from_vec(vec![5.0f32], &[1, 1, 1, 1]);
+    let w = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[4, 1, 1, 1]);
+    let y = x.conv2d(&w, &ConvOpts::new().padding(20_000).stride(100));
+    assert_eq!(y.shape(), [1, 4, 401, 401]);
+    let at = |o: usize| y.narrow(1, o, 1).narrow(2, 200, 1).narrow(3, 200, 1).item();
+    assert_eq!([at(0), at(1), at(2), at(3)], [5.0, 10.0, 15.0, 20.0]);
+    assert_eq!(y.sum().item(), 50.0);
+}
+
+#[test]
+fn recurrent_layers_with_nothing_to_carry_do_no_steps() {
+    // An empty batch over 2^40 steps: every output is empty, at once.
+    let x = Tensor::zeros(&[0, 1 << 40, 3], DType::F32);
+    let (out, (h, c)) = Lstm::new(3, 4).forward_seq(&x, None);
+    assert_eq!(
+        (out.shape(), h.shape(), c.shape()),
+        (&[0, 1 << 40, 4][..], &[1, 0, 4][..], &[1, 0, 4][..])
+    );
+    let (out, h) = Gru::new(3, 4).forward_seq(&x, None);
+    assert_eq!(
+        (out.shape(), h.shape()),
+        (&[0, 1 << 40, 4][..], &[1, 0, 4][..])
+    );
+    // No hidden units: cells of width zero.
+    let (gates, state) = (
+        Tensor::zeros(&[2, 0], DType::F32),
+        Tensor::zeros(&[2, 0], DType::F32),
+    );
+    let (h, c) = Tensor::lstm_cell(&gates, &gates, &state);
+    assert_eq!((h.shape(), c.shape()), (&[2, 0][..], &[2, 0][..]));
+    assert_eq!(Tensor::gru_cell(&gates, &gates, &state).shape(), [2, 0]);
+}
+
+#[test]
+fn batch_norm_refuses_a_single_value_per_channel() {
+    let w = Tensor::ones(&[3], DType::F32);
+    panics_with("batch_norm", || {
+        drop(Tensor::zeros(&[1, 3], DType::F32).batch_norm(&w, &w, 1e-5));
+    });
+    panics_with("[0, 3, 2]", || {
+        drop(Tensor::zeros(&[0, 3, 2], DType::F32).batch_norm(&w, &w, 1e-5));
+    });
+}

@@ -84,6 +84,40 @@ fn per_run<T: Float>(out: &mut [T], inner: usize, f: impl Fn(&mut [T], usize) + 
     }
 }
 
+/// Runs shorter than this take plain loops: a dispatched call per run would cost more than
+/// the run (`[N, C]` input has runs of one).
+const SHORT_RUN: usize = 16;
+
+/// Σ x of a run.
+fn run_sum<T: Float>(xs: &[T]) -> f64 {
+    if xs.len() < SHORT_RUN {
+        xs.iter().map(|x| x.as_f64()).sum()
+    } else {
+        sum_run(xs).as_f64()
+    }
+}
+
+/// Σ (x − m)² of a run.
+fn run_sq_dev<T: Float>(xs: &[T], m: T) -> f64 {
+    if xs.len() < SHORT_RUN {
+        xs.iter().map(|&x| ((x - m) * (x - m)).as_f64()).sum()
+    } else {
+        sum_sq_dev(xs, m).as_f64()
+    }
+}
+
+/// Σ dy·(x − m) of a run.
+fn run_dot_dev<T: Float>(dy: &[T], xs: &[T], m: T) -> f64 {
+    if xs.len() < SHORT_RUN {
+        dy.iter()
+            .zip(xs)
+            .map(|(&d, &x)| (d * (x - m)).as_f64())
+            .sum()
+    } else {
+        sum_dot_dev(dy, xs, m).as_f64()
+    }
+}
+
 /// The runs of channel `c` in a buffer seen as `rows`.
 fn runs<T>(x: &[T], rows: Rows, c: usize) -> impl Iterator<Item = &[T]> {
     let Rows { outer, mid, inner } = rows;
@@ -95,9 +129,9 @@ pub fn batch_stats<T: Float>(x: &[T], rows: Rows) -> (Vec<T>, Vec<T>) {
     assert_eq!(x.len(), rows.outer * rows.mid * rows.inner);
     let count = (rows.outer * rows.inner) as f64;
     let stats = per_channel(rows.mid, x.len(), |c| {
-        let sum: f64 = runs(x, rows, c).map(|r| sum_run(r).as_f64()).sum();
+        let sum: f64 = runs(x, rows, c).map(run_sum).sum();
         let mean = T::from_f64(sum / count);
-        let sq: f64 = runs(x, rows, c).map(|r| sum_sq_dev(r, mean).as_f64()).sum();
+        let sq: f64 = runs(x, rows, c).map(|r| run_sq_dev(r, mean)).sum();
         (mean, T::from_f64(sq / count))
     });
     stats.into_iter().unzip()
@@ -106,10 +140,35 @@ pub fn batch_stats<T: Float>(x: &[T], rows: Rows) -> (Vec<T>, Vec<T>) {
 /// `out = x · scale[c] + shift[c]` per channel.
 pub fn scale_shift<T: Float>(x: &[T], rows: Rows, scale: &[T], shift: &[T], out: &mut [T]) {
     assert!(x.len() == out.len() && scale.len() == rows.mid && shift.len() == rows.mid);
-    per_run(out, rows.inner.max(1), |o, r| {
-        let c = r % rows.mid;
-        affine(o, &x[r * rows.inner..][..rows.inner], scale[c], shift[c]);
+    per_channel_run(out, rows, |o, at, c| {
+        let xs = &x[at..][..o.len()];
+        if o.len() < SHORT_RUN {
+            o.iter_mut()
+                .zip(xs)
+                .for_each(|(o, &x)| *o = x * scale[c] + shift[c]);
+        } else {
+            affine(o, xs, scale[c], shift[c]);
+        }
     });
+}
+
+/// `f(run, offset, channel)` for every channel's run of `out` (`inner` long), on the pool when
+/// large; short runs are handed out a whole row of channels at a time.
+fn per_channel_run<T: Float>(
+    out: &mut [T],
+    rows: Rows,
+    f: impl Fn(&mut [T], usize, usize) + Sync + Send,
+) {
+    let Rows { mid, inner, .. } = rows;
+    if inner >= SHORT_RUN {
+        per_run(out, inner, |o, r| f(o, r * inner, r % mid));
+    } else if inner > 0 {
+        per_run(out, mid * inner, |row, r| {
+            for (c, o) in row.chunks_mut(inner).enumerate() {
+                f(o, (r * mid + c) * inner, c);
+            }
+        });
+    }
 }
 
 /// The gradients of `y = (x − mean)·invstd·weight + bias` given `dy`, with the batch's own
@@ -123,10 +182,10 @@ pub fn batch_norm_backward<T: Float>(
     assert!(dy.len() == x.len() && x.len() == rows.outer * rows.mid * rows.inner);
     let count = (rows.outer * rows.inner) as f64;
     let sums = per_channel(rows.mid, 2 * x.len(), |c| {
-        let dbias: f64 = runs(dy, rows, c).map(|r| sum_run(r).as_f64()).sum();
+        let dbias: f64 = runs(dy, rows, c).map(run_sum).sum();
         let dot: f64 = runs(dy, rows, c)
             .zip(runs(x, rows, c))
-            .map(|(d, x)| sum_dot_dev(d, x, mean[c]).as_f64())
+            .map(|(d, x)| run_dot_dev(d, x, mean[c]))
             .sum();
         (T::from_f64(dot * invstd[c].as_f64()), T::from_f64(dbias))
     });
@@ -140,14 +199,16 @@ pub fn batch_norm_backward<T: Float>(
         })
         .collect();
     let mut dx = vec![T::zero(); x.len()];
-    per_run(&mut dx, rows.inner.max(1), |o, r| {
-        let at = r * rows.inner;
-        input_grad(
-            o,
-            &dy[at..][..rows.inner],
-            &x[at..][..rows.inner],
-            coefficients[r % rows.mid],
-        );
+    per_channel_run(&mut dx, rows, |o, at, c| {
+        let (dy, x) = (&dy[at..][..o.len()], &x[at..][..o.len()]);
+        let [a, b, m, k] = coefficients[c];
+        if o.len() < SHORT_RUN {
+            for ((o, &d), &x) in o.iter_mut().zip(dy).zip(x) {
+                *o = a * d - b * (x - m) - k;
+            }
+        } else {
+            input_grad(o, dy, x, coefficients[c]);
+        }
     });
     (dx, dweight, dbias)
 }

@@ -316,8 +316,11 @@ impl Tensor {
 /// Whether the direct kernel beats im2col and the product for a convolution with `k` rows of
 /// column matrix (`C·kh·kw`) and `o` output channels: few rows make a column matrix that is
 /// mostly copies of the input and a product too thin to run at speed.
-fn direct_wins(groups: usize, k: usize, o: usize) -> bool {
-    groups == 1 && k * o <= DIRECT_MAX_WORK && o >= 4
+fn direct_wins(g: &Geom, groups: usize, k: usize, o: usize) -> bool {
+    // The kernel copies each image with its padding: keep that copy within the reach of the
+    // kernel, so that a huge padding (legal, if odd) cannot make it huge.
+    let padding_in_reach = g.ph <= g.dh * (g.kh - 1) && g.pw <= g.dw * (g.kw - 1);
+    groups == 1 && k * o <= DIRECT_MAX_WORK && o >= 4 && padding_in_reach
 }
 
 const DIRECT_MAX_WORK: usize = 1 << 12;
@@ -333,7 +336,7 @@ fn as_direct_conv(g: &Geom, groups: usize, cin: usize, cout: usize) -> Option<Ge
         && reach.1 >= g.pw
         && g.ho + reach.0 == g.h + 2 * g.ph
         && g.wo + reach.1 == g.w + 2 * g.pw
-        && direct_wins(groups, cin * g.taps(), cout);
+        && direct_wins(g, groups, cin * g.taps(), cout);
     fits.then(|| Geom {
         h: g.ho,
         w: g.wo,
@@ -478,7 +481,7 @@ fn conv_forward<T: FloatElement>(x: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Tenso
     let (xd, wd) = (x.contiguous_data::<T>(), w.contiguous_data::<T>());
     let (Sizes { g, groups, n, c, o }, (cg, og, k, plane)) = (*s, s.per_group());
     let mut out = vec![T::zero(); numel_or_panic("conv2d", &[n, o, g.ho, g.wo])];
-    if direct_wins(groups, k, o) {
+    if direct_wins(g, groups, k, o) {
         // The weight [O, C·kh·kw] transposed to [C·kh·kw, O'], O' a whole number of blocks.
         let stride = o.div_ceil(kc::DIRECT_LANES) * kc::DIRECT_LANES;
         let mut wt = vec![T::zero(); k * stride];

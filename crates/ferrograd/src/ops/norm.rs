@@ -119,6 +119,12 @@ impl Tensor {
             weight.dtype(),
             bias.dtype()
         );
+        let count = self.numel() / channels.unwrap_or(1).max(1);
+        assert!(
+            count > 1,
+            "batch_norm: training needs more than one value per channel, got input {:?}",
+            self.shape()
+        );
         let [y, mean, var, invstd] =
             with_dtype!(self.dtype(), T => forward::<T>(self, weight, bias, eps));
         let stats = (mean.clone(), invstd);

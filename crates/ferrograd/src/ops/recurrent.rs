@@ -47,7 +47,7 @@ impl Tensor {
 /// One step of cell `C` as one op: the output is `[2 + SAVED, N, H]` planes (`h'`, `c'` or
 /// zeros, then what the fused rule reads); `state` is `c` for the LSTM, `h` otherwise.
 fn fused_step<C: Cell, T: FloatElement>(gi: &Tensor, gh: &Tensor, state: &Tensor) -> Tensor {
-    let (len, hid) = (state.numel(), state.shape()[1]);
+    let (len, n, hid) = (state.numel(), state.shape()[0], state.shape()[1]);
     let [gi, gh, state] = [gi, gh, state].map(|t| t.contiguous_data::<T>());
     let mut out = vec![T::zero(); (2 + C::SAVED) * len];
     let (new, saved) = out.split_at_mut(2 * len);
@@ -70,7 +70,7 @@ fn fused_step<C: Cell, T: FloatElement>(gi: &Tensor, gh: &Tensor, state: &Tensor
         [h_new, if C::HAS_C { c_new } else { &mut [] }],
         saved,
     );
-    Tensor::from_data(out, &[2 + C::SAVED, len / hid.max(1), hid])
+    Tensor::from_data(out, &[2 + C::SAVED, n, hid])
 }
 
 /// The fused rule of [`fused_step`]: gradients of `gi`, `gh` and the state.

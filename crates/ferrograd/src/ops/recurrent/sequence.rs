@@ -5,6 +5,7 @@ use std::borrow::Cow;
 
 use super::*;
 use crate::kernels::cells::{SeqForward, SeqSizes, Weights};
+use crate::tensor::numel_or_panic;
 
 /// Panics naming `op` unless `x` is `[N, T, in]`, the states `[N, H]` and the weights have
 /// PyTorch's layouts for `gates` gate blocks, all of one dtype; returns the sizes.
@@ -22,7 +23,7 @@ fn sizes(
         input: xs.get(2).copied().unwrap_or(0),
         hidden: hs.get(1).copied().unwrap_or(0),
     };
-    let g = gates * sz.hidden;
+    let g = gates.saturating_mul(sz.hidden);
     let ok = xs.len() == 3
         && states.iter().all(|s| s.shape() == [sz.n, sz.hidden])
         && w.w_ih.shape() == [g, sz.input]
@@ -47,6 +48,8 @@ fn sizes(
         w.b_ih.shape(),
         w.b_hh.shape()
     );
+    // The buffers of every step's gates: sizes that overflow are refused here, by name.
+    numel_or_panic(op, &[sz.t.saturating_add(1), sz.n, g.max(1)]);
     sz
 }
 
@@ -245,6 +248,14 @@ fn layer<C: CellOps>(
     let sz = sizes(C::NAME, C::GATES, x, states, w);
     let mut inputs: Vec<&Tensor> = std::iter::once(x).chain(states.iter().copied()).collect();
     inputs.extend([w.w_ih, w.w_hh, w.b_ih, w.b_hh]);
+    if sz.n * sz.hidden == 0 {
+        // No state to carry (an empty batch or no hidden units): every output is empty, and
+        // the loop over the steps would have nothing to do, however many steps there are.
+        let empty = |shape: &[usize]| Tensor::zeros(shape, x.dtype());
+        let state = [sz.n, sz.hidden];
+        let c = C::HAS_C.then(|| empty(&state));
+        return (empty(&[sz.n, sz.t, sz.hidden]), empty(&state), c);
+    }
     let packed = with_dtype!(x.dtype(), T => run::<C, T>(&inputs, sz));
     unpack(&packed, sz, C::HAS_C)
 }
