@@ -446,3 +446,72 @@ fn recurrent_layers_fused() {
         check(&format!("recurrent layer, {gates} gates"), f, &inputs);
     }
 }
+
+#[test]
+fn recurrent_layers_split_the_batch_across_threads_exactly() {
+    // 17 rows run as parts of the batch on the threads; each row alone must agree, in values
+    // and in every gradient (the inputs' row by row, the weights' summed over the rows).
+    use ferrograd::RecurrentWeights;
+    let (n, t, input, h) = (17, 4, 3, 5);
+    for (gates, seed) in [(4, 400), (3, 410), (1, 420)] {
+        let x = randn(&[n, t, input], seed).requires_grad();
+        let h0 = randn(&[n, h], seed + 1).requires_grad();
+        let c0 = randn(&[n, h], seed + 2).requires_grad();
+        let w: Vec<Tensor> = [[gates * h, input], [gates * h, h]]
+            .iter()
+            .map(|s| randn(s, seed + 3))
+            .chain([randn(&[gates * h], seed + 4), randn(&[gates * h], seed + 5)])
+            .map(|p| p.requires_grad())
+            .collect();
+        let mix = randn(&[n, t, h], seed + 6);
+        // The layer's scalar loss on rows `rows`, and the gradient of every weight.
+        let run = |rows: std::ops::Range<usize>| {
+            let len = rows.len();
+            let pick = |a: &Tensor| a.narrow(0, rows.start, len);
+            let weights = RecurrentWeights {
+                w_ih: &w[0],
+                w_hh: &w[1],
+                b_ih: &w[2],
+                b_hh: &w[3],
+            };
+            let (out, h_n) = match gates {
+                4 => {
+                    let (o, h, c) = pick(&x).lstm(&pick(&h0), &pick(&c0), weights);
+                    (o, &h + &c)
+                }
+                3 => pick(&x).gru(&pick(&h0), weights),
+                _ => pick(&x).rnn_tanh(&pick(&h0), weights),
+            };
+            let loss = &(&out * &pick(&mix)).sum() + &h_n.sum();
+            let mut wrt: Vec<&Tensor> = vec![&x, &h0];
+            if gates == 4 {
+                wrt.push(&c0);
+            }
+            wrt.extend(&w);
+            let grads = grad(&loss, &wrt);
+            (out, loss.item(), grads)
+        };
+        let (out, loss, grads) = run(0..n);
+        let rows: Vec<_> = (0..n).map(|r| run(r..r + 1)).collect();
+        let outs: Vec<&Tensor> = rows.iter().map(|r| &r.0).collect();
+        assert!(
+            out.allclose(&Tensor::cat(&outs, 0), 1e-12, 1e-12),
+            "{gates} gates: outputs"
+        );
+        let total: f64 = rows.iter().map(|r| r.1).sum();
+        assert!(
+            (loss - total).abs() < 1e-9,
+            "{gates} gates: {loss} vs {total}"
+        );
+        for (k, g) in grads.iter().enumerate() {
+            let summed = rows
+                .iter()
+                .skip(1)
+                .fold(rows[0].2[k].clone(), |a, r| &a + &r.2[k]);
+            assert!(
+                g.allclose(&summed, 1e-10, 1e-10),
+                "{gates} gates: gradient {k}"
+            );
+        }
+    }
+}

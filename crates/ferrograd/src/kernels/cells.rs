@@ -7,6 +7,10 @@
 //! three products after it. Buffers are time-major (`[T, N, ·]`) so that every step's rows are
 //! one block.
 
+use std::ops::Range;
+
+use rayon::prelude::*;
+
 use super::matmul::{gemm_batch, MatRef};
 use super::Float;
 
@@ -302,22 +306,108 @@ pub struct Weights<'a, T> {
     pub b_hh: &'a [T],
 }
 
-/// What the forward pass of a sequence leaves: the states of every step, time-major and with
-/// the initial one first (`[T + 1, N, H]`; `cs` empty without a second state), and the saved
-/// planes (`[T, SAVED, N, H]`).
-pub struct SeqForward<T> {
-    pub hs: Vec<T>,
-    pub cs: Vec<T>,
-    pub saved: Vec<T>,
+/// What the forward pass leaves for one part of the batch: the states of every step,
+/// time-major and with the initial one first (`[T + 1, n, H]`; `cs` empty without a second
+/// state), and the saved planes (`[T, SAVED, n, H]`).
+struct PartForward<T> {
+    hs: Vec<T>,
+    cs: Vec<T>,
+    saved: Vec<T>,
 }
 
-/// Runs cell `C` over the time-major input `x_tm` (`[T, N, in]`) from the states `h0`, `c0`.
+/// What the forward pass of a sequence leaves, per part of the batch.
+pub struct SeqForward<T> {
+    /// The rows of each part, in order.
+    rows: Vec<Range<usize>>,
+    parts: Vec<PartForward<T>>,
+    hidden: usize,
+}
+
+impl<T: Float> SeqForward<T> {
+    /// Row `row`'s `h` after `step` steps (the initial state at 0).
+    pub fn h(&self, step: usize, row: usize) -> &[T] {
+        let (p, local) = self.locate(row);
+        let n = self.rows[p].len();
+        &self.parts[p].hs[(step * n + local) * self.hidden..][..self.hidden]
+    }
+
+    /// Row `row`'s `c` after `step` steps (cells with a second state).
+    pub fn c(&self, step: usize, row: usize) -> &[T] {
+        let (p, local) = self.locate(row);
+        let n = self.rows[p].len();
+        &self.parts[p].cs[(step * n + local) * self.hidden..][..self.hidden]
+    }
+
+    /// The part holding `row`, and the row's index in it.
+    fn locate(&self, row: usize) -> (usize, usize) {
+        let p = self.rows.partition_point(|r| r.end <= row);
+        (p, row - self.rows[p].start)
+    }
+}
+
+/// The rows of the batch that each thread carries through the whole sequence: the rows of a
+/// recurrent layer are independent, so that the steps need no synchronisation between threads
+/// (a product split across threads at every step would wake them twice per step).
+fn batch_parts(n: usize) -> Vec<Range<usize>> {
+    let parts = rayon::current_num_threads().min(n / MIN_PART_ROWS).max(1);
+    (0..parts)
+        .map(|p| p * n / parts..(p + 1) * n / parts)
+        .collect()
+}
+
+/// Fewer rows than this per thread make products too thin to be worth a thread.
+const MIN_PART_ROWS: usize = 8;
+
+/// Rows `rows` of a `[N, width]` state (nothing of an empty one: a cell without `c`).
+fn rows_in<'a, T>(s: &'a [T], rows: &Range<usize>, width: usize) -> &'a [T] {
+    if s.is_empty() {
+        s
+    } else {
+        &s[rows.start * width..rows.end * width]
+    }
+}
+
+/// Rows `rows` of every step of a time-major `[T, N, width]` buffer: `[T, rows, width]`.
+fn rows_of<T: Float>(x: &[T], sz: SeqSizes, width: usize, rows: &Range<usize>) -> Vec<T> {
+    let mut out = Vec::with_capacity(sz.t * rows.len() * width);
+    for step in 0..sz.t {
+        out.extend_from_slice(&x[(step * sz.n + rows.start) * width..][..rows.len() * width]);
+    }
+    out
+}
+
+/// Runs cell `C` over the time-major input `x_tm` (`[T, N, in]`) from the states `h0`, `c0`,
+/// each part of the batch on its own thread.
 pub fn sequence_forward<C: Cell, T: Float>(
     x_tm: &[T],
     [h0, c0]: [&[T]; 2],
     w: Weights<'_, T>,
     sz: SeqSizes,
 ) -> SeqForward<T> {
+    let rows = batch_parts(sz.n);
+    let hid = sz.hidden;
+    let parts = rows
+        .par_iter()
+        .map(|r| {
+            let x = rows_of(x_tm, sz, sz.input, r);
+            let states = [rows_in(h0, r, hid), rows_in(c0, r, hid)];
+            forward_part::<C, T>(&x, states, w, SeqSizes { n: r.len(), ..sz })
+        })
+        .collect();
+    SeqForward {
+        rows,
+        parts,
+        hidden: hid,
+    }
+}
+
+/// [`sequence_forward`] of one part of the batch (`sz.n` its rows).
+fn forward_part<C: Cell, T: Float>(
+    x_tm: &[T],
+    [h0, c0]: [&[T]; 2],
+    w: Weights<'_, T>,
+    sz: SeqSizes,
+) -> PartForward<T> {
     let SeqSizes {
         n,
         t,
@@ -362,7 +452,7 @@ pub fn sequence_forward<C: Cell, T: Float>(
         let out = [&mut h_next[..state], c_next];
         C::forward(x, hidden, out, &mut saved[step * saved_len..][..saved_len]);
     }
-    SeqForward { hs, cs, saved }
+    PartForward { hs, cs, saved }
 }
 
 /// The gradients of a sequence: input (time-major, `[T, N, in]`), initial states, weights.
@@ -377,10 +467,58 @@ pub struct SeqGrads<T> {
 }
 
 /// The derivative of [`sequence_forward`] from the upstream of every step's output
-/// (`dout_tm`, `[T, N, H]`) and of the last states (`dh_n`, `dc_n`).
+/// (`dout_tm`, `[T, N, H]`) and of the last states (`dh_n`, `dc_n`), each part of the batch
+/// on its own thread; the parts' weight gradients are added at the end.
 pub fn sequence_backward<C: Cell, T: Float>(
     x_tm: &[T],
     fwd: &SeqForward<T>,
+    w: Weights<'_, T>,
+    sz: SeqSizes,
+    [dout_tm, dh_n, dc_n]: [&[T]; 3],
+) -> SeqGrads<T> {
+    let hid = sz.hidden;
+    let grads: Vec<SeqGrads<T>> = fwd
+        .rows
+        .par_iter()
+        .zip(&fwd.parts)
+        .map(|(r, part)| {
+            let (x, dout) = (rows_of(x_tm, sz, sz.input, r), rows_of(dout_tm, sz, hid, r));
+            let ups = [&dout[..], rows_in(dh_n, r, hid), rows_in(dc_n, r, hid)];
+            backward_part::<C, T>(&x, part, w, SeqSizes { n: r.len(), ..sz }, ups)
+        })
+        .collect();
+    merge(grads, &fwd.rows, sz)
+}
+
+/// The gradients of the whole batch from its parts': rows in place, weights summed.
+fn merge<T: Float>(parts: Vec<SeqGrads<T>>, rows: &[Range<usize>], sz: SeqSizes) -> SeqGrads<T> {
+    let mut dx_tm = vec![T::zero(); sz.t * sz.n * sz.input];
+    for (g, r) in parts.iter().zip(rows) {
+        let block = r.len() * sz.input;
+        for step in 0..sz.t {
+            dx_tm[(step * sz.n + r.start) * sz.input..][..block]
+                .copy_from_slice(&g.dx_tm[step * block..][..block]);
+        }
+    }
+    let mut it = parts.into_iter();
+    let mut total = it.next().expect("a batch has at least one part");
+    let add = |a: &mut Vec<T>, b: Vec<T>| a.iter_mut().zip(b).for_each(|(a, b)| *a += b);
+    for g in it {
+        total.dh0.extend(g.dh0);
+        total.dc0.extend(g.dc0);
+        add(&mut total.dw_ih, g.dw_ih);
+        add(&mut total.dw_hh, g.dw_hh);
+        add(&mut total.db_ih, g.db_ih);
+        add(&mut total.db_hh, g.db_hh);
+    }
+    total.dx_tm = dx_tm;
+    total
+}
+
+/// [`sequence_backward`] of one part of the batch (`sz.n` its rows).
+fn backward_part<C: Cell, T: Float>(
+    x_tm: &[T],
+    fwd: &PartForward<T>,
     w: Weights<'_, T>,
     sz: SeqSizes,
     [dout_tm, dh_n, dc_n]: [&[T]; 3],

@@ -67,11 +67,13 @@ fn swap_leading<T: FloatElement>(x: &[T], a: usize, b: usize) -> Vec<T> {
 
 /// The packed output: `out [N, T, H]`, then `h_n`, then `c_n` (cells with one), flat.
 fn pack<C: Cell, T: FloatElement>(fwd: &SeqForward<T>, sz: SeqSizes) -> Vec<T> {
-    let state = sz.n * sz.hidden;
-    let mut packed = swap_leading(&fwd.hs[state..], sz.t, sz.n);
-    packed.extend_from_slice(&fwd.hs[sz.t * state..]);
+    let mut packed = Vec::with_capacity((sz.t + 2) * sz.n * sz.hidden);
+    for row in 0..sz.n {
+        (1..=sz.t).for_each(|step| packed.extend_from_slice(fwd.h(step, row)));
+    }
+    (0..sz.n).for_each(|row| packed.extend_from_slice(fwd.h(sz.t, row)));
     if C::HAS_C {
-        packed.extend_from_slice(&fwd.cs[sz.t * state..]);
+        (0..sz.n).for_each(|row| packed.extend_from_slice(fwd.c(sz.t, row)));
     }
     packed
 }
