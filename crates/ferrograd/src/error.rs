@@ -16,6 +16,9 @@ pub enum Error {
     /// placeholder, a node of another graph.
     #[error("{0}")]
     Graph(String),
+    /// A data-parallel job that cannot start (see `distributed`, feature `mpi`).
+    #[error("{0}")]
+    Distributed(String),
     /// A gradient check found analytic and numeric derivatives apart.
     #[error("{0}")]
     Gradcheck(String),

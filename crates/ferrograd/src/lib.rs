@@ -35,6 +35,8 @@ macro_rules! unit_struct {
 
 pub mod autograd;
 pub mod data;
+#[cfg(feature = "mpi")]
+pub mod distributed;
 pub mod error;
 pub mod graph;
 pub mod init;

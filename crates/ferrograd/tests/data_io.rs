@@ -356,3 +356,45 @@ fn an_interrupted_write_leaves_the_old_checkpoint() {
         .collect();
     assert_eq!(names.len(), 1, "{names:?}");
 }
+
+#[test]
+fn shards_cover_every_sample_once_per_epoch_with_one_shuffle() {
+    let n = 103;
+    let data = TensorDataset::new(
+        Tensor::from_vec((0..n).map(|i| i as f32).collect(), &[n, 1]),
+        Tensor::zeros(&[n, 1], DType::F32),
+    );
+    for ranks in [1, 2, 3] {
+        for epoch in 0..2 {
+            let shards: Vec<Vec<Vec<usize>>> = (0..ranks)
+                .map(|rank| {
+                    let batches = Batches::new(&data, 16).shuffle(9).shard(rank, ranks);
+                    batches.epoch(epoch).map(|b| b.indices).collect()
+                })
+                .collect();
+            // Every rank takes the same number of steps, 16 samples each but the last.
+            let steps = shards[0].len();
+            assert!(shards.iter().all(|s| s.len() == steps));
+            assert!(shards
+                .iter()
+                .all(|s| s[..steps - 1].iter().all(|b| b.len() == 16)));
+            // Step by step, the ranks' slices put together are the single process's batch.
+            let whole: Vec<Vec<usize>> = Batches::new(&data, 16 * ranks)
+                .shuffle(9)
+                .epoch(epoch)
+                .map(|b| b.indices)
+                .collect();
+            for (step, batch) in whole.iter().enumerate() {
+                let joined: Vec<usize> = shards.iter().flat_map(|s| s[step].clone()).collect();
+                assert_eq!(&joined, batch, "{ranks} ranks, epoch {epoch}, step {step}");
+            }
+            let mut seen: Vec<usize> = shards.iter().flatten().flatten().copied().collect();
+            seen.sort_unstable();
+            assert_eq!(seen, (0..n).collect::<Vec<_>>());
+        }
+    }
+    let m = common::panic_message(|| {
+        let _ = Batches::new(&data, 4).shard(2, 2);
+    });
+    assert!(m.contains("rank 2"), "{m}");
+}

@@ -16,7 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["init", "io/tensors", "data"],
     &["nn", "loss", "optim", "metrics"],
     &["model"],
-    &["io/checkpoint", "io"],
+    &["io/checkpoint", "io", "distributed"],
     &["graph"],
 ];
 

@@ -10,7 +10,7 @@ mod custom;
 mod engine;
 pub mod gradcheck;
 mod gradients;
-mod ids;
+pub(crate) mod ids;
 mod param;
 
 /// Recording scopes and graph statistics, defined with the tensor's record.

@@ -26,6 +26,28 @@ pub struct Batches<'a, D: Dataset> {
     batch_size: usize,
     seed: Option<u64>,
     drop_last: bool,
+    shard: Shard,
+}
+
+/// One process's share of every batch in data-parallel training: of each global batch of
+/// `batch_size × ranks` samples (one shuffle, the same on every rank), rank `rank` takes the
+/// `rank`-th of `ranks` near-equal slices, so that the ranks see every sample once per epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    /// This process's index, `0..ranks`.
+    pub rank: usize,
+    /// How many processes share the batches.
+    pub ranks: usize,
+}
+
+impl Shard {
+    /// The whole of every batch: a single process.
+    pub const WHOLE: Shard = Shard { rank: 0, ranks: 1 };
+
+    /// This shard's part of a global batch of `len` samples.
+    fn slice(&self, len: usize) -> std::ops::Range<usize> {
+        len * self.rank / self.ranks..len * (self.rank + 1) / self.ranks
+    }
 }
 
 impl<'a, D: Dataset> Batches<'a, D> {
@@ -37,7 +59,20 @@ impl<'a, D: Dataset> Batches<'a, D> {
             batch_size,
             seed: None,
             drop_last: false,
+            shard: Shard::WHOLE,
         }
+    }
+
+    /// Only rank `rank`'s share of each batch of `batch_size × ranks` samples (see
+    /// [`Shard`]): with the same seed on every rank, the ranks together see each sample once
+    /// per epoch, `batch_size` at a time each.
+    pub fn shard(mut self, rank: usize, ranks: usize) -> Self {
+        assert!(
+            rank < ranks,
+            "Batches: rank {rank} is not one of {ranks} ranks"
+        );
+        self.shard = Shard { rank, ranks };
+        self
     }
 
     /// A new order every epoch, drawn from `seed` and the epoch number.
@@ -54,14 +89,16 @@ impl<'a, D: Dataset> Batches<'a, D> {
 
     /// The batches of epoch `epoch`.
     pub fn epoch(&self, epoch: u64) -> BatchIterator<'a, D> {
-        BatchIterator::epoch(
+        let mut it = BatchIterator::epoch(
             self.data,
-            self.batch_size,
+            self.batch_size.saturating_mul(self.shard.ranks),
             self.seed.is_some(),
             self.seed.unwrap_or(0),
             epoch,
             self.drop_last,
-        )
+        );
+        it.shard = self.shard;
+        it
     }
 }
 
@@ -70,9 +107,11 @@ impl<'a, D: Dataset> Batches<'a, D> {
 pub struct BatchIterator<'a, D: Dataset> {
     data: &'a D,
     order: Vec<usize>,
+    /// The global batch size (all shards together).
     batch_size: usize,
     drop_last: bool,
     pos: usize,
+    shard: Shard,
 }
 
 impl<'a, D: Dataset> BatchIterator<'a, D> {
@@ -103,6 +142,7 @@ impl<'a, D: Dataset> BatchIterator<'a, D> {
             batch_size,
             drop_last,
             pos: 0,
+            shard: Shard::WHOLE,
         }
     }
 
@@ -126,7 +166,8 @@ impl<D: Dataset> Iterator for BatchIterator<'_, D> {
             return None;
         }
         let end = self.pos + left.min(self.batch_size);
-        let indices = self.order[self.pos..end].to_vec();
+        let global = &self.order[self.pos..end];
+        let indices = global[self.shard.slice(global.len())].to_vec();
         self.pos = end;
         let (inputs, targets) = self.data.get(&indices);
         Some(Batch {
