@@ -94,7 +94,7 @@ fn train(group: &ProcessGroup, args: &Args) -> Result<(), String> {
     group.broadcast(model.net());
     if group.is_root() {
         println!(
-            "{} ranks × batch {} (one step: {} images); resumed after epoch {first_epoch}",
+            "ranks: {} × batch {} (one step: {} images), from epoch {first_epoch}",
             group.size(),
             t.batch_size,
             group.size() * t.batch_size
