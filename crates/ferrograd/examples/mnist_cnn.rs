@@ -7,29 +7,11 @@
 
 use std::process::ExitCode;
 
-use ferrograd::prelude::*;
-
 mod common;
 mod mnist_common;
 
-/// The images arrive as rows of 784 pixels and are viewed as 1×28×28.
-fn cnn(lr: f64) -> Model {
-    let net = Net::new(vec![
-        Box::new(Reshape::new(&[1, 28, 28])),
-        Box::new(Conv2d::new(1, 8, 5).padding(2)),
-        Box::new(Relu::new()),
-        Box::new(MaxPool2d::new(2, 2)),
-        Box::new(Conv2d::new(8, 16, 5).padding(2)),
-        Box::new(Relu::new()),
-        Box::new(MaxPool2d::new(2, 2)),
-        Box::new(Flatten::new()),
-        Box::new(Dense::new(16 * 7 * 7, 10)),
-    ]);
-    Model::new(net, SoftmaxCrossEntropy::new(), Adam::new(lr))
-}
-
 fn main() -> ExitCode {
-    mnist_common::main("mnist_cnn", 2, cnn)
+    mnist_common::main("mnist_cnn", 2, common::small_cnn)
 }
 
 #[cfg(test)]
@@ -46,6 +28,6 @@ mod tests {
             "--epochs",
             "1",
         ];
-        mnist_common::run_with("mnist_cnn", 2, cnn, &argv).unwrap();
+        mnist_common::run_with("mnist_cnn", 2, common::small_cnn, &argv).unwrap();
     }
 }

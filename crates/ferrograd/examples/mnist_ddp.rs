@@ -1,4 +1,5 @@
-//! The seed's MNIST MLP trained data-parallel over MPI: every rank holds the network, takes
+//! The seed's MNIST MLP (or, with `--cnn`, the CNN of `mnist_cnn`) trained data-parallel over
+//! MPI: every rank holds the network, takes
 //! its share of each batch and averages the gradients with the others before Adam steps, so
 //! `N` ranks × batch `B` train as one process with batch `N·B`. Rank 0 prints the seed's
 //! per-epoch lines and writes the checkpoints; a run resumes on any number of ranks.
@@ -26,7 +27,7 @@ use ferrograd::prelude::*;
 mod common;
 
 #[derive(Parser)]
-#[command(about = "The seed's MNIST MLP, data-parallel over MPI")]
+#[command(about = "The seed's MNIST MLP or a small CNN, data-parallel over MPI")]
 struct Args {
     /// Passes over the training set.
     #[arg(long, default_value_t = 2)]
@@ -34,6 +35,9 @@ struct Args {
     /// Per-rank flags: --batch-size is each rank's share of a step.
     #[command(flatten)]
     training: common::Training,
+    /// The CNN of `mnist_cnn` instead of the seed's MLP.
+    #[arg(long)]
+    cnn: bool,
     /// Save a checkpoint here after every epoch (rank 0).
     #[arg(long)]
     save: Option<PathBuf>,
@@ -71,6 +75,15 @@ fn main() -> ExitCode {
     }
 }
 
+/// The network the flags ask for.
+fn build(args: &Args) -> fn(f64) -> Model {
+    if args.cnn {
+        common::small_cnn
+    } else {
+        common::seed_mlp
+    }
+}
+
 fn load(t: &common::Training) -> Result<(Mnist, Mnist), String> {
     let load = |train| {
         Mnist::load(&t.data, train)
@@ -84,7 +97,7 @@ fn train(group: &ProcessGroup, args: &Args) -> Result<(), String> {
     let (train, test) = load(t)?;
     let data = TensorDataset::new(train.images.clone(), train.targets.clone());
     manual_seed(t.seed);
-    let mut model = common::seed_mlp(t.lr);
+    let mut model = build(args)(t.lr);
     let mut first_epoch = 0;
     if let Some(path) = &args.resume {
         let ck = load_checkpoint(path).map_err(|e| e.to_string())?;
@@ -117,7 +130,8 @@ fn train(group: &ProcessGroup, args: &Args) -> Result<(), String> {
         let secs = start.elapsed().as_secs_f64();
         let [loss_sum, seen] = group.all_reduce_sum([loss_sum, seen as f64]);
         if group.is_root() {
-            let acc = accuracy(&model.predict(&test.images), &test.labels);
+            let scores = common::predict_in_batches(&model, &test.images, 1000);
+            let acc = accuracy(&scores, &test.labels);
             println!(
                 "Epoch {epoch} {acc}  loss {:.4}  {secs:.2} s",
                 loss_sum / seen
@@ -142,9 +156,9 @@ fn check(group: &ProcessGroup, args: &Args, steps: usize) -> Result<(), String> 
     let data = TensorDataset::new(train.images.clone(), train.targets.clone());
     // Each rank draws its own start; the broadcast makes rank 0's everyone's.
     manual_seed(t.seed + group.rank() as u64);
-    let mut model = common::seed_mlp(t.lr);
+    let mut model = build(args)(t.lr);
     group.broadcast(model.net());
-    let mut alone = common::seed_mlp(t.lr);
+    let mut alone = build(args)(t.lr);
     alone
         .net()
         .copy_from(model.net())

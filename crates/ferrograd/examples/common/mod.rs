@@ -46,6 +46,35 @@ pub fn seed_mlp(lr: f64) -> Model {
     Model::new(net, SoftmaxCrossEntropy::new(), Adam::new(lr))
 }
 
+/// The CNN of `../shared/bench/torch_cnn.py`: conv 5×5 (1→8, padding 2) → ReLU → max-pool 2 →
+/// conv 5×5 (8→16, padding 2) → ReLU → max-pool 2 → dense 784→10, softmax cross-entropy and
+/// Adam at `lr`. The images arrive as rows of 784 pixels and are viewed as 1×28×28.
+pub fn small_cnn(lr: f64) -> Model {
+    let net = Net::new(vec![
+        Box::new(Reshape::new(&[1, 28, 28])),
+        Box::new(Conv2d::new(1, 8, 5).padding(2)),
+        Box::new(Relu::new()),
+        Box::new(MaxPool2d::new(2, 2)),
+        Box::new(Conv2d::new(8, 16, 5).padding(2)),
+        Box::new(Relu::new()),
+        Box::new(MaxPool2d::new(2, 2)),
+        Box::new(Flatten::new()),
+        Box::new(Dense::new(16 * 7 * 7, 10)),
+    ]);
+    Model::new(net, SoftmaxCrossEntropy::new(), Adam::new(lr))
+}
+
+/// The model's outputs for `images`, `batch` rows at a time: the activations of a whole test
+/// set at once would dominate the peak memory of a convolutional network.
+pub fn predict_in_batches(model: &Model, images: &Tensor, batch: usize) -> Tensor {
+    let n = images.shape()[0];
+    let parts: Vec<Tensor> = (0..n)
+        .step_by(batch)
+        .map(|i| model.predict(&images.narrow(0, i, batch.min(n - i))))
+        .collect();
+    Tensor::cat(&parts.iter().collect::<Vec<_>>(), 0)
+}
+
 /// Peak resident memory of this process in MiB (Linux `VmHWM`), if known.
 pub fn peak_rss_mib() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;

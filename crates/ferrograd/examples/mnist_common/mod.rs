@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use crate::common::peak_rss_mib;
+use crate::common::{peak_rss_mib, predict_in_batches};
 use ferrograd::data::{BatchIterator, Mnist};
 use ferrograd::io::{load_checkpoint, save_checkpoint};
 use ferrograd::metrics::accuracy;
@@ -111,17 +111,6 @@ fn run(args: Args, epochs: u64, build: fn(f64) -> Model) -> Result<(), String> {
         println!("peak memory (RSS): {mib:.0} MiB");
     }
     Ok(())
-}
-
-/// The model's outputs for `images`, `batch` rows at a time: the activations of a whole test
-/// set at once would dominate the peak memory of a convolutional network.
-fn predict_in_batches(model: &Model, images: &Tensor, batch: usize) -> Tensor {
-    let n = images.shape()[0];
-    let parts: Vec<Tensor> = (0..n)
-        .step_by(batch)
-        .map(|i| model.predict(&images.narrow(0, i, batch.min(n - i))))
-        .collect();
-    Tensor::cat(&parts.iter().collect::<Vec<_>>(), 0)
 }
 
 /// Parses the flags (`epochs` by default) and trains the model `build` makes for a learning
