@@ -8,7 +8,8 @@
 //! `mpirun --allow-run-as-root --oversubscribe -np 2 target/release/examples/mnist_ddp`
 //! (`--allow-run-as-root` only as root; `--oversubscribe` when ranks outnumber cores).
 //!
-//! `--check-steps K` runs the job's correctness check instead of training: after K steps, the
+//! `--check-steps K` runs the job's correctness check instead of training: the broadcast leaves
+//! every rank with rank 0's parameters, and after K steps the
 //! parameters of `N` ranks × batch `B` equal those of one process with batch `N·B` (which
 //! every rank also trains, alone); `--fail-rank R` makes rank R panic after its first step
 //! (the job must end with that rank's message and a failing exit code).
@@ -158,6 +159,22 @@ fn check(group: &ProcessGroup, args: &Args, steps: usize) -> Result<(), String> 
     manual_seed(t.seed + group.rank() as u64);
     let mut model = build(args)(t.lr);
     group.broadcast(model.net());
+    // Every rank now holds rank 0's parameters: the same fingerprint everywhere.
+    let fingerprint: f64 = model
+        .net()
+        .params()
+        .iter()
+        .flat_map(|(_, p)| p.tensor().to_vec::<f64>())
+        .enumerate()
+        .map(|(i, v)| v * (1.0 + (i % 7) as f64))
+        .sum();
+    let [total] = group.all_reduce_sum([fingerprint]);
+    if total != fingerprint * group.size() as f64 {
+        return Err(format!(
+            "rank {}: the broadcast left the ranks apart",
+            group.rank()
+        ));
+    }
     let mut alone = build(args)(t.lr);
     alone
         .net()
@@ -212,8 +229,8 @@ fn check(group: &ProcessGroup, args: &Args, steps: usize) -> Result<(), String> 
         );
     }
     println!(
-        "rank {} of {}: after {steps} steps of batch {} the parameters equal one process's with \
-         batch {} (largest difference {worst:.1e})",
+        "rank {} of {}: the broadcast made every rank rank 0's copy; after {steps} steps of batch \
+         {} the parameters equal one process's with batch {} (largest difference {worst:.1e})",
         group.rank(),
         group.size(),
         t.batch_size,
