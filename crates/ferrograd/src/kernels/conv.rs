@@ -169,11 +169,19 @@ pub(crate) fn col2im<T: Float>(cols: &[T], images: usize, image: usize, g: &Geom
     }
 }
 
-/// Output channels per block of the direct kernel: one AVX-512 register of f32.
-pub(crate) const DIRECT_LANES: usize = 16;
+/// Output channels per block of the direct kernel for `o` outputs: one AVX-512 register of
+/// f32 (16), or half of one when there are at most 8 outputs (a block of 16 would compute
+/// zeros in half its lanes).
+pub(crate) fn direct_lanes(o: usize) -> usize {
+    if o <= 8 {
+        8
+    } else {
+        16
+    }
+}
 
 /// Direct convolution (no column matrix) of every image: `x` is `[N, C, h, w]`, `wt` the weight
-/// laid out `[C, kh, kw, O']` with `O'` the output channels rounded up to [`DIRECT_LANES`]
+/// laid out `[C, kh, kw, O']` with `O'` the output channels rounded up to [`direct_lanes`]
 /// (zeros beyond `o`), so that each tap is one vector operation over a block of outputs; `y`
 /// `[N, O, ho, wo]` (overwritten). Where the channels are few the column matrix is mostly
 /// copies of the input, and this reads the input in place instead.
@@ -204,17 +212,10 @@ fn direct_conv_image<T: Float>(x: &[T], c: usize, g: &Geom, wt: &[T], o: usize, 
         wt,
         o,
     };
-    for oy in 0..g.ho {
-        // Four output positions at a time: four independent sums per tap instead of one
-        // chain of dependent multiply-adds.
-        let mut ox = 0;
-        while ox + 4 <= g.wo {
-            d.pixels::<4>(oy, ox, y);
-            ox += 4;
-        }
-        for ox in ox..g.wo {
-            d.pixels::<1>(oy, ox, y);
-        }
+    if direct_lanes(o) == 8 {
+        d.rows::<8, 8>(y);
+    } else {
+        d.rows::<4, 16>(y);
     }
 }
 
@@ -230,10 +231,25 @@ struct Direct<'a, T> {
 }
 
 impl<T: Float> Direct<'_, T> {
+    /// Every output, `P` positions at a time (`P` independent sums per tap instead of one
+    /// chain of dependent multiply-adds) and `L` output channels at a time.
+    #[inline(always)]
+    fn rows<const P: usize, const L: usize>(&self, y: &mut [T]) {
+        for oy in 0..self.g.ho {
+            let mut ox = 0;
+            while ox + P <= self.g.wo {
+                self.pixels::<P, L>(oy, ox, y);
+                ox += P;
+            }
+            for ox in ox..self.g.wo {
+                self.pixels::<1, L>(oy, ox, y);
+            }
+        }
+    }
+
     /// Outputs `(oy, ox..ox + P)` of every output channel into `y` (`[O, ho, wo]`).
     #[inline(always)]
-    fn pixels<const P: usize>(&self, oy: usize, ox: usize, y: &mut [T]) {
-        const L: usize = DIRECT_LANES;
+    fn pixels<const P: usize, const L: usize>(&self, oy: usize, ox: usize, y: &mut [T]) {
         let Direct {
             padded,
             wp,
@@ -258,7 +274,7 @@ impl<T: Float> Direct<'_, T> {
                         for (p, acc) in acc.iter_mut().enumerate() {
                             let v = padded[row + p * g.sw + j * g.dw];
                             for l in 0..L {
-                                acc[l] += w[l] * v;
+                                acc[l] = w[l].mul_add(v, acc[l]);
                             }
                         }
                     }
