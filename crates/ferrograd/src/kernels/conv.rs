@@ -195,14 +195,7 @@ pub(crate) fn direct_conv<T: Float>(x: &[T], c: usize, g: &Geom, wt: &[T], o: us
 /// [`direct_conv`] of one image, compiled for each instruction set.
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn direct_conv_image<T: Float>(x: &[T], c: usize, g: &Geom, wt: &[T], o: usize, y: &mut [T]) {
-    // A zero-padded copy: every tap then reads inside it.
-    let (hp, wp) = (g.h + 2 * g.ph, g.w + 2 * g.pw);
-    let mut padded = vec![T::zero(); c * hp * wp];
-    for (ci, plane) in x.chunks_exact((g.h * g.w).max(1)).enumerate() {
-        for (r, row) in plane.chunks_exact(g.w.max(1)).enumerate() {
-            padded[(ci * hp + r + g.ph) * wp + g.pw..][..g.w].copy_from_slice(row);
-        }
-    }
+    let (padded, hp, wp) = padded_image(x, c, g);
     let d = Direct {
         padded: &padded,
         wp,
@@ -219,6 +212,79 @@ fn direct_conv_image<T: Float>(x: &[T], c: usize, g: &Geom, wt: &[T], o: usize, 
     }
 }
 
+/// A zero-padded copy of one image `[C, h, w]`, so that every tap reads inside it, and its
+/// padded height and width.
+fn padded_image<T: Float>(x: &[T], c: usize, g: &Geom) -> (Vec<T>, usize, usize) {
+    let (hp, wp) = (g.h + 2 * g.ph, g.w + 2 * g.pw);
+    let mut padded = vec![T::zero(); c * hp * wp];
+    for (ci, plane) in x.chunks_exact((g.h * g.w).max(1)).enumerate() {
+        for (r, row) in plane.chunks_exact(g.w.max(1)).enumerate() {
+            padded[(ci * hp + r + g.ph) * wp + g.pw..][..g.w].copy_from_slice(row);
+        }
+    }
+    (padded, hp, wp)
+}
+
+/// The weight gradient of [`direct_conv`] summed over the images: `x` `[N, C, h, w]`, `dy`
+/// `[N, O, ho, wo]`; the result has the layout of `direct_conv`'s weight, `[C, kh, kw, O']`.
+/// Threads take images and add their sums at the end.
+pub(crate) fn direct_conv_weight<T: Float>(
+    x: &[T],
+    dy: &[T],
+    c: usize,
+    g: &Geom,
+    o: usize,
+) -> Vec<T> {
+    let (image, out) = (c * g.h * g.w, o * g.ho * g.wo);
+    let len = c * g.taps() * o.div_ceil(direct_lanes(o)) * direct_lanes(o);
+    x.par_chunks(image.max(1))
+        .zip(dy.par_chunks(out.max(1)))
+        .fold(
+            || vec![T::zero(); len],
+            |mut acc, (x, dy)| {
+                direct_weight_image(x, dy, c, g, o, &mut acc);
+                acc
+            },
+        )
+        .reduce(
+            || vec![T::zero(); len],
+            |mut a, b| {
+                a.iter_mut().zip(b).for_each(|(a, b)| *a += b);
+                a
+            },
+        )
+}
+
+/// One image's share of [`direct_conv_weight`], added into `acc`; compiled for each
+/// instruction set.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn direct_weight_image<T: Float>(x: &[T], dy: &[T], c: usize, g: &Geom, o: usize, acc: &mut [T]) {
+    let (padded, hp, wp) = padded_image(x, c, g);
+    // dy with the output channels innermost (zeros past o): [ho·wo, O'].
+    let (plane, lanes) = (g.ho * g.wo, direct_lanes(o));
+    let stride = o.div_ceil(lanes) * lanes;
+    let mut dyt = vec![T::zero(); plane * stride];
+    for (oc, channel) in dy.chunks_exact(plane.max(1)).enumerate() {
+        for (p, &v) in channel.iter().enumerate() {
+            dyt[p * stride + oc] = v;
+        }
+    }
+    let d = Direct {
+        padded: &padded,
+        wp,
+        hp,
+        c,
+        g,
+        wt: &dyt,
+        o,
+    };
+    if lanes == 8 {
+        d.weight_taps::<8, 8>(acc);
+    } else {
+        d.weight_taps::<4, 16>(acc);
+    }
+}
+
 /// One image's operands for the direct kernel.
 struct Direct<'a, T> {
     padded: &'a [T],
@@ -231,6 +297,58 @@ struct Direct<'a, T> {
 }
 
 impl<T: Float> Direct<'_, T> {
+    /// For the weight gradient (`wt` holding dy transposed, `[ho·wo, O']`): adds to `acc`
+    /// (`[C, kh, kw, O']`) each tap's sum over the positions, `P` positions at a time.
+    #[inline(always)]
+    fn weight_taps<const P: usize, const L: usize>(&self, acc: &mut [T]) {
+        let Direct {
+            padded,
+            wp,
+            hp,
+            c,
+            g,
+            wt: dyt,
+            o,
+        } = *self;
+        let stride = o.div_ceil(L) * L;
+        for ci in 0..c {
+            for (i, j) in (0..g.kh).flat_map(|i| (0..g.kw).map(move |j| (i, j))) {
+                let tap = (ci * g.kh + i) * g.kw + j;
+                for b in 0..stride / L {
+                    let mut sums = [[T::zero(); L]; P];
+                    for oy in 0..g.ho {
+                        let row = (ci * hp + oy * g.sh + i * g.dh) * wp + j * g.dw;
+                        let at = |ox: usize| (oy * g.wo + ox) * stride + b * L;
+                        let mut ox = 0;
+                        while ox + P <= g.wo {
+                            for (q, s) in sums.iter_mut().enumerate() {
+                                let v = padded[row + (ox + q) * g.sw];
+                                let d: &[T; L] = dyt[at(ox + q)..][..L].try_into().expect("L");
+                                for l in 0..L {
+                                    s[l] = d[l].mul_add(v, s[l]);
+                                }
+                            }
+                            ox += P;
+                        }
+                        for ox in ox..g.wo {
+                            let v = padded[row + ox * g.sw];
+                            let d: &[T; L] = dyt[at(ox)..][..L].try_into().expect("L");
+                            for l in 0..L {
+                                sums[0][l] = d[l].mul_add(v, sums[0][l]);
+                            }
+                        }
+                    }
+                    let out = &mut acc[tap * stride + b * L..][..L];
+                    for s in &sums {
+                        for l in 0..L {
+                            out[l] += s[l];
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Every output, `P` positions at a time (`P` independent sums per tap instead of one
     /// chain of dependent multiply-adds) and `L` output channels at a time.
     #[inline(always)]

@@ -325,6 +325,9 @@ fn direct_wins(g: &Geom, groups: usize, k: usize, o: usize) -> bool {
 
 const DIRECT_MAX_WORK: usize = 1 << 12;
 
+/// Rows of column matrix (`C·kh·kw`) up to which the weight gradient runs direct.
+const DIRECT_WEIGHT_MAX_ROWS: usize = 64;
+
 /// The geometry of the plain convolution that equals the transposed convolution of `g` (the
 /// forward geometry: `g.ho × g.wo` in, `g.h × g.w` out), when there is one and the direct
 /// kernel wins: stride 1, no group, and a padding the flipped kernel can take.
@@ -567,6 +570,18 @@ fn conv_weight<T: FloatElement>(x: &Tensor, dy: &Tensor, s: &Sizes<'_>) -> Tenso
     let (xd, dyd) = (x.contiguous_data::<T>(), dy.contiguous_data::<T>());
     let (Sizes { g, groups, n, c, o }, (cg, og, k, plane)) = (*s, s.per_group());
     let mut sum = vec![T::zero(); o * k];
+    // The direct weight gradient wins only where the column matrix is thin (a product with
+    // an inner size of a few dozen); with more rows im2col and the product are faster.
+    if direct_wins(g, groups, k, o) && k <= DIRECT_WEIGHT_MAX_ROWS {
+        let per_tap = kc::direct_conv_weight(&xd, &dyd, c, g, o);
+        let stride = per_tap.len() / k.max(1);
+        for (oc, filter) in sum.chunks_exact_mut(k.max(1)).enumerate() {
+            for (tap, v) in filter.iter_mut().enumerate() {
+                *v = per_tap[tap * stride + oc];
+            }
+        }
+        return Tensor::from_data(sum, &[o, cg, g.kh, g.kw]);
+    }
     let (mut cols, mut dys, mut block) = (Vec::new(), Vec::new(), Vec::new());
     for images in chunks(n, k * plane) {
         let wide = images.len() * plane;
