@@ -120,7 +120,8 @@ fn conv2d_matches_the_definition() {
 
 #[test]
 fn conv_transpose2d_is_the_adjoint_of_conv2d() {
-    // <conv2d(x, w), y> = <x, conv_transpose2d(y, w)> for every geometry.
+    // <conv2d(x, w), y> = <x, conv_transpose2d(y, w)> for every geometry, and likewise for the
+    // weight gradient.
     for (k, (xs, ws, o)) in cases().into_iter().enumerate() {
         let (x, w) = (randn(&xs, k as u64), randn(&ws, 100 + k as u64));
         let y = x.conv2d(&w, &o);
@@ -138,6 +139,13 @@ fn conv_transpose2d_is_the_adjoint_of_conv2d() {
         assert!(
             (lhs - rhs).abs() < 1e-9 * (1.0 + lhs.abs()),
             "case {k}: {lhs} vs {rhs}"
+        );
+        // And the weight gradient: <conv2d(x, w), u> = <w, conv2d_weight(x, u)>.
+        let wg = x.conv2d_weight(&u, (ws[2], ws[3]), &o);
+        let rhs = (&w * &wg).sum().item();
+        assert!(
+            (lhs - rhs).abs() < 1e-9 * (1.0 + lhs.abs()),
+            "case {k}, weight gradient: {lhs} vs {rhs}"
         );
     }
 }
