@@ -8,6 +8,6 @@ if command -v mpicc >/dev/null && command -v mpirun >/dev/null && ls /usr/lib/ll
 fi
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq libopenmpi-dev openmpi-bin libclang-dev
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libopenmpi-dev openmpi-bin libclang-dev
 mpirun --version | head -1

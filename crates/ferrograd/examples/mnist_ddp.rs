@@ -2,7 +2,9 @@
 //! MPI: every rank holds the network, takes
 //! its share of each batch and averages the gradients with the others before Adam steps, so
 //! `N` ranks × batch `B` train as one process with batch `N·B`. Rank 0 prints the seed's
-//! per-epoch lines and writes the checkpoints; a run resumes on any number of ranks.
+//! per-epoch lines and writes the checkpoints; a run resumes on any number of ranks (every
+//! rank reads the checkpoint, so it must be readable by all of them, on a shared file system
+//! across machines; the global batch is then the new rank count × `B`).
 //!
 //! `scripts/setup-mpi.sh && cargo build --release --features mpi --example mnist_ddp`, then
 //! `mpirun --allow-run-as-root --oversubscribe -np 2 target/release/examples/mnist_ddp`
@@ -105,7 +107,7 @@ fn train(group: &ProcessGroup, args: &Args) -> Result<(), String> {
         ck.restore(&mut model).map_err(|e| e.to_string())?;
         first_epoch = ck.epoch;
     }
-    group.broadcast(model.net());
+    group.broadcast(model.net()).map_err(|e| e.to_string())?;
     if group.is_root() {
         println!(
             "ranks: {} × batch {} (one step: {} images), from epoch {first_epoch}",
@@ -122,11 +124,17 @@ fn train(group: &ProcessGroup, args: &Args) -> Result<(), String> {
             .shard(group.rank(), group.size());
         let (mut loss_sum, mut seen) = (0.0f64, 0usize);
         for batch in batches.epoch(epoch) {
-            let pred = model.forward(&batch.inputs);
-            let (loss, grads) = model.backward(&pred, &batch.targets);
-            model.apply_grads(&group.all_reduce_mean(&params, &grads));
-            loss_sum += loss as f64 * batch.indices.len() as f64;
-            seen += batch.indices.len();
+            // The last global batch may leave a rank fewer samples than the others, or none:
+            // it still joins the all-reduce, weighted by what it has.
+            let samples = batch.indices.len();
+            let (loss, grads) = if samples == 0 {
+                (0.0, Gradients::default())
+            } else {
+                model.backward(&model.forward(&batch.inputs), &batch.targets)
+            };
+            model.apply_grads(&group.all_reduce_mean(&params, &grads, samples));
+            loss_sum += loss as f64 * samples as f64;
+            seen += samples;
         }
         let secs = start.elapsed().as_secs_f64();
         let [loss_sum, seen] = group.all_reduce_sum([loss_sum, seen as f64]);
@@ -153,12 +161,18 @@ const TOLERANCE: f64 = 1e-5;
 /// K steps of every rank with its share against one process with the whole batch.
 fn check(group: &ProcessGroup, args: &Args, steps: usize) -> Result<(), String> {
     let t = &args.training;
+    if let Some(r) = args.fail_rank.filter(|&r| r >= group.size()) {
+        return Err(format!(
+            "--fail-rank {r}: the job has ranks 0 to {}",
+            group.size() - 1
+        ));
+    }
     let (train, _) = load(t)?;
     let data = TensorDataset::new(train.images.clone(), train.targets.clone());
     // Each rank draws its own start; the broadcast makes rank 0's everyone's.
     manual_seed(t.seed + group.rank() as u64);
     let mut model = build(args)(t.lr);
-    group.broadcast(model.net());
+    group.broadcast(model.net()).map_err(|e| e.to_string())?;
     // Every rank now holds rank 0's parameters: the same fingerprint everywhere.
     let fingerprint: f64 = model
         .net()
@@ -168,13 +182,9 @@ fn check(group: &ProcessGroup, args: &Args, steps: usize) -> Result<(), String> 
         .enumerate()
         .map(|(i, v)| v * (1.0 + (i % 7) as f64))
         .sum();
-    let [total] = group.all_reduce_sum([fingerprint]);
-    if total != fingerprint * group.size() as f64 {
-        return Err(format!(
-            "rank {}: the broadcast left the ranks apart",
-            group.rank()
-        ));
-    }
+    group
+        .agree("the parameters after the broadcast", &[fingerprint])
+        .map_err(|e| e.to_string())?;
     let mut alone = build(args)(t.lr);
     alone
         .net()
@@ -188,7 +198,8 @@ fn check(group: &ProcessGroup, args: &Args, steps: usize) -> Result<(), String> 
     for (step, (part, all)) in shards.epoch(0).zip(whole.epoch(0)).take(steps).enumerate() {
         let pred = model.forward(&part.inputs);
         let (_, grads) = model.backward(&pred, &part.targets);
-        model.apply_grads(&group.all_reduce_mean(&params, &grads));
+        let samples = part.indices.len();
+        model.apply_grads(&group.all_reduce_mean(&params, &grads, samples));
         alone.train_step(&all.inputs, &all.targets);
         if args.fail_rank == Some(group.rank()) && step == 0 {
             panic!("failing on purpose after step {step} (--fail-rank)");
@@ -217,7 +228,7 @@ fn check(group: &ProcessGroup, args: &Args, steps: usize) -> Result<(), String> 
     group.barrier();
     let start = Instant::now();
     for _ in 0..50 {
-        drop(group.all_reduce_mean(&params, &grads));
+        drop(group.all_reduce_mean(&params, &grads, 64));
     }
     let per_call = start.elapsed().as_secs_f64() / 50.0;
     if group.is_root() {

@@ -1,7 +1,9 @@
 //! Data-parallel training over MPI (feature `mpi`, on the system's Open MPI through the `mpi`
 //! crate): every process (rank) holds the whole model, takes its share of each batch
 //! ([`crate::data::Batches::shard`]), and averages the gradients with the others before the
-//! optimizer steps, as PyTorch's DistributedDataParallel does.
+//! optimizer steps, as PyTorch's DistributedDataParallel does. Buffers (batch norm's running
+//! statistics) are copied from rank 0 once, by [`ProcessGroup::broadcast`]; afterwards each
+//! rank keeps its own.
 //!
 //! ```no_run
 //! use ferrograd::distributed::ProcessGroup;
@@ -11,15 +13,17 @@
 //! group.abort_on_panic();                       // a failing rank ends the job
 //! manual_seed(0);
 //! let net = Net::new(vec![Box::new(Dense::new(4, 2))]);
-//! group.broadcast(&net);                        // rank 0's weights everywhere
+//! group.broadcast(&net).expect("the same model on every rank"); // rank 0's weights everywhere
 //! let x = Tensor::ones(&[8, 4], DType::F32);
 //! let loss = Layer::forward(&net, &x, Mode::Train).square().mean();
-//! let grads = group.all_reduce_mean(&net.params(), &loss.backward());
+//! let grads = group.all_reduce_mean(&net.params(), &loss.backward(), 8);
 //! Sgd::new(0.1).step(&net.params(), &grads);    // the same step on every rank
 //! ```
 //!
 //! Run with `mpirun -np 2 target/release/examples/mnist_ddp` (as root: `--allow-run-as-root`;
 //! more ranks than cores: `--oversubscribe`).
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use mpi::collective::SystemOperation;
 use mpi::environment::Universe;
@@ -88,22 +92,59 @@ impl ProcessGroup {
     /// Makes a panic on any rank end the whole job with a failing exit code: the panic's
     /// message is printed with the rank, then `MPI_Abort` stops every process. Without it the
     /// other ranks would wait in their next collective for ever.
+    /// Installed once per process (later calls do nothing); a panic after MPI has been
+    /// finalised is reported as usual.
     pub fn abort_on_panic(&self) {
+        static INSTALLED: AtomicBool = AtomicBool::new(false);
+        if INSTALLED.swap(true, Ordering::SeqCst) {
+            return;
+        }
         let rank = self.rank();
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             eprint!("rank {rank}: ");
             previous(info);
-            eprintln!("rank {rank}: aborting the job");
-            SimpleCommunicator::world().abort(1);
+            if mpi::environment::is_initialized() && !mpi::environment::is_finalized() {
+                eprintln!("rank {rank}: aborting the job");
+                SimpleCommunicator::world().abort(1);
+            }
         }));
     }
 
+    /// Checks that every rank passed the same `values` (sizes, counts): `Err` naming `what`
+    /// and this rank's values otherwise, on every rank alike.
+    pub fn agree(&self, what: &str, values: &[f64]) -> Result<()> {
+        let (mut lo, mut hi) = (vec![0.0; values.len()], vec![0.0; values.len()]);
+        self.world
+            .all_reduce_into(values, &mut lo[..], SystemOperation::min());
+        self.world
+            .all_reduce_into(values, &mut hi[..], SystemOperation::max());
+        if lo == hi {
+            Ok(())
+        } else {
+            Err(Error::Distributed(format!(
+                "the ranks disagree on {what}: rank {} has {values:?}, the ranks range from \
+                 {lo:?} to {hi:?}",
+                self.rank()
+            )))
+        }
+    }
+
     /// Copies rank 0's parameters and buffers into every rank's `module` (an identical start
-    /// whatever each rank drew).
-    pub fn broadcast<M: Module + ?Sized>(&self, module: &M) {
+    /// whatever each rank drew). Fails, on every rank and before anything is sent, when the
+    /// ranks' modules differ in the number of parameters or of elements of each dtype.
+    pub fn broadcast<M: Module + ?Sized>(&self, module: &M) -> Result<()> {
         let mut all = module.params();
         all.extend(module.buffers());
+        let mut sizes = vec![all.len() as f64];
+        for dtype in [DType::F32, DType::F64, DType::I64] {
+            let of_dtype = all.iter().filter(|(_, p)| p.dtype() == dtype);
+            sizes.push(of_dtype.map(|(_, p)| p.tensor().numel() as f64).sum());
+        }
+        self.agree(
+            "the module's parameters and buffers (count, f32, f64, i64 elements)",
+            &sizes,
+        )?;
         for dtype in [DType::F32, DType::F64, DType::I64] {
             let group: Vec<&Param> = all
                 .iter()
@@ -123,6 +164,7 @@ impl ProcessGroup {
                 p.set(&t);
             }
         }
+        Ok(())
     }
 
     /// `values` flattened into one buffer, broadcast from rank 0 in buckets, and cut back.
@@ -138,44 +180,69 @@ impl ProcessGroup {
         unflatten(&flat, values)
     }
 
-    /// The average over the ranks of each parameter's gradient (a parameter without one counts
-    /// as zeros), summed in buckets of [`BUCKET_BYTES`]. Every rank must pass the same
-    /// parameters in the same order (the same model).
-    pub fn all_reduce_mean(&self, params: &[(String, Param)], grads: &Gradients) -> Gradients {
+    /// The gradient of the whole global batch from each rank's gradient of its `samples`
+    /// samples: `Σ samples·gradient / Σ samples` over the ranks (a rank with no samples
+    /// contributes nothing), which is the mean over the global batch when each rank's gradient
+    /// is the mean over its own samples, shards of unequal size included. Summed in buckets of
+    /// [`BUCKET_BYTES`]. A parameter no rank has a gradient for gets none, as in one process.
+    /// Every rank must pass the same parameters in the same order (the same model).
+    pub fn all_reduce_mean(
+        &self,
+        params: &[(String, Param)],
+        grads: &Gradients,
+        samples: usize,
+    ) -> Gradients {
         if self.size() == 1 {
             return grads.clone();
         }
+        // The total count, and which parameters have a gradient on some rank, in one call.
+        let mut local: Vec<f64> = vec![samples as f64];
+        local.extend(
+            params
+                .iter()
+                .map(|(_, p)| f64::from(u8::from(grads.get_param(p).is_some()))),
+        );
+        let mut totals = vec![0.0; local.len()];
+        self.world
+            .all_reduce_into(&local[..], &mut totals[..], SystemOperation::sum());
+        let share = if totals[0] > 0.0 {
+            samples as f64 / totals[0]
+        } else {
+            0.0
+        };
         let mut map = IdMap::default();
         for dtype in [DType::F32, DType::F64] {
-            let group: Vec<&Param> = params
+            let group: Vec<(&Param, bool)> = params
                 .iter()
-                .map(|(_, p)| p)
-                .filter(|p| p.dtype() == dtype)
+                .zip(&totals[1..])
+                .filter(|((_, p), _)| p.dtype() == dtype)
+                .map(|((_, p), &any)| (p, any > 0.0))
                 .collect();
             if group.is_empty() {
                 continue;
             }
             let local: Vec<Tensor> = group
                 .iter()
-                .map(|p| {
-                    grads
-                        .get_param(p)
-                        .unwrap_or_else(|| Tensor::zeros(p.shape().as_slice(), dtype))
+                .map(|(p, _)| match grads.get_param(p) {
+                    Some(g) if share > 0.0 => g.mul_scalar(share),
+                    _ => Tensor::zeros(p.shape().as_slice(), dtype),
                 })
                 .collect();
-            let averaged = match dtype {
-                DType::F64 => self.all_reduce_mean_flat::<f64>(&local),
-                _ => self.all_reduce_mean_flat::<f32>(&local),
+            let summed = match dtype {
+                DType::F64 => self.all_reduce_sum_flat::<f64>(&local),
+                _ => self.all_reduce_sum_flat::<f32>(&local),
             };
-            for (p, g) in group.iter().zip(averaged) {
-                map.insert(p.id(), g);
+            for ((p, any), g) in group.iter().zip(summed) {
+                if *any {
+                    map.insert(p.id(), g);
+                }
             }
         }
         Gradients::from_map(map)
     }
 
-    /// `values` flattened, summed over the ranks bucket by bucket, divided by the rank count.
-    fn all_reduce_mean_flat<T>(&self, values: &[Tensor]) -> Vec<Tensor>
+    /// `values` flattened and summed over the ranks, bucket by bucket.
+    fn all_reduce_sum_flat<T>(&self, values: &[Tensor]) -> Vec<Tensor>
     where
         T: crate::tensor::FloatElement + Equivalence,
     {
@@ -186,8 +253,6 @@ impl ProcessGroup {
             self.world
                 .all_reduce_into(send, recv, SystemOperation::sum());
         }
-        let scale = T::from_f64(1.0 / self.size() as f64);
-        sum.iter_mut().for_each(|v| *v = *v * scale);
         unflatten(&sum, values)
     }
 }
