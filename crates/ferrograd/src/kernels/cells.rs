@@ -367,19 +367,33 @@ fn rows_in<'a, T>(s: &'a [T], rows: &Range<usize>, width: usize) -> &'a [T] {
     }
 }
 
-/// Rows `rows` of every step of a time-major `[T, N, width]` buffer: `[T, rows, width]`.
-fn rows_of<T: Float>(x: &[T], sz: SeqSizes, width: usize, rows: &Range<usize>) -> Vec<T> {
-    let mut out = Vec::with_capacity(sz.t * rows.len() * width);
-    for step in 0..sz.t {
-        out.extend_from_slice(&x[(step * sz.n + rows.start) * width..][..rows.len() * width]);
+/// `[A, B, rest]` → `[B, A, rest]`, copied: a part's batch-major rows to time-major and back.
+fn swap_leading<T: Float>(x: &[T], a: usize, b: usize) -> Vec<T> {
+    let rest = x.len() / (a * b).max(1);
+    let mut out = Vec::with_capacity(x.len());
+    for j in 0..b {
+        for i in 0..a {
+            out.extend_from_slice(&x[(i * b + j) * rest..][..rest]);
+        }
     }
     out
 }
 
-/// Runs cell `C` over the time-major input `x_tm` (`[T, N, in]`) from the states `h0`, `c0`,
+/// Part `rows` of a batch-major `[N, T, width]` buffer (its rows are contiguous), time-major:
+/// `[T, rows, width]`.
+fn time_major<T: Float>(x: &[T], sz: SeqSizes, width: usize, rows: &Range<usize>) -> Vec<T> {
+    let per_row = sz.t * width;
+    swap_leading(
+        &x[rows.start * per_row..rows.end * per_row],
+        rows.len(),
+        sz.t,
+    )
+}
+
+/// Runs cell `C` over the batch-first input `x` (`[N, T, in]`) from the states `h0`, `c0`,
 /// each part of the batch on its own thread.
 pub fn sequence_forward<C: Cell, T: Float>(
-    x_tm: &[T],
+    x: &[T],
     [h0, c0]: [&[T]; 2],
     w: Weights<'_, T>,
     sz: SeqSizes,
@@ -389,7 +403,7 @@ pub fn sequence_forward<C: Cell, T: Float>(
     let parts = rows
         .par_iter()
         .map(|r| {
-            let x = rows_of(x_tm, sz, sz.input, r);
+            let x = time_major(x, sz, sz.input, r);
             let states = [rows_in(h0, r, hid), rows_in(c0, r, hid)];
             forward_part::<C, T>(&x, states, w, SeqSizes { n: r.len(), ..sz })
         })
@@ -455,9 +469,9 @@ fn forward_part<C: Cell, T: Float>(
     PartForward { hs, cs, saved }
 }
 
-/// The gradients of a sequence: input (time-major, `[T, N, in]`), initial states, weights.
+/// The gradients of a sequence: input (`[N, T, in]`), initial states, weights.
 pub struct SeqGrads<T> {
-    pub dx_tm: Vec<T>,
+    pub dx: Vec<T>,
     pub dh0: Vec<T>,
     pub dc0: Vec<T>,
     pub dw_ih: Vec<T>,
@@ -467,14 +481,14 @@ pub struct SeqGrads<T> {
 }
 
 /// The derivative of [`sequence_forward`] from the upstream of every step's output
-/// (`dout_tm`, `[T, N, H]`) and of the last states (`dh_n`, `dc_n`), each part of the batch
+/// (`dout`, `[N, T, H]`) and of the last states (`dh_n`, `dc_n`), each part of the batch
 /// on its own thread; the parts' weight gradients are added at the end.
 pub fn sequence_backward<C: Cell, T: Float>(
-    x_tm: &[T],
+    x: &[T],
     fwd: &SeqForward<T>,
     w: Weights<'_, T>,
     sz: SeqSizes,
-    [dout_tm, dh_n, dc_n]: [&[T]; 3],
+    [dout, dh_n, dc_n]: [&[T]; 3],
 ) -> SeqGrads<T> {
     let hid = sz.hidden;
     let grads: Vec<SeqGrads<T>> = fwd
@@ -482,28 +496,24 @@ pub fn sequence_backward<C: Cell, T: Float>(
         .par_iter()
         .zip(&fwd.parts)
         .map(|(r, part)| {
-            let (x, dout) = (rows_of(x_tm, sz, sz.input, r), rows_of(dout_tm, sz, hid, r));
+            let (x, dout) = (time_major(x, sz, sz.input, r), time_major(dout, sz, hid, r));
             let ups = [&dout[..], rows_in(dh_n, r, hid), rows_in(dc_n, r, hid)];
-            backward_part::<C, T>(&x, part, w, SeqSizes { n: r.len(), ..sz }, ups)
+            let mut g = backward_part::<C, T>(&x, part, w, SeqSizes { n: r.len(), ..sz }, ups);
+            g.dx = swap_leading(&g.dx, sz.t, r.len());
+            g
         })
         .collect();
-    merge(grads, &fwd.rows, sz)
+    merge(grads)
 }
 
-/// The gradients of the whole batch from its parts': rows in place, weights summed.
-fn merge<T: Float>(parts: Vec<SeqGrads<T>>, rows: &[Range<usize>], sz: SeqSizes) -> SeqGrads<T> {
-    let mut dx_tm = vec![T::zero(); sz.t * sz.n * sz.input];
-    for (g, r) in parts.iter().zip(rows) {
-        let block = r.len() * sz.input;
-        for step in 0..sz.t {
-            dx_tm[(step * sz.n + r.start) * sz.input..][..block]
-                .copy_from_slice(&g.dx_tm[step * block..][..block]);
-        }
-    }
+/// The gradients of the whole batch from its parts' (in the batch's order): rows joined,
+/// weights summed.
+fn merge<T: Float>(parts: Vec<SeqGrads<T>>) -> SeqGrads<T> {
     let mut it = parts.into_iter();
     let mut total = it.next().expect("a batch has at least one part");
     let add = |a: &mut Vec<T>, b: Vec<T>| a.iter_mut().zip(b).for_each(|(a, b)| *a += b);
     for g in it {
+        total.dx.extend(g.dx);
         total.dh0.extend(g.dh0);
         total.dc0.extend(g.dc0);
         add(&mut total.dw_ih, g.dw_ih);
@@ -511,7 +521,6 @@ fn merge<T: Float>(parts: Vec<SeqGrads<T>>, rows: &[Range<usize>], sz: SeqSizes)
         add(&mut total.db_ih, g.db_ih);
         add(&mut total.db_hh, g.db_hh);
     }
-    total.dx_tm = dx_tm;
     total
 }
 
@@ -569,7 +578,7 @@ fn backward_part<C: Cell, T: Float>(
     }
     let rows = t * n;
     SeqGrads {
-        dx_tm: product(
+        dx: product(
             mat(&dgi, 0, rows, gates, false),
             mat(w.w_ih, 0, gates, input, false),
         ),

@@ -180,6 +180,12 @@ pub(crate) fn direct_lanes(o: usize) -> usize {
     }
 }
 
+/// `o` rounded up to whole blocks of [`direct_lanes`]: the row length of the direct
+/// kernel's weight layout.
+pub(crate) fn direct_width(o: usize) -> usize {
+    o.div_ceil(direct_lanes(o)) * direct_lanes(o)
+}
+
 /// Direct convolution (no column matrix) of every image: `x` is `[N, C, h, w]`, `wt` the weight
 /// laid out `[C, kh, kw, O']` with `O'` the output channels rounded up to [`direct_lanes`]
 /// (zeros beyond `o`), so that each tap is one vector operation over a block of outputs; `y`
@@ -236,7 +242,7 @@ pub(crate) fn direct_conv_weight<T: Float>(
     o: usize,
 ) -> Vec<T> {
     let (image, out) = (c * g.h * g.w, o * g.ho * g.wo);
-    let len = c * g.taps() * o.div_ceil(direct_lanes(o)) * direct_lanes(o);
+    let len = c * g.taps() * direct_width(o);
     x.par_chunks(image.max(1))
         .zip(dy.par_chunks(out.max(1)))
         .fold(
@@ -261,8 +267,7 @@ pub(crate) fn direct_conv_weight<T: Float>(
 fn direct_weight_image<T: Float>(x: &[T], dy: &[T], c: usize, g: &Geom, o: usize, acc: &mut [T]) {
     let (padded, hp, wp) = padded_image(x, c, g);
     // dy with the output channels innermost (zeros past o): [ho·wo, O'].
-    let (plane, lanes) = (g.ho * g.wo, direct_lanes(o));
-    let stride = o.div_ceil(lanes) * lanes;
+    let (plane, lanes, stride) = (g.ho * g.wo, direct_lanes(o), direct_width(o));
     let mut dyt = vec![T::zero(); plane * stride];
     for (oc, channel) in dy.chunks_exact(plane.max(1)).enumerate() {
         for (p, &v) in channel.iter().enumerate() {

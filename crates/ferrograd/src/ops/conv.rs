@@ -486,7 +486,7 @@ fn conv_forward<T: FloatElement>(x: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Tenso
     let mut out = vec![T::zero(); numel_or_panic("conv2d", &[n, o, g.ho, g.wo])];
     if direct_wins(g, groups, k, o) {
         // The weight [O, C·kh·kw] transposed to [C·kh·kw, O'], O' a whole number of blocks.
-        let stride = o.div_ceil(kc::direct_lanes(o)) * kc::direct_lanes(o);
+        let stride = kc::direct_width(o);
         let mut wt = vec![T::zero(); k * stride];
         for (oc, filter) in wd.chunks_exact(k.max(1)).enumerate() {
             for (tap, &v) in filter.iter().enumerate() {
@@ -528,7 +528,7 @@ fn conv_t_forward<T: FloatElement>(u: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Ten
     if let Some(flipped) = as_direct_conv(g, groups, cin, cout) {
         // With a stride of 1 the transposed convolution is a convolution by the flipped
         // kernel, channels swapped: [Cin, Cout, kh, kw] → taps (ci, kh−1−i, kw−1−j) × Cout.
-        let stride = cout.div_ceil(kc::direct_lanes(cout)) * kc::direct_lanes(cout);
+        let stride = kc::direct_width(cout);
         let taps = g.taps();
         let mut wt = vec![T::zero(); cin * taps * stride];
         for (ci, filters) in wd.chunks_exact((cout * taps).max(1)).enumerate() {
@@ -574,7 +574,7 @@ fn conv_weight<T: FloatElement>(x: &Tensor, dy: &Tensor, s: &Sizes<'_>) -> Tenso
     // an inner size of a few dozen); with more rows im2col and the product are faster.
     if direct_wins(g, groups, k, o) && k <= DIRECT_WEIGHT_MAX_ROWS {
         let per_tap = kc::direct_conv_weight(&xd, &dyd, c, g, o);
-        let stride = per_tap.len() / k.max(1);
+        let stride = kc::direct_width(o);
         for (oc, filter) in sum.chunks_exact_mut(k.max(1)).enumerate() {
             for (tap, v) in filter.iter_mut().enumerate() {
                 *v = per_tap[tap * stride + oc];

@@ -44,6 +44,19 @@ impl Tensor {
     }
 }
 
+/// A step's inputs with the one state the single-step ops take: `c` for the LSTM (which reads
+/// no `h`), `h` otherwise.
+fn step_in<'a, C: Cell, T>(gi: &'a [T], gh: &'a [T], state: &'a [T]) -> StepIn<'a, T> {
+    let (h, c): (&[T], &[T]) = if C::HAS_C { (&[], state) } else { (state, &[]) };
+    StepIn {
+        len: state.len(),
+        gi,
+        gh,
+        h,
+        c,
+    }
+}
+
 /// One step of cell `C` as one op: the output is `[2 + SAVED, N, H]` planes (`h'`, `c'` or
 /// zeros, then what the fused rule reads); `state` is `c` for the LSTM, `h` otherwise.
 fn fused_step<C: Cell, T: FloatElement>(gi: &Tensor, gh: &Tensor, state: &Tensor) -> Tensor {
@@ -52,18 +65,7 @@ fn fused_step<C: Cell, T: FloatElement>(gi: &Tensor, gh: &Tensor, state: &Tensor
     let mut out = vec![T::zero(); (2 + C::SAVED) * len];
     let (new, saved) = out.split_at_mut(2 * len);
     let (h_new, c_new) = new.split_at_mut(len);
-    let (h, c): (&[T], &[T]) = if C::HAS_C {
-        (&[], &state)
-    } else {
-        (&state, &[])
-    };
-    let x = StepIn {
-        len,
-        gi: &gi,
-        gh: &gh,
-        h,
-        c,
-    };
+    let x = step_in::<C, T>(&gi, &gh, &state);
     C::forward(
         x,
         hid,
@@ -86,18 +88,7 @@ fn fused_step_backward<C: Cell, T: FloatElement>(
         vec![T::zero(); C::GATES * len],
     );
     let (mut dh, mut dc) = (vec![T::zero(); len], vec![T::zero(); len]);
-    let (h, c): (&[T], &[T]) = if C::HAS_C {
-        (&[], &state)
-    } else {
-        (&state, &[])
-    };
-    let x = StepIn {
-        len,
-        gi: &[],
-        gh: &[],
-        h,
-        c,
-    };
+    let x = step_in::<C, T>(&[], &[], &state);
     let grads = StepGrads {
         dgi: &mut dgi,
         dgh: &mut dgh,

@@ -53,18 +53,6 @@ fn sizes(
     sz
 }
 
-/// `[A, B, rest]` → `[B, A, rest]`, copied.
-fn swap_leading<T: FloatElement>(x: &[T], a: usize, b: usize) -> Vec<T> {
-    let rest = x.len() / (a * b).max(1);
-    let mut out = Vec::with_capacity(x.len());
-    for j in 0..b {
-        for i in 0..a {
-            out.extend_from_slice(&x[(i * b + j) * rest..][..rest]);
-        }
-    }
-    out
-}
-
 /// The packed output: `out [N, T, H]`, then `h_n`, then `c_n` (cells with one), flat.
 fn pack<C: Cell, T: FloatElement>(fwd: &SeqForward<T>, sz: SeqSizes) -> Vec<T> {
     let mut packed = Vec::with_capacity((sz.t + 2) * sz.n * sz.hidden);
@@ -96,9 +84,8 @@ where
 fn run<C: CellOps, T: FloatElement>(inputs: &[&Tensor], sz: SeqSizes) -> Tensor {
     let fwd = {
         let data: Vec<_> = inputs.iter().map(|t| t.contiguous_data::<T>()).collect();
-        let x_tm = swap_leading(&data[0], sz.n, sz.t);
         let c0: &[T] = if C::HAS_C { &data[2] } else { &[] };
-        kc::sequence_forward::<C, T>(&x_tm, [&data[1], c0], weights::<T, C>(&data), sz)
+        kc::sequence_forward::<C, T>(&data[0], [&data[1], c0], weights::<T, C>(&data), sz)
     };
     let k = usize::from(C::HAS_C);
     let packed = Tensor::from_data(pack::<C, T>(&fwd, sz), &[(sz.t + 1 + k) * sz.n * sz.hidden]);
@@ -111,8 +98,7 @@ fn run<C: CellOps, T: FloatElement>(inputs: &[&Tensor], sz: SeqSizes) -> Tensor 
                 .iter()
                 .map(|t| t.contiguous_data::<T>())
                 .collect();
-            let x_tm = swap_leading(&data[0], sz.n, sz.t);
-            fused_backward::<C, T>(&x_tm, &fwd, weights::<T, C>(&data), up, sz)
+            fused_backward::<C, T>(&data[0], &fwd, weights::<T, C>(&data), up, sz)
         };
         grads
             .into_iter()
@@ -124,7 +110,7 @@ fn run<C: CellOps, T: FloatElement>(inputs: &[&Tensor], sz: SeqSizes) -> Tensor 
 
 /// The fused rule: one gradient per input, in the order of `run`'s inputs.
 fn fused_backward<C: Cell, T: FloatElement>(
-    x_tm: &[T],
+    x: &[T],
     fwd: &SeqForward<T>,
     w: Weights<'_, T>,
     up: &Tensor,
@@ -138,16 +124,15 @@ fn fused_backward<C: Cell, T: FloatElement>(
     } = sz;
     let (state, outs) = (n * hidden, n * t * hidden);
     let up = up.contiguous_data::<T>();
-    let dout_tm = swap_leading(&up[..outs], n, t);
     let dc_n: &[T] = if C::HAS_C {
         &up[outs + state..][..state]
     } else {
         &[]
     };
-    let g = kc::sequence_backward::<C, T>(x_tm, fwd, w, sz, [&dout_tm, &up[outs..][..state], dc_n]);
+    let g = kc::sequence_backward::<C, T>(x, fwd, w, sz, [&up[..outs], &up[outs..][..state], dc_n]);
     let gates = C::GATES * hidden;
     let mut grads = vec![
-        Tensor::from_data(swap_leading(&g.dx_tm, t, n), &[n, t, input]),
+        Tensor::from_data(g.dx, &[n, t, input]),
         Tensor::from_data(g.dh0, &[n, hidden]),
     ];
     if C::HAS_C {
