@@ -64,7 +64,8 @@ pub mod from_pytorch {}
 /// The names most programs need.
 pub mod prelude {
     pub use crate::autograd::{
-        custom_gradient, custom_gradient_n, custom_gradient_named, grad_with_graph,
+        custom_gradient, custom_gradient_n, custom_gradient_named, custom_gradient_with_variables,
+        grad_with_graph,
     };
     pub use crate::autograd::{
         detect_anomaly, enable_grad, grad, gradcheck, gradgradcheck, no_grad, GradcheckOptions,

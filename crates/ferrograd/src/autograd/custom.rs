@@ -10,8 +10,9 @@
 
 use std::borrow::Cow;
 
+use super::ids::IdSet;
 use crate::tensor::record::record_impl;
-use crate::tensor::{record, DType, InputGrads, Tensor};
+use crate::tensor::{record, DType, InputGrads, NodeKind, Tensor};
 
 /// The stand-in `f` receives for `input`: same value, tracked back to it through an identity.
 fn stand_in(input: &Tensor) -> Tensor {
@@ -93,6 +94,92 @@ where
         inputs,
         Box::new(move |c, up| checked(&label, rule(up), c.inputs)),
     )
+}
+
+/// [`custom_gradient_named`] for a function that also reads tracked leaves it was not given as
+/// inputs (trainable weights it captures), as TensorFlow's `custom_gradient` with `variables`:
+/// the rule gets the upstream gradient and those leaves (in the order first reached walking
+/// back from the output) and returns the inputs' gradients and the variables' gradients
+/// (`None` for a variable that gets none from this function).
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let w = Tensor::from_vec(vec![1.0f32, 1.0], &[2]).requires_grad();
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3]).requires_grad();
+/// let poly = custom_gradient_with_variables("linear_poly", &[&x], |xs| {
+///     let (w0, w1) = (w.narrow(0, 0, 1), w.narrow(0, 1, 1));
+///     let x = xs[0].clone();
+///     let y = &(&w1 * &x) + &w0;
+///     (y, move |up: &Tensor, vars: &[Tensor]| {
+///         let dw = Tensor::stack(&[&(up * &x).sum(), &up.sum()], 0);
+///         (vec![up * &vars[0].narrow(0, 1, 1)], vec![Some(dw)])
+///     })
+/// });
+/// let g = poly.sum().backward();
+/// assert_eq!(g.get(&w).unwrap().to_vec::<f32>(), vec![6.0, 3.0]);
+/// assert_eq!(g.get(&x).unwrap().to_vec::<f32>(), vec![1.0, 1.0, 1.0]);
+/// ```
+pub fn custom_gradient_with_variables<F, G>(name: &str, inputs: &[&Tensor], f: F) -> Tensor
+where
+    F: FnOnce(&[Tensor]) -> (Tensor, G),
+    G: Fn(&Tensor, &[Tensor]) -> (Vec<Tensor>, Vec<Option<Tensor>>) + Send + Sync + 'static,
+{
+    let stand_ins: Vec<Tensor> = inputs.iter().map(|t| stand_in(t)).collect();
+    let (y, rule) = f(&stand_ins);
+    let variables = captured_leaves(&y, &stand_ins);
+    let n = inputs.len();
+    let all: Vec<&Tensor> = inputs.iter().copied().chain(&variables).collect();
+    let label = name.to_string();
+    record_impl(
+        Cow::Owned(name.to_string()),
+        y.detach(),
+        &all,
+        Box::new(move |c, up| {
+            let (gi, gv) = rule(up, &c.inputs[n..]);
+            assert!(
+                gv.len() == c.inputs.len() - n,
+                "{label}: the gradient function returned {} variable gradients for {} variables",
+                gv.len(),
+                c.inputs.len() - n
+            );
+            assert!(
+                gi.len() == n,
+                "{label}: the gradient function returned {} gradients for {n} inputs",
+                gi.len()
+            );
+            let mut grads = checked(&label, gi, &c.inputs[..n]);
+            let vars = &c.inputs[n..];
+            grads.extend(gv.into_iter().zip(vars).map(|(g, v)| {
+                g.map(|g| {
+                    checked(&label, vec![g], std::slice::from_ref(v))
+                        .remove(0)
+                        .expect("checked")
+                })
+            }));
+            grads
+        }),
+    )
+}
+
+/// The tracked leaves `y` depends on other than through `stand_ins`, in the order first reached.
+fn captured_leaves(y: &Tensor, stand_ins: &[Tensor]) -> Vec<Tensor> {
+    let mut seen: IdSet = stand_ins.iter().filter_map(Tensor::id).collect();
+    let mut stack = vec![y.clone()];
+    let mut leaves = Vec::new();
+    while let Some(t) = stack.pop() {
+        let Some(node) = t.0.node.as_ref() else {
+            continue;
+        };
+        if !seen.insert(node.id) {
+            continue;
+        }
+        match &node.kind {
+            NodeKind::Leaf => leaves.push(t.clone()),
+            NodeKind::Op(rec) => stack.extend(rec.inputs.iter().rev().cloned()),
+        }
+    }
+    leaves
 }
 
 /// Several outputs with one derivative: `f` returns the outputs and a closure from one upstream

@@ -29,6 +29,12 @@ impl Gradients {
         self.map.get(&p.id()).cloned()
     }
 
+    /// Sets the gradient of parameter `p` (replacing any it had): for gradients that come from
+    /// elsewhere than a backward pass (kept beside each parameter by a binding, say).
+    pub fn insert(&mut self, p: &Param, g: Tensor) {
+        self.map.insert(p.id(), g);
+    }
+
     /// Number of leaves with a gradient.
     pub fn len(&self) -> usize {
         self.map.len()

@@ -14,10 +14,12 @@ pub(crate) mod ids;
 mod param;
 
 /// Recording scopes and graph statistics, defined with the tensor's record.
-pub use crate::tensor::{enable_grad, is_grad_enabled, live_nodes, no_grad};
+pub use crate::tensor::{enable_grad, is_grad_enabled, live_nodes, no_grad, set_grad_enabled};
 pub(crate) use anomaly::anomaly_reported;
 pub use anomaly::detect_anomaly;
-pub use custom::{custom_gradient, custom_gradient_n, custom_gradient_named};
+pub use custom::{
+    custom_gradient, custom_gradient_n, custom_gradient_named, custom_gradient_with_variables,
+};
 pub use engine::{grad, grad_with_graph};
 pub use gradcheck::{gradcheck, gradgradcheck, GradcheckOptions};
 pub use gradients::Gradients;

@@ -68,7 +68,9 @@ impl Param {
         }
     }
 
-    pub(crate) fn id(&self) -> u64 {
+    /// The identity this parameter's leaf carries across updates: the key of its gradient,
+    /// equal to [`Tensor::id`] of every value [`Param::tensor`] returns.
+    pub fn id(&self) -> u64 {
         self.id
     }
 

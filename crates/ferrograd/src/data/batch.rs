@@ -8,6 +8,21 @@ use rand::SeedableRng;
 use super::Dataset;
 use crate::tensor::Tensor;
 
+/// The order in which a shuffled epoch visits `len` samples: a permutation fixed by `seed` and
+/// `epoch` alone (the one [`BatchIterator::epoch`] uses), so that another front end (the
+/// Python package) can batch its own arrays in the same order.
+pub fn epoch_order(len: usize, seed: u64, epoch: u64) -> Vec<usize> {
+    // The generator's 32-byte key holds the seed and the epoch side by side, so two different
+    // (seed, epoch) pairs can never share a stream.
+    let mut key = [0u8; 32];
+    key[..8].copy_from_slice(&seed.to_le_bytes());
+    key[8..16].copy_from_slice(&epoch.to_le_bytes());
+    key[16..].copy_from_slice(b"ferrograd:batch.");
+    let mut order: Vec<usize> = (0..len).collect();
+    order.shuffle(&mut StdRng::from_seed(key));
+    order
+}
+
 /// One batch: inputs, targets and the sample indices they came from.
 pub struct Batch {
     /// The samples' inputs, stacked along axis 0.
@@ -125,17 +140,11 @@ impl<'a, D: Dataset> BatchIterator<'a, D> {
         drop_last: bool,
     ) -> Self {
         assert!(batch_size > 0, "BatchIterator: batch size must be positive");
-        let mut order: Vec<usize> = (0..data.len()).collect();
-        if shuffle {
-            // The generator's 32-byte key holds the seed and the epoch side by side, so two
-            // different (seed, epoch) pairs can never share a stream.
-            let mut key = [0u8; 32];
-            key[..8].copy_from_slice(&seed.to_le_bytes());
-            key[8..16].copy_from_slice(&epoch.to_le_bytes());
-            key[16..].copy_from_slice(b"ferrograd:batch.");
-            let mut rng = StdRng::from_seed(key);
-            order.shuffle(&mut rng);
-        }
+        let order = if shuffle {
+            epoch_order(data.len(), seed, epoch)
+        } else {
+            (0..data.len()).collect()
+        };
         BatchIterator {
             data,
             order,

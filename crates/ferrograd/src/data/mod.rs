@@ -4,7 +4,7 @@ mod batch;
 mod idx;
 mod mnist;
 
-pub use batch::{Batch, BatchIterator, Batches, Shard};
+pub use batch::{epoch_order, Batch, BatchIterator, Batches, Shard};
 pub use idx::{encode_idx_u8, parse_idx_u8, read_idx_u8, IdxU8};
 pub use mnist::Mnist;
 

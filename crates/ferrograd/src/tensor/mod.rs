@@ -23,7 +23,7 @@ pub use layout::{broadcast_shapes, checked_numel, contiguous_strides, Layout};
 use crate::kernels::strided::{self, Src};
 pub use crate::kernels::Dims;
 pub(crate) use mode::ModeGuard;
-pub use mode::{enable_grad, is_grad_enabled, no_grad};
+pub use mode::{enable_grad, is_grad_enabled, no_grad, set_grad_enabled};
 pub use record::live_nodes;
 pub(crate) use record::{record, record_nondiff, BackwardCtx, InputGrads, Node, NodeKind};
 

@@ -27,6 +27,13 @@ impl Drop for ModeGuard {
     }
 }
 
+/// Turns recording on this thread on or off until changed again, and returns the previous
+/// setting: for bindings whose scopes are not closures (a Python `with` block), which restore
+/// it on exit. Prefer [`no_grad`] / [`enable_grad`] in Rust.
+pub fn set_grad_enabled(enabled: bool) -> bool {
+    GRAD_ENABLED.with(|g| g.replace(enabled))
+}
+
 /// Runs `f` without recording: results of ops inside are untracked.
 pub fn no_grad<R>(f: impl FnOnce() -> R) -> R {
     let _guard = ModeGuard::set(false);

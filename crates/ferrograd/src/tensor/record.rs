@@ -200,6 +200,12 @@ impl Tensor {
         self.0.node.is_some()
     }
 
+    /// The identity of this tensor's graph node (`None` when untracked): what `Gradients`
+    /// are keyed by; a parameter's leaf keeps its parameter's ([`crate::autograd::Param::id`]).
+    pub fn id(&self) -> Option<u64> {
+        self.0.node.as_ref().map(|n| n.id)
+    }
+
     /// True for a tensor made by `requires_grad()` (or a parameter's value).
     pub fn is_leaf(&self) -> bool {
         self.0
