@@ -1,0 +1,204 @@
+"""ferrograd for Python: n-dimensional tensors on ferrograd's Rust kernels, reverse-mode
+autodiff with higher-order gradients and custom gradients, and tinynn's training pipeline.
+
+    import ferrograd as fg
+    w = fg.tensor([1.0, 2.0], requires_grad=True)
+    loss = (w * w).sum()
+    grads = loss.backward()     # also sets w.grad (replaced on every backward)
+    w.grad                      # tensor([2., 4.])
+
+Errors from the core (shape mismatches, bad axes) raise ``ValueError`` with the core's
+message; file errors raise ``OSError`` naming the file.
+"""
+
+import functools as _functools
+
+from . import _core
+from ._core import (
+    Gradients,
+    Model,
+    Tensor,
+    arange,
+    cat,
+    dtype,
+    full,
+    grad,
+    is_grad_enabled,
+    linspace,
+    live_nodes,
+    manual_seed,
+    ones,
+    rand,
+    randn,
+    set_grad_enabled,
+    tensor,
+    zeros,
+)
+
+float32 = dtype.float32
+float64 = dtype.float64
+int64 = dtype.int64
+float = float32
+double = float64
+long = int64
+
+
+def from_numpy(array, requires_grad=False):
+    """A tensor with ``array``'s values, dtype and shape (the values are copied)."""
+    return tensor(array, requires_grad=requires_grad)
+
+
+def stack(tensors, dim=0, axis=None):
+    """The tensors stacked along a new axis ``dim`` (``axis`` is TensorFlow's name)."""
+    return _core.stack(list(tensors), axis if axis is not None else dim)
+
+
+class no_grad:
+    """``with fg.no_grad():`` (or ``@fg.no_grad()``): nothing inside records a graph.
+
+    Scopes nest and restore the previous setting on exit, also when an exception leaves
+    them. Recording is per thread, as in PyTorch.
+    """
+
+    _enabled = False
+
+    def __init__(self):
+        self._previous = []
+
+    def __enter__(self):
+        self._previous.append(set_grad_enabled(self._enabled))
+        return self
+
+    def __exit__(self, *exc):
+        set_grad_enabled(self._previous.pop())
+        return False
+
+    def __call__(self, func):
+        @_functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            with type(self)():
+                return func(*args, **kwargs)
+
+        return wrapper
+
+
+class enable_grad(no_grad):
+    """Recording on, also inside a ``no_grad`` scope."""
+
+    _enabled = True
+
+
+def _as_tensor(x):
+    return x if isinstance(x, Tensor) else tensor(x)
+
+
+def custom_gradient(f=None, *, name=None):
+    """Decorator for a function with a derivative of its own, as ``tf.custom_gradient``.
+
+    The function takes tensors and returns ``(y, grad_fn)``; ``grad_fn(upstream)`` returns one
+    gradient per argument (a tensor, or a tuple of them). If ``grad_fn`` takes a ``variables``
+    argument, it is called as ``grad_fn(upstream, variables=[...])`` with the trainable
+    leaves the function read besides its arguments (``None`` when there are none) and returns
+    ``(argument_grads, variable_grads)``. When gradients are taken with ``create_graph=True``,
+    ``grad_fn``'s own operations are recorded, so a custom gradient can be differentiated
+    again (a ``custom_gradient`` inside ``grad_fn`` sets the second derivative).
+    """
+
+    def decorate(func):
+        label = name or getattr(func, "__name__", "custom_gradient")
+
+        @_functools.wraps(func)
+        def wrapper(*args):
+            return _core.custom_gradient_call(func, tuple(args), label)
+
+        return wrapper
+
+    return decorate(f) if f is not None else decorate
+
+
+def gradcheck(func, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, second_order=False):
+    """Compares ``func``'s gradients at ``inputs`` (in float64) with central finite
+    differences (and its second derivatives with ``second_order=True``). Returns True or
+    raises ``ValueError`` naming the worst element."""
+    return _core.gradcheck(func, list(inputs), eps, atol, rtol, second_order)
+
+
+def gradgradcheck(func, inputs, eps=1e-6, atol=1e-5, rtol=1e-3):
+    """``gradcheck`` of the second derivatives."""
+    return gradcheck(func, inputs, eps, atol, rtol, second_order=True)
+
+
+def detach(x):
+    """``x`` cut from the graph (``stop_gradient``)."""
+    return _as_tensor(x).detach()
+
+
+stop_gradient = detach
+
+
+def _unary(method):
+    def op(x, *args, **kwargs):
+        return getattr(_as_tensor(x), method)(*args, **kwargs)
+
+    op.__name__ = method
+    op.__doc__ = f"``x.{method}()`` for a tensor or anything ``fg.tensor`` accepts."
+    return op
+
+
+exp = _unary("exp")
+log = _unary("log")
+sqrt = _unary("sqrt")
+square = _unary("square")
+abs = _unary("abs")
+sign = _unary("sign")
+sin = _unary("sin")
+cos = _unary("cos")
+tanh = _unary("tanh")
+sigmoid = _unary("sigmoid")
+relu = _unary("relu")
+softplus = _unary("softplus")
+gelu = _unary("gelu")
+erf = _unary("erf")
+softmax = _unary("softmax")
+log_softmax = _unary("log_softmax")
+matmul = _unary("matmul")
+maximum = _unary("maximum")
+minimum = _unary("minimum")
+clamp = _unary("clamp")
+argmax = _unary("argmax")
+argmin = _unary("argmin")
+transpose = _unary("transpose")
+permute = _unary("permute")
+flatten = _unary("flatten")
+squeeze = _unary("squeeze")
+unsqueeze = _unary("unsqueeze")
+
+
+def sum(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
+    """The sum over ``dim`` (every axis when None); ``axis``/``keepdims`` are numpy's and
+    TensorFlow's names."""
+    dim = axis if axis is not None else dim
+    return _as_tensor(x).sum(dim, keepdim if keepdims is None else keepdims)
+
+
+def mean(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
+    """The mean over ``dim`` (every axis when None)."""
+    dim = axis if axis is not None else dim
+    return _as_tensor(x).mean(dim, keepdim if keepdims is None else keepdims)
+
+
+def reshape(x, shape):
+    """``x`` in a new shape (one axis may be -1)."""
+    return _as_tensor(x).reshape(tuple(shape))
+
+
+# TensorFlow's names, so that code written for tf.custom_gradient and tf.GradientTape
+# (seed 003) runs with `tf.` replaced by `fg.`.
+from ._tape import GradientTape, Variable, constant, function  # noqa: E402
+
+reduce_sum = sum
+reduce_mean = mean
+
+from . import data, math, metrics, nn, optim, random  # noqa: E402
+
+__all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,448 @@
+//! Gradients for Python: the trainable leaves Python holds (and their `.grad`), `Gradients`,
+//! `grad`, recording scopes, custom gradients written in Python, and gradient checks.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
+
+use ferrograd::autograd::custom_gradient_with_variables;
+use ferrograd::prelude::*;
+use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple, PyWeakrefMethods, PyWeakrefReference};
+
+use crate::convert::to_tensor;
+use crate::guard;
+use crate::tensor::{PyTensor, Value};
+
+/// A trainable leaf seen from Python: the parameter (value and identity) and the gradient the
+/// last backward gave it.
+pub struct Leaf {
+    pub param: Param,
+    grad: Mutex<Option<Tensor>>,
+    /// The Python object that first wrapped this leaf, so that the same parameter reached
+    /// twice (a layer's `weight`, a custom gradient's `variables`) is the same object.
+    owner: Mutex<Option<Py<PyWeakrefReference>>>,
+}
+
+impl Leaf {
+    pub fn grad(&self) -> Option<Tensor> {
+        lock(&self.grad).clone()
+    }
+
+    pub fn set_grad(&self, g: Option<Tensor>) {
+        *lock(&self.grad) = g;
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Every leaf Python holds, by parameter identity. Entries die with their last Python
+/// wrapper and are swept when the table has doubled since the last sweep.
+struct Registry {
+    leaves: HashMap<u64, Weak<Leaf>>,
+    sweep_at: usize,
+}
+
+static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| {
+    Mutex::new(Registry {
+        leaves: HashMap::new(),
+        sweep_at: 64,
+    })
+});
+
+/// The leaf of `param`, shared by every Python object that wraps it.
+pub fn leaf_of(param: &Param) -> Arc<Leaf> {
+    let mut reg = lock(&REGISTRY);
+    if let Some(leaf) = reg.leaves.get(&param.id()).and_then(Weak::upgrade) {
+        return leaf;
+    }
+    let leaf = Arc::new(Leaf {
+        param: param.clone(),
+        grad: Mutex::new(None),
+        owner: Mutex::new(None),
+    });
+    reg.leaves.insert(param.id(), Arc::downgrade(&leaf));
+    if reg.leaves.len() >= reg.sweep_at {
+        reg.leaves.retain(|_, w| w.strong_count() > 0);
+        reg.sweep_at = (2 * reg.leaves.len()).max(64);
+    }
+    leaf
+}
+
+/// A new trainable leaf holding `value`.
+pub fn new_leaf(value: &Tensor) -> Arc<Leaf> {
+    leaf_of(&Param::new(value.clone()))
+}
+
+/// The Python object for `param`: the one already wrapping it if it is alive, else a new one.
+pub fn wrap_param(py: Python<'_>, param: &Param) -> PyResult<Py<PyAny>> {
+    leaf_object(py, leaf_of(param))
+}
+
+/// The Python object of `leaf`: the one already wrapping it if it is alive, else a new one
+/// that later lookups return.
+pub fn leaf_object(py: Python<'_>, leaf: Arc<Leaf>) -> PyResult<Py<PyAny>> {
+    if let Some(obj) = lock(&leaf.owner)
+        .as_ref()
+        .and_then(|w| w.bind(py).upgrade())
+    {
+        return Ok(obj.unbind());
+    }
+    let obj = Bound::new(
+        py,
+        PyTensor {
+            value: Value::Leaf(leaf.clone()),
+        },
+    )?
+    .into_any();
+    set_owner(&leaf, &obj)?;
+    Ok(obj.unbind())
+}
+
+/// Makes `obj` the Python object that stands for `leaf`.
+pub fn set_owner(leaf: &Leaf, obj: &Bound<'_, PyAny>) -> PyResult<()> {
+    *lock(&leaf.owner) = Some(PyWeakrefReference::new(obj)?.unbind());
+    Ok(())
+}
+
+/// The Python object of a tracked leaf tensor the core hands back (a custom gradient's
+/// variable): its wrapper when Python holds it, else a plain tensor.
+fn wrap_leaf_tensor(py: Python<'_>, t: &Tensor) -> PyResult<Py<PyAny>> {
+    let leaf = t
+        .id()
+        .and_then(|id| lock(&REGISTRY).leaves.get(&id).and_then(Weak::upgrade));
+    match leaf {
+        Some(leaf) => wrap_param(py, &leaf.param),
+        None => Ok(Bound::new(py, PyTensor::new(t.clone()))?
+            .into_any()
+            .unbind()),
+    }
+}
+
+/// Sets `.grad` of every leaf Python holds that received a gradient.
+pub fn set_leaf_grads(grads: &Gradients) {
+    let live: Vec<Arc<Leaf>> = lock(&REGISTRY)
+        .leaves
+        .values()
+        .filter_map(Weak::upgrade)
+        .collect();
+    for leaf in live {
+        if let Some(g) = grads.get_param(&leaf.param) {
+            leaf.set_grad(Some(g));
+        }
+    }
+}
+
+/// The result of a backward pass: the gradient of each trainable leaf, looked up by the leaf
+/// (`grads[w]`). Fresh on every backward; add two to accumulate.
+#[pyclass(name = "Gradients", module = "ferrograd")]
+pub struct PyGradients {
+    pub grads: Gradients,
+}
+
+fn leaf_gradient(grads: &Gradients, t: &Bound<'_, PyAny>) -> PyResult<Option<Tensor>> {
+    let t = t
+        .cast::<PyTensor>()
+        .map_err(|_| PyTypeError::new_err("gradients are looked up by tensor"))?;
+    Ok(match &t.borrow().value {
+        Value::Leaf(l) => grads.get_param(&l.param),
+        Value::Plain(x) => grads.get(x),
+    })
+}
+
+#[pymethods]
+impl PyGradients {
+    fn __getitem__(&self, t: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        leaf_gradient(&self.grads, t)?
+            .map(PyTensor::new)
+            .ok_or_else(|| PyKeyError::new_err("this tensor received no gradient"))
+    }
+
+    /// The gradient of `t`, or `default` when `t` does not reach the result.
+    #[pyo3(signature = (t, default=None))]
+    fn get(
+        &self,
+        py: Python<'_>,
+        t: &Bound<'_, PyAny>,
+        default: Option<Py<PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        Ok(match leaf_gradient(&self.grads, t)? {
+            Some(g) => Bound::new(py, PyTensor::new(g))?.into_any().unbind(),
+            None => default.unwrap_or_else(|| py.None()),
+        })
+    }
+
+    fn __contains__(&self, t: &Bound<'_, PyAny>) -> PyResult<bool> {
+        Ok(leaf_gradient(&self.grads, t)?.is_some())
+    }
+
+    fn __len__(&self) -> usize {
+        self.grads.len()
+    }
+
+    fn __add__(&self, other: PyRef<'_, PyGradients>) -> PyGradients {
+        PyGradients {
+            grads: &self.grads + &other.grads,
+        }
+    }
+
+    /// Every gradient multiplied by `factor`.
+    fn scale(&self, factor: f64) -> PyGradients {
+        PyGradients {
+            grads: self.grads.scale(factor),
+        }
+    }
+
+    /// The L2 norm of all gradients together.
+    fn norm(&self) -> f64 {
+        self.grads.norm()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Gradients({} tensors)", self.grads.len())
+    }
+}
+
+fn tensors(objs: &Bound<'_, PyAny>) -> PyResult<(Vec<Tensor>, bool)> {
+    if objs.cast::<PyTensor>().is_ok() {
+        return Ok((vec![to_tensor(objs, None)?], true));
+    }
+    let list: Vec<Bound<'_, PyAny>> = objs.extract()?;
+    Ok((
+        list.iter()
+            .map(|o| to_tensor(o, None))
+            .collect::<PyResult<_>>()?,
+        false,
+    ))
+}
+
+/// `grad(outputs, inputs, grad_outputs=None, create_graph=False)`: the gradients of
+/// `outputs` (one element, or weighted by `grad_outputs`) with respect to each of `inputs`,
+/// zeros for an input it does not depend on. Sets no `.grad`.
+#[pyfunction]
+#[pyo3(signature = (outputs, inputs, grad_outputs=None, create_graph=false))]
+pub fn grad<'py>(
+    py: Python<'py>,
+    outputs: &Bound<'py, PyAny>,
+    inputs: &Bound<'py, PyAny>,
+    grad_outputs: Option<&Bound<'py, PyAny>>,
+    create_graph: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let y = to_tensor(outputs, None)?;
+    let (xs, single) = tensors(inputs)?;
+    let seed = grad_outputs
+        .filter(|g| !g.is_none())
+        .map(|g| to_tensor(g, Some(y.dtype())))
+        .transpose()?;
+    let gs = guard::run_heavy(py, true, || {
+        let y = match &seed {
+            Some(s) => (&y * &s.detach()).sum(),
+            None => y,
+        };
+        let refs: Vec<&Tensor> = xs.iter().collect();
+        if create_graph {
+            grad_with_graph(&y, &refs)
+        } else {
+            ferrograd::prelude::grad(&y, &refs)
+        }
+    })?;
+    let mut out: Vec<Bound<'py, PyAny>> = gs
+        .into_iter()
+        .map(|g| Ok(Bound::new(py, PyTensor::new(g))?.into_any()))
+        .collect::<PyResult<_>>()?;
+    Ok(if single {
+        out.remove(0)
+    } else {
+        PyList::new(py, out)?.into_any()
+    })
+}
+
+/// Turns recording on this thread on or off; returns the previous setting (what
+/// `ferrograd.no_grad()` uses).
+#[pyfunction]
+pub fn set_grad_enabled(enabled: bool) -> bool {
+    ferrograd::autograd::set_grad_enabled(enabled)
+}
+
+#[pyfunction]
+pub fn is_grad_enabled() -> bool {
+    ferrograd::autograd::is_grad_enabled()
+}
+
+/// The gradients a Python rule returned: one tensor, or a sequence of them.
+fn returned_tensors(r: &Bound<'_, PyAny>, what: &str) -> Vec<Tensor> {
+    let list: PyResult<Vec<Tensor>> = if r.cast::<PyTensor>().is_ok() {
+        to_tensor(r, None).map(|t| vec![t])
+    } else {
+        r.extract::<Vec<Bound<'_, PyAny>>>()
+            .and_then(|l| l.iter().map(|o| to_tensor(o, None)).collect())
+    };
+    list.unwrap_or_else(|e| guard::raise_through(e, what))
+}
+
+/// Calls the user's function on stand-ins of its inputs; it must return `(y, grad_fn)`.
+fn call_forward(
+    py: Python<'_>,
+    f: &Bound<'_, PyAny>,
+    stand_ins: &[Tensor],
+    name: &str,
+) -> (Tensor, Py<PyAny>) {
+    let result = (|| -> PyResult<(Tensor, Py<PyAny>)> {
+        let args: Vec<Bound<'_, PyAny>> = stand_ins
+            .iter()
+            .map(|t| Ok(Bound::new(py, PyTensor::new(t.clone()))?.into_any()))
+            .collect::<PyResult<_>>()?;
+        let out = f.call1(PyTuple::new(py, args)?)?;
+        let (y, rule): (Bound<'_, PyAny>, Bound<'_, PyAny>) = out.extract().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{name}: a custom_gradient function must return (output, grad_fn)"
+            ))
+        })?;
+        Ok((to_tensor(&y, None)?, rule.unbind()))
+    })();
+    result.unwrap_or_else(|e| guard::raise_through(e, name))
+}
+
+/// Whether a `grad_fn` takes TensorFlow's `variables` argument.
+fn takes_variables(py: Python<'_>, rule: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let params = py
+        .import("inspect")?
+        .call_method1("signature", (rule,))?
+        .getattr("parameters")?;
+    params.contains("variables")
+}
+
+/// `f(*args)` with the derivative `f` defines: `f` returns `(y, grad_fn)`, and
+/// `grad_fn(upstream)` returns one gradient per argument. A `grad_fn` that takes `variables`
+/// is called as `grad_fn(upstream, variables=[...])` with the trainable leaves `f` read
+/// besides its arguments (None when there are none) and returns
+/// `(argument_grads, variable_grads)`.
+#[pyfunction]
+pub fn custom_gradient_call(
+    py: Python<'_>,
+    f: &Bound<'_, PyAny>,
+    args: &Bound<'_, PyTuple>,
+    name: String,
+) -> PyResult<PyTensor> {
+    let inputs: Vec<Tensor> = args
+        .iter()
+        .map(|a| to_tensor(&a, None))
+        .collect::<PyResult<_>>()?;
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    let label = name.clone();
+    let y = guard::run(|| {
+        custom_gradient_with_variables(&name, &refs, |xs| {
+            let (y, rule) = call_forward(py, f, xs, &name);
+            let wants = takes_variables(py, rule.bind(py))
+                .unwrap_or_else(|e| guard::raise_through(e, &name));
+            (y, move |up: &Tensor, vars: &[Tensor]| {
+                if wants {
+                    rule_with_variables(&rule, up, vars, &label)
+                } else {
+                    (plain_rule(&rule, up, &label), vec![None; vars.len()])
+                }
+            })
+        })
+    })?;
+    Ok(PyTensor::new(y))
+}
+
+fn plain_rule(rule: &Py<PyAny>, up: &Tensor, label: &str) -> Vec<Tensor> {
+    Python::attach(|py| {
+        let r = Bound::new(py, PyTensor::new(up.clone()))
+            .and_then(|up| rule.bind(py).call1((up,)))
+            .unwrap_or_else(|e| guard::raise_through(e, label));
+        returned_tensors(&r, label)
+    })
+}
+
+fn rule_with_variables(
+    rule: &Py<PyAny>,
+    up: &Tensor,
+    vars: &[Tensor],
+    label: &str,
+) -> (Vec<Tensor>, Vec<Option<Tensor>>) {
+    Python::attach(|py| {
+        let result = (|| -> PyResult<(Vec<Tensor>, Vec<Option<Tensor>>)> {
+            let up = Bound::new(py, PyTensor::new(up.clone()))?;
+            let vs: Vec<Py<PyAny>> = vars
+                .iter()
+                .map(|v| wrap_leaf_tensor(py, v))
+                .collect::<PyResult<_>>()?;
+            let kwargs = pyo3::types::PyDict::new(py);
+            if vs.is_empty() {
+                kwargs.set_item("variables", py.None())?;
+            } else {
+                kwargs.set_item("variables", PyList::new(py, vs)?)?;
+            }
+            let r = rule.bind(py).call((up,), Some(&kwargs))?;
+            let (gi, gv): (Bound<'_, PyAny>, Bound<'_, PyAny>) = r.extract().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "{label}: a grad_fn taking variables must return (input_grads, variable_grads)"
+                ))
+            })?;
+            let gv: Vec<Option<Tensor>> = if gv.is_none() {
+                vec![None; vars.len()]
+            } else {
+                gv.extract::<Vec<Bound<'_, PyAny>>>()?
+                    .iter()
+                    .map(|g| {
+                        if g.is_none() {
+                            Ok(None)
+                        } else {
+                            to_tensor(g, None).map(Some)
+                        }
+                    })
+                    .collect::<PyResult<_>>()?
+            };
+            Ok((returned_tensors(&gi, label), gv))
+        })();
+        result.unwrap_or_else(|e| guard::raise_through(e, label))
+    })
+}
+
+/// `gradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, second_order=False)`: compares the
+/// gradients of `f` at `inputs` (converted to float64) with central finite differences;
+/// with `second_order=True`, also its second derivatives. Returns True, or raises
+/// `ValueError` naming the worst element.
+#[pyfunction]
+#[pyo3(signature = (f, inputs, eps=1e-6, atol=1e-5, rtol=1e-3, second_order=false))]
+pub fn gradcheck(
+    py: Python<'_>,
+    f: &Bound<'_, PyAny>,
+    inputs: &Bound<'_, PyAny>,
+    eps: f64,
+    atol: f64,
+    rtol: f64,
+    second_order: bool,
+) -> PyResult<bool> {
+    let (xs, _) = tensors(inputs)?;
+    let opts = GradcheckOptions {
+        eps,
+        atol,
+        rtol,
+        ..GradcheckOptions::default()
+    };
+    let call = |args: &[Tensor]| -> Tensor {
+        let result = (|| -> PyResult<Tensor> {
+            let objs: Vec<Bound<'_, PyAny>> = args
+                .iter()
+                .map(|t| Ok(Bound::new(py, PyTensor::new(t.clone()))?.into_any()))
+                .collect::<PyResult<_>>()?;
+            to_tensor(&f.call1(PyTuple::new(py, objs)?)?, None)
+        })();
+        result.unwrap_or_else(|e| guard::raise_through(e, "gradcheck"))
+    };
+    let checked = guard::run(|| {
+        if second_order {
+            gradgradcheck(call, &xs, &opts)
+        } else {
+            ferrograd::prelude::gradcheck(call, &xs, &opts)
+        }
+    })?;
+    checked
+        .map(|()| true)
+        .map_err(|e| PyValueError::new_err(e.to_string()))
+}

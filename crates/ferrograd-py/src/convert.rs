@@ -1,0 +1,225 @@
+//! Between Python values and tensors: dtypes, numpy arrays, nested lists and scalars.
+
+use ferrograd::prelude::{DType, Tensor};
+use numpy::ndarray::{ArrayD, IxDyn};
+use numpy::{IntoPyArray, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray};
+use numpy::{PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyFloat, PyInt, PyString};
+
+use crate::tensor::PyTensor;
+
+/// A tensor's element type: `ferrograd.float32`, `ferrograd.float64` or `ferrograd.int64`.
+#[pyclass(name = "dtype", module = "ferrograd", eq, eq_int, frozen, hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PyDType {
+    /// 32-bit float, the default.
+    #[pyo3(name = "float32")]
+    Float32,
+    /// 64-bit float.
+    #[pyo3(name = "float64")]
+    Float64,
+    /// 64-bit integer (labels and indices; no arithmetic gradients).
+    #[pyo3(name = "int64")]
+    Int64,
+}
+
+#[pymethods]
+impl PyDType {
+    fn __repr__(&self) -> String {
+        format!("ferrograd.{}", self.name())
+    }
+
+    fn __str__(&self) -> String {
+        self.__repr__()
+    }
+
+    /// The numpy name of this dtype.
+    #[getter]
+    pub fn name(&self) -> &'static str {
+        match self {
+            PyDType::Float32 => "float32",
+            PyDType::Float64 => "float64",
+            PyDType::Int64 => "int64",
+        }
+    }
+
+    /// Whether this is a floating-point dtype.
+    #[getter]
+    fn is_floating_point(&self) -> bool {
+        !matches!(self, PyDType::Int64)
+    }
+}
+
+impl From<DType> for PyDType {
+    fn from(d: DType) -> Self {
+        match d {
+            DType::F32 => PyDType::Float32,
+            DType::F64 => PyDType::Float64,
+            DType::I64 => PyDType::Int64,
+        }
+    }
+}
+
+impl From<PyDType> for DType {
+    fn from(d: PyDType) -> Self {
+        match d {
+            PyDType::Float32 => DType::F32,
+            PyDType::Float64 => DType::F64,
+            PyDType::Int64 => DType::I64,
+        }
+    }
+}
+
+/// A dtype given as `ferrograd.float32`, a name (`"float64"`) or anything numpy reads as a
+/// dtype (`numpy.float32`).
+pub fn dtype_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<DType>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(None);
+    };
+    if let Ok(d) = obj.cast::<PyDType>() {
+        return Ok(Some((*d.get()).into()));
+    }
+    let name: String = if obj.is_instance_of::<PyString>() {
+        obj.extract()?
+    } else {
+        let np = obj.py().import("numpy")?;
+        np.call_method1("dtype", (obj,))?
+            .getattr("name")?
+            .extract()?
+    };
+    match name.as_str() {
+        "float32" | "float" | "f32" => Ok(Some(DType::F32)),
+        "float64" | "double" | "f64" => Ok(Some(DType::F64)),
+        "int64" | "long" | "i64" => Ok(Some(DType::I64)),
+        other => Err(PyTypeError::new_err(format!(
+            "unsupported dtype {other:?}: ferrograd has float32, float64 and int64"
+        ))),
+    }
+}
+
+/// The tensor `obj` stands for: a Tensor (converted to `dtype` if given), a Python number, a
+/// numpy array (its dtype kept: float16 widens to float32, other integers and bools become
+/// int64) or a nested list (floats become float32 and integers int64, as in PyTorch).
+pub fn to_tensor(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Tensor> {
+    if let Ok(t) = obj.cast::<PyTensor>() {
+        let t = t.borrow().tensor();
+        return Ok(match dtype {
+            Some(d) if d != t.dtype() => t.to_dtype(d),
+            _ => t,
+        });
+    }
+    if obj.is_instance_of::<PyBool>() || obj.is_instance_of::<PyInt>() {
+        let v: i64 = obj.extract()?;
+        return Ok(match dtype.unwrap_or(DType::I64) {
+            DType::I64 => Tensor::scalar(v),
+            d => Tensor::full(&[], v as f64, d),
+        });
+    }
+    if obj.is_instance_of::<PyFloat>() {
+        let v: f64 = obj.extract()?;
+        return Ok(Tensor::full(&[], v, dtype.unwrap_or(DType::F32)));
+    }
+    from_array_like(obj, dtype)
+}
+
+fn from_array_like(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Tensor> {
+    let py = obj.py();
+    let np = py.import("numpy")?;
+    let was_array = obj.cast::<PyUntypedArray>().is_ok();
+    let arr = np.call_method1("ascontiguousarray", (obj,)).map_err(|e| {
+        PyTypeError::new_err(format!(
+            "cannot make a tensor of a {}: {e}",
+            obj.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })?;
+    let untyped = arr.cast::<PyUntypedArray>()?;
+    let descr = untyped.dtype();
+    let kind = descr.kind() as char;
+    let target = match (dtype, kind) {
+        (Some(d), _) => d,
+        (None, 'f') if was_array && descr.itemsize() == 8 => DType::F64,
+        (None, 'f') => DType::F32,
+        (None, 'i' | 'u' | 'b') => DType::I64,
+        _ => {
+            return Err(PyTypeError::new_err(format!(
+                "cannot make a tensor of numpy dtype {} (numbers only)",
+                descr.str()?
+            )))
+        }
+    };
+    let name = match target {
+        DType::F32 => "float32",
+        DType::F64 => "float64",
+        DType::I64 => "int64",
+    };
+    let arr = arr.call_method("astype", (name,), None)?;
+    let shape: Vec<usize> = arr.cast::<PyUntypedArray>()?.shape().to_vec();
+    Ok(match target {
+        DType::F32 => Tensor::from_vec(read::<f32>(&arr)?, &shape),
+        DType::F64 => Tensor::from_vec(read::<f64>(&arr)?, &shape),
+        DType::I64 => Tensor::from_vec(read::<i64>(&arr)?, &shape),
+    })
+}
+
+fn read<T: numpy::Element + Copy>(arr: &Bound<'_, PyAny>) -> PyResult<Vec<T>> {
+    let typed = arr.cast::<PyArrayDyn<T>>()?;
+    let view: PyReadonlyArrayDyn<'_, T> = typed.readonly();
+    Ok(match view.as_slice() {
+        Ok(s) => s.to_vec(),
+        Err(_) => view.as_array().iter().copied().collect(),
+    })
+}
+
+/// A numpy array holding a copy of `t`'s values, of its dtype and shape.
+pub fn to_numpy<'py>(py: Python<'py>, t: &Tensor) -> Bound<'py, PyAny> {
+    fn array<'py, T: numpy::Element>(
+        py: Python<'py>,
+        v: Vec<T>,
+        shape: &[usize],
+    ) -> Bound<'py, PyAny> {
+        ArrayD::from_shape_vec(IxDyn(shape), v)
+            .expect("a tensor's values fill its shape")
+            .into_pyarray(py)
+            .into_any()
+    }
+    match t.dtype() {
+        DType::F32 => array(py, t.to_vec::<f32>(), t.shape()),
+        DType::F64 => array(py, t.to_vec::<f64>(), t.shape()),
+        DType::I64 => array(py, t.to_vec::<i64>(), t.shape()),
+    }
+}
+
+/// The right-hand side of an arithmetic operator.
+pub enum Operand {
+    /// A tensor (a non-tensor array is converted to the left side's dtype).
+    Tensor(Tensor),
+    /// A Python number, applied without making a tensor of it.
+    Scalar(f64),
+}
+
+/// `obj` as the other operand of an op on a tensor of dtype `like`.
+pub fn operand(obj: &Bound<'_, PyAny>, like: DType) -> PyResult<Operand> {
+    if let Ok(t) = obj.cast::<PyTensor>() {
+        return Ok(Operand::Tensor(t.borrow().tensor()));
+    }
+    if (obj.is_instance_of::<PyFloat>() || obj.is_instance_of::<PyInt>())
+        && !obj.is_instance_of::<PyBool>()
+    {
+        return Ok(Operand::Scalar(obj.extract()?));
+    }
+    Ok(Operand::Tensor(to_tensor(obj, Some(like))?))
+}
+
+/// Axes given as `None` (every axis), an int or a sequence of ints.
+pub fn axes_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<isize>>> {
+    match obj.filter(|o| !o.is_none()) {
+        None => Ok(None),
+        Some(o) if o.is_instance_of::<PyInt>() => Ok(Some(vec![o.extract()?])),
+        Some(o) => Ok(Some(o.extract()?)),
+    }
+}

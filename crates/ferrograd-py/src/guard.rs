@@ -1,0 +1,83 @@
+//! Calls into the Rust core from Python: a panic (a shape error, a bad axis) becomes a
+//! `ValueError` carrying the core's message instead of PyO3's `PanicException`, and an
+//! exception raised by a Python callback inside the core (a custom gradient's rule) reaches the
+//! caller unchanged.
+
+use std::cell::RefCell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Once;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+/// Guarded calls in progress on any thread: their panics are reported as exceptions, so the
+/// panic hook stays quiet about them (kernel threads included).
+static GUARDED: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// The exception a Python callback raised, waiting for the unwinding core to return it.
+    static PENDING: RefCell<Option<PyErr>> = const { RefCell::new(None) };
+}
+
+/// Keeps the default panic message for panics nobody turns into an exception.
+pub fn install_panic_hook() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if GUARDED.load(Ordering::Relaxed) == 0 {
+                previous(info);
+            }
+        }));
+    });
+}
+
+fn catch<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+    GUARDED.fetch_add(1, Ordering::Relaxed);
+    let result = catch_unwind(AssertUnwindSafe(f));
+    GUARDED.fetch_sub(1, Ordering::Relaxed);
+    result.map_err(|payload| {
+        payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "ferrograd: an operation failed".to_string())
+    })
+}
+
+fn to_pyerr(message: String) -> PyErr {
+    PENDING
+        .with(|p| p.borrow_mut().take())
+        .unwrap_or_else(|| PyValueError::new_err(message))
+}
+
+/// Runs `f` holding the GIL (small work, or work that calls back into Python).
+pub fn run<R>(f: impl FnOnce() -> R) -> PyResult<R> {
+    catch(f).map_err(to_pyerr)
+}
+
+/// Runs `f` with the GIL released when `heavy` (kernels worth letting other Python threads
+/// run beside; a small op would spend longer releasing and taking the GIL than computing).
+pub fn run_heavy<R: Send>(
+    py: Python<'_>,
+    heavy: bool,
+    f: impl FnOnce() -> R + Send,
+) -> PyResult<R> {
+    if heavy {
+        py.detach(|| catch(f)).map_err(to_pyerr)
+    } else {
+        run(f)
+    }
+}
+
+/// Elements above which an op releases the GIL while it runs.
+pub const HEAVY: usize = 1 << 15;
+
+/// Called where a Python callback failed inside the core: keeps `err` for the guarded call to
+/// raise, and unwinds out of the core to it.
+pub fn raise_through(err: PyErr, context: &str) -> ! {
+    let message = format!("{context}: {err}");
+    PENDING.with(|p| *p.borrow_mut() = Some(err));
+    std::panic::panic_any(message)
+}

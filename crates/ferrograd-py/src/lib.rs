@@ -1,0 +1,259 @@
+//! `ferrograd._core`, the extension module under the Python package `ferrograd`
+//! (`python/ferrograd/`): tensors and autodiff, layers, losses, optimizers and data loading,
+//! on the Rust crate's kernels.
+
+mod autograd;
+mod convert;
+mod guard;
+mod index;
+mod nn;
+mod tensor;
+mod train;
+
+use ferrograd::prelude::*;
+use numpy::ndarray::Array1;
+use numpy::IntoPyArray;
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use convert::{dtype_arg, to_numpy, to_tensor, PyDType};
+use tensor::PyTensor;
+
+fn shape_of(args: &Bound<'_, PyTuple>) -> PyResult<Vec<usize>> {
+    if args.len() == 1 {
+        if let Ok(v) = args.get_item(0)?.extract::<Vec<usize>>() {
+            return Ok(v);
+        }
+    }
+    args.extract()
+}
+
+fn dtype_or_f32(dtype: Option<&Bound<'_, PyAny>>) -> PyResult<DType> {
+    Ok(dtype_arg(dtype)?.unwrap_or(DType::F32))
+}
+
+/// `tensor(data, dtype=None, requires_grad=False)`: a tensor from a numpy array (its dtype
+/// kept), a nested list (floats become float32, ints int64) or a number; with
+/// `requires_grad=True`, a trainable leaf whose `.grad` backward sets.
+#[pyfunction]
+#[pyo3(name = "tensor", signature = (data, dtype=None, requires_grad=false))]
+fn make_tensor(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    requires_grad: bool,
+) -> PyResult<Py<PyAny>> {
+    tensor::make(py, data, dtype, requires_grad)
+}
+
+/// Zeros of `shape` (`zeros(2, 3)` or `zeros((2, 3))`).
+#[pyfunction]
+#[pyo3(signature = (*shape, dtype=None, requires_grad=false))]
+fn zeros(
+    shape: &Bound<'_, PyTuple>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    requires_grad: bool,
+) -> PyResult<Py<PyAny>> {
+    let t = Tensor::zeros(&shape_of(shape)?, dtype_or_f32(dtype)?);
+    leaf_if(t, requires_grad)
+}
+
+#[pyfunction]
+#[pyo3(signature = (*shape, dtype=None, requires_grad=false))]
+fn ones(
+    shape: &Bound<'_, PyTuple>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    requires_grad: bool,
+) -> PyResult<Py<PyAny>> {
+    let t = Tensor::ones(&shape_of(shape)?, dtype_or_f32(dtype)?);
+    leaf_if(t, requires_grad)
+}
+
+#[pyfunction]
+#[pyo3(signature = (shape, fill_value, dtype=None, requires_grad=false))]
+fn full(
+    shape: Vec<usize>,
+    fill_value: f64,
+    dtype: Option<&Bound<'_, PyAny>>,
+    requires_grad: bool,
+) -> PyResult<Py<PyAny>> {
+    leaf_if(
+        Tensor::full(&shape, fill_value, dtype_or_f32(dtype)?),
+        requires_grad,
+    )
+}
+
+/// Standard normal samples from the generator `manual_seed` sets.
+#[pyfunction]
+#[pyo3(signature = (*shape, dtype=None, requires_grad=false))]
+fn randn(
+    shape: &Bound<'_, PyTuple>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    requires_grad: bool,
+) -> PyResult<Py<PyAny>> {
+    let (shape, dtype) = (shape_of(shape)?, dtype_or_f32(dtype)?);
+    leaf_if(
+        guard::run(|| Tensor::randn_default(&shape, dtype))?,
+        requires_grad,
+    )
+}
+
+/// Uniform samples in [0, 1) from the generator `manual_seed` sets.
+#[pyfunction]
+#[pyo3(signature = (*shape, dtype=None, requires_grad=false))]
+fn rand(
+    shape: &Bound<'_, PyTuple>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    requires_grad: bool,
+) -> PyResult<Py<PyAny>> {
+    let (shape, dtype) = (shape_of(shape)?, dtype_or_f32(dtype)?);
+    leaf_if(
+        guard::run(|| Tensor::rand_uniform_default(&shape, 0.0, 1.0, dtype))?,
+        requires_grad,
+    )
+}
+
+/// `arange(start, end, step=1.0)` (or `arange(end)`), float32 unless `dtype` says.
+#[pyfunction]
+#[pyo3(signature = (start, end=None, step=1.0, dtype=None))]
+fn arange(
+    start: f64,
+    end: Option<f64>,
+    step: f64,
+    dtype: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyTensor> {
+    let (a, b) = match end {
+        Some(e) => (start, e),
+        None => (0.0, start),
+    };
+    let dtype = dtype_or_f32(dtype)?;
+    guard::run(|| Tensor::arange(a, b, step, dtype)).map(PyTensor::new)
+}
+
+#[pyfunction]
+#[pyo3(signature = (start, end, steps, dtype=None))]
+fn linspace(
+    start: f64,
+    end: f64,
+    steps: usize,
+    dtype: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyTensor> {
+    let dtype = dtype_or_f32(dtype)?;
+    guard::run(|| Tensor::linspace(start, end, steps, dtype)).map(PyTensor::new)
+}
+
+fn leaf_if(t: Tensor, requires_grad: bool) -> PyResult<Py<PyAny>> {
+    Python::attach(|py| tensor::with_grad(py, t, requires_grad))
+}
+
+fn tensor_list(tensors: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {
+    let items: Vec<Bound<'_, PyAny>> = tensors.extract()?;
+    items.iter().map(|t| to_tensor(t, None)).collect()
+}
+
+/// The tensors joined along an existing axis `dim`.
+#[pyfunction]
+#[pyo3(signature = (tensors, dim=0))]
+fn cat(py: Python<'_>, tensors: &Bound<'_, PyAny>, dim: isize) -> PyResult<PyTensor> {
+    let ts = tensor_list(tensors)?;
+    guard::run_heavy(py, true, || {
+        Tensor::cat(&ts.iter().collect::<Vec<_>>(), dim)
+    })
+    .map(PyTensor::new)
+}
+
+/// The tensors stacked along a new axis `dim`.
+#[pyfunction]
+#[pyo3(signature = (tensors, dim=0))]
+fn stack(py: Python<'_>, tensors: &Bound<'_, PyAny>, dim: isize) -> PyResult<PyTensor> {
+    let ts = tensor_list(tensors)?;
+    guard::run_heavy(py, true, || {
+        Tensor::stack(&ts.iter().collect::<Vec<_>>(), dim)
+    })
+    .map(PyTensor::new)
+}
+
+/// The entries of `x` along axis 0 in a random order from the generator `manual_seed` sets.
+/// Has no derivative: wrap it in `stop_gradient` where a gradient could reach it.
+#[pyfunction]
+fn shuffle(x: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    let t = to_tensor(x, None)?;
+    guard::run(|| with_default_rng(|rng| t.shuffle(rng))).map(PyTensor::new)
+}
+
+/// Seeds the generator that layers, initializers and `randn` use.
+#[pyfunction(name = "manual_seed")]
+fn seed_generator(seed: u64) {
+    ferrograd::prelude::manual_seed(seed);
+}
+
+/// The permutation of `n` samples that a shuffled epoch visits, fixed by `seed` and `epoch`
+/// (the Rust `BatchIterator`'s), as an int64 array.
+#[pyfunction]
+fn epoch_order<'py>(py: Python<'py>, n: usize, seed: u64, epoch: u64) -> Bound<'py, PyAny> {
+    let order: Vec<i64> = ferrograd::data::epoch_order(n, seed, epoch)
+        .into_iter()
+        .map(|i| i as i64)
+        .collect();
+    Array1::from_vec(order).into_pyarray(py).into_any()
+}
+
+/// MNIST (or Fashion-MNIST) from the IDX files in `directory`: `(images, labels)`, images
+/// float32 `[N, 784]` scaled to [0, 1], labels int64 `[N]`. `train` picks the training or
+/// the test set. A missing or malformed file raises `OSError` / `ValueError` naming it.
+#[pyfunction]
+#[pyo3(signature = (directory, train=true))]
+fn load_mnist<'py>(
+    py: Python<'py>,
+    directory: std::path::PathBuf,
+    train: bool,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let set = py
+        .detach(|| ferrograd::data::Mnist::load(&directory, train))
+        .map_err(nn::core_error)?;
+    let labels: Vec<i64> = set.labels.iter().map(|&l| l as i64).collect();
+    PyTuple::new(
+        py,
+        [
+            to_numpy(py, &set.images),
+            Array1::from_vec(labels).into_pyarray(py).into_any(),
+        ],
+    )
+}
+
+/// Number of graph nodes alive in the process (a leak check).
+#[pyfunction]
+fn live_nodes() -> usize {
+    ferrograd::autograd::live_nodes()
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    guard::install_panic_hook();
+    m.add_class::<PyTensor>()?;
+    m.add_class::<PyDType>()?;
+    m.add_class::<autograd::PyGradients>()?;
+    nn::register(m)?;
+    train::register(m)?;
+    m.add_function(wrap_pyfunction!(make_tensor, m)?)?;
+    m.add_function(wrap_pyfunction!(zeros, m)?)?;
+    m.add_function(wrap_pyfunction!(ones, m)?)?;
+    m.add_function(wrap_pyfunction!(full, m)?)?;
+    m.add_function(wrap_pyfunction!(randn, m)?)?;
+    m.add_function(wrap_pyfunction!(rand, m)?)?;
+    m.add_function(wrap_pyfunction!(arange, m)?)?;
+    m.add_function(wrap_pyfunction!(linspace, m)?)?;
+    m.add_function(wrap_pyfunction!(cat, m)?)?;
+    m.add_function(wrap_pyfunction!(stack, m)?)?;
+    m.add_function(wrap_pyfunction!(seed_generator, m)?)?;
+    m.add_function(wrap_pyfunction!(shuffle, m)?)?;
+    m.add_function(wrap_pyfunction!(epoch_order, m)?)?;
+    m.add_function(wrap_pyfunction!(load_mnist, m)?)?;
+    m.add_function(wrap_pyfunction!(live_nodes, m)?)?;
+    m.add_function(wrap_pyfunction!(autograd::grad, m)?)?;
+    m.add_function(wrap_pyfunction!(autograd::set_grad_enabled, m)?)?;
+    m.add_function(wrap_pyfunction!(autograd::is_grad_enabled, m)?)?;
+    m.add_function(wrap_pyfunction!(autograd::custom_gradient_call, m)?)?;
+    m.add_function(wrap_pyfunction!(autograd::gradcheck, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,1062 @@
+//! `ferrograd.Tensor`: a Rust tensor, or a trainable leaf (a parameter that keeps its identity
+//! and its `.grad` across updates).
+
+use std::sync::Arc;
+
+use ferrograd::prelude::*;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+
+use crate::autograd::{self, Leaf};
+use crate::convert::{axes_arg, dtype_arg, operand, to_numpy, to_tensor, Operand, PyDType};
+use crate::guard::{self, HEAVY};
+use crate::index;
+
+/// What a Python tensor holds.
+#[derive(Clone)]
+pub enum Value {
+    /// A value (tracked when it was computed from trainable leaves).
+    Plain(Tensor),
+    /// A trainable leaf: its value can be updated in place, and backward sets its `.grad`.
+    Leaf(Arc<Leaf>),
+}
+
+/// An n-dimensional array of float32, float64 or int64 with reverse-mode autodiff.
+///
+/// Operators follow numpy's broadcasting and take Python numbers; every method returns a new
+/// tensor (tensors are values), except the in-place operators on a trainable leaf, which
+/// update its value under `ferrograd.no_grad()` and keep its identity.
+#[pyclass(name = "Tensor", module = "ferrograd", weakref)]
+pub struct PyTensor {
+    pub value: Value,
+}
+
+impl PyTensor {
+    /// A plain tensor.
+    pub fn new(t: Tensor) -> PyTensor {
+        PyTensor {
+            value: Value::Plain(t),
+        }
+    }
+
+    /// The current value (a leaf's is tracked, with the leaf's identity).
+    pub fn tensor(&self) -> Tensor {
+        match &self.value {
+            Value::Plain(t) => t.clone(),
+            Value::Leaf(l) => l.param.tensor(),
+        }
+    }
+
+    fn map(&self, py: Python<'_>, f: impl FnOnce(&Tensor) -> Tensor + Send) -> PyResult<PyTensor> {
+        let t = self.tensor();
+        let heavy = t.numel() >= HEAVY;
+        guard::run_heavy(py, heavy, || f(&t)).map(PyTensor::new)
+    }
+
+    fn binary(
+        &self,
+        py: Python<'_>,
+        other: &Bound<'_, PyAny>,
+        tensors: impl FnOnce(&Tensor, &Tensor) -> Tensor + Send,
+        scalar: impl FnOnce(&Tensor, f64) -> Tensor + Send,
+    ) -> PyResult<PyTensor> {
+        let t = self.tensor();
+        match operand(other, t.dtype())? {
+            Operand::Scalar(s) => self.map(py, |t| scalar(t, s)),
+            Operand::Tensor(o) => {
+                let heavy = t.numel().max(o.numel()) >= HEAVY;
+                guard::run_heavy(py, heavy, || tensors(&t, &o)).map(PyTensor::new)
+            }
+        }
+    }
+
+    /// `op=` on this object: a trainable leaf is updated in place (only under `no_grad`, as in
+    /// PyTorch, since the old value may be needed by a recorded graph); a plain tensor is
+    /// replaced by the result.
+    fn in_place(&mut self, result: PyTensor, op: &str) -> PyResult<()> {
+        match &self.value {
+            Value::Leaf(leaf) => {
+                if ferrograd::autograd::is_grad_enabled() {
+                    return Err(PyRuntimeError::new_err(format!(
+                        "a trainable leaf cannot be updated in place ({op}) while gradients are \
+                         recorded; update it inside `with ferrograd.no_grad():` or assign .data"
+                    )));
+                }
+                set_leaf(leaf, &result.tensor())
+            }
+            Value::Plain(_) => {
+                self.value = result.value;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Replaces a leaf's value, keeping its identity; same shape, converted to its dtype.
+fn set_leaf(leaf: &Leaf, value: &Tensor) -> PyResult<()> {
+    let shape = leaf.param.shape();
+    if value.shape() != shape.as_slice() {
+        return Err(PyValueError::new_err(format!(
+            "cannot set a leaf of shape {shape:?} to a value of shape {:?}",
+            value.shape()
+        )));
+    }
+    let value = value.detach().to_dtype(leaf.param.dtype());
+    guard::run(|| leaf.param.set(&value))
+}
+
+fn shape_arg(args: &Bound<'_, PyTuple>) -> PyResult<Vec<isize>> {
+    if args.len() == 1 {
+        let first = args.get_item(0)?;
+        if first.is_instance_of::<PyTuple>() || first.is_instance_of::<PyList>() {
+            return first.extract();
+        }
+    }
+    args.extract()
+}
+
+/// `shape` with one `-1` inferred from `numel`.
+fn infer_shape(shape: &[isize], numel: usize) -> PyResult<Vec<usize>> {
+    let known: usize = shape
+        .iter()
+        .filter(|&&d| d >= 0)
+        .map(|&d| d as usize)
+        .product();
+    let free = shape.iter().filter(|&&d| d < 0).count();
+    if free > 1 || shape.iter().any(|&d| d < -1) {
+        return Err(PyValueError::new_err(format!(
+            "reshape: {shape:?} has more than one -1 or a negative size"
+        )));
+    }
+    shape
+        .iter()
+        .map(|&d| {
+            if d >= 0 {
+                Ok(d as usize)
+            } else if known > 0 && numel.is_multiple_of(known) {
+                Ok(numel / known)
+            } else {
+                Err(PyValueError::new_err(format!(
+                    "reshape: cannot infer -1 in {shape:?} for {numel} elements"
+                )))
+            }
+        })
+        .collect()
+}
+
+#[pymethods]
+impl PyTensor {
+    /// `Tensor(data, dtype=None, requires_grad=False)`: the same as `ferrograd.tensor`.
+    #[new]
+    #[pyo3(signature = (data, dtype=None, requires_grad=false))]
+    fn py_new(
+        data: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        requires_grad: bool,
+    ) -> PyResult<PyTensor> {
+        let t = to_tensor(data, dtype_arg(dtype)?)?.detach();
+        Ok(if requires_grad {
+            if !t.dtype().is_float() {
+                return Err(PyTypeError::new_err(
+                    "requires_grad=True needs a float dtype",
+                ));
+            }
+            PyTensor {
+                value: Value::Leaf(autograd::new_leaf(&t)),
+            }
+        } else {
+            PyTensor::new(t)
+        })
+    }
+
+    /// Numpy does not apply its ufuncs to tensors: `array + tensor` calls `Tensor.__radd__`,
+    /// so the result stays a tensor on the graph.
+    #[classattr]
+    fn __array_ufunc__() -> Option<()> {
+        None
+    }
+
+    #[classattr]
+    fn __array_priority__() -> f64 {
+        1000.0
+    }
+
+    // ---- what it is ----
+
+    /// The shape, as a tuple.
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.tensor().shape())
+    }
+
+    /// The size of axis `dim`, or the shape when `dim` is None.
+    #[pyo3(signature = (dim=None))]
+    fn size<'py>(&self, py: Python<'py>, dim: Option<isize>) -> PyResult<Bound<'py, PyAny>> {
+        let t = self.tensor();
+        match dim {
+            None => Ok(PyTuple::new(py, t.shape())?.into_any()),
+            Some(d) => {
+                let n = t.ndim() as isize;
+                let i = if d < 0 { d + n } else { d };
+                if !(0..n).contains(&i) {
+                    return Err(pyo3::exceptions::PyIndexError::new_err(format!(
+                        "size: axis {d} out of range for {n} axes"
+                    )));
+                }
+                Ok(t.shape()[i as usize].into_pyobject(py)?.into_any())
+            }
+        }
+    }
+
+    /// The element type.
+    #[getter]
+    fn dtype(&self) -> PyDType {
+        self.tensor().dtype().into()
+    }
+
+    /// The number of axes.
+    #[getter]
+    fn ndim(&self) -> usize {
+        self.tensor().ndim()
+    }
+
+    /// The number of elements.
+    fn numel(&self) -> usize {
+        self.tensor().numel()
+    }
+
+    fn dim(&self) -> usize {
+        self.tensor().ndim()
+    }
+
+    fn __len__(&self) -> PyResult<usize> {
+        self.tensor()
+            .shape()
+            .first()
+            .copied()
+            .ok_or_else(|| PyTypeError::new_err("len() of a 0-d tensor"))
+    }
+
+    /// Whether gradients flow to this tensor: a trainable leaf, or a result computed from one
+    /// while recording.
+    #[getter]
+    fn requires_grad(&self) -> bool {
+        match &self.value {
+            Value::Leaf(l) => !l.param.is_frozen(),
+            Value::Plain(t) => t.is_tracked(),
+        }
+    }
+
+    /// Whether this is a trainable leaf (made with `requires_grad=True` or a layer's
+    /// parameter) rather than a computed result.
+    #[getter]
+    fn is_leaf(&self) -> bool {
+        match &self.value {
+            Value::Leaf(_) => true,
+            Value::Plain(t) => !t.is_tracked() || t.is_leaf(),
+        }
+    }
+
+    /// Makes this tensor a trainable leaf in place (a copy of its value, cut from any graph),
+    /// or, with `False`, a plain value. Returns the tensor itself.
+    #[pyo3(signature = (requires_grad=true))]
+    fn requires_grad_<'py>(
+        slf: Bound<'py, Self>,
+        requires_grad: bool,
+    ) -> PyResult<Bound<'py, Self>> {
+        let t = slf.borrow().tensor();
+        let is_leaf = matches!(slf.borrow().value, Value::Leaf(_));
+        match (is_leaf, requires_grad) {
+            (false, true) => {
+                if !t.dtype().is_float() {
+                    return Err(PyTypeError::new_err(
+                        "requires_grad_: only float tensors can require gradients",
+                    ));
+                }
+                let leaf = autograd::new_leaf(&t.detach());
+                slf.borrow_mut().value = Value::Leaf(leaf.clone());
+                autograd::set_owner(&leaf, slf.as_any())?;
+            }
+            (true, false) => slf.borrow_mut().value = Value::Plain(t.detach()),
+            _ => {}
+        }
+        Ok(slf)
+    }
+
+    /// The gradient the last backward pass that reached this leaf gave it (replaced, not
+    /// accumulated, by each backward), or None. Plain tensors have none.
+    #[getter]
+    fn grad(&self) -> Option<PyTensor> {
+        match &self.value {
+            Value::Leaf(l) => l.grad().map(PyTensor::new),
+            Value::Plain(_) => None,
+        }
+    }
+
+    #[setter]
+    fn set_grad(&self, g: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let Value::Leaf(l) = &self.value else {
+            return Err(PyTypeError::new_err(
+                "only a trainable leaf has a .grad (make one with requires_grad=True)",
+            ));
+        };
+        let g = g
+            .filter(|g| !g.is_none())
+            .map(|g| to_tensor(g, None))
+            .transpose()?;
+        l.set_grad(g);
+        Ok(())
+    }
+
+    /// The value cut from the graph (shares the data).
+    #[getter]
+    fn data(&self) -> PyTensor {
+        PyTensor::new(self.tensor().detach())
+    }
+
+    /// Sets the value: a trainable leaf keeps its identity (the shape must stay).
+    #[setter]
+    fn set_data(&mut self, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let t = to_tensor(value, Some(self.tensor().dtype()))?;
+        match &self.value {
+            Value::Leaf(l) => set_leaf(l, &t),
+            Value::Plain(_) => {
+                self.value = Value::Plain(t.detach());
+                Ok(())
+            }
+        }
+    }
+
+    /// The same values cut from the graph: no gradient flows through the result.
+    fn detach(&self) -> PyTensor {
+        PyTensor::new(self.tensor().detach())
+    }
+
+    /// A plain copy (tracked like any op: gradients flow through it).
+    fn clone(&self) -> PyTensor {
+        PyTensor::new(&self.tensor() * 1.0)
+    }
+
+    // ---- to Python ----
+
+    /// A numpy array with a copy of the values.
+    fn numpy<'py>(&self, py: Python<'py>) -> Bound<'py, PyAny> {
+        to_numpy(py, &self.tensor())
+    }
+
+    #[pyo3(signature = (dtype=None, copy=None))]
+    fn __array__<'py>(
+        &self,
+        py: Python<'py>,
+        dtype: Option<&Bound<'py, PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let _ = copy;
+        let a = to_numpy(py, &self.tensor());
+        match dtype.filter(|d| !d.is_none()) {
+            Some(d) => a.call_method1("astype", (d,)),
+            None => Ok(a),
+        }
+    }
+
+    /// The value of a one-element tensor, as a Python float (int for int64).
+    fn item<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let t = self.tensor();
+        if t.numel() != 1 {
+            return Err(PyValueError::new_err(format!(
+                "item: the tensor has {} elements (shape {:?}); only one-element tensors \
+                 convert to a Python number",
+                t.numel(),
+                t.shape()
+            )));
+        }
+        Ok(match t.dtype() {
+            DType::I64 => t.to_vec::<i64>()[0].into_pyobject(py)?.into_any(),
+            _ => t.item().into_pyobject(py)?.into_any(),
+        })
+    }
+
+    /// The values as nested Python lists.
+    fn tolist<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_numpy(py, &self.tensor()).call_method0("tolist")
+    }
+
+    fn __float__(&self, py: Python<'_>) -> PyResult<f64> {
+        self.item(py)?.extract()
+    }
+
+    fn __int__(&self, py: Python<'_>) -> PyResult<i64> {
+        Ok(self.item(py)?.extract::<f64>()? as i64)
+    }
+
+    fn __bool__(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.item(py)?.extract::<f64>()? != 0.0)
+    }
+
+    fn __repr__(&self) -> String {
+        self.tensor().to_string()
+    }
+
+    /// Tensors hash by identity (as PyTorch's): `==` compares element-wise.
+    fn __hash__(slf: &Bound<'_, Self>) -> isize {
+        slf.as_ptr() as isize
+    }
+
+    // ---- conversions ----
+
+    /// The values converted to `dtype` (a differentiable cast between float dtypes).
+    fn to(&self, py: Python<'_>, dtype: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let d = dtype_arg(Some(dtype))?.expect("a dtype");
+        self.map(py, |t| t.to_dtype(d))
+    }
+
+    fn float(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.map(py, |t| t.to_dtype(DType::F32))
+    }
+
+    fn double(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.map(py, |t| t.to_dtype(DType::F64))
+    }
+
+    fn long(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.map(py, |t| t.to_dtype(DType::I64))
+    }
+
+    // ---- operators ----
+
+    fn __add__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, o, |a, b| a + b, |a, s| a + s)
+    }
+
+    fn __radd__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, o, |a, b| b + a, |a, s| a + s)
+    }
+
+    fn __sub__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, o, |a, b| a - b, |a, s| a - s)
+    }
+
+    fn __rsub__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, o, |a, b| b - a, |a, s| s - a)
+    }
+
+    fn __mul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, o, |a, b| a * b, |a, s| a * s)
+    }
+
+    fn __rmul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, o, |a, b| b * a, |a, s| a * s)
+    }
+
+    fn __truediv__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, o, |a, b| a / b, |a, s| a / s)
+    }
+
+    fn __rtruediv__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, o, |a, b| b / a, |a, s| s / a)
+    }
+
+    fn __matmul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let o = to_tensor(o, Some(self.tensor().dtype()))?;
+        self.map(py, |t| t.matmul(&o))
+    }
+
+    fn __rmatmul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let o = to_tensor(o, Some(self.tensor().dtype()))?;
+        self.map(py, |t| o.matmul(t))
+    }
+
+    /// `x ** p`: a number `p` is `powf`; a tensor exponent is `exp(p · ln x)` (x > 0).
+    fn __pow__(
+        &self,
+        py: Python<'_>,
+        exponent: &Bound<'_, PyAny>,
+        modulo: &Bound<'_, PyAny>,
+    ) -> PyResult<PyTensor> {
+        if !modulo.is_none() {
+            return Err(PyTypeError::new_err(
+                "pow with a modulo is not defined for tensors",
+            ));
+        }
+        self.binary(py, exponent, |a, p| (p * &a.log()).exp(), |a, s| a.powf(s))
+    }
+
+    /// `s ** x` for a number `s > 0`: `exp(x · ln s)`.
+    fn __rpow__(
+        &self,
+        py: Python<'_>,
+        base: &Bound<'_, PyAny>,
+        modulo: &Bound<'_, PyAny>,
+    ) -> PyResult<PyTensor> {
+        if !modulo.is_none() {
+            return Err(PyTypeError::new_err(
+                "pow with a modulo is not defined for tensors",
+            ));
+        }
+        self.binary(
+            py,
+            base,
+            |x, b| (x * &b.log()).exp(),
+            |x, s| (x * s.ln()).exp(),
+        )
+    }
+
+    fn __neg__(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.map(py, |t| -t)
+    }
+
+    fn __pos__(&self) -> PyTensor {
+        PyTensor::new(self.tensor())
+    }
+
+    fn __abs__(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.map(py, Tensor::abs)
+    }
+
+    fn __iadd__(&mut self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<()> {
+        let r = self.__add__(py, o)?;
+        self.in_place(r, "+=")
+    }
+
+    fn __isub__(&mut self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<()> {
+        let r = self.__sub__(py, o)?;
+        self.in_place(r, "-=")
+    }
+
+    fn __imul__(&mut self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<()> {
+        let r = self.__mul__(py, o)?;
+        self.in_place(r, "*=")
+    }
+
+    fn __itruediv__(&mut self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<()> {
+        let r = self.__truediv__(py, o)?;
+        self.in_place(r, "/=")
+    }
+
+    // Comparisons give 1/0 tensors of the operands' dtype, with no derivative.
+    fn __lt__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, o, Tensor::lt, Tensor::lt_scalar)
+    }
+
+    fn __le__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, o, Tensor::le, Tensor::le_scalar)
+    }
+
+    fn __gt__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, o, Tensor::gt, Tensor::gt_scalar)
+    }
+
+    fn __ge__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, o, Tensor::ge, Tensor::ge_scalar)
+    }
+
+    fn __eq__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, o, Tensor::eq, Tensor::eq_scalar)
+    }
+
+    fn __ne__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, o, Tensor::ne, Tensor::ne_scalar)
+    }
+
+    fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let t = self.tensor();
+        let r = index::get(py, &t, key)?;
+        Ok(PyTensor::new(r))
+    }
+
+    fn __setitem__(&self, _key: &Bound<'_, PyAny>, _value: &Bound<'_, PyAny>) -> PyResult<()> {
+        Err(PyTypeError::new_err(
+            "tensors are values: build a new one (ferrograd.cat, where-style arithmetic) or \
+             assign .data of a trainable leaf",
+        ))
+    }
+
+    // ---- element-wise math ----
+
+    fn exp(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.map(py, Tensor::exp)
+    }
+    fn log(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.map(py, Tensor::log)
+    }
+    fn sqrt(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.map(py, Tensor::sqrt)
+    }
+    fn square(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.map(py, Tensor::square)
+    }
+    fn abs(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.map(py, Tensor::abs)
+    }
+    fn sign(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.map(py, Tensor::sign)
+    }
+    fn sin(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.map(py, Tensor::sin)
+    }
+    fn cos(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.map(py, Tensor::cos)
+    }
+    fn tanh(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.map(py, Tensor::tanh)
+    }
+    fn sigmoid(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.map(py, Tensor::sigmoid)
+    }
+    fn relu(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.map(py, Tensor::relu)
+    }
+    fn softplus(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.map(py, Tensor::softplus)
+    }
+    fn gelu(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.map(py, Tensor::gelu)
+    }
+    fn erf(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.map(py, Tensor::erf)
+    }
+    #[pyo3(signature = (negative_slope=0.01))]
+    fn leaky_relu(&self, py: Python<'_>, negative_slope: f64) -> PyResult<PyTensor> {
+        self.map(py, |t| t.leaky_relu(negative_slope))
+    }
+    #[pyo3(signature = (alpha=1.0))]
+    fn elu(&self, py: Python<'_>, alpha: f64) -> PyResult<PyTensor> {
+        self.map(py, |t| t.elu(alpha))
+    }
+    /// `x ** exponent` for a number exponent.
+    fn pow(&self, py: Python<'_>, exponent: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.__pow__(py, exponent, &py.None().into_bound(py))
+    }
+    #[pyo3(signature = (min=None, max=None))]
+    fn clamp(&self, py: Python<'_>, min: Option<f64>, max: Option<f64>) -> PyResult<PyTensor> {
+        let (lo, hi) = (
+            min.unwrap_or(f64::NEG_INFINITY),
+            max.unwrap_or(f64::INFINITY),
+        );
+        self.map(py, |t| t.clamp(lo, hi))
+    }
+    fn maximum(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let o = to_tensor(o, Some(self.tensor().dtype()))?;
+        self.map(py, |t| t.maximum(&o))
+    }
+    fn minimum(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let o = to_tensor(o, Some(self.tensor().dtype()))?;
+        self.map(py, |t| t.minimum(&o))
+    }
+    fn matmul(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.__matmul__(py, o)
+    }
+
+    // ---- reductions ----
+
+    /// The sum over `dim` (an int or a tuple; every axis when None).
+    #[pyo3(signature = (dim=None, keepdim=false))]
+    fn sum(
+        &self,
+        py: Python<'_>,
+        dim: Option<&Bound<'_, PyAny>>,
+        keepdim: bool,
+    ) -> PyResult<PyTensor> {
+        let axes = axes_arg(dim)?;
+        self.map(py, |t| reduce(t, axes, keepdim, Tensor::sum_axes))
+    }
+
+    #[pyo3(signature = (dim=None, keepdim=false))]
+    fn mean(
+        &self,
+        py: Python<'_>,
+        dim: Option<&Bound<'_, PyAny>>,
+        keepdim: bool,
+    ) -> PyResult<PyTensor> {
+        let axes = axes_arg(dim)?;
+        self.map(py, |t| reduce(t, axes, keepdim, Tensor::mean_axes))
+    }
+
+    /// The largest values over `dim` (every axis when None).
+    #[pyo3(signature = (dim=None, keepdim=false))]
+    fn amax(
+        &self,
+        py: Python<'_>,
+        dim: Option<&Bound<'_, PyAny>>,
+        keepdim: bool,
+    ) -> PyResult<PyTensor> {
+        let axes = axes_arg(dim)?;
+        self.map(py, |t| reduce(t, axes, keepdim, Tensor::max_axes))
+    }
+
+    #[pyo3(signature = (dim=None, keepdim=false))]
+    fn amin(
+        &self,
+        py: Python<'_>,
+        dim: Option<&Bound<'_, PyAny>>,
+        keepdim: bool,
+    ) -> PyResult<PyTensor> {
+        let axes = axes_arg(dim)?;
+        self.map(py, |t| reduce(t, axes, keepdim, Tensor::min_axes))
+    }
+
+    /// The largest element; with `dim`, the pair `(values, indices)` along it, as PyTorch.
+    #[pyo3(signature = (dim=None, keepdim=false))]
+    fn max<'py>(
+        &self,
+        py: Python<'py>,
+        dim: Option<isize>,
+        keepdim: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        extreme(self, py, dim, keepdim, true)
+    }
+
+    #[pyo3(signature = (dim=None, keepdim=false))]
+    fn min<'py>(
+        &self,
+        py: Python<'py>,
+        dim: Option<isize>,
+        keepdim: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        extreme(self, py, dim, keepdim, false)
+    }
+
+    /// The index of the largest element along `dim` (of the flattened tensor when None).
+    #[pyo3(signature = (dim=None, keepdim=false))]
+    fn argmax(&self, py: Python<'_>, dim: Option<isize>, keepdim: bool) -> PyResult<PyTensor> {
+        self.map(py, |t| {
+            arg_extreme(t, dim, keepdim, Tensor::argmax::<isize>)
+        })
+    }
+
+    #[pyo3(signature = (dim=None, keepdim=false))]
+    fn argmin(&self, py: Python<'_>, dim: Option<isize>, keepdim: bool) -> PyResult<PyTensor> {
+        self.map(py, |t| {
+            arg_extreme(t, dim, keepdim, Tensor::argmin::<isize>)
+        })
+    }
+
+    #[pyo3(signature = (dim=-1))]
+    fn softmax(&self, py: Python<'_>, dim: isize) -> PyResult<PyTensor> {
+        self.map(py, |t| t.softmax(dim))
+    }
+
+    #[pyo3(signature = (dim=-1))]
+    fn log_softmax(&self, py: Python<'_>, dim: isize) -> PyResult<PyTensor> {
+        self.map(py, |t| t.log_softmax(dim))
+    }
+
+    // ---- shape ----
+
+    /// The same values in a new shape (one axis may be -1); `reshape(2, 3)` or
+    /// `reshape((2, 3))`.
+    #[pyo3(signature = (*shape))]
+    fn reshape(&self, py: Python<'_>, shape: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
+        let shape = infer_shape(&shape_arg(shape)?, self.tensor().numel())?;
+        self.map(py, |t| t.reshape(&shape))
+    }
+
+    #[pyo3(signature = (*shape))]
+    fn view(&self, py: Python<'_>, shape: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
+        self.reshape(py, shape)
+    }
+
+    #[pyo3(signature = (start_dim=0))]
+    fn flatten(&self, py: Python<'_>, start_dim: usize) -> PyResult<PyTensor> {
+        self.map(py, |t| t.flatten_from(start_dim))
+    }
+
+    fn transpose(&self, py: Python<'_>, dim0: isize, dim1: isize) -> PyResult<PyTensor> {
+        self.map(py, |t| t.transpose(dim0, dim1))
+    }
+
+    /// The transpose of a 2-D tensor (the axes reversed for other ranks).
+    #[getter(T)]
+    fn t_prop(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        let n = self.tensor().ndim();
+        let perm: Vec<usize> = (0..n).rev().collect();
+        self.map(py, |t| t.permute(&perm))
+    }
+
+    #[pyo3(signature = (*dims))]
+    fn permute(&self, py: Python<'_>, dims: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
+        let n = self.tensor().ndim() as isize;
+        let perm: Vec<usize> = shape_arg(dims)?
+            .into_iter()
+            .map(|d| if d < 0 { (d + n) as usize } else { d as usize })
+            .collect();
+        self.map(py, |t| t.permute(&perm))
+    }
+
+    #[pyo3(signature = (dim=None))]
+    fn squeeze(&self, py: Python<'_>, dim: Option<isize>) -> PyResult<PyTensor> {
+        self.map(py, |t| match dim {
+            Some(d) => t.squeeze(d),
+            None => {
+                let shape: Vec<usize> = t.shape().iter().copied().filter(|&s| s != 1).collect();
+                t.reshape(&shape)
+            }
+        })
+    }
+
+    fn unsqueeze(&self, py: Python<'_>, dim: isize) -> PyResult<PyTensor> {
+        self.map(py, |t| t.unsqueeze(dim))
+    }
+
+    /// The values repeated along broadcast axes to `shape` (numpy's `broadcast_to`).
+    #[pyo3(signature = (*shape))]
+    fn expand(&self, py: Python<'_>, shape: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
+        let shape: Vec<usize> = shape_arg(shape)?.into_iter().map(|d| d as usize).collect();
+        self.map(py, |t| t.broadcast_to(&shape))
+    }
+
+    fn broadcast_to(&self, py: Python<'_>, shape: Vec<usize>) -> PyResult<PyTensor> {
+        self.map(py, |t| t.broadcast_to(&shape))
+    }
+
+    fn narrow(
+        &self,
+        py: Python<'_>,
+        dim: isize,
+        start: usize,
+        length: usize,
+    ) -> PyResult<PyTensor> {
+        self.map(py, |t| t.narrow(dim, start, length))
+    }
+
+    fn index_select(
+        &self,
+        py: Python<'_>,
+        dim: isize,
+        index: &Bound<'_, PyAny>,
+    ) -> PyResult<PyTensor> {
+        let idx: Vec<usize> = to_tensor(index, Some(DType::I64))?
+            .to_vec::<i64>()
+            .into_iter()
+            .map(|i| i as usize)
+            .collect();
+        self.map(py, |t| t.index_select(dim, idx.as_slice()))
+    }
+
+    fn contiguous(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.map(py, Tensor::contiguous)
+    }
+
+    // ---- autodiff ----
+
+    /// Backward from this tensor: returns the gradients of every trainable leaf it depends
+    /// on, and sets each leaf's `.grad` to its gradient (replacing, never adding to, the one a
+    /// previous backward left). A result with more than one element needs `gradient` (the
+    /// upstream gradient, same shape); `create_graph=True` records the backward pass so that
+    /// the gradients can be differentiated again.
+    #[pyo3(signature = (gradient=None, create_graph=false, retain_graph=None))]
+    fn backward(
+        &self,
+        py: Python<'_>,
+        gradient: Option<&Bound<'_, PyAny>>,
+        create_graph: bool,
+        retain_graph: Option<bool>,
+    ) -> PyResult<autograd::PyGradients> {
+        let _ = retain_graph; // graphs are kept while referenced: every backward may run again
+        let t = self.tensor();
+        let seed = gradient
+            .filter(|g| !g.is_none())
+            .map(|g| to_tensor(g, Some(t.dtype())))
+            .transpose()?;
+        // Backward is as heavy as the forward it mirrors: the GIL is released (a custom
+        // gradient written in Python takes it back while its rule runs).
+        let grads = guard::run_heavy(py, true, || match (&seed, create_graph) {
+            (Some(s), c) => t.backward_with(s, c),
+            (None, false) => t.backward(),
+            (None, true) => t.backward_with_graph(),
+        })?;
+        autograd::set_leaf_grads(&grads);
+        Ok(autograd::PyGradients { grads })
+    }
+
+    // ---- convolution and pooling (NCHW, PyTorch's semantics) ----
+
+    /// 2-D convolution with weight `[out, in/groups, kh, kw]`; bias added when given.
+    #[pyo3(signature = (weight, bias=None, stride=1, padding=0, dilation=1, groups=1))]
+    #[allow(clippy::too_many_arguments)]
+    fn conv2d(
+        &self,
+        py: Python<'_>,
+        weight: &Bound<'_, PyAny>,
+        bias: Option<&Bound<'_, PyAny>>,
+        stride: usize,
+        padding: usize,
+        dilation: usize,
+        groups: usize,
+    ) -> PyResult<PyTensor> {
+        let dtype = self.tensor().dtype();
+        let w = to_tensor(weight, Some(dtype))?;
+        let b = bias
+            .filter(|b| !b.is_none())
+            .map(|b| to_tensor(b, Some(dtype)))
+            .transpose()?;
+        let opts = ConvOpts::new()
+            .stride(stride)
+            .padding(padding)
+            .dilation(dilation)
+            .groups(groups);
+        self.map(py, |x| add_channel_bias(x.conv2d(&w, &opts), b.as_ref()))
+    }
+
+    /// Transposed 2-D convolution with weight `[in, out/groups, kh, kw]`.
+    #[pyo3(signature = (weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1))]
+    #[allow(clippy::too_many_arguments)]
+    fn conv_transpose2d(
+        &self,
+        py: Python<'_>,
+        weight: &Bound<'_, PyAny>,
+        bias: Option<&Bound<'_, PyAny>>,
+        stride: usize,
+        padding: usize,
+        output_padding: usize,
+        groups: usize,
+        dilation: usize,
+    ) -> PyResult<PyTensor> {
+        let dtype = self.tensor().dtype();
+        let w = to_tensor(weight, Some(dtype))?;
+        let b = bias
+            .filter(|b| !b.is_none())
+            .map(|b| to_tensor(b, Some(dtype)))
+            .transpose()?;
+        let opts = ConvOpts::new()
+            .stride(stride)
+            .padding(padding)
+            .output_padding(output_padding)
+            .dilation(dilation)
+            .groups(groups);
+        self.map(py, |x| {
+            add_channel_bias(x.conv_transpose2d(&w, &opts), b.as_ref())
+        })
+    }
+
+    #[pyo3(signature = (kernel_size, stride=None, padding=0))]
+    fn max_pool2d(
+        &self,
+        py: Python<'_>,
+        kernel_size: usize,
+        stride: Option<usize>,
+        padding: usize,
+    ) -> PyResult<PyTensor> {
+        let s = stride.unwrap_or(kernel_size);
+        self.map(py, |x| x.max_pool2d(kernel_size, s, padding))
+    }
+
+    #[pyo3(signature = (kernel_size, stride=None, padding=0))]
+    fn avg_pool2d(
+        &self,
+        py: Python<'_>,
+        kernel_size: usize,
+        stride: Option<usize>,
+        padding: usize,
+    ) -> PyResult<PyTensor> {
+        let s = stride.unwrap_or(kernel_size);
+        self.map(py, |x| x.avg_pool2d(kernel_size, s, padding))
+    }
+
+    fn adaptive_avg_pool2d(
+        &self,
+        py: Python<'_>,
+        output_size: (usize, usize),
+    ) -> PyResult<PyTensor> {
+        self.map(py, |x| x.adaptive_avg_pool2d(output_size.0, output_size.1))
+    }
+
+    #[pyo3(signature = (scale_factor))]
+    fn upsample_nearest2d(&self, py: Python<'_>, scale_factor: usize) -> PyResult<PyTensor> {
+        self.map(py, |x| x.upsample_nearest2d(scale_factor, scale_factor))
+    }
+}
+
+fn add_channel_bias(y: Tensor, bias: Option<&Tensor>) -> Tensor {
+    match bias {
+        Some(b) => &y + &b.reshape(&[1, b.numel(), 1, 1]),
+        None => y,
+    }
+}
+
+/// A reduction over axes (`sum_axes`, `max_axes`, ...).
+type Reduction = fn(&Tensor, &[isize], bool) -> Tensor;
+
+fn reduce(t: &Tensor, axes: Option<Vec<isize>>, keepdim: bool, f: Reduction) -> Tensor {
+    let all: Vec<isize>;
+    let axes = match &axes {
+        Some(a) => a.as_slice(),
+        None => {
+            all = (0..t.ndim() as isize).collect();
+            &all
+        }
+    };
+    f(t, axes, keepdim)
+}
+
+fn arg_extreme(
+    t: &Tensor,
+    dim: Option<isize>,
+    keepdim: bool,
+    f: fn(&Tensor, isize) -> Tensor,
+) -> Tensor {
+    match dim {
+        None => f(&t.reshape(&[t.numel()]), 0),
+        Some(d) => {
+            let r = f(t, d);
+            if keepdim {
+                r.unsqueeze(d)
+            } else {
+                r
+            }
+        }
+    }
+}
+
+fn extreme<'py>(
+    x: &PyTensor,
+    py: Python<'py>,
+    dim: Option<isize>,
+    keepdim: bool,
+    largest: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let (values, arg): (Reduction, fn(&Tensor, isize) -> Tensor) = if largest {
+        (Tensor::max_axes, Tensor::argmax::<isize>)
+    } else {
+        (Tensor::min_axes, Tensor::argmin::<isize>)
+    };
+    match dim {
+        None => Ok(x
+            .map(py, |t| reduce(t, None, false, values))?
+            .into_pyobject(py)?
+            .into_any()),
+        Some(d) => {
+            let v = x.map(py, |t| values(t, &[d], keepdim))?;
+            let i = x.map(py, |t| arg_extreme(t, Some(d), keepdim, arg))?;
+            Ok(PyTuple::new(py, [v.into_pyobject(py)?, i.into_pyobject(py)?])?.into_any())
+        }
+    }
+}
+
+/// `ferrograd.tensor(data, dtype=None, requires_grad=False)`: a tensor from a numpy array
+/// (its dtype kept), a nested list (floats become float32) or a number. With
+/// `requires_grad=True`, a trainable leaf: backward sets its `.grad`, optimizers update it.
+pub fn make(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    requires_grad: bool,
+) -> PyResult<Py<PyAny>> {
+    // A tensor passed in is copied as a value, cut from its graph, as torch.tensor does.
+    let t = to_tensor(data, dtype_arg(dtype)?)?.detach();
+    with_grad(py, t, requires_grad)
+}
+
+/// `t` as a Python tensor: a trainable leaf when `requires_grad`.
+pub fn with_grad(py: Python<'_>, t: Tensor, requires_grad: bool) -> PyResult<Py<PyAny>> {
+    if !requires_grad {
+        return Ok(Bound::new(py, PyTensor::new(t))?.into_any().unbind());
+    }
+    if !t.dtype().is_float() {
+        return Err(PyTypeError::new_err(
+            "requires_grad=True needs a float dtype (float32 or float64)",
+        ));
+    }
+    autograd::leaf_object(py, autograd::new_leaf(&t))
+}

@@ -1,0 +1,413 @@
+//! Losses, optimizers and tinynn's `Model` (net + loss + optimizer: `forward`, `backward`
+//! returning `(loss, grads)`, `apply_grad`).
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use ferrograd::prelude::*;
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::autograd::{set_leaf_grads, PyGradients};
+use crate::convert::to_tensor;
+use crate::guard::{self, HEAVY};
+use crate::nn::{input, PyLayer};
+use crate::tensor::{PyTensor, Value};
+
+/// A loss's target: class indices stay int64, anything else takes the prediction's dtype.
+fn target(t: &Bound<'_, PyAny>, dtype: DType) -> PyResult<Tensor> {
+    let t = to_tensor(t, None)?;
+    Ok(if t.dtype() == DType::I64 || t.dtype() == dtype {
+        t
+    } else {
+        t.to_dtype(dtype)
+    })
+}
+
+/// Base class of the losses: `loss(pred, target)` is the mean loss over the batch, a
+/// differentiable 0-d tensor; `grad(pred, target)` its gradient with respect to `pred`
+/// (tinynn's two methods).
+#[pyclass(name = "Loss", module = "ferrograd.nn", subclass)]
+pub struct PyLoss {
+    pub loss: Arc<dyn Loss>,
+}
+
+#[pymethods]
+impl PyLoss {
+    fn loss(
+        &self,
+        py: Python<'_>,
+        pred: &Bound<'_, PyAny>,
+        target_: &Bound<'_, PyAny>,
+    ) -> PyResult<PyTensor> {
+        let p = input(pred)?;
+        let t = target(target_, p.dtype())?;
+        let loss = self.loss.clone();
+        guard::run_heavy(py, p.numel() >= HEAVY, || loss.loss(&p, &t)).map(PyTensor::new)
+    }
+
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        pred: &Bound<'_, PyAny>,
+        target_: &Bound<'_, PyAny>,
+    ) -> PyResult<PyTensor> {
+        self.loss(py, pred, target_)
+    }
+
+    /// The gradient of the loss with respect to `pred` (its values only).
+    fn grad(
+        &self,
+        py: Python<'_>,
+        pred: &Bound<'_, PyAny>,
+        target_: &Bound<'_, PyAny>,
+    ) -> PyResult<PyTensor> {
+        let p = input(pred)?.detach().requires_grad();
+        let t = target(target_, p.dtype())?;
+        let loss = self.loss.clone();
+        guard::run_heavy(py, p.numel() >= HEAVY, || {
+            ferrograd::prelude::grad(&loss.loss(&p, &t), &[&p]).remove(0)
+        })
+        .map(PyTensor::new)
+    }
+
+    fn __repr__(&self) -> String {
+        self.loss.name()
+    }
+}
+
+macro_rules! loss_class {
+    ($(#[$doc:meta])* $rust:ident, $py:literal, $sig:tt, ($($arg:ident: $ty:ty),*) => $build:expr) => {
+        $(#[$doc])*
+        #[pyclass(name = $py, module = "ferrograd.nn", extends = PyLoss)]
+        pub struct $rust;
+
+        #[pymethods]
+        impl $rust {
+            #[new]
+            #[pyo3(signature = $sig)]
+            fn new($($arg: $ty),*) -> PyClassInitializer<Self> {
+                PyClassInitializer::from(PyLoss { loss: Arc::new($build) }).add_subclass($rust)
+            }
+        }
+    };
+}
+
+loss_class!(
+    /// Softmax cross-entropy of logits against one-hot rows or int64 class indices.
+    PySoftmaxCE, "SoftmaxCrossEntropyLoss", (), () => SoftmaxCrossEntropy::new()
+);
+loss_class!(
+    /// Sigmoid cross-entropy of logits against targets in [0, 1] (stable form).
+    PySigmoidCE, "SigmoidCrossEntropyLoss", (), () => SigmoidCrossEntropy::new()
+);
+loss_class!(/// Mean squared error.
+    PyMse, "MSELoss", (), () => Mse::new());
+loss_class!(/// Mean absolute error.
+    PyMae, "MAELoss", (), () => Mae::new());
+loss_class!(/// Huber loss with threshold `delta`.
+    PyHuber, "HuberLoss", (delta=1.0), (delta: f64) => Huber::new(delta));
+loss_class!(/// Negative log-likelihood of log-probabilities.
+    PyNll, "NLLLoss", (), () => Nll::new());
+
+/// Base class of the optimizers. Built with `params` (PyTorch's way: `step()` then uses each
+/// parameter's `.grad`, or the `Gradients` passed) or without (tinynn's way: a `Model` gives
+/// it the network's parameters).
+#[pyclass(name = "Optimizer", module = "ferrograd.optim", subclass)]
+pub struct PyOptimizer {
+    opt: Mutex<Box<dyn Optimizer>>,
+    params: Mutex<Vec<(String, Param)>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The parameters `params` names: a layer, or an iterable of trainable leaves.
+fn param_list(params: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, Param)>> {
+    let Some(params) = params.filter(|p| !p.is_none()) else {
+        return Ok(Vec::new());
+    };
+    if let Ok(layer) = params.cast::<PyLayer>() {
+        return Ok(layer.borrow().layer.params());
+    }
+    let mut out = Vec::new();
+    for (i, item) in params.try_iter()?.enumerate() {
+        let item = item?;
+        let t = item.cast::<PyTensor>().map_err(|_| {
+            PyTypeError::new_err("optimizer params must be trainable tensors or a layer")
+        })?;
+        match &t.borrow().value {
+            Value::Leaf(l) => out.push((i.to_string(), l.param.clone())),
+            Value::Plain(_) => {
+                return Err(PyTypeError::new_err(format!(
+                    "optimizer parameter {i} is not a trainable leaf (create it with \
+                     requires_grad=True)"
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl PyOptimizer {
+    fn new(params: Option<&Bound<'_, PyAny>>, opt: Box<dyn Optimizer>) -> PyResult<PyOptimizer> {
+        Ok(PyOptimizer {
+            opt: Mutex::new(opt),
+            params: Mutex::new(param_list(params)?),
+        })
+    }
+
+    /// One update of `params` with `grads`.
+    pub fn step_with(
+        &self,
+        py: Python<'_>,
+        params: &[(String, Param)],
+        grads: &Gradients,
+    ) -> PyResult<()> {
+        let heavy = params.iter().map(|(_, p)| p.numel()).sum::<usize>() >= HEAVY;
+        let mut held = lock(&self.opt);
+        let opt = &mut *held;
+        guard::run_heavy(py, heavy, || opt.step(params, grads))
+    }
+}
+
+#[pymethods]
+impl PyOptimizer {
+    /// One update of the optimizer's parameters with `grads`, or with each parameter's
+    /// `.grad` when `grads` is None.
+    #[pyo3(signature = (grads=None))]
+    fn step(&self, py: Python<'_>, grads: Option<PyRef<'_, PyGradients>>) -> PyResult<()> {
+        let params = lock(&self.params).clone();
+        match grads {
+            Some(g) => self.step_with(py, &params, &g.grads),
+            None => {
+                let mut g = Gradients::default();
+                for (_, p) in &params {
+                    if let Some(t) = crate::autograd::leaf_of(p).grad() {
+                        g.insert(p, t);
+                    }
+                }
+                self.step_with(py, &params, &g)
+            }
+        }
+    }
+
+    /// Clears the `.grad` of the optimizer's parameters.
+    fn zero_grad(&self) {
+        for (_, p) in lock(&self.params).iter() {
+            crate::autograd::leaf_of(p).set_grad(None);
+        }
+    }
+
+    /// The learning rate (settable).
+    #[getter]
+    fn lr(&self) -> f64 {
+        lock(&self.opt).lr()
+    }
+
+    #[setter]
+    fn set_lr(&self, lr: f64) {
+        lock(&self.opt).set_lr(lr);
+    }
+
+    /// The number of updates made.
+    #[getter]
+    fn steps(&self) -> u64 {
+        lock(&self.opt).steps()
+    }
+}
+
+macro_rules! optimizer_class {
+    ($(#[$doc:meta])* $rust:ident, $py:literal, $sig:tt, ($($arg:ident: $ty:ty),*) => $build:expr) => {
+        $(#[$doc])*
+        #[pyclass(name = $py, module = "ferrograd.optim", extends = PyOptimizer)]
+        pub struct $rust;
+
+        #[pymethods]
+        impl $rust {
+            #[new]
+            #[pyo3(signature = $sig)]
+            #[allow(clippy::too_many_arguments)]
+            fn new(params: Option<&Bound<'_, PyAny>>, $($arg: $ty),*) -> PyResult<PyClassInitializer<Self>> {
+                let opt: Box<dyn Optimizer> = guard::run(|| -> Box<dyn Optimizer> { $build })?;
+                Ok(PyClassInitializer::from(PyOptimizer::new(params, opt)?).add_subclass($rust))
+            }
+        }
+    };
+}
+
+optimizer_class!(
+    /// `SGD(params=None, lr=0.01, momentum=0.0, nesterov=False, weight_decay=0.0)`.
+    PySgd, "SGD", (params=None, lr=0.01, momentum=0.0, nesterov=false, weight_decay=0.0),
+    (lr: f64, momentum: f64, nesterov: bool, weight_decay: f64) => {
+        if momentum == 0.0 {
+            Box::new(Sgd::new(lr).weight_decay(weight_decay))
+        } else {
+            Box::new(Momentum::new(lr).momentum(momentum).nesterov(nesterov).weight_decay(weight_decay))
+        }
+    }
+);
+optimizer_class!(
+    /// `Adam(params=None, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0)`
+    /// (tinynn's names; `betas=(b1, b2)` as PyTorch's also works).
+    PyAdam, "Adam", (params=None, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, betas=None),
+    (lr: f64, beta1: f64, beta2: f64, eps: f64, weight_decay: f64, betas: Option<(f64, f64)>) => {
+        let (b1, b2) = betas.unwrap_or((beta1, beta2));
+        Box::new(Adam::new(lr).betas(b1, b2).eps(eps).weight_decay(weight_decay))
+    }
+);
+optimizer_class!(
+    /// `AdamW(params=None, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01)`.
+    PyAdamW, "AdamW", (params=None, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01),
+    (lr: f64, beta1: f64, beta2: f64, eps: f64, weight_decay: f64)
+        => Box::new(AdamW::new(lr).betas(beta1, beta2).eps(eps).weight_decay(weight_decay))
+);
+optimizer_class!(
+    /// `RAdam(params=None, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-8)`.
+    PyRAdam, "RAdam", (params=None, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-8),
+    (lr: f64, beta1: f64, beta2: f64, eps: f64) => Box::new(RAdam::new(lr).betas(beta1, beta2).eps(eps))
+);
+optimizer_class!(
+    /// `RMSProp(params=None, lr=0.01, alpha=0.99)`.
+    PyRmsProp, "RMSProp", (params=None, lr=0.01, alpha=0.99), (lr: f64, alpha: f64)
+        => Box::new(RmsProp::new(lr).alpha(alpha))
+);
+optimizer_class!(
+    /// `Momentum(params=None, lr=0.01, momentum=0.9)`.
+    PyMomentum, "Momentum", (params=None, lr=0.01, momentum=0.9), (lr: f64, momentum: f64)
+        => Box::new(Momentum::new(lr).momentum(momentum))
+);
+optimizer_class!(
+    /// `Adagrad(params=None, lr=0.01)`.
+    PyAdagrad, "Adagrad", (params=None, lr=0.01), (lr: f64) => Box::new(Adagrad::new(lr))
+);
+
+/// tinynn's `Model(net, loss, optimizer)`: `forward(x)`, `backward(pred, target)` returning
+/// `(loss, grads)` (the loss a float), `apply_grad(grads)`.
+#[pyclass(name = "Model", module = "ferrograd")]
+pub struct PyModel {
+    #[pyo3(get)]
+    net: Py<PyLayer>,
+    #[pyo3(get)]
+    loss: Py<PyLoss>,
+    #[pyo3(get)]
+    optimizer: Py<PyOptimizer>,
+}
+
+#[pymethods]
+impl PyModel {
+    #[new]
+    fn new(net: Py<PyLayer>, loss: Py<PyLoss>, optimizer: Py<PyOptimizer>) -> PyModel {
+        PyModel {
+            net,
+            loss,
+            optimizer,
+        }
+    }
+
+    /// The network's output, recorded for backward.
+    fn forward(&self, py: Python<'_>, x: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let net = self.net.bind(py).borrow();
+        net.run(py, x, net.mode()).map(PyTensor::new)
+    }
+
+    /// The loss of `pred` against `target` (a float) and the gradients of every parameter;
+    /// also sets each parameter's `.grad`.
+    fn backward<'py>(
+        &self,
+        py: Python<'py>,
+        pred: &Bound<'py, PyAny>,
+        target_: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let p = to_tensor(pred, None)?;
+        if p.numel() == 0 {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "Model.backward: empty batch (predictions {:?})",
+                p.shape()
+            )));
+        }
+        let t = target(target_, p.dtype())?;
+        let loss = self.loss.bind(py).borrow().loss.clone();
+        let (value, grads) = guard::run_heavy(py, true, || {
+            let l = loss.loss(&p, &t);
+            (l.item(), l.backward())
+        })?;
+        set_leaf_grads(&grads);
+        PyTuple::new(
+            py,
+            [
+                value.into_pyobject(py)?.into_any(),
+                Bound::new(py, PyGradients { grads })?.into_any(),
+            ],
+        )
+    }
+
+    /// One optimizer step of the network's parameters with `grads`.
+    fn apply_grad(&self, py: Python<'_>, grads: PyRef<'_, PyGradients>) -> PyResult<()> {
+        let params = self.net.bind(py).borrow().layer.params();
+        self.optimizer
+            .bind(py)
+            .borrow()
+            .step_with(py, &params, &grads.grads)
+    }
+
+    /// `apply_grad` under the core's name.
+    fn apply_grads(&self, py: Python<'_>, grads: PyRef<'_, PyGradients>) -> PyResult<()> {
+        self.apply_grad(py, grads)
+    }
+
+    /// Forward, backward and update on one batch; returns the loss.
+    fn train_step(
+        &self,
+        py: Python<'_>,
+        x: &Bound<'_, PyAny>,
+        target_: &Bound<'_, PyAny>,
+    ) -> PyResult<f64> {
+        let net = self.net.bind(py).borrow();
+        let x = input(x)?;
+        let layer = net.layer.clone();
+        let mode = net.mode();
+        let loss = self.loss.bind(py).borrow().loss.clone();
+        let params = layer.params();
+        let t = target(target_, x.dtype())?;
+        let (value, grads) = guard::run_heavy(py, true, || {
+            let l = loss.loss(&layer.forward(&x, mode), &t);
+            (l.item(), l.backward())
+        })?;
+        self.optimizer
+            .bind(py)
+            .borrow()
+            .step_with(py, &params, &grads)?;
+        Ok(value)
+    }
+
+    /// The output in evaluation mode, without recording.
+    fn predict(&self, py: Python<'_>, x: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let net = self.net.bind(py).borrow();
+        let x = input(x)?;
+        let layer = net.layer.clone();
+        guard::run_heavy(py, true, || no_grad(|| layer.forward(&x, Mode::Eval))).map(PyTensor::new)
+    }
+}
+
+/// Registers the losses, optimizers and `Model` on `m`.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyLoss>()?;
+    m.add_class::<PySoftmaxCE>()?;
+    m.add_class::<PySigmoidCE>()?;
+    m.add_class::<PyMse>()?;
+    m.add_class::<PyMae>()?;
+    m.add_class::<PyHuber>()?;
+    m.add_class::<PyNll>()?;
+    m.add_class::<PyOptimizer>()?;
+    m.add_class::<PySgd>()?;
+    m.add_class::<PyAdam>()?;
+    m.add_class::<PyAdamW>()?;
+    m.add_class::<PyRAdam>()?;
+    m.add_class::<PyRmsProp>()?;
+    m.add_class::<PyMomentum>()?;
+    m.add_class::<PyAdagrad>()?;
+    m.add_class::<PyModel>()?;
+    Ok(())
+}
