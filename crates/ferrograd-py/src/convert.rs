@@ -141,7 +141,7 @@ fn from_array_like(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Ten
     let descr = untyped.dtype();
     let kind = descr.kind() as char;
     let target = match (dtype, kind) {
-        (Some(d), _) => d,
+        (Some(d), 'f' | 'i' | 'u' | 'b') => d,
         (None, 'f') if was_array && descr.itemsize() == 8 => DType::F64,
         (None, 'f') => DType::F32,
         (None, 'i' | 'u' | 'b') => DType::I64,
@@ -157,7 +157,10 @@ fn from_array_like(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Ten
         DType::F64 => "float64",
         DType::I64 => "int64",
     };
-    let arr = arr.call_method("astype", (name,), None)?;
+    // No copy when the array already has the dtype: the one copy is into the tensor.
+    let kwargs = pyo3::types::PyDict::new(py);
+    kwargs.set_item("copy", false)?;
+    let arr = arr.call_method("astype", (name,), Some(&kwargs))?;
     let shape: Vec<usize> = arr.cast::<PyUntypedArray>()?.shape().to_vec();
     Ok(match target {
         DType::F32 => Tensor::from_vec(read::<f32>(&arr)?, &shape),

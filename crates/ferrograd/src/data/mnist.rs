@@ -26,9 +26,13 @@ fn find(dir: &Path, names: &[&str]) -> Result<PathBuf> {
             }
         }
     }
-    Err(Error::Format {
+    // A missing file is an I/O "not found", as opening it would have reported.
+    Err(Error::Io {
         path: dir.to_path_buf(),
-        msg: format!("none of {names:?} (or .gz) found; run scripts/fetch-data.sh"),
+        source: std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("none of {names:?} (or .gz) found; run scripts/fetch-data.sh"),
+        ),
     })
 }
 

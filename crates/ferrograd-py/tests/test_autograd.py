@@ -1,0 +1,146 @@
+"""Reverse mode from Python: the seed 002 network's numbers, .grad semantics, higher order,
+and gradients against finite differences."""
+
+import numpy as np
+import pytest
+
+import ferrograd as fg
+
+
+def seed_002_network(skip=True, detach_skip=False):
+    x = fg.tensor(2.0, requires_grad=True)
+    w = fg.tensor(1.0, requires_grad=True)
+    b = fg.tensor(-1.0, requires_grad=True)
+    v = fg.tensor(3.0, requires_grad=True)
+    p = w * x
+    z = p + b
+    h = z.relu()
+    q = v * h
+    if skip:
+        y = q + (p.detach() if detach_skip else p)
+    else:
+        y = q
+    loss = (y - 1) ** 2 / 2
+    return loss, dict(x=x, w=w, b=b, v=v)
+
+
+def test_seed_002_numbers():
+    loss, leaves = seed_002_network()
+    assert loss.item() == 8.0
+    grads = loss.backward()
+    want = dict(x=16.0, w=32.0, b=12.0, v=4.0)
+    assert {k: t.grad.item() for k, t in leaves.items()} == want
+    assert {k: grads[t].item() for k, t in leaves.items()} == want
+    # A second backward gives the same gradients: .grad is replaced, not accumulated.
+    loss.backward()
+    assert {k: t.grad.item() for k, t in leaves.items()} == want
+
+
+def test_seed_002_detached_skip_and_no_skip():
+    loss, leaves = seed_002_network(detach_skip=True)
+    loss.backward()
+    assert loss.item() == 8.0 and leaves["w"].grad.item() == 24.0
+    loss, leaves = seed_002_network(skip=False)
+    loss.backward()
+    assert loss.item() == 2.0
+    assert [leaves[k].grad.item() for k in "wbv"] == [12.0, 6.0, 2.0]
+
+
+def test_repeated_operand_r_times_r():
+    r = fg.tensor(3.0, requires_grad=True)
+    (r * r).backward()
+    assert r.grad.item() == 6.0
+
+
+def test_grad_is_fresh_and_only_reached_leaves_change():
+    a = fg.tensor([1.0, 2.0], requires_grad=True)
+    b = fg.tensor([3.0], requires_grad=True)
+    (a * a).sum().backward()
+    assert a.grad.tolist() == [2.0, 4.0] and b.grad is None
+    (a * b).sum().backward()
+    assert a.grad.tolist() == [3.0, 3.0] and b.grad.tolist() == [3.0]
+    (b * 2).sum().backward()
+    assert a.grad.tolist() == [3.0, 3.0]  # untouched: this backward did not reach a
+    a.grad = None
+    assert a.grad is None
+
+
+def test_backward_of_a_non_scalar_needs_the_upstream_gradient():
+    a = fg.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(ValueError, match="one-element result"):
+        (a * 2).backward()
+    (a * a).backward(fg.tensor([1.0, 10.0]))
+    assert a.grad.tolist() == [2.0, 40.0]
+    with pytest.raises(ValueError, match="not tracked"):
+        fg.tensor([1.0]).sum().backward()
+
+
+def test_grad_function_and_higher_order():
+    x = fg.tensor(2.0, dtype=fg.float64, requires_grad=True)
+    y = x * x * x
+    (dy,) = fg.grad(y, [x], create_graph=True)
+    assert dy.item() == 12.0
+    d2 = fg.grad(dy, x)
+    assert d2.item() == 12.0
+    g = y.backward(create_graph=True)
+    assert g[x].requires_grad
+    unused = fg.tensor(1.0, requires_grad=True)
+    assert fg.grad(y, [unused])[0].item() == 0.0
+
+
+def test_in_place_updates_of_a_leaf_keep_its_identity():
+    w = fg.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match="no_grad"):
+        w -= 1.0
+    (w * w).sum().backward()
+    with fg.no_grad():
+        w -= 0.5 * w.grad
+    assert w.tolist() == [0.0, 0.0] and w.is_leaf and w.requires_grad
+    (w + 1).sum().backward()
+    assert w.grad.tolist() == [1.0, 1.0]
+    w.data = np.array([5.0, 6.0])
+    assert w.tolist() == [5.0, 6.0]
+    with pytest.raises(ValueError, match="shape"):
+        w.data = np.zeros(3)
+
+
+def numeric_grad(f, x, eps=1e-6):
+    """Central differences of a scalar numpy function."""
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        up, down = x.copy(), x.copy()
+        up[i] += eps
+        down[i] -= eps
+        g[i] = (f(up) - f(down)) / (2 * eps)
+    return g
+
+
+@pytest.mark.parametrize(
+    "name, fn",
+    [
+        ("tanh-matmul", lambda t: (t @ t.T).tanh().sum()),
+        ("softmax-log", lambda t: (t.log_softmax(1) * t).sum()),
+        ("sigmoid-pow", lambda t: (t.sigmoid() ** 3).mean()),
+        ("index-max", lambda t: t[:, 1:].amax(1).sum() + (t[0] * t[1]).sum()),
+        ("div-sqrt", lambda t: (t / (t * t + 1).sqrt()).sum()),
+    ],
+)
+def test_gradients_against_finite_differences(name, fn):
+    x = np.random.default_rng(7).standard_normal((3, 4))
+    t = fg.tensor(x, requires_grad=True)
+    fn(t).backward()
+    want = numeric_grad(lambda a: fn(fg.tensor(a)).item(), x)
+    np.testing.assert_allclose(t.grad.numpy(), want, rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+def test_gradcheck_first_and_second_order():
+    x = fg.tensor(np.random.default_rng(8).standard_normal((2, 3)))
+    w = fg.tensor(np.random.default_rng(9).standard_normal((3, 2)))
+    assert fg.gradcheck(lambda a, b: (a @ b).tanh(), [x, w])
+    assert fg.gradgradcheck(lambda a, b: (a @ b).sigmoid(), [x, w])
+
+    @fg.custom_gradient
+    def wrong(a):
+        return a * a, lambda up: up * a  # should be 2a
+    with pytest.raises(ValueError, match="gradcheck"):
+        fg.gradcheck(wrong, [x])

@@ -1,0 +1,69 @@
+"""Bad input gets a clear Python exception, never a Rust panic, and loses nothing."""
+
+import numpy as np
+import pytest
+
+import ferrograd as fg
+
+
+def test_shape_errors_are_value_errors_naming_the_op_and_shapes():
+    a, b = fg.ones(2, 3), fg.ones(4, 5)
+    with pytest.raises(ValueError, match=r"matmul.*\[2, 3\].*\[4, 5\]"):
+        a @ b
+    with pytest.raises(ValueError, match="broadcast"):
+        a + fg.ones(4)
+    with pytest.raises(ValueError, match="axis"):
+        a.sum(5)
+    with pytest.raises(ValueError, match="Dense"):
+        fg.nn.Dense(3, 2)(fg.ones(4, 5))
+    with pytest.raises(ValueError, match="Conv2d"):
+        fg.nn.Conv2D(3, 2, 3)(fg.ones(1, 1, 5, 5))
+    with pytest.raises(ValueError):
+        fg.cat([a, b])
+
+
+def test_no_panic_exception_escapes():
+    # PanicException derives from BaseException: `except Exception` would miss it.
+    for bad in [
+        lambda: fg.ones(2, 3).reshape(7),
+        lambda: fg.ones(2).transpose(0, 3),
+        lambda: fg.nn.LSTM(3, 4)(fg.ones(2, 3)),
+        lambda: fg.ones(1, 1, 4, 4).max_pool2d(5),
+        lambda: fg.ones(3).narrow(0, 2, 5),
+    ]:
+        with pytest.raises(Exception) as info:
+            bad()
+        assert isinstance(info.value, (ValueError, IndexError, TypeError)), repr(info.value)
+
+
+def test_file_errors_name_the_file(tmp_path):
+    with pytest.raises(OSError, match="nowhere"):
+        fg.data.load_mnist(tmp_path / "nowhere")
+    bad = tmp_path / "train-images-idx3-ubyte"
+    bad.write_bytes(b"not an idx file")
+    with pytest.raises((OSError, ValueError), match="train-"):
+        fg.data.load_mnist(tmp_path)
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"\xff" * 64)
+    with pytest.raises(ValueError, match="junk.safetensors"):
+        fg.nn.Dense(2, 2).load(junk)
+
+
+def test_a_failed_call_changes_nothing():
+    layer = fg.nn.Dense(2, 2)
+    before = layer.weight.numpy().copy()
+    with pytest.raises(ValueError):
+        layer.load_state_dict({"weight": np.zeros((3, 3), dtype=np.float32)})
+    np.testing.assert_array_equal(layer.weight.numpy(), before)
+    w = fg.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(ValueError):
+        (w @ fg.ones(3)).backward()
+    (w * w).sum().backward()
+    assert w.grad.tolist() == [2.0, 4.0]
+
+
+def test_type_errors_for_non_numbers():
+    with pytest.raises(TypeError):
+        fg.ones(2) + "a"
+    with pytest.raises(TypeError):
+        fg.tensor([1, 2], requires_grad=True)

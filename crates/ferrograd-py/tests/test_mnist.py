@@ -1,0 +1,19 @@
+"""The seed's run.py on real MNIST, one epoch: at least 0.96, as the Rust example."""
+
+import pathlib
+import subprocess
+import sys
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "examples" / "mnist_run.py"
+
+
+def test_seed_run_py_trains_one_epoch(mnist_dir):
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "--data-dir", str(mnist_dir), "--num-ep", "1"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    line = next(l for l in out.splitlines() if l.startswith("Epoch 0"))
+    res = eval(line.split("\t")[1])  # the dict tinynn prints
+    assert res["total_num"] == 10000 and res["accuracy"] >= 0.96, line

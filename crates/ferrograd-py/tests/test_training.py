@@ -1,0 +1,153 @@
+"""The training library from Python: layers, tinynn's Model, PyTorch-style optimizers,
+state dicts and checkpoints, data and metrics."""
+
+import numpy as np
+import pytest
+
+import ferrograd as fg
+from ferrograd import Model
+from ferrograd.data import BatchIterator, one_hot
+from ferrograd.metrics import AccEvaluator
+from ferrograd.nn import Dense, Net, ReLU, SoftmaxCrossEntropyLoss
+from ferrograd.optim import SGD, Adam
+
+
+def blobs(n=200, seed=0):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 3, n)
+    centers = np.array([[2.0, 0.0], [-2.0, 0.0], [0.0, 2.5]])
+    x = (centers[labels] + 0.5 * rng.standard_normal((n, 2))).astype(np.float32)
+    return x, labels
+
+
+def test_tinynn_pipeline_learns():
+    fg.manual_seed(0)
+    x, labels = blobs()
+    net = Net([Dense(2, 16), ReLU(), Dense(16, 3)])
+    model = Model(net=net, loss=SoftmaxCrossEntropyLoss(), optimizer=Adam(lr=0.05))
+    iterator = BatchIterator(batch_size=32)
+    losses = []
+    for _ in range(10):
+        for batch in iterator(x, one_hot(labels, 3)):
+            pred = model.forward(batch.inputs)
+            loss, grads = model.backward(pred, batch.targets)
+            assert isinstance(loss, float) and len(grads) == 4
+            model.apply_grad(grads)
+            losses.append(loss)
+    assert losses[-1] < 0.2 < losses[0]
+    res = AccEvaluator().evaluate(np.argmax(model.forward(x), axis=1), labels)
+    assert set(res) == {"total_num", "hit_num", "accuracy"}
+    assert res["total_num"] == 200 and res["accuracy"] > 0.95
+    # The parameters got their .grad from the last backward.
+    assert net[0].weight.grad.shape == (16, 2)
+
+
+def test_pytorch_style_optimizer_steps_from_grad():
+    fg.manual_seed(1)
+    layer = Dense(3, 1)
+    opt = SGD(layer.parameters(), lr=0.1)
+    x = fg.tensor(np.eye(3, dtype=np.float32))
+    before = layer.weight.numpy().copy()
+    loss = layer(x).sum()
+    loss.backward()
+    opt.step()
+    np.testing.assert_allclose(layer.weight.numpy(), before - 0.1, rtol=1e-6)
+    opt.zero_grad()
+    assert layer.weight.grad is None
+    w = fg.tensor([1.0, -1.0], requires_grad=True)
+    opt = Adam([w], lr=0.1)
+    for _ in range(200):
+        ((w - 3.0) ** 2).sum().backward()
+        opt.step()
+    np.testing.assert_allclose(w.numpy(), [3.0, 3.0], atol=1e-2)
+    with pytest.raises(TypeError, match="trainable leaf"):
+        SGD([fg.tensor([1.0])], lr=0.1)
+
+
+def test_parameters_are_named_as_pytorch_and_keep_their_identity():
+    net = Net([Dense(4, 3), ReLU(), Dense(3, 2)])
+    names = [n for n, _ in net.named_parameters()]
+    assert names == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert net[0].weight is net[0].weight
+    assert net[0].weight.shape == (3, 4) and net.num_params() == 4 * 3 + 3 + 3 * 2 + 2
+    assert net.params["2.bias"].shape == (2,)
+    with pytest.raises(AttributeError, match="no parameter"):
+        net[0].kernel
+
+
+def test_state_dict_and_safetensors_round_trip(tmp_path):
+    fg.manual_seed(2)
+    a = Net([fg.nn.Conv2D(1, 2, 3, padding=1), fg.nn.BatchNorm2d(2), ReLU(), fg.nn.Flatten()])
+    fg.manual_seed(3)
+    b = Net([fg.nn.Conv2D(1, 2, 3, padding=1), fg.nn.BatchNorm2d(2), ReLU(), fg.nn.Flatten()])
+    x = fg.randn(2, 1, 5, 5)
+    a(x)  # moves a's running statistics
+    assert set(a.state_dict()) == {
+        "0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean", "1.running_var",
+        "1.num_batches_tracked",
+    }
+    path = tmp_path / "a.safetensors"
+    a.save(path)
+    b.load(path)
+    a.eval(), b.eval()
+    np.testing.assert_array_equal(a(x).numpy(), b(x).numpy())
+    c = Net([Dense(25, 2)])
+    with pytest.raises(ValueError, match="0.weight"):
+        c.load(path)
+    with pytest.raises(OSError, match="missing.safetensors"):
+        c.load(tmp_path / "missing.safetensors")
+    state = {k: v.numpy() for k, v in c.state_dict().items()}
+    state["0.bias"] = np.array([5.0, 6.0], dtype=np.float32)
+    c.load_state_dict(state)
+    assert c[0].bias.tolist() == [5.0, 6.0]
+    with pytest.raises(ValueError):
+        c.load_state_dict({"0.bias": np.zeros(3, dtype=np.float32)})
+    assert c[0].bias.tolist() == [5.0, 6.0]
+
+
+def test_layers_run_in_both_modes():
+    fg.manual_seed(4)
+    drop = fg.nn.Dropout(0.5)
+    x = fg.ones(1000)
+    assert 300 < (drop(x) == 0).sum().item() < 700
+    drop.eval()
+    assert (drop(x) == 0).sum().item() == 0
+    lstm = fg.nn.LSTM(3, 5, num_layers=2)
+    out, (h, c) = lstm.forward_seq(fg.randn(4, 7, 3))
+    assert out.shape == (4, 7, 5) and h.shape == (2, 4, 5) and c.shape == (2, 4, 5)
+    assert lstm(fg.randn(4, 7, 3)).shape == (4, 7, 5)
+    assert [n for n, _ in lstm.named_parameters()][:2] == ["weight_ih_l0", "weight_hh_l0"]
+    out, h = fg.nn.GRU(3, 4).forward_seq(fg.randn(2, 5, 3), fg.zeros(1, 2, 4))
+    assert out.shape == (2, 5, 4) and h.shape == (1, 2, 4)
+    y = fg.nn.ConvTranspose2D(2, 3, 4, stride=2, padding=1)(fg.randn(1, 2, 5, 5))
+    assert y.shape == (1, 3, 10, 10)
+    assert fg.nn.MaxPool2D(2)(fg.randn(1, 1, 4, 6)).shape == (1, 1, 2, 3)
+
+
+def test_batch_iterator_covers_every_sample_once_in_the_rust_order():
+    x = np.arange(10, dtype=np.float32)[:, None]
+    y = np.arange(10)
+    it = BatchIterator(batch_size=4, seed=7)
+    seen = [batch.targets for batch in it(x, y)]
+    assert [len(s) for s in seen] == [4, 4, 2]
+    order = np.concatenate(seen)
+    assert sorted(order.tolist()) == list(range(10))
+    np.testing.assert_array_equal(order, fg._core.epoch_order(10, 7, 0))
+    second = np.concatenate([b.targets for b in it(x, y)])
+    assert not np.array_equal(order, second)  # a new permutation each epoch
+    plain = np.concatenate([b.targets for b in BatchIterator(4, shuffle=False)(x, y)])
+    np.testing.assert_array_equal(plain, y)
+    with pytest.raises(ValueError, match="batch_size"):
+        BatchIterator(batch_size=0)
+
+
+def test_losses_and_their_gradients():
+    pred = fg.tensor([[2.0, 0.0, -1.0]])
+    target = one_hot([0], 3)
+    ce = SoftmaxCrossEntropyLoss()
+    p = np.exp([2.0, 0.0, -1.0]) / np.exp([2.0, 0.0, -1.0]).sum()
+    assert ce.loss(pred, target).item() == pytest.approx(-np.log(p[0]), rel=1e-6)
+    np.testing.assert_allclose(ce.grad(pred, target).numpy(), [p - [1, 0, 0]], rtol=1e-5)
+    assert ce(pred, np.array([0])).item() == pytest.approx(-np.log(p[0]), rel=1e-6)
+    assert fg.nn.MSELoss()(fg.tensor([1.0, 3.0]), np.array([0.0, 0.0])).item() == 5.0
+    assert fg.nn.HuberLoss(1.0)(fg.tensor([3.0]), np.array([0.0])).item() == 2.5
