@@ -4,6 +4,7 @@
 
 mod autograd;
 mod convert;
+mod graph;
 mod guard;
 mod index;
 mod nn;
@@ -235,6 +236,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<autograd::PyGradients>()?;
     nn::register(m)?;
     train::register(m)?;
+    graph::register(m)?;
     m.add_function(wrap_pyfunction!(make_tensor, m)?)?;
     m.add_function(wrap_pyfunction!(zeros, m)?)?;
     m.add_function(wrap_pyfunction!(ones, m)?)?;

@@ -199,6 +199,6 @@ from ._tape import GradientTape, Variable, constant, function  # noqa: E402
 reduce_sum = sum
 reduce_mean = mean
 
-from . import data, math, metrics, nn, optim, random  # noqa: E402
+from . import data, graph, math, metrics, nn, optim, random  # noqa: E402
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -97,7 +97,8 @@ impl Graph {
         })))
     }
 
-    pub(crate) fn id(&self) -> u64 {
+    /// This graph's identity, unique in the process (the handles of one graph share it).
+    pub fn id(&self) -> u64 {
         self.0.borrow().id
     }
 

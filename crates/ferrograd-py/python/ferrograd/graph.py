@@ -1,0 +1,112 @@
+"""The static graph (seed 001), with simpleflow's and TensorFlow 1's names: build the graph
+once from placeholders, variables and ops, then run it in a ``Session`` with a ``feed_dict``.
+
+    import ferrograd.graph as sf
+    x = sf.placeholder()
+    w = sf.Variable([[1.0]], name="weight")
+    loss = sf.reduce_sum(sf.square(x * w - 3.0))
+    train_op = sf.GradientDescentOptimizer(learning_rate=0.01).minimize(loss)
+    with sf.Session() as sess:
+        sess.run(train_op, {x: [1.0, 2.0]})
+
+Gradients are built by the core's graph module from the same derivative rules as eager mode.
+"""
+
+import contextlib as _contextlib
+import itertools as _itertools
+
+from ._core import GradientDescentOptimizer, Graph, Node  # noqa: F401
+from ._core import Session as _Session
+
+_graphs = [Graph()]
+_counter = _itertools.count()
+
+
+def get_default_graph():
+    """The graph that module-level functions add to."""
+    return _graphs[-1]
+
+
+def reset_default_graph():
+    """Replaces the default graph with an empty one."""
+    _graphs[-1] = Graph()
+
+
+@_contextlib.contextmanager
+def _default_scope(graph):
+    _graphs.append(graph)
+    try:
+        yield graph
+    finally:
+        _graphs.pop()
+
+
+def _name(name, kind):
+    return name if name is not None else f"{kind}_{next(_counter)}"
+
+
+def placeholder(name=None):
+    """A value fed at run time through ``feed_dict``."""
+    return get_default_graph().placeholder(_name(name, "placeholder"))
+
+
+def Variable(initial_value, name=None):  # noqa: N802 (simpleflow's name)
+    """A trainable value that lives in the graph."""
+    return get_default_graph().variable(_name(name, "variable"), initial_value)
+
+
+def constant(value):
+    """A fixed value."""
+    return get_default_graph().constant(value)
+
+
+def Session(graph=None):  # noqa: N802 (simpleflow's name)
+    """A session on ``graph`` (the default graph when None); usable as ``with Session() as s``."""
+    return _Session(graph if graph is not None else get_default_graph())
+
+
+def gradients(y, xs):
+    """Symbolic gradients of ``y`` with respect to each node of ``xs``."""
+    single = isinstance(xs, Node)
+    gs = get_default_graph().gradients(y, [xs] if single else list(xs))
+    return gs[0] if single else gs
+
+
+def square(x):
+    return x.square()
+
+
+def reduce_sum(x, axis=None, keepdims=False):
+    """The sum over ``axis`` (every element when None)."""
+    return x.sum(axis, keepdims)
+
+
+reduct_sum = reduce_sum  # simpleflow's own spelling, as seed 001 calls it
+
+
+def reduce_mean(x, axis=None, keepdims=False):
+    return x.mean(axis, keepdims)
+
+
+def matmul(a, b):
+    return a.matmul(b)
+
+
+def exp(x):
+    return x.exp()
+
+
+def log(x):
+    return x.log()
+
+
+def sigmoid(x):
+    return x.sigmoid()
+
+
+def tanh(x):
+    return x.tanh()
+
+
+def relu(x):
+    return x.relu()

@@ -1,0 +1,382 @@
+//! `ferrograd.graph`: the static graph (seed 001, simpleflow's names) over the core's `graph`
+//! module. A graph and its nodes belong to the thread that built them (`unsendable`).
+
+use ferrograd::graph::{Feed, GradientDescentOptimizer, Graph, Node, Session};
+use ferrograd::prelude::{DType, Tensor};
+use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyFloat, PyInt, PyList, PyTuple};
+
+use crate::convert::{axes_arg, to_numpy};
+use crate::guard;
+use crate::nn::{core_error, input};
+
+/// A static computational graph: placeholders, variables and the ops between them, run by a
+/// `Session`. `ferrograd.graph` keeps a default one; `with Graph().as_default():` replaces it
+/// for a block.
+#[pyclass(name = "Graph", module = "ferrograd.graph", unsendable)]
+pub struct PyGraph {
+    pub graph: Graph,
+}
+
+/// A node of a graph: takes the operators and the methods of the ops the graph knows.
+#[pyclass(name = "Node", module = "ferrograd.graph", unsendable)]
+#[derive(Clone)]
+pub struct PyNode {
+    pub node: Node,
+}
+
+fn node(n: Node) -> PyNode {
+    PyNode { node: n }
+}
+
+#[pymethods]
+impl PyGraph {
+    #[new]
+    fn new() -> PyGraph {
+        PyGraph {
+            graph: Graph::new(),
+        }
+    }
+
+    /// A value fed at run time, by `name`.
+    fn placeholder(&self, name: &str) -> PyNode {
+        node(self.graph.placeholder(name))
+    }
+
+    /// A trainable value that lives in the graph, starting at `initial` (float32 for Python
+    /// numbers and lists, numpy arrays keep their dtype).
+    fn variable(&self, name: &str, initial: &Bound<'_, PyAny>) -> PyResult<PyNode> {
+        let t = crate::convert::to_tensor(initial, None)?;
+        let t = if t.dtype().is_float() {
+            t
+        } else {
+            t.to_dtype(DType::F32)
+        };
+        guard::run(|| node(self.graph.variable(name, t.detach())))
+    }
+
+    /// A fixed value.
+    fn constant(&self, value: &Bound<'_, PyAny>) -> PyResult<PyNode> {
+        let t = crate::convert::to_tensor(value, None)?;
+        Ok(node(self.graph.constant(t.detach())))
+    }
+
+    /// Symbolic gradients of `y` with respect to each of `xs` (nodes that can be run or
+    /// differentiated again).
+    fn gradients(&self, y: PyRef<'_, PyNode>, xs: Vec<PyRef<'_, PyNode>>) -> PyResult<Vec<PyNode>> {
+        let refs: Vec<&Node> = xs.iter().map(|x| &x.node).collect();
+        guard::run(|| {
+            self.graph
+                .gradients(&y.node, &refs)
+                .into_iter()
+                .map(node)
+                .collect()
+        })
+    }
+
+    /// `with graph.as_default():` makes this the graph that `ferrograd.graph.placeholder`,
+    /// `Variable` and `Session()` use inside the block.
+    fn as_default(slf: Bound<'_, Self>) -> PyResult<Bound<'_, PyAny>> {
+        slf.py()
+            .import("ferrograd.graph")?
+            .call_method1("_default_scope", (slf,))
+    }
+
+    /// Graphviz text of the whole graph.
+    fn to_dot(&self) -> String {
+        self.graph.to_dot()
+    }
+
+    fn __len__(&self) -> usize {
+        self.graph.len()
+    }
+}
+
+/// A node operand: another node of the graph, or a Python number.
+enum Operand {
+    Node(Node),
+    Scalar(f64),
+}
+
+fn operand(o: &Bound<'_, PyAny>) -> PyResult<Operand> {
+    if let Ok(n) = o.cast::<PyNode>() {
+        return Ok(Operand::Node(n.borrow().node.clone()));
+    }
+    if o.is_instance_of::<PyFloat>() || o.is_instance_of::<PyInt>() {
+        return Ok(Operand::Scalar(o.extract()?));
+    }
+    Err(PyTypeError::new_err(format!(
+        "a graph node combines with nodes and numbers, not {}",
+        o.get_type().name()?
+    )))
+}
+
+impl PyNode {
+    fn binary(
+        &self,
+        o: &Bound<'_, PyAny>,
+        nodes: impl FnOnce(&Node, &Node) -> Node,
+        scalar: impl FnOnce(&Node, f64) -> Node,
+    ) -> PyResult<PyNode> {
+        match operand(o)? {
+            Operand::Node(n) => guard::run(|| node(nodes(&self.node, &n))),
+            Operand::Scalar(s) => guard::run(|| node(scalar(&self.node, s))),
+        }
+    }
+
+    fn unary(&self, f: impl FnOnce(&Node) -> Node) -> PyResult<PyNode> {
+        guard::run(|| node(f(&self.node)))
+    }
+}
+
+#[pymethods]
+impl PyNode {
+    fn __add__(&self, o: &Bound<'_, PyAny>) -> PyResult<PyNode> {
+        self.binary(o, |a, b| a + b, |a, s| a + s)
+    }
+    fn __radd__(&self, o: &Bound<'_, PyAny>) -> PyResult<PyNode> {
+        self.binary(o, |a, b| b + a, |a, s| s + a)
+    }
+    fn __sub__(&self, o: &Bound<'_, PyAny>) -> PyResult<PyNode> {
+        self.binary(o, |a, b| a - b, |a, s| a - s)
+    }
+    fn __rsub__(&self, o: &Bound<'_, PyAny>) -> PyResult<PyNode> {
+        self.binary(o, |a, b| b - a, |a, s| s - a)
+    }
+    fn __mul__(&self, o: &Bound<'_, PyAny>) -> PyResult<PyNode> {
+        self.binary(o, |a, b| a * b, |a, s| a * s)
+    }
+    fn __rmul__(&self, o: &Bound<'_, PyAny>) -> PyResult<PyNode> {
+        self.binary(o, |a, b| b * a, |a, s| s * a)
+    }
+    fn __truediv__(&self, o: &Bound<'_, PyAny>) -> PyResult<PyNode> {
+        self.binary(o, |a, b| a / b, |a, s| a / s)
+    }
+    fn __rtruediv__(&self, o: &Bound<'_, PyAny>) -> PyResult<PyNode> {
+        self.binary(o, |a, b| b / a, |a, s| s / a)
+    }
+    fn __matmul__(&self, o: PyRef<'_, PyNode>) -> PyResult<PyNode> {
+        self.unary(|a| a.matmul(&o.node))
+    }
+    fn __neg__(&self) -> PyResult<PyNode> {
+        self.unary(|a| -a)
+    }
+    fn __pow__(&self, p: f64, modulo: &Bound<'_, PyAny>) -> PyResult<PyNode> {
+        if !modulo.is_none() {
+            return Err(PyTypeError::new_err(
+                "pow with a modulo is not defined for nodes",
+            ));
+        }
+        self.unary(|a| a.powf(p))
+    }
+    fn matmul(&self, o: PyRef<'_, PyNode>) -> PyResult<PyNode> {
+        self.__matmul__(o)
+    }
+    fn exp(&self) -> PyResult<PyNode> {
+        self.unary(Node::exp)
+    }
+    fn log(&self) -> PyResult<PyNode> {
+        self.unary(Node::log)
+    }
+    fn sqrt(&self) -> PyResult<PyNode> {
+        self.unary(Node::sqrt)
+    }
+    fn square(&self) -> PyResult<PyNode> {
+        self.unary(Node::square)
+    }
+    fn abs(&self) -> PyResult<PyNode> {
+        self.unary(Node::abs)
+    }
+    fn tanh(&self) -> PyResult<PyNode> {
+        self.unary(Node::tanh)
+    }
+    fn sigmoid(&self) -> PyResult<PyNode> {
+        self.unary(Node::sigmoid)
+    }
+    fn relu(&self) -> PyResult<PyNode> {
+        self.unary(Node::relu)
+    }
+    fn softplus(&self) -> PyResult<PyNode> {
+        self.unary(Node::softplus)
+    }
+    /// The sum over `dim` (every element when None).
+    #[pyo3(signature = (dim=None, keepdim=false))]
+    fn sum(&self, dim: Option<&Bound<'_, PyAny>>, keepdim: bool) -> PyResult<PyNode> {
+        match axes_arg(dim)? {
+            None => self.unary(Node::sum),
+            Some(axes) => self.unary(|a| a.sum_axes(&axes, keepdim)),
+        }
+    }
+    #[pyo3(signature = (dim=None, keepdim=false))]
+    fn mean(&self, dim: Option<&Bound<'_, PyAny>>, keepdim: bool) -> PyResult<PyNode> {
+        match axes_arg(dim)? {
+            None => self.unary(Node::mean),
+            Some(axes) => self.unary(|a| a.mean_axes(&axes, keepdim)),
+        }
+    }
+    fn reshape(&self, shape: Vec<usize>) -> PyResult<PyNode> {
+        self.unary(|a| a.reshape(&shape))
+    }
+    fn transpose(&self, dim0: isize, dim1: isize) -> PyResult<PyNode> {
+        self.unary(|a| a.transpose(dim0, dim1))
+    }
+    #[pyo3(signature = (dim=-1))]
+    fn softmax(&self, dim: isize) -> PyResult<PyNode> {
+        self.unary(|a| a.softmax(dim))
+    }
+    #[pyo3(signature = (dim=-1))]
+    fn log_softmax(&self, dim: isize) -> PyResult<PyNode> {
+        self.unary(|a| a.log_softmax(dim))
+    }
+    fn stop_gradient(&self) -> PyResult<PyNode> {
+        self.unary(Node::stop_gradient)
+    }
+
+    /// The graph this node belongs to.
+    #[getter]
+    fn graph(&self) -> PyGraph {
+        PyGraph {
+            graph: self.node.graph().clone(),
+        }
+    }
+
+    /// The node's position in its graph.
+    #[getter]
+    fn index(&self) -> usize {
+        self.node.index()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.node)
+    }
+
+    /// Nodes hash by identity (`==` would build a comparison node in a tensor library; here it
+    /// is identity, so nodes can key a `feed_dict`).
+    fn __hash__(&self) -> u64 {
+        self.node.graph().id().wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ self.node.index() as u64
+    }
+
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other.cast::<PyNode>().is_ok_and(|o| {
+            let o = &o.borrow().node;
+            o.index() == self.node.index() && o.graph().id() == self.node.graph().id()
+        })
+    }
+}
+
+/// simpleflow's `GradientDescentOptimizer(learning_rate).minimize(loss)`: a node that, when
+/// run, takes one gradient-descent step on every variable the loss depends on.
+#[pyclass(
+    name = "GradientDescentOptimizer",
+    module = "ferrograd.graph",
+    unsendable
+)]
+pub struct PyGradientDescent {
+    optimizer: GradientDescentOptimizer,
+}
+
+#[pymethods]
+impl PyGradientDescent {
+    #[new]
+    fn new(learning_rate: f64) -> PyGradientDescent {
+        PyGradientDescent {
+            optimizer: GradientDescentOptimizer::new(learning_rate),
+        }
+    }
+
+    fn minimize(&self, loss: PyRef<'_, PyNode>) -> PyResult<PyNode> {
+        guard::run(|| node(self.optimizer.minimize(&loss.node)))
+    }
+}
+
+/// Runs nodes of one graph: `run(fetches, feed_dict=None)` returns numpy values (a list for a
+/// list of fetches). Variables keep their values across runs.
+#[pyclass(name = "Session", module = "ferrograd.graph", unsendable)]
+pub struct PySession {
+    session: Session,
+    graph: Graph,
+}
+
+fn feed(graph: &Graph, feed_dict: Option<&Bound<'_, PyDict>>) -> PyResult<Feed> {
+    let mut feed = Feed::new();
+    let Some(d) = feed_dict else {
+        return Ok(feed);
+    };
+    for (k, v) in d.iter() {
+        let n = k
+            .cast::<PyNode>()
+            .map_err(|_| PyKeyError::new_err("feed_dict keys must be placeholders"))?
+            .borrow()
+            .node
+            .clone();
+        if n.graph().id() != graph.id() {
+            return Err(PyValueError::new_err(format!(
+                "feed_dict: {n:?} belongs to another graph than the session's"
+            )));
+        }
+        let t: Tensor = input(&v)?;
+        feed = feed.with(&n, t);
+    }
+    Ok(feed)
+}
+
+#[pymethods]
+impl PySession {
+    #[new]
+    fn new(graph: PyRef<'_, PyGraph>) -> PySession {
+        PySession {
+            session: Session::new(&graph.graph),
+            graph: graph.graph.clone(),
+        }
+    }
+
+    /// The values of `fetches` (a node, or a list of nodes computed in one pass), given the
+    /// placeholders' values in `feed_dict` (numpy float64 arrays are fed as float32, the
+    /// variables' dtype). A missing feed raises `ValueError` naming the placeholder.
+    #[pyo3(signature = (fetches, feed_dict=None))]
+    fn run<'py>(
+        &mut self,
+        py: Python<'py>,
+        fetches: &Bound<'py, PyAny>,
+        feed_dict: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let feed = feed(&self.graph, feed_dict)?;
+        if let Ok(n) = fetches.cast::<PyNode>() {
+            let n = n.borrow().node.clone();
+            let t = guard::run(|| self.session.run(&n, &feed))?.map_err(core_error)?;
+            return Ok(to_numpy(py, &t));
+        }
+        let nodes: Vec<PyRef<'py, PyNode>> = fetches.extract()?;
+        let refs: Vec<&Node> = nodes.iter().map(|n| &n.node).collect();
+        let ts = guard::run(|| self.session.run_many(&refs, &feed))?.map_err(core_error)?;
+        let values: Vec<Bound<'py, PyAny>> = ts.iter().map(|t| to_numpy(py, t)).collect();
+        Ok(if fetches.is_instance_of::<PyTuple>() {
+            PyTuple::new(py, values)?.into_any()
+        } else {
+            PyList::new(py, values)?.into_any()
+        })
+    }
+
+    fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        _t: &Bound<'_, PyAny>,
+        _v: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) -> bool {
+        false
+    }
+}
+
+/// Registers the static-graph classes on `m`.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyGraph>()?;
+    m.add_class::<PyNode>()?;
+    m.add_class::<PyGradientDescent>()?;
+    m.add_class::<PySession>()?;
+    Ok(())
+}
