@@ -182,10 +182,10 @@ impl PyGradients {
         self.grads.len()
     }
 
-    fn __add__(&self, other: PyRef<'_, PyGradients>) -> PyGradients {
-        PyGradients {
+    fn __add__(&self, other: PyRef<'_, PyGradients>) -> PyResult<PyGradients> {
+        guard::run(|| PyGradients {
             grads: &self.grads + &other.grads,
-        }
+        })
     }
 
     /// Every gradient multiplied by `factor`.

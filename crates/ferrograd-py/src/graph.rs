@@ -40,8 +40,8 @@ impl PyGraph {
     }
 
     /// A value fed at run time, by `name`.
-    fn placeholder(&self, name: &str) -> PyNode {
-        node(self.graph.placeholder(name))
+    fn placeholder(&self, name: &str) -> PyResult<PyNode> {
+        guard::run(|| node(self.graph.placeholder(name)))
     }
 
     /// A trainable value that lives in the graph, starting at `initial` (float32 for Python
@@ -59,7 +59,7 @@ impl PyGraph {
     /// A fixed value.
     fn constant(&self, value: &Bound<'_, PyAny>) -> PyResult<PyNode> {
         let t = crate::convert::to_tensor(value, None)?;
-        Ok(node(self.graph.constant(t.detach())))
+        guard::run(|| node(self.graph.constant(t.detach())))
     }
 
     /// Symbolic gradients of `y` with respect to each of `xs` (nodes that can be run or

@@ -55,8 +55,8 @@ fn zeros(
     dtype: Option<&Bound<'_, PyAny>>,
     requires_grad: bool,
 ) -> PyResult<Py<PyAny>> {
-    let t = Tensor::zeros(&shape_of(shape)?, dtype_or_f32(dtype)?);
-    leaf_if(t, requires_grad)
+    let (shape, dtype) = (shape_of(shape)?, dtype_or_f32(dtype)?);
+    leaf_if(guard::run(|| Tensor::zeros(&shape, dtype))?, requires_grad)
 }
 
 #[pyfunction]
@@ -66,8 +66,8 @@ fn ones(
     dtype: Option<&Bound<'_, PyAny>>,
     requires_grad: bool,
 ) -> PyResult<Py<PyAny>> {
-    let t = Tensor::ones(&shape_of(shape)?, dtype_or_f32(dtype)?);
-    leaf_if(t, requires_grad)
+    let (shape, dtype) = (shape_of(shape)?, dtype_or_f32(dtype)?);
+    leaf_if(guard::run(|| Tensor::ones(&shape, dtype))?, requires_grad)
 }
 
 #[pyfunction]
@@ -78,8 +78,9 @@ fn full(
     dtype: Option<&Bound<'_, PyAny>>,
     requires_grad: bool,
 ) -> PyResult<Py<PyAny>> {
+    let dtype = dtype_or_f32(dtype)?;
     leaf_if(
-        Tensor::full(&shape, fill_value, dtype_or_f32(dtype)?),
+        guard::run(|| Tensor::full(&shape, fill_value, dtype))?,
         requires_grad,
     )
 }

@@ -334,8 +334,14 @@ impl PyTensor {
     }
 
     /// A plain copy (tracked like any op: gradients flow through it).
-    fn clone(&self) -> PyTensor {
-        PyTensor::new(&self.tensor() * 1.0)
+    fn clone(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.map(py, |t| {
+            if t.dtype().is_float() {
+                t * 1.0
+            } else {
+                t.detach()
+            }
+        })
     }
 
     // ---- to Python ----

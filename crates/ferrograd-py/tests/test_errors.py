@@ -67,3 +67,22 @@ def test_type_errors_for_non_numbers():
         fg.ones(2) + "a"
     with pytest.raises(TypeError):
         fg.tensor([1, 2], requires_grad=True)
+
+
+def test_hostile_sizes_raise_instead_of_aborting():
+    # Terabytes asked for: the allocator refuses, the process goes on.
+    for make in [
+        lambda: fg.zeros(10**12),
+        lambda: fg.randn(10**12),
+        lambda: fg.full([2**33, 2**33], 1.0),
+        lambda: fg.nn.Dense(2**20, 2**20),
+    ]:
+        with pytest.raises(ValueError, match="allocate|fit in memory"):
+            make()
+    with pytest.raises(ValueError, match="stride"):
+        fg.ones(1, 1, 4, 4).conv2d(fg.ones(1, 1, 3, 3), stride=0)
+    with pytest.raises(ValueError, match="out of range"):
+        fg.ones(2, 3).index_select(0, [5])
+    with pytest.raises((IndexError, OverflowError)):
+        fg.ones(2, 3)[:, 10**20]
+    assert fg.ones(2).sum().item() == 2.0

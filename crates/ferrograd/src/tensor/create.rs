@@ -63,7 +63,11 @@ impl Tensor {
             let storage = with_any_dtype!(dtype, T => T::inline(T::cast_from_f64(value)));
             return Tensor::from_parts(storage, super::Layout::contiguous(shape), None);
         }
-        with_any_dtype!(dtype, T => Tensor::from_data(vec![T::cast_from_f64(value); n], shape))
+        with_any_dtype!(dtype, T => {
+            let mut data: Vec<T> = buffer("full", shape, n);
+            data.resize(n, T::cast_from_f64(value));
+            Tensor::from_data(data, shape)
+        })
     }
 
     /// Zeros of `shape` and `dtype`, untracked.
@@ -133,9 +137,8 @@ impl Tensor {
     pub fn randn(shape: &[usize], dtype: DType, rng: &mut impl Rng) -> Tensor {
         let n = super::numel_or_panic("randn", shape);
         with_dtype!(dtype, T => {
-            let data: Vec<T> = (0..n)
-                .map(|_| T::from_f64(StandardNormal.sample(rng)))
-                .collect();
+            let mut data: Vec<T> = buffer("randn", shape, n);
+            data.extend((0..n).map(|_| T::from_f64(StandardNormal.sample(rng))));
             Tensor::from_data(data, shape)
         })
     }
@@ -166,8 +169,23 @@ impl Tensor {
         );
         let n = super::numel_or_panic("rand_uniform", shape);
         with_dtype!(dtype, T => {
-            let data: Vec<T> = (0..n).map(|_| T::from_f64(rng.gen_range(low..high))).collect();
+            let mut data: Vec<T> = buffer("rand_uniform", shape, n);
+            data.extend((0..n).map(|_| T::from_f64(rng.gen_range(low..high))));
             Tensor::from_data(data, shape)
         })
     }
+}
+
+/// An empty buffer with room for `n` elements, or a panic naming `op` and `shape` when the
+/// allocator refuses (a shape from hostile input asking for terabytes): the default
+/// allocation would abort the process instead.
+fn buffer<T>(op: &str, shape: &[usize], n: usize) -> Vec<T> {
+    let mut data = Vec::new();
+    if data.try_reserve_exact(n).is_err() {
+        panic!(
+            "{op}: cannot allocate {n} elements ({} bytes) for shape {shape:?}",
+            n.saturating_mul(std::mem::size_of::<T>())
+        );
+    }
+    data
 }
