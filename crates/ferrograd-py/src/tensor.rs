@@ -840,6 +840,61 @@ impl PyTensor {
         self.map(py, |t| t.index_select(dim, idx.as_slice()))
     }
 
+    /// Adds the rows of `source` into positions `index` along `dim` (repeated indices add up).
+    fn index_add(
+        &self,
+        py: Python<'_>,
+        dim: isize,
+        index: &Bound<'_, PyAny>,
+        source: &Bound<'_, PyAny>,
+    ) -> PyResult<PyTensor> {
+        let idx: Vec<usize> = to_tensor(index, Some(DType::I64))?
+            .to_vec::<i64>()
+            .into_iter()
+            .map(|i| i as usize)
+            .collect();
+        let src = to_tensor(source, Some(self.tensor().dtype()))?;
+        self.map(py, |t| t.index_add(dim, &idx, &src))
+    }
+
+    /// `pad` values before and after each axis, from the first: `[(before, after), ...]`.
+    #[pyo3(signature = (pads, value=0.0))]
+    fn pad(&self, py: Python<'_>, pads: Vec<(usize, usize)>, value: f64) -> PyResult<PyTensor> {
+        self.map(py, |t| t.pad(&pads, value))
+    }
+
+    /// `on_true` where this tensor is non-zero, else `on_false` (broadcast); differentiable
+    /// in both branches.
+    fn where_(&self, py: Python<'_>, on_true: &Bound<'_, PyAny>, on_false: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let a = to_tensor(on_true, None)?;
+        let b = to_tensor(on_false, Some(a.dtype()))?;
+        self.map(py, |c| c.where_cond(&a, &b))
+    }
+
+    /// Whether every element is within `atol + rtol·|other|` of `other`'s.
+    #[pyo3(signature = (other, rtol=1e-5, atol=1e-8))]
+    fn allclose(&self, other: &Bound<'_, PyAny>, rtol: f64, atol: f64) -> PyResult<bool> {
+        let o = to_tensor(other, Some(self.tensor().dtype()))?;
+        let t = self.tensor();
+        guard::run(|| t.allclose(&o, rtol, atol))
+    }
+
+    /// Batch normalisation over axis 1 with batch statistics (training mode):
+    /// `(y, mean, var)`, `var` biased, as the fused core op computes them.
+    #[pyo3(signature = (weight, bias, eps=1e-5))]
+    fn batch_norm<'py>(
+        &self,
+        py: Python<'py>,
+        weight: &Bound<'py, PyAny>,
+        bias: &Bound<'py, PyAny>,
+        eps: f64,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let t = self.tensor();
+        let (w, b) = (to_tensor(weight, Some(t.dtype()))?, to_tensor(bias, Some(t.dtype()))?);
+        let (y, m, v) = guard::run_heavy(py, t.numel() >= HEAVY, || t.batch_norm(&w, &b, eps))?;
+        PyTuple::new(py, [PyTensor::new(y), PyTensor::new(m), PyTensor::new(v)])
+    }
+
     fn contiguous(&self, py: Python<'_>) -> PyResult<PyTensor> {
         self.map(py, Tensor::contiguous)
     }

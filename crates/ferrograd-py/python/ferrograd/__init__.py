@@ -165,6 +165,15 @@ matmul = _unary("matmul")
 maximum = _unary("maximum")
 minimum = _unary("minimum")
 clamp = _unary("clamp")
+pad = _unary("pad")
+index_select = _unary("index_select")
+index_add = _unary("index_add")
+narrow = _unary("narrow")
+conv2d = _unary("conv2d")
+conv_transpose2d = _unary("conv_transpose2d")
+max_pool2d = _unary("max_pool2d")
+avg_pool2d = _unary("avg_pool2d")
+batch_norm = _unary("batch_norm")
 argmax = _unary("argmax")
 argmin = _unary("argmin")
 transpose = _unary("transpose")
@@ -172,6 +181,15 @@ permute = _unary("permute")
 flatten = _unary("flatten")
 squeeze = _unary("squeeze")
 unsqueeze = _unary("unsqueeze")
+
+
+def where(condition, x, y):
+    """``x`` where ``condition`` is non-zero, else ``y`` (broadcast)."""
+    return _as_tensor(condition).where_(x, y)
+
+
+def allclose(a, b, rtol=1e-5, atol=1e-8):
+    return _as_tensor(a).allclose(b, rtol, atol)
 
 
 def sum(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
