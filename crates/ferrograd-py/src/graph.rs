@@ -115,11 +115,11 @@ fn operand(o: &Bound<'_, PyAny>) -> PyResult<Operand> {
 impl PyNode {
     fn binary(
         &self,
-        o: &Bound<'_, PyAny>,
+        other: &Bound<'_, PyAny>,
         nodes: impl FnOnce(&Node, &Node) -> Node,
         scalar: impl FnOnce(&Node, f64) -> Node,
     ) -> PyResult<PyNode> {
-        match operand(o)? {
+        match operand(other)? {
             Operand::Node(n) => guard::run(|| node(nodes(&self.node, &n))),
             Operand::Scalar(s) => guard::run(|| node(scalar(&self.node, s))),
         }
@@ -132,32 +132,32 @@ impl PyNode {
 
 #[pymethods]
 impl PyNode {
-    fn __add__(&self, o: &Bound<'_, PyAny>) -> PyResult<PyNode> {
-        self.binary(o, |a, b| a + b, |a, s| a + s)
+    fn __add__(&self, other: &Bound<'_, PyAny>) -> PyResult<PyNode> {
+        self.binary(other, |a, b| a + b, |a, s| a + s)
     }
-    fn __radd__(&self, o: &Bound<'_, PyAny>) -> PyResult<PyNode> {
-        self.binary(o, |a, b| b + a, |a, s| s + a)
+    fn __radd__(&self, other: &Bound<'_, PyAny>) -> PyResult<PyNode> {
+        self.binary(other, |a, b| b + a, |a, s| s + a)
     }
-    fn __sub__(&self, o: &Bound<'_, PyAny>) -> PyResult<PyNode> {
-        self.binary(o, |a, b| a - b, |a, s| a - s)
+    fn __sub__(&self, other: &Bound<'_, PyAny>) -> PyResult<PyNode> {
+        self.binary(other, |a, b| a - b, |a, s| a - s)
     }
-    fn __rsub__(&self, o: &Bound<'_, PyAny>) -> PyResult<PyNode> {
-        self.binary(o, |a, b| b - a, |a, s| s - a)
+    fn __rsub__(&self, other: &Bound<'_, PyAny>) -> PyResult<PyNode> {
+        self.binary(other, |a, b| b - a, |a, s| s - a)
     }
-    fn __mul__(&self, o: &Bound<'_, PyAny>) -> PyResult<PyNode> {
-        self.binary(o, |a, b| a * b, |a, s| a * s)
+    fn __mul__(&self, other: &Bound<'_, PyAny>) -> PyResult<PyNode> {
+        self.binary(other, |a, b| a * b, |a, s| a * s)
     }
-    fn __rmul__(&self, o: &Bound<'_, PyAny>) -> PyResult<PyNode> {
-        self.binary(o, |a, b| b * a, |a, s| s * a)
+    fn __rmul__(&self, other: &Bound<'_, PyAny>) -> PyResult<PyNode> {
+        self.binary(other, |a, b| b * a, |a, s| s * a)
     }
-    fn __truediv__(&self, o: &Bound<'_, PyAny>) -> PyResult<PyNode> {
-        self.binary(o, |a, b| a / b, |a, s| a / s)
+    fn __truediv__(&self, other: &Bound<'_, PyAny>) -> PyResult<PyNode> {
+        self.binary(other, |a, b| a / b, |a, s| a / s)
     }
-    fn __rtruediv__(&self, o: &Bound<'_, PyAny>) -> PyResult<PyNode> {
-        self.binary(o, |a, b| b / a, |a, s| s / a)
+    fn __rtruediv__(&self, other: &Bound<'_, PyAny>) -> PyResult<PyNode> {
+        self.binary(other, |a, b| b / a, |a, s| s / a)
     }
-    fn __matmul__(&self, o: PyRef<'_, PyNode>) -> PyResult<PyNode> {
-        self.unary(|a| a.matmul(&o.node))
+    fn __matmul__(&self, other: PyRef<'_, PyNode>) -> PyResult<PyNode> {
+        self.unary(|a| a.matmul(&other.node))
     }
     fn __neg__(&self) -> PyResult<PyNode> {
         self.unary(|a| -a)
@@ -170,8 +170,8 @@ impl PyNode {
         }
         self.unary(|a| a.powf(p))
     }
-    fn matmul(&self, o: PyRef<'_, PyNode>) -> PyResult<PyNode> {
-        self.__matmul__(o)
+    fn matmul(&self, other: PyRef<'_, PyNode>) -> PyResult<PyNode> {
+        self.__matmul__(other)
     }
     fn exp(&self) -> PyResult<PyNode> {
         self.unary(Node::exp)

@@ -431,45 +431,45 @@ impl PyTensor {
 
     // ---- operators ----
 
-    fn __add__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, o, |a, b| a + b, |a, s| a + s)
+    fn __add__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, other, |a, b| a + b, |a, s| a + s)
     }
 
-    fn __radd__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, o, |a, b| b + a, |a, s| a + s)
+    fn __radd__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, other, |a, b| b + a, |a, s| a + s)
     }
 
-    fn __sub__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, o, |a, b| a - b, |a, s| a - s)
+    fn __sub__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, other, |a, b| a - b, |a, s| a - s)
     }
 
-    fn __rsub__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, o, |a, b| b - a, |a, s| s - a)
+    fn __rsub__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, other, |a, b| b - a, |a, s| s - a)
     }
 
-    fn __mul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, o, |a, b| a * b, |a, s| a * s)
+    fn __mul__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, other, |a, b| a * b, |a, s| a * s)
     }
 
-    fn __rmul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, o, |a, b| b * a, |a, s| a * s)
+    fn __rmul__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, other, |a, b| b * a, |a, s| a * s)
     }
 
-    fn __truediv__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, o, |a, b| a / b, |a, s| a / s)
+    fn __truediv__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, other, |a, b| a / b, |a, s| a / s)
     }
 
-    fn __rtruediv__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, o, |a, b| b / a, |a, s| s / a)
+    fn __rtruediv__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, other, |a, b| b / a, |a, s| s / a)
     }
 
-    fn __matmul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        let o = to_tensor(o, Some(self.tensor().dtype()))?;
+    fn __matmul__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let o = to_tensor(other, Some(self.tensor().dtype()))?;
         self.map(py, |t| t.matmul(&o))
     }
 
-    fn __rmatmul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        let o = to_tensor(o, Some(self.tensor().dtype()))?;
+    fn __rmatmul__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let o = to_tensor(other, Some(self.tensor().dtype()))?;
         self.map(py, |t| o.matmul(t))
     }
 
@@ -520,49 +520,49 @@ impl PyTensor {
         self.map(py, Tensor::abs)
     }
 
-    fn __iadd__(&mut self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<()> {
-        let r = self.__add__(py, o)?;
+    fn __iadd__(&mut self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        let r = self.__add__(py, other)?;
         self.in_place(r, "+=")
     }
 
-    fn __isub__(&mut self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<()> {
-        let r = self.__sub__(py, o)?;
+    fn __isub__(&mut self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        let r = self.__sub__(py, other)?;
         self.in_place(r, "-=")
     }
 
-    fn __imul__(&mut self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<()> {
-        let r = self.__mul__(py, o)?;
+    fn __imul__(&mut self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        let r = self.__mul__(py, other)?;
         self.in_place(r, "*=")
     }
 
-    fn __itruediv__(&mut self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<()> {
-        let r = self.__truediv__(py, o)?;
+    fn __itruediv__(&mut self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+        let r = self.__truediv__(py, other)?;
         self.in_place(r, "/=")
     }
 
     // Comparisons give 1/0 tensors of the operands' dtype, with no derivative.
-    fn __lt__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, o, Tensor::lt, Tensor::lt_scalar)
+    fn __lt__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, other, Tensor::lt, Tensor::lt_scalar)
     }
 
-    fn __le__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, o, Tensor::le, Tensor::le_scalar)
+    fn __le__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, other, Tensor::le, Tensor::le_scalar)
     }
 
-    fn __gt__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, o, Tensor::gt, Tensor::gt_scalar)
+    fn __gt__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, other, Tensor::gt, Tensor::gt_scalar)
     }
 
-    fn __ge__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, o, Tensor::ge, Tensor::ge_scalar)
+    fn __ge__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, other, Tensor::ge, Tensor::ge_scalar)
     }
 
-    fn __eq__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, o, Tensor::eq, Tensor::eq_scalar)
+    fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, other, Tensor::eq, Tensor::eq_scalar)
     }
 
-    fn __ne__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, o, Tensor::ne, Tensor::ne_scalar)
+    fn __ne__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.binary(py, other, Tensor::ne, Tensor::ne_scalar)
     }
 
     fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
@@ -642,16 +642,16 @@ impl PyTensor {
         );
         self.map(py, |t| t.clamp(lo, hi))
     }
-    fn maximum(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        let o = to_tensor(o, Some(self.tensor().dtype()))?;
+    fn maximum(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let o = to_tensor(other, Some(self.tensor().dtype()))?;
         self.map(py, |t| t.maximum(&o))
     }
-    fn minimum(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        let o = to_tensor(o, Some(self.tensor().dtype()))?;
+    fn minimum(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let o = to_tensor(other, Some(self.tensor().dtype()))?;
         self.map(py, |t| t.minimum(&o))
     }
-    fn matmul(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.__matmul__(py, o)
+    fn matmul(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.__matmul__(py, other)
     }
 
     // ---- reductions ----
@@ -865,7 +865,12 @@ impl PyTensor {
 
     /// `on_true` where this tensor is non-zero, else `on_false` (broadcast); differentiable
     /// in both branches.
-    fn where_(&self, py: Python<'_>, on_true: &Bound<'_, PyAny>, on_false: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    fn where_(
+        &self,
+        py: Python<'_>,
+        on_true: &Bound<'_, PyAny>,
+        on_false: &Bound<'_, PyAny>,
+    ) -> PyResult<PyTensor> {
         let a = to_tensor(on_true, None)?;
         let b = to_tensor(on_false, Some(a.dtype()))?;
         self.map(py, |c| c.where_cond(&a, &b))
@@ -890,7 +895,10 @@ impl PyTensor {
         eps: f64,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let t = self.tensor();
-        let (w, b) = (to_tensor(weight, Some(t.dtype()))?, to_tensor(bias, Some(t.dtype()))?);
+        let (w, b) = (
+            to_tensor(weight, Some(t.dtype()))?,
+            to_tensor(bias, Some(t.dtype()))?,
+        );
         let (y, m, v) = guard::run_heavy(py, t.numel() >= HEAVY, || t.batch_norm(&w, &b, eps))?;
         PyTuple::new(py, [PyTensor::new(y), PyTensor::new(m), PyTensor::new(v)])
     }

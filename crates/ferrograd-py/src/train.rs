@@ -15,7 +15,7 @@ use crate::nn::{input, PyLayer};
 use crate::tensor::{PyTensor, Value};
 
 /// A loss's target: class indices stay int64, anything else takes the prediction's dtype.
-fn target(t: &Bound<'_, PyAny>, dtype: DType) -> PyResult<Tensor> {
+fn as_target(t: &Bound<'_, PyAny>, dtype: DType) -> PyResult<Tensor> {
     let t = to_tensor(t, None)?;
     Ok(if t.dtype() == DType::I64 || t.dtype() == dtype {
         t
@@ -38,10 +38,10 @@ impl PyLoss {
         &self,
         py: Python<'_>,
         pred: &Bound<'_, PyAny>,
-        target_: &Bound<'_, PyAny>,
+        target: &Bound<'_, PyAny>,
     ) -> PyResult<PyTensor> {
         let p = input(pred)?;
-        let t = target(target_, p.dtype())?;
+        let t = as_target(target, p.dtype())?;
         let loss = self.loss.clone();
         guard::run_heavy(py, p.numel() >= HEAVY, || loss.loss(&p, &t)).map(PyTensor::new)
     }
@@ -50,9 +50,9 @@ impl PyLoss {
         &self,
         py: Python<'_>,
         pred: &Bound<'_, PyAny>,
-        target_: &Bound<'_, PyAny>,
+        target: &Bound<'_, PyAny>,
     ) -> PyResult<PyTensor> {
-        self.loss(py, pred, target_)
+        self.loss(py, pred, target)
     }
 
     /// The gradient of the loss with respect to `pred` (its values only).
@@ -60,10 +60,10 @@ impl PyLoss {
         &self,
         py: Python<'_>,
         pred: &Bound<'_, PyAny>,
-        target_: &Bound<'_, PyAny>,
+        target: &Bound<'_, PyAny>,
     ) -> PyResult<PyTensor> {
         let p = input(pred)?.detach().requires_grad();
-        let t = target(target_, p.dtype())?;
+        let t = as_target(target, p.dtype())?;
         let loss = self.loss.clone();
         guard::run_heavy(py, p.numel() >= HEAVY, || {
             ferrograd::prelude::grad(&loss.loss(&p, &t), &[&p]).remove(0)
@@ -318,7 +318,7 @@ impl PyModel {
         &self,
         py: Python<'py>,
         pred: &Bound<'py, PyAny>,
-        target_: &Bound<'py, PyAny>,
+        target: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let p = to_tensor(pred, None)?;
         if p.numel() == 0 {
@@ -327,7 +327,7 @@ impl PyModel {
                 p.shape()
             )));
         }
-        let t = target(target_, p.dtype())?;
+        let t = as_target(target, p.dtype())?;
         let loss = self.loss.bind(py).borrow().loss.clone();
         let (value, grads) = guard::run_heavy(py, true, || {
             let l = loss.loss(&p, &t);
@@ -362,7 +362,7 @@ impl PyModel {
         &self,
         py: Python<'_>,
         x: &Bound<'_, PyAny>,
-        target_: &Bound<'_, PyAny>,
+        target: &Bound<'_, PyAny>,
     ) -> PyResult<f64> {
         let net = self.net.bind(py).borrow();
         let x = input(x)?;
@@ -370,7 +370,7 @@ impl PyModel {
         let mode = net.mode();
         let loss = self.loss.bind(py).borrow().loss.clone();
         let params = layer.params();
-        let t = target(target_, x.dtype())?;
+        let t = as_target(target, x.dtype())?;
         let (value, grads) = guard::run_heavy(py, true, || {
             let l = loss.loss(&layer.forward(&x, mode), &t);
             (l.item(), l.backward())
