@@ -90,13 +90,7 @@ pub fn leaf_object(py: Python<'_>, leaf: Arc<Leaf>) -> PyResult<Py<PyAny>> {
     {
         return Ok(obj.unbind());
     }
-    let obj = Bound::new(
-        py,
-        PyTensor {
-            value: Value::Leaf(leaf.clone()),
-        },
-    )?
-    .into_any();
+    let obj = Bound::new(py, PyTensor::from_value(Value::Leaf(leaf.clone())))?.into_any();
     set_owner(&leaf, &obj)?;
     Ok(obj.unbind())
 }
@@ -146,7 +140,7 @@ fn leaf_gradient(grads: &Gradients, t: &Bound<'_, PyAny>) -> PyResult<Option<Ten
     let t = t
         .cast::<PyTensor>()
         .map_err(|_| PyTypeError::new_err("gradients are looked up by tensor"))?;
-    Ok(match &t.borrow().value {
+    Ok(match &t.get().value() {
         Value::Leaf(l) => grads.get_param(&l.param),
         Value::Plain(x) => grads.get(x),
     })
@@ -230,17 +224,48 @@ pub fn grad<'py>(
     grad_outputs: Option<&Bound<'py, PyAny>>,
     create_graph: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let y = to_tensor(outputs, None)?;
+    // Several outputs are taken together: the gradient of Σᵢ ⟨outputᵢ, grad_outputᵢ⟩.
+    let (ys, _) = tensors(outputs)?;
+    let seeds: Vec<Option<Tensor>> = match grad_outputs.filter(|g| !g.is_none()) {
+        None => vec![None; ys.len()],
+        Some(g) if ys.len() == 1 => vec![Some(to_tensor(g, Some(ys[0].dtype()))?)],
+        Some(g) => g
+            .extract::<Vec<Bound<'py, PyAny>>>()?
+            .iter()
+            .zip(&ys)
+            .map(|(g, y)| {
+                if g.is_none() {
+                    Ok(None)
+                } else {
+                    to_tensor(g, Some(y.dtype())).map(Some)
+                }
+            })
+            .collect::<PyResult<_>>()?,
+    };
+    if seeds.len() != ys.len() {
+        return Err(PyValueError::new_err(format!(
+            "grad: {} grad_outputs for {} outputs",
+            seeds.len(),
+            ys.len()
+        )));
+    }
     let (xs, single) = tensors(inputs)?;
-    let seed = grad_outputs
-        .filter(|g| !g.is_none())
-        .map(|g| to_tensor(g, Some(y.dtype())))
-        .transpose()?;
     let gs = guard::run_heavy(py, true, || {
-        let y = match &seed {
-            Some(s) => (&y * &s.detach()).sum(),
-            None => y,
-        };
+        // The weights stay on the graph: with create_graph the result is differentiable in
+        // them too (a Hessian-vector product differentiates in the vector).
+        let terms: Vec<Tensor> = ys
+            .iter()
+            .zip(&seeds)
+            .map(|(y, s)| match s {
+                Some(s) => (y * s).sum(),
+                None if ys.len() == 1 => y.clone(),
+                None => y.sum(),
+            })
+            .collect();
+        let y = terms
+            .into_iter()
+            .reduce(|a, b| &a + &b)
+            .expect("at least one output");
         let refs: Vec<&Tensor> = xs.iter().collect();
         if create_graph {
             grad_with_graph(&y, &refs)
@@ -341,12 +366,33 @@ pub fn custom_gradient_call(
                 if wants {
                     rule_with_variables(&rule, up, vars, &label)
                 } else {
+                    if !vars.is_empty() {
+                        warn_unused_variables(vars.len(), &label);
+                    }
                     (plain_rule(&rule, up, &label), vec![None; vars.len()])
                 }
             })
         })
     })?;
     Ok(PyTensor::new(y))
+}
+
+/// A function read trainable leaves besides its arguments but its `grad_fn` takes no
+/// `variables`: they get no gradient through it. TensorFlow refuses this; here it is a
+/// warning, since a leaf reached through an outer function's argument counts too.
+fn warn_unused_variables(count: usize, label: &str) {
+    Python::attach(|py| {
+        let message = std::ffi::CString::new(format!(
+            "custom_gradient {label}: the function read {count} trainable tensor(s) besides its \
+             arguments, and its grad_fn takes no `variables`, so they get no gradient through \
+             it; accept `variables` in grad_fn to give them one"
+        ))
+        .unwrap_or_default();
+        let category = py.get_type::<pyo3::exceptions::PyUserWarning>();
+        if let Err(e) = PyErr::warn(py, &category, &message, 1) {
+            guard::raise_through(e, label);
+        }
+    })
 }
 
 fn plain_rule(rule: &Py<PyAny>, up: &Tensor, label: &str) -> Vec<Tensor> {

@@ -6,7 +6,7 @@ use numpy::{IntoPyArray, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUnty
 use numpy::{PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyFloat, PyInt, PyString};
+use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use crate::tensor::PyTensor;
 
@@ -104,11 +104,29 @@ pub fn dtype_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<DType>> {
 /// int64) or a nested list (floats become float32 and integers int64, as in PyTorch).
 pub fn to_tensor(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Tensor> {
     if let Ok(t) = obj.cast::<PyTensor>() {
-        let t = t.borrow().tensor();
+        let t = t.get().tensor();
         return Ok(match dtype {
             Some(d) if d != t.dtype() => t.to_dtype(d),
             _ => t,
         });
+    }
+    let numpy_scalar = obj
+        .get_type()
+        .name()
+        .is_ok_and(|n| n.to_string().starts_with("float"))
+        && obj.hasattr("dtype")?;
+    if (obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>()) && holds_tensors(obj)? {
+        // Tensors inside a list are stacked, not read through numpy, so that they stay on
+        // the graph.
+        let parts: Vec<Tensor> = obj
+            .try_iter()?
+            .map(|item| to_tensor(&item?, dtype))
+            .collect::<PyResult<_>>()?;
+        let refs: Vec<&Tensor> = parts.iter().collect();
+        return crate::guard::run(|| Tensor::stack(&refs, 0));
+    }
+    if numpy_scalar {
+        return from_array_like(obj, dtype);
     }
     if obj.is_instance_of::<PyBool>() || obj.is_instance_of::<PyInt>() {
         let v: i64 = obj.extract()?;
@@ -124,19 +142,39 @@ pub fn to_tensor(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Tenso
     from_array_like(obj, dtype)
 }
 
+/// Whether a list or tuple holds a tensor, at any depth.
+fn holds_tensors(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    for item in obj.try_iter()? {
+        let item = item?;
+        if item.cast::<PyTensor>().is_ok()
+            || ((item.is_instance_of::<PyList>() || item.is_instance_of::<PyTuple>())
+                && holds_tensors(&item)?)
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 fn from_array_like(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Tensor> {
     let py = obj.py();
     let np = py.import("numpy")?;
-    let was_array = obj.cast::<PyUntypedArray>().is_ok();
-    let arr = np.call_method1("ascontiguousarray", (obj,)).map_err(|e| {
-        PyTypeError::new_err(format!(
-            "cannot make a tensor of a {}: {e}",
-            obj.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
-        ))
-    })?;
+    // numpy's own arrays and scalars keep their dtype; Python lists follow PyTorch.
+    let was_array = obj.cast::<PyUntypedArray>().is_ok() || obj.hasattr("dtype")?;
+    let kwargs = pyo3::types::PyDict::new(py);
+    kwargs.set_item("order", "C")?;
+    // asarray keeps a 0-d array 0-d (ascontiguousarray would make it 1-d).
+    let arr = np
+        .call_method("asarray", (obj,), Some(&kwargs))
+        .map_err(|e| {
+            PyTypeError::new_err(format!(
+                "cannot make a tensor of a {}: {e}",
+                obj.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))
+        })?;
     let untyped = arr.cast::<PyUntypedArray>()?;
     let descr = untyped.dtype();
     let kind = descr.kind() as char;
@@ -178,8 +216,9 @@ fn read<T: numpy::Element + Copy>(arr: &Bound<'_, PyAny>) -> PyResult<Vec<T>> {
     })
 }
 
-/// A numpy array holding a copy of `t`'s values, of its dtype and shape.
-pub fn to_numpy<'py>(py: Python<'py>, t: &Tensor) -> Bound<'py, PyAny> {
+/// A numpy array holding a copy of `t`'s values, of its dtype and shape (a view that would
+/// need more memory than the allocator gives is a `ValueError`).
+pub fn to_numpy<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>> {
     fn array<'py, T: numpy::Element>(
         py: Python<'py>,
         v: Vec<T>,
@@ -190,11 +229,11 @@ pub fn to_numpy<'py>(py: Python<'py>, t: &Tensor) -> Bound<'py, PyAny> {
             .into_pyarray(py)
             .into_any()
     }
-    match t.dtype() {
-        DType::F32 => array(py, t.to_vec::<f32>(), t.shape()),
-        DType::F64 => array(py, t.to_vec::<f64>(), t.shape()),
-        DType::I64 => array(py, t.to_vec::<i64>(), t.shape()),
-    }
+    Ok(match t.dtype() {
+        DType::F32 => array(py, crate::guard::run(|| t.to_vec::<f32>())?, t.shape()),
+        DType::F64 => array(py, crate::guard::run(|| t.to_vec::<f64>())?, t.shape()),
+        DType::I64 => array(py, crate::guard::run(|| t.to_vec::<i64>())?, t.shape()),
+    })
 }
 
 /// The right-hand side of an arithmetic operator.
@@ -208,14 +247,17 @@ pub enum Operand {
 /// `obj` as the other operand of an op on a tensor of dtype `like`.
 pub fn operand(obj: &Bound<'_, PyAny>, like: DType) -> PyResult<Operand> {
     if let Ok(t) = obj.cast::<PyTensor>() {
-        return Ok(Operand::Tensor(t.borrow().tensor()));
+        return Ok(Operand::Tensor(t.get().tensor()));
     }
     if (obj.is_instance_of::<PyFloat>() || obj.is_instance_of::<PyInt>())
         && !obj.is_instance_of::<PyBool>()
     {
         return Ok(Operand::Scalar(obj.extract()?));
     }
-    Ok(Operand::Tensor(to_tensor(obj, Some(like))?))
+    // An array takes a float tensor's dtype, as a Python number does; beside an integer
+    // tensor it keeps its own (casting 0.5 to an integer would change the comparison).
+    let to = like.is_float().then_some(like);
+    Ok(Operand::Tensor(to_tensor(obj, to)?))
 }
 
 /// Axes given as `None` (every axis), an int or a sequence of ints.

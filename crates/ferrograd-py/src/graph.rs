@@ -345,12 +345,15 @@ impl PySession {
         if let Ok(n) = fetches.cast::<PyNode>() {
             let n = n.borrow().node.clone();
             let t = guard::run(|| self.session.run(&n, &feed))?.map_err(core_error)?;
-            return Ok(to_numpy(py, &t));
+            return to_numpy(py, &t);
         }
         let nodes: Vec<PyRef<'py, PyNode>> = fetches.extract()?;
         let refs: Vec<&Node> = nodes.iter().map(|n| &n.node).collect();
         let ts = guard::run(|| self.session.run_many(&refs, &feed))?.map_err(core_error)?;
-        let values: Vec<Bound<'py, PyAny>> = ts.iter().map(|t| to_numpy(py, t)).collect();
+        let values: Vec<Bound<'py, PyAny>> = ts
+            .iter()
+            .map(|t| to_numpy(py, t))
+            .collect::<PyResult<_>>()?;
         Ok(if fetches.is_instance_of::<PyTuple>() {
             PyTuple::new(py, values)?.into_any()
         } else {

@@ -5,7 +5,7 @@
 use ferrograd::prelude::{DType, Tensor};
 use pyo3::exceptions::{PyIndexError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyEllipsis, PyInt, PyList, PySlice, PySliceMethods, PyTuple};
+use pyo3::types::{PyEllipsis, PyList, PySlice, PySliceMethods, PyTuple};
 
 use crate::convert::to_tensor;
 use crate::guard;
@@ -27,14 +27,23 @@ impl Item {
 
 fn parse(key: &Bound<'_, PyAny>) -> PyResult<Item> {
     if key.is_none() {
-        Ok(Item::NewAxis)
-    } else if key.is_instance_of::<PyEllipsis>() {
-        Ok(Item::Rest)
-    } else if key.is_instance_of::<PyInt>() {
-        Ok(Item::Int(key.extract()?))
-    } else if let Ok(s) = key.cast::<PySlice>() {
-        Ok(Item::Slice(s.clone().unbind()))
-    } else if key.is_instance_of::<PyList>()
+        return Ok(Item::NewAxis);
+    }
+    if key.is_instance_of::<PyEllipsis>() {
+        return Ok(Item::Rest);
+    }
+    if let Ok(s) = key.cast::<PySlice>() {
+        return Ok(Item::Slice(s.clone().unbind()));
+    }
+    if key.is_instance_of::<PyList>() || key.is_instance_of::<PyTuple>() {
+        if key.len()? == 0 {
+            return Ok(Item::Gather(Vec::new()));
+        }
+    } else if let Ok(i) = key.call_method0("__index__") {
+        // An int, a numpy integer or a one-element int64 tensor: one position.
+        return Ok(Item::Int(i.extract()?));
+    }
+    if key.is_instance_of::<PyList>()
         || key.cast::<PyTensor>().is_ok()
         || key.hasattr("__array__")?
     {
@@ -44,18 +53,17 @@ fn parse(key: &Bound<'_, PyAny>) -> PyResult<Item> {
                 "an index list must be 1-D integers (boolean masks are not supported)",
             ));
         }
-        Ok(Item::Gather(
+        return Ok(Item::Gather(
             idx.to_vec::<i64>()
                 .into_iter()
                 .map(|i| i as isize)
                 .collect(),
-        ))
-    } else {
-        Err(PyTypeError::new_err(format!(
-            "tensor indices must be ints, slices, None, ..., or lists of ints, not {}",
-            key.get_type().name()?
-        )))
+        ));
     }
+    Err(PyTypeError::new_err(format!(
+        "tensor indices must be ints, slices, None, ..., or lists of ints, not {}",
+        key.get_type().name()?
+    )))
 }
 
 fn position(i: isize, len: usize, axis: usize) -> PyResult<usize> {
@@ -77,6 +85,22 @@ pub fn get(py: Python<'_>, t: &Tensor, key: &Bound<'_, PyAny>) -> PyResult<Tenso
         Err(_) => vec![parse(key)?],
     };
     let named = items.iter().filter(|i| i.consumes_axis()).count();
+    if items.iter().filter(|i| matches!(i, Item::Rest)).count() > 1 {
+        return Err(PyIndexError::new_err(
+            "an index can only have a single ellipsis ('...')",
+        ));
+    }
+    if items
+        .iter()
+        .filter(|i| matches!(i, Item::Gather(_)))
+        .count()
+        > 1
+    {
+        return Err(PyIndexError::new_err(
+            "one list of indices per index: numpy's pointwise indexing by several lists is not \
+             supported (index one axis at a time)",
+        ));
+    }
     if named > t.ndim() {
         return Err(PyIndexError::new_err(format!(
             "too many indices for a tensor of {} axes: {named} were given",

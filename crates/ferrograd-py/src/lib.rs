@@ -192,12 +192,17 @@ fn seed_generator(seed: u64) {
 /// The permutation of `n` samples that a shuffled epoch visits, fixed by `seed` and `epoch`
 /// (the Rust `BatchIterator`'s), as an int64 array.
 #[pyfunction]
-fn epoch_order<'py>(py: Python<'py>, n: usize, seed: u64, epoch: u64) -> Bound<'py, PyAny> {
-    let order: Vec<i64> = ferrograd::data::epoch_order(n, seed, epoch)
+fn epoch_order<'py>(
+    py: Python<'py>,
+    n: usize,
+    seed: u64,
+    epoch: u64,
+) -> PyResult<Bound<'py, PyAny>> {
+    let order: Vec<i64> = guard::run(|| ferrograd::data::epoch_order(n, seed, epoch))?
         .into_iter()
         .map(|i| i as i64)
         .collect();
-    Array1::from_vec(order).into_pyarray(py).into_any()
+    Ok(Array1::from_vec(order).into_pyarray(py).into_any())
 }
 
 /// MNIST (or Fashion-MNIST) from the IDX files in `directory`: `(images, labels)`, images
@@ -210,14 +215,13 @@ fn load_mnist<'py>(
     directory: std::path::PathBuf,
     train: bool,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let set = py
-        .detach(|| ferrograd::data::Mnist::load(&directory, train))
+    let set = guard::run_heavy(py, true, || ferrograd::data::Mnist::load(&directory, train))?
         .map_err(nn::core_error)?;
     let labels: Vec<i64> = set.labels.iter().map(|&l| l as i64).collect();
     PyTuple::new(
         py,
         [
-            to_numpy(py, &set.images),
+            to_numpy(py, &set.images)?,
             Array1::from_vec(labels).into_pyarray(py).into_any(),
         ],
     )

@@ -45,6 +45,10 @@ impl PyLayer {
         }
     }
 
+    pub fn set_training(&self, on: bool) {
+        self.training.store(on, Ordering::Relaxed);
+    }
+
     pub fn mode(&self) -> Mode {
         if self.training.load(Ordering::Relaxed) {
             Mode::Train

@@ -1,7 +1,7 @@
 //! `ferrograd.Tensor`: a Rust tensor, or a trainable leaf (a parameter that keeps its identity
 //! and its `.grad` across updates).
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use ferrograd::prelude::*;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
@@ -27,23 +27,48 @@ pub enum Value {
 /// Operators follow numpy's broadcasting and take Python numbers; every method returns a new
 /// tensor (tensors are values), except the in-place operators on a trainable leaf, which
 /// update its value under `ferrograd.no_grad()` and keep its identity.
-#[pyclass(name = "Tensor", module = "ferrograd", weakref)]
+///
+/// The object is frozen for PyO3 (no borrow flags that `x += x` or another thread could trip);
+/// what an in-place operator replaces sits behind a lock held only to read or swap it.
+#[pyclass(name = "Tensor", module = "ferrograd", weakref, frozen)]
 pub struct PyTensor {
-    pub value: Value,
+    value: RwLock<Value>,
 }
 
 impl PyTensor {
     /// A plain tensor.
     pub fn new(t: Tensor) -> PyTensor {
+        PyTensor::from_value(Value::Plain(t))
+    }
+
+    pub fn from_value(value: Value) -> PyTensor {
         PyTensor {
-            value: Value::Plain(t),
+            value: RwLock::new(value),
         }
+    }
+
+    /// What it holds now.
+    pub fn value(&self) -> Value {
+        self.value.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Keeps the values and drops the graph behind them (what `Model.backward` does to its
+    /// prediction once the gradients are taken).
+    pub fn release_graph(&self) {
+        let mut v = self.value.write().unwrap_or_else(|e| e.into_inner());
+        if let Value::Plain(t) = &*v {
+            *v = Value::Plain(t.detach());
+        }
+    }
+
+    fn replace(&self, value: Value) {
+        *self.value.write().unwrap_or_else(|e| e.into_inner()) = value;
     }
 
     /// The current value (a leaf's is tracked, with the leaf's identity).
     pub fn tensor(&self) -> Tensor {
-        match &self.value {
-            Value::Plain(t) => t.clone(),
+        match self.value() {
+            Value::Plain(t) => t,
             Value::Leaf(l) => l.param.tensor(),
         }
     }
@@ -74,8 +99,8 @@ impl PyTensor {
     /// `op=` on this object: a trainable leaf is updated in place (only under `no_grad`, as in
     /// PyTorch, since the old value may be needed by a recorded graph); a plain tensor is
     /// replaced by the result.
-    fn in_place(&mut self, result: PyTensor, op: &str) -> PyResult<()> {
-        match &self.value {
+    fn in_place(&self, result: PyTensor, op: &str) -> PyResult<()> {
+        match &self.value() {
             Value::Leaf(leaf) => {
                 if ferrograd::autograd::is_grad_enabled() {
                     return Err(PyRuntimeError::new_err(format!(
@@ -86,7 +111,7 @@ impl PyTensor {
                 set_leaf(leaf, &result.tensor())
             }
             Value::Plain(_) => {
-                self.value = result.value;
+                self.replace(result.value());
                 Ok(())
             }
         }
@@ -162,9 +187,7 @@ impl PyTensor {
                     "requires_grad=True needs a float dtype",
                 ));
             }
-            PyTensor {
-                value: Value::Leaf(autograd::new_leaf(&t)),
-            }
+            PyTensor::from_value(Value::Leaf(autograd::new_leaf(&t)))
         } else {
             PyTensor::new(t)
         })
@@ -242,7 +265,7 @@ impl PyTensor {
     /// while recording.
     #[getter]
     fn requires_grad(&self) -> bool {
-        match &self.value {
+        match &self.value() {
             Value::Leaf(l) => !l.param.is_frozen(),
             Value::Plain(t) => t.is_tracked(),
         }
@@ -252,7 +275,7 @@ impl PyTensor {
     /// parameter) rather than a computed result.
     #[getter]
     fn is_leaf(&self) -> bool {
-        match &self.value {
+        match &self.value() {
             Value::Leaf(_) => true,
             Value::Plain(t) => !t.is_tracked() || t.is_leaf(),
         }
@@ -265,21 +288,28 @@ impl PyTensor {
         slf: Bound<'py, Self>,
         requires_grad: bool,
     ) -> PyResult<Bound<'py, Self>> {
-        let t = slf.borrow().tensor();
-        let is_leaf = matches!(slf.borrow().value, Value::Leaf(_));
-        match (is_leaf, requires_grad) {
-            (false, true) => {
+        let this = slf.get();
+        match this.value() {
+            // A parameter keeps its identity: turning it off freezes it (no gradient, no
+            // update), as PyTorch's `p.requires_grad_(False)`.
+            Value::Leaf(l) => l.param.set_frozen(!requires_grad),
+            Value::Plain(t) if requires_grad => {
+                if t.is_tracked() {
+                    return Err(PyRuntimeError::new_err(
+                        "requires_grad_: only a leaf can be made trainable; this tensor was \
+                         computed from trainable ones (use .detach().requires_grad_())",
+                    ));
+                }
                 if !t.dtype().is_float() {
                     return Err(PyTypeError::new_err(
                         "requires_grad_: only float tensors can require gradients",
                     ));
                 }
-                let leaf = autograd::new_leaf(&t.detach());
-                slf.borrow_mut().value = Value::Leaf(leaf.clone());
+                let leaf = autograd::new_leaf(&t);
+                this.replace(Value::Leaf(leaf.clone()));
                 autograd::set_owner(&leaf, slf.as_any())?;
             }
-            (true, false) => slf.borrow_mut().value = Value::Plain(t.detach()),
-            _ => {}
+            Value::Plain(_) => {}
         }
         Ok(slf)
     }
@@ -288,7 +318,7 @@ impl PyTensor {
     /// accumulated, by each backward), or None. Plain tensors have none.
     #[getter]
     fn grad(&self) -> Option<PyTensor> {
-        match &self.value {
+        match &self.value() {
             Value::Leaf(l) => l.grad().map(PyTensor::new),
             Value::Plain(_) => None,
         }
@@ -296,7 +326,7 @@ impl PyTensor {
 
     #[setter]
     fn set_grad(&self, g: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        let Value::Leaf(l) = &self.value else {
+        let Value::Leaf(l) = &self.value() else {
             return Err(PyTypeError::new_err(
                 "only a trainable leaf has a .grad (make one with requires_grad=True)",
             ));
@@ -317,12 +347,12 @@ impl PyTensor {
 
     /// Sets the value: a trainable leaf keeps its identity (the shape must stay).
     #[setter]
-    fn set_data(&mut self, value: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn set_data(&self, value: &Bound<'_, PyAny>) -> PyResult<()> {
         let t = to_tensor(value, Some(self.tensor().dtype()))?;
-        match &self.value {
+        match &self.value() {
             Value::Leaf(l) => set_leaf(l, &t),
             Value::Plain(_) => {
-                self.value = Value::Plain(t.detach());
+                self.replace(Value::Plain(t.detach()));
                 Ok(())
             }
         }
@@ -347,7 +377,7 @@ impl PyTensor {
     // ---- to Python ----
 
     /// A numpy array with a copy of the values.
-    fn numpy<'py>(&self, py: Python<'py>) -> Bound<'py, PyAny> {
+    fn numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         to_numpy(py, &self.tensor())
     }
 
@@ -359,7 +389,7 @@ impl PyTensor {
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let _ = copy;
-        let a = to_numpy(py, &self.tensor());
+        let a = to_numpy(py, &self.tensor())?;
         match dtype.filter(|d| !d.is_none()) {
             Some(d) => a.call_method1("astype", (d,)),
             None => Ok(a),
@@ -385,7 +415,7 @@ impl PyTensor {
 
     /// The values as nested Python lists.
     fn tolist<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        to_numpy(py, &self.tensor()).call_method0("tolist")
+        to_numpy(py, &self.tensor())?.call_method0("tolist")
     }
 
     fn __float__(&self, py: Python<'_>) -> PyResult<f64> {
@@ -393,7 +423,22 @@ impl PyTensor {
     }
 
     fn __int__(&self, py: Python<'_>) -> PyResult<i64> {
-        Ok(self.item(py)?.extract::<f64>()? as i64)
+        let v = self.item(py)?;
+        match v.extract::<i64>() {
+            Ok(i) => Ok(i),
+            Err(_) => Ok(v.extract::<f64>()? as i64),
+        }
+    }
+
+    /// An int64 one-element tensor used as an index (`xs[t]`).
+    fn __index__(&self, py: Python<'_>) -> PyResult<i64> {
+        let t = self.tensor();
+        if t.dtype() != DType::I64 || t.numel() != 1 {
+            return Err(PyTypeError::new_err(
+                "only one-element int64 tensors can be used as an index",
+            ));
+        }
+        self.__int__(py)
     }
 
     fn __bool__(&self, py: Python<'_>) -> PyResult<bool> {
@@ -413,7 +458,8 @@ impl PyTensor {
 
     /// The values converted to `dtype` (a differentiable cast between float dtypes).
     fn to(&self, py: Python<'_>, dtype: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        let d = dtype_arg(Some(dtype))?.expect("a dtype");
+        let d =
+            dtype_arg(Some(dtype))?.ok_or_else(|| PyTypeError::new_err("to: a dtype is needed"))?;
         self.map(py, |t| t.to_dtype(d))
     }
 
@@ -520,22 +566,22 @@ impl PyTensor {
         self.map(py, Tensor::abs)
     }
 
-    fn __iadd__(&mut self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn __iadd__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<()> {
         let r = self.__add__(py, other)?;
         self.in_place(r, "+=")
     }
 
-    fn __isub__(&mut self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn __isub__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<()> {
         let r = self.__sub__(py, other)?;
         self.in_place(r, "-=")
     }
 
-    fn __imul__(&mut self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn __imul__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<()> {
         let r = self.__mul__(py, other)?;
         self.in_place(r, "*=")
     }
 
-    fn __itruediv__(&mut self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn __itruediv__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<()> {
         let r = self.__truediv__(py, other)?;
         self.in_place(r, "/=")
     }
@@ -557,12 +603,22 @@ impl PyTensor {
         self.binary(py, other, Tensor::ge, Tensor::ge_scalar)
     }
 
-    fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, other, Tensor::eq, Tensor::eq_scalar)
+    /// Element-wise `==`; against None (or anything that is not a number or an array) Python's
+    /// identity comparison applies, so `t == None` is False.
+    fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        if other.is_none() {
+            return Ok(py.NotImplemented());
+        }
+        let r = self.binary(py, other, Tensor::eq, Tensor::eq_scalar)?;
+        Ok(Bound::new(py, r)?.into_any().unbind())
     }
 
-    fn __ne__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, other, Tensor::ne, Tensor::ne_scalar)
+    fn __ne__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        if other.is_none() {
+            return Ok(py.NotImplemented());
+        }
+        let r = self.binary(py, other, Tensor::ne, Tensor::ne_scalar)?;
+        Ok(Bound::new(py, r)?.into_any().unbind())
     }
 
     fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
@@ -657,69 +713,107 @@ impl PyTensor {
     // ---- reductions ----
 
     /// The sum over `dim` (an int or a tuple; every axis when None).
-    #[pyo3(signature = (dim=None, keepdim=false))]
+    #[pyo3(signature = (dim=None, keepdim=false, *, axis=None, keepdims=None, out=None, dtype=None))]
+    #[allow(clippy::too_many_arguments)]
     fn sum(
         &self,
         py: Python<'_>,
         dim: Option<&Bound<'_, PyAny>>,
         keepdim: bool,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: Option<bool>,
+        out: Option<&Bound<'_, PyAny>>,
+        dtype: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyTensor> {
-        let axes = axes_arg(dim)?;
+        let (axes, keepdim) = numpy_reduction(dim, keepdim, axis, keepdims, out, dtype)?;
         self.map(py, |t| reduce(t, axes, keepdim, Tensor::sum_axes))
     }
 
-    #[pyo3(signature = (dim=None, keepdim=false))]
+    #[pyo3(signature = (dim=None, keepdim=false, *, axis=None, keepdims=None, out=None, dtype=None))]
+    #[allow(clippy::too_many_arguments)]
     fn mean(
         &self,
         py: Python<'_>,
         dim: Option<&Bound<'_, PyAny>>,
         keepdim: bool,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: Option<bool>,
+        out: Option<&Bound<'_, PyAny>>,
+        dtype: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyTensor> {
-        let axes = axes_arg(dim)?;
+        let (axes, keepdim) = numpy_reduction(dim, keepdim, axis, keepdims, out, dtype)?;
         self.map(py, |t| reduce(t, axes, keepdim, Tensor::mean_axes))
     }
 
     /// The largest values over `dim` (every axis when None).
-    #[pyo3(signature = (dim=None, keepdim=false))]
+    #[pyo3(signature = (dim=None, keepdim=false, *, axis=None, keepdims=None, out=None, dtype=None))]
+    #[allow(clippy::too_many_arguments)]
     fn amax(
         &self,
         py: Python<'_>,
         dim: Option<&Bound<'_, PyAny>>,
         keepdim: bool,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: Option<bool>,
+        out: Option<&Bound<'_, PyAny>>,
+        dtype: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyTensor> {
-        let axes = axes_arg(dim)?;
+        let (axes, keepdim) = numpy_reduction(dim, keepdim, axis, keepdims, out, dtype)?;
         self.map(py, |t| reduce(t, axes, keepdim, Tensor::max_axes))
     }
 
-    #[pyo3(signature = (dim=None, keepdim=false))]
+    #[pyo3(signature = (dim=None, keepdim=false, *, axis=None, keepdims=None, out=None, dtype=None))]
+    #[allow(clippy::too_many_arguments)]
     fn amin(
         &self,
         py: Python<'_>,
         dim: Option<&Bound<'_, PyAny>>,
         keepdim: bool,
+        axis: Option<&Bound<'_, PyAny>>,
+        keepdims: Option<bool>,
+        out: Option<&Bound<'_, PyAny>>,
+        dtype: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyTensor> {
-        let axes = axes_arg(dim)?;
+        let (axes, keepdim) = numpy_reduction(dim, keepdim, axis, keepdims, out, dtype)?;
         self.map(py, |t| reduce(t, axes, keepdim, Tensor::min_axes))
     }
 
     /// The largest element; with `dim`, the pair `(values, indices)` along it, as PyTorch.
-    #[pyo3(signature = (dim=None, keepdim=false))]
+    /// numpy's `axis=` (what `np.max(t, axis=1)` passes) gives the values alone.
+    #[pyo3(signature = (dim=None, keepdim=false, *, axis=None, keepdims=None, out=None))]
+    #[allow(clippy::too_many_arguments)]
     fn max<'py>(
         &self,
         py: Python<'py>,
         dim: Option<isize>,
         keepdim: bool,
+        axis: Option<&Bound<'py, PyAny>>,
+        keepdims: Option<bool>,
+        out: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        if axis.is_some() || keepdims.is_some() || out.is_some() {
+            let r = self.amax(py, None, keepdim, axis, keepdims, out, None)?;
+            return Ok(Bound::new(py, r)?.into_any());
+        }
         extreme(self, py, dim, keepdim, true)
     }
 
-    #[pyo3(signature = (dim=None, keepdim=false))]
+    /// numpy's `axis=` (what `np.min(t, axis=1)` passes) gives the values alone.
+    #[pyo3(signature = (dim=None, keepdim=false, *, axis=None, keepdims=None, out=None))]
+    #[allow(clippy::too_many_arguments)]
     fn min<'py>(
         &self,
         py: Python<'py>,
         dim: Option<isize>,
         keepdim: bool,
+        axis: Option<&Bound<'py, PyAny>>,
+        keepdims: Option<bool>,
+        out: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        if axis.is_some() || keepdims.is_some() || out.is_some() {
+            let r = self.amin(py, None, keepdim, axis, keepdims, out, None)?;
+            return Ok(Bound::new(py, r)?.into_any());
+        }
         extreme(self, py, dim, keepdim, false)
     }
 
@@ -1042,6 +1136,28 @@ fn add_channel_bias(y: Tensor, bias: Option<&Tensor>) -> Tensor {
         Some(b) => &y + &b.reshape(&[1, b.numel(), 1, 1]),
         None => y,
     }
+}
+
+/// The axes and keepdim of a reduction called PyTorch's way (`dim`, `keepdim`) or numpy's
+/// (`axis`, `keepdims`: what `np.sum(t)` passes); `out` and `dtype` are refused unless None.
+fn numpy_reduction(
+    dim: Option<&Bound<'_, PyAny>>,
+    keepdim: bool,
+    axis: Option<&Bound<'_, PyAny>>,
+    keepdims: Option<bool>,
+    out: Option<&Bound<'_, PyAny>>,
+    dtype: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(Option<Vec<isize>>, bool)> {
+    if out.is_some_and(|o| !o.is_none()) || dtype.is_some_and(|d| !d.is_none()) {
+        return Err(PyTypeError::new_err(
+            "reductions take no out= or dtype= (tensors are values)",
+        ));
+    }
+    let axes = match axis.filter(|a| !a.is_none()) {
+        Some(a) => axes_arg(Some(a))?,
+        None => axes_arg(dim)?,
+    };
+    Ok((axes, keepdims.unwrap_or(keepdim)))
 }
 
 /// A reduction over axes (`sum_axes`, `max_axes`, ...).

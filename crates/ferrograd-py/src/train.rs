@@ -137,7 +137,7 @@ fn param_list(params: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, Param)
         let t = item.cast::<PyTensor>().map_err(|_| {
             PyTypeError::new_err("optimizer params must be trainable tensors or a layer")
         })?;
-        match &t.borrow().value {
+        match &t.get().value() {
             Value::Leaf(l) => out.push((i.to_string(), l.param.clone())),
             Value::Plain(_) => {
                 return Err(PyTypeError::new_err(format!(
@@ -166,9 +166,10 @@ impl PyOptimizer {
         grads: &Gradients,
     ) -> PyResult<()> {
         let heavy = params.iter().map(|(_, p)| p.numel()).sum::<usize>() >= HEAVY;
-        let mut held = lock(&self.opt);
-        let opt = &mut *held;
-        guard::run_heavy(py, heavy, || opt.step(params, grads))
+        // The lock is taken where the step runs (without the GIL when heavy), never held while
+        // waiting for the GIL: a thread reading `lr` with the GIL waits for the step to end,
+        // and the step never waits for that thread.
+        guard::run_heavy(py, heavy, || lock(&self.opt).step(params, grads))
     }
 }
 
@@ -341,6 +342,21 @@ impl PyModel {
                 Bound::new(py, PyGradients { grads })?.into_any(),
             ],
         )
+    }
+
+    /// tinynn's `set_phase("TRAIN")` / `set_phase("TEST")`: the network's mode.
+    fn set_phase(&self, py: Python<'_>, phase: &str) -> PyResult<()> {
+        let training = match phase.to_ascii_uppercase().as_str() {
+            "TRAIN" => true,
+            "TEST" | "EVAL" => false,
+            other => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "set_phase: {other:?} is not TRAIN or TEST"
+                )))
+            }
+        };
+        self.net.bind(py).borrow().set_training(training);
+        Ok(())
     }
 
     /// One optimizer step of the network's parameters with `grads`.

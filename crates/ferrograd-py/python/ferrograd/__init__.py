@@ -30,7 +30,6 @@ from ._core import (
     ones,
     rand,
     randn,
-    set_grad_enabled,
     tensor,
     zeros,
 )
@@ -53,8 +52,24 @@ def stack(tensors, dim=0, axis=None):
     return _core.stack(list(tensors), axis if axis is not None else dim)
 
 
+class set_grad_enabled:
+    """Turns recording on this thread on or off: at once when called, and for a block as
+    ``with fg.set_grad_enabled(False):`` (the previous setting comes back on exit)."""
+
+    def __init__(self, mode):
+        self._previous = _core.set_grad_enabled(bool(mode))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _core.set_grad_enabled(self._previous)
+        return False
+
+
 class no_grad:
-    """``with fg.no_grad():`` (or ``@fg.no_grad()``): nothing inside records a graph.
+    """``with fg.no_grad():`` (or ``@fg.no_grad`` / ``@fg.no_grad()``): nothing inside records
+    a graph.
 
     Scopes nest and restore the previous setting on exit, also when an exception leaves
     them. Recording is per thread, as in PyTorch.
@@ -62,15 +77,20 @@ class no_grad:
 
     _enabled = False
 
-    def __init__(self):
+    def __new__(cls, func=None):
+        if func is not None and callable(func):
+            return cls()(func)  # used as a bare decorator
+        return super().__new__(cls)
+
+    def __init__(self, func=None):
         self._previous = []
 
     def __enter__(self):
-        self._previous.append(set_grad_enabled(self._enabled))
+        self._previous.append(_core.set_grad_enabled(self._enabled))
         return self
 
     def __exit__(self, *exc):
-        set_grad_enabled(self._previous.pop())
+        _core.set_grad_enabled(self._previous.pop())
         return False
 
     def __call__(self, func):
@@ -219,4 +239,7 @@ reduce_mean = mean
 
 from . import data, graph, math, metrics, nn, optim, random  # noqa: E402
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+# `from ferrograd import *` leaves Python's builtins (sum, abs, float) alone.
+import builtins as _builtins  # noqa: E402
+
+__all__ = [n for n in dir() if not n.startswith("_") and not hasattr(_builtins, n)]

@@ -49,7 +49,10 @@ class GradientTape:
         ``output_gradients``) with respect to ``sources``: one tensor, or a list."""
         single = isinstance(sources, Tensor)
         srcs = [sources] if single else list(sources)
-        if output_gradients is None and target.numel() != 1:
-            target = target.sum()
+        if isinstance(target, Tensor):
+            if output_gradients is None and target.numel() != 1:
+                target = target.sum()
+        elif output_gradients is None:
+            target = [t.sum() for t in target]  # several targets: the gradient of their sum
         grads = _core.grad(target, srcs, output_gradients)
         return grads[0] if single else grads

@@ -1,5 +1,7 @@
 """Data: MNIST from IDX files, one-hot targets, and tinynn's ``BatchIterator``."""
 
+import collections as _collections
+
 import numpy as _np
 
 from . import _core
@@ -21,14 +23,8 @@ def one_hot(labels, classes):
     return out
 
 
-class Batch:
-    """One mini-batch: ``inputs`` and ``targets``."""
-
-    __slots__ = ("inputs", "targets")
-
-    def __init__(self, inputs, targets):
-        self.inputs = inputs
-        self.targets = targets
+Batch = _collections.namedtuple("Batch", ["inputs", "targets"])
+Batch.__doc__ = "One mini-batch: ``inputs`` and ``targets`` (a named tuple, as tinynn's)."
 
 
 def _take(values, idx):
@@ -55,6 +51,11 @@ class BatchIterator:
         self.epoch = 0
 
     def __call__(self, inputs, targets):
+        # Checked and counted now, not at the first batch: a generator would defer both.
+        if not isinstance(inputs, Tensor):
+            inputs = _np.asarray(inputs)
+        if not isinstance(targets, Tensor):
+            targets = _np.asarray(targets)
         n = len(inputs)
         if len(targets) != n:
             raise ValueError(f"{n} inputs but {len(targets)} targets")
@@ -63,6 +64,9 @@ class BatchIterator:
         else:
             order = _np.arange(n, dtype=_np.int64)
         self.epoch += 1
-        for start in range(0, n, self.batch_size):
+        return self._batches(inputs, targets, order)
+
+    def _batches(self, inputs, targets, order):
+        for start in range(0, len(order), self.batch_size):
             idx = order[start : start + self.batch_size]
             yield Batch(_take(inputs, idx), _take(targets, idx))

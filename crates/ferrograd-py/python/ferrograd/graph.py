@@ -14,31 +14,39 @@ Gradients are built by the core's graph module from the same derivative rules as
 
 import contextlib as _contextlib
 import itertools as _itertools
+import threading as _threading
 
 from ._core import GradientDescentOptimizer, Graph, Node  # noqa: F401
 from ._core import Session as _Session
 
-_graphs = [Graph()]
+# A graph belongs to the thread that built it, so each thread has its own default graph.
+_local = _threading.local()
 _counter = _itertools.count()
 
 
+def _graphs():
+    if not hasattr(_local, "graphs"):
+        _local.graphs = [Graph()]
+    return _local.graphs
+
+
 def get_default_graph():
-    """The graph that module-level functions add to."""
-    return _graphs[-1]
+    """The graph that module-level functions add to (one per thread)."""
+    return _graphs()[-1]
 
 
 def reset_default_graph():
     """Replaces the default graph with an empty one."""
-    _graphs[-1] = Graph()
+    _graphs()[-1] = Graph()
 
 
 @_contextlib.contextmanager
 def _default_scope(graph):
-    _graphs.append(graph)
+    _graphs().append(graph)
     try:
         yield graph
     finally:
-        _graphs.pop()
+        _graphs().pop()
 
 
 def _name(name, kind):

@@ -18,7 +18,8 @@ pub fn epoch_order(len: usize, seed: u64, epoch: u64) -> Vec<usize> {
     key[..8].copy_from_slice(&seed.to_le_bytes());
     key[8..16].copy_from_slice(&epoch.to_le_bytes());
     key[16..].copy_from_slice(b"ferrograd:batch.");
-    let mut order: Vec<usize> = (0..len).collect();
+    let mut order = crate::tensor::filled("epoch_order", len, 0usize);
+    order.iter_mut().enumerate().for_each(|(i, o)| *o = i);
     order.shuffle(&mut StdRng::from_seed(key));
     order
 }

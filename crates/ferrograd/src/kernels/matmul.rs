@@ -75,7 +75,14 @@ pub fn gemm_batch_append<T: Float>(pairs: &[Pair<'_, T>], m: usize, n: usize, ou
     let total = block
         .checked_mul(pairs.len())
         .expect("gemm: output size overflows");
-    out.reserve(total);
+    // A refused allocation unwinds with the sizes (as `tensor::filled` does) instead of
+    // aborting the process.
+    if out.try_reserve(total).is_err() {
+        panic!(
+            "matmul: cannot allocate {total} elements for {} products of {m} x {n}",
+            pairs.len()
+        );
+    }
     if block > 0 {
         let spare = &mut out.spare_capacity_mut()[..total];
         let run = |(c, pair): (&mut [MaybeUninit<T>], &Pair<'_, T>)| gemm_uninit(pair.0, pair.1, c);

@@ -6,7 +6,7 @@ use smallvec::smallvec;
 use super::{with_axis, Axis};
 use crate::error::{Error, Result};
 use crate::kernels::{index, strided, Rows};
-use crate::tensor::{checked_numel, record, with_any_dtype, Element, Tensor};
+use crate::tensor::{checked_numel, filled, record, with_any_dtype, Element, Tensor};
 
 impl Tensor {
     /// Padded with `value`: `pads[i] = (before, after)` elements along axis `i`.
@@ -33,7 +33,7 @@ impl Tensor {
             });
         let start: Vec<usize> = pads.iter().map(|&(before, _)| before).collect();
         let out = with_any_dtype!(self.dtype(), T => {
-            let mut out = vec![T::cast_from_f64(value); len];
+            let mut out = filled("pad", len, T::cast_from_f64(value));
             let src = self.contiguous_data::<T>();
             strided::copy_into_block(&src, self.shape(), &mut out, &out_shape, &start);
             Tensor::from_data(out, &out_shape)

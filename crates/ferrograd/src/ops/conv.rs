@@ -15,7 +15,7 @@ use smallvec::smallvec;
 use super::binary_promote;
 use crate::kernels::conv::{self as kc, col2im, im2col, Geom};
 use crate::kernels::matmul::{gemm_batch_append, MatRef};
-use crate::tensor::{numel_or_panic, record, with_dtype, FloatElement, Tensor};
+use crate::tensor::{filled, numel_or_panic, record, with_dtype, FloatElement, Tensor};
 
 /// Stride, padding, dilation, groups and (for the transposed convolution) output padding.
 /// Builders take `self` by value; every value applies to both spatial axes unless set per
@@ -483,7 +483,11 @@ impl Sizes<'_> {
 fn conv_forward<T: FloatElement>(x: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Tensor {
     let (xd, wd) = (x.contiguous_data::<T>(), w.contiguous_data::<T>());
     let (Sizes { g, groups, n, c, o }, (cg, og, k, plane)) = (*s, s.per_group());
-    let mut out = vec![T::zero(); numel_or_panic("conv2d", &[n, o, g.ho, g.wo])];
+    let mut out = filled(
+        "conv2d",
+        numel_or_panic("conv2d", &[n, o, g.ho, g.wo]),
+        T::zero(),
+    );
     if direct_wins(g, groups, k, o) {
         // The weight [O, C·kh·kw] transposed to [C·kh·kw, O'], O' a whole number of blocks.
         let stride = kc::direct_width(o);
@@ -524,7 +528,11 @@ fn conv_t_forward<T: FloatElement>(u: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Ten
         (cog, cig, k, plane),
     ) = (*s, s.per_group());
     let hw = g.h * g.w;
-    let mut out = vec![T::zero(); numel_or_panic("conv_transpose2d", &[n, cout, g.h, g.w])];
+    let mut out = filled(
+        "conv_transpose2d",
+        numel_or_panic("conv_transpose2d", &[n, cout, g.h, g.w]),
+        T::zero(),
+    );
     if let Some(flipped) = as_direct_conv(g, groups, cin, cout) {
         // With a stride of 1 the transposed convolution is a convolution by the flipped
         // kernel, channels swapped: [Cin, Cout, kh, kw] → taps (ci, kh−1−i, kw−1−j) × Cout.

@@ -24,7 +24,7 @@ pub use index::Indices;
 
 use crate::kernels::strided;
 use crate::tensor::{
-    broadcast_shapes, numel_or_panic, Dims, Element, FloatElement, Layout, Tensor,
+    broadcast_shapes, filled, numel_or_panic, Dims, Element, FloatElement, Layout, Tensor,
 };
 
 /// A shape with `axis` set to `len`.
@@ -42,7 +42,7 @@ pub(crate) fn map_elems<T: Element>(x: &Tensor, f: impl Fn(T) -> T + Sync) -> Te
         let v = f(x.buffer::<T>()[l.offset]);
         return Tensor::from_parts(T::inline(v), Layout::contiguous(&l.shape), None);
     }
-    let mut out = vec![T::ZERO; l.numel()];
+    let mut out = filled("map", l.numel(), T::ZERO);
     if l.is_contiguous() {
         strided::map_flat(&x.contiguous_data::<T>(), &mut out, f);
     } else {
@@ -103,14 +103,14 @@ pub(crate) fn zip_elems<T: Element>(
     if a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous() {
         // Same shape, both row-major: a plain zip, no broadcasting plan.
         let (da, db) = (a.contiguous_data::<T>(), b.contiguous_data::<T>());
-        let mut out = vec![T::ZERO; da.len()];
+        let mut out = filled(op, da.len(), T::ZERO);
         strided::zip_flat(&da, &db, &mut out, f);
         return Tensor::from_data(out, a.shape());
     }
     let shape = broadcast_shape_or_panic(op, a.shape(), b.shape());
     let sa = a.layout().broadcast_strides(&shape);
     let sb = b.layout().broadcast_strides(&shape);
-    let mut out = vec![T::ZERO; shape.iter().product()];
+    let mut out = filled(op, shape.iter().product(), T::ZERO);
     strided::zip(&shape, a.src::<T>(&sa), b.src::<T>(&sb), &mut out, f);
     Tensor::from_data(out, &shape)
 }

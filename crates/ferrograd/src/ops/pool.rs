@@ -13,7 +13,7 @@ use smallvec::smallvec;
 
 use crate::kernels::conv::{max_pool_plane, window_mean_plane, window_mean_plane_t, Geom, Windows};
 use crate::kernels::index;
-use crate::tensor::{record, with_dtype, FloatElement, Tensor};
+use crate::tensor::{filled, record, with_dtype, FloatElement, Tensor};
 use num_traits::Zero;
 
 /// `(planes, h, w)` of a `[N, C, H, W]` tensor, or a panic naming `op`.
@@ -33,7 +33,7 @@ fn map_planes<T: FloatElement>(
 ) -> Tensor {
     let (np, ih, iw) = planes("pooling", x);
     let data = x.contiguous_data::<T>();
-    let mut out = vec![T::zero(); np * h * w];
+    let mut out = filled("pool", np * h * w, T::zero());
     out.par_chunks_mut((h * w).max(1))
         .enumerate()
         .for_each(|(p, o)| f(&data[p * ih * iw..][..ih * iw], o));
@@ -107,7 +107,7 @@ impl Tensor {
         let mut arg = vec![0usize; np * plane];
         let out = with_dtype!(self.dtype(), T => {
             let x = self.contiguous_data::<T>();
-            let mut out = vec![T::zero(); np * plane];
+            let mut out = filled("max_pool2d", np * plane, T::zero());
             out.par_chunks_mut(plane.max(1))
                 .zip(arg.par_chunks_mut(plane.max(1)))
                 .enumerate()

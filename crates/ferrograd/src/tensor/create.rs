@@ -64,8 +64,7 @@ impl Tensor {
             return Tensor::from_parts(storage, super::Layout::contiguous(shape), None);
         }
         with_any_dtype!(dtype, T => {
-            let mut data: Vec<T> = buffer("full", shape, n);
-            data.resize(n, T::cast_from_f64(value));
+            let data: Vec<T> = super::filled("full", n, T::cast_from_f64(value));
             Tensor::from_data(data, shape)
         })
     }
@@ -103,13 +102,12 @@ impl Tensor {
             0.0
         };
         with_any_dtype!(dtype, T => {
-            let data: Vec<T> = (0..steps)
-                .map(|i| {
-                    // The last of several values is `end` exactly; a single one is `start`.
-                    let v = if i > 0 && i + 1 == steps { end } else { start + i as f64 * step };
-                    T::cast_from_f64(v)
-                })
-                .collect();
+            let mut data: Vec<T> = super::filled("linspace", steps, T::ZERO);
+            for (i, d) in data.iter_mut().enumerate() {
+                // The last of several values is `end` exactly; a single one is `start`.
+                let v = if i > 0 && i + 1 == steps { end } else { start + i as f64 * step };
+                *d = T::cast_from_f64(v);
+            }
             Tensor::from_data(data, &[steps])
         })
     }
@@ -128,7 +126,10 @@ impl Tensor {
         );
         let n = count as usize;
         with_any_dtype!(dtype, T => {
-            let data: Vec<T> = (0..n).map(|i| T::cast_from_f64(start + i as f64 * step)).collect();
+            let mut data: Vec<T> = super::filled("arange", n, T::ZERO);
+            for (i, d) in data.iter_mut().enumerate() {
+                *d = T::cast_from_f64(start + i as f64 * step);
+            }
             Tensor::from_data(data, &[n])
         })
     }
@@ -137,8 +138,8 @@ impl Tensor {
     pub fn randn(shape: &[usize], dtype: DType, rng: &mut impl Rng) -> Tensor {
         let n = super::numel_or_panic("randn", shape);
         with_dtype!(dtype, T => {
-            let mut data: Vec<T> = buffer("randn", shape, n);
-            data.extend((0..n).map(|_| T::from_f64(StandardNormal.sample(rng))));
+            let mut data: Vec<T> = super::filled("randn", n, T::ZERO);
+            data.iter_mut().for_each(|v| *v = T::from_f64(StandardNormal.sample(rng)));
             Tensor::from_data(data, shape)
         })
     }
@@ -169,23 +170,9 @@ impl Tensor {
         );
         let n = super::numel_or_panic("rand_uniform", shape);
         with_dtype!(dtype, T => {
-            let mut data: Vec<T> = buffer("rand_uniform", shape, n);
-            data.extend((0..n).map(|_| T::from_f64(rng.gen_range(low..high))));
+            let mut data: Vec<T> = super::filled("rand_uniform", n, T::ZERO);
+            data.iter_mut().for_each(|v| *v = T::from_f64(rng.gen_range(low..high)));
             Tensor::from_data(data, shape)
         })
     }
-}
-
-/// An empty buffer with room for `n` elements, or a panic naming `op` and `shape` when the
-/// allocator refuses (a shape from hostile input asking for terabytes): the default
-/// allocation would abort the process instead.
-fn buffer<T>(op: &str, shape: &[usize], n: usize) -> Vec<T> {
-    let mut data = Vec::new();
-    if data.try_reserve_exact(n).is_err() {
-        panic!(
-            "{op}: cannot allocate {n} elements ({} bytes) for shape {shape:?}",
-            n.saturating_mul(std::mem::size_of::<T>())
-        );
-    }
-    data
 }

@@ -13,6 +13,21 @@ pub fn checked_numel(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
 }
 
+/// `n` copies of `value`, or a panic naming `op` when the allocator refuses the memory (a
+/// shape from hostile input asking for terabytes): the default allocation would abort the
+/// process instead of unwinding to a caller that can report it.
+pub(crate) fn filled<T: Clone>(op: &str, n: usize, value: T) -> Vec<T> {
+    let mut data = Vec::new();
+    if data.try_reserve_exact(n).is_err() {
+        panic!(
+            "{op}: cannot allocate {n} elements ({} bytes)",
+            n.saturating_mul(std::mem::size_of::<T>())
+        );
+    }
+    data.resize(n, value);
+    data
+}
+
 /// [`checked_numel`] that panics naming `op` and the shape when the count overflows.
 pub(crate) fn numel_or_panic(op: &str, shape: &[usize]) -> usize {
     checked_numel(shape)

@@ -17,8 +17,8 @@ use std::sync::Arc;
 pub use create::{manual_seed, with_default_rng};
 pub(crate) use element::{dispatch, with_any_dtype, with_dtype, INTEGER_IN_FLOAT_OP};
 pub use element::{DType, Element, FloatElement, Storage};
-pub(crate) use layout::numel_or_panic;
 pub use layout::{broadcast_shapes, checked_numel, contiguous_strides, Layout};
+pub(crate) use layout::{filled, numel_or_panic};
 
 use crate::kernels::strided::{self, Src};
 pub use crate::kernels::Dims;
@@ -160,7 +160,7 @@ impl Tensor {
         } else {
             // Any element fills the buffer before the gather overwrites it (a non-empty
             // layout that fits its buffer addresses its offset).
-            let mut out = vec![buf[l.offset]; l.numel()];
+            let mut out = filled("gather", l.numel(), buf[l.offset]);
             strided::gather(
                 &l.shape,
                 Src {
