@@ -21,7 +21,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use ferrograd::data::{Batches, Mnist, TensorDataset};
+use ferrograd::data::{Batch, Batches, Mnist, TensorDataset};
 use ferrograd::distributed::ProcessGroup;
 use ferrograd::io::{load_checkpoint, save_checkpoint};
 use ferrograd::metrics::accuracy;
@@ -53,6 +53,33 @@ struct Args {
     /// Make this rank panic after its first step (to check that the job ends).
     #[arg(long)]
     fail_rank: Option<usize>,
+    /// Overlap the all-reduce with backward: each bucket of gradients is summed over the
+    /// ranks while backward computes the next (ProcessGroup::backward_all_reduce_mean).
+    #[arg(long)]
+    overlap: bool,
+}
+
+/// One data-parallel step's loss (this rank's mean) and averaged gradients, with the
+/// all-reduce after backward or overlapped with it.
+fn ddp_step(
+    group: &ProcessGroup,
+    model: &Model,
+    params: &[(String, Param)],
+    batch: &Batch,
+    overlap: bool,
+) -> (f32, Gradients) {
+    let samples = batch.indices.len();
+    // The last global batch may leave a rank fewer samples than the others, or none: it still
+    // joins the all-reduce, weighted by what it has.
+    let loss = (samples > 0).then(|| model.loss(&model.forward(&batch.inputs), &batch.targets));
+    let value = loss.as_ref().map_or(0.0, |l| l.item() as f32);
+    let grads = if overlap {
+        group.backward_all_reduce_mean(loss.as_ref(), params, samples)
+    } else {
+        let local = loss.as_ref().map(Tensor::backward).unwrap_or_default();
+        group.all_reduce_mean(params, &local, samples)
+    };
+    (value, grads)
 }
 
 fn main() -> ExitCode {
@@ -124,15 +151,9 @@ fn train(group: &ProcessGroup, args: &Args) -> Result<(), String> {
             .shard(group.rank(), group.size());
         let (mut loss_sum, mut seen) = (0.0f64, 0usize);
         for batch in batches.epoch(epoch) {
-            // The last global batch may leave a rank fewer samples than the others, or none:
-            // it still joins the all-reduce, weighted by what it has.
             let samples = batch.indices.len();
-            let (loss, grads) = if samples == 0 {
-                (0.0, Gradients::default())
-            } else {
-                model.backward(&model.forward(&batch.inputs), &batch.targets)
-            };
-            model.apply_grads(&group.all_reduce_mean(&params, &grads, samples));
+            let (loss, grads) = ddp_step(group, &model, &params, &batch, args.overlap);
+            model.apply_grads(&grads);
             loss_sum += loss as f64 * samples as f64;
             seen += samples;
         }
@@ -196,10 +217,8 @@ fn check(group: &ProcessGroup, args: &Args, steps: usize) -> Result<(), String> 
         .shard(group.rank(), group.size());
     let whole = Batches::new(&data, t.batch_size * group.size()).shuffle(t.seed);
     for (step, (part, all)) in shards.epoch(0).zip(whole.epoch(0)).take(steps).enumerate() {
-        let pred = model.forward(&part.inputs);
-        let (_, grads) = model.backward(&pred, &part.targets);
-        let samples = part.indices.len();
-        model.apply_grads(&group.all_reduce_mean(&params, &grads, samples));
+        let (_, grads) = ddp_step(group, &model, &params, &part, args.overlap);
+        model.apply_grads(&grads);
         alone.train_step(&all.inputs, &all.targets);
         if args.fail_rank == Some(group.rank()) && step == 0 {
             panic!("failing on purpose after step {step} (--fail-rank)");
@@ -218,25 +237,37 @@ fn check(group: &ProcessGroup, args: &Args, steps: usize) -> Result<(), String> 
         }
         worst = worst.max(diff);
     }
-    // What one step sends: the time of one all-reduce of the MLP's gradients.
-    let grads = model
-        .backward(
-            &model.forward(&train.images.narrow(0, 0, 64)),
-            &train.targets.narrow(0, 0, 64),
-        )
-        .1;
-    group.barrier();
-    let start = Instant::now();
-    for _ in 0..50 {
-        drop(group.all_reduce_mean(&params, &grads, 64));
-    }
-    let per_call = start.elapsed().as_secs_f64() / 50.0;
+    // What one step sends, and what it costs: one all-reduce of the gradients alone, and a
+    // whole backward with its all-reduce, after it or overlapped with it.
+    let (x, y) = (
+        train.images.narrow(0, 0, 64),
+        train.targets.narrow(0, 0, 64),
+    );
+    let grads = model.backward(&model.forward(&x), &y).1;
+    let timed = |f: &dyn Fn()| {
+        group.barrier();
+        let start = Instant::now();
+        for _ in 0..50 {
+            f();
+        }
+        start.elapsed().as_secs_f64() / 50.0 * 1e3
+    };
+    let reduce = timed(&|| drop(group.all_reduce_mean(&params, &grads, 64)));
+    let after = timed(&|| {
+        let local = model.loss(&model.forward(&x), &y).backward();
+        drop(group.all_reduce_mean(&params, &local, 64));
+    });
+    let overlapped = timed(&|| {
+        let loss = model.loss(&model.forward(&x), &y);
+        drop(group.backward_all_reduce_mean(Some(&loss), &params, 64));
+    });
     if group.is_root() {
         let floats: usize = params.iter().map(|(_, p)| p.tensor().numel()).sum();
         println!(
-            "all-reduce of the gradients: {floats} f32 ({:.2} MB) per step, {:.3} ms per call",
+            "all-reduce of the gradients: {floats} f32 ({:.2} MB) per step, {reduce:.3} ms per \
+             call; forward, backward and all-reduce: {after:.3} ms one after the other, \
+             {overlapped:.3} ms overlapped",
             floats as f64 * 4.0 / 1e6,
-            per_call * 1e3
         );
     }
     println!(

@@ -30,11 +30,12 @@ use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator, CommunicatorCollectives, Equivalence, Root};
 
-use crate::autograd::ids::IdMap;
 use crate::autograd::{Gradients, Param};
 use crate::nn::Module;
 use crate::tensor::{DType, Tensor};
 use crate::{Error, Result};
+
+mod overlap;
 
 /// Gradients travel in buckets of about this many bytes: one collective call per bucket, not
 /// per tensor (a small MLP is one bucket, a large model a few dozen).
@@ -195,65 +196,14 @@ impl ProcessGroup {
         if self.size() == 1 {
             return grads.clone();
         }
-        // The total count, and which parameters have a gradient on some rank, in one call.
-        let mut local: Vec<f64> = vec![samples as f64];
-        local.extend(
-            params
-                .iter()
-                .map(|(_, p)| f64::from(u8::from(grads.get_param(p).is_some()))),
-        );
-        let mut totals = vec![0.0; local.len()];
-        self.world
-            .all_reduce_into(&local[..], &mut totals[..], SystemOperation::sum());
-        let share = if totals[0] > 0.0 {
-            samples as f64 / totals[0]
-        } else {
-            0.0
-        };
-        let mut map = IdMap::default();
-        for dtype in [DType::F32, DType::F64] {
-            let group: Vec<(&Param, bool)> = params
-                .iter()
-                .zip(&totals[1..])
-                .filter(|((_, p), _)| p.dtype() == dtype)
-                .map(|((_, p), &any)| (p, any > 0.0))
-                .collect();
-            if group.is_empty() {
-                continue;
-            }
-            let local: Vec<Tensor> = group
-                .iter()
-                .map(|(p, _)| match grads.get_param(p) {
-                    Some(g) if share > 0.0 => g.mul_scalar(share),
-                    _ => Tensor::zeros(p.shape().as_slice(), dtype),
-                })
-                .collect();
-            let summed = match dtype {
-                DType::F64 => self.all_reduce_sum_flat::<f64>(&local),
-                _ => self.all_reduce_sum_flat::<f32>(&local),
-            };
-            for ((p, any), g) in group.iter().zip(summed) {
-                if *any {
-                    map.insert(p.id(), g);
+        // Fed last parameter first, the order the buckets start in.
+        self.reduce_in_buckets(params, samples, &mut |arrive| {
+            for (_, p) in params.iter().rev() {
+                if let Some(g) = grads.get_param(p) {
+                    arrive(p.id(), &g);
                 }
             }
-        }
-        Gradients::from_map(map)
-    }
-
-    /// `values` flattened and summed over the ranks, bucket by bucket.
-    fn all_reduce_sum_flat<T>(&self, values: &[Tensor]) -> Vec<Tensor>
-    where
-        T: crate::tensor::FloatElement + Equivalence,
-    {
-        let local: Vec<T> = values.iter().flat_map(|t| t.to_vec::<T>()).collect();
-        let mut sum = vec![T::zero(); local.len()];
-        let len = bucket_len::<T>();
-        for (send, recv) in local.chunks(len).zip(sum.chunks_mut(len)) {
-            self.world
-                .all_reduce_into(send, recv, SystemOperation::sum());
-        }
-        unflatten(&sum, values)
+        })
     }
 }
 

@@ -177,9 +177,16 @@ impl Model {
              undefined and would write NaN into the weights",
             pred.shape()
         );
-        let loss = self.loss.loss(pred, target);
+        let loss = self.loss(pred, target);
         let grads = loss.backward();
         (loss.item() as f32, grads)
+    }
+
+    /// The loss of `pred` against `target`, as a differentiable 0-d tensor: what
+    /// [`Model::backward`] differentiates, for a caller that runs backward its own way
+    /// (overlapping it with communication, say).
+    pub fn loss(&self, pred: &Tensor, target: &Tensor) -> Tensor {
+        self.loss.loss(pred, target)
     }
 
     /// One optimizer step with `grads`.

@@ -101,7 +101,8 @@ impl Ord for Newest {
 }
 
 /// Runs backward from `root` seeded with `seed` (the gradient of the final result with respect
-/// to `root`) and returns the gradients of `targets`, keyed by node id.
+/// to `root`) and returns the gradients of `targets`, keyed by node id; `on_result` sees each
+/// of them the moment it is final, while the pass goes on with the rest.
 ///
 /// Nodes are processed newest first. An op is always recorded after its inputs, so a node's
 /// consumers are all newer than it: when a node comes off the queue, every contribution to its
@@ -111,6 +112,7 @@ pub(crate) fn run_backward(
     seed: Tensor,
     targets: &Targets,
     create_graph: bool,
+    on_result: &mut dyn FnMut(u64, &Tensor),
 ) -> IdMap<Tensor> {
     let mut results = IdMap::default();
     if !root.is_tracked() {
@@ -136,6 +138,7 @@ pub(crate) fn run_backward(
         let g = pending.remove(&id).expect("queued nodes have a gradient");
         let node = node_of(&out);
         if targets.contains(node) {
+            on_result(id, &g);
             results.insert(id, g.clone());
         }
         let Some(rec) = node.op() else { continue };
@@ -244,7 +247,38 @@ impl Tensor {
             "backward: this tensor is not tracked (no input marked requires_grad() reaches it, \
              or it was computed under no_grad)"
         );
-        Gradients::from_map(run_backward(self, seed, &Targets::Leaves, create_graph))
+        Gradients::from_map(run_backward(
+            self,
+            seed,
+            &Targets::Leaves,
+            create_graph,
+            &mut |_, _| {},
+        ))
+    }
+
+    /// [`Tensor::backward`] that calls `hook(id, gradient)` for each tracked leaf as soon as its
+    /// gradient is final (`id` is the leaf's [`Tensor::id`], a parameter's
+    /// [`Param::id`](crate::autograd::Param::id)), while the pass goes on with the others:
+    /// data-parallel training starts sending a layer's gradients before the layers below have
+    /// theirs. Leaves are reached newest first, so the last layer's parameters come first.
+    ///
+    /// ```
+    /// use ferrograd::prelude::*;
+    ///
+    /// let w = Tensor::from_vec(vec![2.0f32], &[1]).requires_grad();
+    /// let mut seen = Vec::new();
+    /// let grads = (&w * &w).sum().backward_with_hook(|id, g| seen.push((id, g.item())));
+    /// assert_eq!(seen, vec![(w.id().unwrap(), 4.0)]);
+    /// assert_eq!(grads.get(&w).unwrap().item(), 4.0);
+    /// ```
+    pub fn backward_with_hook(&self, mut hook: impl FnMut(u64, &Tensor)) -> Gradients {
+        let seed = unit_seed(self, "backward_with_hook");
+        assert!(
+            self.is_tracked(),
+            "backward_with_hook: this tensor is not tracked (no input marked requires_grad() \
+             reaches it, or it was computed under no_grad)"
+        );
+        Gradients::from_map(run_backward(self, seed, &Targets::Leaves, false, &mut hook))
     }
 }
 
@@ -287,7 +321,7 @@ fn grad_impl(y: &Tensor, xs: &[&Tensor], create_graph: bool) -> Vec<Tensor> {
         .iter()
         .filter_map(|x| x.0.node.as_ref().map(|n| n.id))
         .collect();
-    let found = run_backward(y, seed, &Targets::Nodes(ids), create_graph);
+    let found = run_backward(y, seed, &Targets::Nodes(ids), create_graph, &mut |_, _| {});
     xs.iter()
         .map(|x| {
             x.0.node
