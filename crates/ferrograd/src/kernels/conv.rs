@@ -335,11 +335,13 @@ impl<T: Float> Direct<'_, T> {
                             }
                             ox += P;
                         }
-                        for ox in ox..g.wo {
+                        // The rest of the row spread over the P sums: independent chains.
+                        for (q, ox) in (ox..g.wo).enumerate() {
                             let v = padded[row + ox * g.sw];
                             let d: &[T; L] = dyt[at(ox)..][..L].try_into().expect("L");
+                            let s = &mut sums[q % P];
                             for l in 0..L {
-                                sums[0][l] = d[l].mul_add(v, sums[0][l]);
+                                s[l] = d[l].mul_add(v, s[l]);
                             }
                         }
                     }
@@ -358,14 +360,23 @@ impl<T: Float> Direct<'_, T> {
     /// chain of dependent multiply-adds) and `L` output channels at a time.
     #[inline(always)]
     fn rows<const P: usize, const L: usize>(&self, y: &mut [T]) {
+        let wo = self.g.wo;
         for oy in 0..self.g.ho {
             let mut ox = 0;
-            while ox + P <= self.g.wo {
+            while ox + P <= wo {
                 self.pixels::<P, L>(oy, ox, y);
                 ox += P;
             }
-            for ox in ox..self.g.wo {
-                self.pixels::<1, L>(oy, ox, y);
+            if ox < wo && wo >= P {
+                // The row's last P outputs again, overlapping the block before: outputs are
+                // written, not added, and one more block of P independent sums is much faster
+                // than the remaining outputs one by one (each a single chain of dependent
+                // multiply-adds).
+                self.pixels::<P, L>(oy, wo - P, y);
+            } else {
+                for ox in ox..wo {
+                    self.pixels::<1, L>(oy, ox, y);
+                }
             }
         }
     }

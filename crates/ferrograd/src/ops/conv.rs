@@ -330,7 +330,10 @@ const DIRECT_WEIGHT_MAX_ROWS: usize = 64;
 
 /// The geometry of the plain convolution that equals the transposed convolution of `g` (the
 /// forward geometry: `g.ho × g.wo` in, `g.h × g.w` out), when there is one and the direct
-/// kernel wins: stride 1, no group, and a padding the flipped kernel can take.
+/// kernel wins: stride 1, no group, and a padding the flipped kernel can take. At most 8
+/// outputs (an input gradient of a layer with few input channels) fill only half a vector,
+/// and there the product with the column matrix measured faster (LeNet's 8→16 5×5: 1.1 ms
+/// against 4.5 for its input gradient).
 fn as_direct_conv(g: &Geom, groups: usize, cin: usize, cout: usize) -> Option<Geom> {
     let reach = (g.dh * (g.kh - 1), g.dw * (g.kw - 1));
     let fits = g.sh == 1
@@ -339,6 +342,7 @@ fn as_direct_conv(g: &Geom, groups: usize, cin: usize, cout: usize) -> Option<Ge
         && reach.1 >= g.pw
         && g.ho + reach.0 == g.h + 2 * g.ph
         && g.wo + reach.1 == g.w + 2 * g.pw
+        && cout > 8
         && direct_wins(g, groups, cin * g.taps(), cout);
     fits.then(|| Geom {
         h: g.ho,
