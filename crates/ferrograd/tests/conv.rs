@@ -419,3 +419,31 @@ fn output_padding_up_to_the_dilation() {
         &[u, w],
     );
 }
+
+#[test]
+fn weight_gradients_are_the_same_every_run() {
+    // A batch large enough to be split over threads, computed from several threads at once so
+    // that the pool's scheduling varies: the sums over the images must not depend on it, or a
+    // seeded training run would not repeat.
+    for (c, o, k) in [(3, 8, 3), (2, 6, 5)] {
+        let x = randn(&[96, c, 12, 12], 80).to_dtype(DType::F32);
+        let w = randn(&[o, c, k, k], 81)
+            .to_dtype(DType::F32)
+            .requires_grad();
+        let opts = ConvOpts::new().padding(k / 2);
+        let grad = || {
+            let g = x.conv2d(&w, &opts).square().sum().backward();
+            g.get(&w).unwrap().to_vec::<f32>()
+        };
+        let first = grad();
+        for _ in 0..10 {
+            let runs: Vec<Vec<f32>> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..3).map(|_| s.spawn(grad)).collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            for run in runs {
+                assert_eq!(run, first, "{c}->{o} {k}x{k}");
+            }
+        }
+    }
+}

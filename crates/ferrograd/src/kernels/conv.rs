@@ -233,7 +233,8 @@ fn padded_image<T: Float>(x: &[T], c: usize, g: &Geom) -> (Vec<T>, usize, usize)
 
 /// The weight gradient of [`direct_conv`] summed over the images: `x` `[N, C, h, w]`, `dy`
 /// `[N, O, ho, wo]`; the result has the layout of `direct_conv`'s weight, `[C, kh, kw, O']`.
-/// Threads take images and add their sums at the end.
+/// Threads take fixed runs of images and their sums are added in order, so the result does
+/// not depend on how the work was scheduled (a run gives the same weights every time).
 pub(crate) fn direct_conv_weight<T: Float>(
     x: &[T],
     dy: &[T],
@@ -243,23 +244,29 @@ pub(crate) fn direct_conv_weight<T: Float>(
 ) -> Vec<T> {
     let (image, out) = (c * g.h * g.w, o * g.ho * g.wo);
     let len = c * g.taps() * direct_width(o);
-    x.par_chunks(image.max(1))
-        .zip(dy.par_chunks(out.max(1)))
-        .fold(
-            || vec![T::zero(); len],
-            |mut acc, (x, dy)| {
+    let n = if image == 0 { 0 } else { x.len() / image };
+    let per_run = n.div_ceil(WEIGHT_RUNS).max(1);
+    let partials: Vec<Vec<T>> = x
+        .par_chunks((image * per_run).max(1))
+        .zip(dy.par_chunks((out * per_run).max(1)))
+        .map(|(xs, dys)| {
+            let mut acc = vec![T::zero(); len];
+            for (x, dy) in xs.chunks(image.max(1)).zip(dys.chunks(out.max(1))) {
                 direct_weight_image(x, dy, c, g, o, &mut acc);
-                acc
-            },
-        )
-        .reduce(
-            || vec![T::zero(); len],
-            |mut a, b| {
-                a.iter_mut().zip(b).for_each(|(a, b)| *a += b);
-                a
-            },
-        )
+            }
+            acc
+        })
+        .collect();
+    let mut total = vec![T::zero(); len];
+    for part in partials {
+        total.iter_mut().zip(part).for_each(|(t, p)| *t += p);
+    }
+    total
 }
+
+/// Runs of images [`direct_conv_weight`] sums separately: enough for the threads, fixed so
+/// that the order of the sums is too.
+const WEIGHT_RUNS: usize = 16;
 
 /// One image's share of [`direct_conv_weight`], added into `acc`; compiled for each
 /// instruction set.
