@@ -244,7 +244,7 @@ pub(crate) fn direct_conv_weight<T: Float>(
 ) -> Vec<T> {
     let (image, out) = (c * g.h * g.w, o * g.ho * g.wo);
     let len = c * g.taps() * direct_width(o);
-    let n = if image == 0 { 0 } else { x.len() / image };
+    let n = x.len().checked_div(image).unwrap_or(0);
     let per_run = n.div_ceil(WEIGHT_RUNS).max(1);
     let partials: Vec<Vec<T>> = x
         .par_chunks((image * per_run).max(1))
