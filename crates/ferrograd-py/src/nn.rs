@@ -217,6 +217,50 @@ impl PyLayer {
     }
 }
 
+/// A layer written in Python (a `ferrograd.nn.Module`) inside a core network: its `forward`
+/// runs with the GIL taken back, its parameters are the trainable leaves its
+/// `named_parameters()` lists. An exception it raises reaches the caller unchanged.
+pub struct PythonLayer(Py<PyAny>);
+
+impl PythonLayer {
+    fn call<R>(&self, what: &str, f: impl FnOnce(&Bound<'_, PyAny>) -> PyResult<R>) -> R {
+        Python::attach(|py| f(self.0.bind(py)).unwrap_or_else(|e| guard::raise_through(e, what)))
+    }
+}
+
+impl Module for PythonLayer {
+    fn params(&self) -> Vec<(String, Param)> {
+        self.call("named_parameters", |m| {
+            let mut out = Vec::new();
+            for item in m.call_method0("named_parameters")?.try_iter()? {
+                let (name, t): (String, Bound<'_, PyAny>) = item?.extract()?;
+                if let Ok(t) = t.cast::<PyTensor>() {
+                    if let crate::tensor::Value::Leaf(leaf) = t.get().value() {
+                        out.push((name, leaf.param.clone()));
+                    }
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn name(&self) -> String {
+        self.call("name", |m| Ok(m.get_type().name()?.to_string()))
+    }
+}
+
+impl Layer for PythonLayer {
+    fn forward(&self, x: &Tensor, mode: Mode) -> Tensor {
+        self.call("forward", |m| {
+            if m.hasattr("training")? {
+                m.setattr("training", mode == Mode::Train)?;
+            }
+            let y = m.call_method1("forward", (PyTensor::new(x.clone()),))?;
+            to_tensor(&y, None)
+        })
+    }
+}
+
 /// A layer shared between its Python object and the networks it is part of.
 pub struct Shared(pub Arc<dyn Layer>);
 
@@ -245,24 +289,37 @@ impl Layer for Shared {
 }
 
 /// tinynn's `Net(layers)`: the layers applied in order. Parameters are named by position
-/// (`"0.weight"`), as in PyTorch's `nn.Sequential`.
+/// (`"0.weight"`), as in PyTorch's `nn.Sequential`. A layer may be one of the core's or a
+/// `ferrograd.nn.Module` written in Python (its `forward` and `named_parameters`).
 #[pyclass(name = "Net", module = "ferrograd.nn", extends = PyLayer)]
 pub struct PyNet {
-    layers: Vec<Py<PyLayer>>,
+    layers: Vec<Py<PyAny>>,
 }
 
 #[pymethods]
 impl PyNet {
     #[new]
-    fn new(layers: Vec<Bound<'_, PyLayer>>) -> PyClassInitializer<PyNet> {
+    fn new(layers: Vec<Bound<'_, PyAny>>) -> PyResult<PyClassInitializer<PyNet>> {
         let shared: Vec<Box<dyn Layer>> = layers
             .iter()
-            .map(|l| Box::new(Shared(l.borrow().layer.clone())) as Box<dyn Layer>)
-            .collect();
+            .enumerate()
+            .map(|(i, l)| -> PyResult<Box<dyn Layer>> {
+                if let Ok(core) = l.cast::<PyLayer>() {
+                    return Ok(Box::new(Shared(core.borrow().layer.clone())));
+                }
+                if l.hasattr("forward")? && l.hasattr("named_parameters")? {
+                    return Ok(Box::new(PythonLayer(l.clone().unbind())));
+                }
+                Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                    "Net: layer {i} is a {}, neither a ferrograd layer nor a ferrograd.nn.Module",
+                    l.get_type().name()?
+                )))
+            })
+            .collect::<PyResult<_>>()?;
         let net = PyNet {
             layers: layers.into_iter().map(Bound::unbind).collect(),
         };
-        PyClassInitializer::from(PyLayer::new(Arc::new(Net::new(shared)))).add_subclass(net)
+        Ok(PyClassInitializer::from(PyLayer::new(Arc::new(Net::new(shared)))).add_subclass(net))
     }
 
     /// The layers, in order.
@@ -275,7 +332,7 @@ impl PyNet {
         self.layers.len()
     }
 
-    fn __getitem__(&self, py: Python<'_>, i: isize) -> PyResult<Py<PyLayer>> {
+    fn __getitem__(&self, py: Python<'_>, i: isize) -> PyResult<Py<PyAny>> {
         let n = self.layers.len() as isize;
         let j = if i < 0 { i + n } else { i };
         if !(0..n).contains(&j) {

@@ -373,7 +373,8 @@ impl PyModel {
         self.apply_grad(py, grads)
     }
 
-    /// Forward, backward and update on one batch; returns the loss.
+    /// Forward, backward (setting each parameter's `.grad`) and update on one batch; returns
+    /// the loss.
     fn train_step(
         &self,
         py: Python<'_>,
@@ -391,6 +392,7 @@ impl PyModel {
             let l = loss.loss(&layer.forward(&x, mode), &t);
             (l.item(), l.backward())
         })?;
+        set_leaf_grads(&grads);
         self.optimizer
             .bind(py)
             .borrow()

@@ -151,3 +151,37 @@ def test_losses_and_their_gradients():
     assert ce(pred, np.array([0])).item() == pytest.approx(-np.log(p[0]), rel=1e-6)
     assert fg.nn.MSELoss()(fg.tensor([1.0, 3.0]), np.array([0.0, 0.0])).item() == 5.0
     assert fg.nn.HuberLoss(1.0)(fg.tensor([3.0]), np.array([0.0])).item() == 2.5
+
+
+def test_layers_written_in_python_train_inside_a_net():
+    class Affine(fg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = fg.tensor([1.0, 1.0], requires_grad=True)
+            self.shift = fg.tensor([0.0, 0.0], requires_grad=True)
+
+        def forward(self, x):
+            return x * self.scale + self.shift
+
+    fg.manual_seed(3)
+    affine = Affine()
+    net = Net([Dense(3, 2), affine, fg.nn.Tanh()])
+    names = [n for n, _ in net.named_parameters()]
+    assert names == ["0.weight", "0.bias", "1.scale", "1.shift"]
+    model = Model(net, fg.nn.MSELoss(), Adam(lr=0.05))
+    x = np.random.default_rng(0).standard_normal((16, 3)).astype(np.float32)
+    y = np.full((16, 2), 0.5, dtype=np.float32)
+    before = affine.scale.tolist()
+    losses = [model.train_step(x, y) for _ in range(50)]
+    assert losses[-1] < losses[0] / 4
+    assert affine.scale.tolist() != before and affine.scale.grad is not None
+    assert set(affine.state_dict()) == {"scale", "shift"}
+
+    class Broken(fg.nn.Module):
+        def forward(self, x):
+            raise KeyError("inside forward")
+
+    with pytest.raises(KeyError, match="inside forward"):
+        Net([Dense(3, 2), Broken()])(x)
+    with pytest.raises(TypeError, match="neither"):
+        Net([Dense(3, 2), object()])
