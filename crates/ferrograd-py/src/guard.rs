@@ -34,6 +34,9 @@ pub fn install_panic_hook() {
 }
 
 fn catch<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+    // An exception left by an earlier call that was not guarded must not be raised for this
+    // one's panic.
+    PENDING.with(|p| p.borrow_mut().take());
     GUARDED.fetch_add(1, Ordering::Relaxed);
     let result = catch_unwind(AssertUnwindSafe(f));
     GUARDED.fetch_sub(1, Ordering::Relaxed);

@@ -119,9 +119,7 @@ impl PyLayer {
 
     /// The trainable parameters, in order (each a leaf: `.grad` is set by backward).
     fn parameters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let ps: Vec<Py<PyAny>> = self
-            .layer
-            .params()
+        let ps: Vec<Py<PyAny>> = guard::run(|| self.layer.params())?
             .iter()
             .map(|(_, p)| wrap_param(py, p))
             .collect::<PyResult<_>>()?;
@@ -130,9 +128,7 @@ impl PyLayer {
 
     /// `(name, parameter)` pairs; nested layers are named `"0.weight"`, as PyTorch's.
     fn named_parameters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let ps: Vec<(String, Py<PyAny>)> = self
-            .layer
-            .params()
+        let ps: Vec<(String, Py<PyAny>)> = guard::run(|| self.layer.params())?
             .into_iter()
             .map(|(n, p)| Ok((n, wrap_param(py, &p)?)))
             .collect::<PyResult<_>>()?;
@@ -142,7 +138,7 @@ impl PyLayer {
     /// The parameters by name (tinynn's `layer.params`).
     #[getter]
     fn params<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        named_params(py, self.layer.params())
+        named_params(py, guard::run(|| self.layer.params())?)
     }
 
     /// Saved but not trained (batch norm's running statistics), by name.
@@ -192,28 +188,31 @@ impl PyLayer {
     }
 
     /// The number of trainable scalars.
-    fn num_params(&self) -> usize {
-        self.layer.num_params()
+    fn num_params(&self) -> PyResult<usize> {
+        guard::run(|| self.layer.num_params())
     }
 
     /// A parameter by name (`dense.weight`).
     fn __getattr__(&self, py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
-        match self.layer.params().into_iter().find(|(n, _)| n == name) {
+        match guard::run(|| self.layer.params())?
+            .into_iter()
+            .find(|(n, _)| n == name)
+        {
             Some((_, p)) => wrap_param(py, &p),
             None => Err(PyAttributeError::new_err(format!(
                 "{} has no parameter or attribute {name:?}",
-                self.layer.name()
+                guard::run(|| self.layer.name())?
             ))),
         }
     }
 
-    fn __repr__(&self) -> String {
-        self.layer.name()
+    fn __repr__(&self) -> PyResult<String> {
+        guard::run(|| self.layer.name())
     }
 
     /// A table of the layers, their parameters and shapes.
-    fn summary(&self) -> String {
-        self.layer.summary()
+    fn summary(&self) -> PyResult<String> {
+        guard::run(|| self.layer.summary())
     }
 }
 
@@ -252,8 +251,9 @@ impl Module for PythonLayer {
 impl Layer for PythonLayer {
     fn forward(&self, x: &Tensor, mode: Mode) -> Tensor {
         self.call("forward", |m| {
-            if m.hasattr("training")? {
-                m.setattr("training", mode == Mode::Train)?;
+            // The mode reaches the module and its own sub-layers, as `train()` sets it.
+            if m.hasattr("train")? {
+                m.call_method1("train", (mode == Mode::Train,))?;
             }
             let y = m.call_method1("forward", (PyTensor::new(x.clone()),))?;
             to_tensor(&y, None)
@@ -319,7 +319,9 @@ impl PyNet {
         let net = PyNet {
             layers: layers.into_iter().map(Bound::unbind).collect(),
         };
-        Ok(PyClassInitializer::from(PyLayer::new(Arc::new(Net::new(shared)))).add_subclass(net))
+        // A Python layer's parameters are read here, and it may raise.
+        let base = guard::run(|| PyLayer::new(Arc::new(Net::new(shared))))?;
+        Ok(PyClassInitializer::from(base).add_subclass(net))
     }
 
     /// The layers, in order.

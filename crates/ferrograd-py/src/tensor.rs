@@ -281,6 +281,12 @@ impl PyTensor {
         }
     }
 
+    /// Whether this is a trainable leaf (a parameter), frozen or not: what optimizers update.
+    #[getter]
+    fn is_parameter(&self) -> bool {
+        matches!(self.value(), Value::Leaf(_))
+    }
+
     /// Makes this tensor a trainable leaf in place (a copy of its value, cut from any graph),
     /// or, with `False`, a plain value. Returns the tensor itself.
     #[pyo3(signature = (requires_grad=true))]

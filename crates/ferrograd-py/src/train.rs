@@ -129,7 +129,7 @@ fn param_list(params: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, Param)
         return Ok(Vec::new());
     };
     if let Ok(layer) = params.cast::<PyLayer>() {
-        return Ok(layer.borrow().layer.params());
+        return crate::guard::run(|| layer.borrow().layer.params());
     }
     let mut out = Vec::new();
     for (i, item) in params.try_iter()?.enumerate() {
@@ -361,7 +361,8 @@ impl PyModel {
 
     /// One optimizer step of the network's parameters with `grads`.
     fn apply_grad(&self, py: Python<'_>, grads: PyRef<'_, PyGradients>) -> PyResult<()> {
-        let params = self.net.bind(py).borrow().layer.params();
+        let net = self.net.bind(py).borrow().layer.clone();
+        let params = guard::run(|| net.params())?;
         self.optimizer
             .bind(py)
             .borrow()
@@ -386,7 +387,7 @@ impl PyModel {
         let layer = net.layer.clone();
         let mode = net.mode();
         let loss = self.loss.bind(py).borrow().loss.clone();
-        let params = layer.params();
+        let params = guard::run(|| layer.params())?;
         let t = as_target(target, x.dtype())?;
         let (value, grads) = guard::run_heavy(py, true, || {
             let l = loss.loss(&layer.forward(&x, mode), &t);

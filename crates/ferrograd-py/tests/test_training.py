@@ -185,3 +185,32 @@ def test_layers_written_in_python_train_inside_a_net():
         Net([Dense(3, 2), Broken()])(x)
     with pytest.raises(TypeError, match="neither"):
         Net([Dense(3, 2), object()])
+
+
+def test_python_modules_follow_the_mode_and_report_their_mistakes():
+    class Noisy(fg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.drop = fg.nn.Dropout(0.5)
+            self.w = fg.tensor([1.0], requires_grad=True)
+
+        def forward(self, x):
+            return self.drop(x * self.w)
+
+    noisy = Noisy()
+    model = Model(Net([noisy]), fg.nn.MSELoss(), SGD(lr=0.1))
+    x = np.ones((1, 200), dtype=np.float32)
+    assert (model.predict(x).numpy() == 1.0).all()  # evaluation: dropout off inside the module
+    assert (model.forward(x).numpy() == 0.0).any()  # training: on
+    noisy.w = fg.tensor([2.0])  # no longer a parameter
+    assert [n for n, _ in noisy.named_parameters()] == []
+
+    class NoInit(fg.nn.Module):
+        def __init__(self):
+            pass
+
+        def forward(self, x):
+            return x
+
+    with pytest.raises(AttributeError):
+        Net([NoInit()])

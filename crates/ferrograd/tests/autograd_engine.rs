@@ -200,3 +200,32 @@ fn parameters_keep_their_identity() {
     assert!(p.tensor().is_leaf());
     assert_eq!(p.tensor().to_vec::<f32>(), vec![3.0, 4.0]);
 }
+
+#[test]
+fn the_hook_sees_a_parameter_as_soon_as_its_last_consumer_is_done() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static FIRST_OP_RULES: AtomicUsize = AtomicUsize::new(0);
+    // Parameters are created before the ops that use them (as a network's are), so they are
+    // the oldest nodes: popping them off the queue would come after every op.
+    let w1 = Tensor::from_vec(vec![2.0f32], &[1]).requires_grad();
+    let w2 = Tensor::from_vec(vec![3.0f32], &[1]).requires_grad();
+    let x = Tensor::from_vec(vec![5.0f32], &[1]);
+    let a = custom_gradient(&[&w1], |v| {
+        let w = v[0].clone();
+        (&w * &x, move |up: &Tensor| {
+            FIRST_OP_RULES.fetch_add(1, Ordering::SeqCst);
+            vec![up * 5.0]
+        })
+    });
+    let loss = (&a * &w2).sum();
+    let mut seen = Vec::new();
+    let grads = loss.backward_with_hook(|id, g| {
+        seen.push((id, g.item(), FIRST_OP_RULES.load(Ordering::SeqCst)));
+    });
+    // w2's gradient (a = 10) arrives before the first op's rule has run; w1's (5·3) after.
+    assert_eq!(
+        seen,
+        vec![(w2.id().unwrap(), 10.0, 0), (w1.id().unwrap(), 15.0, 1)]
+    );
+    assert_eq!(grads.get(&w1).unwrap().item(), 15.0);
+}

@@ -43,6 +43,8 @@ class Tensor:
     @property
     def is_leaf(self) -> bool: ...
     @property
+    def is_parameter(self) -> bool: ...
+    @property
     def grad(self) -> Optional[Tensor]:
         """The gradient the last backward that reached this leaf gave it (replaced each time)."""
     @grad.setter

@@ -84,7 +84,9 @@ class Module:
     def __setattr__(self, name, value):
         if "_parameters" not in self.__dict__:
             raise AttributeError(f"call Module.__init__() in {type(self).__name__}.__init__ first")
-        if isinstance(value, Tensor) and value.is_leaf and value.requires_grad:
+        self._parameters.pop(name, None)
+        self._modules.pop(name, None)
+        if isinstance(value, Tensor) and value.is_parameter:
             self._parameters[name] = value
         elif isinstance(value, (Layer, Module)):
             self._modules[name] = value
@@ -126,5 +128,6 @@ class Module:
         wrong = [n for n in params if n in state and tuple(_np.shape(state[n])) != params[n].shape]
         if missing or unknown or wrong:
             raise ValueError(f"load_state_dict: missing {missing}, unknown {unknown}, wrong shape {wrong}")
+        values = {n: _np.asarray(state[n], dtype=_np.dtype(p.dtype.name)) for n, p in params.items()}
         for n, p in params.items():
-            p.data = state[n]
+            p.data = values[n]

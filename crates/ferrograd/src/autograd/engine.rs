@@ -73,6 +73,26 @@ fn leading_to(root: &Tensor, ids: &IdSet) -> IdSet {
     leads
 }
 
+/// For each tracked leaf reachable from `root`: how many inputs of the reachable ops it is
+/// (one per use), so that the pass knows when its last contribution has arrived.
+fn leaf_consumers(root: &Tensor) -> IdMap<usize> {
+    let mut counts = IdMap::default();
+    let mut seen = IdSet::default();
+    let mut stack = vec![root.clone()];
+    seen.insert(node_of(root).id);
+    while let Some(t) = stack.pop() {
+        for child in tracked_inputs(&t) {
+            if child.is_leaf() {
+                *counts.entry(node_of(child).id).or_insert(0) += 1;
+            }
+            if seen.insert(node_of(child).id) {
+                stack.push(child.clone());
+            }
+        }
+    }
+    counts
+}
+
 /// A tracked tensor in the work queue, ordered by its node's id: the newest first. The id is
 /// kept inline so that heap comparisons do not chase pointers (cache misses on large graphs).
 struct Newest(u64, Tensor);
@@ -112,6 +132,7 @@ pub(crate) fn run_backward(
     seed: Tensor,
     targets: &Targets,
     create_graph: bool,
+    early: bool,
     on_result: &mut dyn FnMut(u64, &Tensor),
 ) -> IdMap<Tensor> {
     let mut results = IdMap::default();
@@ -133,12 +154,23 @@ pub(crate) fn run_backward(
     let mut pending: IdMap<Tensor> = IdMap::default();
     pending.insert(node_of(root).id, seed);
     let mut queue = BinaryHeap::from([Newest::of(root)]);
+    // A leaf (a parameter) is older than every op of the forward pass, so it comes off the
+    // queue only at the very end; a caller that wants each gradient as soon as it is final
+    // (`early`) is told when the leaf's last consumer has been processed instead.
+    let mut consumers = if early {
+        leaf_consumers(root)
+    } else {
+        IdMap::default()
+    };
+    let mut told = IdSet::default();
     while let Some(Newest(id, out)) = queue.pop() {
         // Taking the gradient frees it as soon as it has been passed on.
         let g = pending.remove(&id).expect("queued nodes have a gradient");
         let node = node_of(&out);
         if targets.contains(node) {
-            on_result(id, &g);
+            if told.insert(id) {
+                on_result(id, &g);
+            }
             results.insert(id, g.clone());
         }
         let Some(rec) = node.op() else { continue };
@@ -161,6 +193,20 @@ pub(crate) fn run_backward(
                         slot.insert(gi);
                         queue.push(Newest::of(input));
                     }
+                }
+            }
+        }
+        if early {
+            for input in rec.inputs.iter().filter(|t| t.is_leaf()) {
+                let leaf = node_of(input);
+                let Some(left) = consumers.get_mut(&leaf.id) else {
+                    continue;
+                };
+                *left -= 1;
+                let ready = *left == 0 && targets.contains(leaf);
+                if let Some(g) = pending.get(&leaf.id).filter(|_| ready) {
+                    told.insert(leaf.id);
+                    on_result(leaf.id, g);
                 }
             }
         }
@@ -252,15 +298,18 @@ impl Tensor {
             seed,
             &Targets::Leaves,
             create_graph,
+            false,
             &mut |_, _| {},
         ))
     }
 
     /// [`Tensor::backward`] that calls `hook(id, gradient)` for each tracked leaf as soon as its
-    /// gradient is final (`id` is the leaf's [`Tensor::id`], a parameter's
+    /// gradient is final, that is once every op that used it has passed its contribution back
+    /// (`id` is the leaf's [`Tensor::id`], a parameter's
     /// [`Param::id`](crate::autograd::Param::id)), while the pass goes on with the others:
     /// data-parallel training starts sending a layer's gradients before the layers below have
-    /// theirs. Leaves are reached newest first, so the last layer's parameters come first.
+    /// theirs. Backward runs from the last op to the first, so the last layer's parameters
+    /// come first.
     ///
     /// ```
     /// use ferrograd::prelude::*;
@@ -278,7 +327,14 @@ impl Tensor {
             "backward_with_hook: this tensor is not tracked (no input marked requires_grad() \
              reaches it, or it was computed under no_grad)"
         );
-        Gradients::from_map(run_backward(self, seed, &Targets::Leaves, false, &mut hook))
+        Gradients::from_map(run_backward(
+            self,
+            seed,
+            &Targets::Leaves,
+            false,
+            true,
+            &mut hook,
+        ))
     }
 }
 
@@ -321,7 +377,14 @@ fn grad_impl(y: &Tensor, xs: &[&Tensor], create_graph: bool) -> Vec<Tensor> {
         .iter()
         .filter_map(|x| x.0.node.as_ref().map(|n| n.id))
         .collect();
-    let found = run_backward(y, seed, &Targets::Nodes(ids), create_graph, &mut |_, _| {});
+    let found = run_backward(
+        y,
+        seed,
+        &Targets::Nodes(ids),
+        create_graph,
+        false,
+        &mut |_, _| {},
+    );
     xs.iter()
         .map(|x| {
             x.0.node

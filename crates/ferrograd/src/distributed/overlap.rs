@@ -32,7 +32,17 @@ struct Place {
 fn plan(params: &[(String, Param)]) -> (Vec<(DType, usize)>, Vec<Option<Place>>) {
     let mut buckets: Vec<(DType, usize)> = Vec::new();
     let mut places: Vec<Option<Place>> = params.iter().map(|_| None).collect();
+    let first: IdMap<usize> = params
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, (_, p))| (p.id(), i))
+        .collect();
     for (i, (_, p)) in params.iter().enumerate().rev() {
+        // A parameter listed twice is sent once, from its first place.
+        if first.get(&p.id()) != Some(&i) {
+            continue;
+        }
         let dtype = p.dtype();
         let limit = match dtype {
             DType::F32 => bucket_len::<f32>(),
@@ -95,10 +105,17 @@ struct Overlap<'a, 's, 'g> {
 impl<'a, 's> Overlap<'a, 's, '_> {
     /// Writes `share · g` into its place and starts every bucket now complete in turn.
     fn arrive(&mut self, place: &Place, g: &Tensor, share: f64) {
-        match &mut self.slots[place.bucket] {
+        // A rank with no samples sends zeros, whatever it computed (an empty batch's mean
+        // could be NaN, and NaN · 0 is NaN).
+        let target = if share == 0.0 {
+            None
+        } else {
+            self.slots[place.bucket].as_mut()
+        };
+        match target {
             Some(Buffers::F32(send, _)) => write(&mut send[place.start..][..place.len], g, share),
             Some(Buffers::F64(send, _)) => write(&mut send[place.start..][..place.len], g, share),
-            None => unreachable!("a bucket starts only once all its gradients have arrived"),
+            None => {}
         }
         self.missing[place.bucket] -= 1;
         self.start_ready(false);
@@ -128,6 +145,13 @@ impl<'a, 's> Overlap<'a, 's, '_> {
 }
 
 fn write<T: FloatElement>(out: &mut [T], g: &Tensor, share: f64) {
+    assert_eq!(
+        g.numel(),
+        out.len(),
+        "all_reduce_mean: a gradient of {} elements for a parameter of {}",
+        g.numel(),
+        out.len()
+    );
     let s = T::from_f64(share);
     for (o, &v) in out.iter_mut().zip(g.contiguous_data::<T>().iter()) {
         *o = v * s;
@@ -194,6 +218,7 @@ impl ProcessGroup {
         let index: IdMap<usize> = params
             .iter()
             .enumerate()
+            .rev()
             .map(|(i, (_, p))| (p.id(), i))
             .collect();
         let len_of = |dtype: DType| -> usize {
@@ -228,16 +253,23 @@ impl ProcessGroup {
                 next: 0,
                 pending: Vec::new(),
             };
-            feed(&mut |id, g| {
-                let Some(&i) = index.get(&id) else { return };
-                if let Some(place) = places[i].as_ref().filter(|_| !arrived[i]) {
-                    arrived[i] = true;
-                    state.arrive(place, g, share);
-                }
-            });
+            // A panic in backward must not leave collectives in flight (MPI still owns their
+            // buffers, and the other ranks wait for them): finish them, then let it go on.
+            let fed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                feed(&mut |id, g| {
+                    let Some(&i) = index.get(&id) else { return };
+                    if let Some(place) = places[i].as_ref().filter(|_| !arrived[i]) {
+                        arrived[i] = true;
+                        state.arrive(place, g, share);
+                    }
+                })
+            }));
             state.start_ready(true);
             for p in state.pending.drain(..) {
                 p.wait();
+            }
+            if let Err(panic) = fed {
+                std::panic::resume_unwind(panic);
             }
         });
         // Which parameters have a gradient on some rank (one small call after the buckets).
@@ -248,7 +280,8 @@ impl ProcessGroup {
                 .all_reduce_into(&local[..], &mut any[..], SystemOperation::sum());
         }
         let mut grads = Gradients::default();
-        for (i, (_, p)) in params.iter().enumerate() {
+        for (_, p) in params {
+            let i = index[&p.id()];
             let Some(place) = places[i].as_ref().filter(|_| any[i] > 0.0) else {
                 continue;
             };
