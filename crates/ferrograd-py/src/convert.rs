@@ -110,11 +110,8 @@ pub fn to_tensor(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Tenso
             _ => t,
         });
     }
-    let numpy_scalar = obj
-        .get_type()
-        .name()
-        .is_ok_and(|n| n.to_string().starts_with("float"))
-        && obj.hasattr("dtype")?;
+    // numpy's float64 scalar is a Python float too: it keeps its dtype, as an array does.
+    let numpy_scalar = obj.is_instance_of::<PyFloat>() && obj.hasattr("dtype")?;
     if (obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>()) && holds_tensors(obj)? {
         // Tensors inside a list are stacked, not read through numpy, so that they stay on
         // the graph.

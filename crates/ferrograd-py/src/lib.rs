@@ -51,35 +51,47 @@ fn make_tensor(
 #[pyfunction]
 #[pyo3(signature = (*shape, dtype=None, requires_grad=false))]
 fn zeros(
+    py: Python<'_>,
     shape: &Bound<'_, PyTuple>,
     dtype: Option<&Bound<'_, PyAny>>,
     requires_grad: bool,
 ) -> PyResult<Py<PyAny>> {
     let (shape, dtype) = (shape_of(shape)?, dtype_or_f32(dtype)?);
-    leaf_if(guard::run(|| Tensor::zeros(&shape, dtype))?, requires_grad)
+    tensor::with_grad(
+        py,
+        guard::run(|| Tensor::zeros(&shape, dtype))?,
+        requires_grad,
+    )
 }
 
 #[pyfunction]
 #[pyo3(signature = (*shape, dtype=None, requires_grad=false))]
 fn ones(
+    py: Python<'_>,
     shape: &Bound<'_, PyTuple>,
     dtype: Option<&Bound<'_, PyAny>>,
     requires_grad: bool,
 ) -> PyResult<Py<PyAny>> {
     let (shape, dtype) = (shape_of(shape)?, dtype_or_f32(dtype)?);
-    leaf_if(guard::run(|| Tensor::ones(&shape, dtype))?, requires_grad)
+    tensor::with_grad(
+        py,
+        guard::run(|| Tensor::ones(&shape, dtype))?,
+        requires_grad,
+    )
 }
 
 #[pyfunction]
 #[pyo3(signature = (shape, fill_value, dtype=None, requires_grad=false))]
 fn full(
+    py: Python<'_>,
     shape: Vec<usize>,
     fill_value: f64,
     dtype: Option<&Bound<'_, PyAny>>,
     requires_grad: bool,
 ) -> PyResult<Py<PyAny>> {
     let dtype = dtype_or_f32(dtype)?;
-    leaf_if(
+    tensor::with_grad(
+        py,
         guard::run(|| Tensor::full(&shape, fill_value, dtype))?,
         requires_grad,
     )
@@ -89,12 +101,14 @@ fn full(
 #[pyfunction]
 #[pyo3(signature = (*shape, dtype=None, requires_grad=false))]
 fn randn(
+    py: Python<'_>,
     shape: &Bound<'_, PyTuple>,
     dtype: Option<&Bound<'_, PyAny>>,
     requires_grad: bool,
 ) -> PyResult<Py<PyAny>> {
     let (shape, dtype) = (shape_of(shape)?, dtype_or_f32(dtype)?);
-    leaf_if(
+    tensor::with_grad(
+        py,
         guard::run(|| Tensor::randn_default(&shape, dtype))?,
         requires_grad,
     )
@@ -104,12 +118,14 @@ fn randn(
 #[pyfunction]
 #[pyo3(signature = (*shape, dtype=None, requires_grad=false))]
 fn rand(
+    py: Python<'_>,
     shape: &Bound<'_, PyTuple>,
     dtype: Option<&Bound<'_, PyAny>>,
     requires_grad: bool,
 ) -> PyResult<Py<PyAny>> {
     let (shape, dtype) = (shape_of(shape)?, dtype_or_f32(dtype)?);
-    leaf_if(
+    tensor::with_grad(
+        py,
         guard::run(|| Tensor::rand_uniform_default(&shape, 0.0, 1.0, dtype))?,
         requires_grad,
     )
@@ -142,10 +158,6 @@ fn linspace(
 ) -> PyResult<PyTensor> {
     let dtype = dtype_or_f32(dtype)?;
     guard::run(|| Tensor::linspace(start, end, steps, dtype)).map(PyTensor::new)
-}
-
-fn leaf_if(t: Tensor, requires_grad: bool) -> PyResult<Py<PyAny>> {
-    Python::attach(|py| tensor::with_grad(py, t, requires_grad))
 }
 
 fn tensor_list(tensors: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {

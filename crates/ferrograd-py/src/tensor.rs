@@ -181,16 +181,7 @@ impl PyTensor {
         requires_grad: bool,
     ) -> PyResult<PyTensor> {
         let t = to_tensor(data, dtype_arg(dtype)?)?.detach();
-        Ok(if requires_grad {
-            if !t.dtype().is_float() {
-                return Err(PyTypeError::new_err(
-                    "requires_grad=True needs a float dtype",
-                ));
-            }
-            PyTensor::from_value(Value::Leaf(autograd::new_leaf(&t)))
-        } else {
-            PyTensor::new(t)
-        })
+        value_for(t, requires_grad).map(PyTensor::from_value)
     }
 
     /// Numpy does not apply its ufuncs to tensors: `array + tensor` calls `Tensor.__radd__`,
@@ -1239,15 +1230,26 @@ pub fn make(
     with_grad(py, t, requires_grad)
 }
 
-/// `t` as a Python tensor: a trainable leaf when `requires_grad`.
-pub fn with_grad(py: Python<'_>, t: Tensor, requires_grad: bool) -> PyResult<Py<PyAny>> {
+/// What a new tensor holding `t` holds: a trainable leaf when `requires_grad`.
+fn value_for(t: Tensor, requires_grad: bool) -> PyResult<Value> {
     if !requires_grad {
-        return Ok(Bound::new(py, PyTensor::new(t))?.into_any().unbind());
+        return Ok(Value::Plain(t));
     }
     if !t.dtype().is_float() {
         return Err(PyTypeError::new_err(
             "requires_grad=True needs a float dtype (float32 or float64)",
         ));
     }
-    autograd::leaf_object(py, autograd::new_leaf(&t))
+    Ok(Value::Leaf(autograd::new_leaf(&t)))
+}
+
+/// `t` as a Python tensor: a trainable leaf when `requires_grad` (the object then stands for
+/// the leaf wherever the core hands it back).
+pub fn with_grad(py: Python<'_>, t: Tensor, requires_grad: bool) -> PyResult<Py<PyAny>> {
+    match value_for(t, requires_grad)? {
+        Value::Leaf(leaf) => autograd::leaf_object(py, leaf),
+        plain => Ok(Bound::new(py, PyTensor::from_value(plain))?
+            .into_any()
+            .unbind()),
+    }
 }

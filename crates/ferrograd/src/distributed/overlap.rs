@@ -279,18 +279,22 @@ impl ProcessGroup {
             self.world
                 .all_reduce_into(&local[..], &mut any[..], SystemOperation::sum());
         }
+        // Where each bucket starts in its dtype's buffer.
+        let starts: Vec<usize> = buckets
+            .iter()
+            .scan([0usize; 2], |used, &(dtype, n)| {
+                let at = &mut used[usize::from(dtype == DType::F64)];
+                *at += n;
+                Some(*at - n)
+            })
+            .collect();
         let mut grads = Gradients::default();
         for (_, p) in params {
             let i = index[&p.id()];
             let Some(place) = places[i].as_ref().filter(|_| any[i] > 0.0) else {
                 continue;
             };
-            let offset: usize = buckets[..place.bucket]
-                .iter()
-                .filter(|(d, _)| *d == p.dtype())
-                .map(|(_, n)| n)
-                .sum::<usize>()
-                + place.start;
+            let offset = starts[place.bucket] + place.start;
             let g = match p.dtype() {
                 DType::F32 => piece(&recv32[offset..][..place.len], &p.shape()),
                 _ => piece(&recv64[offset..][..place.len], &p.shape()),
