@@ -447,3 +447,67 @@ fn weight_gradients_are_the_same_every_run() {
         }
     }
 }
+
+/// The f32 convolution, its input gradient and its weight gradient against the same
+/// computation in f64 from the same (f32) values: within `3e-6 · √terms · (1 + largest)`, far
+/// below what one misplaced term would change.
+fn f32_agrees_with_f64(xs: [usize; 4], ws: [usize; 4], o: &ConvOpts, seed: u64) {
+    let x = randn(&xs, seed).to_dtype(DType::F32);
+    let w = randn(&ws, seed + 1).to_dtype(DType::F32);
+    let run = |dtype: DType| {
+        let (x, w) = (
+            x.to_dtype(dtype).requires_grad(),
+            w.to_dtype(dtype).requires_grad(),
+        );
+        let y = x.conv2d(&w, o);
+        let u = randn(y.shape(), seed + 2)
+            .to_dtype(DType::F32)
+            .to_dtype(dtype);
+        let g = (&y * &u).sum().backward();
+        [y, g.get(&x).unwrap(), g.get(&w).unwrap()].map(|t| t.to_vec::<f64>())
+    };
+    let (single, double) = (run(DType::F32), run(DType::F64));
+    let taps = ws[1] * ws[2] * ws[3];
+    let positions = xs[0] * xs[2] * xs[3];
+    for ((what, terms), (a, b)) in [("output", taps), ("input gradient", taps * ws[0] / ws[1])]
+        .into_iter()
+        .chain([("weight gradient", positions)])
+        .zip(single.iter().zip(&double))
+    {
+        let largest = b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        let tol = 3e-6 * (terms as f64).sqrt() * (1.0 + largest);
+        for (i, (p, q)) in a.iter().zip(b).enumerate() {
+            assert!(
+                (p - q).abs() <= tol,
+                "{xs:?} * {ws:?} {o:?}, {what}[{i}]: f32 {p} vs f64 {q}"
+            );
+        }
+    }
+}
+
+#[test]
+fn f32_kernels_agree_with_f64_at_every_edge() {
+    // Output channels that fill no whole panel of 4, 8 or 12 rows (1, 6, 13, 17, 40), rows
+    // wider than a 32-column tile (37, 33) and narrower than a vector, more taps than one
+    // block of the product (360), stride along the height alone, dilation, padding from none
+    // to the kernel's reach, non-square kernels, more images than the weight gradient's runs.
+    let cases = [
+        ([3, 40, 6, 37], [6, 40, 3, 3], ConvOpts::new().padding(1)),
+        (
+            [2, 3, 9, 20],
+            [13, 3, 2, 3],
+            ConvOpts::new().stride_hw(2, 1).dilation(2).padding(1),
+        ),
+        ([20, 2, 5, 5], [1, 2, 3, 3], ConvOpts::new()),
+        (
+            [2, 5, 7, 33],
+            [17, 5, 5, 1],
+            ConvOpts::new().padding_hw(2, 0),
+        ),
+        ([1, 8, 4, 4], [40, 8, 3, 3], ConvOpts::new().padding(2)),
+        ([4, 16, 14, 14], [8, 16, 5, 5], ConvOpts::new().padding(2)),
+    ];
+    for (k, (xs, ws, o)) in cases.into_iter().enumerate() {
+        f32_agrees_with_f64(xs, ws, &o, 300 + 10 * k as u64);
+    }
+}

@@ -222,12 +222,8 @@ fn direct_conv_image<T: Float>(x: &[T], c: usize, g: &Geom, wt: &[T], o: usize, 
 /// padded height and width.
 fn padded_image<T: Float>(x: &[T], c: usize, g: &Geom) -> (Vec<T>, usize, usize) {
     let (hp, wp) = (g.h + 2 * g.ph, g.w + 2 * g.pw);
-    let mut padded = vec![T::zero(); c * hp * wp];
-    for (ci, plane) in x.chunks_exact((g.h * g.w).max(1)).enumerate() {
-        for (r, row) in plane.chunks_exact(g.w.max(1)).enumerate() {
-            padded[(ci * hp + r + g.ph) * wp + g.pw..][..g.w].copy_from_slice(row);
-        }
-    }
+    let mut padded = Vec::new();
+    pad_into(x, g, c * hp * wp, &mut padded);
     (padded, hp, wp)
 }
 
@@ -428,6 +424,131 @@ impl<T: Float> Direct<'_, T> {
             }
         }
     }
+}
+
+/// Whether [`implicit_conv`] can run a convolution of geometry `g` on elements of type `T`:
+/// f32 on a CPU with AVX-512, stride 1 along the width (each row of the column matrix is then
+/// a run of pixels of the padded image) and a padding within the kernel's reach (the padded
+/// copy stays the size of the image).
+pub(crate) fn implicit_applies<T: Float>(g: &Geom) -> bool {
+    T::as_f32(&[]).is_some()
+        && super::sgemm::available()
+        && g.sw == 1
+        && g.ph <= g.dh * (g.kh - 1)
+        && g.pw <= g.dw * (g.kw - 1)
+}
+
+/// Where each kernel tap `(c, i, j)` of geometry `g` starts in a padded image of `c`
+/// channels (`hp × wp` each), and how many floats the padded copy needs for every run the
+/// implicit products read (whole vectors of 16 past the last output of a row).
+fn tap_offsets(c: usize, g: &Geom) -> (Vec<usize>, usize) {
+    let (hp, wp) = (g.h + 2 * g.ph, g.w + 2 * g.pw);
+    let offsets: Vec<usize> = (0..c)
+        .flat_map(|ci| (0..g.kh).flat_map(move |i| (0..g.kw).map(move |j| (ci, i, j))))
+        .map(|(ci, i, j)| (ci * hp + i * g.dh) * wp + j * g.dw)
+        .collect();
+    let last = offsets.iter().max().copied().unwrap_or(0);
+    let reach = last + g.ho.saturating_sub(1) * g.sh * wp + g.wo.next_multiple_of(16);
+    (offsets, reach.max(c * hp * wp))
+}
+
+/// `x` (`[C, h, w]`) with `g`'s zero padding into `padded` (reused), `len` floats in all.
+fn pad_into<T: Float>(x: &[T], g: &Geom, len: usize, padded: &mut Vec<T>) {
+    let (hp, wp) = (g.h + 2 * g.ph, g.w + 2 * g.pw);
+    padded.clear();
+    padded.resize(len, T::zero());
+    for (ci, src) in x.chunks_exact((g.h * g.w).max(1)).enumerate() {
+        for (r, row) in src.chunks_exact(g.w.max(1)).enumerate() {
+            padded[(ci * hp + r + g.ph) * wp + g.pw..][..g.w].copy_from_slice(row);
+        }
+    }
+}
+
+/// Convolution of every image without a column matrix: `x` `[N, C, h, w]`, `w` `[O, C·kh·kw]`
+/// row-major, `y` `[N, O, ho, wo]` (overwritten). Each output row is one product of the
+/// weight with the rows of the column matrix, read in place from a padded copy of the image
+/// through a table of where each kernel tap starts. Images run in parallel. Call it only
+/// where [`implicit_applies`].
+pub(crate) fn implicit_conv<T: Float>(x: &[T], c: usize, g: &Geom, w: &[T], o: usize, y: &mut [T]) {
+    let (Some(x), Some(w), Some(y)) = (T::as_f32(x), T::as_f32(w), T::as_f32_mut(y)) else {
+        panic!("implicit_conv: f32 only");
+    };
+    let (offsets, len) = tap_offsets(c, g);
+    let k = offsets.len();
+    // Rows padded to a multiple of 4, so that every A panel reads inside the weight.
+    let mut w4 = w.to_vec();
+    w4.resize(o.next_multiple_of(4) * k, 0.0);
+    let (image, plane, row_step) = (c * g.h * g.w, g.ho * g.wo, g.sh * (g.w + 2 * g.pw));
+    y.par_chunks_mut((o * plane).max(1))
+        .zip(x.par_chunks(image.max(1)))
+        .for_each_init(Vec::new, |padded, (y, x)| {
+            pad_into(x, g, len, padded);
+            for oy in 0..g.ho {
+                let base = &padded[oy * row_step..];
+                let out = &mut y[oy * g.wo..];
+                super::sgemm::offset_rows_product(&w4, o, &offsets, base, (g.wo, plane), out);
+            }
+        });
+}
+
+/// The weight gradient of [`implicit_conv`] summed over the images: `x` `[N, C, h, w]`, `dy`
+/// `[N, O, ho, wo]`; the result is `[O, C·kh·kw]`. Each image adds the product of its column
+/// matrix (read in place, as the forward pass does) with its output gradient laid out
+/// positions by channels. Threads take fixed runs of images whose sums are added in order,
+/// so the result does not depend on the scheduling.
+pub(crate) fn implicit_conv_weight<T: Float>(
+    x: &[T],
+    dy: &[T],
+    c: usize,
+    g: &Geom,
+    o: usize,
+) -> Vec<T> {
+    let (Some(x), Some(dy)) = (T::as_f32(x), T::as_f32(dy)) else {
+        panic!("implicit_conv_weight: f32 only");
+    };
+    let (offsets, len) = tap_offsets(c, g);
+    let k = offsets.len();
+    let (image, plane, row_step) = (c * g.h * g.w, g.ho * g.wo, g.sh * (g.w + 2 * g.pw));
+    let width = o.next_multiple_of(16);
+    let n = x.len().checked_div(image).unwrap_or(0);
+    let per_run = n.div_ceil(WEIGHT_RUNS).max(1);
+    let partials: Vec<Vec<f32>> = x
+        .par_chunks((image * per_run).max(1))
+        .zip(dy.par_chunks((o * plane * per_run).max(1)))
+        .map(|(xs, dys)| {
+            let (mut acc, mut padded) = (vec![0.0; k * width], Vec::new());
+            let mut dyt = vec![0.0; plane * width];
+            for (x, dy) in xs.chunks(image.max(1)).zip(dys.chunks((o * plane).max(1))) {
+                pad_into(x, g, len, &mut padded);
+                for (oc, channel) in dy.chunks_exact(plane.max(1)).enumerate() {
+                    for (p, &v) in channel.iter().enumerate() {
+                        dyt[p * width + oc] = v;
+                    }
+                }
+                super::sgemm::offset_runs_product_acc(
+                    (&padded, &offsets),
+                    (g.ho, g.wo, row_step),
+                    (&dyt, width),
+                    (o, width),
+                    &mut acc,
+                );
+            }
+            acc
+        })
+        .collect();
+    let mut total = vec![0.0f32; k * width];
+    for part in partials {
+        total.iter_mut().zip(part).for_each(|(t, p)| *t += p);
+    }
+    // Taps by channels to PyTorch's [O, C·kh·kw].
+    let mut out = vec![T::zero(); o * k];
+    let dst = T::as_f32_mut(&mut out).expect("f32");
+    for (tap, row) in total.chunks_exact(width).enumerate() {
+        for (oc, &v) in row[..o].iter().enumerate() {
+            dst[oc * k + tap] = v;
+        }
+    }
+    out
 }
 
 /// Max pooling of one `[h, w]` plane: each output's maximum (NaN wins, as in PyTorch) and the

@@ -30,6 +30,10 @@ pub trait Float:
     /// `a.cols == b.rows`, `out.len() == a.rows * b.cols`, all three non-empty, and every
     /// element addressed through `a` and `b` in bounds (as `matmul::gemm` checks).
     unsafe fn gemm_unchecked(a: MatRef<'_, Self>, b: MatRef<'_, Self>, out: &mut [Self]);
+    /// The slice itself when the type is f32 (for kernels written for f32 alone).
+    fn as_f32(xs: &[Self]) -> Option<&[f32]>;
+    /// The slice itself when the type is f32.
+    fn as_f32_mut(xs: &mut [Self]) -> Option<&mut [f32]>;
 }
 
 impl Float for f32 {
@@ -62,6 +66,12 @@ impl Float for f32 {
         // SAFETY: forwarded contract.
         unsafe { portable_gemm(matrixmultiply::sgemm, a, b, out) }
     }
+    fn as_f32(xs: &[Self]) -> Option<&[f32]> {
+        Some(xs)
+    }
+    fn as_f32_mut(xs: &mut [Self]) -> Option<&mut [f32]> {
+        Some(xs)
+    }
 }
 
 impl Float for f64 {
@@ -93,6 +103,12 @@ impl Float for f64 {
     unsafe fn gemm_unchecked(a: MatRef<'_, f64>, b: MatRef<'_, f64>, out: &mut [f64]) {
         // SAFETY: forwarded contract.
         unsafe { portable_gemm(matrixmultiply::dgemm, a, b, out) }
+    }
+    fn as_f32(_: &[Self]) -> Option<&[f32]> {
+        None
+    }
+    fn as_f32_mut(_: &mut [Self]) -> Option<&mut [f32]> {
+        None
     }
 }
 

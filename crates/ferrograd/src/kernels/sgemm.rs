@@ -51,6 +51,25 @@ enum APanel {
     Steps(*const f32, usize),
     /// A row-major A read in place: MR rows, the given stride apart, each contiguous over k.
     Rows(*const f32, usize),
+    /// Rows contiguous over k, row `i` at `base + table[i]`: a column matrix of a convolution
+    /// read out of the image, each row a run of pixels one kernel tap sees.
+    Scattered(*const f32, *const usize),
+}
+
+impl APanel {
+    /// Where row `i` of a panel read by rows starts (null for a panel read by steps).
+    ///
+    /// # Safety
+    /// A scattered panel's table has an entry `i`.
+    #[inline(always)]
+    unsafe fn row(self, i: usize) -> *const f32 {
+        match self {
+            APanel::Steps(..) => std::ptr::null(),
+            APanel::Rows(p, lda) => p.wrapping_add(i * lda),
+            // SAFETY: the caller's contract.
+            APanel::Scattered(base, table) => base.wrapping_add(unsafe { *table.add(i) }),
+        }
+    }
 }
 
 /// Copies rows `i0..i0 + mc`, columns `p0..p0 + kc` of `a` into MR-row panels: panel `r`,
@@ -478,7 +497,16 @@ unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usi
                             // kc·MR floats of ap).
                             unsafe {
                                 let tile = c.add((i0 + r * MR) * ldc + j0 + q * NR);
-                                tile_kernel(kc, a_panel, bq, ldb, tile, ldc, rows, cols, p0 > 0);
+                                tile_kernel(
+                                    kc,
+                                    a_panel,
+                                    Strided(bq, ldb),
+                                    tile,
+                                    ldc,
+                                    rows,
+                                    cols,
+                                    p0 > 0,
+                                );
                             }
                         }
                     }
@@ -489,20 +517,20 @@ unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usi
 }
 
 /// One tile of C (`rows` ≤ MR rows, `cols` ≤ NR columns) from the A and B panels. The kernel
-/// runs on the fewest rows (4, 8 or 12: packed panels are zero-padded) and 16-column vectors
-/// that cover the tile; masked stores keep it inside the tile's columns.
+/// runs on the fewest rows (4, 8 or 12) and 16-column vectors that cover the tile; masked
+/// stores keep it inside the tile's columns.
 ///
 /// # Safety
 /// `c` must address `rows` rows of `cols` valid elements with row stride `ldc`, not accessed
-/// by anyone else meanwhile, and the CPU must support AVX-512F. An in-place A panel must have
-/// `rows == MR`.
+/// by anyone else meanwhile, and the CPU must support AVX-512F. The A panel must hold
+/// `rows` rounded up to 4 rows (packed panels are zero-padded; an in-place one has them),
+/// the B panel `kc` rows of the floats its vectors cover.
 #[allow(clippy::too_many_arguments)]
 #[inline]
-unsafe fn tile_kernel(
+unsafe fn tile_kernel<B: BRows>(
     kc: usize,
     a: APanel,
-    b: *const f32,
-    ldb: usize,
+    b: B,
     c: *mut f32,
     ldc: usize,
     rows: usize,
@@ -515,7 +543,6 @@ unsafe fn tile_kernel(
     let t = Tile {
         kc,
         b,
-        ldb,
         c,
         ldc,
         rows,
@@ -524,27 +551,218 @@ unsafe fn tile_kernel(
     };
     // SAFETY: forwarded contract; the row count chosen never exceeds what the panel holds.
     unsafe {
-        match (a, rows.div_ceil(4), wide) {
-            (APanel::Steps(p, lda), 3, true) => micro_kernel::<12, 2, false>(p, lda, t),
-            (APanel::Steps(p, lda), 3, false) => micro_kernel::<12, 1, false>(p, lda, t),
-            (APanel::Steps(p, lda), 2, true) => micro_kernel::<8, 2, false>(p, lda, t),
-            (APanel::Steps(p, lda), 2, false) => micro_kernel::<8, 1, false>(p, lda, t),
-            (APanel::Steps(p, lda), _, true) => micro_kernel::<4, 2, false>(p, lda, t),
-            (APanel::Steps(p, lda), _, false) => micro_kernel::<4, 1, false>(p, lda, t),
-            (APanel::Rows(p, lda), _, true) => micro_kernel::<MR, 2, true>(p, lda, t),
-            (APanel::Rows(p, lda), _, false) => micro_kernel::<MR, 1, true>(p, lda, t),
+        match (matches!(a, APanel::Steps(..)), rows.div_ceil(4), wide) {
+            (true, 3, true) => micro_kernel::<12, 2, false, B>(a, t),
+            (true, 3, false) => micro_kernel::<12, 1, false, B>(a, t),
+            (true, 2, true) => micro_kernel::<8, 2, false, B>(a, t),
+            (true, 2, false) => micro_kernel::<8, 1, false, B>(a, t),
+            (true, _, true) => micro_kernel::<4, 2, false, B>(a, t),
+            (true, _, false) => micro_kernel::<4, 1, false, B>(a, t),
+            (false, 3, true) => micro_kernel::<12, 2, true, B>(a, t),
+            (false, 3, false) => micro_kernel::<12, 1, true, B>(a, t),
+            (false, 2, true) => micro_kernel::<8, 2, true, B>(a, t),
+            (false, 2, false) => micro_kernel::<8, 1, true, B>(a, t),
+            (false, _, true) => micro_kernel::<4, 2, true, B>(a, t),
+            (false, _, false) => micro_kernel::<4, 1, true, B>(a, t),
         }
+    }
+}
+
+/// Where a micro-kernel finds row `k` of its B panel.
+trait BRows: Copy {
+    /// Row `k`'s first float. For `k` up to [`PREFETCH`] past the panel's last row it only
+    /// has to be computable (it is prefetched, never read).
+    ///
+    /// # Safety
+    /// `k` is below the panel's rows plus [`PREFETCH`].
+    unsafe fn row(self, k: usize) -> *const f32;
+
+    /// A row to prefetch while row `k` is used.
+    ///
+    /// # Safety
+    /// `k` is below the panel's rows.
+    unsafe fn ahead(self, k: usize) -> *const f32;
+}
+
+/// Rows a fixed stride apart: a packed panel (NR) or a row-major B read in place.
+#[derive(Clone, Copy)]
+struct Strided(*const f32, usize);
+
+impl BRows for Strided {
+    #[inline(always)]
+    unsafe fn row(self, k: usize) -> *const f32 {
+        self.0.wrapping_add(k * self.1)
+    }
+
+    #[inline(always)]
+    unsafe fn ahead(self, k: usize) -> *const f32 {
+        // A prefetch past the end of the panel is harmless: prefetches never fault.
+        self.0.wrapping_add((k + PREFETCH) * self.1)
+    }
+}
+
+/// Row `k` at `base + offsets[k]` (a table of `len` entries): a column matrix of a
+/// convolution read out of the image itself, each row a run of pixels one kernel tap sees.
+#[derive(Clone, Copy)]
+struct Offsets {
+    base: *const f32,
+    table: *const usize,
+    len: usize,
+}
+
+impl BRows for Offsets {
+    #[inline(always)]
+    unsafe fn row(self, k: usize) -> *const f32 {
+        // SAFETY: k < len (the caller's contract), so the entry is in the table.
+        self.base.wrapping_add(unsafe { *self.table.add(k) })
+    }
+
+    #[inline(always)]
+    unsafe fn ahead(self, k: usize) -> *const f32 {
+        // SAFETY: clamped to the table's last entry.
+        unsafe { self.row((k + PREFETCH).min(self.len - 1)) }
+    }
+}
+
+/// Rows of the A panel that starts with `left` rows to go: 12 while more than 16 remain, then
+/// two of 8 rather than 12 + 4 (a 4-row tile shares each B load among 4 rows only).
+fn panel_rows(left: usize) -> usize {
+    match left {
+        17.. => MR,
+        13..=16 => 8,
+        _ => left,
+    }
+}
+
+/// `c[i·ldc + j] = Σ_k a[i, k] · base[offsets[k] + j]` for `i < m`, `j < cols`: a product
+/// whose B is never built. Row `k` of B is the run of `cols` floats at `offsets[k]` in
+/// `base`, as the column matrix of a convolution with stride 1 along the width consists of
+/// runs of the image, one per kernel tap. `a` is row-major `[m, offsets.len()]` with `m`
+/// rounded up to 4 rows (its panels are read in place; the rows past `m` are never stored).
+/// Runs on the calling thread.
+///
+/// Panics unless the AVX-512 path is [`available`] and the operands fit: `base` must hold
+/// every B row rounded up to 16 floats (the vectors read whole; only stores are masked).
+pub(crate) fn offset_rows_product(
+    a: &[f32],
+    m: usize,
+    offsets: &[usize],
+    base: &[f32],
+    (cols, ldc): (usize, usize),
+    c: &mut [f32],
+) {
+    let k = offsets.len();
+    if m == 0 || cols == 0 {
+        return;
+    }
+    let reach = offsets.iter().max().map(|&o| o + cols.next_multiple_of(16));
+    assert!(
+        available()
+            && k > 0
+            && a.len() >= m.next_multiple_of(4) * k
+            && reach.is_some_and(|r| r <= base.len())
+            && ldc >= cols
+            && c.len() >= (m - 1) * ldc + cols,
+        "offset_rows_product: operands do not fit"
+    );
+    let kc_step = even_step(k, KC, 1);
+    for p0 in (0..k).step_by(kc_step) {
+        let kc = (k - p0).min(kc_step);
+        for j0 in (0..cols).step_by(NR) {
+            let width = (cols - j0).min(NR);
+            let b = Offsets {
+                base: base[j0..].as_ptr(),
+                table: offsets[p0..].as_ptr(),
+                len: kc,
+            };
+            let mut r0 = 0;
+            while r0 < m {
+                let rows = panel_rows(m - r0);
+                // SAFETY: the A panel (rows rounded up to 4, kc steps from p0) lies in `a`,
+                // which holds m rounded up to 4 rows of k; B row p0 + s reads at most
+                // offsets[p0 + s] + j0 + 16·⌈width/16⌉ ≤ max offset + ⌈cols⌉₁₆ floats of
+                // `base` (asserted); the tile's `rows` rows of `width` columns at
+                // (r0, j0) lie in `c` (asserted: (m − 1)·ldc + cols), which is borrowed
+                // exclusively; AVX-512F was asserted.
+                unsafe {
+                    let a_panel = APanel::Rows(a[r0 * k + p0..].as_ptr(), k);
+                    let tile = c[r0 * ldc + j0..].as_mut_ptr();
+                    tile_kernel(kc, a_panel, b, tile, ldc, rows, width, p0 > 0);
+                }
+                r0 += rows;
+            }
+        }
+    }
+}
+
+/// `c[i·ldc + j] += Σ_r Σ_s base[offsets[i] + r·row_step + s] · b[(r·run + s)·ldb + j]` for
+/// `i < offsets.len()`, `j < cols`, `r < runs`, `s < run`: the product of a column matrix,
+/// read out of the image in `runs` runs of `run` pixels per row (one per output row of a
+/// convolution with stride 1 along the width), with `b` (an output gradient, positions by
+/// channels). It is a convolution's weight gradient for one image, taps by output channels.
+/// Runs on the calling thread.
+///
+/// Panics unless the AVX-512 path is [`available`] and the operands fit: `b`'s rows are read
+/// in whole vectors, so `ldb` must cover `cols` rounded up to 16.
+pub(crate) fn offset_runs_product_acc(
+    (base, offsets): (&[f32], &[usize]),
+    (runs, run, row_step): (usize, usize, usize),
+    (b, ldb): (&[f32], usize),
+    (cols, ldc): (usize, usize),
+    c: &mut [f32],
+) {
+    let m = offsets.len();
+    if m == 0 || cols == 0 || runs == 0 || run == 0 {
+        return;
+    }
+    let reach = offsets
+        .iter()
+        .max()
+        .map(|&o| o + (runs - 1) * row_step + run);
+    assert!(
+        available()
+            && reach.is_some_and(|r| r <= base.len())
+            && ldb >= cols.next_multiple_of(16)
+            && b.len() >= runs * run * ldb
+            && ldc >= cols
+            && c.len() >= (m - 1) * ldc + cols,
+        "offset_runs_product_acc: operands do not fit"
+    );
+    // Whole panels of 4 rows: the kernel sets up a pointer per row it could hold.
+    let mut table = offsets.to_vec();
+    table.resize(m.next_multiple_of(4), offsets[0]);
+    let mut r0 = 0;
+    while r0 < m {
+        let rows = panel_rows(m - r0);
+        for j0 in (0..cols).step_by(NR) {
+            let width = (cols - j0).min(NR);
+            for r in 0..runs {
+                // SAFETY: the panel's rows rounded up to 4 have table entries (padded above),
+                // each a run of `run` floats at offset + r·row_step inside `base` (asserted
+                // through the largest offset); B rows r·run .. r·run + run hold 16·⌈width/16⌉
+                // ≤ ldb floats from j0 ... within `b` (asserted: runs·run·ldb and ldb ≥ cols
+                // rounded up); the tile's rows × width at (r0, j0) lie in `c`, borrowed
+                // exclusively; AVX-512F was asserted.
+                unsafe {
+                    let a_panel =
+                        APanel::Scattered(base[r * row_step..].as_ptr(), table[r0..].as_ptr());
+                    let b_panel = Strided(b[r * run * ldb + j0..].as_ptr(), ldb);
+                    let tile = c[r0 * ldc + j0..].as_mut_ptr();
+                    tile_kernel(run, a_panel, b_panel, tile, ldc, rows, width, true);
+                }
+            }
+        }
+        r0 += rows;
     }
 }
 
 /// What a micro-kernel call needs besides its A panel.
 #[derive(Clone, Copy)]
-struct Tile {
+struct Tile<B> {
     /// Steps of the k loop.
     kc: usize,
-    /// B panel: kc rows of NR floats, `ldb` apart.
-    b: *const f32,
-    ldb: usize,
+    /// B panel: kc rows of (up to) NR floats.
+    b: B,
     /// C tile and its row stride.
     c: *mut f32,
     ldc: usize,
@@ -560,38 +778,42 @@ struct Tile {
 /// full 12×32 tile; smaller M and V serve the edges of C.
 ///
 /// # Safety
-/// `a` holds M rows of kc floats `lda` apart (`ROWS`), or kc steps `lda` apart of M adjacent
-/// floats; `t.b` addresses
-/// kc rows of 16·V floats with row stride `t.ldb`; `t.c` addresses `t.rows` ≤ M rows of the
+/// `a` holds M rows of kc floats (`ROWS`: in place `lda` apart, or scattered with M table
+/// entries), or kc steps `lda` apart of M adjacent floats; `t.b` gives kc rows of 16·V floats each; `t.c` addresses `t.rows` ≤ M rows of the
 /// columns that the full vectors and `t.mask` select, row stride `t.ldc`; the CPU supports
 /// AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn micro_kernel<const M: usize, const V: usize, const ROWS: bool>(
-    a: *const f32,
-    lda: usize,
-    t: Tile,
+unsafe fn micro_kernel<const M: usize, const V: usize, const ROWS: bool, B: BRows>(
+    a: APanel,
+    t: Tile<B>,
 ) {
     use std::arch::x86_64::*;
-    let (b, ldb) = (t.b, t.ldb);
+    let b = t.b;
+    let (steps, lda) = match a {
+        APanel::Steps(p, lda) => (p, lda),
+        _ => (std::ptr::null(), 0),
+    };
+    // SAFETY: a scattered panel's table holds M entries (the contract).
+    let rows: [*const f32; M] = std::array::from_fn(|i| unsafe { a.row(i) });
     let mut acc = [[_mm512_setzero_ps(); V]; M];
     for k in 0..t.kc {
         // SAFETY: k < kc, so the panel reads are in bounds.
         unsafe {
             // The B panel streams from L2: ask for it a few steps ahead. (A prefetch past the
             // end of the panel is harmless: prefetches never fault.)
+            let ahead = b.ahead(k);
             for v in 0..V {
-                _mm_prefetch::<_MM_HINT_T0>(
-                    b.wrapping_add((k + PREFETCH) * ldb + 16 * v) as *const i8
-                );
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(16 * v) as *const i8);
             }
-            let bk: [__m512; V] = std::array::from_fn(|v| _mm512_loadu_ps(b.add(k * ldb + 16 * v)));
+            let bk_row = b.row(k);
+            let bk: [__m512; V] = std::array::from_fn(|v| _mm512_loadu_ps(bk_row.add(16 * v)));
             for (i, row) in acc.iter_mut().enumerate() {
-                // Rows: row i of A is `lda` apart; steps: step k's values are adjacent.
+                // Rows: row i of A is contiguous over k; steps: step k's values are adjacent.
                 let ai = _mm512_set1_ps(if ROWS {
-                    *a.add(i * lda + k)
+                    *rows[i].add(k)
                 } else {
-                    *a.add(k * lda + i)
+                    *steps.add(k * lda + i)
                 });
                 for v in 0..V {
                     row[v] = _mm512_fmadd_ps(ai, bk[v], row[v]);
@@ -618,10 +840,9 @@ unsafe fn micro_kernel<const M: usize, const V: usize, const ROWS: bool>(
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn micro_kernel<const M: usize, const V: usize, const ROWS: bool>(
-    _: *const f32,
-    _: usize,
-    _: Tile,
+unsafe fn micro_kernel<const M: usize, const V: usize, const ROWS: bool, B: BRows>(
+    _: APanel,
+    _: Tile<B>,
 ) {
     unreachable!("the AVX-512 path is only taken on x86-64")
 }

@@ -329,21 +329,16 @@ const DIRECT_MAX_WORK: usize = 1 << 12;
 const DIRECT_WEIGHT_MAX_ROWS: usize = 64;
 
 /// The geometry of the plain convolution that equals the transposed convolution of `g` (the
-/// forward geometry: `g.ho × g.wo` in, `g.h × g.w` out), when there is one and the direct
-/// kernel wins: stride 1, no group, and a padding the flipped kernel can take. At most 8
-/// outputs (an input gradient of a layer with few input channels) fill only half a vector,
-/// and there the product with the column matrix measured faster (LeNet's 8→16 5×5: 1.1 ms
-/// against 4.5 for its input gradient).
-fn as_direct_conv(g: &Geom, groups: usize, cin: usize, cout: usize) -> Option<Geom> {
+/// forward geometry: `g.ho × g.wo` in, `g.h × g.w` out) by the flipped kernel, channels
+/// swapped, when there is one: stride 1 and a padding the flipped kernel can take.
+fn flipped(g: &Geom) -> Option<Geom> {
     let reach = (g.dh * (g.kh - 1), g.dw * (g.kw - 1));
     let fits = g.sh == 1
         && g.sw == 1
         && reach.0 >= g.ph
         && reach.1 >= g.pw
         && g.ho + reach.0 == g.h + 2 * g.ph
-        && g.wo + reach.1 == g.w + 2 * g.pw
-        && cout > 8
-        && direct_wins(g, groups, cin * g.taps(), cout);
+        && g.wo + reach.1 == g.w + 2 * g.pw;
     fits.then(|| Geom {
         h: g.ho,
         w: g.wo,
@@ -353,6 +348,13 @@ fn as_direct_conv(g: &Geom, groups: usize, cin: usize, cout: usize) -> Option<Ge
         wo: g.w,
         ..*g
     })
+}
+
+/// [`flipped`], where the direct kernel wins. At most 8 outputs (an input gradient of a layer
+/// with few input channels) fill only half a vector, and there the product with the column
+/// matrix measured faster (LeNet's 8→16 5×5: 1.1 ms against 4.5 for its input gradient).
+fn as_direct_conv(g: &Geom, groups: usize, cin: usize, cout: usize) -> Option<Geom> {
+    flipped(g).filter(|_| cout > 8 && direct_wins(g, groups, cin * g.taps(), cout))
 }
 
 /// Images per chunk of column matrices: enough for the products to be large and the threads
@@ -492,6 +494,10 @@ fn conv_forward<T: FloatElement>(x: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Tenso
         numel_or_panic("conv2d", &[n, o, g.ho, g.wo]),
         T::zero(),
     );
+    if groups == 1 && kc::implicit_applies::<T>(g) {
+        kc::implicit_conv(&xd, c, g, &wd, o, &mut out);
+        return Tensor::from_data(out, &[n, o, g.ho, g.wo]);
+    }
     if direct_wins(g, groups, k, o) {
         // The weight [O, C·kh·kw] transposed to [C·kh·kw, O'], O' a whole number of blocks.
         let stride = kc::direct_width(o);
@@ -537,6 +543,21 @@ fn conv_t_forward<T: FloatElement>(u: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Ten
         numel_or_panic("conv_transpose2d", &[n, cout, g.h, g.w]),
         T::zero(),
     );
+    if let Some(flipped) = flipped(g).filter(|f| groups == 1 && kc::implicit_applies::<T>(f)) {
+        // With a stride of 1 the transposed convolution is a convolution by the flipped
+        // kernel, channels swapped: [Cin, Cout, kh, kw] → [Cout, Cin·kh·kw], taps reversed.
+        let taps = g.taps();
+        let mut wf = vec![T::zero(); cout * cin * taps];
+        for (ci, filters) in wd.chunks_exact((cout * taps).max(1)).enumerate() {
+            for (oc, filter) in filters.chunks_exact(taps.max(1)).enumerate() {
+                for (tap, &v) in filter.iter().enumerate() {
+                    wf[(oc * cin + ci) * taps + taps - 1 - tap] = v;
+                }
+            }
+        }
+        kc::implicit_conv(&ud, cin, &flipped, &wf, cout, &mut out);
+        return Tensor::from_data(out, &[n, cout, g.h, g.w]);
+    }
     if let Some(flipped) = as_direct_conv(g, groups, cin, cout) {
         // With a stride of 1 the transposed convolution is a convolution by the flipped
         // kernel, channels swapped: [Cin, Cout, kh, kw] → taps (ci, kh−1−i, kw−1−j) × Cout.
@@ -581,6 +602,10 @@ fn conv_t_forward<T: FloatElement>(u: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Ten
 fn conv_weight<T: FloatElement>(x: &Tensor, dy: &Tensor, s: &Sizes<'_>) -> Tensor {
     let (xd, dyd) = (x.contiguous_data::<T>(), dy.contiguous_data::<T>());
     let (Sizes { g, groups, n, c, o }, (cg, og, k, plane)) = (*s, s.per_group());
+    if groups == 1 && kc::implicit_applies::<T>(g) {
+        let sum = kc::implicit_conv_weight(&xd, &dyd, c, g, o);
+        return Tensor::from_data(sum, &[o, cg, g.kh, g.kw]);
+    }
     let mut sum = vec![T::zero(); o * k];
     // The direct weight gradient wins only where the column matrix is thin (a product with
     // an inner size of a few dozen); with more rows im2col and the product are faster.
