@@ -490,21 +490,43 @@ fn f32_kernels_agree_with_f64_at_every_edge() {
     // Output channels that fill no whole panel of 4, 8 or 12 rows (1, 6, 13, 17, 40), rows
     // wider than a 32-column tile (37, 33) and narrower than a vector, more taps than one
     // block of the product (360), stride along the height alone, dilation, padding from none
-    // to the kernel's reach, non-square kernels, more images than the weight gradient's runs.
+    // to the kernel's reach, non-square kernels, more images than the weight gradient's runs,
+    // strides along the width (the image's columns split by phase) with and without dilation;
+    // output rows wide enough for the products to read the image in place, and one too short.
     let cases = [
+        (
+            [2, 6, 9, 11],
+            [5, 6, 4, 4],
+            ConvOpts::new().stride(2).padding(1),
+        ),
+        (
+            [3, 4, 8, 50],
+            [20, 4, 3, 5],
+            ConvOpts::new()
+                .stride_hw(1, 3)
+                .padding_hw(1, 2)
+                .dilation_hw(1, 2),
+        ),
+        (
+            [4, 1, 28, 28],
+            [64, 1, 4, 4],
+            ConvOpts::new().stride(2).padding(1),
+        ),
         ([3, 40, 6, 37], [6, 40, 3, 3], ConvOpts::new().padding(1)),
         (
-            [2, 3, 9, 20],
+            [2, 3, 9, 30],
             [13, 3, 2, 3],
             ConvOpts::new().stride_hw(2, 1).dilation(2).padding(1),
         ),
-        ([20, 2, 5, 5], [1, 2, 3, 3], ConvOpts::new()),
+        ([20, 2, 5, 18], [1, 2, 3, 3], ConvOpts::new()),
         (
             [2, 5, 7, 33],
             [17, 5, 5, 1],
             ConvOpts::new().padding_hw(2, 0),
         ),
-        ([1, 8, 4, 4], [40, 8, 3, 3], ConvOpts::new().padding(2)),
+        ([1, 8, 4, 12], [40, 8, 3, 3], ConvOpts::new().padding(2)),
+        // Rows too short for the vectors: the column matrix.
+        ([2, 5, 7, 7], [6, 5, 3, 3], ConvOpts::new().padding(1)),
         ([4, 16, 14, 14], [8, 16, 5, 5], ConvOpts::new().padding(2)),
     ];
     for (k, (xs, ws, o)) in cases.into_iter().enumerate() {

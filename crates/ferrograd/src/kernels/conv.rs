@@ -222,8 +222,12 @@ fn direct_conv_image<T: Float>(x: &[T], c: usize, g: &Geom, wt: &[T], o: usize, 
 /// padded height and width.
 fn padded_image<T: Float>(x: &[T], c: usize, g: &Geom) -> (Vec<T>, usize, usize) {
     let (hp, wp) = (g.h + 2 * g.ph, g.w + 2 * g.pw);
-    let mut padded = Vec::new();
-    pad_into(x, g, c * hp * wp, &mut padded);
+    let mut padded = vec![T::zero(); c * hp * wp];
+    for (ci, plane) in x.chunks_exact((g.h * g.w).max(1)).enumerate() {
+        for (r, row) in plane.chunks_exact(g.w.max(1)).enumerate() {
+            padded[(ci * hp + r + g.ph) * wp + g.pw..][..g.w].copy_from_slice(row);
+        }
+    }
     (padded, hp, wp)
 }
 
@@ -427,39 +431,84 @@ impl<T: Float> Direct<'_, T> {
 }
 
 /// Whether [`implicit_conv`] can run a convolution of geometry `g` on elements of type `T`:
-/// f32 on a CPU with AVX-512, stride 1 along the width (each row of the column matrix is then
-/// a run of pixels of the padded image) and a padding within the kernel's reach (the padded
-/// copy stays the size of the image).
+/// f32 on a CPU with AVX-512, a padding within the kernel's reach (the padded copy stays the
+/// size of the image) and output rows that fill the vectors.
 pub(crate) fn implicit_applies<T: Float>(g: &Geom) -> bool {
     T::as_f32(&[]).is_some()
         && super::sgemm::available()
-        && g.sw == 1
         && g.ph <= g.dh * (g.kh - 1)
         && g.pw <= g.dw * (g.kw - 1)
+        && fills_vectors(g.wo)
 }
 
-/// Where each kernel tap `(c, i, j)` of geometry `g` starts in a padded image of `c`
-/// channels (`hp × wp` each), and how many floats the padded copy needs for every run the
-/// implicit products read (whole vectors of 16 past the last output of a row).
+/// Whether output rows of `wo` pixels fill at least 3/5 of the 16-float vectors the products
+/// compute them in: a row of 7 (DCGAN's smallest maps) would waste more than half of each,
+/// and the column matrix measured faster there.
+fn fills_vectors(wo: usize) -> bool {
+    wo * 5 >= wo.next_multiple_of(16) * 3
+}
+
+/// The padded copy the implicit products read: each padded row of `wp` pixels split into
+/// `sw` phases (pixels `phase, phase + sw, ...`), each `wq = ⌈wp / sw⌉` long, so that under a
+/// stride along the width the pixels one kernel tap sees along an output row are still one
+/// contiguous run. With stride 1 it is the plain padded image.
+#[derive(Clone, Copy)]
+struct Phased {
+    hp: usize,
+    wp: usize,
+    wq: usize,
+}
+
+impl Phased {
+    fn new(g: &Geom) -> Phased {
+        let wp = g.w + 2 * g.pw;
+        Phased {
+            hp: g.h + 2 * g.ph,
+            wp,
+            wq: wp.div_ceil(g.sw),
+        }
+    }
+
+    /// Where padded pixel `(row, col)` of channel `ci` sits.
+    fn at(&self, g: &Geom, ci: usize, row: usize, col: usize) -> usize {
+        ((ci * self.hp + row) * g.sw + col % g.sw) * self.wq + col / g.sw
+    }
+
+    /// Floats between the starts of consecutive output rows.
+    fn row_step(&self, g: &Geom) -> usize {
+        g.sh * g.sw * self.wq
+    }
+}
+
+/// Where each kernel tap `(c, i, j)` of geometry `g` starts in the padded copy of an image of
+/// `c` channels (the run it reads for output row 0), and how many floats the copy needs for
+/// every run the implicit products read (whole vectors of 16 past a row's last output).
 fn tap_offsets(c: usize, g: &Geom) -> (Vec<usize>, usize) {
-    let (hp, wp) = (g.h + 2 * g.ph, g.w + 2 * g.pw);
+    let p = Phased::new(g);
     let offsets: Vec<usize> = (0..c)
         .flat_map(|ci| (0..g.kh).flat_map(move |i| (0..g.kw).map(move |j| (ci, i, j))))
-        .map(|(ci, i, j)| (ci * hp + i * g.dh) * wp + j * g.dw)
+        .map(|(ci, i, j)| p.at(g, ci, i * g.dh, j * g.dw))
         .collect();
     let last = offsets.iter().max().copied().unwrap_or(0);
-    let reach = last + g.ho.saturating_sub(1) * g.sh * wp + g.wo.next_multiple_of(16);
-    (offsets, reach.max(c * hp * wp))
+    let reach = last + g.ho.saturating_sub(1) * p.row_step(g) + g.wo.next_multiple_of(16);
+    (offsets, reach.max(c * p.hp * g.sw * p.wq))
 }
 
-/// `x` (`[C, h, w]`) with `g`'s zero padding into `padded` (reused), `len` floats in all.
+/// `x` (`[C, h, w]`) with `g`'s zero padding into `padded` (reused), `len` floats in all, in
+/// the layout of [`Phased`].
 fn pad_into<T: Float>(x: &[T], g: &Geom, len: usize, padded: &mut Vec<T>) {
-    let (hp, wp) = (g.h + 2 * g.ph, g.w + 2 * g.pw);
+    let p = Phased::new(g);
     padded.clear();
     padded.resize(len, T::zero());
     for (ci, src) in x.chunks_exact((g.h * g.w).max(1)).enumerate() {
         for (r, row) in src.chunks_exact(g.w.max(1)).enumerate() {
-            padded[(ci * hp + r + g.ph) * wp + g.pw..][..g.w].copy_from_slice(row);
+            if g.sw == 1 {
+                padded[p.at(g, ci, r + g.ph, g.pw)..][..g.w].copy_from_slice(row);
+                continue;
+            }
+            for (col, &v) in row.iter().enumerate() {
+                padded[p.at(g, ci, r + g.ph, col + g.pw)] = v;
+            }
         }
     }
 }
@@ -478,7 +527,7 @@ pub(crate) fn implicit_conv<T: Float>(x: &[T], c: usize, g: &Geom, w: &[T], o: u
     // Rows padded to a multiple of 4, so that every A panel reads inside the weight.
     let mut w4 = w.to_vec();
     w4.resize(o.next_multiple_of(4) * k, 0.0);
-    let (image, plane, row_step) = (c * g.h * g.w, g.ho * g.wo, g.sh * (g.w + 2 * g.pw));
+    let (image, plane, row_step) = (c * g.h * g.w, g.ho * g.wo, Phased::new(g).row_step(g));
     y.par_chunks_mut((o * plane).max(1))
         .zip(x.par_chunks(image.max(1)))
         .for_each_init(Vec::new, |padded, (y, x)| {
@@ -508,7 +557,7 @@ pub(crate) fn implicit_conv_weight<T: Float>(
     };
     let (offsets, len) = tap_offsets(c, g);
     let k = offsets.len();
-    let (image, plane, row_step) = (c * g.h * g.w, g.ho * g.wo, g.sh * (g.w + 2 * g.pw));
+    let (image, plane, row_step) = (c * g.h * g.w, g.ho * g.wo, Phased::new(g).row_step(g));
     let width = o.next_multiple_of(16);
     let n = x.len().checked_div(image).unwrap_or(0);
     let per_run = n.div_ceil(WEIGHT_RUNS).max(1);
