@@ -455,17 +455,14 @@ fn fills_vectors(wo: usize) -> bool {
 #[derive(Clone, Copy)]
 struct Phased {
     hp: usize,
-    wp: usize,
     wq: usize,
 }
 
 impl Phased {
     fn new(g: &Geom) -> Phased {
-        let wp = g.w + 2 * g.pw;
         Phased {
             hp: g.h + 2 * g.ph,
-            wp,
-            wq: wp.div_ceil(g.sw),
+            wq: (g.w + 2 * g.pw).div_ceil(g.sw),
         }
     }
 
