@@ -4,6 +4,7 @@
 //! waking threads outweighs the work.
 
 pub mod activation;
+pub(crate) mod alloc;
 pub mod cells;
 pub(crate) mod conv;
 mod float;

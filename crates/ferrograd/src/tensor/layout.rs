@@ -13,10 +13,16 @@ pub fn checked_numel(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
 }
 
+/// Bytes from which a buffer counts as large for the allocator (glibc's first mmap threshold).
+const LARGE: usize = 128 << 10;
+
 /// `n` copies of `value`, or a panic naming `op` when the allocator refuses the memory (a
 /// shape from hostile input asking for terabytes): the default allocation would abort the
 /// process instead of unwinding to a caller that can report it.
 pub(crate) fn filled<T: Clone>(op: &str, n: usize, value: T) -> Vec<T> {
+    if n.saturating_mul(std::mem::size_of::<T>()) >= LARGE {
+        crate::kernels::alloc::keep_large_buffers();
+    }
     let mut data = Vec::new();
     if data.try_reserve_exact(n).is_err() {
         panic!(

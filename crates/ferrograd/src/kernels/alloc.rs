@@ -1,0 +1,46 @@
+//! Keeps the pages of large tensors mapped from one training step to the next.
+//!
+//! glibc's malloc serves a large block with a fresh `mmap` (until a block that size has been
+//! freed once) and gives the free memory at the top of its heap back to the kernel whenever
+//! more than twice that size lies there. A training step frees and allocates the same
+//! buffers of megabytes every time, so each step faulted every page of them in again and the
+//! kernel zeroed each one: a third of a 64-channel convolution's forward and backward,
+//! measured. Raising both thresholds once, before the first large tensor, keeps those pages.
+//!
+//! Set `FERROGRAD_SYSTEM_MALLOC` (or any of glibc's own `MALLOC_MMAP_THRESHOLD_`,
+//! `MALLOC_TRIM_THRESHOLD_`, `MALLOC_TOP_PAD_`) to leave the allocator as it is.
+
+/// Blocks up to this size come from the heap (glibc's largest allowed threshold on 64-bit).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const MMAP_THRESHOLD: i32 = 32 << 20;
+
+/// Free memory kept at the top of the heap before any goes back to the kernel.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const TRIM_THRESHOLD: i32 = 256 << 20;
+
+/// Sets the thresholds, once per process, unless the environment says not to.
+pub(crate) fn keep_large_buffers() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            let opted_out = [
+                "FERROGRAD_SYSTEM_MALLOC",
+                "MALLOC_MMAP_THRESHOLD_",
+                "MALLOC_TRIM_THRESHOLD_",
+                "MALLOC_TOP_PAD_",
+            ]
+            .iter()
+            .any(|v| std::env::var_os(v).is_some());
+            if opted_out {
+                return;
+            }
+            // SAFETY: mallopt only changes glibc's tuning parameters; it is safe to call at
+            // any time from any thread (glibc takes its arena locks).
+            unsafe {
+                libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+                libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD);
+            }
+        });
+    }
+}
