@@ -533,3 +533,17 @@ fn f32_kernels_agree_with_f64_at_every_edge() {
         f32_agrees_with_f64(xs, ws, &o, 300 + 10 * k as u64);
     }
 }
+
+#[test]
+fn a_dilation_that_overflows_the_padded_copy_gives_zeros() {
+    // Padding 2^60 within the reach of a dilation of 2^61 − 1: the second tap's offset into a
+    // padded copy would wrap around. Every output sees only padding, as in PyTorch.
+    let x = Tensor::ones(&[1, 1, 4, 16], DType::F32);
+    let w = Tensor::ones(&[1, 1, 2, 1], DType::F32);
+    let o = ConvOpts::new()
+        .padding_hw(1 << 60, 0)
+        .dilation_hw((1 << 61) - 1, 1);
+    let y = x.conv2d(&w, &o);
+    assert_eq!(y.shape(), &[1, 1, 5, 16]);
+    assert!(y.to_vec::<f32>().iter().all(|&v| v == 0.0));
+}

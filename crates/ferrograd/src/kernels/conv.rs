@@ -433,12 +433,39 @@ impl<T: Float> Direct<'_, T> {
 /// Whether [`implicit_conv`] can run a convolution of geometry `g` on elements of type `T`:
 /// f32 on a CPU with AVX-512, a padding within the kernel's reach (the padded copy stays the
 /// size of the image) and output rows that fill the vectors.
-pub(crate) fn implicit_applies<T: Float>(g: &Geom) -> bool {
+pub(crate) fn implicit_applies<T: Float>(g: &Geom, c: usize) -> bool {
     T::as_f32(&[]).is_some()
         && super::sgemm::available()
         && g.ph <= g.dh * (g.kh - 1)
         && g.pw <= g.dw * (g.kw - 1)
         && fills_vectors(g.wo)
+        && padded_len(c, g).is_some()
+}
+
+/// The floats of the padded copy of an image of `c` channels, covering every run the implicit
+/// products read (whole vectors of 16 past a row's last output), when every offset into it
+/// is computable and the copy stays within a few times the image (a huge dilation allows a
+/// huge padding, whose copy would be mostly zeros).
+fn padded_len(c: usize, g: &Geom) -> Option<usize> {
+    let p = Phased::new(g);
+    // The largest tap offset: Phased::at grows with the channel, the row and the column's
+    // quotient, and the phase is below the stride.
+    let rows = (c.checked_sub(1)?.checked_mul(p.hp)?).checked_add((g.kh - 1).checked_mul(g.dh)?)?;
+    let last = rows
+        .checked_mul(g.sw)?
+        .checked_add(g.sw - 1)?
+        .checked_mul(p.wq)?
+        .checked_add((g.kw - 1).checked_mul(g.dw)? / g.sw)?;
+    let step = g.sh.checked_mul(g.sw)?.checked_mul(p.wq)?;
+    let reach =
+        g.ho.saturating_sub(1)
+            .checked_mul(step)?
+            .checked_add(last)?
+            .checked_add(g.wo.checked_next_multiple_of(16)?)?;
+    let copy = c.checked_mul(p.hp)?.checked_mul(step / g.sh)?;
+    let len = reach.max(copy);
+    let image = c.checked_mul(g.h)?.checked_mul(g.w)?;
+    (len <= image.saturating_mul(16).saturating_add(1 << 16)).then_some(len)
 }
 
 /// Whether output rows of `wo` pixels fill at least 3/5 of the 16-float vectors the products
@@ -482,13 +509,13 @@ impl Phased {
 /// every run the implicit products read (whole vectors of 16 past a row's last output).
 fn tap_offsets(c: usize, g: &Geom) -> (Vec<usize>, usize) {
     let p = Phased::new(g);
+    let len = padded_len(c, g).expect("implicit convolution outside implicit_applies");
+    // No offset overflows: each is at most the largest, which padded_len computed checked.
     let offsets: Vec<usize> = (0..c)
         .flat_map(|ci| (0..g.kh).flat_map(move |i| (0..g.kw).map(move |j| (ci, i, j))))
         .map(|(ci, i, j)| p.at(g, ci, i * g.dh, j * g.dw))
         .collect();
-    let last = offsets.iter().max().copied().unwrap_or(0);
-    let reach = last + g.ho.saturating_sub(1) * p.row_step(g) + g.wo.next_multiple_of(16);
-    (offsets, reach.max(c * p.hp * g.sw * p.wq))
+    (offsets, len)
 }
 
 /// `x` (`[C, h, w]`) with `g`'s zero padding into `padded` (reused), `len` floats in all, in

@@ -655,14 +655,20 @@ pub(crate) fn offset_rows_product(
     if m == 0 || cols == 0 {
         return;
     }
-    let reach = offsets.iter().max().map(|&o| o + cols.next_multiple_of(16));
+    // Checked: sizes that wrap around must fail the test, not pass it.
+    let reach = offsets
+        .iter()
+        .max()
+        .and_then(|&o| o.checked_add(cols.checked_next_multiple_of(16)?));
+    let a_len = m.checked_next_multiple_of(4).and_then(|r| r.checked_mul(k));
+    let c_len = (m - 1).checked_mul(ldc).and_then(|v| v.checked_add(cols));
     assert!(
         available()
             && k > 0
-            && a.len() >= m.next_multiple_of(4) * k
+            && a_len.is_some_and(|l| l <= a.len())
             && reach.is_some_and(|r| r <= base.len())
             && ldc >= cols
-            && c.len() >= (m - 1) * ldc + cols,
+            && c_len.is_some_and(|l| l <= c.len()),
         "offset_rows_product: operands do not fit"
     );
     let kc_step = even_step(k, KC, 1);
@@ -715,17 +721,22 @@ pub(crate) fn offset_runs_product_acc(
     if m == 0 || cols == 0 || runs == 0 || run == 0 {
         return;
     }
-    let reach = offsets
-        .iter()
-        .max()
-        .map(|&o| o + (runs - 1) * row_step + run);
+    // Checked: sizes that wrap around must fail the test, not pass it.
+    let reach = offsets.iter().max().and_then(|&o| {
+        (runs - 1)
+            .checked_mul(row_step)?
+            .checked_add(o)?
+            .checked_add(run)
+    });
+    let b_len = runs.checked_mul(run).and_then(|v| v.checked_mul(ldb));
+    let c_len = (m - 1).checked_mul(ldc).and_then(|v| v.checked_add(cols));
     assert!(
         available()
             && reach.is_some_and(|r| r <= base.len())
-            && ldb >= cols.next_multiple_of(16)
-            && b.len() >= runs * run * ldb
+            && cols.checked_next_multiple_of(16).is_some_and(|w| ldb >= w)
+            && b_len.is_some_and(|l| l <= b.len())
             && ldc >= cols
-            && c.len() >= (m - 1) * ldc + cols,
+            && c_len.is_some_and(|l| l <= c.len()),
         "offset_runs_product_acc: operands do not fit"
     );
     // Whole panels of 4 rows: the kernel sets up a pointer per row it could hold.

@@ -494,7 +494,7 @@ fn conv_forward<T: FloatElement>(x: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Tenso
         numel_or_panic("conv2d", &[n, o, g.ho, g.wo]),
         T::zero(),
     );
-    if groups == 1 && kc::implicit_applies::<T>(g) {
+    if groups == 1 && kc::implicit_applies::<T>(g, c) {
         kc::implicit_conv(&xd, c, g, &wd, o, &mut out);
         return Tensor::from_data(out, &[n, o, g.ho, g.wo]);
     }
@@ -543,7 +543,7 @@ fn conv_t_forward<T: FloatElement>(u: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Ten
         numel_or_panic("conv_transpose2d", &[n, cout, g.h, g.w]),
         T::zero(),
     );
-    if let Some(flipped) = flipped(g).filter(|f| groups == 1 && kc::implicit_applies::<T>(f)) {
+    if let Some(flipped) = flipped(g).filter(|f| groups == 1 && kc::implicit_applies::<T>(f, cin)) {
         // With a stride of 1 the transposed convolution is a convolution by the flipped
         // kernel, channels swapped: [Cin, Cout, kh, kw] → [Cout, Cin·kh·kw], taps reversed.
         let taps = g.taps();
@@ -602,7 +602,7 @@ fn conv_t_forward<T: FloatElement>(u: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Ten
 fn conv_weight<T: FloatElement>(x: &Tensor, dy: &Tensor, s: &Sizes<'_>) -> Tensor {
     let (xd, dyd) = (x.contiguous_data::<T>(), dy.contiguous_data::<T>());
     let (Sizes { g, groups, n, c, o }, (cg, og, k, plane)) = (*s, s.per_group());
-    if groups == 1 && kc::implicit_applies::<T>(g) {
+    if groups == 1 && kc::implicit_applies::<T>(g, c) {
         let sum = kc::implicit_conv_weight(&xd, &dyd, c, g, o);
         return Tensor::from_data(sum, &[o, cg, g.kh, g.kw]);
     }
