@@ -492,7 +492,7 @@ fn f32_kernels_agree_with_f64_at_every_edge() {
     // block of the product (360), stride along the height alone, dilation, padding from none
     // to the kernel's reach, non-square kernels, more images than the weight gradient's runs,
     // strides along the width (the image's columns split by phase) with and without dilation;
-    // output rows wide enough for the products to read the image in place, and one too short.
+    // output rows wide enough for the products to read the image in place, and short ones.
     let cases = [
         (
             [2, 6, 9, 11],
@@ -525,8 +525,20 @@ fn f32_kernels_agree_with_f64_at_every_edge() {
             ConvOpts::new().padding_hw(2, 0),
         ),
         ([1, 8, 4, 12], [40, 8, 3, 3], ConvOpts::new().padding(2)),
-        // Rows too short for the vectors: the column matrix.
+        // Rows too short for the vectors, packed several to a panel: a DCGAN's 7×7 maps,
+        // more taps than one block (320), more positions than one block (320).
         ([2, 5, 7, 7], [6, 5, 3, 3], ConvOpts::new().padding(1)),
+        (
+            [3, 16, 14, 14],
+            [24, 16, 4, 4],
+            ConvOpts::new().stride(2).padding(1),
+        ),
+        (
+            [2, 20, 14, 14],
+            [10, 20, 4, 4],
+            ConvOpts::new().stride(2).padding(1),
+        ),
+        ([2, 3, 40, 8], [5, 3, 3, 3], ConvOpts::new().padding(1)),
         ([4, 16, 14, 14], [8, 16, 5, 5], ConvOpts::new().padding(2)),
     ];
     for (k, (xs, ws, o)) in cases.into_iter().enumerate() {

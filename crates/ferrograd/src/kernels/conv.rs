@@ -430,15 +430,14 @@ impl<T: Float> Direct<'_, T> {
     }
 }
 
-/// Whether [`implicit_conv`] can run a convolution of geometry `g` on elements of type `T`:
-/// f32 on a CPU with AVX-512, a padding within the kernel's reach (the padded copy stays the
-/// size of the image) and output rows that fill the vectors.
+/// Whether [`implicit_conv`] can run a convolution of geometry `g` on `c` channels of type
+/// `T`: f32 on a CPU with AVX-512, and a padding within the kernel's reach (the padded copy
+/// stays within a few times the image).
 pub(crate) fn implicit_applies<T: Float>(g: &Geom, c: usize) -> bool {
     T::as_f32(&[]).is_some()
         && super::sgemm::available()
         && g.ph <= g.dh * (g.kh - 1)
         && g.pw <= g.dw * (g.kw - 1)
-        && fills_vectors(g.wo)
         && padded_len(c, g).is_some()
 }
 
@@ -468,11 +467,13 @@ fn padded_len(c: usize, g: &Geom) -> Option<usize> {
     (len <= image.saturating_mul(16).saturating_add(1 << 16)).then_some(len)
 }
 
-/// Whether output rows of `wo` pixels fill at least 3/5 of the 16-float vectors the products
-/// compute them in: a row of 7 (DCGAN's smallest maps) would waste more than half of each,
-/// and the column matrix measured faster there.
-fn fills_vectors(wo: usize) -> bool {
-    wo * 5 >= wo.next_multiple_of(16) * 3
+/// The output positions of `g` as runs of the padded copy.
+fn runs_of(g: &Geom) -> super::sgemm::Runs {
+    super::sgemm::Runs {
+        rows: g.ho,
+        run: g.wo,
+        row_step: Phased::new(g).row_step(g),
+    }
 }
 
 /// The padded copy the implicit products read: each padded row of `wp` pixels split into
@@ -530,8 +531,13 @@ fn pad_into<T: Float>(x: &[T], g: &Geom, len: usize, padded: &mut Vec<T>) {
                 padded[p.at(g, ci, r + g.ph, g.pw)..][..g.w].copy_from_slice(row);
                 continue;
             }
-            for (col, &v) in row.iter().enumerate() {
-                padded[p.at(g, ci, r + g.ph, col + g.pw)] = v;
+            // Each phase's pixels are every sw-th of the row: one strided run per phase.
+            for phase in 0..g.sw.min(g.w) {
+                let first = g.pw + phase;
+                let dst = &mut padded[p.at(g, ci, r + g.ph, first)..];
+                for (d, &v) in dst.iter_mut().zip(row[phase..].iter().step_by(g.sw)) {
+                    *d = v;
+                }
             }
         }
     }
@@ -551,16 +557,12 @@ pub(crate) fn implicit_conv<T: Float>(x: &[T], c: usize, g: &Geom, w: &[T], o: u
     // Rows padded to a multiple of 4, so that every A panel reads inside the weight.
     let mut w4 = w.to_vec();
     w4.resize(o.next_multiple_of(4) * k, 0.0);
-    let (image, plane, row_step) = (c * g.h * g.w, g.ho * g.wo, Phased::new(g).row_step(g));
+    let (image, plane, runs) = (c * g.h * g.w, g.ho * g.wo, runs_of(g));
     y.par_chunks_mut((o * plane).max(1))
         .zip(x.par_chunks(image.max(1)))
         .for_each_init(Vec::new, |padded, (y, x)| {
             pad_into(x, g, len, padded);
-            for oy in 0..g.ho {
-                let base = &padded[oy * row_step..];
-                let out = &mut y[oy * g.wo..];
-                super::sgemm::offset_rows_product(&w4, o, &offsets, base, (g.wo, plane), out);
-            }
+            super::sgemm::offset_rows_product(&w4, o, &offsets, padded, runs, y);
         });
 }
 
@@ -581,7 +583,7 @@ pub(crate) fn implicit_conv_weight<T: Float>(
     };
     let (offsets, len) = tap_offsets(c, g);
     let k = offsets.len();
-    let (image, plane, row_step) = (c * g.h * g.w, g.ho * g.wo, Phased::new(g).row_step(g));
+    let (image, plane, runs) = (c * g.h * g.w, g.ho * g.wo, runs_of(g));
     let width = o.next_multiple_of(16);
     let n = x.len().checked_div(image).unwrap_or(0);
     let per_run = n.div_ceil(WEIGHT_RUNS).max(1);
@@ -600,7 +602,7 @@ pub(crate) fn implicit_conv_weight<T: Float>(
                 }
                 super::sgemm::offset_runs_product_acc(
                     (&padded, &offsets),
-                    (g.ho, g.wo, row_step),
+                    runs,
                     (&dyt, width),
                     (o, width),
                     &mut acc,

@@ -634,101 +634,185 @@ fn panel_rows(left: usize) -> usize {
     }
 }
 
-/// `c[i·ldc + j] = Σ_k a[i, k] · base[offsets[k] + j]` for `i < m`, `j < cols`: a product
-/// whose B is never built. Row `k` of B is the run of `cols` floats at `offsets[k]` in
-/// `base`, as the column matrix of a convolution with stride 1 along the width consists of
-/// runs of the image, one per kernel tap. `a` is row-major `[m, offsets.len()]` with `m`
-/// rounded up to 4 rows (its panels are read in place; the rows past `m` are never stored).
-/// Runs on the calling thread.
+/// The output positions of a convolution's plane as the image sees them: `rows` output rows
+/// of `run` positions each, row `r`'s pixels for any kernel tap `row_step` floats after row
+/// `r − 1`'s. Position `q = r·run + s` is output `(r, s)`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Runs {
+    pub rows: usize,
+    pub run: usize,
+    pub row_step: usize,
+}
+
+impl Runs {
+    /// Positions in the plane.
+    fn plane(&self) -> usize {
+        self.rows * self.run
+    }
+
+    /// Whether a run fills at least 3/5 of the 16-float vectors a product computes it in:
+    /// then the products read runs in place, one output row at a time; shorter runs (the
+    /// 7×7 maps of a DCGAN would waste more than half of every vector) are packed several
+    /// rows to a panel.
+    fn fills_vectors(&self) -> bool {
+        self.run * 5 >= self.run.next_multiple_of(16) * 3
+    }
+
+    /// Floats of `base` the runs of a tap at `offset` reach, or None on overflow.
+    fn reach(&self, offset: usize, vector: bool) -> Option<usize> {
+        let last = if vector {
+            self.run.checked_next_multiple_of(16)?
+        } else {
+            self.run
+        };
+        self.rows
+            .checked_sub(1)?
+            .checked_mul(self.row_step)?
+            .checked_add(offset)?
+            .checked_add(last)
+    }
+
+    /// Copies positions `q0..q0 + len` of the tap whose runs start at `row` into `dst`.
+    fn gather(&self, row: &[f32], q0: usize, dst: &mut [f32]) {
+        let mut q = q0;
+        let mut out = dst;
+        while !out.is_empty() {
+            let (r, s) = (q / self.run, q % self.run);
+            let n = (self.run - s).min(out.len());
+            let at = r * self.row_step + s;
+            // Runs this short are copied inline: a memmove call would cost more than them.
+            for (d, &v) in out[..n].iter_mut().zip(&row[at..at + n]) {
+                *d = v;
+            }
+            out = &mut out[n..];
+            q += n;
+        }
+    }
+}
+
+/// `c[i, q] = Σ_k a[i, k] · base[offsets[k] + r·row_step + s]` for `i < m` and every position
+/// `q = (r, s)` of `runs`: a convolution's output plane (`c` is `[m, rows·run]`) from its
+/// weight `a` and its column matrix, never built: row `k` of that matrix is the runs of
+/// pixels kernel tap `k` sees, starting at `offsets[k]` in the (padded) image `base`. `a` is
+/// row-major `[m, offsets.len()]` with `m` rounded up to 4 rows (its panels are read in
+/// place; the rows past `m` are never stored). Long runs are read in place, one output row
+/// per product; short ones are packed, 32 positions to a panel. Runs on the calling thread.
 ///
 /// Panics unless the AVX-512 path is [`available`] and the operands fit: `base` must hold
-/// every B row rounded up to 16 floats (the vectors read whole; only stores are masked).
+/// every run rounded up to 16 floats (vectors read whole; only stores are masked).
 pub(crate) fn offset_rows_product(
     a: &[f32],
     m: usize,
     offsets: &[usize],
     base: &[f32],
-    (cols, ldc): (usize, usize),
+    runs: Runs,
     c: &mut [f32],
 ) {
-    let k = offsets.len();
-    if m == 0 || cols == 0 {
+    let (k, plane) = (offsets.len(), runs.plane());
+    if m == 0 || plane == 0 {
         return;
     }
     // Checked: sizes that wrap around must fail the test, not pass it.
-    let reach = offsets
-        .iter()
-        .max()
-        .and_then(|&o| o.checked_add(cols.checked_next_multiple_of(16)?));
+    let reach = offsets.iter().max().and_then(|&o| runs.reach(o, true));
     let a_len = m.checked_next_multiple_of(4).and_then(|r| r.checked_mul(k));
-    let c_len = (m - 1).checked_mul(ldc).and_then(|v| v.checked_add(cols));
+    let c_len = m.checked_mul(plane);
     assert!(
         available()
             && k > 0
             && a_len.is_some_and(|l| l <= a.len())
             && reach.is_some_and(|r| r <= base.len())
-            && ldc >= cols
             && c_len.is_some_and(|l| l <= c.len()),
         "offset_rows_product: operands do not fit"
     );
     let kc_step = even_step(k, KC, 1);
+    let mut panel = if runs.fills_vectors() {
+        Vec::new()
+    } else {
+        vec![0.0f32; kc_step * NR]
+    };
     for p0 in (0..k).step_by(kc_step) {
         let kc = (k - p0).min(kc_step);
-        for j0 in (0..cols).step_by(NR) {
-            let width = (cols - j0).min(NR);
-            let b = Offsets {
-                base: base[j0..].as_ptr(),
-                table: offsets[p0..].as_ptr(),
-                len: kc,
-            };
-            let mut r0 = 0;
-            while r0 < m {
-                let rows = panel_rows(m - r0);
-                // SAFETY: the A panel (rows rounded up to 4, kc steps from p0) lies in `a`,
-                // which holds m rounded up to 4 rows of k; B row p0 + s reads at most
-                // offsets[p0 + s] + j0 + 16·⌈width/16⌉ ≤ max offset + ⌈cols⌉₁₆ floats of
-                // `base` (asserted); the tile's `rows` rows of `width` columns at
-                // (r0, j0) lie in `c` (asserted: (m − 1)·ldc + cols), which is borrowed
-                // exclusively; AVX-512F was asserted.
-                unsafe {
-                    let a_panel = APanel::Rows(a[r0 * k + p0..].as_ptr(), k);
-                    let tile = c[r0 * ldc + j0..].as_mut_ptr();
-                    tile_kernel(kc, a_panel, b, tile, ldc, rows, width, p0 > 0);
+        if runs.fills_vectors() {
+            for r in 0..runs.rows {
+                for s0 in (0..runs.run).step_by(NR) {
+                    let b = Offsets {
+                        base: base[r * runs.row_step + s0..].as_ptr(),
+                        table: offsets[p0..].as_ptr(),
+                        len: kc,
+                    };
+                    let q0 = r * runs.run + s0;
+                    row_panels(
+                        a,
+                        (m, k, p0, kc),
+                        b,
+                        c,
+                        (q0, (runs.run - s0).min(NR), plane),
+                    );
                 }
-                r0 += rows;
+            }
+        } else {
+            for q0 in (0..plane).step_by(NR) {
+                let width = (plane - q0).min(NR);
+                for (s, dst) in panel.chunks_exact_mut(NR).take(kc).enumerate() {
+                    runs.gather(&base[offsets[p0 + s]..], q0, &mut dst[..width]);
+                }
+                let b = Strided(panel.as_ptr(), NR);
+                row_panels(a, (m, k, p0, kc), b, c, (q0, width, plane));
             }
         }
     }
 }
 
-/// `c[i·ldc + j] += Σ_r Σ_s base[offsets[i] + r·row_step + s] · b[(r·run + s)·ldb + j]` for
-/// `i < offsets.len()`, `j < cols`, `r < runs`, `s < run`: the product of a column matrix,
-/// read out of the image in `runs` runs of `run` pixels per row (one per output row of a
-/// convolution with stride 1 along the width), with `b` (an output gradient, positions by
-/// channels). It is a convolution's weight gradient for one image, taps by output channels.
-/// Runs on the calling thread.
+/// The row panels of [`offset_rows_product`] against one B panel of `width` columns, stored
+/// at column `q0` of `c` (row stride `ldc`); steps `p0..p0 + kc` of `a` (`m` rows of `k`).
+fn row_panels<B: BRows>(
+    a: &[f32],
+    (m, k, p0, kc): (usize, usize, usize, usize),
+    b: B,
+    c: &mut [f32],
+    (q0, width, ldc): (usize, usize, usize),
+) {
+    let mut r0 = 0;
+    while r0 < m {
+        let rows = panel_rows(m - r0);
+        // SAFETY: the A panel (rows rounded up to 4, kc steps from p0) lies in `a`, which
+        // holds m rounded up to 4 rows of k (asserted by the caller); the B panel's kc rows
+        // hold 16·⌈width/16⌉ floats (in place: inside `base` by the caller's reach assert;
+        // packed: NR floats each); the tile's `rows` rows of `width` columns at (r0, q0) lie
+        // in `c` (m·ldc asserted, q0 + width ≤ ldc), borrowed exclusively; AVX-512F was
+        // asserted.
+        unsafe {
+            let a_panel = APanel::Rows(a[r0 * k + p0..].as_ptr(), k);
+            let tile = c[r0 * ldc + q0..].as_mut_ptr();
+            tile_kernel(kc, a_panel, b, tile, ldc, rows, width, p0 > 0);
+        }
+        r0 += rows;
+    }
+}
+
+/// `c[i·ldc + j] += Σ_q base[offsets[i] + r·row_step + s] · b[q·ldb + j]` for
+/// `i < offsets.len()`, `j < cols` and every position `q = (r, s)` of `runs`: the product of
+/// a convolution's column matrix (read out of the image as in [`offset_rows_product`]) with
+/// `b` (an output gradient, positions by channels), that is its weight gradient for one
+/// image, taps by output channels. Long runs are read in place, one output row per product;
+/// short ones are packed, up to [`KC`] positions to a panel. Runs on the calling thread.
 ///
 /// Panics unless the AVX-512 path is [`available`] and the operands fit: `b`'s rows are read
 /// in whole vectors, so `ldb` must cover `cols` rounded up to 16.
 pub(crate) fn offset_runs_product_acc(
     (base, offsets): (&[f32], &[usize]),
-    (runs, run, row_step): (usize, usize, usize),
+    runs: Runs,
     (b, ldb): (&[f32], usize),
     (cols, ldc): (usize, usize),
     c: &mut [f32],
 ) {
-    let m = offsets.len();
-    if m == 0 || cols == 0 || runs == 0 || run == 0 {
+    let (m, plane) = (offsets.len(), runs.plane());
+    if m == 0 || cols == 0 || plane == 0 {
         return;
     }
     // Checked: sizes that wrap around must fail the test, not pass it.
-    let reach = offsets.iter().max().and_then(|&o| {
-        (runs - 1)
-            .checked_mul(row_step)?
-            .checked_add(o)?
-            .checked_add(run)
-    });
-    let b_len = runs.checked_mul(run).and_then(|v| v.checked_mul(ldb));
+    let reach = offsets.iter().max().and_then(|&o| runs.reach(o, false));
+    let b_len = plane.checked_mul(ldb);
     let c_len = (m - 1).checked_mul(ldc).and_then(|v| v.checked_add(cols));
     assert!(
         available()
@@ -739,27 +823,43 @@ pub(crate) fn offset_runs_product_acc(
             && c_len.is_some_and(|l| l <= c.len()),
         "offset_runs_product_acc: operands do not fit"
     );
-    // Whole panels of 4 rows: the kernel sets up a pointer per row it could hold.
+    // Whole panels of 4 rows: the kernel reads a row for every one it could hold.
     let mut table = offsets.to_vec();
     table.resize(m.next_multiple_of(4), offsets[0]);
+    let in_place = runs.fills_vectors();
+    let kc_step = if in_place { runs.run } else { KC.min(plane) };
+    let mut panel = if in_place {
+        Vec::new()
+    } else {
+        vec![0.0f32; MR * kc_step]
+    };
     let mut r0 = 0;
     while r0 < m {
         let rows = panel_rows(m - r0);
-        for j0 in (0..cols).step_by(NR) {
-            let width = (cols - j0).min(NR);
-            for r in 0..runs {
-                // SAFETY: the panel's rows rounded up to 4 have table entries (padded above),
-                // each a run of `run` floats at offset + r·row_step inside `base` (asserted
-                // through the largest offset); B rows r·run .. r·run + run hold 16·⌈width/16⌉
-                // ≤ ldb floats from j0 ... within `b` (asserted: runs·run·ldb and ldb ≥ cols
-                // rounded up); the tile's rows × width at (r0, j0) lie in `c`, borrowed
-                // exclusively; AVX-512F was asserted.
+        for p0 in (0..plane).step_by(kc_step) {
+            let kc = (plane - p0).min(kc_step);
+            let a_panel = if in_place {
+                let r = p0 / runs.run;
+                APanel::Scattered(base[r * runs.row_step..].as_ptr(), table[r0..].as_ptr())
+            } else {
+                let four = rows.next_multiple_of(4);
+                for (i, dst) in panel.chunks_exact_mut(kc).take(four).enumerate() {
+                    runs.gather(&base[table[r0 + i]..], p0, dst);
+                }
+                APanel::Rows(panel.as_ptr(), kc)
+            };
+            for j0 in (0..cols).step_by(NR) {
+                let width = (cols - j0).min(NR);
+                // SAFETY: the panel's rows rounded up to 4 are readable for kc steps (in
+                // place: table entries padded above, each run inside `base` by the reach
+                // assert; packed: rows·kc ≤ MR·kc_step floats of `panel`); B rows
+                // p0..p0 + kc hold 16·⌈width/16⌉ ≤ ldb floats from j0 within `b` (plane·ldb
+                // asserted); the tile's rows × width at (r0, j0) lie in `c` (asserted),
+                // borrowed exclusively; AVX-512F was asserted.
                 unsafe {
-                    let a_panel =
-                        APanel::Scattered(base[r * row_step..].as_ptr(), table[r0..].as_ptr());
-                    let b_panel = Strided(b[r * run * ldb + j0..].as_ptr(), ldb);
+                    let b_panel = Strided(b[p0 * ldb + j0..].as_ptr(), ldb);
                     let tile = c[r0 * ldc + j0..].as_mut_ptr();
-                    tile_kernel(run, a_panel, b_panel, tile, ldc, rows, width, true);
+                    tile_kernel(kc, a_panel, b_panel, tile, ldc, rows, width, true);
                 }
             }
         }
