@@ -539,6 +539,8 @@ fn f32_kernels_agree_with_f64_at_every_edge() {
             ConvOpts::new().stride(2).padding(1),
         ),
         ([2, 3, 40, 8], [5, 3, 3, 3], ConvOpts::new().padding(1)),
+        // A kernel smaller than the stride: phases of the input gradient no tap reaches.
+        ([2, 3, 9, 9], [4, 3, 1, 1], ConvOpts::new().stride(2)),
         ([4, 16, 14, 14], [8, 16, 5, 5], ConvOpts::new().padding(2)),
     ];
     for (k, (xs, ws, o)) in cases.into_iter().enumerate() {

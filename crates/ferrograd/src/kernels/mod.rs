@@ -8,6 +8,7 @@ pub(crate) mod alloc;
 pub mod cells;
 pub(crate) mod conv;
 mod float;
+pub(crate) mod implicit_conv;
 pub(crate) mod index;
 pub mod matmul;
 pub mod norm;

@@ -6,6 +6,11 @@
 //! - `y = conv2d(x, w)`: `dx = conv_transpose2d(dy, w)`, `dw = conv2d_weight(x, dy)`
 //! - `z = conv_transpose2d(u, w)`: `du = conv2d(dz, w)`, `dw = conv2d_weight(dz, u)`
 //! - `v = conv2d_weight(x, dy)`: `dx = conv_transpose2d(dy, dv)`, `d(dy) = conv2d(x, dv)`
+//!
+//! In f32 on AVX-512 the convolution, its weight gradient and the stride-1 transposed
+//! convolution skip the column matrix (`kernels/implicit_conv.rs`); f64, groups and the
+//! strided transposed convolution keep im2col and col2im, or a direct kernel where the
+//! channels are few.
 
 use std::ops::Range;
 
@@ -14,6 +19,7 @@ use smallvec::smallvec;
 
 use super::binary_promote;
 use crate::kernels::conv::{self as kc, col2im, im2col, Geom};
+use crate::kernels::implicit_conv as ki;
 use crate::kernels::matmul::{gemm_batch_append, MatRef};
 use crate::tensor::{filled, numel_or_panic, record, with_dtype, FloatElement, Tensor};
 
@@ -494,8 +500,8 @@ fn conv_forward<T: FloatElement>(x: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Tenso
         numel_or_panic("conv2d", &[n, o, g.ho, g.wo]),
         T::zero(),
     );
-    if groups == 1 && kc::implicit_applies::<T>(g, c) {
-        kc::implicit_conv(&xd, c, g, &wd, o, &mut out);
+    if groups == 1 && ki::implicit_applies::<T>(g, c) {
+        ki::implicit_conv(&xd, c, g, &wd, o, &mut out);
         return Tensor::from_data(out, &[n, o, g.ho, g.wo]);
     }
     if direct_wins(g, groups, k, o) {
@@ -543,7 +549,7 @@ fn conv_t_forward<T: FloatElement>(u: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Ten
         numel_or_panic("conv_transpose2d", &[n, cout, g.h, g.w]),
         T::zero(),
     );
-    if let Some(flipped) = flipped(g).filter(|f| groups == 1 && kc::implicit_applies::<T>(f, cin)) {
+    if let Some(flipped) = flipped(g).filter(|f| groups == 1 && ki::implicit_applies::<T>(f, cin)) {
         // With a stride of 1 the transposed convolution is a convolution by the flipped
         // kernel, channels swapped: [Cin, Cout, kh, kw] → [Cout, Cin·kh·kw], taps reversed.
         let taps = g.taps();
@@ -555,7 +561,7 @@ fn conv_t_forward<T: FloatElement>(u: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Ten
                 }
             }
         }
-        kc::implicit_conv(&ud, cin, &flipped, &wf, cout, &mut out);
+        ki::implicit_conv(&ud, cin, &flipped, &wf, cout, &mut out);
         return Tensor::from_data(out, &[n, cout, g.h, g.w]);
     }
     if let Some(flipped) = as_direct_conv(g, groups, cin, cout) {
@@ -602,8 +608,8 @@ fn conv_t_forward<T: FloatElement>(u: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Ten
 fn conv_weight<T: FloatElement>(x: &Tensor, dy: &Tensor, s: &Sizes<'_>) -> Tensor {
     let (xd, dyd) = (x.contiguous_data::<T>(), dy.contiguous_data::<T>());
     let (Sizes { g, groups, n, c, o }, (cg, og, k, plane)) = (*s, s.per_group());
-    if groups == 1 && kc::implicit_applies::<T>(g, c) {
-        let sum = kc::implicit_conv_weight(&xd, &dyd, c, g, o);
+    if groups == 1 && ki::implicit_applies::<T>(g, c) {
+        let sum = ki::implicit_conv_weight(&xd, &dyd, c, g, o);
         return Tensor::from_data(sum, &[o, cg, g.kh, g.kw]);
     }
     let mut sum = vec![T::zero(); o * k];

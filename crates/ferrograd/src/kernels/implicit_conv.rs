@@ -1,0 +1,207 @@
+//! Convolution without a column matrix (f32, AVX-512). Along one output row, each row of a
+//! convolution's im2col matrix is a run of pixels of the padded image, so the matrix
+//! product reads those runs where they are, through a table of where each kernel tap's run
+//! starts (`sgemm::offset_rows_product` for the forward pass, `offset_runs_product_acc` for
+//! the weight gradient). The stride-1 transposed convolution, an input gradient, is the
+//! same product by the flipped kernel (see `ops/conv.rs`).
+
+use rayon::prelude::*;
+
+use super::conv::{Geom, WEIGHT_RUNS};
+use super::Float;
+
+/// Whether [`implicit_conv`] can run a convolution of geometry `g` on `c` channels of type
+/// `T`: f32 on a CPU with AVX-512, and a padding within the kernel's reach (the padded copy
+/// stays within a few times the image).
+pub(crate) fn implicit_applies<T: Float>(g: &Geom, c: usize) -> bool {
+    T::as_f32(&[]).is_some()
+        && super::sgemm::available()
+        && g.ph <= g.dh * (g.kh - 1)
+        && g.pw <= g.dw * (g.kw - 1)
+        && padded_len(c, g).is_some()
+}
+
+/// The floats of the padded copy of an image of `c` channels, covering every run the implicit
+/// products read (whole vectors of 16 past a row's last output), when every offset into it
+/// is computable and the copy stays within a few times the image (a huge dilation allows a
+/// huge padding, whose copy would be mostly zeros).
+fn padded_len(c: usize, g: &Geom) -> Option<usize> {
+    let p = Phased::new(g);
+    // The largest tap offset: Phased::at grows with the channel, the row and the column's
+    // quotient, and the phase is below the stride.
+    let rows = (c.checked_sub(1)?.checked_mul(p.hp)?).checked_add((g.kh - 1).checked_mul(g.dh)?)?;
+    let last = rows
+        .checked_mul(g.sw)?
+        .checked_add(g.sw - 1)?
+        .checked_mul(p.wq)?
+        .checked_add((g.kw - 1).checked_mul(g.dw)? / g.sw)?;
+    let step = g.sh.checked_mul(g.sw)?.checked_mul(p.wq)?;
+    let reach =
+        g.ho.saturating_sub(1)
+            .checked_mul(step)?
+            .checked_add(last)?
+            .checked_add(g.wo.checked_next_multiple_of(16)?)?;
+    let copy = c.checked_mul(p.hp)?.checked_mul(step / g.sh)?;
+    let len = reach.max(copy);
+    let image = c.checked_mul(g.h)?.checked_mul(g.w)?;
+    (len <= image.saturating_mul(16).saturating_add(1 << 16)).then_some(len)
+}
+
+/// The output positions of `g` as runs of the padded copy.
+fn runs_of(g: &Geom) -> super::sgemm::Runs {
+    super::sgemm::Runs {
+        rows: g.ho,
+        run: g.wo,
+        row_step: Phased::new(g).row_step(g),
+    }
+}
+
+/// The padded copy the implicit products read: each padded row of `wp` pixels split into
+/// `sw` phases (pixels `phase, phase + sw, ...`), each `wq = ⌈wp / sw⌉` long, so that under a
+/// stride along the width the pixels one kernel tap sees along an output row are still one
+/// contiguous run. With stride 1 it is the plain padded image.
+#[derive(Clone, Copy)]
+struct Phased {
+    hp: usize,
+    wq: usize,
+}
+
+impl Phased {
+    fn new(g: &Geom) -> Phased {
+        Phased {
+            hp: g.h + 2 * g.ph,
+            wq: (g.w + 2 * g.pw).div_ceil(g.sw),
+        }
+    }
+
+    /// Where padded pixel `(row, col)` of channel `ci` sits.
+    fn at(&self, g: &Geom, ci: usize, row: usize, col: usize) -> usize {
+        ((ci * self.hp + row) * g.sw + col % g.sw) * self.wq + col / g.sw
+    }
+
+    /// Floats between the starts of consecutive output rows.
+    fn row_step(&self, g: &Geom) -> usize {
+        g.sh * g.sw * self.wq
+    }
+}
+
+/// Where each kernel tap `(c, i, j)` of geometry `g` starts in the padded copy of an image of
+/// `c` channels (the run it reads for output row 0), and how many floats the copy needs for
+/// every run the implicit products read (whole vectors of 16 past a row's last output).
+fn tap_offsets(c: usize, g: &Geom) -> (Vec<usize>, usize) {
+    let p = Phased::new(g);
+    let len = padded_len(c, g).expect("implicit convolution outside implicit_applies");
+    // No offset overflows: each is at most the largest, which padded_len computed checked.
+    let offsets: Vec<usize> = (0..c)
+        .flat_map(|ci| (0..g.kh).flat_map(move |i| (0..g.kw).map(move |j| (ci, i, j))))
+        .map(|(ci, i, j)| p.at(g, ci, i * g.dh, j * g.dw))
+        .collect();
+    (offsets, len)
+}
+
+/// `x` (`[C, h, w]`) with `g`'s zero padding into `padded` (reused), `len` floats in all, in
+/// the layout of [`Phased`].
+fn pad_into<T: Float>(x: &[T], g: &Geom, len: usize, padded: &mut Vec<T>) {
+    let p = Phased::new(g);
+    padded.clear();
+    padded.resize(len, T::zero());
+    for (ci, src) in x.chunks_exact((g.h * g.w).max(1)).enumerate() {
+        for (r, row) in src.chunks_exact(g.w.max(1)).enumerate() {
+            if g.sw == 1 {
+                padded[p.at(g, ci, r + g.ph, g.pw)..][..g.w].copy_from_slice(row);
+                continue;
+            }
+            // Each phase's pixels are every sw-th of the row: one strided run per phase.
+            for phase in 0..g.sw.min(g.w) {
+                let first = g.pw + phase;
+                let dst = &mut padded[p.at(g, ci, r + g.ph, first)..];
+                for (d, &v) in dst.iter_mut().zip(row[phase..].iter().step_by(g.sw)) {
+                    *d = v;
+                }
+            }
+        }
+    }
+}
+
+/// Convolution of every image without a column matrix: `x` `[N, C, h, w]`, `w` `[O, C·kh·kw]`
+/// row-major, `y` `[N, O, ho, wo]` (overwritten). Each output row is one product of the
+/// weight with the rows of the column matrix, read in place from a padded copy of the image
+/// through a table of where each kernel tap starts. Images run in parallel. Call it only
+/// where [`implicit_applies`].
+pub(crate) fn implicit_conv<T: Float>(x: &[T], c: usize, g: &Geom, w: &[T], o: usize, y: &mut [T]) {
+    let (Some(x), Some(w), Some(y)) = (T::as_f32(x), T::as_f32(w), T::as_f32_mut(y)) else {
+        panic!("implicit_conv: f32 only");
+    };
+    let (offsets, len) = tap_offsets(c, g);
+    let k = offsets.len();
+    // Rows padded to a multiple of 4, so that every A panel reads inside the weight.
+    let mut w4 = w.to_vec();
+    w4.resize(o.next_multiple_of(4) * k, 0.0);
+    let (image, plane, runs) = (c * g.h * g.w, g.ho * g.wo, runs_of(g));
+    y.par_chunks_mut((o * plane).max(1))
+        .zip(x.par_chunks(image.max(1)))
+        .for_each_init(Vec::new, |padded, (y, x)| {
+            pad_into(x, g, len, padded);
+            super::sgemm::offset_rows_product(&w4, o, &offsets, padded, runs, y);
+        });
+}
+
+/// The weight gradient of [`implicit_conv`] summed over the images: `x` `[N, C, h, w]`, `dy`
+/// `[N, O, ho, wo]`; the result is `[O, C·kh·kw]`. Each image adds the product of its column
+/// matrix (read in place, as the forward pass does) with its output gradient laid out
+/// positions by channels. Threads take fixed runs of images whose sums are added in order,
+/// so the result does not depend on the scheduling.
+pub(crate) fn implicit_conv_weight<T: Float>(
+    x: &[T],
+    dy: &[T],
+    c: usize,
+    g: &Geom,
+    o: usize,
+) -> Vec<T> {
+    let (Some(x), Some(dy)) = (T::as_f32(x), T::as_f32(dy)) else {
+        panic!("implicit_conv_weight: f32 only");
+    };
+    let (offsets, len) = tap_offsets(c, g);
+    let k = offsets.len();
+    let (image, plane, runs) = (c * g.h * g.w, g.ho * g.wo, runs_of(g));
+    let width = o.next_multiple_of(16);
+    let n = x.len().checked_div(image).unwrap_or(0);
+    let per_run = n.div_ceil(WEIGHT_RUNS).max(1);
+    let partials: Vec<Vec<f32>> = x
+        .par_chunks((image * per_run).max(1))
+        .zip(dy.par_chunks((o * plane * per_run).max(1)))
+        .map(|(xs, dys)| {
+            let (mut acc, mut padded) = (vec![0.0; k * width], Vec::new());
+            let mut dyt = vec![0.0; plane * width];
+            for (x, dy) in xs.chunks(image.max(1)).zip(dys.chunks((o * plane).max(1))) {
+                pad_into(x, g, len, &mut padded);
+                for (oc, channel) in dy.chunks_exact(plane.max(1)).enumerate() {
+                    for (p, &v) in channel.iter().enumerate() {
+                        dyt[p * width + oc] = v;
+                    }
+                }
+                super::sgemm::offset_runs_product_acc(
+                    (&padded, &offsets),
+                    runs,
+                    (&dyt, width),
+                    (o, width),
+                    &mut acc,
+                );
+            }
+            acc
+        })
+        .collect();
+    let mut total = vec![0.0f32; k * width];
+    for part in partials {
+        total.iter_mut().zip(part).for_each(|(t, p)| *t += p);
+    }
+    // Taps by channels to PyTorch's [O, C·kh·kw].
+    let mut out = vec![T::zero(); o * k];
+    let dst = T::as_f32_mut(&mut out).expect("f32");
+    for (tap, row) in total.chunks_exact(width).enumerate() {
+        for (oc, &v) in row[..o].iter().enumerate() {
+            dst[oc * k + tap] = v;
+        }
+    }
+    out
+}
