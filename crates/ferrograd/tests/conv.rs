@@ -539,6 +539,10 @@ fn f32_kernels_agree_with_f64_at_every_edge() {
             ConvOpts::new().stride(2).padding(1),
         ),
         ([2, 3, 40, 8], [5, 3, 3, 3], ConvOpts::new().padding(1)),
+        // Several 7×7 planes to one product, the last group short (5 = 3 + 2), and the
+        // weight gradient's runs of images grouped likewise (48 images).
+        ([5, 4, 7, 7], [6, 4, 3, 3], ConvOpts::new().padding(1)),
+        ([48, 2, 7, 7], [5, 2, 3, 3], ConvOpts::new().padding(1)),
         // A kernel smaller than the stride: phases of the input gradient no tap reaches.
         ([2, 3, 9, 9], [4, 3, 1, 1], ConvOpts::new().stride(2)),
         ([4, 16, 14, 14], [8, 16, 5, 5], ConvOpts::new().padding(2)),

@@ -8,6 +8,7 @@
 use rayon::prelude::*;
 
 use super::conv::{Geom, WEIGHT_RUNS};
+use super::sgemm::Runs;
 use super::Float;
 
 /// Whether [`implicit_conv`] can run a convolution of geometry `g` on `c` channels of type
@@ -47,13 +48,30 @@ fn padded_len(c: usize, g: &Geom) -> Option<usize> {
     (len <= image.saturating_mul(16).saturating_add(1 << 16)).then_some(len)
 }
 
-/// The output positions of `g` as runs of the padded copy.
-fn runs_of(g: &Geom) -> super::sgemm::Runs {
-    super::sgemm::Runs {
+/// The output positions of `images` images of geometry `g` as runs of their padded copies,
+/// `len` floats apart.
+fn runs_of(g: &Geom, images: usize, len: usize) -> Runs {
+    Runs {
+        images,
+        image_step: len,
         rows: g.ho,
         run: g.wo,
         row_step: Phased::new(g).row_step(g),
     }
+}
+
+/// Images per product: one where the output rows fill the vectors (each row is read in
+/// place); otherwise the products pack positions 32 to a panel across image boundaries, and
+/// up to 4 images go together so that a plane such as 7×7 (49 positions: two panels, the
+/// second half empty) fills its panels better (3 × 49 = 147 positions in 5 panels).
+fn images_per_product(g: &Geom) -> usize {
+    let plane = g.ho * g.wo;
+    if g.wo * 5 >= g.wo.next_multiple_of(16) * 3 || plane == 0 {
+        return 1;
+    }
+    let waste = |n: usize| (n * plane).next_multiple_of(32) - n * plane;
+    // The fewest images with the least waste per image.
+    (1..=4).min_by_key(|&n| waste(n) * 4 / n).unwrap_or(1)
 }
 
 /// The padded copy the implicit products read: each padded row of `wp` pixels split into
@@ -99,12 +117,23 @@ fn tap_offsets(c: usize, g: &Geom) -> (Vec<usize>, usize) {
     (offsets, len)
 }
 
-/// `x` (`[C, h, w]`) with `g`'s zero padding into `padded` (reused), `len` floats in all, in
-/// the layout of [`Phased`].
-fn pad_into<T: Float>(x: &[T], g: &Geom, len: usize, padded: &mut Vec<T>) {
-    let p = Phased::new(g);
+/// Images `x` (`[images, C, h, w]`) with `g`'s zero padding into `padded` (reused), `len`
+/// floats per image, in the layout of [`Phased`].
+fn pad_into(x: &[f32], image: usize, g: &Geom, len: usize, padded: &mut Vec<f32>) {
+    let images = x.len() / image.max(1);
     padded.clear();
-    padded.resize(len, T::zero());
+    padded.resize(len * images, 0.0);
+    for (x, dst) in x
+        .chunks_exact(image.max(1))
+        .zip(padded.chunks_exact_mut(len.max(1)))
+    {
+        pad_image(x, g, dst);
+    }
+}
+
+/// One image into its zeroed padded copy.
+fn pad_image(x: &[f32], g: &Geom, padded: &mut [f32]) {
+    let p = Phased::new(g);
     for (ci, src) in x.chunks_exact((g.h * g.w).max(1)).enumerate() {
         for (r, row) in src.chunks_exact(g.w.max(1)).enumerate() {
             if g.sw == 1 {
@@ -137,13 +166,30 @@ pub(crate) fn implicit_conv<T: Float>(x: &[T], c: usize, g: &Geom, w: &[T], o: u
     // Rows padded to a multiple of 4, so that every A panel reads inside the weight.
     let mut w4 = w.to_vec();
     w4.resize(o.next_multiple_of(4) * k, 0.0);
-    let (image, plane, runs) = (c * g.h * g.w, g.ho * g.wo, runs_of(g));
-    y.par_chunks_mut((o * plane).max(1))
-        .zip(x.par_chunks(image.max(1)))
-        .for_each_init(Vec::new, |padded, (y, x)| {
-            pad_into(x, g, len, padded);
-            super::sgemm::offset_rows_product(&w4, o, &offsets, padded, runs, y);
-        });
+    let (image, plane, group) = (c * g.h * g.w, g.ho * g.wo, images_per_product(g));
+    y.par_chunks_mut((group * o * plane).max(1))
+        .zip(x.par_chunks((group * image).max(1)))
+        .for_each_init(
+            || (Vec::new(), Vec::new()),
+            |(padded, out), (y, x)| {
+                pad_into(x, image, g, len, padded);
+                let count = y.len() / (o * plane).max(1);
+                let runs = runs_of(g, count, len);
+                if count == 1 {
+                    super::sgemm::offset_rows_product(&w4, o, &offsets, padded, runs, y);
+                    return;
+                }
+                // The product's output is [O, images·plane]: each image's planes back to NCHW.
+                out.clear();
+                out.resize(o * count * plane, 0.0);
+                super::sgemm::offset_rows_product(&w4, o, &offsets, padded, runs, out);
+                for (oc, row) in out.chunks_exact(count * plane).enumerate() {
+                    for (i, src) in row.chunks_exact(plane).enumerate() {
+                        y[(i * o + oc) * plane..][..plane].copy_from_slice(src);
+                    }
+                }
+            },
+        );
 }
 
 /// The weight gradient of [`implicit_conv`] summed over the images: `x` `[N, C, h, w]`, `dy`
@@ -163,7 +209,7 @@ pub(crate) fn implicit_conv_weight<T: Float>(
     };
     let (offsets, len) = tap_offsets(c, g);
     let k = offsets.len();
-    let (image, plane, runs) = (c * g.h * g.w, g.ho * g.wo, runs_of(g));
+    let (image, plane, group) = (c * g.h * g.w, g.ho * g.wo, images_per_product(g));
     let width = o.next_multiple_of(16);
     let n = x.len().checked_div(image).unwrap_or(0);
     let per_run = n.div_ceil(WEIGHT_RUNS).max(1);
@@ -172,17 +218,22 @@ pub(crate) fn implicit_conv_weight<T: Float>(
         .zip(dy.par_chunks((o * plane * per_run).max(1)))
         .map(|(xs, dys)| {
             let (mut acc, mut padded) = (vec![0.0; k * width], Vec::new());
-            let mut dyt = vec![0.0; plane * width];
-            for (x, dy) in xs.chunks(image.max(1)).zip(dys.chunks((o * plane).max(1))) {
-                pad_into(x, g, len, &mut padded);
-                for (oc, channel) in dy.chunks_exact(plane.max(1)).enumerate() {
-                    for (p, &v) in channel.iter().enumerate() {
-                        dyt[p * width + oc] = v;
+            let mut dyt = vec![0.0; group * plane * width];
+            let chunks = xs.chunks((group * image).max(1));
+            for (x, dy) in chunks.zip(dys.chunks((group * o * plane).max(1))) {
+                pad_into(x, image, g, len, &mut padded);
+                // The output gradients of the images one after another, positions by channels.
+                for (i, dy) in dy.chunks_exact((o * plane).max(1)).enumerate() {
+                    for (oc, channel) in dy.chunks_exact(plane.max(1)).enumerate() {
+                        for (p, &v) in channel.iter().enumerate() {
+                            dyt[(i * plane + p) * width + oc] = v;
+                        }
                     }
                 }
+                let count = x.len() / image.max(1);
                 super::sgemm::offset_runs_product_acc(
                     (&padded, &offsets),
-                    runs,
+                    runs_of(g, count, len),
                     (&dyt, width),
                     (o, width),
                     &mut acc,

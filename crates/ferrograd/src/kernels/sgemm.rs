@@ -634,20 +634,28 @@ fn panel_rows(left: usize) -> usize {
     }
 }
 
-/// The output positions of a convolution's plane as the image sees them: `rows` output rows
-/// of `run` positions each, row `r`'s pixels for any kernel tap `row_step` floats after row
-/// `r − 1`'s. Position `q = r·run + s` is output `(r, s)`.
+/// The output positions of a convolution as its images see them: `images` planes of `rows`
+/// output rows of `run` positions each; row `r`'s pixels for any kernel tap lie `row_step`
+/// floats after row `r − 1`'s, and image `i`'s `image_step` floats after image `i − 1`'s.
+/// Position `q = (i·rows + r)·run + s` is output `(r, s)` of image `i`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Runs {
+    pub images: usize,
+    pub image_step: usize,
     pub rows: usize,
     pub run: usize,
     pub row_step: usize,
 }
 
 impl Runs {
-    /// Positions in the plane.
+    /// Positions in all the planes.
     fn plane(&self) -> usize {
-        self.rows * self.run
+        self.images * self.rows * self.run
+    }
+
+    /// Where the run of output row `r` (counted over all the images) starts.
+    fn row_start(&self, r: usize) -> usize {
+        (r / self.rows) * self.image_step + (r % self.rows) * self.row_step
     }
 
     /// Whether a run fills at least 3/5 of the 16-float vectors a product computes it in:
@@ -665,9 +673,10 @@ impl Runs {
         } else {
             self.run
         };
-        self.rows
+        self.images
             .checked_sub(1)?
-            .checked_mul(self.row_step)?
+            .checked_mul(self.image_step)?
+            .checked_add(self.rows.checked_sub(1)?.checked_mul(self.row_step)?)?
             .checked_add(offset)?
             .checked_add(last)
     }
@@ -679,7 +688,7 @@ impl Runs {
         while !out.is_empty() {
             let (r, s) = (q / self.run, q % self.run);
             let n = (self.run - s).min(out.len());
-            let at = r * self.row_step + s;
+            let at = self.row_start(r) + s;
             // Runs this short are copied inline: a memmove call would cost more than them.
             for (d, &v) in out[..n].iter_mut().zip(&row[at..at + n]) {
                 *d = v;
@@ -690,8 +699,9 @@ impl Runs {
     }
 }
 
-/// `c[i, q] = Σ_k a[i, k] · base[offsets[k] + r·row_step + s]` for `i < m` and every position
-/// `q = (r, s)` of `runs`: a convolution's output plane (`c` is `[m, rows·run]`) from its
+/// `c[i, q] = Σ_k a[i, k] · base[offsets[k] + start(r) + s]` for `i < m` and every position
+/// `q = (r, s)` of `runs`: a convolution's output planes (`c` is `[m, images·rows·run]`,
+/// images side by side) from its
 /// weight `a` and its column matrix, never built: row `k` of that matrix is the runs of
 /// pixels kernel tap `k` sees, starting at `offsets[k]` in the (padded) image `base`. `a` is
 /// row-major `[m, offsets.len()]` with `m` rounded up to 4 rows (its panels are read in
@@ -733,10 +743,10 @@ pub(crate) fn offset_rows_product(
     for p0 in (0..k).step_by(kc_step) {
         let kc = (k - p0).min(kc_step);
         if runs.fills_vectors() {
-            for r in 0..runs.rows {
+            for r in 0..runs.images * runs.rows {
                 for s0 in (0..runs.run).step_by(NR) {
                     let b = Offsets {
-                        base: base[r * runs.row_step + s0..].as_ptr(),
+                        base: base[runs.row_start(r) + s0..].as_ptr(),
                         table: offsets[p0..].as_ptr(),
                         len: kc,
                     };
@@ -790,7 +800,7 @@ fn row_panels<B: BRows>(
     }
 }
 
-/// `c[i·ldc + j] += Σ_q base[offsets[i] + r·row_step + s] · b[q·ldb + j]` for
+/// `c[i·ldc + j] += Σ_q base[offsets[i] + start(r) + s] · b[q·ldb + j]` for
 /// `i < offsets.len()`, `j < cols` and every position `q = (r, s)` of `runs`: the product of
 /// a convolution's column matrix (read out of the image as in [`offset_rows_product`]) with
 /// `b` (an output gradient, positions by channels), that is its weight gradient for one
@@ -840,7 +850,7 @@ pub(crate) fn offset_runs_product_acc(
             let kc = (plane - p0).min(kc_step);
             let a_panel = if in_place {
                 let r = p0 / runs.run;
-                APanel::Scattered(base[r * runs.row_step..].as_ptr(), table[r0..].as_ptr())
+                APanel::Scattered(base[runs.row_start(r)..].as_ptr(), table[r0..].as_ptr())
             } else {
                 let four = rows.next_multiple_of(4);
                 for (i, dst) in panel.chunks_exact_mut(kc).take(four).enumerate() {
