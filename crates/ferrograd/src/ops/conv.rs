@@ -580,29 +580,39 @@ fn conv_t_forward<T: FloatElement>(u: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Ten
         kc::direct_conv(&ud, cin, &flipped, &wt, cout, &mut out);
         return Tensor::from_data(out, &[n, cout, g.h, g.w]);
     }
-    let (mut us, mut cols) = (Vec::new(), Vec::new());
-    for images in chunks(n, k * plane) {
-        let count = images.len();
-        for grp in 0..groups {
-            side_by_side(&ud, &images, (cin, grp * cig, cig), plane, &mut us);
-            // W_group is [cig, k] row-major; its transpose is read in place.
-            let pair = (
-                mat_t(&wd, grp * cig * k, cig, k),
-                mat(&us, 0, cig, count * plane),
-            );
-            cols.clear();
-            gemm_batch_append(&[pair], k, count * plane, &mut cols);
-            out[images.start * cout * hw..images.end * cout * hw]
-                .par_chunks_mut((cout * hw).max(1))
-                .enumerate()
-                .for_each(|(m, img)| {
-                    let channels = &mut img[grp * cog * hw..(grp + 1) * cog * hw];
-                    col2im(&cols, count, m, g, channels);
-                });
-        }
-    }
+    // Chunks small enough that the column matrix col2im reads back is still in the cache
+    // (and at least one per thread), each on its own thread from product to col2im.
+    let threads = rayon::current_num_threads();
+    let per = (COLS_IN_CACHE / (k * plane).max(1)).clamp(1, n.div_ceil(threads).max(1));
+    out.par_chunks_mut((per * cout * hw).max(1))
+        .enumerate()
+        .for_each_init(
+            || (Vec::new(), Vec::new()),
+            |(us, cols), (chunk, out)| {
+                let images = chunk * per..(chunk * per + per).min(n);
+                let count = images.len();
+                for grp in 0..groups {
+                    side_by_side(&ud, &images, (cin, grp * cig, cig), plane, us);
+                    // W_group is [cig, k] row-major; its transpose is read in place.
+                    let pair = (
+                        mat_t(&wd, grp * cig * k, cig, k),
+                        mat(us, 0, cig, count * plane),
+                    );
+                    cols.clear();
+                    gemm_batch_append(&[pair], k, count * plane, cols);
+                    for (m, img) in out.chunks_mut((cout * hw).max(1)).enumerate() {
+                        let channels = &mut img[grp * cog * hw..(grp + 1) * cog * hw];
+                        col2im(cols, count, m, g, channels);
+                    }
+                }
+            },
+        );
     Tensor::from_data(out, &[n, cout, g.h, g.w])
 }
+
+/// Floats of column matrix per chunk of the transposed convolution: 1 MiB, about one
+/// core's L2.
+const COLS_IN_CACHE: usize = 1 << 18;
 
 /// `v[group] = dy[:, group] @ cols[group]ᵀ` summed over the images, as `[O, C/groups, kh, kw]`.
 fn conv_weight<T: FloatElement>(x: &Tensor, dy: &Tensor, s: &Sizes<'_>) -> Tensor {
