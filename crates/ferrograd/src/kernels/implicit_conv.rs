@@ -163,9 +163,15 @@ pub(crate) fn implicit_conv<T: Float>(x: &[T], c: usize, g: &Geom, w: &[T], o: u
     };
     let (offsets, len) = tap_offsets(c, g);
     let k = offsets.len();
-    // Rows padded to a multiple of 4, so that every A panel reads inside the weight.
-    let mut w4 = w.to_vec();
-    w4.resize(o.next_multiple_of(4) * k, 0.0);
+    // Rows padded to a multiple of 4, so that every A panel reads inside the weight, and one
+    // cache line longer than the taps: the kernel reads 12 rows side by side, and rows a
+    // multiple of 4 KiB apart (1024 taps: 64 channels of 4×4) would all fall in one set of
+    // the L1 cache (measured 6% slower).
+    let lda = k + 16;
+    let mut w4 = vec![0.0f32; o.next_multiple_of(4) * lda];
+    for (dst, src) in w4.chunks_exact_mut(lda).zip(w.chunks_exact(k.max(1))) {
+        dst[..k].copy_from_slice(src);
+    }
     let (image, plane, group) = (c * g.h * g.w, g.ho * g.wo, images_per_product(g));
     y.par_chunks_mut((group * o * plane).max(1))
         .zip(x.par_chunks((group * image).max(1)))
@@ -176,13 +182,13 @@ pub(crate) fn implicit_conv<T: Float>(x: &[T], c: usize, g: &Geom, w: &[T], o: u
                 let count = y.len() / (o * plane).max(1);
                 let runs = runs_of(g, count, len);
                 if count == 1 {
-                    super::sgemm::offset_rows_product(&w4, o, &offsets, padded, runs, y);
+                    super::sgemm::offset_rows_product((&w4, lda), o, &offsets, padded, runs, y);
                     return;
                 }
                 // The product's output is [O, images·plane]: each image's planes back to NCHW.
                 out.clear();
                 out.resize(o * count * plane, 0.0);
-                super::sgemm::offset_rows_product(&w4, o, &offsets, padded, runs, out);
+                super::sgemm::offset_rows_product((&w4, lda), o, &offsets, padded, runs, out);
                 for (oc, row) in out.chunks_exact(count * plane).enumerate() {
                     for (i, src) in row.chunks_exact(plane).enumerate() {
                         y[(i * o + oc) * plane..][..plane].copy_from_slice(src);

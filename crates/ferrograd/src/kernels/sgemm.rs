@@ -701,17 +701,16 @@ impl Runs {
 
 /// `c[i, q] = Σ_k a[i, k] · base[offsets[k] + start(r) + s]` for `i < m` and every position
 /// `q = (r, s)` of `runs`: a convolution's output planes (`c` is `[m, images·rows·run]`,
-/// images side by side) from its
-/// weight `a` and its column matrix, never built: row `k` of that matrix is the runs of
+/// images side by side) from its weight `a` and its column matrix, never built: row `k` of that matrix is the runs of
 /// pixels kernel tap `k` sees, starting at `offsets[k]` in the (padded) image `base`. `a` is
-/// row-major `[m, offsets.len()]` with `m` rounded up to 4 rows (its panels are read in
+/// `m` rounded up to 4 rows of `offsets.len()` weights, `lda` apart (its panels are read in
 /// place; the rows past `m` are never stored). Long runs are read in place, one output row
 /// per product; short ones are packed, 32 positions to a panel. Runs on the calling thread.
 ///
 /// Panics unless the AVX-512 path is [`available`] and the operands fit: `base` must hold
 /// every run rounded up to 16 floats (vectors read whole; only stores are masked).
 pub(crate) fn offset_rows_product(
-    a: &[f32],
+    (a, lda): (&[f32], usize),
     m: usize,
     offsets: &[usize],
     base: &[f32],
@@ -724,11 +723,14 @@ pub(crate) fn offset_rows_product(
     }
     // Checked: sizes that wrap around must fail the test, not pass it.
     let reach = offsets.iter().max().and_then(|&o| runs.reach(o, true));
-    let a_len = m.checked_next_multiple_of(4).and_then(|r| r.checked_mul(k));
+    let a_len = m
+        .checked_next_multiple_of(4)
+        .and_then(|r| r.checked_mul(lda));
     let c_len = m.checked_mul(plane);
     assert!(
         available()
             && k > 0
+            && lda >= k
             && a_len.is_some_and(|l| l <= a.len())
             && reach.is_some_and(|r| r <= base.len())
             && c_len.is_some_and(|l| l <= c.len()),
@@ -753,7 +755,7 @@ pub(crate) fn offset_rows_product(
                     let q0 = r * runs.run + s0;
                     row_panels(
                         a,
-                        (m, k, p0, kc),
+                        (m, lda, p0, kc),
                         b,
                         c,
                         (q0, (runs.run - s0).min(NR), plane),
@@ -767,17 +769,18 @@ pub(crate) fn offset_rows_product(
                     runs.gather(&base[offsets[p0 + s]..], q0, &mut dst[..width]);
                 }
                 let b = Strided(panel.as_ptr(), NR);
-                row_panels(a, (m, k, p0, kc), b, c, (q0, width, plane));
+                row_panels(a, (m, lda, p0, kc), b, c, (q0, width, plane));
             }
         }
     }
 }
 
 /// The row panels of [`offset_rows_product`] against one B panel of `width` columns, stored
-/// at column `q0` of `c` (row stride `ldc`); steps `p0..p0 + kc` of `a` (`m` rows of `k`).
+/// at column `q0` of `c` (row stride `ldc`); steps `p0..p0 + kc` of `a` (`m` rows `lda`
+/// apart).
 fn row_panels<B: BRows>(
     a: &[f32],
-    (m, k, p0, kc): (usize, usize, usize, usize),
+    (m, lda, p0, kc): (usize, usize, usize, usize),
     b: B,
     c: &mut [f32],
     (q0, width, ldc): (usize, usize, usize),
@@ -786,13 +789,13 @@ fn row_panels<B: BRows>(
     while r0 < m {
         let rows = panel_rows(m - r0);
         // SAFETY: the A panel (rows rounded up to 4, kc steps from p0) lies in `a`, which
-        // holds m rounded up to 4 rows of k (asserted by the caller); the B panel's kc rows
+        // holds m rounded up to 4 rows lda apart (asserted by the caller); the B panel's kc rows
         // hold 16·⌈width/16⌉ floats (in place: inside `base` by the caller's reach assert;
         // packed: NR floats each); the tile's `rows` rows of `width` columns at (r0, q0) lie
         // in `c` (m·ldc asserted, q0 + width ≤ ldc), borrowed exclusively; AVX-512F was
         // asserted.
         unsafe {
-            let a_panel = APanel::Rows(a[r0 * k + p0..].as_ptr(), k);
+            let a_panel = APanel::Rows(a[r0 * lda + p0..].as_ptr(), lda);
             let tile = c[r0 * ldc + q0..].as_mut_ptr();
             tile_kernel(kc, a_panel, b, tile, ldc, rows, width, p0 > 0);
         }
