@@ -681,21 +681,31 @@ impl Runs {
             .checked_add(last)
     }
 
-    /// Copies positions `q0..q0 + len` of the tap whose runs start at `row` into `dst`.
-    fn gather(&self, row: &[f32], q0: usize, dst: &mut [f32]) {
-        let mut q = q0;
-        let mut out = dst;
-        while !out.is_empty() {
+    /// The pieces of runs that positions `q0..q0 + len` consist of: `(at, n)`, `n` pixels
+    /// from `at` past a tap's start, in order. The same for every tap, so computed once per
+    /// block of positions.
+    fn pieces(&self, q0: usize, len: usize) -> Vec<(usize, usize)> {
+        let (mut pieces, mut q, end) = (Vec::new(), q0, q0 + len);
+        while q < end {
             let (r, s) = (q / self.run, q % self.run);
-            let n = (self.run - s).min(out.len());
-            let at = self.row_start(r) + s;
-            // Runs this short are copied inline: a memmove call would cost more than them.
-            for (d, &v) in out[..n].iter_mut().zip(&row[at..at + n]) {
-                *d = v;
-            }
-            out = &mut out[n..];
+            let n = (self.run - s).min(end - q);
+            pieces.push((self.row_start(r) + s, n));
             q += n;
         }
+        pieces
+    }
+}
+
+/// Copies the `pieces` of the tap whose runs start at `row` one after another into `dst`.
+fn gather(row: &[f32], pieces: &[(usize, usize)], dst: &mut [f32]) {
+    let mut out = dst;
+    for &(at, n) in pieces {
+        let (piece, rest) = out.split_at_mut(n);
+        // Runs this short are copied inline: a memmove call would cost more than them.
+        for (d, &v) in piece.iter_mut().zip(&row[at..at + n]) {
+            *d = v;
+        }
+        out = rest;
     }
 }
 
@@ -765,8 +775,9 @@ pub(crate) fn offset_rows_product(
         } else {
             for q0 in (0..plane).step_by(NR) {
                 let width = (plane - q0).min(NR);
+                let pieces = runs.pieces(q0, width);
                 for (s, dst) in panel.chunks_exact_mut(NR).take(kc).enumerate() {
-                    runs.gather(&base[offsets[p0 + s]..], q0, &mut dst[..width]);
+                    gather(&base[offsets[p0 + s]..], &pieces, &mut dst[..width]);
                 }
                 let b = Strided(panel.as_ptr(), NR);
                 row_panels(a, (m, lda, p0, kc), b, c, (q0, width, plane));
@@ -846,10 +857,18 @@ pub(crate) fn offset_runs_product_acc(
     } else {
         vec![0.0f32; MR * kc_step]
     };
+    let blocks: Vec<Vec<(usize, usize)>> = if in_place {
+        Vec::new()
+    } else {
+        (0..plane)
+            .step_by(kc_step)
+            .map(|p0| runs.pieces(p0, (plane - p0).min(kc_step)))
+            .collect()
+    };
     let mut r0 = 0;
     while r0 < m {
         let rows = panel_rows(m - r0);
-        for p0 in (0..plane).step_by(kc_step) {
+        for (block, p0) in (0..plane).step_by(kc_step).enumerate() {
             let kc = (plane - p0).min(kc_step);
             let a_panel = if in_place {
                 let r = p0 / runs.run;
@@ -857,7 +876,7 @@ pub(crate) fn offset_runs_product_acc(
             } else {
                 let four = rows.next_multiple_of(4);
                 for (i, dst) in panel.chunks_exact_mut(kc).take(four).enumerate() {
-                    runs.gather(&base[table[r0 + i]..], p0, dst);
+                    gather(&base[table[r0 + i]..], &blocks[block], dst);
                 }
                 APanel::Rows(panel.as_ptr(), kc)
             };
