@@ -391,6 +391,20 @@ fn kernels_that_reach_past_the_padded_image_and_batches_split_in_chunks() {
         (lhs - rhs).abs() < 1e-8 * lhs.abs().max(1.0),
         "{lhs} vs {rhs}"
     );
+    // A transposed convolution under a stride whose column matrix per image (320 × 1600)
+    // exceeds a cache-sized chunk: one image at a time, threaded inside; still the adjoint.
+    let u = randn(&[3, 3, 40, 40], 63);
+    let w = randn(&[3, 20, 4, 4], 64);
+    let o = ConvOpts::new().stride(2).padding(1);
+    let z = u.conv_transpose2d(&w, &o);
+    assert_eq!(z.shape(), &[3, 20, 80, 80]);
+    let x = randn(z.shape(), 65);
+    let lhs = (&z * &x).sum().item();
+    let rhs = (&u * &x.conv2d(&w, &o)).sum().item();
+    assert!(
+        (lhs - rhs).abs() < 1e-8 * lhs.abs().max(1.0),
+        "{lhs} vs {rhs}"
+    );
 }
 
 #[test]

@@ -128,8 +128,8 @@ fn tap_row_add<T: Float>(src: &[T], g: &Geom, i: usize, j: usize, plane: &mut [T
                 *d += v;
             }
         } else {
-            for (k, &v) in run.iter().enumerate() {
-                plane[at + k * g.sw] += v;
+            for (d, &v) in plane[at..].iter_mut().step_by(g.sw).zip(run) {
+                *d += v;
             }
         }
     }

@@ -27,6 +27,7 @@ pub(crate) fn implicit_applies<T: Float>(g: &Geom, c: usize) -> bool {
 /// is computable and the copy stays within a few times the image (a huge dilation allows a
 /// huge padding, whose copy would be mostly zeros).
 fn padded_len(c: usize, g: &Geom) -> Option<usize> {
+    // (The geometry was built with h + 2·ph and w + 2·pw checked.)
     let p = Phased::new(g);
     // The largest tap offset: Phased::at grows with the channel, the row and the column's
     // quotient, and the phase is below the stride.
@@ -64,14 +65,16 @@ fn runs_of(g: &Geom, images: usize, len: usize) -> Runs {
 /// place); otherwise the products pack positions 32 to a panel across image boundaries, and
 /// up to 4 images go together so that a plane such as 7×7 (49 positions: two panels, the
 /// second half empty) fills its panels better (3 × 49 = 147 positions in 5 panels).
-fn images_per_product(g: &Geom) -> usize {
+fn images_per_product(g: &Geom, images: usize) -> usize {
     let plane = g.ho * g.wo;
-    if g.wo * 5 >= g.wo.next_multiple_of(16) * 3 || plane == 0 {
+    // Large planes waste little of their last panel; and every thread keeps work.
+    let most = (images / rayon::current_num_threads()).clamp(1, 4);
+    if g.wo * 5 >= g.wo.next_multiple_of(16) * 3 || plane == 0 || plane > 256 {
         return 1;
     }
     let waste = |n: usize| (n * plane).next_multiple_of(32) - n * plane;
     // The fewest images with the least waste per image.
-    (1..=4).min_by_key(|&n| waste(n) * 4 / n).unwrap_or(1)
+    (1..=most).min_by_key(|&n| waste(n) * 4 / n).unwrap_or(1)
 }
 
 /// The padded copy the implicit products read: each padded row of `wp` pixels split into
@@ -153,7 +156,8 @@ fn pad_image(x: &[f32], g: &Geom, padded: &mut [f32]) {
 }
 
 /// Convolution of every image without a column matrix: `x` `[N, C, h, w]`, `w` `[O, C·kh·kw]`
-/// row-major, `y` `[N, O, ho, wo]` (overwritten). Each output row is one product of the
+/// row-major, `y` `[N, O, ho, wo]` (zeroed by the caller: an input of no pixels leaves it as
+/// it is; otherwise overwritten). Each output row is one product of the
 /// weight with the rows of the column matrix, read in place from a padded copy of the image
 /// through a table of where each kernel tap starts. Images run in parallel. Call it only
 /// where [`implicit_applies`].
@@ -172,7 +176,8 @@ pub(crate) fn implicit_conv<T: Float>(x: &[T], c: usize, g: &Geom, w: &[T], o: u
     for (dst, src) in w4.chunks_exact_mut(lda).zip(w.chunks_exact(k.max(1))) {
         dst[..k].copy_from_slice(src);
     }
-    let (image, plane, group) = (c * g.h * g.w, g.ho * g.wo, images_per_product(g));
+    let (image, plane) = (c * g.h * g.w, g.ho * g.wo);
+    let group = images_per_product(g, y.len() / (o * plane).max(1));
     y.par_chunks_mut((group * o * plane).max(1))
         .zip(x.par_chunks((group * image).max(1)))
         .for_each_init(
@@ -215,10 +220,12 @@ pub(crate) fn implicit_conv_weight<T: Float>(
     };
     let (offsets, len) = tap_offsets(c, g);
     let k = offsets.len();
-    let (image, plane, group) = (c * g.h * g.w, g.ho * g.wo, images_per_product(g));
-    let width = o.next_multiple_of(16);
+    let (image, plane) = (c * g.h * g.w, g.ho * g.wo);
     let n = x.len().checked_div(image).unwrap_or(0);
     let per_run = n.div_ceil(WEIGHT_RUNS).max(1);
+    // Groups within a run (the runs already spread the images over the threads).
+    let group = images_per_product(g, per_run * rayon::current_num_threads());
+    let width = o.next_multiple_of(16);
     let partials: Vec<Vec<f32>> = x
         .par_chunks((image * per_run).max(1))
         .zip(dy.par_chunks((o * plane * per_run).max(1)))

@@ -648,9 +648,9 @@ pub(crate) struct Runs {
 }
 
 impl Runs {
-    /// Positions in all the planes.
-    fn plane(&self) -> usize {
-        self.images * self.rows * self.run
+    /// Positions in all the planes, or None when the count overflows.
+    fn plane(&self) -> Option<usize> {
+        self.images.checked_mul(self.rows)?.checked_mul(self.run)
     }
 
     /// Where the run of output row `r` (counted over all the images) starts.
@@ -727,7 +727,7 @@ pub(crate) fn offset_rows_product(
     runs: Runs,
     c: &mut [f32],
 ) {
-    let (k, plane) = (offsets.len(), runs.plane());
+    let (k, plane) = (offsets.len(), runs.plane().unwrap_or(usize::MAX));
     if m == 0 || plane == 0 {
         return;
     }
@@ -739,6 +739,7 @@ pub(crate) fn offset_rows_product(
     let c_len = m.checked_mul(plane);
     assert!(
         available()
+            && runs.plane().is_some()
             && k > 0
             && lda >= k
             && a_len.is_some_and(|l| l <= a.len())
@@ -830,13 +831,13 @@ pub(crate) fn offset_runs_product_acc(
     (cols, ldc): (usize, usize),
     c: &mut [f32],
 ) {
-    let (m, plane) = (offsets.len(), runs.plane());
+    let (m, plane) = (offsets.len(), runs.plane().unwrap_or(usize::MAX));
     if m == 0 || cols == 0 || plane == 0 {
         return;
     }
     // Checked: sizes that wrap around must fail the test, not pass it.
     let reach = offsets.iter().max().and_then(|&o| runs.reach(o, false));
-    let b_len = plane.checked_mul(ldb);
+    let b_len = runs.plane().and_then(|p| p.checked_mul(ldb));
     let c_len = (m - 1).checked_mul(ldc).and_then(|v| v.checked_add(cols));
     assert!(
         available()

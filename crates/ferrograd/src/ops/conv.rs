@@ -541,7 +541,7 @@ fn conv_t_forward<T: FloatElement>(u: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Ten
             c: cout,
             o: cin,
         },
-        (cog, cig, k, plane),
+        (_, _, k, plane),
     ) = (*s, s.per_group());
     let hw = g.h * g.w;
     let mut out = filled(
@@ -580,34 +580,77 @@ fn conv_t_forward<T: FloatElement>(u: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Ten
         kc::direct_conv(&ud, cin, &flipped, &wt, cout, &mut out);
         return Tensor::from_data(out, &[n, cout, g.h, g.w]);
     }
-    // Chunks small enough that the column matrix col2im reads back is still in the cache
-    // (and at least one per thread), each on its own thread from product to col2im.
-    let threads = rayon::current_num_threads();
-    let per = (COLS_IN_CACHE / (k * plane).max(1)).clamp(1, n.div_ceil(threads).max(1));
-    out.par_chunks_mut((per * cout * hw).max(1))
-        .enumerate()
-        .for_each_init(
-            || (Vec::new(), Vec::new()),
-            |(us, cols), (chunk, out)| {
-                let images = chunk * per..(chunk * per + per).min(n);
-                let count = images.len();
-                for grp in 0..groups {
-                    side_by_side(&ud, &images, (cin, grp * cig, cig), plane, us);
-                    // W_group is [cig, k] row-major; its transpose is read in place.
-                    let pair = (
-                        mat_t(&wd, grp * cig * k, cig, k),
-                        mat(us, 0, cig, count * plane),
-                    );
-                    cols.clear();
-                    gemm_batch_append(&[pair], k, count * plane, cols);
-                    for (m, img) in out.chunks_mut((cout * hw).max(1)).enumerate() {
-                        let channels = &mut img[grp * cog * hw..(grp + 1) * cog * hw];
-                        col2im(cols, count, m, g, channels);
-                    }
-                }
-            },
-        );
+    let per_image = k * plane;
+    if per_image <= COLS_IN_CACHE {
+        // Chunks small enough that the column matrix col2im reads back is still in the
+        // cache (and enough of them for the threads), each on its own thread from product to
+        // col2im.
+        let threads = rayon::current_num_threads();
+        let per = (COLS_IN_CACHE / per_image.max(1)).clamp(1, (n / threads).max(1));
+        out.par_chunks_mut((per * cout * hw).max(1))
+            .enumerate()
+            .for_each_init(
+                || (Vec::new(), Vec::new()),
+                |(us, cols), (chunk, out)| {
+                    let images = chunk * per..(chunk * per + per).min(n);
+                    conv_t_chunk((&ud, &wd, us, cols), s, &images, out, false);
+                },
+            );
+    } else {
+        // Larger images: one column matrix at a time (each thread holding its own would
+        // multiply the memory), the product and col2im threaded inside.
+        let (mut us, mut cols) = (Vec::new(), Vec::new());
+        for images in chunks(n, per_image) {
+            let out = &mut out[images.start * cout * hw..images.end * cout * hw];
+            conv_t_chunk((&ud, &wd, &mut us, &mut cols), s, &images, out, true);
+        }
+    }
     Tensor::from_data(out, &[n, cout, g.h, g.w])
+}
+
+/// One chunk of images of the transposed convolution through im2col's adjoint: per group,
+/// the product `W_groupᵀ @ u` (a column matrix) and col2im into `out`, the chunk's images
+/// (`spread`: their col2im in parallel).
+fn conv_t_chunk<T: FloatElement>(
+    (ud, wd, us, cols): (&[T], &[T], &mut Vec<T>, &mut Vec<T>),
+    s: &Sizes<'_>,
+    images: &Range<usize>,
+    out: &mut [T],
+    spread: bool,
+) {
+    let (
+        Sizes {
+            g, groups, c, o, ..
+        },
+        (cog, cig, k, plane),
+    ) = (*s, s.per_group());
+    let (count, hw) = (images.len(), g.h * g.w);
+    for grp in 0..groups {
+        side_by_side(ud, images, (o, grp * cig, cig), plane, us);
+        // W_group is [cig, k] row-major; its transpose is read in place.
+        let pair = (
+            mat_t(wd, grp * cig * k, cig, k),
+            mat(us, 0, cig, count * plane),
+        );
+        cols.clear();
+        gemm_batch_append(&[pair], k, count * plane, cols);
+        let add = |(m, img): (usize, &mut [T])| {
+            col2im(
+                cols,
+                count,
+                m,
+                g,
+                &mut img[grp * cog * hw..(grp + 1) * cog * hw],
+            );
+        };
+        if spread {
+            out.par_chunks_mut((c * hw).max(1))
+                .enumerate()
+                .for_each(add);
+        } else {
+            out.chunks_mut((c * hw).max(1)).enumerate().for_each(add);
+        }
+    }
 }
 
 /// Floats of column matrix per chunk of the transposed convolution: 1 MiB, about one
