@@ -261,6 +261,28 @@ fn mat<T>(data: &[T], offset: usize, rows: usize, cols: usize, transposed: bool)
     }
 }
 
+/// A copy of the `[rows, cols]` row-major `src` (transposed first when `transposed`) whose
+/// first element sits on a cache line: its offset into the returned buffer. Every step of a
+/// sequence multiplies by the same `W_hh`; a copy the matrix product can read in place (it
+/// needs its rows on cache lines) saves packing it again at each step.
+fn aligned<T: Float>(src: &[T], rows: usize, cols: usize, transposed: bool) -> (Vec<T>, usize) {
+    let pad = 64 / std::mem::size_of::<T>();
+    let mut buf = vec![T::zero(); rows * cols + pad];
+    let misalign = (buf.as_ptr() as usize % 64) / std::mem::size_of::<T>();
+    let offset = (pad - misalign) % pad;
+    let dst = &mut buf[offset..offset + rows * cols];
+    if transposed {
+        for (r, row) in src.chunks_exact(cols.max(1)).enumerate() {
+            for (c, &v) in row.iter().enumerate() {
+                dst[c * rows + r] = v;
+            }
+        }
+    } else {
+        dst.copy_from_slice(&src[..rows * cols]);
+    }
+    (buf, offset)
+}
+
 /// `a @ b`.
 fn product<T: Float>(a: MatRef<'_, T>, b: MatRef<'_, T>) -> Vec<T> {
     let (m, n) = (a.rows, b.cols);
@@ -443,11 +465,13 @@ fn forward_part<C: Cell, T: Float>(
     }
     let mut saved = vec![T::zero(); t * C::SAVED * state];
     let saved_len = C::SAVED * state;
+    // W_hhᵀ [H, G·H], read in place by every step's product.
+    let (w_hh_t, at) = aligned(w.w_hh, gates, hidden, true);
     for step in 0..t {
         let (h_prev, h_next) = hs[step * state..].split_at_mut(state);
         let mut gh = product(
             mat(h_prev, 0, n, hidden, false),
-            mat(w.w_hh, 0, gates, hidden, true),
+            mat(&w_hh_t, at, hidden, gates, false),
         );
         add_rows(&mut gh, w.b_hh);
         let (c_prev, c_next): (&[T], &mut [T]) = if C::HAS_C {
@@ -545,6 +569,8 @@ fn backward_part<C: Cell, T: Float>(
     );
     let (mut dh, mut dc) = (dh_n.to_vec(), dc_n.to_vec());
     let (mut dh_direct, mut dc_prev) = (vec![T::zero(); state], vec![T::zero(); dc.len()]);
+    // W_hh [G·H, H], read in place by every step's product.
+    let (w_hh, w_at) = aligned(w.w_hh, gates, hidden, false);
     for step in (0..t).rev() {
         accumulate_rows(&mut dh, &dout_tm[step * state..][..state]);
         let c: &[T] = if C::HAS_C {
@@ -571,7 +597,7 @@ fn backward_part<C: Cell, T: Float>(
         // The previous state's gradient: through gh, plus any direct path.
         dh = product(
             mat(&dgh, at, n, gates, false),
-            mat(w.w_hh, 0, gates, hidden, false),
+            mat(&w_hh, w_at, gates, hidden, false),
         );
         accumulate_rows(&mut dh, &dh_direct);
         std::mem::swap(&mut dc, &mut dc_prev);
