@@ -311,6 +311,41 @@ fn max_pool_gradient_goes_to_the_first_maximum() {
 }
 
 #[test]
+fn max_pool_nan_wins_in_every_window_kernel() {
+    // As in PyTorch: a NaN is the maximum wherever it stands in its window (the first of
+    // several NaNs), and its input takes the gradient. The common 2×2 window with stride 2
+    // runs its own loop; 3×3 with stride 2 the general one. Both see the same rows.
+    let nan = f32::NAN;
+    #[rustfmt::skip]
+    let rows = vec![
+        1.0, 5.0, 2.0, nan, 7.0, 0.0,
+        nan, 9.0, 4.0, 3.0, 7.0, 1.0,
+        0.0, 0.0, nan, nan, 2.0, 8.0,
+        6.0, 6.0, 1.0, 1.0, 8.0, 2.0,
+        3.0, 4.0, 5.0, 6.0, 7.0, 8.0,
+    ];
+    let x = Tensor::from_vec(rows, &[1, 1, 5, 6]).requires_grad();
+    for (k, want) in [
+        (2, vec![nan, nan, 7.0, 6.0, nan, 8.0]),
+        (3, vec![nan, nan, nan, nan]),
+    ] {
+        let y = x.max_pool2d(k, 2, 0);
+        let got = y.to_vec::<f32>();
+        assert_eq!(got.len(), want.len(), "{k}x{k}");
+        for (g, w) in got.iter().zip(&want) {
+            assert!(g == w || (g.is_nan() && w.is_nan()), "{k}x{k}: {got:?}");
+        }
+    }
+    // Where the 2×2 windows send their gradients: to the NaN, to the first NaN of two, and at
+    // ties (7 and 7, 6 and 6, 8 and 8) to the first maximum in row-major order.
+    let g = grad(&x.max_pool2d(2, 2, 0).sum(), &[&x])
+        .remove(0)
+        .to_vec::<f32>();
+    let hit: Vec<usize> = (0..30).filter(|&i| g[i] != 0.0).collect();
+    assert_eq!(hit, vec![3, 4, 6, 14, 17, 18]);
+}
+
+#[test]
 fn pooling_has_first_and_second_derivatives() {
     let x = randn(&[2, 2, 6, 5], 4);
     check(

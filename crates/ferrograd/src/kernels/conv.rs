@@ -433,6 +433,10 @@ impl<T: Float> Direct<'_, T> {
 /// Max pooling of one `[h, w]` plane: each output's maximum (NaN wins, as in PyTorch) and the
 /// flat input index it came from (the first at ties). Padding never wins (it is −∞).
 pub(crate) fn max_pool_plane<T: Float>(x: &[T], g: &Geom, out: &mut [T], arg: &mut [usize]) {
+    let plain = (g.sh, g.sw, g.ph, g.pw, g.dh, g.dw) == (2, 2, 0, 0, 1, 1);
+    if plain && (g.kh, g.kw) == (2, 2) {
+        return max_pool_2x2(x, g, out, arg);
+    }
     for oy in 0..g.ho {
         for ox in 0..g.wo {
             let mut best = T::neg_infinity();
@@ -457,6 +461,43 @@ pub(crate) fn max_pool_plane<T: Float>(x: &[T], g: &Geom, out: &mut [T], arg: &m
             }
             out[oy * g.wo + ox] = best;
             arg[oy * g.wo + ox] = at;
+        }
+    }
+}
+
+/// [`max_pool_plane`] for the common 2×2 window with stride 2 and no padding: every window
+/// inside the plane, so no bounds to test, and its four candidates compared in the same
+/// order (row by row) with the same rule.
+fn max_pool_2x2<T: Float>(x: &[T], g: &Geom, out: &mut [T], arg: &mut [usize]) {
+    for (oy, (out, arg)) in out
+        .chunks_exact_mut(g.wo.max(1))
+        .zip(arg.chunks_exact_mut(g.wo.max(1)))
+        .take(g.ho)
+        .enumerate()
+    {
+        let (top, bottom) = (2 * oy * g.w, (2 * oy + 1) * g.w);
+        let rows = (&x[top..top + 2 * g.wo], &x[bottom..bottom + 2 * g.wo]);
+        for (ox, (o, a)) in out.iter_mut().zip(arg.iter_mut()).enumerate() {
+            let at = [
+                top + 2 * ox,
+                top + 2 * ox + 1,
+                bottom + 2 * ox,
+                bottom + 2 * ox + 1,
+            ];
+            let v = [
+                rows.0[2 * ox],
+                rows.0[2 * ox + 1],
+                rows.1[2 * ox],
+                rows.1[2 * ox + 1],
+            ];
+            let mut best = 0;
+            for t in 1..4 {
+                if v[t] > v[best] || (v[t].is_nan() && !v[best].is_nan()) {
+                    best = t;
+                }
+            }
+            *o = v[best];
+            *a = at[best];
         }
     }
 }
