@@ -244,16 +244,35 @@ pub(crate) fn direct_conv_weight<T: Float>(
 ) -> Vec<T> {
     let (image, out) = (c * g.h * g.w, o * g.ho * g.wo);
     let len = c * g.taps() * direct_width(o);
-    let n = x.len().checked_div(image).unwrap_or(0);
-    let per_run = n.div_ceil(WEIGHT_RUNS).max(1);
+    sum_over_runs(x, dy, (image, out, len), |xs, dys, acc| {
+        for (x, dy) in xs.chunks(image.max(1)).zip(dys.chunks(out.max(1))) {
+            direct_weight_image(x, dy, c, g, o, acc);
+        }
+    })
+}
+
+/// Images per run of [`sum_over_runs`] for a batch of `n`.
+pub(super) fn images_per_run(n: usize) -> usize {
+    n.div_ceil(WEIGHT_RUNS).max(1)
+}
+
+/// A weight gradient's sum over the images of `x` (`image` elements each) and `dy` (`out`
+/// each): `add_run` adds each fixed run of [`images_per_run`] images into its own `len`
+/// sums, on any thread, and the runs' sums are added in order, so the result does not depend
+/// on how the work was scheduled (a run gives the same weights every time).
+pub(super) fn sum_over_runs<T: Float>(
+    x: &[T],
+    dy: &[T],
+    (image, out, len): (usize, usize, usize),
+    add_run: impl Fn(&[T], &[T], &mut [T]) + Sync,
+) -> Vec<T> {
+    let per_run = images_per_run(x.len().checked_div(image).unwrap_or(0));
     let partials: Vec<Vec<T>> = x
         .par_chunks((image * per_run).max(1))
         .zip(dy.par_chunks((out * per_run).max(1)))
         .map(|(xs, dys)| {
             let mut acc = vec![T::zero(); len];
-            for (x, dy) in xs.chunks(image.max(1)).zip(dys.chunks(out.max(1))) {
-                direct_weight_image(x, dy, c, g, o, &mut acc);
-            }
+            add_run(xs, dys, &mut acc);
             acc
         })
         .collect();
@@ -264,9 +283,9 @@ pub(crate) fn direct_conv_weight<T: Float>(
     total
 }
 
-/// Runs of images [`direct_conv_weight`] sums separately: enough for the threads, fixed so
-/// that the order of the sums is too.
-pub(super) const WEIGHT_RUNS: usize = 16;
+/// Runs of images a weight gradient sums separately ([`sum_over_runs`]): enough for the
+/// threads, fixed so that the order of the sums is too.
+const WEIGHT_RUNS: usize = 16;
 
 /// One image's share of [`direct_conv_weight`], added into `acc`; compiled for each
 /// instruction set.

@@ -7,7 +7,7 @@
 
 use rayon::prelude::*;
 
-use super::conv::{Geom, WEIGHT_RUNS};
+use super::conv::{images_per_run, sum_over_runs, Geom};
 use super::sgemm::Runs;
 use super::Float;
 
@@ -69,7 +69,7 @@ fn images_per_product(g: &Geom, images: usize) -> usize {
     let plane = g.ho * g.wo;
     // Large planes waste little of their last panel; and every thread keeps work.
     let most = (images / rayon::current_num_threads()).clamp(1, 4);
-    if g.wo * 5 >= g.wo.next_multiple_of(16) * 3 || plane == 0 || plane > 256 {
+    if runs_of(g, 1, 0).fills_vectors() || plane == 0 || plane > 256 {
         return 1;
     }
     let waste = |n: usize| (n * plane).next_multiple_of(32) - n * plane;
@@ -221,44 +221,34 @@ pub(crate) fn implicit_conv_weight<T: Float>(
     let (offsets, len) = tap_offsets(c, g);
     let k = offsets.len();
     let (image, plane) = (c * g.h * g.w, g.ho * g.wo);
-    let n = x.len().checked_div(image).unwrap_or(0);
-    let per_run = n.div_ceil(WEIGHT_RUNS).max(1);
+    let per_run = images_per_run(x.len().checked_div(image).unwrap_or(0));
     // Groups within a run (the runs already spread the images over the threads).
     let group = images_per_product(g, per_run * rayon::current_num_threads());
     let width = o.next_multiple_of(16);
-    let partials: Vec<Vec<f32>> = x
-        .par_chunks((image * per_run).max(1))
-        .zip(dy.par_chunks((o * plane * per_run).max(1)))
-        .map(|(xs, dys)| {
-            let (mut acc, mut padded) = (vec![0.0; k * width], Vec::new());
-            let mut dyt = vec![0.0; group * plane * width];
-            let chunks = xs.chunks((group * image).max(1));
-            for (x, dy) in chunks.zip(dys.chunks((group * o * plane).max(1))) {
-                pad_into(x, image, g, len, &mut padded);
-                // The output gradients of the images one after another, positions by channels.
-                for (i, dy) in dy.chunks_exact((o * plane).max(1)).enumerate() {
-                    for (oc, channel) in dy.chunks_exact(plane.max(1)).enumerate() {
-                        for (p, &v) in channel.iter().enumerate() {
-                            dyt[(i * plane + p) * width + oc] = v;
-                        }
+    let sizes = (image, o * plane, k * width);
+    let total = sum_over_runs(x, dy, sizes, |xs, dys, acc| {
+        let (mut padded, mut dyt) = (Vec::new(), vec![0.0; group * plane * width]);
+        let chunks = xs.chunks((group * image).max(1));
+        for (x, dy) in chunks.zip(dys.chunks((group * o * plane).max(1))) {
+            pad_into(x, image, g, len, &mut padded);
+            // The output gradients of the images one after another, positions by channels.
+            for (i, dy) in dy.chunks_exact((o * plane).max(1)).enumerate() {
+                for (oc, channel) in dy.chunks_exact(plane.max(1)).enumerate() {
+                    for (p, &v) in channel.iter().enumerate() {
+                        dyt[(i * plane + p) * width + oc] = v;
                     }
                 }
-                let count = x.len() / image.max(1);
-                super::sgemm::offset_runs_product_acc(
-                    (&padded, &offsets),
-                    runs_of(g, count, len),
-                    (&dyt, width),
-                    (o, width),
-                    &mut acc,
-                );
             }
-            acc
-        })
-        .collect();
-    let mut total = vec![0.0f32; k * width];
-    for part in partials {
-        total.iter_mut().zip(part).for_each(|(t, p)| *t += p);
-    }
+            let count = x.len() / image.max(1);
+            super::sgemm::offset_runs_product_acc(
+                (&padded, &offsets),
+                runs_of(g, count, len),
+                (&dyt, width),
+                (o, width),
+                acc,
+            );
+        }
+    });
     // Taps by channels to PyTorch's [O, C·kh·kw].
     let mut out = vec![T::zero(); o * k];
     let dst = T::as_f32_mut(&mut out).expect("f32");

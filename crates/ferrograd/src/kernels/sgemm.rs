@@ -662,7 +662,7 @@ impl Runs {
     /// then the products read runs in place, one output row at a time; shorter runs (the
     /// 7×7 maps of a DCGAN would waste more than half of every vector) are packed several
     /// rows to a panel.
-    fn fills_vectors(&self) -> bool {
+    pub(crate) fn fills_vectors(&self) -> bool {
         self.run * 5 >= self.run.next_multiple_of(16) * 3
     }
 

@@ -356,11 +356,32 @@ fn flipped(g: &Geom) -> Option<Geom> {
     })
 }
 
-/// [`flipped`], where the direct kernel wins. At most 8 outputs (an input gradient of a layer
-/// with few input channels) fill only half a vector, and there the product with the column
-/// matrix measured faster (LeNet's 8→16 5×5: 1.1 ms against 4.5 for its input gradient).
-fn as_direct_conv(g: &Geom, groups: usize, cin: usize, cout: usize) -> Option<Geom> {
-    flipped(g).filter(|_| cout > 8 && direct_wins(g, groups, cin * g.taps(), cout))
+/// The convolution weight `[Cout, Cin·taps]` equal to a transposed convolution's `w`
+/// (`[Cin, Cout, kh, kw]`) under [`flipped`]: channels swapped, taps reversed.
+fn flipped_weight<T: FloatElement>(w: &[T], cin: usize, cout: usize, taps: usize) -> Vec<T> {
+    let mut wf = vec![T::zero(); cout * cin * taps];
+    for (ci, filters) in w.chunks_exact((cout * taps).max(1)).enumerate() {
+        for (oc, filter) in filters.chunks_exact(taps.max(1)).enumerate() {
+            for (tap, &v) in filter.iter().enumerate() {
+                wf[(oc * cin + ci) * taps + taps - 1 - tap] = v;
+            }
+        }
+    }
+    wf
+}
+
+/// The direct kernel's convolution with weight `w` `[O, K]` (K = C·kh·kw): the weight
+/// transposed to `[K, O']`, O' a whole number of the kernel's blocks, so that each tap is one
+/// vector operation over a block of outputs.
+fn direct_conv<T: FloatElement>(x: &[T], c: usize, g: &Geom, w: &[T], o: usize, out: &mut [T]) {
+    let (k, stride) = (c * g.taps(), kc::direct_width(o));
+    let mut wt = vec![T::zero(); k * stride];
+    for (oc, filter) in w.chunks_exact(k.max(1)).enumerate() {
+        for (tap, &v) in filter.iter().enumerate() {
+            wt[tap * stride + oc] = v;
+        }
+    }
+    kc::direct_conv(x, c, g, &wt, o, out);
 }
 
 /// Images per chunk of column matrices: enough for the products to be large and the threads
@@ -505,15 +526,7 @@ fn conv_forward<T: FloatElement>(x: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Tenso
         return Tensor::from_data(out, &[n, o, g.ho, g.wo]);
     }
     if direct_wins(g, groups, k, o) {
-        // The weight [O, C·kh·kw] transposed to [C·kh·kw, O'], O' a whole number of blocks.
-        let stride = kc::direct_width(o);
-        let mut wt = vec![T::zero(); k * stride];
-        for (oc, filter) in wd.chunks_exact(k.max(1)).enumerate() {
-            for (tap, &v) in filter.iter().enumerate() {
-                wt[tap * stride + oc] = v;
-            }
-        }
-        kc::direct_conv(&xd, c, g, &wt, o, &mut out);
+        direct_conv(&xd, c, g, &wd, o, &mut out);
         return Tensor::from_data(out, &[n, o, g.ho, g.wo]);
     }
     let (mut cols, mut y) = (Vec::new(), Vec::new());
@@ -549,36 +562,21 @@ fn conv_t_forward<T: FloatElement>(u: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Ten
         numel_or_panic("conv_transpose2d", &[n, cout, g.h, g.w]),
         T::zero(),
     );
-    if let Some(flipped) = flipped(g).filter(|f| groups == 1 && ki::implicit_applies::<T>(f, cin)) {
-        // With a stride of 1 the transposed convolution is a convolution by the flipped
-        // kernel, channels swapped: [Cin, Cout, kh, kw] → [Cout, Cin·kh·kw], taps reversed.
-        let taps = g.taps();
-        let mut wf = vec![T::zero(); cout * cin * taps];
-        for (ci, filters) in wd.chunks_exact((cout * taps).max(1)).enumerate() {
-            for (oc, filter) in filters.chunks_exact(taps.max(1)).enumerate() {
-                for (tap, &v) in filter.iter().enumerate() {
-                    wf[(oc * cin + ci) * taps + taps - 1 - tap] = v;
-                }
+    // With a stride of 1 the transposed convolution is a convolution by the flipped kernel.
+    if let Some(f) = flipped(g).filter(|_| groups == 1) {
+        let implicit = ki::implicit_applies::<T>(&f, cin);
+        // At most 8 outputs (an input gradient of a layer with few input channels) fill only
+        // half a vector of the direct kernel: the column matrix measured faster there
+        // (LeNet's 8→16 5×5: 1.1 ms against 4.5 for its input gradient).
+        if implicit || (cout > 8 && direct_wins(g, groups, cin * g.taps(), cout)) {
+            let wf = flipped_weight(&wd, cin, cout, g.taps());
+            if implicit {
+                ki::implicit_conv(&ud, cin, &f, &wf, cout, &mut out);
+            } else {
+                direct_conv(&ud, cin, &f, &wf, cout, &mut out);
             }
+            return Tensor::from_data(out, &[n, cout, g.h, g.w]);
         }
-        ki::implicit_conv(&ud, cin, &flipped, &wf, cout, &mut out);
-        return Tensor::from_data(out, &[n, cout, g.h, g.w]);
-    }
-    if let Some(flipped) = as_direct_conv(g, groups, cin, cout) {
-        // With a stride of 1 the transposed convolution is a convolution by the flipped
-        // kernel, channels swapped: [Cin, Cout, kh, kw] → taps (ci, kh−1−i, kw−1−j) × Cout.
-        let stride = kc::direct_width(cout);
-        let taps = g.taps();
-        let mut wt = vec![T::zero(); cin * taps * stride];
-        for (ci, filters) in wd.chunks_exact((cout * taps).max(1)).enumerate() {
-            for (oc, filter) in filters.chunks_exact(taps.max(1)).enumerate() {
-                for (tap, &v) in filter.iter().enumerate() {
-                    wt[(ci * taps + taps - 1 - tap) * stride + oc] = v;
-                }
-            }
-        }
-        kc::direct_conv(&ud, cin, &flipped, &wt, cout, &mut out);
-        return Tensor::from_data(out, &[n, cout, g.h, g.w]);
     }
     let per_image = k * plane;
     if per_image <= COLS_IN_CACHE {
