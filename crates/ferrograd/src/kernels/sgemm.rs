@@ -549,21 +549,32 @@ unsafe fn tile_kernel<B: BRows>(
         mask,
         accumulate,
     };
-    // SAFETY: forwarded contract; the row count chosen never exceeds what the panel holds.
+    // SAFETY: forwarded contract.
     unsafe {
-        match (matches!(a, APanel::Steps(..)), rows.div_ceil(4), wide) {
-            (true, 3, true) => micro_kernel::<12, 2, false, B>(a, t),
-            (true, 3, false) => micro_kernel::<12, 1, false, B>(a, t),
-            (true, 2, true) => micro_kernel::<8, 2, false, B>(a, t),
-            (true, 2, false) => micro_kernel::<8, 1, false, B>(a, t),
-            (true, _, true) => micro_kernel::<4, 2, false, B>(a, t),
-            (true, _, false) => micro_kernel::<4, 1, false, B>(a, t),
-            (false, 3, true) => micro_kernel::<12, 2, true, B>(a, t),
-            (false, 3, false) => micro_kernel::<12, 1, true, B>(a, t),
-            (false, 2, true) => micro_kernel::<8, 2, true, B>(a, t),
-            (false, 2, false) => micro_kernel::<8, 1, true, B>(a, t),
-            (false, _, true) => micro_kernel::<4, 2, true, B>(a, t),
-            (false, _, false) => micro_kernel::<4, 1, true, B>(a, t),
+        if matches!(a, APanel::Steps(..)) {
+            sized_kernel::<false, B>(a, t, wide)
+        } else {
+            sized_kernel::<true, B>(a, t, wide)
+        }
+    }
+}
+
+/// The micro-kernel for the fewest rows (4, 8 or 12) covering `t.rows`, over one or two
+/// vectors of columns.
+///
+/// # Safety
+/// As [`micro_kernel`], for the row count chosen (never more than the panel holds).
+#[inline]
+unsafe fn sized_kernel<const ROWS: bool, B: BRows>(a: APanel, t: Tile<B>, wide: bool) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        match (t.rows.div_ceil(4), wide) {
+            (3, true) => micro_kernel::<12, 2, ROWS, B>(a, t),
+            (3, false) => micro_kernel::<12, 1, ROWS, B>(a, t),
+            (2, true) => micro_kernel::<8, 2, ROWS, B>(a, t),
+            (2, false) => micro_kernel::<8, 1, ROWS, B>(a, t),
+            (_, true) => micro_kernel::<4, 2, ROWS, B>(a, t),
+            (_, false) => micro_kernel::<4, 1, ROWS, B>(a, t),
         }
     }
 }
