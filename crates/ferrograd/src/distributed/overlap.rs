@@ -27,17 +27,25 @@ struct Place {
     len: usize,
 }
 
-/// The buckets of `params` (last parameter first, one dtype per bucket, about
-/// [`super::BUCKET_BYTES`] each) and each parameter's place, by index in `params`.
-fn plan(params: &[(String, Param)]) -> (Vec<(DType, usize)>, Vec<Option<Place>>) {
-    let mut buckets: Vec<(DType, usize)> = Vec::new();
-    let mut places: Vec<Option<Place>> = params.iter().map(|_| None).collect();
-    let first: IdMap<usize> = params
+/// Each parameter's first index in `params`, by identity.
+fn first_index(params: &[(String, Param)]) -> IdMap<usize> {
+    params
         .iter()
         .enumerate()
         .rev()
         .map(|(i, (_, p))| (p.id(), i))
-        .collect();
+        .collect()
+}
+
+/// The buckets of `params` (last parameter first, one dtype per bucket, about
+/// [`super::BUCKET_BYTES`] each) and each parameter's place, by index in `params`, given
+/// [`first_index`] of them.
+fn plan(
+    params: &[(String, Param)],
+    first: &IdMap<usize>,
+) -> (Vec<(DType, usize)>, Vec<Option<Place>>) {
+    let mut buckets: Vec<(DType, usize)> = Vec::new();
+    let mut places: Vec<Option<Place>> = params.iter().map(|_| None).collect();
     for (i, (_, p)) in params.iter().enumerate().rev() {
         // A parameter listed twice is sent once, from its first place.
         if first.get(&p.id()) != Some(&i) {
@@ -214,13 +222,8 @@ impl ProcessGroup {
         } else {
             0.0
         };
-        let (buckets, places) = plan(params);
-        let index: IdMap<usize> = params
-            .iter()
-            .enumerate()
-            .rev()
-            .map(|(i, (_, p))| (p.id(), i))
-            .collect();
+        let index = first_index(params);
+        let (buckets, places) = plan(params, &index);
         let len_of = |dtype: DType| -> usize {
             buckets
                 .iter()
