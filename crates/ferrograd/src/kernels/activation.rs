@@ -16,6 +16,8 @@ const LN2_LO: f32 = -2.121_944_4e-4;
 /// Beyond these, e^x overflows f32 or rounds to zero (below the smallest subnormal).
 const EXP_MAX: f32 = 88.722_84;
 const EXP_MIN: f32 = -103.972_08;
+/// 1.5·2^23: adding it to a small integer-valued float puts the integer in the low bits.
+const ROUNDING_BIAS: f32 = 12_582_912.0;
 
 /// e^x, branch-free (NaN stays NaN).
 #[inline(always)]
@@ -28,13 +30,16 @@ fn exp(input: f32) -> f32 {
         * r
         + 0.5;
     let y = p * r * r + r + 1.0;
+    // n as an integer through the bits of n + 1.5·2^23 (exact for |n| < 2^22): unlike `as
+    // i32`, whose saturating cast is done lane by lane, this stays in vector registers. A NaN
+    // gives a meaningless n here, but then y is NaN and so is the result.
+    let n = ((n + ROUNDING_BIAS).to_bits() as i32).wrapping_sub(ROUNDING_BIAS.to_bits() as i32);
     // 2^n as two normal powers of two (n is in −150..=128 after the clamp, beyond one f32
     // exponent at both ends): the product is then right in the subnormal range and up to
     // f32::MAX.
-    let n = n as i32;
     let half = n >> 1;
-    let pow2 = |k: i32| f32::from_bits(((k + 127) as u32) << 23);
-    let out = y * pow2(half) * pow2(n - half);
+    let pow2 = |k: i32| f32::from_bits((k.wrapping_add(127) as u32) << 23);
+    let out = y * pow2(half) * pow2(n.wrapping_sub(half));
     if input < EXP_MIN {
         0.0
     } else if input > EXP_MAX {

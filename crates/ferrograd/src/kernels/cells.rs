@@ -9,6 +9,7 @@
 
 use std::ops::Range;
 
+use multiversion::multiversion;
 use rayon::prelude::*;
 
 use super::matmul::{gemm_batch, MatRef};
@@ -64,8 +65,9 @@ pub struct StepIn<'a, T> {
     pub c: &'a [T],
 }
 
-/// One step's gradients, written by [`Cell::backward`]: of `gi` and `gh` (`[N, G·H]`), and of
-/// the previous state by every path but `gh` (`[N, H]`; `dc` only for cells with one).
+/// One step's gradients, written by [`Cell::backward`]: of `gi` and `gh` (`[N, G·H]`; `dgh`
+/// not written for cells that sum their gates), and of the previous state by every path but
+/// `gh` (`[N, H]`; `dc` only for cells with one).
 pub struct StepGrads<'a, T> {
     pub dgi: &'a mut [T],
     pub dgh: &'a mut [T],
@@ -81,6 +83,9 @@ pub trait Cell {
     const SAVED: usize;
     /// Whether the cell carries a second state (the LSTM's `c`).
     const HAS_C: bool;
+    /// Whether the cell reads only `gi + gh`, so that their gradients are equal: `backward`
+    /// then writes `dgi` alone and leaves `dgh` (which may be empty) to the caller.
+    const SUMS_GATES: bool;
     /// The new state `h'` (and `c'`) and the saved planes.
     fn forward<T: Float>(x: StepIn<'_, T>, hid: usize, out: [&mut [T]; 2], saved: &mut [T]);
     /// The gradients from the upstream `dh'` (and `dc'`) and what `forward` saved.
@@ -100,6 +105,7 @@ impl Cell for TanhCell {
     const GATES: usize = 1;
     const SAVED: usize = 1;
     const HAS_C: bool = false;
+    const SUMS_GATES: bool = true;
 
     fn forward<T: Float>(x: StepIn<'_, T>, hid: usize, [h_new, _]: [&mut [T]; 2], saved: &mut [T]) {
         for (r, out) in h_new.chunks_mut(hid.max(1)).enumerate() {
@@ -117,8 +123,7 @@ impl Cell for TanhCell {
         g: StepGrads<'_, T>,
     ) {
         for (gate, s) in cells(x.len, hid, 1) {
-            let d = up[s] * dtanh(saved[s]);
-            (g.dgi[gate], g.dgh[gate], g.dh[s]) = (d, d, T::zero());
+            (g.dgi[gate], g.dh[s]) = (up[s] * dtanh(saved[s]), T::zero());
         }
     }
 }
@@ -131,6 +136,7 @@ impl Cell for LstmCell {
     /// i, f, g, o activated, and tanh c'.
     const SAVED: usize = 5;
     const HAS_C: bool = true;
+    const SUMS_GATES: bool = true;
 
     fn forward<T: Float>(
         x: StepIn<'_, T>,
@@ -139,27 +145,32 @@ impl Cell for LstmCell {
         saved: &mut [T],
     ) {
         let len = x.len;
-        let mut gates = vec![T::zero(); 4 * hid];
+        let [si, sf, sg, so, stc] = planes_mut::<T, 5>(saved, len);
         for r in 0..len / hid.max(1) {
-            sum_into(&mut gates, row(x.gi, r, 4 * hid), row(x.gh, r, 4 * hid));
-            let (ifg, o) = gates.split_at_mut(3 * hid);
-            T::sigmoid_in_place(&mut ifg[..2 * hid]);
-            T::tanh_in_place(&mut ifg[2 * hid..]);
-            T::sigmoid_in_place(o);
-            let at = r * hid;
-            let (i, f, cand) = (&ifg[..hid], &ifg[hid..2 * hid], &ifg[2 * hid..]);
-            let c = &mut c_new[at..at + hid];
-            for j in 0..hid {
-                c[j] = f[j] * x.c[at + j] + i[j] * cand[j];
+            let s = r * hid..(r + 1) * hid;
+            let (gi, gh) = (row(x.gi, r, 4 * hid), row(x.gh, r, 4 * hid));
+            // Each gate activated straight into its saved plane.
+            for (k, (dst, act)) in [
+                (&mut si[s.clone()], T::sigmoid_in_place as fn(&mut [T])),
+                (&mut sf[s.clone()], T::sigmoid_in_place),
+                (&mut sg[s.clone()], T::tanh_in_place),
+                (&mut so[s.clone()], T::sigmoid_in_place),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                sum_into(dst, &gi[k * hid..][..hid], &gh[k * hid..][..hid]);
+                act(dst);
             }
-            let tc = &mut saved[4 * len + at..][..hid];
+            let [i, f, cand, o, c_prev] = [&si, &sf, &sg, &so, x.c].map(|p| &p[s.clone()]);
+            let (c, tc, h) = (&mut c_new[s.clone()], &mut stc[s.clone()], &mut h_new[s]);
+            for j in 0..hid {
+                c[j] = f[j] * c_prev[j] + i[j] * cand[j];
+            }
             tc.copy_from_slice(c);
             T::tanh_in_place(tc);
             for j in 0..hid {
-                h_new[at + j] = o[j] * tc[j];
-            }
-            for (k, g) in gates.chunks(hid.max(1)).enumerate() {
-                saved[k * len + at..][..hid].copy_from_slice(g);
+                h[j] = o[j] * tc[j];
             }
         }
     }
@@ -173,19 +184,33 @@ impl Cell for LstmCell {
     ) {
         let len = x.len;
         let [i, f, cand, o, tc] = [0, 1, 2, 3, 4].map(|k| plane(saved, k, len));
-        for (gate, s) in cells(len, hid, 4) {
-            let dct = up_c[s] + up_h[s] * o[s] * dtanh(tc[s]);
-            let d = [
-                dct * cand[s] * dsigmoid(i[s]),
-                dct * x.c[s] * dsigmoid(f[s]),
-                dct * i[s] * dtanh(cand[s]),
-                up_h[s] * tc[s] * dsigmoid(o[s]),
-            ];
-            for (k, d) in d.into_iter().enumerate() {
-                (g.dgi[gate + k * hid], g.dgh[gate + k * hid]) = (d, d);
-            }
-            (g.dc[s], g.dh[s]) = (dct * f[s], T::zero());
+        // Row by row over slices of equal length, so that the loop is vectorised.
+        for (r, dgi) in g.dgi.chunks_exact_mut(4 * hid.max(1)).enumerate() {
+            let s = r * hid..(r + 1) * hid;
+            let ins = [i, f, cand, o, tc, x.c, up_h, up_c].map(|p| &p[s.clone()]);
+            let [di, df, dg, d_o] = planes_mut::<T, 4>(dgi, hid);
+            g.dh[s.clone()].fill(T::zero());
+            lstm_grads(ins, [di, df, dg, d_o, &mut g.dc[s]]);
         }
+    }
+}
+
+/// The LSTM's gate gradients and `dc` of one row from its saved activations (`i`, `f`, `g`,
+/// `o`, `tanh c'`), the previous `c` and the upstream `dh'`, `dc'`: an element-wise loop,
+/// compiled for each instruction set.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn lstm_grads<T: Float>(ins: [&[T]; 8], outs: [&mut [T]; 5]) {
+    let len = outs[0].len();
+    // Every slice cut to one length, so that the loop runs without bounds checks.
+    let [i, f, cand, o, tc, c, up_h, up_c] = ins.map(|x| &x[..len]);
+    let [di, df, dg, d_o, dc] = outs.map(|x| &mut x[..len]);
+    for j in 0..len {
+        let dct = up_c[j] + up_h[j] * o[j] * dtanh(tc[j]);
+        di[j] = dct * cand[j] * dsigmoid(i[j]);
+        df[j] = dct * c[j] * dsigmoid(f[j]);
+        dg[j] = dct * i[j] * dtanh(cand[j]);
+        d_o[j] = up_h[j] * tc[j] * dsigmoid(o[j]);
+        dc[j] = dct * f[j];
     }
 }
 
@@ -197,6 +222,7 @@ impl Cell for GruCell {
     /// r, z, n activated, and gh_n.
     const SAVED: usize = 4;
     const HAS_C: bool = false;
+    const SUMS_GATES: bool = false;
 
     fn forward<T: Float>(x: StepIn<'_, T>, hid: usize, [h_new, _]: [&mut [T]; 2], saved: &mut [T]) {
         let len = x.len;
@@ -563,9 +589,10 @@ fn backward_part<C: Cell, T: Float>(
         hidden,
     } = sz;
     let (gates, state, saved_len) = (C::GATES * hidden, n * hidden, C::SAVED * n * hidden);
+    // Cells that sum their gates have one gradient for both projections: dgh stays empty.
     let (mut dgi, mut dgh) = (
         vec![T::zero(); t * n * gates],
-        vec![T::zero(); t * n * gates],
+        vec![T::zero(); if C::SUMS_GATES { 0 } else { t * n * gates }],
     );
     let (mut dh, mut dc) = (dh_n.to_vec(), dc_n.to_vec());
     let (mut dh_direct, mut dc_prev) = (vec![T::zero(); state], vec![T::zero(); dc.len()]);
@@ -588,21 +615,28 @@ fn backward_part<C: Cell, T: Float>(
         let at = step * n * gates;
         let grads = StepGrads {
             dgi: &mut dgi[at..][..n * gates],
-            dgh: &mut dgh[at..][..n * gates],
+            dgh: if C::SUMS_GATES {
+                &mut []
+            } else {
+                &mut dgh[at..][..n * gates]
+            },
             dh: &mut dh_direct,
             dc: &mut dc_prev,
         };
         let saved = &fwd.saved[step * saved_len..][..saved_len];
         C::backward(x, hidden, saved, [&dh, &dc], grads);
         // The previous state's gradient: through gh, plus any direct path.
+        let dgh: &[T] = if C::SUMS_GATES { &dgi } else { &dgh };
         dh = product(
-            mat(&dgh, at, n, gates, false),
+            mat(dgh, at, n, gates, false),
             mat(&w_hh, w_at, gates, hidden, false),
         );
         accumulate_rows(&mut dh, &dh_direct);
         std::mem::swap(&mut dc, &mut dc_prev);
     }
     let rows = t * n;
+    let dgh: &[T] = if C::SUMS_GATES { &dgi } else { &dgh };
+    let db_ih = column_sums(&dgi, gates);
     SeqGrads {
         dx: product(
             mat(&dgi, 0, rows, gates, false),
@@ -615,10 +649,14 @@ fn backward_part<C: Cell, T: Float>(
             mat(x_tm, 0, rows, input, false),
         ),
         dw_hh: product(
-            mat(&dgh, 0, rows, gates, true),
+            mat(dgh, 0, rows, gates, true),
             mat(&fwd.hs, 0, rows, hidden, false),
         ),
-        db_ih: column_sums(&dgi, gates),
-        db_hh: column_sums(&dgh, gates),
+        db_hh: if C::SUMS_GATES {
+            db_ih.clone()
+        } else {
+            column_sums(dgh, gates)
+        },
+        db_ih,
     }
 }

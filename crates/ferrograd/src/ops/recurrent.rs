@@ -85,7 +85,7 @@ fn fused_step_backward<C: Cell, T: FloatElement>(
     let [packed, state, up] = [packed, state, up].map(|t| t.contiguous_data::<T>());
     let (mut dgi, mut dgh) = (
         vec![T::zero(); C::GATES * len],
-        vec![T::zero(); C::GATES * len],
+        vec![T::zero(); if C::SUMS_GATES { 0 } else { C::GATES * len }],
     );
     let (mut dh, mut dc) = (vec![T::zero(); len], vec![T::zero(); len]);
     let x = step_in::<C, T>(&[], &[], &state);
@@ -104,11 +104,13 @@ fn fused_step_backward<C: Cell, T: FloatElement>(
     );
     let gates = [shape[0], C::GATES * shape[1]];
     let dstate = if C::HAS_C { dc } else { dh };
-    [
-        Tensor::from_data(dgi, &gates),
-        Tensor::from_data(dgh, &gates),
-        Tensor::from_data(dstate, &shape),
-    ]
+    let dgi = Tensor::from_data(dgi, &gates);
+    let dgh = if C::SUMS_GATES {
+        dgi.clone()
+    } else {
+        Tensor::from_data(dgh, &gates)
+    };
+    [dgi, dgh, Tensor::from_data(dstate, &shape)]
 }
 
 /// A cell's derivative written in tensor ops on the (tracked) inputs: `(dgi, dgh, dh, dc)`
