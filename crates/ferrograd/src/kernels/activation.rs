@@ -7,7 +7,7 @@
 //! below |x| = 0.625 and through the exponential above. Both stay within a few units in the
 //! last place (the tests bound them); f64 keeps the C library's functions.
 
-use multiversion::multiversion;
+use multiversion::{multiversion, target::selected_target};
 
 const LOG2E: f32 = std::f32::consts::LOG2_E;
 /// ln 2 split in two: `n·LN2_HI` is exact for the `n` that occur.
@@ -19,17 +19,34 @@ const EXP_MIN: f32 = -103.972_08;
 /// 1.5·2^23: adding it to a small integer-valued float puts the integer in the low bits.
 const ROUNDING_BIAS: f32 = 12_582_912.0;
 
+/// `a·b + c`, fused (one rounding) when `FMA`: the kernels' clones for CPUs with FMA pass
+/// true, so the polynomials take half the instructions there; elsewhere a fused multiply-add
+/// would be a slow library call.
+#[inline(always)]
+fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FMA {
+        a.mul_add(b, c)
+    } else {
+        a * b + c
+    }
+}
+
 /// e^x, branch-free (NaN stays NaN).
 #[inline(always)]
-fn exp(input: f32) -> f32 {
+fn exp<const FMA: bool>(input: f32) -> f32 {
     let x = input.clamp(EXP_MIN, EXP_MAX);
-    let n = (x * LOG2E + 0.5).floor();
-    let r = x - n * LN2_HI - n * LN2_LO;
-    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
-        + 0.166_666_65)
-        * r
-        + 0.5;
-    let y = p * r * r + r + 1.0;
+    let n = madd::<FMA>(x, LOG2E, 0.5).floor();
+    let r = madd::<FMA>(-n, LN2_LO, madd::<FMA>(-n, LN2_HI, x));
+    let p = [
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        0.166_666_65,
+        0.5,
+    ]
+    .into_iter()
+    .fold(1.987_569_1e-4, |p, c| madd::<FMA>(p, r, c));
+    let y = madd::<FMA>(p * r, r, r) + 1.0;
     // n as an integer through the bits of n + 1.5·2^23 (exact for |n| < 2^22): unlike `as
     // i32`, whose saturating cast is done lane by lane, this stays in vector registers. A NaN
     // gives a meaningless n here, but then y is NaN and so is the result.
@@ -51,8 +68,8 @@ fn exp(input: f32) -> f32 {
 
 /// The logistic sigmoid from e^−|x|: no overflow, and no cancellation on either side.
 #[inline(always)]
-fn sigmoid(x: f32) -> f32 {
-    let e = exp(-x.abs());
+fn sigmoid<const FMA: bool>(x: f32) -> f32 {
+    let e = exp::<FMA>(-x.abs());
     let s = 1.0 / (1.0 + e);
     if x >= 0.0 {
         s
@@ -63,16 +80,14 @@ fn sigmoid(x: f32) -> f32 {
 
 /// tanh: an odd polynomial near 0 (where 1 − e^−2|x| would cancel), the exponential above.
 #[inline(always)]
-fn tanh(x: f32) -> f32 {
+fn tanh<const FMA: bool>(x: f32) -> f32 {
     let a = x.abs();
     let z = x * x;
-    let small = ((((-5.704_988_7e-3 * z + 2.063_909e-2) * z - 5.373_971_6e-2) * z + 0.133_314_42)
-        * z
-        - 0.333_332_8)
-        * z
-        * x
-        + x;
-    let e = exp(-2.0 * a);
+    let p = [2.063_909e-2, -5.373_971_6e-2, 0.133_314_42, -0.333_332_8]
+        .into_iter()
+        .fold(-5.704_988_7e-3, |p, c| madd::<FMA>(p, z, c));
+    let small = madd::<FMA>(p * z, x, x);
+    let e = exp::<FMA>(-2.0 * a);
     let large = ((1.0 - e) / (1.0 + e)).copysign(x);
     // tanh is odd: the sign is x's, −0 included.
     if a < 0.625 {
@@ -82,20 +97,23 @@ fn tanh(x: f32) -> f32 {
     }
 }
 
-#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-pub fn exp_f32(xs: &mut [f32]) {
-    xs.iter_mut().for_each(|x| *x = exp(*x));
+/// `f` over `xs`, its FMA form in the clones for CPUs that have FMA.
+macro_rules! slice_kernel {
+    ($name:ident, $f:ident) => {
+        #[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+        pub fn $name(xs: &mut [f32]) {
+            if selected_target!().supports_feature_str("fma") {
+                xs.iter_mut().for_each(|x| *x = $f::<true>(*x));
+            } else {
+                xs.iter_mut().for_each(|x| *x = $f::<false>(*x));
+            }
+        }
+    };
 }
 
-#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-pub fn sigmoid_f32(xs: &mut [f32]) {
-    xs.iter_mut().for_each(|x| *x = sigmoid(*x));
-}
-
-#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-pub fn tanh_f32(xs: &mut [f32]) {
-    xs.iter_mut().for_each(|x| *x = tanh(*x));
-}
+slice_kernel!(exp_f32, exp);
+slice_kernel!(sigmoid_f32, sigmoid);
+slice_kernel!(tanh_f32, tanh);
 
 #[cfg(test)]
 mod tests {
@@ -122,39 +140,56 @@ mod tests {
             .unwrap()
     }
 
+    /// The three kernels in one form: the dispatched slice kernels (the FMA form on a CPU
+    /// with FMA), or the scalar functions without FMA.
+    type Kernels = [fn(&mut [f32]); 3];
+    const FORMS: [Kernels; 2] = [
+        [exp_f32, sigmoid_f32, tanh_f32],
+        [
+            |xs| xs.iter_mut().for_each(|x| *x = exp::<false>(*x)),
+            |xs| xs.iter_mut().for_each(|x| *x = sigmoid::<false>(*x)),
+            |xs| xs.iter_mut().for_each(|x| *x = tanh::<false>(*x)),
+        ],
+    ];
+
     #[test]
     fn within_a_few_ulp_of_the_exact_values() {
-        assert!(worst_ulp(exp_f32, f64::exp, -87.0, 88.72) <= 2);
-        // Near f32::MAX, and subnormal results (their ulp is fixed, so the count stays small).
-        assert!(worst_ulp(exp_f32, f64::exp, 88.3, 88.7228) <= 2);
-        assert!(worst_ulp(exp_f32, f64::exp, -103.9, -87.4) <= 2);
-        let sigmoid = |x: f64| 1.0 / (1.0 + (-x).exp());
-        assert!(worst_ulp(sigmoid_f32, sigmoid, -80.0, 30.0) <= 3);
-        assert!(worst_ulp(tanh_f32, f64::tanh, -12.0, 12.0) <= 3);
+        for [exp, sigmoid, tanh] in FORMS {
+            assert!(worst_ulp(exp, f64::exp, -87.0, 88.72) <= 2);
+            // Near f32::MAX, and subnormal results (their ulp is fixed, so the count stays
+            // small).
+            assert!(worst_ulp(exp, f64::exp, 88.3, 88.7228) <= 2);
+            assert!(worst_ulp(exp, f64::exp, -103.9, -87.4) <= 2);
+            let exact_sigmoid = |x: f64| 1.0 / (1.0 + (-x).exp());
+            assert!(worst_ulp(sigmoid, exact_sigmoid, -80.0, 30.0) <= 3);
+            assert!(worst_ulp(tanh, f64::tanh, -12.0, 12.0) <= 3);
+        }
     }
 
     #[test]
     fn edges() {
-        let mut xs = [
-            f32::NAN,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            1000.0,
-            -1000.0,
-            0.0,
-            -0.0,
-        ];
-        exp_f32(&mut xs);
-        assert!(xs[0].is_nan());
-        assert_eq!(&xs[1..], [f32::INFINITY, 0.0, f32::INFINITY, 0.0, 1.0, 1.0]);
-        let mut s = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0];
-        sigmoid_f32(&mut s);
-        assert!(s[0].is_nan());
-        assert_eq!(&s[1..], [1.0, 0.0, 0.5]);
-        let mut t = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0, 20.0];
-        tanh_f32(&mut t);
-        assert!(t[0].is_nan());
-        assert_eq!(&t[1..], [1.0, -1.0, -0.0, 1.0]);
-        assert!(t[3].is_sign_negative(), "{:?}", t);
+        for [exp, sigmoid, tanh] in FORMS {
+            let mut xs = [
+                f32::NAN,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                1000.0,
+                -1000.0,
+                0.0,
+                -0.0,
+            ];
+            exp(&mut xs);
+            assert!(xs[0].is_nan());
+            assert_eq!(&xs[1..], [f32::INFINITY, 0.0, f32::INFINITY, 0.0, 1.0, 1.0]);
+            let mut s = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0];
+            sigmoid(&mut s);
+            assert!(s[0].is_nan());
+            assert_eq!(&s[1..], [1.0, 0.0, 0.5]);
+            let mut t = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0, 20.0];
+            tanh(&mut t);
+            assert!(t[0].is_nan());
+            assert_eq!(&t[1..], [1.0, -1.0, -0.0, 1.0]);
+            assert!(t[3].is_sign_negative(), "{:?}", t);
+        }
     }
 }

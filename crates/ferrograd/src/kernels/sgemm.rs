@@ -405,7 +405,7 @@ impl<'a> BPanels<'a> {
 /// stride is read in place: each step broadcasts one element from each of MR rows, from MR
 /// row runs (row-major) or one column run (column-major, a transposed view). A micro-panel
 /// stays in L1 across the B panels either way, so packing it would only add a copy. Only a
-/// partial last row panel is packed.
+/// partial last row panel whose rows are not a multiple of 4 is packed (zero-padded).
 struct APanels<'a> {
     a: &'a MatRef<'a, f32>,
     packed: &'a [f32],
@@ -423,9 +423,19 @@ impl<'a> APanels<'a> {
         (p0, kc): (usize, usize),
     ) -> Self {
         let direct = a.cs == 1 || a.rs == 1;
-        let in_place = if direct { mc / MR } else { 0 };
+        // A last panel of whole 4-row groups is read in place too: the edge kernels read no
+        // row past it.
+        let whole_groups = usize::from(mc % MR > 0 && (mc % MR).is_multiple_of(4));
+        let in_place = if direct { mc / MR + whole_groups } else { 0 };
         let packed = &mut buf[..(mc.div_ceil(MR) - in_place) * MR * kc];
-        pack_a(a, i0 + in_place * MR, mc - in_place * MR, p0, kc, packed);
+        pack_a(
+            a,
+            i0 + in_place * MR,
+            mc.saturating_sub(in_place * MR),
+            p0,
+            kc,
+            packed,
+        );
         APanels {
             a,
             packed,
