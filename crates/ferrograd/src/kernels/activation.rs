@@ -102,7 +102,9 @@ macro_rules! slice_kernel {
     ($name:ident, $f:ident) => {
         #[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
         pub fn $name(xs: &mut [f32]) {
-            if selected_target!().supports_feature_str("fma") {
+            // A constant of each clone, so the test is compiled away.
+            const FMA: bool = selected_target!().supports_feature_str("fma");
+            if FMA {
                 xs.iter_mut().for_each(|x| *x = $f::<true>(*x));
             } else {
                 xs.iter_mut().for_each(|x| *x = $f::<false>(*x));

@@ -11,6 +11,7 @@ use std::ops::Range;
 
 use multiversion::multiversion;
 use rayon::prelude::*;
+use std::borrow::Cow;
 
 use super::matmul::{gemm_batch, MatRef};
 use super::Float;
@@ -35,8 +36,12 @@ fn row<T>(x: &[T], r: usize, width: usize) -> &[T] {
     &x[r * width..][..width]
 }
 
-/// `out = a + b`.
+/// `out = a + b`, or `a` when `b` is empty (gates given summed).
 fn sum_into<T: Float>(out: &mut [T], a: &[T], b: &[T]) {
+    if b.is_empty() {
+        out.copy_from_slice(a);
+        return;
+    }
     for ((o, &a), &b) in out.iter_mut().zip(a).zip(b) {
         *o = a + b;
     }
@@ -53,9 +58,10 @@ fn planes_mut<T, const P: usize>(x: &mut [T], len: usize) -> [&mut [T]; P] {
     std::array::from_fn(|_| it.next().unwrap_or_default())
 }
 
-/// One step's inputs: the gate pre-activations `gi`, `gh` (`[N, G·H]`, biases included) and
-/// the previous state `h`, `c` (`[N, H]`; `c` empty for cells without one, `h` for cells that
-/// do not read it), `len` = N·H.
+/// One step's inputs: the gate pre-activations `gi`, `gh` (`[N, G·H]`, biases included; `gh`
+/// may be empty for cells that sum their gates, `gi` then holding the sum) and the previous
+/// state `h`, `c` (`[N, H]`; `c` empty for cells without one, `h` for cells that do not read
+/// it), `len` = N·H.
 #[derive(Clone, Copy)]
 pub struct StepIn<'a, T> {
     pub len: usize,
@@ -63,6 +69,18 @@ pub struct StepIn<'a, T> {
     pub gh: &'a [T],
     pub h: &'a [T],
     pub c: &'a [T],
+}
+
+impl<'a, T> StepIn<'a, T> {
+    /// Row `r` of `gi` and of `gh` (empty when the gates come summed), `width` wide.
+    fn gate_rows(&self, r: usize, width: usize) -> (&'a [T], &'a [T]) {
+        let gh = if self.gh.is_empty() {
+            self.gh
+        } else {
+            row(self.gh, r, width)
+        };
+        (row(self.gi, r, width), gh)
+    }
 }
 
 /// One step's gradients, written by [`Cell::backward`]: of `gi` and `gh` (`[N, G·H]`; `dgh`
@@ -109,7 +127,8 @@ impl Cell for TanhCell {
 
     fn forward<T: Float>(x: StepIn<'_, T>, hid: usize, [h_new, _]: [&mut [T]; 2], saved: &mut [T]) {
         for (r, out) in h_new.chunks_mut(hid.max(1)).enumerate() {
-            sum_into(out, row(x.gi, r, hid), row(x.gh, r, hid));
+            let (gi, gh) = x.gate_rows(r, hid);
+            sum_into(out, gi, gh);
             T::tanh_in_place(out);
         }
         saved.copy_from_slice(h_new);
@@ -148,7 +167,7 @@ impl Cell for LstmCell {
         let [si, sf, sg, so, stc] = planes_mut::<T, 5>(saved, len);
         for r in 0..len / hid.max(1) {
             let s = r * hid..(r + 1) * hid;
-            let (gi, gh) = (row(x.gi, r, 4 * hid), row(x.gh, r, 4 * hid));
+            let (gi, gh) = x.gate_rows(r, 4 * hid);
             // Each gate activated straight into its saved plane.
             for (k, (dst, act)) in [
                 (&mut si[s.clone()], T::sigmoid_in_place as fn(&mut [T])),
@@ -159,10 +178,11 @@ impl Cell for LstmCell {
             .into_iter()
             .enumerate()
             {
-                sum_into(dst, &gi[k * hid..][..hid], &gh[k * hid..][..hid]);
+                let gh = gh.get(k * hid..(k + 1) * hid).unwrap_or_default();
+                sum_into(dst, &gi[k * hid..][..hid], gh);
                 act(dst);
             }
-            let [i, f, cand, o, c_prev] = [&si, &sf, &sg, &so, x.c].map(|p| &p[s.clone()]);
+            let [i, f, cand, o, c_prev] = [&*si, &*sf, &*sg, &*so, x.c].map(|p| &p[s.clone()]);
             let (c, tc, h) = (&mut c_new[s.clone()], &mut stc[s.clone()], &mut h_new[s]);
             for j in 0..hid {
                 c[j] = f[j] * c_prev[j] + i[j] * cand[j];
@@ -229,7 +249,7 @@ impl Cell for GruCell {
         let [sr, sz, sn, sghn] = planes_mut::<T, 4>(saved, len);
         let mut rz = vec![T::zero(); 2 * hid];
         for r in 0..len / hid.max(1) {
-            let (gi, gh) = (row(x.gi, r, 3 * hid), row(x.gh, r, 3 * hid));
+            let (gi, gh) = x.gate_rows(r, 3 * hid);
             sum_into(&mut rz, &gi[..2 * hid], &gh[..2 * hid]);
             T::sigmoid_in_place(&mut rz);
             let at = r * hid;
@@ -292,10 +312,7 @@ fn mat<T>(data: &[T], offset: usize, rows: usize, cols: usize, transposed: bool)
 /// sequence multiplies by the same `W_hh`; a copy the matrix product can read in place (it
 /// needs its rows on cache lines) saves packing it again at each step.
 fn aligned<T: Float>(src: &[T], rows: usize, cols: usize, transposed: bool) -> (Vec<T>, usize) {
-    let pad = 64 / std::mem::size_of::<T>();
-    let mut buf = vec![T::zero(); rows * cols + pad];
-    let misalign = (buf.as_ptr() as usize % 64) / std::mem::size_of::<T>();
-    let offset = (pad - misalign) % pad;
+    let (mut buf, offset) = line_buffer(rows * cols);
     let dst = &mut buf[offset..offset + rows * cols];
     if transposed {
         for (r, row) in src.chunks_exact(cols.max(1)).enumerate() {
@@ -356,11 +373,127 @@ pub struct Weights<'a, T> {
 
 /// What the forward pass leaves for one part of the batch: the states of every step,
 /// time-major and with the initial one first (`[T + 1, n, H]`; `cs` empty without a second
-/// state), and the saved planes (`[T, SAVED, n, H]`).
+/// state), the saved planes (`[T, SAVED, n, H]`) and, with stacked weights, each step's
+/// product rows `[x_t | h | 1]` (`[T, n, in + H + 1]`; empty otherwise).
 struct PartForward<T> {
     hs: Vec<T>,
     cs: Vec<T>,
     saved: Vec<T>,
+    xh: StepRows<T>,
+}
+
+/// The rows `[x_t | h | 1]` of every step's stacked product, in order. Each row starts on a
+/// cache line (rows are padded to whole lines), so that the weight gradient's product reads
+/// them in place instead of packing them.
+struct StepRows<T> {
+    buf: Vec<T>,
+    /// Where the first row starts in `buf`.
+    at: usize,
+    /// Floats per row: in + H + 1.
+    width: usize,
+    /// Floats between rows: `width` rounded up to a cache line.
+    stride: usize,
+}
+
+impl<T: Float> StepRows<T> {
+    /// Room for `rows` rows of `width`, none pushed yet.
+    fn new(rows: usize, width: usize) -> Self {
+        let line = 64 / std::mem::size_of::<T>();
+        let stride = width.div_ceil(line) * line;
+        // Reserved in full up front: the buffer never moves, so the rows stay on lines.
+        let mut buf = Vec::with_capacity(rows * stride + line);
+        let misalign = (buf.as_ptr() as usize % 64) / std::mem::size_of::<T>();
+        let at = (line - misalign) % line;
+        buf.resize(at, T::zero());
+        StepRows {
+            buf,
+            at,
+            width,
+            stride,
+        }
+    }
+
+    /// Appends the row `[x | h | 1]`.
+    fn push(&mut self, x: &[T], h: &[T]) {
+        self.buf.extend_from_slice(x);
+        self.buf.extend_from_slice(h);
+        self.buf.push(T::one());
+        let end = self.buf.len() + self.stride - self.width;
+        self.buf.resize(end, T::zero());
+    }
+
+    /// Rows `first..first + rows` as a `[rows, in + H + 1]` matrix.
+    fn rows(&self, first: usize, rows: usize) -> MatRef<'_, T> {
+        MatRef {
+            data: &self.buf,
+            offset: self.at + first * self.stride,
+            rows,
+            cols: self.width,
+            rs: self.stride,
+            cs: 1,
+        }
+    }
+}
+
+/// The weights of each step's products, copied once per sequence so that every step reads
+/// them in place (on cache lines).
+#[derive(Clone, Copy)]
+enum StepWeights<'a, T> {
+    /// The projections apart, for cells that read `gi` and `gh` apart (the GRU): the input
+    /// projection of every step is one product before the loop, and `w_hh` is `W_hhᵀ`
+    /// (`[H, G·H]`) going forward, `W_hh` (`[G·H, H]`) going back.
+    Apart { w: Weights<'a, T>, w_hh: &'a [T] },
+    /// The projections stacked, for cells that read only `gi + gh`: one product per step,
+    /// `[x_t | h | 1]·[W_ihᵀ; W_hhᵀ; b_ih + b_hh]` going forward (`[in + H + 1, G·H]`), and
+    /// `dgates·[W_ih | W_hh]` (`[G·H, in + H]`) going back, which gives `dx_t` with `dh`.
+    Stacked(&'a [T]),
+}
+
+/// A zeroed buffer of `len` elements and more, with the offset of its first element on a
+/// cache line.
+fn line_buffer<T: Float>(len: usize) -> (Vec<T>, usize) {
+    let pad = 64 / std::mem::size_of::<T>();
+    let buf = vec![T::zero(); len + pad];
+    let misalign = (buf.as_ptr() as usize % 64) / std::mem::size_of::<T>();
+    (buf, (pad - misalign) % pad)
+}
+
+/// `[W_ihᵀ; W_hhᵀ; b_ih + b_hh]` (`[in + H + 1, G·H]`) when `forward`, `[W_ih | W_hh]`
+/// (`[G·H, in + H]`) otherwise, on a cache line: the stacked weights of [`StepWeights`].
+fn stacked<T: Float>(
+    w: Weights<'_, T>,
+    sz: SeqSizes,
+    gates: usize,
+    forward: bool,
+) -> (Vec<T>, usize) {
+    let (input, hidden) = (sz.input, sz.hidden);
+    let width = input + hidden;
+    let rows = |r: usize| {
+        w.w_ih[r * input..][..input]
+            .iter()
+            .chain(&w.w_hh[r * hidden..][..hidden])
+    };
+    if forward {
+        let (mut buf, at) = line_buffer((width + 1) * gates);
+        let dst = &mut buf[at..];
+        for r in 0..gates {
+            for (c, &v) in rows(r).enumerate() {
+                dst[c * gates + r] = v;
+            }
+            dst[width * gates + r] = w.b_ih[r] + w.b_hh[r];
+        }
+        (buf, at)
+    } else {
+        let (mut buf, at) = line_buffer(gates * width);
+        for (r, dst) in buf[at..]
+            .chunks_exact_mut(width.max(1))
+            .take(gates)
+            .enumerate()
+        {
+            dst.iter_mut().zip(rows(r)).for_each(|(d, &v)| *d = v);
+        }
+        (buf, at)
+    }
 }
 
 /// What the forward pass of a sequence leaves, per part of the batch.
@@ -427,17 +560,6 @@ fn swap_leading<T: Float>(x: &[T], a: usize, b: usize) -> Vec<T> {
     out
 }
 
-/// Part `rows` of a batch-major `[N, T, width]` buffer (its rows are contiguous), time-major:
-/// `[T, rows, width]`.
-fn time_major<T: Float>(x: &[T], sz: SeqSizes, width: usize, rows: &Range<usize>) -> Vec<T> {
-    let per_row = sz.t * width;
-    swap_leading(
-        &x[rows.start * per_row..rows.end * per_row],
-        rows.len(),
-        sz.t,
-    )
-}
-
 /// Runs cell `C` over the batch-first input `x` (`[N, T, in]`) from the states `h0`, `c0`,
 /// each part of the batch on its own thread.
 pub fn sequence_forward<C: Cell, T: Float>(
@@ -447,13 +569,26 @@ pub fn sequence_forward<C: Cell, T: Float>(
     sz: SeqSizes,
 ) -> SeqForward<T> {
     let rows = batch_parts(sz.n);
-    let hid = sz.hidden;
+    let (hid, gates) = (sz.hidden, C::GATES * sz.hidden);
+    let (copy, at) = if C::SUMS_GATES {
+        stacked(w, sz, gates, true)
+    } else {
+        aligned(w.w_hh, gates, hid, true)
+    };
+    let step_w = if C::SUMS_GATES {
+        StepWeights::Stacked(&copy[at..])
+    } else {
+        StepWeights::Apart {
+            w,
+            w_hh: &copy[at..],
+        }
+    };
     let parts = rows
         .par_iter()
         .map(|r| {
-            let x = time_major(x, sz, sz.input, r);
+            let x = rows_in(x, r, sz.t * sz.input);
             let states = [rows_in(h0, r, hid), rows_in(c0, r, hid)];
-            forward_part::<C, T>(&x, states, w, SeqSizes { n: r.len(), ..sz })
+            forward_part::<C, T>(x, states, step_w, SeqSizes { n: r.len(), ..sz })
         })
         .collect();
     SeqForward {
@@ -463,11 +598,11 @@ pub fn sequence_forward<C: Cell, T: Float>(
     }
 }
 
-/// [`sequence_forward`] of one part of the batch (`sz.n` its rows).
+/// [`sequence_forward`] of one part of the batch (`sz.n` its rows of `x`, batch-major).
 fn forward_part<C: Cell, T: Float>(
-    x_tm: &[T],
+    x: &[T],
     [h0, c0]: [&[T]; 2],
-    w: Weights<'_, T>,
+    step_w: StepWeights<'_, T>,
     sz: SeqSizes,
 ) -> PartForward<T> {
     let SeqSizes {
@@ -476,47 +611,69 @@ fn forward_part<C: Cell, T: Float>(
         input,
         hidden,
     } = sz;
-    let (gates, state) = (C::GATES * hidden, n * hidden);
-    // Every step's input projection in one product.
-    let mut gi = product(
-        mat(x_tm, 0, t * n, input, false),
-        mat(w.w_ih, 0, gates, input, true),
-    );
-    add_rows(&mut gi, w.b_ih);
-    let mut hs = vec![T::zero(); (t + 1) * state];
-    let mut cs = vec![T::zero(); if C::HAS_C { (t + 1) * state } else { 0 }];
-    hs[..state].copy_from_slice(h0);
-    if C::HAS_C {
-        cs[..state].copy_from_slice(c0);
-    }
-    let mut saved = vec![T::zero(); t * C::SAVED * state];
-    let saved_len = C::SAVED * state;
-    // W_hhᵀ [H, G·H], read in place by every step's product.
-    let (w_hh_t, at) = aligned(w.w_hh, gates, hidden, true);
+    let (gates, state, saved_len) = (C::GATES * hidden, n * hidden, C::SAVED * n * hidden);
+    // Apart: every step's input projection in one product.
+    let gi = match step_w {
+        StepWeights::Apart { w, .. } => {
+            let mut gi = product(
+                mat(&swap_leading(x, n, t), 0, t * n, input, false),
+                mat(w.w_ih, 0, gates, input, true),
+            );
+            add_rows(&mut gi, w.b_ih);
+            gi
+        }
+        StepWeights::Stacked(_) => Vec::new(),
+    };
+    let (mut hs, mut cs) = (h0.to_vec(), c0.to_vec());
+    let mut saved = Vec::with_capacity(t * saved_len);
+    let stacked_rows = match step_w {
+        StepWeights::Stacked(_) => t * n,
+        StepWeights::Apart { .. } => 0,
+    };
+    let mut xh = StepRows::new(stacked_rows, input + hidden + 1);
     for step in 0..t {
+        // This step's buffers, zeroed just before the cell writes them (while in cache).
+        hs.resize((step + 2) * state, T::zero());
+        cs.resize(if C::HAS_C { (step + 2) * state } else { 0 }, T::zero());
+        saved.resize((step + 1) * saved_len, T::zero());
         let (h_prev, h_next) = hs[step * state..].split_at_mut(state);
-        let mut gh = product(
-            mat(h_prev, 0, n, hidden, false),
-            mat(&w_hh_t, at, hidden, gates, false),
-        );
-        add_rows(&mut gh, w.b_hh);
+        let (gi, gh) = match step_w {
+            StepWeights::Apart { w, w_hh } => {
+                let mut gh = product(
+                    mat(h_prev, 0, n, hidden, false),
+                    mat(w_hh, 0, hidden, gates, false),
+                );
+                add_rows(&mut gh, w.b_hh);
+                (Cow::Borrowed(&gi[step * n * gates..][..n * gates]), gh)
+            }
+            StepWeights::Stacked(w_t) => {
+                let width = input + hidden + 1;
+                for r in 0..n {
+                    xh.push(row(x, r * t + step, input), row(h_prev, r, hidden));
+                }
+                let rows = xh.rows(step * n, n);
+                (
+                    Cow::Owned(product(rows, mat(w_t, 0, width, gates, false))),
+                    Vec::new(),
+                )
+            }
+        };
         let (c_prev, c_next): (&[T], &mut [T]) = if C::HAS_C {
             let (p, q) = cs[step * state..].split_at_mut(state);
-            (p, &mut q[..state])
+            (p, q)
         } else {
             (&[], &mut [])
         };
         let x = StepIn {
             len: state,
-            gi: &gi[step * n * gates..][..n * gates],
+            gi: &gi,
             gh: &gh,
             h: h_prev,
             c: c_prev,
         };
-        let out = [&mut h_next[..state], c_next];
-        C::forward(x, hidden, out, &mut saved[step * saved_len..][..saved_len]);
+        C::forward(x, hidden, [h_next, c_next], &mut saved[step * saved_len..]);
     }
-    PartForward { hs, cs, saved }
+    PartForward { hs, cs, saved, xh }
 }
 
 /// The gradients of a sequence: input (`[N, T, in]`), initial states, weights.
@@ -540,17 +697,29 @@ pub fn sequence_backward<C: Cell, T: Float>(
     sz: SeqSizes,
     [dout, dh_n, dc_n]: [&[T]; 3],
 ) -> SeqGrads<T> {
-    let hid = sz.hidden;
+    let (hid, gates) = (sz.hidden, C::GATES * sz.hidden);
+    let (copy, at) = if C::SUMS_GATES {
+        stacked(w, sz, gates, false)
+    } else {
+        aligned(w.w_hh, gates, hid, false)
+    };
+    let step_w = if C::SUMS_GATES {
+        StepWeights::Stacked(&copy[at..])
+    } else {
+        StepWeights::Apart {
+            w,
+            w_hh: &copy[at..],
+        }
+    };
     let grads: Vec<SeqGrads<T>> = fwd
         .rows
         .par_iter()
         .zip(&fwd.parts)
         .map(|(r, part)| {
-            let (x, dout) = (time_major(x, sz, sz.input, r), time_major(dout, sz, hid, r));
-            let ups = [&dout[..], rows_in(dh_n, r, hid), rows_in(dc_n, r, hid)];
-            let mut g = backward_part::<C, T>(&x, part, w, SeqSizes { n: r.len(), ..sz }, ups);
-            g.dx = swap_leading(&g.dx, sz.t, r.len());
-            g
+            let x = rows_in(x, r, sz.t * sz.input);
+            let dout = rows_in(dout, r, sz.t * hid);
+            let ups = [dout, rows_in(dh_n, r, hid), rows_in(dc_n, r, hid)];
+            backward_part::<C, T>(x, part, step_w, SeqSizes { n: r.len(), ..sz }, ups)
         })
         .collect();
     merge(grads)
@@ -574,13 +743,15 @@ fn merge<T: Float>(parts: Vec<SeqGrads<T>>) -> SeqGrads<T> {
     total
 }
 
-/// [`sequence_backward`] of one part of the batch (`sz.n` its rows).
+/// [`sequence_backward`] of one part of the batch (`sz.n` its rows of `x` and `dout`,
+/// batch-major; `x` is only read with the projections apart: stacked, the forward pass kept
+/// it).
 fn backward_part<C: Cell, T: Float>(
-    x_tm: &[T],
+    x: &[T],
     fwd: &PartForward<T>,
-    w: Weights<'_, T>,
+    step_w: StepWeights<'_, T>,
     sz: SeqSizes,
-    [dout_tm, dh_n, dc_n]: [&[T]; 3],
+    [dout, dh_n, dc_n]: [&[T]; 3],
 ) -> SeqGrads<T> {
     let SeqSizes {
         n,
@@ -594,23 +765,27 @@ fn backward_part<C: Cell, T: Float>(
         vec![T::zero(); t * n * gates],
         vec![T::zero(); if C::SUMS_GATES { 0 } else { t * n * gates }],
     );
+    // Stacked, each step's product gives its input gradient too (batch-major).
+    let mut dx = match step_w {
+        StepWeights::Stacked(_) => vec![T::zero(); t * n * input],
+        StepWeights::Apart { .. } => Vec::new(),
+    };
     let (mut dh, mut dc) = (dh_n.to_vec(), dc_n.to_vec());
     let (mut dh_direct, mut dc_prev) = (vec![T::zero(); state], vec![T::zero(); dc.len()]);
-    // W_hh [G·H, H], read in place by every step's product.
-    let (w_hh, w_at) = aligned(w.w_hh, gates, hidden, false);
     for step in (0..t).rev() {
-        accumulate_rows(&mut dh, &dout_tm[step * state..][..state]);
-        let c: &[T] = if C::HAS_C {
-            &fwd.cs[step * state..][..state]
-        } else {
-            &[]
-        };
+        for (r, dh) in dh.chunks_exact_mut(hidden).enumerate() {
+            accumulate_rows(dh, row(dout, r * t + step, hidden));
+        }
         let x = StepIn {
             len: state,
             gi: &[],
             gh: &[],
             h: &fwd.hs[step * state..][..state],
-            c,
+            c: if C::HAS_C {
+                &fwd.cs[step * state..][..state]
+            } else {
+                &[]
+            },
         };
         let at = step * n * gates;
         let grads = StepGrads {
@@ -627,36 +802,95 @@ fn backward_part<C: Cell, T: Float>(
         C::backward(x, hidden, saved, [&dh, &dc], grads);
         // The previous state's gradient: through gh, plus any direct path.
         let dgh: &[T] = if C::SUMS_GATES { &dgi } else { &dgh };
-        dh = product(
-            mat(dgh, at, n, gates, false),
-            mat(&w_hh, w_at, gates, hidden, false),
-        );
+        let dgates = mat(dgh, at, n, gates, false);
+        dh = match step_w {
+            StepWeights::Apart { w_hh, .. } => product(dgates, mat(w_hh, 0, gates, hidden, false)),
+            StepWeights::Stacked(w) => {
+                // [dx_t | dh] row by row: dx_t to its place, dh to the next step.
+                let both = product(dgates, mat(w, 0, gates, input + hidden, false));
+                let mut dh = Vec::with_capacity(state);
+                for (r, src) in both.chunks_exact(input + hidden).enumerate() {
+                    dx[(r * t + step) * input..][..input].copy_from_slice(&src[..input]);
+                    dh.extend_from_slice(&src[input..]);
+                }
+                dh
+            }
+        };
         accumulate_rows(&mut dh, &dh_direct);
         std::mem::swap(&mut dc, &mut dc_prev);
     }
-    let rows = t * n;
     let dgh: &[T] = if C::SUMS_GATES { &dgi } else { &dgh };
-    let db_ih = column_sums(&dgi, gates);
+    let (dx, [dw_ih, dw_hh, db_ih, db_hh]) = match step_w {
+        StepWeights::Apart { w, .. } => apart_grads(w, [x, &fwd.hs], [&dgi, dgh], sz, gates),
+        StepWeights::Stacked(_) => (dx, stacked_grads(&fwd.xh, &dgi, sz, gates)),
+    };
     SeqGrads {
-        dx: product(
-            mat(&dgi, 0, rows, gates, false),
-            mat(w.w_ih, 0, gates, input, false),
-        ),
+        dx,
         dh0: dh,
         dc0: dc,
-        dw_ih: product(
-            mat(&dgi, 0, rows, gates, true),
-            mat(x_tm, 0, rows, input, false),
-        ),
-        dw_hh: product(
-            mat(dgh, 0, rows, gates, true),
-            mat(&fwd.hs, 0, rows, hidden, false),
-        ),
-        db_hh: if C::SUMS_GATES {
-            db_ih.clone()
-        } else {
-            column_sums(dgh, gates)
-        },
+        dw_ih,
+        dw_hh,
         db_ih,
+        db_hh,
     }
+}
+
+/// With the projections apart: the input gradient (batch-major) and the weight gradients
+/// (`dW_ih`, `dW_hh`, `db_ih`, `db_hh`) from every step's `dgi`, `dgh` (time-major), inputs
+/// (batch-major) and previous states.
+fn apart_grads<T: Float>(
+    w: Weights<'_, T>,
+    [x, hs]: [&[T]; 2],
+    [dgi, dgh]: [&[T]; 2],
+    sz: SeqSizes,
+    gates: usize,
+) -> (Vec<T>, [Vec<T>; 4]) {
+    let rows = sz.t * sz.n;
+    let dx_tm = product(
+        mat(dgi, 0, rows, gates, false),
+        mat(w.w_ih, 0, gates, sz.input, false),
+    );
+    let x_tm = swap_leading(x, sz.n, sz.t);
+    let dw_ih = product(
+        mat(dgi, 0, rows, gates, true),
+        mat(&x_tm, 0, rows, sz.input, false),
+    );
+    let dw_hh = product(
+        mat(dgh, 0, rows, gates, true),
+        mat(hs, 0, rows, sz.hidden, false),
+    );
+    let dx = swap_leading(&dx_tm, sz.t, sz.n);
+    (
+        dx,
+        [
+            dw_ih,
+            dw_hh,
+            column_sums(dgi, gates),
+            column_sums(dgh, gates),
+        ],
+    )
+}
+
+/// With the projections stacked: `dW_ih`, `dW_hh` and the biases' gradient (both biases
+/// have the same one) as one product, `dgatesᵀ·[x_t | h | 1]` over every step.
+fn stacked_grads<T: Float>(
+    xh: &StepRows<T>,
+    dgates: &[T],
+    sz: SeqSizes,
+    gates: usize,
+) -> [Vec<T>; 4] {
+    let (rows, input, hidden) = (sz.t * sz.n, sz.input, sz.hidden);
+    let width = input + hidden + 1;
+    let all = product(mat(dgates, 0, rows, gates, true), xh.rows(0, rows));
+    let (mut dw_ih, mut dw_hh, mut db) = (
+        Vec::with_capacity(gates * input),
+        Vec::with_capacity(gates * hidden),
+        Vec::with_capacity(gates),
+    );
+    for r in all.chunks_exact(width) {
+        dw_ih.extend_from_slice(&r[..input]);
+        dw_hh.extend_from_slice(&r[input..input + hidden]);
+        db.push(r[width - 1]);
+    }
+    [dw_ih, dw_hh, db.clone(), db]
 }

@@ -310,8 +310,13 @@ pub(crate) unsafe fn gemm(a: MatRef<'_, f32>, b: MatRef<'_, f32>, out: &mut [f32
     let parts = threads.min(units);
     // Where part t's rows or columns start. Column blocks start on a cache line of C (when its
     // rows are whole lines): two threads writing one line would pass it back and forth on
-    // every tile update of the shared edge column.
-    let shift = (c.0 as usize % 64) / 4;
+    // every tile update of the shared edge column. A B read in place decides instead: a block
+    // starting off its lines would have to be packed.
+    let shift = if b_in_place(&b) {
+        0
+    } else {
+        (c.0 as usize % 64) / 4
+    };
     let start = |t: usize| -> usize {
         let u = t * units / parts;
         match (t, split_cols) {
@@ -335,6 +340,12 @@ pub(crate) unsafe fn gemm(a: MatRef<'_, f32>, b: MatRef<'_, f32>, out: &mut [f32
         }
     };
     super::parallel::run_parts(parts, block);
+}
+
+/// Whether B's full panels are read in place rather than packed: a row-major B small enough
+/// to stay in L2, its rows on cache lines.
+fn b_in_place(b: &MatRef<'_, f32>) -> bool {
+    b.cs == 1 && b.rows * b.cols <= DIRECT_B_MAX && line_aligned(b)
 }
 
 /// Whether every row of `m` starts on a cache line.
@@ -370,8 +381,7 @@ impl<'a> BPanels<'a> {
         (p0, kc): (usize, usize),
         (j0, nc): (usize, usize),
     ) -> Self {
-        let direct = b.cs == 1 && b.rows * b.cols <= DIRECT_B_MAX && line_aligned(b);
-        let in_place = if direct { nc / NR } else { 0 };
+        let in_place = if b_in_place(b) { nc / NR } else { 0 };
         let packed = &mut buf[..(nc.div_ceil(NR) - in_place) * NR * kc];
         pack_b(b, p0, kc, j0 + in_place * NR, nc - in_place * NR, packed);
         BPanels {
