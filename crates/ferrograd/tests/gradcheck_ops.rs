@@ -515,3 +515,72 @@ fn recurrent_layers_split_the_batch_across_threads_exactly() {
         }
     }
 }
+
+#[test]
+fn recurrent_layers_in_f32_agree_with_f64() {
+    // The f32 products read the kept rows and stacked weights in place and meet partial row
+    // panels (parts of 20 rows: 12 + 8); parts of uneven size; no input features; no steps
+    // (the backward too); and, on a pool of 4 threads, more than two parts.
+    use ferrograd::RecurrentWeights;
+    let cases = [(40, 3, 5, 20), (53, 4, 7, 33), (9, 2, 0, 6), (20, 0, 3, 4)];
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(4)
+        .build()
+        .unwrap();
+    for (gates, seed) in [(4, 500), (3, 510), (1, 520)] {
+        for (k, &(n, t, input, h)) in cases.iter().enumerate() {
+            let seed = seed + 20 * k as u64;
+            let values = [
+                randn(&[n, t, input], seed),
+                randn(&[n, h], seed + 1),
+                randn(&[n, h], seed + 2),
+                randn(&[gates * h, input], seed + 3),
+                randn(&[gates * h, h], seed + 4),
+                randn(&[gates * h], seed + 5),
+                randn(&[gates * h], seed + 6),
+            ]
+            .map(|v| v.mul_scalar(0.5));
+            let mix = randn(&[n, t, h], seed + 7);
+            // The loss and the gradient of every input, in the given dtype.
+            let run = |dtype: DType| {
+                let v: Vec<Tensor> = values
+                    .iter()
+                    .map(|v| v.to_dtype(dtype).requires_grad())
+                    .collect();
+                let w = RecurrentWeights {
+                    w_ih: &v[3],
+                    w_hh: &v[4],
+                    b_ih: &v[5],
+                    b_hh: &v[6],
+                };
+                let (out, last) = match gates {
+                    4 => {
+                        let (o, h, c) = v[0].lstm(&v[1], &v[2], w);
+                        (o, &h + &c.square())
+                    }
+                    3 => v[0].gru(&v[1], w),
+                    _ => v[0].rnn_tanh(&v[1], w),
+                };
+                let loss = &(&out * &mix.to_dtype(dtype)).sum() + &last.sum();
+                let wrt: Vec<&Tensor> = v
+                    .iter()
+                    .filter(|t| gates == 4 || !std::ptr::eq(*t, &v[2]))
+                    .collect();
+                let grads = grad(&loss, &wrt);
+                let mut all = vec![out.to_dtype(DType::F64), loss.to_dtype(DType::F64)];
+                all.extend(grads.iter().map(|g| g.to_dtype(DType::F64)));
+                all
+            };
+            let (single, double) = (pool.install(|| run(DType::F32)), run(DType::F64));
+            for (i, (a, b)) in single.iter().zip(&double).enumerate() {
+                assert_eq!(a.shape(), b.shape(), "{gates} gates, case {k}, result {i}");
+                assert!(
+                    a.allclose(b, 1e-4, 1e-4),
+                    "{gates} gates, case {k}, result {i}: {:?} vs {:?}",
+                    a.to_vec::<f64>().iter().take(4).collect::<Vec<_>>(),
+                    b.to_vec::<f64>().iter().take(4).collect::<Vec<_>>()
+                );
+            }
+        }
+    }
+}

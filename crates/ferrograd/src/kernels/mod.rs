@@ -15,6 +15,7 @@ pub mod norm;
 pub mod optim;
 mod parallel;
 pub mod reduce;
+pub mod sequence;
 mod sgemm;
 pub mod strided;
 

@@ -310,9 +310,9 @@ pub(crate) unsafe fn gemm(a: MatRef<'_, f32>, b: MatRef<'_, f32>, out: &mut [f32
     let parts = threads.min(units);
     // Where part t's rows or columns start. Column blocks start on a cache line of C (when its
     // rows are whole lines): two threads writing one line would pass it back and forth on
-    // every tile update of the shared edge column. A B read in place decides instead: a block
-    // starting off its lines would have to be packed.
-    let shift = if b_in_place(&b) {
+    // every tile update of the shared edge column. A B that the parts read in place decides
+    // instead: a block starting off its lines would have to be packed.
+    let shift = if b_in_place(&b.sub_cols(0, n.div_ceil(parts))) {
         0
     } else {
         (c.0 as usize % 64) / 4

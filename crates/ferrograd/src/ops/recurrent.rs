@@ -6,7 +6,7 @@
 
 use smallvec::smallvec;
 
-use crate::kernels::cells::{self as kc, Cell, GruCell, LstmCell, StepGrads, StepIn, TanhCell};
+use crate::kernels::cells::{Cell, GruCell, LstmCell, StepGrads, StepIn, TanhCell};
 use crate::tensor::{is_grad_enabled, record, with_dtype, DType, FloatElement, Tensor};
 
 /// Panics naming `op` unless `gi` and `gh` are `[N, gates·H]` and `state` is `[N, H]`, one

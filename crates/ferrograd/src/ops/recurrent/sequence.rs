@@ -1,10 +1,10 @@
 //! A whole recurrent layer over a batch-first sequence as one op: the step loop runs inside the
-//! kernel (`kernels::cells::sequence_forward`), and the rule runs it backwards.
+//! kernel (`kernels::sequence::sequence_forward`), and the rule runs it backwards.
 
 use std::borrow::Cow;
 
 use super::*;
-use crate::kernels::cells::{SeqForward, SeqSizes, Weights};
+use crate::kernels::sequence::{self as ks, SeqForward, SeqSizes, Weights};
 use crate::tensor::numel_or_panic;
 
 /// Panics naming `op` unless `x` is `[N, T, in]`, the states `[N, H]` and the weights have
@@ -85,7 +85,7 @@ fn run<C: CellOps, T: FloatElement>(inputs: &[&Tensor], sz: SeqSizes) -> Tensor 
     let fwd = {
         let data: Vec<_> = inputs.iter().map(|t| t.contiguous_data::<T>()).collect();
         let c0: &[T] = if C::HAS_C { &data[2] } else { &[] };
-        kc::sequence_forward::<C, T>(&data[0], [&data[1], c0], weights::<T, C>(&data), sz)
+        ks::sequence_forward::<C, T>(&data[0], [&data[1], c0], weights::<T, C>(&data), sz)
     };
     let k = usize::from(C::HAS_C);
     let packed = Tensor::from_data(pack::<C, T>(&fwd, sz), &[(sz.t + 1 + k) * sz.n * sz.hidden]);
@@ -129,7 +129,7 @@ fn fused_backward<C: Cell, T: FloatElement>(
     } else {
         &[]
     };
-    let g = kc::sequence_backward::<C, T>(x, fwd, w, sz, [&up[..outs], &up[outs..][..state], dc_n]);
+    let g = ks::sequence_backward::<C, T>(x, fwd, w, sz, [&up[..outs], &up[outs..][..state], dc_n]);
     let gates = C::GATES * hidden;
     let mut grads = vec![
         Tensor::from_data(g.dx, &[n, t, input]),
