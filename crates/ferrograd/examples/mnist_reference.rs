@@ -10,6 +10,9 @@ use ferrograd::data::Mnist;
 use ferrograd::metrics::accuracy;
 use ferrograd::prelude::*;
 
+#[cfg(test)]
+mod common;
+
 fn read(dir: &Path, name: &str) -> Result<Vec<u8>, String> {
     std::fs::read(dir.join(name)).map_err(|e| format!("{}: {e}", dir.join(name).display()))
 }
@@ -26,11 +29,14 @@ fn run(dir: &Path, data: &Path) -> Result<(), String> {
                 .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
                 .collect()
         };
+        // The reference keeps W as [in, out] (x @ W); Dense holds PyTorch's [out, in].
         let w = Tensor::try_from_vec(
             floats(read(dir, &format!("param{i}.f32"))?),
             &[fan_in, fan_out],
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())?
+        .t()
+        .contiguous();
         let b = Tensor::try_from_vec(
             floats(read(dir, &format!("param{}.f32", i + 1))?),
             &[fan_out],
@@ -92,5 +98,35 @@ fn main() -> std::process::ExitCode {
             eprintln!("{e}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes `values` as the little-endian file `name` of `dir`.
+    fn write<const N: usize>(dir: &Path, name: &str, values: impl Iterator<Item = [u8; N]>) {
+        std::fs::write(dir.join(name), values.flatten().collect::<Vec<u8>>()).unwrap();
+    }
+
+    #[test]
+    fn replays_a_dump_in_the_references_format() {
+        // Weights [in, out] as numpy keeps them, zero biases, one shuffled epoch of 256 images.
+        let data = common::tiny_mnist("mnist_reference-example", 256, 40);
+        let dir = common::scratch("mnist_reference-dump");
+        for (i, (fan_in, fan_out)) in [(784, 400), (400, 100), (100, 10)].into_iter().enumerate() {
+            let w = (0..fan_in * fan_out).map(|k| ((k % 7) as f32 * 0.01 - 0.03).to_le_bytes());
+            write(&dir, &format!("param{}.f32", 2 * i), w);
+            let b = (0..fan_out).map(|_| 0f32.to_le_bytes());
+            write(&dir, &format!("param{}.f32", 2 * i + 1), b);
+        }
+        write(&dir, "order.u32", (0..256u32).rev().map(u32::to_le_bytes));
+        write(
+            &dir,
+            "losses.f64",
+            [2.3f64, 2.2].into_iter().map(f64::to_le_bytes),
+        );
+        run(&dir, &data).unwrap();
     }
 }
