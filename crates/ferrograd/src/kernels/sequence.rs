@@ -9,9 +9,9 @@
 //! How a step's gate pre-activations are formed depends on the cell ([`StepWeights`]): a cell
 //! that reads only `gi + gh` (the LSTM, the Elman RNN) gets one product per step,
 //! `[x_t | h | 1]` by the stacked `[W_ihᵀ; W_hhᵀ; b_ih + b_hh]`; going back, one product by
-//! `[W_ih | W_hh]` gives `dx_t` with `dh`, and after the loop one product by the kept rows
-//! `[x_t | h | 1]` gives every weight gradient, the biases' through the column of ones. The GRU,
-//! which reads `gh` apart, projects every step's input in one product before the loop and
+//! `[W_ih | W_hh]` gives `dx_t` with `dh`, and after the loop one product of the gate
+//! gradients by the kept rows `[x_t | h]` gives both weight gradients. The GRU, which reads
+//! `gh` apart, projects every step's input in one product before the loop and
 //! multiplies by `W_hh` at each step, as PyTorch and cuDNN do.
 
 use std::borrow::Cow;
@@ -598,21 +598,25 @@ fn apart_grads<T: Float>(
     (dx, [dw_ih, dw_hh, db_ih, db_hh])
 }
 
-/// With the projections stacked: `dW_ih`, `dW_hh` and the biases' gradient (both biases
-/// have the same one) as one product, `dgatesᵀ·[x_t | h | 1]` over every step.
+/// With the projections stacked: `dW_ih` and `dW_hh` as one product, `dgatesᵀ·[x_t | h]`
+/// over every step, and the biases' gradient (both biases have the same one).
 fn stacked_grads<T: Float>(xh: &Lined<T>, dgates: &[T], sz: SeqSizes, gates: usize) -> [Vec<T>; 4] {
     let (rows, input, hidden) = (sz.t * sz.n, sz.input, sz.hidden);
-    let width = input + hidden + 1;
-    let all = product(mat(dgates, 0, rows, gates, true), xh.rows(0, rows));
-    let (mut dw_ih, mut dw_hh, mut db) = (
+    let width = input + hidden;
+    // The column of ones left out: a product column of its own would cost half a panel.
+    let xh = MatRef {
+        cols: width,
+        ..xh.rows(0, rows)
+    };
+    let all = product(mat(dgates, 0, rows, gates, true), xh);
+    let (mut dw_ih, mut dw_hh) = (
         Vec::with_capacity(gates * input),
         Vec::with_capacity(gates * hidden),
-        Vec::with_capacity(gates),
     );
     for r in all.chunks_exact(width) {
         dw_ih.extend_from_slice(&r[..input]);
-        dw_hh.extend_from_slice(&r[input..input + hidden]);
-        db.push(r[width - 1]);
+        dw_hh.extend_from_slice(&r[input..]);
     }
+    let db = column_sums(dgates, gates);
     [dw_ih, dw_hh, db.clone(), db]
 }
