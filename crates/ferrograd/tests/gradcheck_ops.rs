@@ -518,9 +518,11 @@ fn recurrent_layers_split_the_batch_across_threads_exactly() {
 
 #[test]
 fn recurrent_layers_in_f32_agree_with_f64() {
-    // The f32 products read the kept rows and stacked weights in place and meet partial row
-    // panels (parts of 20 rows: 12 + 8); parts of uneven size; no input features; no steps
-    // (the backward too); and, on a pool of 4 threads, more than two parts.
+    // f32 runs the same rules as f64 through other kernels (on AVX-512: the products read
+    // the kept rows and stacked weights in place): partial row panels (on 2 threads, parts of
+    // 20 rows, 12 + 8; of 26 and 27), more than two parts (on 4 threads: 10, and 13 or 14
+    // rows), no input features, no steps (the backward too). The rules themselves are
+    // gradchecked in f64 by `recurrent_layers_fused`.
     use ferrograd::RecurrentWeights;
     let cases = [(40, 3, 5, 20), (53, 4, 7, 33), (9, 2, 0, 6), (20, 0, 3, 4)];
     let pool = rayon::ThreadPoolBuilder::new()
@@ -571,15 +573,17 @@ fn recurrent_layers_in_f32_agree_with_f64() {
                 all.extend(grads.iter().map(|g| g.to_dtype(DType::F64)));
                 all
             };
-            let (single, double) = (pool.install(|| run(DType::F32)), run(DType::F64));
-            for (i, (a, b)) in single.iter().zip(&double).enumerate() {
-                assert_eq!(a.shape(), b.shape(), "{gates} gates, case {k}, result {i}");
-                assert!(
-                    a.allclose(b, 1e-4, 1e-4),
-                    "{gates} gates, case {k}, result {i}: {:?} vs {:?}",
-                    a.to_vec::<f64>().iter().take(4).collect::<Vec<_>>(),
-                    b.to_vec::<f64>().iter().take(4).collect::<Vec<_>>()
-                );
+            let double = run(DType::F64);
+            for single in [run(DType::F32), pool.install(|| run(DType::F32))] {
+                for (i, (a, b)) in single.iter().zip(&double).enumerate() {
+                    assert_eq!(a.shape(), b.shape(), "{gates} gates, case {k}, result {i}");
+                    assert!(
+                        a.allclose(b, 1e-4, 1e-4),
+                        "{gates} gates, case {k}, result {i}: {:?} vs {:?}",
+                        a.to_vec::<f64>().iter().take(4).collect::<Vec<_>>(),
+                        b.to_vec::<f64>().iter().take(4).collect::<Vec<_>>()
+                    );
+                }
             }
         }
     }

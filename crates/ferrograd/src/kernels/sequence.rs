@@ -123,6 +123,11 @@ impl<T: Float> Lined<T> {
 
     /// Appends a row made of `pieces` side by side (`cols` in all).
     fn push(&mut self, pieces: &[&[T]]) {
+        debug_assert!(pieces.iter().map(|p| p.len()).sum::<usize>() == self.cols);
+        debug_assert!(
+            self.buf.len() + self.stride <= self.buf.capacity(),
+            "room reserved"
+        );
         let end = self.buf.len() + self.stride;
         pieces.iter().for_each(|p| self.buf.extend_from_slice(p));
         self.buf.resize(end, T::zero());
@@ -217,8 +222,8 @@ impl<'a, T: Float> StepWeights<'a, T> {
 /// What the forward pass leaves for one part of the batch: the states of every step,
 /// time-major and with the initial one first (`[T + 1, n, H]`; `cs` empty without a second
 /// state), the saved planes (`[T, SAVED, n, H]`) and, with stacked weights, each step's
-/// product rows `[x_t | h | 1]` (`[T·n, in + H + 1]`, for the weight gradients; no rows
-/// otherwise).
+/// product rows `[x_t | h | 1]` (`[T·n, in + H + 1]`: the weight gradients read `[x_t | h]`;
+/// no rows otherwise).
 struct PartForward<T> {
     hs: Vec<T>,
     cs: Vec<T>,
