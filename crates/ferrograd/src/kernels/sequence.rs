@@ -168,45 +168,28 @@ enum StepWeights<'a, T> {
 }
 
 impl<'a, T: Float> StepWeights<'a, T> {
-    /// The copy that cell `C`'s steps read, going forward or back.
+    /// The copy that cell `C`'s steps read, going forward or back: the rows `[W_ih | W_hh]`
+    /// stacked (`W_hh` alone apart, as if the input had no columns) going back, their
+    /// transpose going forward, with the biases' sum as one more row when stacked.
     fn copy<C: Cell>(w: Weights<'_, T>, sz: SeqSizes, forward: bool) -> Lined<T> {
-        let (input, hidden, gates) = (sz.input, sz.hidden, C::GATES * sz.hidden);
-        let (w_ih, w_hh) = (
-            |r: usize| row(w.w_ih, r, input),
-            |r: usize| row(w.w_hh, r, hidden),
-        );
-        match (C::SUMS_GATES, forward) {
-            (true, true) => {
-                let mut m = Lined::zeros(input + hidden + 1, gates);
-                for r in 0..gates {
-                    for (c, &v) in w_ih(r).iter().chain(w_hh(r)).enumerate() {
-                        m.row_mut(c)[r] = v;
-                    }
-                    m.row_mut(input + hidden)[r] = w.b_ih[r] + w.b_hh[r];
-                }
-                m
+        let input = if C::SUMS_GATES { sz.input } else { 0 };
+        let (width, gates) = (input + sz.hidden, C::GATES * sz.hidden);
+        let row_of = |r: usize| [row(w.w_ih, r, input), row(w.w_hh, r, sz.hidden)];
+        if !forward {
+            let mut m = Lined::with_rows(gates, width);
+            (0..gates).for_each(|r| m.push(&row_of(r)));
+            return m;
+        }
+        let mut m = Lined::zeros(width + usize::from(C::SUMS_GATES), gates);
+        for r in 0..gates {
+            for (c, &v) in row_of(r).into_iter().flatten().enumerate() {
+                m.row_mut(c)[r] = v;
             }
-            (true, false) => {
-                let mut m = Lined::with_rows(gates, input + hidden);
-                (0..gates).for_each(|r| m.push(&[w_ih(r), w_hh(r)]));
-                m
-            }
-            (false, true) => {
-                let mut m = Lined::zeros(hidden, gates);
-                for r in 0..gates {
-                    w_hh(r)
-                        .iter()
-                        .enumerate()
-                        .for_each(|(c, &v)| m.row_mut(c)[r] = v);
-                }
-                m
-            }
-            (false, false) => {
-                let mut m = Lined::with_rows(gates, hidden);
-                (0..gates).for_each(|r| m.push(&[w_hh(r)]));
-                m
+            if C::SUMS_GATES {
+                m.row_mut(width)[r] = w.b_ih[r] + w.b_hh[r];
             }
         }
+        m
     }
 
     /// The view of `copy` (from [`StepWeights::copy`]) for cell `C`.
@@ -242,22 +225,19 @@ pub struct SeqForward<T> {
 impl<T: Float> SeqForward<T> {
     /// Row `row`'s `h` after `step` steps (the initial state at 0).
     pub fn h(&self, step: usize, row: usize) -> &[T] {
-        let (p, local) = self.locate(row);
-        let n = self.rows[p].len();
-        &self.parts[p].hs[(step * n + local) * self.hidden..][..self.hidden]
+        self.state(|part| &part.hs, step, row)
     }
 
     /// Row `row`'s `c` after `step` steps (cells with a second state).
     pub fn c(&self, step: usize, row: usize) -> &[T] {
-        let (p, local) = self.locate(row);
-        let n = self.rows[p].len();
-        &self.parts[p].cs[(step * n + local) * self.hidden..][..self.hidden]
+        self.state(|part| &part.cs, step, row)
     }
 
-    /// The part holding `row`, and the row's index in it.
-    fn locate(&self, row: usize) -> (usize, usize) {
+    /// Row `row` after `step` steps of the states `of` picks from the part holding it.
+    fn state(&self, of: impl Fn(&PartForward<T>) -> &[T], step: usize, row: usize) -> &[T] {
         let p = self.rows.partition_point(|r| r.end <= row);
-        (p, row - self.rows[p].start)
+        let (n, local) = (self.rows[p].len(), row - self.rows[p].start);
+        &of(&self.parts[p])[(step * n + local) * self.hidden..][..self.hidden]
     }
 }
 
