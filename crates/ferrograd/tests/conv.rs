@@ -595,6 +595,38 @@ fn f32_kernels_agree_with_f64_at_every_edge() {
         // A kernel smaller than the stride: phases of the input gradient no tap reaches.
         ([2, 3, 9, 9], [4, 3, 1, 1], ConvOpts::new().stride(2)),
         ([4, 16, 14, 14], [8, 16, 5, 5], ConvOpts::new().padding(2)),
+        // Channels-last products (at least 16 channels each way, short rows): runs that are
+        // no multiple of 4 floats (3 × 17), output channels past whole vectors (33), a
+        // stride of 3 under a kernel of 4 (phases of two taps and of one), a kernel smaller
+        // than the stride (phases no tap reaches), dilation along the height, an input
+        // gradient that needs the transposed convolution's output padding (15 = 2·7 + 1),
+        // and more images than one run of the weight gradient and its chunks of 4.
+        ([3, 17, 7, 7], [20, 17, 3, 3], ConvOpts::new().padding(1)),
+        (
+            [3, 16, 9, 6],
+            [33, 16, 3, 3],
+            ConvOpts::new().stride(2).padding(1),
+        ),
+        (
+            [2, 16, 13, 13],
+            [16, 16, 4, 4],
+            ConvOpts::new().stride(3).padding(1),
+        ),
+        ([2, 16, 9, 9], [16, 16, 1, 1], ConvOpts::new().stride(2)),
+        (
+            [2, 16, 11, 8],
+            [18, 16, 3, 2],
+            ConvOpts::new()
+                .stride_hw(2, 1)
+                .padding_hw(2, 1)
+                .dilation_hw(2, 1),
+        ),
+        (
+            [2, 16, 15, 15],
+            [20, 16, 4, 4],
+            ConvOpts::new().stride(2).padding(1),
+        ),
+        ([48, 16, 7, 7], [16, 16, 3, 3], ConvOpts::new().padding(1)),
     ];
     for (k, (xs, ws, o)) in cases.into_iter().enumerate() {
         f32_agrees_with_f64(xs, ws, &o, 300 + 10 * k as u64);

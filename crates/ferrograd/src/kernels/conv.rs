@@ -244,7 +244,8 @@ pub(crate) fn direct_conv_weight<T: Float>(
 ) -> Vec<T> {
     let (image, out) = (c * g.h * g.w, o * g.ho * g.wo);
     let len = c * g.taps() * direct_width(o);
-    sum_over_runs(x, dy, (image, out, len), |xs, dys, acc| {
+    let per_run = images_per_run(x.len().checked_div(image).unwrap_or(0));
+    sum_over_runs(x, dy, (image, out, len), per_run, |xs, dys, acc| {
         for (x, dy) in xs.chunks(image.max(1)).zip(dys.chunks(out.max(1))) {
             direct_weight_image(x, dy, c, g, o, acc);
         }
@@ -257,16 +258,17 @@ pub(super) fn images_per_run(n: usize) -> usize {
 }
 
 /// A weight gradient's sum over the images of `x` (`image` elements each) and `dy` (`out`
-/// each): `add_run` adds each fixed run of [`images_per_run`] images into its own `len`
+/// each): `add_run` adds each fixed run of `per_run` images (at least one) into its own `len`
 /// sums, on any thread, and the runs' sums are added in order, so the result does not depend
 /// on how the work was scheduled (a run gives the same weights every time).
 pub(super) fn sum_over_runs<T: Float>(
     x: &[T],
     dy: &[T],
     (image, out, len): (usize, usize, usize),
+    per_run: usize,
     add_run: impl Fn(&[T], &[T], &mut [T]) + Sync,
 ) -> Vec<T> {
-    let per_run = images_per_run(x.len().checked_div(image).unwrap_or(0));
+    let per_run = per_run.max(1);
     let partials: Vec<Vec<T>> = x
         .par_chunks((image * per_run).max(1))
         .zip(dy.par_chunks((out * per_run).max(1)))
@@ -276,8 +278,9 @@ pub(super) fn sum_over_runs<T: Float>(
             acc
         })
         .collect();
-    let mut total = vec![T::zero(); len];
-    for part in partials {
+    let mut parts = partials.into_iter();
+    let mut total = parts.next().unwrap_or_else(|| vec![T::zero(); len]);
+    for part in parts {
         total.iter_mut().zip(part).for_each(|(t, p)| *t += p);
     }
     total

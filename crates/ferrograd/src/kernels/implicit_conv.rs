@@ -61,6 +61,12 @@ fn runs_of(g: &Geom, images: usize, len: usize) -> Runs {
     }
 }
 
+/// Whether the output rows of geometry `g` fill enough of their vectors for the implicit
+/// products to read them in place.
+pub(crate) fn rows_fill_vectors(g: &Geom) -> bool {
+    runs_of(g, 1, 0).fills_vectors()
+}
+
 /// Images per product: one where the output rows fill the vectors (each row is read in
 /// place); otherwise the products pack positions 32 to a panel across image boundaries, and
 /// up to 4 images go together so that a plane such as 7×7 (49 positions: two panels, the
@@ -226,7 +232,7 @@ pub(crate) fn implicit_conv_weight<T: Float>(
     let group = images_per_product(g, per_run * rayon::current_num_threads());
     let width = o.next_multiple_of(16);
     let sizes = (image, o * plane, k * width);
-    let total = sum_over_runs(x, dy, sizes, |xs, dys, acc| {
+    let total = sum_over_runs(x, dy, sizes, per_run, |xs, dys, acc| {
         let (mut padded, mut dyt) = (Vec::new(), vec![0.0; group * plane * width]);
         let chunks = xs.chunks((group * image).max(1));
         for (x, dy) in chunks.zip(dys.chunks((group * o * plane).max(1))) {

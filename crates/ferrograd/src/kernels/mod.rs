@@ -6,6 +6,7 @@
 pub mod activation;
 pub(crate) mod alloc;
 pub mod cells;
+pub(crate) mod channels_last;
 pub(crate) mod conv;
 mod float;
 pub(crate) mod implicit_conv;

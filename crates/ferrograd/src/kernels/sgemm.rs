@@ -54,6 +54,9 @@ enum APanel {
     /// Rows contiguous over k, row `i` at `base + table[i]`: a column matrix of a convolution
     /// read out of the image, each row a run of pixels one kernel tap sees.
     Scattered(*const f32, *const usize),
+    /// Step k's MR values contiguous at `base + table[k]`: the transposed column matrix of a
+    /// channels-last image, each step the taps one output position sees.
+    Gathered(*const f32, *const usize),
 }
 
 impl APanel {
@@ -64,7 +67,7 @@ impl APanel {
     #[inline(always)]
     unsafe fn row(self, i: usize) -> *const f32 {
         match self {
-            APanel::Steps(..) => std::ptr::null(),
+            APanel::Steps(..) | APanel::Gathered(..) => std::ptr::null(),
             APanel::Rows(p, lda) => p.wrapping_add(i * lda),
             // SAFETY: the caller's contract.
             APanel::Scattered(base, table) => base.wrapping_add(unsafe { *table.add(i) }),
@@ -164,7 +167,7 @@ fn pack_b_transposed(
             let dst = &mut panel[k0 * NR + jb..][..7 * NR + 8];
             // SAFETY: this kernel runs only where `available()` found AVX-512F, which implies
             // AVX; the slices hold the 8 × 8 values read and written.
-            unsafe { transpose_8x8(&src, dst) };
+            unsafe { transpose_8x8(&src, dst, NR) };
         }
     }
     for k in 0..kc {
@@ -176,15 +179,56 @@ fn pack_b_transposed(
     }
 }
 
-/// `dst[k * NR + i] = src[i][k]` for an 8 × 8 block, in eight AVX registers.
+/// `dst[j·ld_dst + i] = src[i·ld_src + j]` for `i < rows`, `j < cols`: blocks of 8 × 8 in
+/// registers (on a CPU with AVX-512F), the ragged edges one by one.
+pub(crate) fn transpose(
+    src: &[f32],
+    (rows, cols): (usize, usize),
+    ld_src: usize,
+    dst: &mut [f32],
+    ld_dst: usize,
+) {
+    let (full_i, full_j) = if available() {
+        (rows - rows % 8, cols - cols % 8)
+    } else {
+        (0, 0)
+    };
+    for i0 in (0..full_i).step_by(8) {
+        for j0 in (0..full_j).step_by(8) {
+            let block: [&[f32; 8]; 8] = std::array::from_fn(|i| {
+                src[(i0 + i) * ld_src + j0..][..8]
+                    .try_into()
+                    .expect("8 values")
+            });
+            // SAFETY: AVX-512F (found by `available()`) implies AVX; the block's 8 × 8 values
+            // are read from slices and written into one of 7·ld_dst + 8.
+            unsafe {
+                transpose_8x8(
+                    &block,
+                    &mut dst[j0 * ld_dst + i0..][..7 * ld_dst + 8],
+                    ld_dst,
+                )
+            };
+        }
+    }
+    for i in 0..rows {
+        let s = &src[i * ld_src..][..cols];
+        let done = if i < full_i { full_j } else { 0 };
+        for (j, &v) in s.iter().enumerate().skip(done) {
+            dst[j * ld_dst + i] = v;
+        }
+    }
+}
+
+/// `dst[k * ld + i] = src[i][k]` for an 8 × 8 block, in eight AVX registers.
 ///
 /// # Safety
 /// The CPU must support AVX.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
-unsafe fn transpose_8x8(src: &[&[f32; 8]; 8], dst: &mut [f32]) {
+unsafe fn transpose_8x8(src: &[&[f32; 8]; 8], dst: &mut [f32], ld: usize) {
     use std::arch::x86_64::*;
-    assert!(dst.len() >= 7 * NR + 8);
+    assert!(dst.len() >= 7 * ld + 8);
     // SAFETY: each source holds exactly 8 values.
     let r: [__m256; 8] = std::array::from_fn(|i| unsafe { _mm256_loadu_ps(src[i].as_ptr()) });
     let t0 = _mm256_unpacklo_ps(r[0], r[1]);
@@ -214,16 +258,16 @@ unsafe fn transpose_8x8(src: &[&[f32; 8]; 8], dst: &mut [f32]) {
         _mm256_permute2f128_ps::<0x31>(u3, u7),
     ];
     for (k, row) in rows.into_iter().enumerate() {
-        // SAFETY: `dst` holds at least 7 * NR + 8 values (asserted), so row k's 8 fit.
-        unsafe { _mm256_storeu_ps(dst[k * NR..k * NR + 8].as_mut_ptr(), row) };
+        // SAFETY: `dst` holds at least 7 * ld + 8 values (asserted), so row k's 8 fit.
+        unsafe { _mm256_storeu_ps(dst[k * ld..k * ld + 8].as_mut_ptr(), row) };
     }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn transpose_8x8(src: &[&[f32; 8]; 8], dst: &mut [f32]) {
+unsafe fn transpose_8x8(src: &[&[f32; 8]; 8], dst: &mut [f32], ld: usize) {
     for (i, col) in src.iter().enumerate() {
         for (k, &v) in col.iter().enumerate() {
-            dst[k * NR + i] = v;
+            dst[k * ld + i] = v;
         }
     }
 }
@@ -571,13 +615,19 @@ unsafe fn tile_kernel<B: BRows>(
     };
     // SAFETY: forwarded contract.
     unsafe {
-        if matches!(a, APanel::Steps(..)) {
-            sized_kernel::<false, B>(a, t, wide)
-        } else {
-            sized_kernel::<true, B>(a, t, wide)
+        match a {
+            APanel::Steps(..) => sized_kernel::<BY_STEPS, B>(a, t, wide),
+            APanel::Rows(..) | APanel::Scattered(..) => sized_kernel::<BY_ROWS, B>(a, t, wide),
+            APanel::Gathered(..) => sized_kernel::<BY_TABLE, B>(a, t, wide),
         }
     }
 }
+
+/// How a micro-kernel reads its A panel (a const parameter: each form compiles to its own
+/// loop): step by step a fixed stride apart, row by row, or step by step through a table.
+const BY_STEPS: u8 = 0;
+const BY_ROWS: u8 = 1;
+const BY_TABLE: u8 = 2;
 
 /// The micro-kernel for the fewest rows (4, 8 or 12) covering `t.rows`, over one or two
 /// vectors of columns.
@@ -585,16 +635,16 @@ unsafe fn tile_kernel<B: BRows>(
 /// # Safety
 /// As [`micro_kernel`], for the row count chosen (never more than the panel holds).
 #[inline]
-unsafe fn sized_kernel<const ROWS: bool, B: BRows>(a: APanel, t: Tile<B>, wide: bool) {
+unsafe fn sized_kernel<const BY: u8, B: BRows>(a: APanel, t: Tile<B>, wide: bool) {
     // SAFETY: forwarded contract.
     unsafe {
         match (t.rows.div_ceil(4), wide) {
-            (3, true) => micro_kernel::<12, 2, ROWS, B>(a, t),
-            (3, false) => micro_kernel::<12, 1, ROWS, B>(a, t),
-            (2, true) => micro_kernel::<8, 2, ROWS, B>(a, t),
-            (2, false) => micro_kernel::<8, 1, ROWS, B>(a, t),
-            (_, true) => micro_kernel::<4, 2, ROWS, B>(a, t),
-            (_, false) => micro_kernel::<4, 1, ROWS, B>(a, t),
+            (3, true) => micro_kernel::<12, 2, BY, B>(a, t),
+            (3, false) => micro_kernel::<12, 1, BY, B>(a, t),
+            (2, true) => micro_kernel::<8, 2, BY, B>(a, t),
+            (2, false) => micro_kernel::<8, 1, BY, B>(a, t),
+            (_, true) => micro_kernel::<4, 2, BY, B>(a, t),
+            (_, false) => micro_kernel::<4, 1, BY, B>(a, t),
         }
     }
 }
@@ -931,6 +981,149 @@ pub(crate) fn offset_runs_product_acc(
     }
 }
 
+/// The column matrix of a convolution over a channels-last image, never built: row `q` (an
+/// output position) is the runs of floats that position's kernel taps see, run `t` of it
+/// `run` floats from `base[at[q] + runs[t]]` (a kernel row's taps side by side, each with all
+/// its channels). `at` is padded with entries of its own to a multiple of 4 (the kernels read
+/// whole groups of 4 rows); `positions` of them are real.
+#[derive(Clone, Copy)]
+pub(crate) struct Gathered<'a> {
+    pub base: &'a [f32],
+    pub at: &'a [usize],
+    pub positions: usize,
+    pub runs: &'a [usize],
+    pub run: usize,
+}
+
+impl Gathered<'_> {
+    /// Whether every float a product reads (whole runs, and up to 3 past each run for the
+    /// weight gradient's panels of 4) lies in `base`, the tables are whole, and the sizes
+    /// do not overflow.
+    fn fits(&self, slack: usize) -> bool {
+        let last = |t: &[usize]| t.iter().max().copied();
+        let reach = last(self.at)
+            .zip(last(self.runs))
+            .and_then(|(a, r)| a.checked_add(r)?.checked_add(self.run)?.checked_add(slack));
+        self.positions > 0
+            && self.run > 0
+            && self.at.len() == self.positions.next_multiple_of(4)
+            && self.runs.len().checked_mul(self.run).is_some()
+            && reach.is_some_and(|r| r <= self.base.len())
+    }
+}
+
+/// `c[q·ldc + j] = Σ_k a[q, k] · b[k·ldb + j]` for every position `q` of `a` and `j < cols`:
+/// a convolution of channels-last images (`c` is positions by output channels) by its
+/// weight `b`, `[runs·run, cols]` row-major. Each A panel is 12 positions' runs read in
+/// place. Runs on the calling thread.
+///
+/// Panics unless the AVX-512 path is [`available`] and the operands fit: `b`'s rows are read
+/// in whole vectors, so `ldb` must cover `cols` rounded up to 16.
+pub(crate) fn gathered_rows_product(
+    a: Gathered<'_>,
+    (b, ldb): (&[f32], usize),
+    cols: usize,
+    (c, ldc): (&mut [f32], usize),
+) {
+    let k = a.runs.len() * a.run;
+    let b_len = k.checked_mul(ldb);
+    let c_len = (a.positions.saturating_sub(1))
+        .checked_mul(ldc)
+        .and_then(|v| v.checked_add(cols));
+    assert!(
+        available()
+            && cols > 0
+            && a.fits(0)
+            && cols.checked_next_multiple_of(16).is_some_and(|w| ldb >= w)
+            && b_len.is_some_and(|l| l <= b.len())
+            && ldc >= cols
+            && c_len.is_some_and(|l| l <= c.len()),
+        "gathered_rows_product: operands do not fit"
+    );
+    let kc_step = even_step(a.run, KC, 1);
+    for (t, &run_at) in a.runs.iter().enumerate() {
+        for p0 in (0..a.run).step_by(kc_step) {
+            let kc = (a.run - p0).min(kc_step);
+            let first = t == 0 && p0 == 0;
+            let mut r0 = 0;
+            while r0 < a.positions {
+                let rows = panel_rows(a.positions - r0);
+                let a_panel =
+                    APanel::Scattered(a.base[run_at + p0..].as_ptr(), a.at[r0..].as_ptr());
+                for j0 in (0..cols).step_by(NR) {
+                    let width = (cols - j0).min(NR);
+                    // SAFETY: the panel's rows rounded up to 4 have entries in `at` (padded to
+                    // a multiple of 4, asserted), each run of kc floats from p0 inside `base`
+                    // (the reach asserted); B rows t·run + p0.. hold 16·⌈width/16⌉ ≤ ldb
+                    // floats from j0 within `b` (k·ldb asserted); the tile's rows × width at
+                    // (r0, j0) lie in `c` (asserted), borrowed exclusively; AVX-512F was
+                    // asserted.
+                    unsafe {
+                        let b_panel = Strided(b[(t * a.run + p0) * ldb + j0..].as_ptr(), ldb);
+                        let tile = c[r0 * ldc + j0..].as_mut_ptr();
+                        tile_kernel(kc, a_panel, b_panel, tile, ldc, rows, width, !first);
+                    }
+                }
+                r0 += rows;
+            }
+        }
+    }
+}
+
+/// `c[k·ldc + j] += Σ_q a[q, k] · b[q·ldb + j]` for every column `k` of `a` and `j < cols`:
+/// the weight gradient of a convolution of channels-last images (`b` is the output
+/// gradient, positions by channels; `c` taps by output channels, in `a`'s order). Each step
+/// of an A panel is 12 of a position's taps read in place. Runs on the calling thread.
+///
+/// Panics unless the AVX-512 path is [`available`] and the operands fit: the panels read up
+/// to 3 floats past a run, so `base` must hold them; `b`'s rows are read in whole vectors,
+/// so `ldb` must cover `cols` rounded up to 16.
+pub(crate) fn gathered_steps_product_acc(
+    a: Gathered<'_>,
+    (b, ldb): (&[f32], usize),
+    cols: usize,
+    (c, ldc): (&mut [f32], usize),
+) {
+    let k = a.runs.len() * a.run;
+    let b_len = a.positions.checked_mul(ldb);
+    let c_len = k.checked_mul(ldc);
+    assert!(
+        available()
+            && cols > 0
+            && a.fits(3)
+            && cols.checked_next_multiple_of(16).is_some_and(|w| ldb >= w)
+            && b_len.is_some_and(|l| l <= b.len())
+            && ldc >= cols
+            && c_len.is_some_and(|l| l <= c.len()),
+        "gathered_steps_product_acc: operands do not fit"
+    );
+    for p0 in (0..a.positions).step_by(KC) {
+        let kc = (a.positions - p0).min(KC);
+        for (t, &run_at) in a.runs.iter().enumerate() {
+            let mut r0 = 0;
+            while r0 < a.run {
+                let rows = panel_rows(a.run - r0);
+                let a_panel = APanel::Gathered(a.base[run_at + r0..].as_ptr(), a.at[p0..].as_ptr());
+                for j0 in (0..cols).step_by(NR) {
+                    let width = (cols - j0).min(NR);
+                    // SAFETY: steps p0..p0 + kc have entries in `at`; each reads the panel's
+                    // rows rounded up to 4, at most 3 floats past the run, inside `base` (the
+                    // reach with that slack asserted); B rows p0..p0 + kc hold 16·⌈width/16⌉ ≤
+                    // ldb floats from j0 within `b` (positions·ldb asserted); the tile's
+                    // rows × width at (t·run + r0, j0) lie in `c` (k·ldc asserted), borrowed
+                    // exclusively; AVX-512F was asserted.
+                    unsafe {
+                        let b_panel = Strided(b[p0 * ldb + j0..].as_ptr(), ldb);
+                        let tile = c[(t * a.run + r0) * ldc + j0..].as_mut_ptr();
+                        tile_kernel(kc, a_panel, b_panel, tile, ldc, rows, width, true);
+                    }
+                }
+                r0 += rows;
+            }
+        }
+    }
+}
+
 /// What a micro-kernel call needs besides its A panel.
 #[derive(Clone, Copy)]
 struct Tile<B> {
@@ -953,21 +1146,23 @@ struct Tile<B> {
 /// full 12×32 tile; smaller M and V serve the edges of C.
 ///
 /// # Safety
-/// `a` holds M rows of kc floats (`ROWS`: in place `lda` apart, or scattered with M table
-/// entries), or kc steps `lda` apart of M adjacent floats; `t.b` gives kc rows of 16·V floats each; `t.c` addresses `t.rows` ≤ M rows of the
-/// columns that the full vectors and `t.mask` select, row stride `t.ldc`; the CPU supports
+/// `a` holds M rows of kc floats (`BY_ROWS`: in place `lda` apart, or scattered with M table
+/// entries), or kc steps of M adjacent floats (`BY_STEPS`: `lda` apart; `BY_TABLE`: kc table
+/// entries); `t.b` gives kc rows of 16·V floats each; `t.c` addresses `t.rows` ≤ M rows of
+/// the columns that the full vectors and `t.mask` select, row stride `t.ldc`; the CPU supports
 /// AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn micro_kernel<const M: usize, const V: usize, const ROWS: bool, B: BRows>(
+unsafe fn micro_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(
     a: APanel,
     t: Tile<B>,
 ) {
     use std::arch::x86_64::*;
     let b = t.b;
-    let (steps, lda) = match a {
-        APanel::Steps(p, lda) => (p, lda),
-        _ => (std::ptr::null(), 0),
+    let (steps, lda, table) = match a {
+        APanel::Steps(p, lda) => (p, lda, std::ptr::null()),
+        APanel::Gathered(p, table) => (p, 0, table),
+        _ => (std::ptr::null(), 0, std::ptr::null()),
     };
     // SAFETY: a scattered panel's table holds M entries (the contract).
     let rows: [*const f32; M] = std::array::from_fn(|i| unsafe { a.row(i) });
@@ -983,12 +1178,18 @@ unsafe fn micro_kernel<const M: usize, const V: usize, const ROWS: bool, B: BRow
             }
             let bk_row = b.row(k);
             let bk: [__m512; V] = std::array::from_fn(|v| _mm512_loadu_ps(bk_row.add(16 * v)));
+            // Steps: step k's values are adjacent, a stride or a table entry away.
+            let step = if BY == BY_TABLE {
+                steps.wrapping_add(*table.add(k))
+            } else {
+                steps.wrapping_add(k * lda)
+            };
             for (i, row) in acc.iter_mut().enumerate() {
-                // Rows: row i of A is contiguous over k; steps: step k's values are adjacent.
-                let ai = _mm512_set1_ps(if ROWS {
+                // Rows: row i of A is contiguous over k.
+                let ai = _mm512_set1_ps(if BY == BY_ROWS {
                     *rows[i].add(k)
                 } else {
-                    *steps.add(k * lda + i)
+                    *step.add(i)
                 });
                 for v in 0..V {
                     row[v] = _mm512_fmadd_ps(ai, bk[v], row[v]);
@@ -1015,7 +1216,7 @@ unsafe fn micro_kernel<const M: usize, const V: usize, const ROWS: bool, B: BRow
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn micro_kernel<const M: usize, const V: usize, const ROWS: bool, B: BRows>(
+unsafe fn micro_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(
     _: APanel,
     _: Tile<B>,
 ) {

@@ -7,10 +7,13 @@
 //! - `z = conv_transpose2d(u, w)`: `du = conv2d(dz, w)`, `dw = conv2d_weight(dz, u)`
 //! - `v = conv2d_weight(x, dy)`: `dx = conv_transpose2d(dy, dv)`, `d(dy) = conv2d(x, dv)`
 //!
-//! In f32 on AVX-512 the convolution, its weight gradient and the stride-1 transposed
-//! convolution skip the column matrix (`kernels/implicit_conv.rs`); f64, groups and the
-//! strided transposed convolution keep im2col and col2im, or a direct kernel where the
-//! channels are few.
+//! In f32 on AVX-512 all three skip the column matrix where their shapes allow: over
+//! channels-last copies where the output rows are short and the channels many (a DCGAN's
+//! 7×7 and 14×14 maps, the transposed convolution split by output phase:
+//! `kernels/channels_last.rs`), and otherwise reading the image in place for the convolution,
+//! its weight gradient and the stride-1 transposed convolution (`kernels/implicit_conv.rs`).
+//! f64, groups and the other strided transposed convolutions keep im2col and col2im, or a
+//! direct kernel where the channels are few.
 
 use std::ops::Range;
 
@@ -18,6 +21,7 @@ use rayon::prelude::*;
 use smallvec::smallvec;
 
 use super::binary_promote;
+use crate::kernels::channels_last as cl;
 use crate::kernels::conv::{self as kc, col2im, im2col, Geom};
 use crate::kernels::implicit_conv as ki;
 use crate::kernels::matmul::{gemm_batch_append, MatRef};
@@ -521,6 +525,10 @@ fn conv_forward<T: FloatElement>(x: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Tenso
         numel_or_panic("conv2d", &[n, o, g.ho, g.wo]),
         T::zero(),
     );
+    if groups == 1 && cl::applies::<T>(g, c, o) {
+        cl::conv(&xd, c, g, &wd, o, &mut out);
+        return Tensor::from_data(out, &[n, o, g.ho, g.wo]);
+    }
     if groups == 1 && ki::implicit_applies::<T>(g, c) {
         ki::implicit_conv(&xd, c, g, &wd, o, &mut out);
         return Tensor::from_data(out, &[n, o, g.ho, g.wo]);
@@ -562,6 +570,10 @@ fn conv_t_forward<T: FloatElement>(u: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Ten
         numel_or_panic("conv_transpose2d", &[n, cout, g.h, g.w]),
         T::zero(),
     );
+    if groups == 1 && cl::applies::<T>(g, cout, cin) {
+        cl::conv_transpose(&ud, cin, g, &wd, cout, &mut out);
+        return Tensor::from_data(out, &[n, cout, g.h, g.w]);
+    }
     // With a stride of 1 the transposed convolution is a convolution by the flipped kernel.
     if let Some(f) = flipped(g).filter(|_| groups == 1) {
         let implicit = ki::implicit_applies::<T>(&f, cin);
@@ -659,6 +671,10 @@ const COLS_IN_CACHE: usize = 1 << 18;
 fn conv_weight<T: FloatElement>(x: &Tensor, dy: &Tensor, s: &Sizes<'_>) -> Tensor {
     let (xd, dyd) = (x.contiguous_data::<T>(), dy.contiguous_data::<T>());
     let (Sizes { g, groups, n, c, o }, (cg, og, k, plane)) = (*s, s.per_group());
+    if groups == 1 && cl::applies::<T>(g, c, o) {
+        let sum = cl::conv_weight(&xd, &dyd, c, g, o);
+        return Tensor::from_data(sum, &[o, cg, g.kh, g.kw]);
+    }
     if groups == 1 && ki::implicit_applies::<T>(g, c) {
         let sum = ki::implicit_conv_weight(&xd, &dyd, c, g, o);
         return Tensor::from_data(sum, &[o, cg, g.kh, g.kw]);

@@ -1,0 +1,514 @@
+//! Convolution of small images over channels-last copies (f32, AVX-512).
+//!
+//! Where an output row is too short to fill a vector (the 7×7 and 14×14 maps of a DCGAN), the
+//! implicit products of `implicit_conv.rs` leave lanes empty or gather positions into panels.
+//! Here the roles turn: each image is copied channels-last and padded (`[hp, wp, C]`), the
+//! output positions are the rows of the product and the output channels its vectors. The taps
+//! of one kernel row at one position are then a single run of `kw · C` floats (the width's
+//! dilation is 1), read in place. A transposed convolution under a stride splits into one
+//! such product per output phase (the outputs `oy ≡ ry`, `ox ≡ rx` modulo the stride), each
+//! reading only the taps that land on it: no column matrix and no col2im.
+
+use rayon::prelude::*;
+
+use super::conv::{images_per_run, sum_over_runs, Geom};
+use super::sgemm::{self, Gathered};
+use super::Float;
+
+/// Whether the channels-last kernels run a convolution of geometry `g` from `c` to `o`
+/// channels (or its transpose, from `o` to `c`): f32 on a CPU with AVX-512, output rows too
+/// short for the implicit products to read in place, enough channels on both sides to fill
+/// the runs and the vectors, no dilation along the width, and padded copies within a few
+/// times the images.
+pub(crate) fn applies<T: Float>(g: &Geom, c: usize, o: usize) -> bool {
+    T::as_f32(&[]).is_some()
+        && sgemm::available()
+        && !super::implicit_conv::rows_fill_vectors(g)
+        && c >= MIN_CHANNELS
+        && o >= MIN_CHANNELS
+        && g.dw == 1
+        && g.ph <= g.dh * (g.kh - 1)
+        && g.pw < g.kw
+        && Plan::conv(g, c).is_some()
+        && Plan::transposed(g, o).is_some()
+}
+
+/// Channels below which a run (`kw · C` floats) or the vectors of output channels would be
+/// mostly empty: the other kernels serve those.
+const MIN_CHANNELS: usize = 16;
+
+/// Where a padded copy puts an image: `top` rows and `left` columns of zeros before it, `hp`
+/// rows of `wp` pixels of `c` channels in all.
+#[derive(Clone, Copy, Debug)]
+struct Pad {
+    top: usize,
+    left: usize,
+    hp: usize,
+    wp: usize,
+    c: usize,
+}
+
+impl Pad {
+    /// Floats per padded image.
+    fn len(&self) -> usize {
+        self.hp * self.wp * self.c
+    }
+}
+
+/// Output coordinates `first + every · a` for `a < count` along one axis.
+#[derive(Clone, Copy, Debug)]
+struct Line {
+    count: usize,
+    first: usize,
+    every: usize,
+}
+
+/// One product over the padded copies: the output positions it computes and where their
+/// runs start (its weight is laid out in the runs' order).
+struct Pass {
+    rows: Line,
+    cols: Line,
+    /// Padded pixels between neighbouring positions, down and across.
+    step: (usize, usize),
+    /// Where each run starts (padded row and column) for position (0, 0).
+    starts: Vec<(usize, usize)>,
+    /// Taps per run along the width.
+    width: usize,
+}
+
+impl Pass {
+    /// The float offsets of the runs in a padded copy.
+    fn runs(&self, pad: &Pad) -> Vec<usize> {
+        let at = |&(r, col): &(usize, usize)| (r * pad.wp + col) * pad.c;
+        self.starts.iter().map(at).collect()
+    }
+
+    /// Positions per image.
+    fn plane(&self) -> usize {
+        self.rows.count * self.cols.count
+    }
+
+    /// Where every position of `images` padded copies starts (image by image, row by row),
+    /// padded with copies of the first to a multiple of 4, into `at`.
+    fn positions(&self, pad: &Pad, images: usize, at: &mut Vec<usize>) {
+        at.clear();
+        for i in 0..images {
+            for a in 0..self.rows.count {
+                let row = (i * pad.hp + a * self.step.0) * pad.wp;
+                at.extend((0..self.cols.count).map(|b| (row + b * self.step.1) * pad.c));
+            }
+        }
+        let first = at.first().copied().unwrap_or(0);
+        at.resize(at.len().next_multiple_of(4), first);
+    }
+}
+
+/// The padded copy and the products of a convolution or of its transpose.
+struct Plan {
+    pad: Pad,
+    passes: Vec<Pass>,
+}
+
+impl Plan {
+    /// The convolution of geometry `g` over `c` channels: one pass, a run per kernel row.
+    fn conv(g: &Geom, c: usize) -> Option<Plan> {
+        let pad = Pad {
+            top: g.ph,
+            left: g.pw,
+            hp: g.h.checked_add(g.ph.checked_mul(2)?)?,
+            wp: g.w.checked_add(g.pw.checked_mul(2)?)?,
+            c,
+        };
+        let pass = Pass {
+            rows: Line {
+                count: g.ho,
+                first: 0,
+                every: 1,
+            },
+            cols: Line {
+                count: g.wo,
+                first: 0,
+                every: 1,
+            },
+            step: (g.sh, g.sw),
+            starts: (0..g.kh).map(|i| (i * g.dh, 0)).collect(),
+            width: g.kw,
+        };
+        Plan::checked(pad, vec![pass], c * g.h * g.w)
+    }
+
+    /// The transposed convolution of `g` (from `g.ho × g.wo` to `g.h × g.w`) over `c` input
+    /// channels: a pass per output phase that some tap reaches along both axes.
+    fn transposed(g: &Geom, c: usize) -> Option<Plan> {
+        let ys = Phases::new(g.h, g.ho, g.sh, g.ph, (g.kh, g.dh))?;
+        let xs = Phases::new(g.w, g.wo, g.sw, g.pw, (g.kw, 1))?;
+        let pad = Pad {
+            top: ys.before,
+            left: xs.before,
+            hp: ys.padded,
+            wp: xs.padded,
+            c,
+        };
+        let mut passes = Vec::new();
+        for (ry, ty) in ys.taps.iter().enumerate() {
+            for (rx, tx) in xs.taps.iter().enumerate() {
+                let (Some(&(_, left)), false) = (tx.last(), ty.is_empty()) else {
+                    continue;
+                };
+                passes.push(Pass {
+                    rows: ys.line(ry),
+                    cols: xs.line(rx),
+                    step: (1, 1),
+                    // The run's columns ascend as its taps descend: it starts at the last.
+                    starts: ty.iter().map(|&(_, row)| (row, left)).collect(),
+                    width: tx.len(),
+                });
+            }
+        }
+        Plan::checked(pad, passes, c * g.ho * g.wo)
+    }
+
+    /// The plan when its padded copy stays within a few times the `image` floats it holds (a
+    /// huge padding or dilation would make it mostly zeros) and its offsets are computable.
+    fn checked(pad: Pad, passes: Vec<Pass>, image: usize) -> Option<Plan> {
+        let len = pad.hp.checked_mul(pad.wp)?.checked_mul(pad.c)?;
+        let bound = image.saturating_mul(16).saturating_add(1 << 16);
+        (len <= bound && len.checked_mul(IMAGES_PER_CHUNK).is_some())
+            .then_some(Plan { pad, passes })
+    }
+
+    /// The convolution weight `w` (`[O, C, kh, kw]`) as the product's `[runs · width · C, O']`
+    /// for the one pass of [`Plan::conv`]: rows by kernel row, column and channel.
+    fn conv_weight(g: &Geom, w: &[f32], c: usize, o: usize) -> Weight {
+        let mut wt = Weight::zeros(g.taps() * c, o);
+        for (oc, filter) in w.chunks_exact(c * g.taps()).enumerate() {
+            for (ci, taps) in filter.chunks_exact(g.taps()).enumerate() {
+                for (tap, &v) in taps.iter().enumerate() {
+                    wt.set(tap * c + ci, oc, v);
+                }
+            }
+        }
+        wt
+    }
+
+    /// The transposed convolution's weight `w` (`[C, O, kh, kw]`) as each pass's product
+    /// weight: rows by the pass's runs, its taps along the width in descending order (the run's
+    /// columns ascend), and the channels.
+    fn transposed_weights(&self, g: &Geom, w: &[f32], o: usize) -> Vec<Weight> {
+        let (ys, xs) = (
+            Phases::new(g.h, g.ho, g.sh, g.ph, (g.kh, g.dh)).expect("planned"),
+            Phases::new(g.w, g.wo, g.sw, g.pw, (g.kw, 1)).expect("planned"),
+        );
+        let c = self.pad.c;
+        let mut weights = Vec::new();
+        for ty in &ys.taps {
+            for tx in &xs.taps {
+                if ty.is_empty() || tx.is_empty() {
+                    continue;
+                }
+                let mut wt = Weight::zeros(ty.len() * tx.len() * c, o);
+                let taps = ty
+                    .iter()
+                    .flat_map(|&(ky, _)| tx.iter().rev().map(move |&(kx, _)| (ky, kx)));
+                for (t, (ky, kx)) in taps.enumerate() {
+                    for ci in 0..c {
+                        for oc in 0..o {
+                            wt.set(t * c + ci, oc, w[((ci * o + oc) * g.kh + ky) * g.kw + kx]);
+                        }
+                    }
+                }
+                weights.push(wt);
+            }
+        }
+        weights
+    }
+}
+
+/// The output phases of a transposed convolution along one axis: output `r + s·a` (for
+/// `a < count(r)`) takes, from each tap `k` with `r + p − k·d ≡ 0 (mod s)`, input
+/// `a + (r + p − k·d)/s`.
+struct Phases {
+    out: usize,
+    stride: usize,
+    /// Per phase: its taps and the padded input coordinate each reads for `a = 0`.
+    taps: Vec<Vec<(usize, usize)>>,
+    /// Zeros before the input, and the padded length.
+    before: usize,
+    padded: usize,
+}
+
+impl Phases {
+    fn new(out: usize, inp: usize, s: usize, p: usize, (k, d): (usize, usize)) -> Option<Phases> {
+        let count = |r: usize| if r < out { (out - r).div_ceil(s) } else { 0 };
+        // Signed input offsets: i128 holds any difference of two usize.
+        let mut raw: Vec<Vec<(usize, i128)>> = Vec::new();
+        let (mut lo, mut hi) = (0i128, inp as i128);
+        for r in 0..s.min(out) {
+            let mut taps = Vec::new();
+            for kk in 0..k {
+                let v = r as i128 + p as i128 - kk as i128 * d as i128;
+                if v.rem_euclid(s as i128) == 0 {
+                    let delta = v / s as i128;
+                    lo = lo.min(delta);
+                    hi = hi.max(delta + count(r) as i128);
+                    taps.push((kk, delta));
+                }
+            }
+            raw.push(taps);
+        }
+        let before = usize::try_from(-lo).ok()?;
+        let padded = usize::try_from(hi - lo).ok()?;
+        let taps = raw
+            .into_iter()
+            .map(|t| {
+                t.into_iter()
+                    .map(|(kk, delta)| (kk, (delta - lo) as usize))
+                    .collect()
+            })
+            .collect();
+        Some(Phases {
+            out,
+            stride: s,
+            taps,
+            before,
+            padded,
+        })
+    }
+
+    fn line(&self, r: usize) -> Line {
+        Line {
+            count: (self.out - r).div_ceil(self.stride),
+            first: r,
+            every: self.stride,
+        }
+    }
+}
+
+/// A product weight `[rows, O']`, `O'` the output channels rounded up to whole vectors (zeros
+/// past them), every row on a cache line.
+struct Weight {
+    buf: Vec<f32>,
+    at: usize,
+    ld: usize,
+}
+
+impl Weight {
+    fn zeros(rows: usize, o: usize) -> Weight {
+        let ld = o.next_multiple_of(16);
+        let buf = vec![0.0f32; rows * ld + 16];
+        let at = (16 - (buf.as_ptr() as usize % 64) / 4) % 16;
+        Weight { buf, at, ld }
+    }
+
+    fn set(&mut self, row: usize, col: usize, v: f32) {
+        self.buf[self.at + row * self.ld + col] = v;
+    }
+
+    fn data(&self) -> (&[f32], usize) {
+        (&self.buf[self.at..], self.ld)
+    }
+}
+
+/// Output positions per run of the weight gradient's sum, at least.
+const MIN_RUN_POSITIONS: usize = 512;
+
+/// Images a thread copies and multiplies at a time: their padded copies and outputs stay in
+/// its cache.
+const IMAGES_PER_CHUNK: usize = 4;
+
+/// `images` images `x` (`[images, C, h, w]`) into their padded channels-last copies (reused),
+/// with 16 floats to spare past the last (the weight gradient's panels read up to 3 past a
+/// run); `plane` is scratch.
+fn pad_channels_last(
+    x: &[f32],
+    (h, w): (usize, usize),
+    pad: &Pad,
+    out: &mut Vec<f32>,
+    plane: &mut Vec<f32>,
+) {
+    let image = pad.c * h * w;
+    let images = x.len() / image.max(1);
+    out.clear();
+    out.resize(images * pad.len() + 16, 0.0);
+    plane.resize(image, 0.0);
+    for (src, dst) in x
+        .chunks_exact(image.max(1))
+        .zip(out.chunks_exact_mut(pad.len().max(1)))
+    {
+        // [C, h·w] to [h·w, C] whole (rows of a few pixels would leave the 8 × 8 blocks of
+        // the transpose empty), then each row into place.
+        sgemm::transpose(src, (pad.c, h * w), h * w, plane, pad.c);
+        for (iy, row) in plane.chunks_exact((w * pad.c).max(1)).enumerate() {
+            dst[((iy + pad.top) * pad.wp + pad.left) * pad.c..][..w * pad.c].copy_from_slice(row);
+        }
+    }
+}
+
+/// Convolution (`conv`) or transposed convolution of every image through `plan`: `x` is
+/// `[N, C, h, w]` (C the plan's channels), `weights` one per pass, `y` `[N, O, ho, wo]`
+/// (zeroed by the caller: outputs no tap reaches stay zero). Chunks of images run in
+/// parallel.
+fn run_plan(
+    plan: &Plan,
+    x: &[f32],
+    (h, w): (usize, usize),
+    weights: &[Weight],
+    (o, ho, wo): (usize, usize, usize),
+    y: &mut [f32],
+) {
+    let (image, plane) = (plan.pad.c * h * w, ho * wo);
+    let runs: Vec<Vec<usize>> = plan.passes.iter().map(|p| p.runs(&plan.pad)).collect();
+    let n = x.len() / image.max(1);
+    // Fewer images a chunk when there are too few chunks for the threads.
+    let per = (n / rayon::current_num_threads()).clamp(1, IMAGES_PER_CHUNK);
+    y.par_chunks_mut((per * o * plane).max(1))
+        .zip(x.par_chunks((per * image).max(1)))
+        .for_each_init(
+            || (Vec::new(), Vec::new(), Vec::new(), Vec::new()),
+            |(padded, at, prod, scratch), (y, x)| {
+                let images = x.len() / image.max(1);
+                pad_channels_last(x, (h, w), &plan.pad, padded, scratch);
+                for ((pass, runs), weight) in plan.passes.iter().zip(&runs).zip(weights) {
+                    let positions = images * pass.plane();
+                    if positions == 0 {
+                        continue;
+                    }
+                    pass.positions(&plan.pad, images, at);
+                    prod.clear();
+                    prod.resize(positions * o, 0.0);
+                    let a = Gathered {
+                        base: padded,
+                        at,
+                        positions,
+                        runs,
+                        run: pass.width * plan.pad.c,
+                    };
+                    sgemm::gathered_rows_product(a, weight.data(), o, (prod, o));
+                    scatter(prod, pass, (o, plane, wo), y, scratch);
+                }
+            },
+        );
+}
+
+/// A pass's product (positions by output channels) into its positions of `y`
+/// (`[images, O, ho, wo]`); `planes` is scratch.
+fn scatter(
+    prod: &[f32],
+    pass: &Pass,
+    (o, plane, wo): (usize, usize, usize),
+    y: &mut [f32],
+    planes: &mut Vec<f32>,
+) {
+    let (rows, cols, positions) = (pass.rows, pass.cols, pass.plane());
+    planes.resize(o * positions, 0.0);
+    for (src, dst) in prod
+        .chunks_exact((positions * o).max(1))
+        .zip(y.chunks_exact_mut((o * plane).max(1)))
+    {
+        // The image's positions by channels to channels by positions, then each row of
+        // positions into place.
+        sgemm::transpose(src, (positions, o), o, planes, positions);
+        for (oc, part) in planes.chunks_exact(positions.max(1)).enumerate() {
+            for (a, run) in part.chunks_exact(cols.count.max(1)).enumerate() {
+                let at = oc * plane + (rows.first + a * rows.every) * wo + cols.first;
+                if cols.every == 1 {
+                    dst[at..][..run.len()].copy_from_slice(run);
+                } else {
+                    let out = dst[at..].iter_mut().step_by(cols.every);
+                    out.zip(run).for_each(|(d, &v)| *d = v);
+                }
+            }
+        }
+    }
+}
+
+/// Convolution of every image over channels-last copies: `x` `[N, C, h, w]`, `w`
+/// `[O, C·kh·kw]` row-major, `y` `[N, O, ho, wo]` (overwritten). Call it only where
+/// [`applies`].
+pub(crate) fn conv<T: Float>(x: &[T], c: usize, g: &Geom, w: &[T], o: usize, y: &mut [T]) {
+    let (Some(x), Some(w), Some(y)) = (T::as_f32(x), T::as_f32(w), T::as_f32_mut(y)) else {
+        panic!("channels_last::conv: f32 only");
+    };
+    let plan = Plan::conv(g, c).expect("channels_last::conv outside applies");
+    let weight = Plan::conv_weight(g, w, c, o);
+    run_plan(&plan, x, (g.h, g.w), &[weight], (o, g.ho, g.wo), y);
+}
+
+/// The transposed convolution of every image over channels-last copies: `u` `[N, C, ho, wo]`
+/// of geometry `g` (its forward convolution's output), `w` `[C, O, kh, kw]`, `y`
+/// `[N, O, h, w]` (zeroed by the caller). Call it only where [`applies`] (with the
+/// channels swapped).
+pub(crate) fn conv_transpose<T: Float>(
+    u: &[T],
+    c: usize,
+    g: &Geom,
+    w: &[T],
+    o: usize,
+    y: &mut [T],
+) {
+    let (Some(u), Some(w), Some(y)) = (T::as_f32(u), T::as_f32(w), T::as_f32_mut(y)) else {
+        panic!("channels_last::conv_transpose: f32 only");
+    };
+    let plan = Plan::transposed(g, c).expect("channels_last::conv_transpose outside applies");
+    let weights = plan.transposed_weights(g, w, o);
+    run_plan(&plan, u, (g.ho, g.wo), &weights, (o, g.h, g.w), y);
+}
+
+/// The weight gradient of [`conv`] summed over the images: `x` `[N, C, h, w]`, `dy`
+/// `[N, O, ho, wo]`; the result is `[O, C·kh·kw]`. Each chunk of images adds the product of
+/// its column matrix (read out of the channels-last copies) with its output gradient laid
+/// out positions by channels. Threads take fixed runs of images whose sums are added in
+/// order, so the result does not depend on the scheduling.
+pub(crate) fn conv_weight<T: Float>(x: &[T], dy: &[T], c: usize, g: &Geom, o: usize) -> Vec<T> {
+    let (Some(x), Some(dy)) = (T::as_f32(x), T::as_f32(dy)) else {
+        panic!("channels_last::conv_weight: f32 only");
+    };
+    let plan = Plan::conv(g, c).expect("channels_last::conv_weight outside applies");
+    let pass = &plan.passes[0];
+    let runs = pass.runs(&plan.pad);
+    let (image, plane, ld) = (c * g.h * g.w, g.ho * g.wo, o.next_multiple_of(16));
+    let k = c * g.taps();
+    // Runs of enough positions that the work of a run outweighs its sums' copy of the
+    // weight (zeroed, added into, and added to the total): a run of four 7×7 maps would
+    // spend a third of its time on them.
+    let n = x.len().checked_div(image).unwrap_or(0);
+    let per_run = images_per_run(n).max(MIN_RUN_POSITIONS.div_ceil(plane.max(1)));
+    let sizes = (image, o * plane, k * ld);
+    let total = sum_over_runs(x, dy, sizes, per_run, |xs, dys, acc| {
+        let (mut padded, mut at, mut dyt, mut scratch) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let chunks = xs.chunks((IMAGES_PER_CHUNK * image).max(1));
+        for (x, dy) in chunks.zip(dys.chunks((IMAGES_PER_CHUNK * o * plane).max(1))) {
+            let images = x.len() / image.max(1);
+            pad_channels_last(x, (g.h, g.w), &plan.pad, &mut padded, &mut scratch);
+            pass.positions(&plan.pad, images, &mut at);
+            // The output gradients positions by channels, zeros past `o`.
+            dyt.clear();
+            dyt.resize(images * plane * ld, 0.0);
+            for (dy, dst) in dy
+                .chunks_exact((o * plane).max(1))
+                .zip(dyt.chunks_exact_mut((plane * ld).max(1)))
+            {
+                sgemm::transpose(dy, (o, plane), plane, dst, ld);
+            }
+            let a = Gathered {
+                base: &padded,
+                at: &at,
+                positions: images * plane,
+                runs: &runs,
+                run: pass.width * c,
+            };
+            sgemm::gathered_steps_product_acc(a, (&dyt, ld), o, (acc, ld));
+        }
+    });
+    // Rows by kernel tap and channel to PyTorch's [O, C, kh, kw].
+    let mut out = vec![T::zero(); o * k];
+    let dst = T::as_f32_mut(&mut out).expect("f32");
+    for (row, sums) in total.chunks_exact(ld).enumerate() {
+        let (tap, ci) = (row / c, row % c);
+        for (oc, &v) in sums[..o].iter().enumerate() {
+            dst[oc * k + ci * g.taps() + tap] = v;
+        }
+    }
+    out
+}
