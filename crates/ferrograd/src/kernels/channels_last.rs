@@ -9,6 +9,8 @@
 //! such product per output phase (the outputs `oy ≡ ry`, `ox ≡ rx` modulo the stride), each
 //! reading only the taps that land on it: no column matrix and no col2im.
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use super::conv::{images_per_run, sum_over_runs, Geom};
@@ -88,18 +90,35 @@ impl Pass {
         self.rows.count * self.cols.count
     }
 
-    /// Where every position of `images` padded copies starts (image by image, row by row),
-    /// padded with copies of the first to a multiple of 4, into `at`.
+    /// Where every position of `images` padded copies starts, row by row across the images
+    /// (position `(a·images + i)·cols + b` is row `a`, column `b` of image `i`, so that the
+    /// positions a run reads are one span), and 3 more entries (copies of the first) into
+    /// `at`.
     fn positions(&self, pad: &Pad, images: usize, at: &mut Vec<usize>) {
         at.clear();
-        for i in 0..images {
-            for a in 0..self.rows.count {
+        for a in 0..self.rows.count {
+            for i in 0..images {
                 let row = (i * pad.hp + a * self.step.0) * pad.wp;
                 at.extend((0..self.cols.count).map(|b| (row + b * self.step.1) * pad.c));
             }
         }
         let first = at.first().copied().unwrap_or(0);
-        at.resize(at.len().next_multiple_of(4), first);
+        at.extend([first; 3]);
+    }
+
+    /// For each run, the positions (ordered as [`Pass::positions`]) where it reads a row of
+    /// the image (`h` rows high) rather than padding.
+    fn spans(&self, pad: &Pad, h: usize, images: usize) -> Vec<Range<usize>> {
+        let per_row = images * self.cols.count;
+        let step = self.step.0;
+        let span = |&(r, _): &(usize, usize)| {
+            // The rows a with top ≤ a·step + r < top + h.
+            let lo = pad.top.saturating_sub(r).div_ceil(step);
+            let hi = (pad.top + h).saturating_sub(r).div_ceil(step);
+            let hi = hi.min(self.rows.count);
+            lo.min(hi) * per_row..hi * per_row
+        };
+        self.starts.iter().map(span).collect()
     }
 }
 
@@ -180,14 +199,15 @@ impl Plan {
     /// The convolution weight `w` (`[O, C, kh, kw]`) as the product's `[runs · width · C, O']`
     /// for the one pass of [`Plan::conv`]: rows by kernel row, column and channel.
     fn conv_weight(g: &Geom, w: &[f32], c: usize, o: usize) -> Weight {
-        let mut wt = Weight::zeros(g.taps() * c, o);
-        for (oc, filter) in w.chunks_exact(c * g.taps()).enumerate() {
-            for (ci, taps) in filter.chunks_exact(g.taps()).enumerate() {
-                for (tap, &v) in taps.iter().enumerate() {
-                    wt.set(tap * c + ci, oc, v);
-                }
-            }
+        let (taps, k) = (g.taps(), g.taps() * c);
+        // Each filter [C, taps] to [taps, C], then the filters [O, k] to [k, O'].
+        let mut filters = vec![0.0f32; o * k];
+        for (src, dst) in w.chunks_exact(k).zip(filters.chunks_exact_mut(k)) {
+            sgemm::transpose(src, (c, taps), taps, dst, c);
         }
+        let mut wt = Weight::zeros(k, o);
+        let ld = wt.ld;
+        sgemm::transpose(&filters, (o, k), k, wt.data_mut(), ld);
         wt
     }
 
@@ -199,7 +219,15 @@ impl Plan {
             Phases::new(g.h, g.ho, g.sh, g.ph, (g.kh, g.dh)).expect("planned"),
             Phases::new(g.w, g.wo, g.sw, g.pw, (g.kw, 1)).expect("planned"),
         );
-        let c = self.pad.c;
+        let (c, taps) = (self.pad.c, g.taps());
+        // Each input channel's [O, taps] to [taps, O]: every (channel, tap) a row of O.
+        let mut rows = vec![0.0f32; c * taps * o];
+        for (src, dst) in w
+            .chunks_exact(o * taps)
+            .zip(rows.chunks_exact_mut(o * taps))
+        {
+            sgemm::transpose(src, (o, taps), taps, dst, o);
+        }
         let mut weights = Vec::new();
         for ty in &ys.taps {
             for tx in &xs.taps {
@@ -207,14 +235,13 @@ impl Plan {
                     continue;
                 }
                 let mut wt = Weight::zeros(ty.len() * tx.len() * c, o);
-                let taps = ty
+                let pass_taps = ty
                     .iter()
-                    .flat_map(|&(ky, _)| tx.iter().rev().map(move |&(kx, _)| (ky, kx)));
-                for (t, (ky, kx)) in taps.enumerate() {
+                    .flat_map(|&(ky, _)| tx.iter().rev().map(move |&(kx, _)| ky * g.kw + kx));
+                for (t, tap) in pass_taps.enumerate() {
                     for ci in 0..c {
-                        for oc in 0..o {
-                            wt.set(t * c + ci, oc, w[((ci * o + oc) * g.kh + ky) * g.kw + kx]);
-                        }
+                        let src = &rows[(ci * taps + tap) * o..][..o];
+                        wt.row_mut(t * c + ci)[..o].copy_from_slice(src);
                     }
                 }
                 weights.push(wt);
@@ -300,8 +327,12 @@ impl Weight {
         Weight { buf, at, ld }
     }
 
-    fn set(&mut self, row: usize, col: usize, v: f32) {
-        self.buf[self.at + row * self.ld + col] = v;
+    fn row_mut(&mut self, row: usize) -> &mut [f32] {
+        &mut self.buf[self.at + row * self.ld..][..self.ld]
+    }
+
+    fn data_mut(&mut self) -> &mut [f32] {
+        &mut self.buf[self.at..]
     }
 
     fn data(&self) -> (&[f32], usize) {
@@ -374,6 +405,7 @@ fn run_plan(
                         continue;
                     }
                     pass.positions(&plan.pad, images, at);
+                    let spans = pass.spans(&plan.pad, h, images);
                     prod.clear();
                     prod.resize(positions * o, 0.0);
                     let a = Gathered {
@@ -381,40 +413,39 @@ fn run_plan(
                         at,
                         positions,
                         runs,
+                        spans: &spans,
                         run: pass.width * plan.pad.c,
                     };
                     sgemm::gathered_rows_product(a, weight.data(), o, (prod, o));
-                    scatter(prod, pass, (o, plane, wo), y, scratch);
+                    scatter(prod, (pass, images), (o, plane, wo), y, scratch);
                 }
             },
         );
 }
 
-/// A pass's product (positions by output channels) into its positions of `y`
-/// (`[images, O, ho, wo]`); `planes` is scratch.
+/// A pass's product (positions by output channels, ordered as [`Pass::positions`]) into
+/// its positions of `y` (`[images, O, ho, wo]`); `planes` is scratch.
 fn scatter(
     prod: &[f32],
-    pass: &Pass,
+    (pass, images): (&Pass, usize),
     (o, plane, wo): (usize, usize, usize),
     y: &mut [f32],
     planes: &mut Vec<f32>,
 ) {
-    let (rows, cols, positions) = (pass.rows, pass.cols, pass.plane());
+    let (rows, cols, positions) = (pass.rows, pass.cols, images * pass.plane());
     planes.resize(o * positions, 0.0);
-    for (src, dst) in prod
-        .chunks_exact((positions * o).max(1))
-        .zip(y.chunks_exact_mut((o * plane).max(1)))
-    {
-        // The image's positions by channels to channels by positions, then each row of
-        // positions into place.
-        sgemm::transpose(src, (positions, o), o, planes, positions);
-        for (oc, part) in planes.chunks_exact(positions.max(1)).enumerate() {
-            for (a, run) in part.chunks_exact(cols.count.max(1)).enumerate() {
-                let at = oc * plane + (rows.first + a * rows.every) * wo + cols.first;
+    // Channels by positions, then each run of positions into place.
+    sgemm::transpose(prod, (positions, o), o, planes, positions);
+    for (oc, part) in planes.chunks_exact(positions.max(1)).enumerate() {
+        let rows_of = part.chunks_exact((images * cols.count).max(1));
+        for (a, row) in rows_of.enumerate() {
+            let oy = rows.first + a * rows.every;
+            for (i, run) in row.chunks_exact(cols.count.max(1)).enumerate() {
+                let at = (i * o + oc) * plane + oy * wo + cols.first;
                 if cols.every == 1 {
-                    dst[at..][..run.len()].copy_from_slice(run);
+                    y[at..][..run.len()].copy_from_slice(run);
                 } else {
-                    let out = dst[at..].iter_mut().step_by(cols.every);
+                    let out = y[at..].iter_mut().step_by(cols.every);
                     out.zip(run).for_each(|(d, &v)| *d = v);
                 }
             }
@@ -482,33 +513,37 @@ pub(crate) fn conv_weight<T: Float>(x: &[T], dy: &[T], c: usize, g: &Geom, o: us
             let images = x.len() / image.max(1);
             pad_channels_last(x, (g.h, g.w), &plan.pad, &mut padded, &mut scratch);
             pass.positions(&plan.pad, images, &mut at);
-            // The output gradients positions by channels, zeros past `o`.
+            // The output gradients positions by channels (ordered as the positions), zeros
+            // past `o`.
             dyt.clear();
             dyt.resize(images * plane * ld, 0.0);
-            for (dy, dst) in dy
-                .chunks_exact((o * plane).max(1))
-                .zip(dyt.chunks_exact_mut((plane * ld).max(1)))
-            {
-                sgemm::transpose(dy, (o, plane), plane, dst, ld);
+            scratch.clear();
+            scratch.resize(plane * ld, 0.0);
+            for (i, dy) in dy.chunks_exact((o * plane).max(1)).enumerate() {
+                sgemm::transpose(dy, (o, plane), plane, &mut scratch, ld);
+                for (a, row) in scratch.chunks_exact((g.wo * ld).max(1)).enumerate() {
+                    dyt[(a * images + i) * g.wo * ld..][..row.len()].copy_from_slice(row);
+                }
             }
             let a = Gathered {
                 base: &padded,
                 at: &at,
                 positions: images * plane,
                 runs: &runs,
+                spans: &pass.spans(&plan.pad, g.h, images),
                 run: pass.width * c,
             };
             sgemm::gathered_steps_product_acc(a, (&dyt, ld), o, (acc, ld));
         }
     });
-    // Rows by kernel tap and channel to PyTorch's [O, C, kh, kw].
+    // Rows by kernel tap and channel to PyTorch's [O, C, kh, kw]: [k, O'] to [O, k], then
+    // each filter's [taps, C] to [C, taps].
+    let mut filters = vec![0.0f32; o * k];
+    sgemm::transpose(&total, (k, o), ld, &mut filters, k);
     let mut out = vec![T::zero(); o * k];
     let dst = T::as_f32_mut(&mut out).expect("f32");
-    for (row, sums) in total.chunks_exact(ld).enumerate() {
-        let (tap, ci) = (row / c, row % c);
-        for (oc, &v) in sums[..o].iter().enumerate() {
-            dst[oc * k + ci * g.taps() + tap] = v;
-        }
+    for (src, dst) in filters.chunks_exact(k).zip(dst.chunks_exact_mut(k)) {
+        sgemm::transpose(src, (g.taps(), c), c, dst, g.taps());
     }
     out
 }

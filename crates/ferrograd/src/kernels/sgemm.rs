@@ -9,6 +9,8 @@
 //! vector loads) into a 12×32 tile of C held in 24 vector registers. A is read in place when it
 //! is row- or column-major (packed otherwise), and so is a small cache-line-aligned B.
 
+use std::ops::Range;
+
 use super::matmul::MatRef;
 
 const MR: usize = 12;
@@ -189,28 +191,11 @@ pub(crate) fn transpose(
     ld_dst: usize,
 ) {
     let (full_i, full_j) = if available() {
-        (rows - rows % 8, cols - cols % 8)
+        // SAFETY: `available()` found AVX-512F, which implies AVX.
+        unsafe { transpose_blocks(src, (rows, cols), ld_src, dst, ld_dst) }
     } else {
         (0, 0)
     };
-    for i0 in (0..full_i).step_by(8) {
-        for j0 in (0..full_j).step_by(8) {
-            let block: [&[f32; 8]; 8] = std::array::from_fn(|i| {
-                src[(i0 + i) * ld_src + j0..][..8]
-                    .try_into()
-                    .expect("8 values")
-            });
-            // SAFETY: AVX-512F (found by `available()`) implies AVX; the block's 8 × 8 values
-            // are read from slices and written into one of 7·ld_dst + 8.
-            unsafe {
-                transpose_8x8(
-                    &block,
-                    &mut dst[j0 * ld_dst + i0..][..7 * ld_dst + 8],
-                    ld_dst,
-                )
-            };
-        }
-    }
     for i in 0..rows {
         let s = &src[i * ld_src..][..cols];
         let done = if i < full_i { full_j } else { 0 };
@@ -220,12 +205,47 @@ pub(crate) fn transpose(
     }
 }
 
+/// The whole 8 × 8 blocks of [`transpose`]; returns the rows and columns they cover.
+///
+/// # Safety
+/// The CPU must support AVX.
+#[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx"))]
+unsafe fn transpose_blocks(
+    src: &[f32],
+    (rows, cols): (usize, usize),
+    ld_src: usize,
+    dst: &mut [f32],
+    ld_dst: usize,
+) -> (usize, usize) {
+    let (full_i, full_j) = (rows - rows % 8, cols - cols % 8);
+    for i0 in (0..full_i).step_by(8) {
+        for j0 in (0..full_j).step_by(8) {
+            let block: [&[f32; 8]; 8] = std::array::from_fn(|i| {
+                src[(i0 + i) * ld_src + j0..][..8]
+                    .try_into()
+                    .expect("8 values")
+            });
+            // SAFETY: AVX (the caller's contract); the block's 8 × 8 values are read from
+            // slices and written into one of 7·ld_dst + 8.
+            unsafe {
+                transpose_8x8(
+                    &block,
+                    &mut dst[j0 * ld_dst + i0..][..7 * ld_dst + 8],
+                    ld_dst,
+                )
+            };
+        }
+    }
+    (full_i, full_j)
+}
+
 /// `dst[k * ld + i] = src[i][k]` for an 8 × 8 block, in eight AVX registers.
 ///
 /// # Safety
 /// The CPU must support AVX.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
+#[inline]
 unsafe fn transpose_8x8(src: &[&[f32; 8]; 8], dst: &mut [f32], ld: usize) {
     use std::arch::x86_64::*;
     assert!(dst.len() >= 7 * ld + 8);
@@ -981,41 +1001,46 @@ pub(crate) fn offset_runs_product_acc(
     }
 }
 
-/// The column matrix of a convolution over a channels-last image, never built: row `q` (an
+/// The column matrix of a convolution over channels-last images, never built: row `q` (an
 /// output position) is the runs of floats that position's kernel taps see, run `t` of it
 /// `run` floats from `base[at[q] + runs[t]]` (a kernel row's taps side by side, each with all
-/// its channels). `at` is padded with entries of its own to a multiple of 4 (the kernels read
-/// whole groups of 4 rows); `positions` of them are real.
+/// its channels). Run `t` is read only for the positions in `spans[t]`; the others see only
+/// padding there. `at` holds 3 entries past the last position (copies of any), so that a
+/// panel rounded up to whole groups of 4 rows stays inside it.
 #[derive(Clone, Copy)]
 pub(crate) struct Gathered<'a> {
     pub base: &'a [f32],
     pub at: &'a [usize],
     pub positions: usize,
     pub runs: &'a [usize],
+    pub spans: &'a [Range<usize>],
     pub run: usize,
 }
 
 impl Gathered<'_> {
-    /// Whether every float a product reads (whole runs, and up to 3 past each run for the
-    /// weight gradient's panels of 4) lies in `base`, the tables are whole, and the sizes
-    /// do not overflow.
+    /// Whether every float a product reads (whole runs, and up to `slack` past each) lies in
+    /// `base`, the tables are whole, and the sizes do not overflow.
     fn fits(&self, slack: usize) -> bool {
         let last = |t: &[usize]| t.iter().max().copied();
         let reach = last(self.at)
             .zip(last(self.runs))
             .and_then(|(a, r)| a.checked_add(r)?.checked_add(self.run)?.checked_add(slack));
-        self.positions > 0
-            && self.run > 0
-            && self.at.len() == self.positions.next_multiple_of(4)
+        self.run > 0
+            && self.at.len() == self.positions.saturating_add(3)
+            && self.spans.len() == self.runs.len()
+            && self
+                .spans
+                .iter()
+                .all(|s| s.start <= s.end && s.end <= self.positions)
             && self.runs.len().checked_mul(self.run).is_some()
             && reach.is_some_and(|r| r <= self.base.len())
     }
 }
 
-/// `c[q·ldc + j] = Σ_k a[q, k] · b[k·ldb + j]` for every position `q` of `a` and `j < cols`:
-/// a convolution of channels-last images (`c` is positions by output channels) by its
-/// weight `b`, `[runs·run, cols]` row-major. Each A panel is 12 positions' runs read in
-/// place. Runs on the calling thread.
+/// `c[q·ldc + j] += Σ_k a[q, k] · b[k·ldb + j]` for every position `q` of `a` and `j < cols`:
+/// a convolution of channels-last images (`c` is positions by output channels, zeroed by the
+/// caller) by its weight `b`, `[runs·run, cols]` row-major. Each A panel is 12 positions'
+/// runs read in place. Runs on the calling thread.
 ///
 /// Panics unless the AVX-512 path is [`available`] and the operands fit: `b`'s rows are read
 /// in whole vectors, so `ldb` must cover `cols` rounded up to 16.
@@ -1041,27 +1066,26 @@ pub(crate) fn gathered_rows_product(
         "gathered_rows_product: operands do not fit"
     );
     let kc_step = even_step(a.run, KC, 1);
-    for (t, &run_at) in a.runs.iter().enumerate() {
+    for ((&run_at, span), t) in a.runs.iter().zip(a.spans).zip(0..) {
         for p0 in (0..a.run).step_by(kc_step) {
             let kc = (a.run - p0).min(kc_step);
-            let first = t == 0 && p0 == 0;
-            let mut r0 = 0;
-            while r0 < a.positions {
-                let rows = panel_rows(a.positions - r0);
+            let mut r0 = span.start;
+            while r0 < span.end {
+                let rows = panel_rows(span.end - r0);
                 let a_panel =
                     APanel::Scattered(a.base[run_at + p0..].as_ptr(), a.at[r0..].as_ptr());
                 for j0 in (0..cols).step_by(NR) {
                     let width = (cols - j0).min(NR);
-                    // SAFETY: the panel's rows rounded up to 4 have entries in `at` (padded to
-                    // a multiple of 4, asserted), each run of kc floats from p0 inside `base`
-                    // (the reach asserted); B rows t·run + p0.. hold 16·⌈width/16⌉ ≤ ldb
-                    // floats from j0 within `b` (k·ldb asserted); the tile's rows × width at
-                    // (r0, j0) lie in `c` (asserted), borrowed exclusively; AVX-512F was
-                    // asserted.
+                    // SAFETY: the panel's rows rounded up to 4 (at most 3 past the span's
+                    // end) have entries in `at` (3 past the positions, asserted), each run of
+                    // kc floats from p0 inside `base` (the reach asserted); B rows
+                    // t·run + p0.. hold 16·⌈width/16⌉ ≤ ldb floats from j0 within `b`
+                    // (k·ldb asserted); the tile's rows × width at (r0, j0) lie in `c`
+                    // (asserted), borrowed exclusively; AVX-512F was asserted.
                     unsafe {
                         let b_panel = Strided(b[(t * a.run + p0) * ldb + j0..].as_ptr(), ldb);
                         let tile = c[r0 * ldc + j0..].as_mut_ptr();
-                        tile_kernel(kc, a_panel, b_panel, tile, ldc, rows, width, !first);
+                        tile_kernel(kc, a_panel, b_panel, tile, ldc, rows, width, true);
                     }
                 }
                 r0 += rows;
@@ -1097,21 +1121,21 @@ pub(crate) fn gathered_steps_product_acc(
             && c_len.is_some_and(|l| l <= c.len()),
         "gathered_steps_product_acc: operands do not fit"
     );
-    for p0 in (0..a.positions).step_by(KC) {
-        let kc = (a.positions - p0).min(KC);
-        for (t, &run_at) in a.runs.iter().enumerate() {
+    for ((&run_at, span), t) in a.runs.iter().zip(a.spans).zip(0..) {
+        for p0 in span.clone().step_by(KC) {
+            let kc = (span.end - p0).min(KC);
             let mut r0 = 0;
             while r0 < a.run {
                 let rows = panel_rows(a.run - r0);
                 let a_panel = APanel::Gathered(a.base[run_at + r0..].as_ptr(), a.at[p0..].as_ptr());
                 for j0 in (0..cols).step_by(NR) {
                     let width = (cols - j0).min(NR);
-                    // SAFETY: steps p0..p0 + kc have entries in `at`; each reads the panel's
-                    // rows rounded up to 4, at most 3 floats past the run, inside `base` (the
-                    // reach with that slack asserted); B rows p0..p0 + kc hold 16·⌈width/16⌉ ≤
-                    // ldb floats from j0 within `b` (positions·ldb asserted); the tile's
-                    // rows × width at (t·run + r0, j0) lie in `c` (k·ldc asserted), borrowed
-                    // exclusively; AVX-512F was asserted.
+                    // SAFETY: steps p0..p0 + kc (inside the span) have entries in `at`; each
+                    // reads the panel's rows rounded up to 4, at most 3 floats past the run,
+                    // inside `base` (the reach with that slack asserted); B rows p0..p0 + kc
+                    // hold 16·⌈width/16⌉ ≤ ldb floats from j0 within `b` (positions·ldb
+                    // asserted); the tile's rows × width at (t·run + r0, j0) lie in `c`
+                    // (k·ldc asserted), borrowed exclusively; AVX-512F was asserted.
                     unsafe {
                         let b_panel = Strided(b[p0 * ldb + j0..].as_ptr(), ldb);
                         let tile = c[(t * a.run + r0) * ldc + j0..].as_mut_ptr();
