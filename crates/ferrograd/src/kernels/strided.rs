@@ -8,6 +8,8 @@
 use multiversion::multiversion;
 use rayon::prelude::*;
 
+use std::mem::MaybeUninit;
+
 use super::{Dims, PAR_CHUNK, PAR_THRESHOLD};
 
 /// A read-only operand: `data[offset + Σ index[i] * strides[i]]`, strides already expressed in
@@ -172,14 +174,68 @@ pub fn zip<T: Copy + Sync, U: Send>(
     });
 }
 
-/// `out[i] = f(a[i])` over two slices of one length.
-pub fn map_flat<T: Copy + Sync, U: Send>(a: &[T], out: &mut [U], f: impl Fn(T) -> U + Sync) {
-    if out.len() >= PAR_THRESHOLD {
-        out.par_chunks_mut(PAR_CHUNK)
+/// `out` (empty, with room for `a.len()`) filled with `f(a[i])`: each element written once,
+/// with no fill before.
+pub fn map_flat_into<T: Copy + Sync, U: Send>(
+    a: &[T],
+    out: &mut Vec<U>,
+    f: impl Fn(T) -> U + Sync,
+) {
+    assert!(out.is_empty(), "map_flat_into: the output is not empty");
+    let dst = &mut out.spare_capacity_mut()[..a.len()];
+    if a.len() >= PAR_THRESHOLD {
+        dst.par_chunks_mut(PAR_CHUNK)
             .enumerate()
-            .for_each(|(i, o)| run_map(o, &a[i * PAR_CHUNK..i * PAR_CHUNK + o.len()], &f));
+            .for_each(|(i, o)| run_map_new(o, &a[i * PAR_CHUNK..i * PAR_CHUNK + o.len()], &f));
     } else {
-        run_map(out, a, &f);
+        run_map_new(dst, a, &f);
+    }
+    // SAFETY: the chunks cover the first a.len() spare slots, and run_map_new wrote each (a
+    // panic in `f` unwinds before this, leaving `out` empty).
+    unsafe { out.set_len(a.len()) };
+}
+
+/// `out` (empty, with room for `a.len()`) filled with `f(a[i], b[i])` (`b` as long as `a`):
+/// each element written once, with no fill before.
+pub fn zip_flat_into<T: Copy + Sync, U: Send>(
+    a: &[T],
+    b: &[T],
+    out: &mut Vec<U>,
+    f: impl Fn(T, T) -> U + Sync,
+) {
+    assert!(
+        out.is_empty() && a.len() == b.len(),
+        "zip_flat_into: the output is not empty or the operands' lengths differ"
+    );
+    let dst = &mut out.spare_capacity_mut()[..a.len()];
+    let run = |(i, o): (usize, &mut [MaybeUninit<U>])| {
+        let start = i * PAR_CHUNK;
+        let end = start + o.len();
+        run_zip_new(o, &a[start..end], &b[start..end], &f);
+    };
+    if a.len() >= PAR_THRESHOLD {
+        dst.par_chunks_mut(PAR_CHUNK).enumerate().for_each(run);
+    } else {
+        run((0, dst));
+    }
+    // SAFETY: the chunks cover the first a.len() spare slots, and run_zip_new wrote each (a
+    // panic in `f` unwinds before this, leaving `out` empty).
+    unsafe { out.set_len(a.len()) };
+}
+
+/// [`run_map`] into slots not yet written.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn run_map_new<T: Copy, U>(dst: &mut [MaybeUninit<U>], xs: &[T], f: &impl Fn(T) -> U) {
+    for (d, &x) in dst.iter_mut().zip(xs) {
+        d.write(f(x));
+    }
+}
+
+/// [`run_zip`] into slots not yet written.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn run_zip_new<T: Copy, U>(dst: &mut [MaybeUninit<U>], xa: &[T], xb: &[T], f: &impl Fn(T, T) -> U) {
+    for ((d, &x), &y) in dst.iter_mut().zip(xa).zip(xb) {
+        d.write(f(x, y));
     }
 }
 
@@ -190,30 +246,6 @@ pub fn apply_chunks<T: Send>(xs: &mut [T], f: impl Fn(&mut [T]) + Sync + Send) {
         xs.par_chunks_mut(PAR_CHUNK).for_each(f);
     } else {
         f(xs);
-    }
-}
-
-/// `out[i] = f(a[i], b[i])` over three slices of one length: the common case of same-shape
-/// contiguous operands.
-pub fn zip_flat<T: Copy + Sync, U: Send>(
-    a: &[T],
-    b: &[T],
-    out: &mut [U],
-    f: impl Fn(T, T) -> U + Sync,
-) {
-    let run = |(i, o): (usize, &mut [U])| {
-        let start = i * PAR_CHUNK;
-        run_zip(
-            o,
-            &a[start..start + o.len()],
-            &b[start..start + o.len()],
-            &f,
-        );
-    };
-    if out.len() >= PAR_THRESHOLD {
-        out.par_chunks_mut(PAR_CHUNK).enumerate().for_each(run);
-    } else {
-        run_zip(out, a, b, &f);
     }
 }
 

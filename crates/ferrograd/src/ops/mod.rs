@@ -24,7 +24,7 @@ pub use index::Indices;
 
 use crate::kernels::strided;
 use crate::tensor::{
-    broadcast_shapes, filled, numel_or_panic, Dims, Element, FloatElement, Layout, Tensor,
+    broadcast_shapes, filled, numel_or_panic, reserved, Dims, Element, FloatElement, Layout, Tensor,
 };
 
 /// A shape with `axis` set to `len`.
@@ -42,12 +42,13 @@ pub(crate) fn map_elems<T: Element>(x: &Tensor, f: impl Fn(T) -> T + Sync) -> Te
         let v = f(x.buffer::<T>()[l.offset]);
         return Tensor::from_parts(T::inline(v), Layout::contiguous(&l.shape), None);
     }
-    let mut out = filled("map", l.numel(), T::ZERO);
     if l.is_contiguous() {
-        strided::map_flat(&x.contiguous_data::<T>(), &mut out, f);
-    } else {
-        strided::map(&l.shape, x.src::<T>(&l.strides), &mut out, f);
+        let mut out = reserved("map", l.numel());
+        strided::map_flat_into(&x.contiguous_data::<T>(), &mut out, f);
+        return Tensor::from_data(out, &l.shape);
     }
+    let mut out = filled("map", l.numel(), T::ZERO);
+    strided::map(&l.shape, x.src::<T>(&l.strides), &mut out, f);
     Tensor::from_data(out, &l.shape)
 }
 
@@ -103,8 +104,8 @@ pub(crate) fn zip_elems<T: Element>(
     if a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous() {
         // Same shape, both row-major: a plain zip, no broadcasting plan.
         let (da, db) = (a.contiguous_data::<T>(), b.contiguous_data::<T>());
-        let mut out = filled(op, da.len(), T::ZERO);
-        strided::zip_flat(&da, &db, &mut out, f);
+        let mut out = reserved(op, da.len());
+        strided::zip_flat_into(&da, &db, &mut out, f);
         return Tensor::from_data(out, a.shape());
     }
     let shape = broadcast_shape_or_panic(op, a.shape(), b.shape());

@@ -137,8 +137,13 @@ impl Tensor {
             v * T::from_f64(slope)
         });
         record("leaky_relu", out, &[self], move |c, up| {
-            let positive = positive(c.input(0));
-            smallvec![Some(up * &(&(&positive * (1.0 - slope)) + slope))]
+            // The slope of each element as one constant mask: 1 where x > 0, `slope` elsewhere.
+            let slopes = map_dispatch!(c.input(0), |v| if v > T::zero() {
+                T::one()
+            } else {
+                T::from_f64(slope)
+            });
+            smallvec![Some(up * &slopes)]
         })
     }
 

@@ -20,6 +20,14 @@ const LARGE: usize = 128 << 10;
 /// shape from hostile input asking for terabytes): the default allocation would abort the
 /// process instead of unwinding to a caller that can report it.
 pub(crate) fn filled<T: Clone>(op: &str, n: usize, value: T) -> Vec<T> {
+    let mut data = reserved(op, n);
+    data.resize(n, value);
+    data
+}
+
+/// An empty vector with room for `n` elements, or a panic naming `op` as in [`filled`]: for
+/// kernels that write every element once (no fill first).
+pub(crate) fn reserved<T>(op: &str, n: usize) -> Vec<T> {
     if n.saturating_mul(std::mem::size_of::<T>()) >= LARGE {
         crate::kernels::alloc::keep_large_buffers();
     }
@@ -30,7 +38,6 @@ pub(crate) fn filled<T: Clone>(op: &str, n: usize, value: T) -> Vec<T> {
             n.saturating_mul(std::mem::size_of::<T>())
         );
     }
-    data.resize(n, value);
     data
 }
 

@@ -18,7 +18,7 @@ pub use create::{manual_seed, with_default_rng};
 pub(crate) use element::{dispatch, with_any_dtype, with_dtype, INTEGER_IN_FLOAT_OP};
 pub use element::{DType, Element, FloatElement, Storage};
 pub use layout::{broadcast_shapes, checked_numel, contiguous_strides, Layout};
-pub(crate) use layout::{filled, numel_or_panic};
+pub(crate) use layout::{filled, numel_or_panic, reserved};
 
 use crate::kernels::strided::{self, Src};
 pub use crate::kernels::Dims;
