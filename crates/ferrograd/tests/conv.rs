@@ -595,7 +595,7 @@ fn f32_kernels_agree_with_f64_at_every_edge() {
         // A kernel smaller than the stride: phases of the input gradient no tap reaches.
         ([2, 3, 9, 9], [4, 3, 1, 1], ConvOpts::new().stride(2)),
         ([4, 16, 14, 14], [8, 16, 5, 5], ConvOpts::new().padding(2)),
-        // Channels-last products (at least 16 channels each way, short rows): runs that are
+        // Channels-last products (at least 16 channels each way, rows under 32): runs that are
         // no multiple of 4 floats (3 × 17), output channels past whole vectors (33), a
         // stride of 3 under a kernel of 4 (phases of two taps and of one), a kernel smaller
         // than the stride (phases no tap reaches), dilation along the height, an input
@@ -627,6 +627,8 @@ fn f32_kernels_agree_with_f64_at_every_edge() {
             ConvOpts::new().stride(2).padding(1),
         ),
         ([48, 16, 7, 7], [16, 16, 3, 3], ConvOpts::new().padding(1)),
+        // Rows wide enough for a vector but narrower than two (21), across several panels.
+        ([2, 16, 9, 21], [17, 16, 3, 3], ConvOpts::new().padding(1)),
     ];
     for (k, (xs, ws, o)) in cases.into_iter().enumerate() {
         f32_agrees_with_f64(xs, ws, &o, 300 + 10 * k as u64);

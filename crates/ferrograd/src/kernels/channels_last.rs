@@ -1,7 +1,8 @@
 //! Convolution of small images over channels-last copies (f32, AVX-512).
 //!
-//! Where an output row is too short to fill a vector (the 7×7 and 14×14 maps of a DCGAN), the
-//! implicit products of `implicit_conv.rs` leave lanes empty or gather positions into panels.
+//! Where output rows are short (the 7×7 and 14×14 maps of a DCGAN, anything narrower than two
+//! vectors), the implicit products of `implicit_conv.rs` leave lanes empty or gather positions
+//! into panels.
 //! Here the roles turn: each image is copied channels-last and padded (`[hp, wp, C]`), the
 //! output positions are the rows of the product and the output channels its vectors. The taps
 //! of one kernel row at one position are then a single run of `kw · C` floats (the width's
@@ -18,14 +19,13 @@ use super::sgemm::{self, Gathered};
 use super::Float;
 
 /// Whether the channels-last kernels run a convolution of geometry `g` from `c` to `o`
-/// channels (or its transpose, from `o` to `c`): f32 on a CPU with AVX-512, output rows too
-/// short for the implicit products to read in place, enough channels on both sides to fill
-/// the runs and the vectors, no dilation along the width, and padded copies within a few
-/// times the images.
+/// channels (or its transpose, from `o` to `c`): f32 on a CPU with AVX-512, output rows
+/// narrower than two vectors, enough channels on both sides to fill the runs and the
+/// vectors, no dilation along the width, and padded copies within a few times the images.
 pub(crate) fn applies<T: Float>(g: &Geom, c: usize, o: usize) -> bool {
     T::as_f32(&[]).is_some()
         && sgemm::available()
-        && !super::implicit_conv::rows_fill_vectors(g)
+        && g.wo < MAX_WIDTH
         && c >= MIN_CHANNELS
         && o >= MIN_CHANNELS
         && g.dw == 1
@@ -34,6 +34,11 @@ pub(crate) fn applies<T: Float>(g: &Geom, c: usize, o: usize) -> bool {
         && Plan::conv(g, c).is_some()
         && Plan::transposed(g, o).is_some()
 }
+
+/// Output widths from which the implicit products, reading whole rows of positions in place,
+/// are as fast as these (measured for the convolution and its input gradient; narrower rows
+/// leave their vectors partly empty).
+const MAX_WIDTH: usize = 32;
 
 /// Channels below which a run (`kw · C` floats) or the vectors of output channels would be
 /// mostly empty: the other kernels serve those.

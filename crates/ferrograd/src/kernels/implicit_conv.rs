@@ -61,12 +61,6 @@ fn runs_of(g: &Geom, images: usize, len: usize) -> Runs {
     }
 }
 
-/// Whether the output rows of geometry `g` fill enough of their vectors for the implicit
-/// products to read them in place.
-pub(crate) fn rows_fill_vectors(g: &Geom) -> bool {
-    runs_of(g, 1, 0).fills_vectors()
-}
-
 /// Images per product: one where the output rows fill the vectors (each row is read in
 /// place); otherwise the products pack positions 32 to a panel across image boundaries, and
 /// up to 4 images go together so that a plane such as 7×7 (49 positions: two panels, the
