@@ -137,6 +137,28 @@ fn a_huge_padding_costs_no_more_than_the_output() {
 }
 
 #[test]
+fn convolutions_of_empty_batches_with_huge_strides_return_at_once() {
+    // An empty batch lets the image and the stride be astronomically large at no memory cost:
+    // planning the products (one per output phase of a transposed convolution) must cost what
+    // the kernel does, not what the stride or the image does. Enough channels for the
+    // channels-last kernels, and rows short enough for them.
+    let w = Tensor::zeros(&[16, 16, 1, 1], DType::F32);
+    let x = Tensor::zeros(&[0, 16, 1 << 50, 4], DType::F32);
+    let o = ConvOpts::new().stride_hw(1 << 45, 1);
+    assert_eq!(x.conv2d(&w, &o).shape(), &[0, 16, 32, 4]);
+    let u = Tensor::zeros(&[0, 16, 2, 2], DType::F32);
+    let o = ConvOpts::new().stride_hw(1 << 50, 1);
+    assert_eq!(
+        u.conv_transpose2d(&w, &o).shape(),
+        &[0, 16, (1 << 50) + 1, 2]
+    );
+    let x = Tensor::zeros(&[0, 16, 1 << 40, 1 << 40], DType::F32);
+    let dy = Tensor::zeros(&[0, 16, 1 << 40, 16], DType::F32);
+    let o = ConvOpts::new().stride_hw(1, 1 << 36);
+    assert_eq!(x.conv2d_weight(&dy, (1, 1), &o).shape(), &[16, 16, 1, 1]);
+}
+
+#[test]
 fn recurrent_layers_with_nothing_to_carry_do_no_steps() {
     // An empty batch over 2^40 steps: every output is empty, at once.
     let x = Tensor::zeros(&[0, 1 << 40, 3], DType::F32);

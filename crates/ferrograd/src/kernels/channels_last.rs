@@ -15,13 +15,16 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::conv::{images_per_run, sum_over_runs, Geom};
+use super::lined::Lined;
 use super::sgemm::{self, Gathered};
 use super::Float;
 
 /// Whether the channels-last kernels run a convolution of geometry `g` from `c` to `o`
-/// channels (or its transpose, from `o` to `c`): f32 on a CPU with AVX-512, output rows
-/// narrower than two vectors, enough channels on both sides to fill the runs and the
-/// vectors, no dilation along the width, and padded copies within a few times the images.
+/// channels, its weight gradient, or its transpose (from `o` to `c`): f32 on a CPU with
+/// AVX-512, the convolution's output rows narrower than two vectors (for the transpose, its
+/// input rows, which are also its output phases' rows), enough channels on both sides to fill
+/// the runs and the vectors, no dilation along the width, and padded copies within a few
+/// times the images.
 pub(crate) fn applies<T: Float>(g: &Geom, c: usize, o: usize) -> bool {
     T::as_f32(&[]).is_some()
         && sgemm::available()
@@ -81,6 +84,9 @@ struct Pass {
     starts: Vec<(usize, usize)>,
     /// Taps per run along the width.
     width: usize,
+    /// The kernel taps (`ky·kw + kx`) whose weights the product's rows hold, run by run, in
+    /// the order the runs read them.
+    taps: Vec<usize>,
 }
 
 impl Pass {
@@ -157,8 +163,9 @@ impl Plan {
             step: (g.sh, g.sw),
             starts: (0..g.kh).map(|i| (i * g.dh, 0)).collect(),
             width: g.kw,
+            taps: (0..g.taps()).collect(),
         };
-        Plan::checked(pad, vec![pass], c * g.h * g.w)
+        Plan::checked(pad, vec![pass], c.checked_mul(g.h)?.checked_mul(g.w)?)
     }
 
     /// The transposed convolution of `g` (from `g.ho × g.wo` to `g.h × g.w`) over `c` input
@@ -174,22 +181,24 @@ impl Plan {
             c,
         };
         let mut passes = Vec::new();
-        for (ry, ty) in ys.taps.iter().enumerate() {
-            for (rx, tx) in xs.taps.iter().enumerate() {
-                let (Some(&(_, left)), false) = (tx.last(), ty.is_empty()) else {
-                    continue;
-                };
+        for (ry, ty) in &ys.phases {
+            for (rx, tx) in &xs.phases {
+                // The run's columns ascend as its taps descend: it starts at the last tap's.
+                let left = tx.last().map_or(0, |&(_, col)| col);
+                let taps = ty
+                    .iter()
+                    .flat_map(|&(ky, _)| tx.iter().rev().map(move |&(kx, _)| ky * g.kw + kx));
                 passes.push(Pass {
-                    rows: ys.line(ry),
-                    cols: xs.line(rx),
+                    rows: ys.line(*ry),
+                    cols: xs.line(*rx),
                     step: (1, 1),
-                    // The run's columns ascend as its taps descend: it starts at the last.
                     starts: ty.iter().map(|&(_, row)| (row, left)).collect(),
                     width: tx.len(),
+                    taps: taps.collect(),
                 });
             }
         }
-        Plan::checked(pad, passes, c * g.ho * g.wo)
+        Plan::checked(pad, passes, c.checked_mul(g.ho)?.checked_mul(g.wo)?)
     }
 
     /// The plan when its padded copy stays within a few times the `image` floats it holds (a
@@ -211,20 +220,15 @@ impl Plan {
             sgemm::transpose(src, (c, taps), taps, dst, c);
         }
         let mut wt = Weight::zeros(k, o);
-        let ld = wt.ld;
-        sgemm::transpose(&filters, (o, k), k, wt.data_mut(), ld);
+        let (rows, ld) = wt.data_mut();
+        sgemm::transpose(&filters, (o, k), k, rows, ld);
         wt
     }
 
-    /// The transposed convolution's weight `w` (`[C, O, kh, kw]`) as each pass's product
-    /// weight: rows by the pass's runs, its taps along the width in descending order (the run's
-    /// columns ascend), and the channels.
-    fn transposed_weights(&self, g: &Geom, w: &[f32], o: usize) -> Vec<Weight> {
-        let (ys, xs) = (
-            Phases::new(g.h, g.ho, g.sh, g.ph, (g.kh, g.dh)).expect("planned"),
-            Phases::new(g.w, g.wo, g.sw, g.pw, (g.kw, 1)).expect("planned"),
-        );
-        let (c, taps) = (self.pad.c, g.taps());
+    /// The transposed convolution's weight `w` (`[C, O, kh, kw]`, `taps` per filter) as each
+    /// pass's product weight: rows by the pass's taps, then the channels.
+    fn transposed_weights(&self, w: &[f32], taps: usize, o: usize) -> Vec<Weight> {
+        let c = self.pad.c;
         // Each input channel's [O, taps] to [taps, O]: every (channel, tap) a row of O.
         let mut rows = vec![0.0f32; c * taps * o];
         for (src, dst) in w
@@ -233,26 +237,17 @@ impl Plan {
         {
             sgemm::transpose(src, (o, taps), taps, dst, o);
         }
-        let mut weights = Vec::new();
-        for ty in &ys.taps {
-            for tx in &xs.taps {
-                if ty.is_empty() || tx.is_empty() {
-                    continue;
+        let weight = |pass: &Pass| {
+            let mut wt = Weight::zeros(pass.taps.len() * c, o);
+            for (t, &tap) in pass.taps.iter().enumerate() {
+                for ci in 0..c {
+                    let src = &rows[(ci * taps + tap) * o..][..o];
+                    wt.row_mut(t * c + ci).copy_from_slice(src);
                 }
-                let mut wt = Weight::zeros(ty.len() * tx.len() * c, o);
-                let pass_taps = ty
-                    .iter()
-                    .flat_map(|&(ky, _)| tx.iter().rev().map(move |&(kx, _)| ky * g.kw + kx));
-                for (t, tap) in pass_taps.enumerate() {
-                    for ci in 0..c {
-                        let src = &rows[(ci * taps + tap) * o..][..o];
-                        wt.row_mut(t * c + ci)[..o].copy_from_slice(src);
-                    }
-                }
-                weights.push(wt);
             }
-        }
-        weights
+            wt
+        };
+        self.passes.iter().map(weight).collect()
     }
 }
 
@@ -262,8 +257,9 @@ impl Plan {
 struct Phases {
     out: usize,
     stride: usize,
-    /// Per phase: its taps and the padded input coordinate each reads for `a = 0`.
-    taps: Vec<Vec<(usize, usize)>>,
+    /// The phases some tap reaches, in order: each one's taps (ascending) and the padded
+    /// input coordinate each reads for `a = 0`.
+    phases: Vec<(usize, Vec<(usize, usize)>)>,
     /// Zeros before the input, and the padded length.
     before: usize,
     padded: usize,
@@ -271,37 +267,34 @@ struct Phases {
 
 impl Phases {
     fn new(out: usize, inp: usize, s: usize, p: usize, (k, d): (usize, usize)) -> Option<Phases> {
-        let count = |r: usize| if r < out { (out - r).div_ceil(s) } else { 0 };
-        // Signed input offsets: i128 holds any difference of two usize.
-        let mut raw: Vec<Vec<(usize, i128)>> = Vec::new();
+        // Built from the taps (a stride may be far larger than the kernel, and an empty batch
+        // allows any output size): tap `kk` lands on phase (kk·d − p) mod s. Signed offsets:
+        // i128 holds any difference of two usize.
+        let mut by_phase: std::collections::BTreeMap<usize, Vec<(usize, i128)>> =
+            Default::default();
         let (mut lo, mut hi) = (0i128, inp as i128);
-        for r in 0..s.min(out) {
-            let mut taps = Vec::new();
-            for kk in 0..k {
-                let v = r as i128 + p as i128 - kk as i128 * d as i128;
-                if v.rem_euclid(s as i128) == 0 {
-                    let delta = v / s as i128;
-                    lo = lo.min(delta);
-                    hi = hi.max(delta + count(r) as i128);
-                    taps.push((kk, delta));
-                }
+        for kk in 0..k {
+            let v = p as i128 - kk as i128 * d as i128;
+            let r = (-v).rem_euclid(s as i128) as usize;
+            if r >= out {
+                continue;
             }
-            raw.push(taps);
+            let delta = (r as i128 + v) / s as i128;
+            lo = lo.min(delta);
+            hi = hi.max(delta + (out - r).div_ceil(s) as i128);
+            by_phase.entry(r).or_default().push((kk, delta));
         }
         let before = usize::try_from(-lo).ok()?;
         let padded = usize::try_from(hi - lo).ok()?;
-        let taps = raw
+        let at = |(kk, delta): (usize, i128)| (kk, (delta - lo) as usize);
+        let phases = by_phase
             .into_iter()
-            .map(|t| {
-                t.into_iter()
-                    .map(|(kk, delta)| (kk, (delta - lo) as usize))
-                    .collect()
-            })
+            .map(|(r, taps)| (r, taps.into_iter().map(at).collect()))
             .collect();
         Some(Phases {
             out,
             stride: s,
-            taps,
+            phases,
             before,
             padded,
         })
@@ -318,32 +311,7 @@ impl Phases {
 
 /// A product weight `[rows, O']`, `O'` the output channels rounded up to whole vectors (zeros
 /// past them), every row on a cache line.
-struct Weight {
-    buf: Vec<f32>,
-    at: usize,
-    ld: usize,
-}
-
-impl Weight {
-    fn zeros(rows: usize, o: usize) -> Weight {
-        let ld = o.next_multiple_of(16);
-        let buf = vec![0.0f32; rows * ld + 16];
-        let at = (16 - (buf.as_ptr() as usize % 64) / 4) % 16;
-        Weight { buf, at, ld }
-    }
-
-    fn row_mut(&mut self, row: usize) -> &mut [f32] {
-        &mut self.buf[self.at + row * self.ld..][..self.ld]
-    }
-
-    fn data_mut(&mut self) -> &mut [f32] {
-        &mut self.buf[self.at..]
-    }
-
-    fn data(&self) -> (&[f32], usize) {
-        (&self.buf[self.at..], self.ld)
-    }
-}
+type Weight = Lined<f32>;
 
 /// Output positions per run of the weight gradient's sum, at least.
 const MIN_RUN_POSITIONS: usize = 512;
@@ -486,7 +454,7 @@ pub(crate) fn conv_transpose<T: Float>(
         panic!("channels_last::conv_transpose: f32 only");
     };
     let plan = Plan::transposed(g, c).expect("channels_last::conv_transpose outside applies");
-    let weights = plan.transposed_weights(g, w, o);
+    let weights = plan.transposed_weights(w, g.taps(), o);
     run_plan(&plan, u, (g.ho, g.wo), &weights, (o, g.h, g.w), y);
 }
 

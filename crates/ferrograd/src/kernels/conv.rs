@@ -252,7 +252,8 @@ pub(crate) fn direct_conv_weight<T: Float>(
     })
 }
 
-/// Images per run of [`sum_over_runs`] for a batch of `n`.
+/// Images per run of [`sum_over_runs`] for a batch of `n`: enough runs for the threads (a
+/// kernel whose runs cost more to sum may take longer ones).
 pub(super) fn images_per_run(n: usize) -> usize {
     n.div_ceil(WEIGHT_RUNS).max(1)
 }

@@ -11,6 +11,7 @@ pub(crate) mod conv;
 mod float;
 pub(crate) mod implicit_conv;
 pub(crate) mod index;
+mod lined;
 pub mod matmul;
 pub mod norm;
 pub mod optim;

@@ -20,6 +20,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::cells::{row, Cell, StepGrads, StepIn};
+use super::lined::Lined;
 use super::matmul::{gemm_batch, MatRef};
 use super::Float;
 
@@ -83,71 +84,6 @@ fn column_sums<T: Float>(x: &[T], cols: usize) -> Vec<T> {
 fn accumulate_rows<T: Float>(acc: &mut [T], x: &[T]) {
     for row in x.chunks(acc.len().max(1)) {
         acc.iter_mut().zip(row).for_each(|(a, &v)| *a += v);
-    }
-}
-
-/// A row-major matrix whose rows start on cache lines (the row stride rounded up to a line):
-/// the layout a matrix product reads in place, without packing it. Rows are pushed in order
-/// into room reserved up front, so the buffer never moves.
-struct Lined<T> {
-    buf: Vec<T>,
-    /// Where row 0 starts in `buf`.
-    at: usize,
-    cols: usize,
-    stride: usize,
-}
-
-impl<T: Float> Lined<T> {
-    /// Room for `rows` rows of `cols`, none pushed yet.
-    fn with_rows(rows: usize, cols: usize) -> Self {
-        let line = 64 / std::mem::size_of::<T>();
-        let stride = cols.div_ceil(line) * line;
-        let mut buf = Vec::with_capacity(rows * stride + line);
-        let misalign = (buf.as_ptr() as usize % 64) / std::mem::size_of::<T>();
-        let at = (line - misalign) % line;
-        buf.resize(at, T::zero());
-        Lined {
-            buf,
-            at,
-            cols,
-            stride,
-        }
-    }
-
-    /// `rows × cols` zeros.
-    fn zeros(rows: usize, cols: usize) -> Self {
-        let mut m = Self::with_rows(rows, cols);
-        m.buf.resize(m.at + rows * m.stride, T::zero());
-        m
-    }
-
-    /// Appends a row made of `pieces` side by side (`cols` in all).
-    fn push(&mut self, pieces: &[&[T]]) {
-        debug_assert!(pieces.iter().map(|p| p.len()).sum::<usize>() == self.cols);
-        debug_assert!(
-            self.buf.len() + self.stride <= self.buf.capacity(),
-            "room reserved"
-        );
-        let end = self.buf.len() + self.stride;
-        pieces.iter().for_each(|p| self.buf.extend_from_slice(p));
-        self.buf.resize(end, T::zero());
-    }
-
-    /// Row `r`, `cols` long.
-    fn row_mut(&mut self, r: usize) -> &mut [T] {
-        &mut self.buf[self.at + r * self.stride..][..self.cols]
-    }
-
-    /// Rows `first..first + rows` as a matrix.
-    fn rows(&self, first: usize, rows: usize) -> MatRef<'_, T> {
-        MatRef {
-            data: &self.buf,
-            offset: self.at + first * self.stride,
-            rows,
-            cols: self.cols,
-            rs: self.stride,
-            cs: 1,
-        }
     }
 }
 

@@ -101,7 +101,8 @@ impl Layout {
             if d != 1 && s != expected {
                 return false;
             }
-            expected *= d;
+            // Saturating as `contiguous_strides` is: only an empty tensor's shape overflows.
+            expected = expected.saturating_mul(d);
         }
         true
     }
