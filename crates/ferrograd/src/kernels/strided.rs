@@ -119,41 +119,51 @@ impl<const K: usize> MergedAxes<K> {
     }
 }
 
-/// `out[i] = f(a[i])` over the broadcast shape `shape` (`out` is contiguous, `shape.product()`
-/// long).
-pub fn map<T: Copy + Sync, U: Send>(
+/// `out` (empty, with room for the shape's elements) filled with `f(a[i])` over the broadcast
+/// shape `shape`, row-major: each element written once, with no fill before.
+pub fn map_into<T: Copy + Sync, U: Send>(
     shape: &[usize],
     a: Src<'_, T>,
-    out: &mut [U],
+    out: &mut Vec<U>,
     f: impl Fn(T) -> U + Sync,
 ) {
+    assert!(out.is_empty(), "map_into: the output is not empty");
+    let n = shape.iter().product();
     let plan = MergedAxes::new(shape, [a.strides]);
-    plan.for_runs(out, [a.offset], |dst, [oa], [sa]| match sa {
+    let dst = &mut out.spare_capacity_mut()[..n];
+    plan.for_runs(dst, [a.offset], |dst, [oa], [sa]| match sa {
         1 => run_map(dst, &a.data[oa..oa + dst.len()], &f),
         0 => {
             let x = a.data[oa];
             for d in dst.iter_mut() {
-                *d = f(x);
+                d.write(f(x));
             }
         }
         _ => {
             for (i, d) in dst.iter_mut().enumerate() {
-                *d = f(a.data[oa + i * sa]);
+                d.write(f(a.data[oa + i * sa]));
             }
         }
     });
+    // SAFETY: for_runs hands every one of the first n slots to exactly one run, and each arm
+    // writes every slot of its run (a panic in `f` unwinds before this, leaving `out` empty).
+    unsafe { out.set_len(n) };
 }
 
-/// `out[i] = f(a[i], b[i])` over the broadcast shape `shape`.
-pub fn zip<T: Copy + Sync, U: Send>(
+/// `out` (empty, with room for the shape's elements) filled with `f(a[i], b[i])` over the
+/// broadcast shape `shape`, row-major: each element written once, with no fill before.
+pub fn zip_into<T: Copy + Sync, U: Send>(
     shape: &[usize],
     a: Src<'_, T>,
     b: Src<'_, T>,
-    out: &mut [U],
+    out: &mut Vec<U>,
     f: impl Fn(T, T) -> U + Sync,
 ) {
+    assert!(out.is_empty(), "zip_into: the output is not empty");
+    let n = shape.iter().product();
     let plan = MergedAxes::new(shape, [a.strides, b.strides]);
-    plan.for_runs(out, [a.offset, b.offset], |dst, [oa, ob], [sa, sb]| {
+    let dst = &mut out.spare_capacity_mut()[..n];
+    plan.for_runs(dst, [a.offset, b.offset], |dst, [oa, ob], [sa, sb]| {
         let n = dst.len();
         match (sa, sb) {
             (1, 1) => run_zip(dst, &a.data[oa..oa + n], &b.data[ob..ob + n], &f),
@@ -167,11 +177,14 @@ pub fn zip<T: Copy + Sync, U: Send>(
             }
             _ => {
                 for (i, d) in dst.iter_mut().enumerate() {
-                    *d = f(a.data[oa + i * sa], b.data[ob + i * sb]);
+                    d.write(f(a.data[oa + i * sa], b.data[ob + i * sb]));
                 }
             }
         }
     });
+    // SAFETY: for_runs hands every one of the first n slots to exactly one run, and each arm
+    // writes every slot of its run (a panic in `f` unwinds before this, leaving `out` empty).
+    unsafe { out.set_len(n) };
 }
 
 /// `out` (empty, with room for `a.len()`) filled with `f(a[i])`: each element written once,
@@ -186,11 +199,11 @@ pub fn map_flat_into<T: Copy + Sync, U: Send>(
     if a.len() >= PAR_THRESHOLD {
         dst.par_chunks_mut(PAR_CHUNK)
             .enumerate()
-            .for_each(|(i, o)| run_map_new(o, &a[i * PAR_CHUNK..i * PAR_CHUNK + o.len()], &f));
+            .for_each(|(i, o)| run_map(o, &a[i * PAR_CHUNK..i * PAR_CHUNK + o.len()], &f));
     } else {
-        run_map_new(dst, a, &f);
+        run_map(dst, a, &f);
     }
-    // SAFETY: the chunks cover the first a.len() spare slots, and run_map_new wrote each (a
+    // SAFETY: the chunks cover the first a.len() spare slots, and run_map wrote each (a
     // panic in `f` unwinds before this, leaving `out` empty).
     unsafe { out.set_len(a.len()) };
 }
@@ -211,29 +224,32 @@ pub fn zip_flat_into<T: Copy + Sync, U: Send>(
     let run = |(i, o): (usize, &mut [MaybeUninit<U>])| {
         let start = i * PAR_CHUNK;
         let end = start + o.len();
-        run_zip_new(o, &a[start..end], &b[start..end], &f);
+        run_zip(o, &a[start..end], &b[start..end], &f);
     };
     if a.len() >= PAR_THRESHOLD {
         dst.par_chunks_mut(PAR_CHUNK).enumerate().for_each(run);
     } else {
         run((0, dst));
     }
-    // SAFETY: the chunks cover the first a.len() spare slots, and run_zip_new wrote each (a
+    // SAFETY: the chunks cover the first a.len() spare slots, and run_zip wrote each (a
     // panic in `f` unwinds before this, leaving `out` empty).
     unsafe { out.set_len(a.len()) };
 }
 
-/// [`run_map`] into slots not yet written.
+/// `dst[i] = f(xs[i])` into slots not yet written: the innermost loop of the unary kernels
+/// (and of the binary ones with one broadcast scalar), compiled for each instruction set and
+/// chosen at run time.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn run_map_new<T: Copy, U>(dst: &mut [MaybeUninit<U>], xs: &[T], f: &impl Fn(T) -> U) {
+fn run_map<T: Copy, U>(dst: &mut [MaybeUninit<U>], xs: &[T], f: &impl Fn(T) -> U) {
     for (d, &x) in dst.iter_mut().zip(xs) {
         d.write(f(x));
     }
 }
 
-/// [`run_zip`] into slots not yet written.
+/// `dst[i] = f(xa[i], xb[i])` into slots not yet written: the innermost loop of the binary
+/// kernels.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn run_zip_new<T: Copy, U>(dst: &mut [MaybeUninit<U>], xa: &[T], xb: &[T], f: &impl Fn(T, T) -> U) {
+fn run_zip<T: Copy, U>(dst: &mut [MaybeUninit<U>], xa: &[T], xb: &[T], f: &impl Fn(T, T) -> U) {
     for ((d, &x), &y) in dst.iter_mut().zip(xa).zip(xb) {
         d.write(f(x, y));
     }
@@ -246,23 +262,6 @@ pub fn apply_chunks<T: Send>(xs: &mut [T], f: impl Fn(&mut [T]) + Sync + Send) {
         xs.par_chunks_mut(PAR_CHUNK).for_each(f);
     } else {
         f(xs);
-    }
-}
-
-/// `dst[i] = f(xs[i])`: the innermost loop of the unary kernels (and of the binary ones with
-/// one broadcast scalar), compiled for each instruction set and chosen at run time.
-#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn run_map<T: Copy, U>(dst: &mut [U], xs: &[T], f: &impl Fn(T) -> U) {
-    for (d, &x) in dst.iter_mut().zip(xs) {
-        *d = f(x);
-    }
-}
-
-/// `dst[i] = f(xa[i], xb[i])`: the innermost loop of the binary kernels.
-#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn run_zip<T: Copy, U>(dst: &mut [U], xa: &[T], xb: &[T], f: &impl Fn(T, T) -> U) {
-    for ((d, &x), &y) in dst.iter_mut().zip(xa).zip(xb) {
-        *d = f(x, y);
     }
 }
 
@@ -291,9 +290,10 @@ pub fn zip3<T: Copy + Sync, U: Send>(
     );
 }
 
-/// Copies a strided operand into contiguous row-major order.
-pub fn gather<T: Copy + Send + Sync>(shape: &[usize], a: Src<'_, T>, out: &mut [T]) {
-    map(shape, a, out, |x| x);
+/// Copies a strided operand into contiguous row-major order, into the empty `out` (with
+/// room for the shape's elements).
+pub fn gather<T: Copy + Send + Sync>(shape: &[usize], a: Src<'_, T>, out: &mut Vec<T>) {
+    map_into(shape, a, out, |x| x);
 }
 
 /// Copies the row-major `src` (of `shape`) into the block of the row-major `out` (of

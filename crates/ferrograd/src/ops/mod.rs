@@ -24,7 +24,7 @@ pub use index::Indices;
 
 use crate::kernels::strided;
 use crate::tensor::{
-    broadcast_shapes, filled, numel_or_panic, reserved, Dims, Element, FloatElement, Layout, Tensor,
+    broadcast_shapes, numel_or_panic, reserved, Dims, Element, FloatElement, Layout, Tensor,
 };
 
 /// A shape with `axis` set to `len`.
@@ -47,8 +47,8 @@ pub(crate) fn map_elems<T: Element>(x: &Tensor, f: impl Fn(T) -> T + Sync) -> Te
         strided::map_flat_into(&x.contiguous_data::<T>(), &mut out, f);
         return Tensor::from_data(out, &l.shape);
     }
-    let mut out = filled("map", l.numel(), T::ZERO);
-    strided::map(&l.shape, x.src::<T>(&l.strides), &mut out, f);
+    let mut out = reserved("map", l.numel());
+    strided::map_into(&l.shape, x.src::<T>(&l.strides), &mut out, f);
     Tensor::from_data(out, &l.shape)
 }
 
@@ -111,8 +111,8 @@ pub(crate) fn zip_elems<T: Element>(
     let shape = broadcast_shape_or_panic(op, a.shape(), b.shape());
     let sa = a.layout().broadcast_strides(&shape);
     let sb = b.layout().broadcast_strides(&shape);
-    let mut out = filled(op, shape.iter().product(), T::ZERO);
-    strided::zip(&shape, a.src::<T>(&sa), b.src::<T>(&sb), &mut out, f);
+    let mut out = reserved(op, shape.iter().product());
+    strided::zip_into(&shape, a.src::<T>(&sa), b.src::<T>(&sb), &mut out, f);
     Tensor::from_data(out, &shape)
 }
 

@@ -158,9 +158,7 @@ impl Tensor {
         } else if l.numel() == 0 {
             Cow::Owned(Vec::new())
         } else {
-            // Any element fills the buffer before the gather overwrites it (a non-empty
-            // layout that fits its buffer addresses its offset).
-            let mut out = filled("gather", l.numel(), buf[l.offset]);
+            let mut out = layout::reserved("gather", l.numel());
             strided::gather(
                 &l.shape,
                 Src {
