@@ -281,11 +281,22 @@ pub(super) fn sum_over_runs<T: Float>(
         .collect();
     let mut parts = partials.into_iter();
     let mut total = parts.next().unwrap_or_else(|| vec![T::zero(); len]);
-    for part in parts {
-        total.iter_mut().zip(part).for_each(|(t, p)| *t += p);
-    }
+    let rest: Vec<Vec<T>> = parts.collect();
+    // Each element adds the runs in order, whichever thread takes its block.
+    total
+        .par_chunks_mut(SUM_BLOCK)
+        .enumerate()
+        .for_each(|(b, block)| {
+            for part in &rest {
+                let part = &part[b * SUM_BLOCK..][..block.len()];
+                block.iter_mut().zip(part).for_each(|(t, &p)| *t += p);
+            }
+        });
     total
 }
+
+/// Sums per block of the final addition of [`sum_over_runs`]: a few L1 caches' worth.
+const SUM_BLOCK: usize = 1 << 12;
 
 /// Runs of images a weight gradient sums separately ([`sum_over_runs`]): enough for the
 /// threads, fixed so that the order of the sums is too.
