@@ -87,6 +87,18 @@ struct Pass {
     /// The kernel taps (`ky·kw + kx`) whose weights the product's rows hold, run by run, in
     /// the order the runs read them.
     taps: Vec<usize>,
+    /// The columns of positions that see the same taps of every run inside the image (the
+    /// others only padding), each with those taps: a run's taps are skipped where they
+    /// would read only padding columns.
+    groups: Vec<Group>,
+}
+
+/// Columns `cols` of a pass's positions, whose runs read the image with taps `taps` of
+/// each run (and only padding with the others).
+#[derive(Clone, Debug)]
+struct Group {
+    cols: Range<usize>,
+    taps: Range<usize>,
 }
 
 impl Pass {
@@ -96,31 +108,69 @@ impl Pass {
         self.starts.iter().map(at).collect()
     }
 
-    /// Positions per image.
-    fn plane(&self) -> usize {
-        self.rows.count * self.cols.count
-    }
-
-    /// Where every position of `images` padded copies starts, row by row across the images
-    /// (position `(a·images + i)·cols + b` is row `a`, column `b` of image `i`, so that the
-    /// positions a run reads are one span), and 3 more entries (copies of the first) into
-    /// `at`.
+    /// Where every position of `images` padded copies starts into `at`, group by group and
+    /// within a group row by row across the images (position `(a·images + i)·n + b` of a
+    /// group of `n` columns is its row `a`, column `b` of image `i`, so that the positions a
+    /// run reads are one span), and 3 more entries (copies of the first).
     fn positions(&self, pad: &Pad, images: usize, at: &mut Vec<usize>) {
         at.clear();
-        for a in 0..self.rows.count {
-            for i in 0..images {
-                let row = (i * pad.hp + a * self.step.0) * pad.wp;
-                at.extend((0..self.cols.count).map(|b| (row + b * self.step.1) * pad.c));
+        for group in &self.groups {
+            for a in 0..self.rows.count {
+                for i in 0..images {
+                    let row = (i * pad.hp + a * self.step.0) * pad.wp;
+                    let cols = group.cols.clone();
+                    at.extend(cols.map(|b| (row + b * self.step.1) * pad.c));
+                }
             }
         }
         let first = at.first().copied().unwrap_or(0);
         at.extend([first; 3]);
     }
 
-    /// For each run, the positions (ordered as [`Pass::positions`]) where it reads a row of
-    /// the image (`h` rows high) rather than padding.
-    fn spans(&self, pad: &Pad, h: usize, images: usize) -> Vec<Range<usize>> {
-        let per_row = images * self.cols.count;
+    /// Positions of `images` images in all the groups.
+    fn count(&self, images: usize) -> usize {
+        let cols: usize = self.groups.iter().map(|g| g.cols.len()).sum();
+        images * self.rows.count * cols
+    }
+
+    /// `f(first, a)` for each group of the positions of `images` padded copies `padded`
+    /// (their offsets `at`, from [`Pass::positions`]): `first` is the group's first position
+    /// and `a` its column matrix, whose runs start at the group's first tap and meet the
+    /// weight from that tap's rows on (`runs` are the pass's run offsets, `h` the image's
+    /// height).
+    fn for_groups(
+        &self,
+        (pad, h, images): (&Pad, usize, usize),
+        (padded, at, runs): (&[f32], &[usize], &[usize]),
+        mut f: impl FnMut(usize, Gathered<'_>),
+    ) {
+        let mut first = 0;
+        for group in &self.groups {
+            let n = images * self.rows.count * group.cols.len();
+            let skip = group.taps.start * pad.c;
+            let shifted: Vec<usize> = runs.iter().map(|r| r + skip).collect();
+            let b_rows: Vec<usize> = (0..runs.len())
+                .map(|t| t * self.width * pad.c + skip)
+                .collect();
+            let spans = self.spans(pad, h, images * group.cols.len());
+            let a = Gathered {
+                base: padded,
+                at: &at[first..first + n + 3],
+                positions: n,
+                runs: &shifted,
+                spans: &spans,
+                b_rows: &b_rows,
+                run: group.taps.len() * pad.c,
+            };
+            f(first, a);
+            first += n;
+        }
+    }
+
+    /// For each run, the positions of a group of `per_row` positions a row (ordered as
+    /// [`Pass::positions`]) where it reads a row of the image (`h` rows high) rather than
+    /// padding.
+    fn spans(&self, pad: &Pad, h: usize, per_row: usize) -> Vec<Range<usize>> {
         let step = self.step.0;
         let span = |&(r, _): &(usize, usize)| {
             // The rows a with top ≤ a·step + r < top + h.
@@ -131,6 +181,36 @@ impl Pass {
         };
         self.starts.iter().map(span).collect()
     }
+}
+
+/// The columns of `count` positions that see the same taps inside the image: position `b`
+/// reads padded columns `start + b·step + j` for the taps `j < width`, the image being
+/// columns `before..before + size`. Positions that see only padding are left out.
+fn column_groups(
+    count: usize,
+    (start, step): (usize, usize),
+    width: usize,
+    (before, size): (usize, usize),
+) -> Vec<Group> {
+    let taps = |b: usize| {
+        let col = start + b * step;
+        let lo = before.saturating_sub(col).min(width);
+        let hi = (before + size).saturating_sub(col).min(width);
+        lo..hi.max(lo)
+    };
+    let mut groups: Vec<Group> = Vec::new();
+    for b in 0..count {
+        let t = taps(b);
+        match groups.last_mut() {
+            Some(g) if g.taps == t => g.cols.end = b + 1,
+            _ => groups.push(Group {
+                cols: b..b + 1,
+                taps: t,
+            }),
+        }
+    }
+    groups.retain(|g| !g.taps.is_empty());
+    groups
 }
 
 /// The padded copy and the products of a convolution or of its transpose.
@@ -164,6 +244,7 @@ impl Plan {
             starts: (0..g.kh).map(|i| (i * g.dh, 0)).collect(),
             width: g.kw,
             taps: (0..g.taps()).collect(),
+            groups: column_groups(g.wo, (0, g.sw), g.kw, (g.pw, g.w)),
         };
         Plan::checked(pad, vec![pass], c.checked_mul(g.h)?.checked_mul(g.w)?)
     }
@@ -188,13 +269,15 @@ impl Plan {
                 let taps = ty
                     .iter()
                     .flat_map(|&(ky, _)| tx.iter().rev().map(move |&(kx, _)| ky * g.kw + kx));
+                let cols = xs.line(*rx);
                 passes.push(Pass {
                     rows: ys.line(*ry),
-                    cols: xs.line(*rx),
+                    cols,
                     step: (1, 1),
                     starts: ty.iter().map(|&(_, row)| (row, left)).collect(),
                     width: tx.len(),
                     taps: taps.collect(),
+                    groups: column_groups(cols.count, (left, 1), tx.len(), (xs.before, g.wo)),
                 });
             }
         }
@@ -317,8 +400,9 @@ type Weight = Lined<f32>;
 const MIN_RUN_POSITIONS: usize = 512;
 
 /// Images a thread copies and multiplies at a time: their padded copies and outputs stay in
-/// its cache.
-const IMAGES_PER_CHUNK: usize = 4;
+/// its cache, and the few columns at the edges of the maps (whose runs skip the taps that
+/// would read padding) still make products of several panels.
+const IMAGES_PER_CHUNK: usize = 8;
 
 /// `images` images `x` (`[images, C, h, w]`) into their padded channels-last copies (reused),
 /// with 16 floats to spare past the last (the weight gradient's panels read up to 3 past a
@@ -373,23 +457,18 @@ fn run_plan(
                 let images = x.len() / image.max(1);
                 pad_channels_last(x, (h, w), &plan.pad, padded, scratch);
                 for ((pass, runs), weight) in plan.passes.iter().zip(&runs).zip(weights) {
-                    let positions = images * pass.plane();
+                    let positions = pass.count(images);
                     if positions == 0 {
                         continue;
                     }
                     pass.positions(&plan.pad, images, at);
-                    let spans = pass.spans(&plan.pad, h, images);
                     prod.clear();
                     prod.resize(positions * o, 0.0);
-                    let a = Gathered {
-                        base: padded,
-                        at,
-                        positions,
-                        runs,
-                        spans: &spans,
-                        run: pass.width * plan.pad.c,
-                    };
-                    sgemm::gathered_rows_product(a, weight.data(), o, (prod, o));
+                    let sizes = (&plan.pad, h, images);
+                    pass.for_groups(sizes, (padded, at, runs), |first, a| {
+                        let c = &mut prod[first * o..];
+                        sgemm::gathered_rows_product(a, weight.data(), o, (c, o));
+                    });
                     scatter(prod, (pass, images), (o, plane, wo), y, scratch);
                 }
             },
@@ -405,21 +484,27 @@ fn scatter(
     y: &mut [f32],
     planes: &mut Vec<f32>,
 ) {
-    let (rows, cols, positions) = (pass.rows, pass.cols, images * pass.plane());
+    let (rows, cols, positions) = (pass.rows, pass.cols, pass.count(images));
     planes.resize(o * positions, 0.0);
     // Channels by positions, then each run of positions into place.
     sgemm::transpose(prod, (positions, o), o, planes, positions);
     for (oc, part) in planes.chunks_exact(positions.max(1)).enumerate() {
-        let rows_of = part.chunks_exact((images * cols.count).max(1));
-        for (a, row) in rows_of.enumerate() {
-            let oy = rows.first + a * rows.every;
-            for (i, run) in row.chunks_exact(cols.count.max(1)).enumerate() {
-                let at = (i * o + oc) * plane + oy * wo + cols.first;
-                if cols.every == 1 {
-                    y[at..][..run.len()].copy_from_slice(run);
-                } else {
-                    let out = y[at..].iter_mut().step_by(cols.every);
-                    out.zip(run).for_each(|(d, &v)| *d = v);
+        let mut runs = part;
+        for group in &pass.groups {
+            let n = group.cols.len();
+            let first = cols.first + group.cols.start * cols.every;
+            for a in 0..rows.count {
+                let oy = rows.first + a * rows.every;
+                for i in 0..images {
+                    let (run, rest) = runs.split_at(n);
+                    runs = rest;
+                    let at = (i * o + oc) * plane + oy * wo + first;
+                    if cols.every == 1 {
+                        y[at..][..n].copy_from_slice(run);
+                    } else {
+                        let out = y[at..].iter_mut().step_by(cols.every);
+                        out.zip(run).for_each(|(d, &v)| *d = v);
+                    }
                 }
             }
         }
@@ -458,6 +543,46 @@ pub(crate) fn conv_transpose<T: Float>(
     run_plan(&plan, u, (g.ho, g.wo), &weights, (o, g.h, g.w), y);
 }
 
+/// One chunk of images' share of [`conv_weight`] (`x` and its output gradient `dy`), added
+/// into `acc` (`[taps · C, ld]`, rows as the weight of [`Plan::conv`]); `bufs` are reused:
+/// the padded copies, the positions' offsets, and two of floats.
+fn chunk_weight(
+    plan: &Plan,
+    (x, dy): (&[f32], &[f32]),
+    (g, o, ld): (&Geom, usize, usize),
+    bufs: &mut (Vec<f32>, Vec<usize>, Vec<f32>, Vec<f32>),
+    acc: &mut [f32],
+) {
+    let (padded, at, rows, planes) = bufs;
+    let (pass, c, plane) = (&plan.passes[0], plan.pad.c, g.ho * g.wo);
+    let images = x.len() / (c * g.h * g.w).max(1);
+    pad_channels_last(x, (g.h, g.w), &plan.pad, padded, rows);
+    pass.positions(&plan.pad, images, at);
+    // Each image's output gradient positions by channels, zeros past `o`; then its rows in
+    // the order of the positions.
+    planes.clear();
+    planes.resize(images * plane * ld, 0.0);
+    for (dy, dst) in dy
+        .chunks_exact((o * plane).max(1))
+        .zip(planes.chunks_exact_mut((plane * ld).max(1)))
+    {
+        sgemm::transpose(dy, (o, plane), plane, dst, ld);
+    }
+    rows.clear();
+    for group in &pass.groups {
+        for a in 0..g.ho {
+            for i in 0..images {
+                let first = (i * plane + a * g.wo + group.cols.start) * ld;
+                rows.extend_from_slice(&planes[first..][..group.cols.len() * ld]);
+            }
+        }
+    }
+    let runs = pass.runs(&plan.pad);
+    pass.for_groups((&plan.pad, g.h, images), (padded, at, &runs), |first, a| {
+        sgemm::gathered_steps_product_acc(a, (&rows[first * ld..], ld), o, (acc, ld));
+    });
+}
+
 /// The weight gradient of [`conv`] summed over the images: `x` `[N, C, h, w]`, `dy`
 /// `[N, O, ho, wo]`; the result is `[O, C·kh·kw]`. Each chunk of images adds the product of
 /// its column matrix (read out of the channels-last copies) with its output gradient laid
@@ -468,8 +593,6 @@ pub(crate) fn conv_weight<T: Float>(x: &[T], dy: &[T], c: usize, g: &Geom, o: us
         panic!("channels_last::conv_weight: f32 only");
     };
     let plan = Plan::conv(g, c).expect("channels_last::conv_weight outside applies");
-    let pass = &plan.passes[0];
-    let runs = pass.runs(&plan.pad);
     let (image, plane, ld) = (c * g.h * g.w, g.ho * g.wo, o.next_multiple_of(16));
     let k = c * g.taps();
     // Runs of enough positions that the work of a run outweighs its sums' copy of the
@@ -479,34 +602,10 @@ pub(crate) fn conv_weight<T: Float>(x: &[T], dy: &[T], c: usize, g: &Geom, o: us
     let per_run = images_per_run(n).max(MIN_RUN_POSITIONS.div_ceil(plane.max(1)));
     let sizes = (image, o * plane, k * ld);
     let total = sum_over_runs(x, dy, sizes, per_run, |xs, dys, acc| {
-        let (mut padded, mut at, mut dyt, mut scratch) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut bufs = Default::default();
         let chunks = xs.chunks((IMAGES_PER_CHUNK * image).max(1));
         for (x, dy) in chunks.zip(dys.chunks((IMAGES_PER_CHUNK * o * plane).max(1))) {
-            let images = x.len() / image.max(1);
-            pad_channels_last(x, (g.h, g.w), &plan.pad, &mut padded, &mut scratch);
-            pass.positions(&plan.pad, images, &mut at);
-            // The output gradients positions by channels (ordered as the positions), zeros
-            // past `o`.
-            dyt.clear();
-            dyt.resize(images * plane * ld, 0.0);
-            scratch.clear();
-            scratch.resize(plane * ld, 0.0);
-            for (i, dy) in dy.chunks_exact((o * plane).max(1)).enumerate() {
-                sgemm::transpose(dy, (o, plane), plane, &mut scratch, ld);
-                for (a, row) in scratch.chunks_exact((g.wo * ld).max(1)).enumerate() {
-                    dyt[(a * images + i) * g.wo * ld..][..row.len()].copy_from_slice(row);
-                }
-            }
-            let a = Gathered {
-                base: &padded,
-                at: &at,
-                positions: images * plane,
-                runs: &runs,
-                spans: &pass.spans(&plan.pad, g.h, images),
-                run: pass.width * c,
-            };
-            sgemm::gathered_steps_product_acc(a, (&dyt, ld), o, (acc, ld));
+            chunk_weight(&plan, (x, dy), (g, o, ld), &mut bufs, acc);
         }
     });
     // Rows by kernel tap and channel to PyTorch's [O, C, kh, kw]: [k, O'] to [O, k], then

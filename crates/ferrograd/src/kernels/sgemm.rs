@@ -1005,8 +1005,9 @@ pub(crate) fn offset_runs_product_acc(
 /// output position) is the runs of floats that position's kernel taps see, run `t` of it
 /// `run` floats from `base[at[q] + runs[t]]` (a kernel row's taps side by side, each with all
 /// its channels). Run `t` is read only for the positions in `spans[t]`; the others see only
-/// padding there. `at` holds 3 entries past the last position (copies of any), so that a
-/// panel rounded up to whole groups of 4 rows stays inside it.
+/// padding there. Its floats meet rows `b_rows[t]..b_rows[t] + run` of the other operand.
+/// `at` holds 3 entries past the last position (any valid offsets), so that a panel rounded
+/// up to whole groups of 4 rows stays inside it.
 #[derive(Clone, Copy)]
 pub(crate) struct Gathered<'a> {
     pub base: &'a [f32],
@@ -1014,6 +1015,7 @@ pub(crate) struct Gathered<'a> {
     pub positions: usize,
     pub runs: &'a [usize],
     pub spans: &'a [Range<usize>],
+    pub b_rows: &'a [usize],
     pub run: usize,
 }
 
@@ -1028,19 +1030,31 @@ impl Gathered<'_> {
         self.run > 0
             && self.at.len() == self.positions.saturating_add(3)
             && self.spans.len() == self.runs.len()
+            && self.b_rows.len() == self.runs.len()
             && self
                 .spans
                 .iter()
                 .all(|s| s.start <= s.end && s.end <= self.positions)
-            && self.runs.len().checked_mul(self.run).is_some()
             && reach.is_some_and(|r| r <= self.base.len())
+    }
+
+    /// Whether the rows `b_rows[t]..b_rows[t] + run` of an operand of `len` floats, `ld`
+    /// apart, lie inside it.
+    fn rows_fit(&self, len: usize, ld: usize) -> bool {
+        let end = self
+            .b_rows
+            .iter()
+            .max()
+            .and_then(|r| r.checked_add(self.run));
+        end.and_then(|e| e.checked_mul(ld))
+            .is_some_and(|e| e <= len)
     }
 }
 
 /// `c[q·ldc + j] += Σ_k a[q, k] · b[k·ldb + j]` for every position `q` of `a` and `j < cols`:
 /// a convolution of channels-last images (`c` is positions by output channels, zeroed by the
-/// caller) by its weight `b`, `[runs·run, cols]` row-major. Each A panel is 12 positions'
-/// runs read in place. Runs on the calling thread.
+/// caller) by its weight `b` (row-major, `ldb` apart; run `t` meets rows `b_rows[t]..`).
+/// Each A panel is 12 positions' runs read in place. Runs on the calling thread.
 ///
 /// Panics unless the AVX-512 path is [`available`] and the operands fit: `b`'s rows are read
 /// in whole vectors, so `ldb` must cover `cols` rounded up to 16.
@@ -1050,8 +1064,6 @@ pub(crate) fn gathered_rows_product(
     cols: usize,
     (c, ldc): (&mut [f32], usize),
 ) {
-    let k = a.runs.len() * a.run;
-    let b_len = k.checked_mul(ldb);
     let c_len = (a.positions.saturating_sub(1))
         .checked_mul(ldc)
         .and_then(|v| v.checked_add(cols));
@@ -1060,13 +1072,13 @@ pub(crate) fn gathered_rows_product(
             && cols > 0
             && a.fits(0)
             && cols.checked_next_multiple_of(16).is_some_and(|w| ldb >= w)
-            && b_len.is_some_and(|l| l <= b.len())
+            && a.rows_fit(b.len(), ldb)
             && ldc >= cols
             && c_len.is_some_and(|l| l <= c.len()),
         "gathered_rows_product: operands do not fit"
     );
     let kc_step = even_step(a.run, KC, 1);
-    for ((&run_at, span), t) in a.runs.iter().zip(a.spans).zip(0..) {
+    for ((&run_at, span), &b_row) in a.runs.iter().zip(a.spans).zip(a.b_rows) {
         for p0 in (0..a.run).step_by(kc_step) {
             let kc = (a.run - p0).min(kc_step);
             let mut r0 = span.start;
@@ -1079,11 +1091,11 @@ pub(crate) fn gathered_rows_product(
                     // SAFETY: the panel's rows rounded up to 4 (at most 3 past the span's
                     // end) have entries in `at` (3 past the positions, asserted), each run of
                     // kc floats from p0 inside `base` (the reach asserted); B rows
-                    // t·run + p0.. hold 16·⌈width/16⌉ ≤ ldb floats from j0 within `b`
-                    // (k·ldb asserted); the tile's rows × width at (r0, j0) lie in `c`
+                    // b_row + p0.. hold 16·⌈width/16⌉ ≤ ldb floats from j0 within `b` (the
+                    // rows asserted); the tile's rows × width at (r0, j0) lie in `c`
                     // (asserted), borrowed exclusively; AVX-512F was asserted.
                     unsafe {
-                        let b_panel = Strided(b[(t * a.run + p0) * ldb + j0..].as_ptr(), ldb);
+                        let b_panel = Strided(b[(b_row + p0) * ldb + j0..].as_ptr(), ldb);
                         let tile = c[r0 * ldc + j0..].as_mut_ptr();
                         tile_kernel(kc, a_panel, b_panel, tile, ldc, rows, width, true);
                     }
@@ -1096,8 +1108,9 @@ pub(crate) fn gathered_rows_product(
 
 /// `c[k·ldc + j] += Σ_q a[q, k] · b[q·ldb + j]` for every column `k` of `a` and `j < cols`:
 /// the weight gradient of a convolution of channels-last images (`b` is the output
-/// gradient, positions by channels; `c` taps by output channels, in `a`'s order). Each step
-/// of an A panel is 12 of a position's taps read in place. Runs on the calling thread.
+/// gradient, positions by channels; `c` taps by output channels, run `t`'s from row
+/// `b_rows[t]`). Each step of an A panel is 12 of a position's taps read in place. Runs on
+/// the calling thread.
 ///
 /// Panics unless the AVX-512 path is [`available`] and the operands fit: the panels read up
 /// to 3 floats past a run, so `base` must hold them; `b`'s rows are read in whole vectors,
@@ -1108,9 +1121,7 @@ pub(crate) fn gathered_steps_product_acc(
     cols: usize,
     (c, ldc): (&mut [f32], usize),
 ) {
-    let k = a.runs.len() * a.run;
     let b_len = a.positions.checked_mul(ldb);
-    let c_len = k.checked_mul(ldc);
     assert!(
         available()
             && cols > 0
@@ -1118,10 +1129,10 @@ pub(crate) fn gathered_steps_product_acc(
             && cols.checked_next_multiple_of(16).is_some_and(|w| ldb >= w)
             && b_len.is_some_and(|l| l <= b.len())
             && ldc >= cols
-            && c_len.is_some_and(|l| l <= c.len()),
+            && a.rows_fit(c.len(), ldc),
         "gathered_steps_product_acc: operands do not fit"
     );
-    for ((&run_at, span), t) in a.runs.iter().zip(a.spans).zip(0..) {
+    for ((&run_at, span), &c_row) in a.runs.iter().zip(a.spans).zip(a.b_rows) {
         for p0 in span.clone().step_by(KC) {
             let kc = (span.end - p0).min(KC);
             let mut r0 = 0;
@@ -1134,11 +1145,11 @@ pub(crate) fn gathered_steps_product_acc(
                     // reads the panel's rows rounded up to 4, at most 3 floats past the run,
                     // inside `base` (the reach with that slack asserted); B rows p0..p0 + kc
                     // hold 16·⌈width/16⌉ ≤ ldb floats from j0 within `b` (positions·ldb
-                    // asserted); the tile's rows × width at (t·run + r0, j0) lie in `c`
-                    // (k·ldc asserted), borrowed exclusively; AVX-512F was asserted.
+                    // asserted); the tile's rows × width at (c_row + r0, j0) lie in `c`
+                    // (the rows asserted), borrowed exclusively; AVX-512F was asserted.
                     unsafe {
                         let b_panel = Strided(b[p0 * ldb + j0..].as_ptr(), ldb);
-                        let tile = c[(t * a.run + r0) * ldc + j0..].as_mut_ptr();
+                        let tile = c[(c_row + r0) * ldc + j0..].as_mut_ptr();
                         tile_kernel(kc, a_panel, b_panel, tile, ldc, rows, width, true);
                     }
                 }
