@@ -629,8 +629,9 @@ fn f32_kernels_agree_with_f64_at_every_edge() {
         ([48, 16, 7, 7], [16, 16, 3, 3], ConvOpts::new().padding(1)),
         // Rows wide enough for a vector but narrower than two (21), across several panels.
         ([2, 16, 9, 21], [17, 16, 3, 3], ConvOpts::new().padding(1)),
-        // An input column no output reads (16 = 2·7 + 2): its gradient's column of the
-        // transposed convolution sees only padding.
+        // An input column no output reads (the 7 outputs read columns up to 2·6 + 2 = 14, so
+        // column 15 is unread): its gradient's column of the transposed convolution sees only
+        // padding.
         ([2, 16, 9, 16], [16, 16, 3, 3], ConvOpts::new().stride(2)),
     ];
     for (k, (xs, ws, o)) in cases.into_iter().enumerate() {

@@ -73,8 +73,8 @@ struct Line {
     every: usize,
 }
 
-/// One product over the padded copies: the output positions it computes and where their
-/// runs start (its weight is laid out in the runs' order).
+/// The products over the padded copies that share one weight (laid out in the runs' order),
+/// one per group of columns: the output positions they compute and where their runs start.
 struct Pass {
     rows: Line,
     cols: Line,
@@ -110,8 +110,8 @@ impl Pass {
 
     /// Where every position of `images` padded copies starts into `at`, group by group and
     /// within a group row by row across the images (position `(a·images + i)·n + b` of a
-    /// group of `n` columns is its row `a`, column `b` of image `i`, so that the positions a
-    /// run reads are one span), and 3 more entries (copies of the first).
+    /// group of `n` columns is row `a`, column `cols.start + b` of image `i`, so that the
+    /// positions a run reads are one span), and 3 more entries (copies of the first).
     fn positions(&self, pad: &Pad, images: usize, at: &mut Vec<usize>) {
         at.clear();
         for group in &self.groups {

@@ -1003,8 +1003,8 @@ pub(crate) fn offset_runs_product_acc(
 
 /// The column matrix of a convolution over channels-last images, never built: row `q` (an
 /// output position) is the runs of floats that position's kernel taps see, run `t` of it
-/// `run` floats from `base[at[q] + runs[t]]` (a kernel row's taps side by side, each with all
-/// its channels). Run `t` is read only for the positions in `spans[t]`; the others see only
+/// `run` floats from `base[at[q] + runs[t]]` (neighbouring taps of a kernel row side by side,
+/// each with all its channels). Run `t` is read only for the positions in `spans[t]`; the others see only
 /// padding there. Its floats meet rows `b_rows[t]..b_rows[t] + run` of the other operand.
 /// `at` holds 3 entries past the last position (any valid offsets), so that a panel rounded
 /// up to whole groups of 4 rows stays inside it.
@@ -1051,7 +1051,8 @@ impl Gathered<'_> {
     }
 }
 
-/// `c[q·ldc + j] += Σ_k a[q, k] · b[k·ldb + j]` for every position `q` of `a` and `j < cols`:
+/// `c[q·ldc + j] += Σ_t Σ_p a[q, (t, p)] · b[(b_rows[t] + p)·ldb + j]` (`p` along run `t`) for
+/// every position `q` of `a` and `j < cols`:
 /// a convolution of channels-last images (`c` is positions by output channels, zeroed by the
 /// caller) by its weight `b` (row-major, `ldb` apart; run `t` meets rows `b_rows[t]..`).
 /// Each A panel is 12 positions' runs read in place. Runs on the calling thread.
