@@ -63,6 +63,11 @@ impl Pad {
     fn len(&self) -> usize {
         self.hp * self.wp * self.c
     }
+
+    /// Where padded pixel `(row, col)` starts in a padded image.
+    fn at(&self, (row, col): (usize, usize)) -> usize {
+        (row * self.wp + col) * self.c
+    }
 }
 
 /// Output coordinates `first + every · a` for `a < count` along one axis.
@@ -82,6 +87,8 @@ struct Pass {
     step: (usize, usize),
     /// Where each run starts (padded row and column) for position (0, 0).
     starts: Vec<(usize, usize)>,
+    /// The same as float offsets into a padded copy.
+    runs: Vec<usize>,
     /// Taps per run along the width.
     width: usize,
     /// The kernel taps (`ky·kw + kx`) whose weights the product's rows hold, run by run, in
@@ -102,12 +109,6 @@ struct Group {
 }
 
 impl Pass {
-    /// The float offsets of the runs in a padded copy.
-    fn runs(&self, pad: &Pad) -> Vec<usize> {
-        let at = |&(r, col): &(usize, usize)| (r * pad.wp + col) * pad.c;
-        self.starts.iter().map(at).collect()
-    }
-
     /// Where every position of `images` padded copies starts into `at`, group by group and
     /// within a group row by row across the images (position `(a·images + i)·n + b` of a
     /// group of `n` columns is row `a`, column `cols.start + b` of image `i`, so that the
@@ -136,20 +137,19 @@ impl Pass {
     /// `f(first, a)` for each group of the positions of `images` padded copies `padded`
     /// (their offsets `at`, from [`Pass::positions`]): `first` is the group's first position
     /// and `a` its column matrix, whose runs start at the group's first tap and meet the
-    /// weight from that tap's rows on (`runs` are the pass's run offsets, `h` the image's
-    /// height).
+    /// weight from that tap's rows on (`h` is the image's height).
     fn for_groups(
         &self,
         (pad, h, images): (&Pad, usize, usize),
-        (padded, at, runs): (&[f32], &[usize], &[usize]),
+        (padded, at): (&[f32], &[usize]),
         mut f: impl FnMut(usize, Gathered<'_>),
     ) {
         let mut first = 0;
         for group in &self.groups {
             let n = images * self.rows.count * group.cols.len();
             let skip = group.taps.start * pad.c;
-            let shifted: Vec<usize> = runs.iter().map(|r| r + skip).collect();
-            let b_rows: Vec<usize> = (0..runs.len())
+            let shifted: Vec<usize> = self.runs.iter().map(|r| r + skip).collect();
+            let b_rows: Vec<usize> = (0..self.runs.len())
                 .map(|t| t * self.width * pad.c + skip)
                 .collect();
             let spans = self.spans(pad, h, images * group.cols.len());
@@ -242,6 +242,7 @@ impl Plan {
             },
             step: (g.sh, g.sw),
             starts: (0..g.kh).map(|i| (i * g.dh, 0)).collect(),
+            runs: (0..g.kh).map(|i| pad.at((i * g.dh, 0))).collect(),
             width: g.kw,
             taps: (0..g.taps()).collect(),
             groups: column_groups(g.wo, (0, g.sw), g.kw, (g.pw, g.w)),
@@ -275,6 +276,7 @@ impl Plan {
                     cols,
                     step: (1, 1),
                     starts: ty.iter().map(|&(_, row)| (row, left)).collect(),
+                    runs: ty.iter().map(|&(_, row)| pad.at((row, left))).collect(),
                     width: tx.len(),
                     taps: taps.collect(),
                     groups: column_groups(cols.count, (left, 1), tx.len(), (xs.before, g.wo)),
@@ -445,7 +447,6 @@ fn run_plan(
     y: &mut [f32],
 ) {
     let (image, plane) = (plan.pad.c * h * w, ho * wo);
-    let runs: Vec<Vec<usize>> = plan.passes.iter().map(|p| p.runs(&plan.pad)).collect();
     let n = x.len() / image.max(1);
     // Fewer images a chunk when there are too few chunks for the threads.
     let per = (n / rayon::current_num_threads()).clamp(1, IMAGES_PER_CHUNK);
@@ -456,7 +457,7 @@ fn run_plan(
             |(padded, at, prod, scratch), (y, x)| {
                 let images = x.len() / image.max(1);
                 pad_channels_last(x, (h, w), &plan.pad, padded, scratch);
-                for ((pass, runs), weight) in plan.passes.iter().zip(&runs).zip(weights) {
+                for (pass, weight) in plan.passes.iter().zip(weights) {
                     let positions = pass.count(images);
                     if positions == 0 {
                         continue;
@@ -465,7 +466,7 @@ fn run_plan(
                     prod.clear();
                     prod.resize(positions * o, 0.0);
                     let sizes = (&plan.pad, h, images);
-                    pass.for_groups(sizes, (padded, at, runs), |first, a| {
+                    pass.for_groups(sizes, (padded, at), |first, a| {
                         let c = &mut prod[first * o..];
                         sgemm::gathered_rows_product(a, weight.data(), o, (c, o));
                     });
@@ -577,8 +578,7 @@ fn chunk_weight(
             }
         }
     }
-    let runs = pass.runs(&plan.pad);
-    pass.for_groups((&plan.pad, g.h, images), (padded, at, &runs), |first, a| {
+    pass.for_groups((&plan.pad, g.h, images), (padded, at), |first, a| {
         sgemm::gathered_steps_product_acc(a, (&rows[first * ld..], ld), o, (acc, ld));
     });
 }
