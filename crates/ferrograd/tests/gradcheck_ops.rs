@@ -298,8 +298,24 @@ fn batch_norm_fused() {
         ];
         let f = |t: &[Tensor]| &t[0].batch_norm(&t[1], &t[2], 1e-5).0 * &mix;
         check("batch_norm", f, &inputs);
+        batch_norm_matches_composite(&inputs, &mix);
+    }
+    // Large enough that the fused kernels split channels and runs over the thread pool.
+    let shape = [4, 3, 128, 96];
+    let inputs = [
+        &randn(&shape, 340) * 2.0 + 1.5,
+        uniform(&[3], 0.5, 2.0, 341),
+        randn(&[3], 342),
+    ];
+    batch_norm_matches_composite(&inputs, &randn(&shape, 343));
+}
 
-        // Against the composite formula, value and (fused) gradient.
+/// The fused batch norm against the composite formula, value and (fused) gradient.
+fn batch_norm_matches_composite(inputs: &[Tensor; 3], mix: &Tensor) {
+    let shape = inputs[0].shape().to_vec();
+    let c = shape[1];
+    let f = |t: &[Tensor]| &t[0].batch_norm(&t[1], &t[2], 1e-5).0 * mix;
+    {
         let composite = |t: &[Tensor]| {
             let axes: Vec<usize> = (0..shape.len()).filter(|&a| a != 1).collect();
             let mut keep = vec![1; shape.len()];
@@ -307,7 +323,7 @@ fn batch_norm_fused() {
             let centered = &t[0] - &t[0].mean_axes(&axes, true);
             let var = centered.square().mean_axes(&axes, true);
             let xhat = &centered / &var.add_scalar(1e-5).sqrt();
-            &(&(&xhat * &t[1].reshape(&keep)) + &t[2].reshape(&keep)) * &mix
+            &(&(&xhat * &t[1].reshape(&keep)) + &t[2].reshape(&keep)) * mix
         };
         let tracked: Vec<Tensor> = inputs.iter().map(|t| t.requires_grad()).collect();
         let refs: Vec<&Tensor> = tracked.iter().collect();

@@ -5,6 +5,8 @@
 //! Each run of `inner` values is summed in the element type (eight accumulators), the runs of a
 //! channel in f64: the statistics of a large batch keep their digits.
 
+use std::mem::MaybeUninit;
+
 use multiversion::multiversion;
 use rayon::prelude::*;
 
@@ -46,17 +48,17 @@ fn sum_dot_dev<T: Float>(dy: &[T], xs: &[T], m: T) -> T {
 
 /// `out = a·x + b` over a run.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn affine<T: Float>(out: &mut [T], xs: &[T], a: T, b: T) {
+fn affine<T: Float>(out: &mut [MaybeUninit<T>], xs: &[T], a: T, b: T) {
     for (o, &x) in out.iter_mut().zip(xs) {
-        *o = x * a + b;
+        o.write(x * a + b);
     }
 }
 
 /// `out = a·dy − b·(x − m) − k` over a run: the input gradient of batch normalisation.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn input_grad<T: Float>(out: &mut [T], dy: &[T], xs: &[T], [a, b, m, k]: [T; 4]) {
+fn input_grad<T: Float>(out: &mut [MaybeUninit<T>], dy: &[T], xs: &[T], [a, b, m, k]: [T; 4]) {
     for ((o, &d), &x) in out.iter_mut().zip(dy).zip(xs) {
-        *o = a * d - b * (x - m) - k;
+        o.write(a * d - b * (x - m) - k);
     }
 }
 
@@ -74,7 +76,11 @@ fn per_channel<R: Send>(
 }
 
 /// `f(run of out, run index)` for every `inner`-long run, on the pool when large.
-fn per_run<T: Float>(out: &mut [T], inner: usize, f: impl Fn(&mut [T], usize) + Sync + Send) {
+fn per_run<T: Float>(
+    out: &mut [MaybeUninit<T>],
+    inner: usize,
+    f: impl Fn(&mut [MaybeUninit<T>], usize) + Sync + Send,
+) {
     if out.len() >= PAR_THRESHOLD {
         out.par_chunks_mut(inner)
             .enumerate()
@@ -137,27 +143,45 @@ pub fn batch_stats<T: Float>(x: &[T], rows: Rows) -> (Vec<T>, Vec<T>) {
     stats.into_iter().unzip()
 }
 
-/// `out = x · scale[c] + shift[c]` per channel.
-pub fn scale_shift<T: Float>(x: &[T], rows: Rows, scale: &[T], shift: &[T], out: &mut [T]) {
-    assert!(x.len() == out.len() && scale.len() == rows.mid && shift.len() == rows.mid);
-    per_channel_run(out, rows, |o, at, c| {
+/// `out` (empty, with room for `x.len()`) filled with `x · scale[c] + shift[c]` per channel.
+pub fn scale_shift<T: Float>(x: &[T], rows: Rows, [scale, shift]: [&[T]; 2], out: &mut Vec<T>) {
+    assert!(scale.len() == rows.mid && shift.len() == rows.mid);
+    write_per_channel(out, x.len(), rows, |o, at, c| {
         let xs = &x[at..][..o.len()];
         if o.len() < SHORT_RUN {
-            o.iter_mut()
-                .zip(xs)
-                .for_each(|(o, &x)| *o = x * scale[c] + shift[c]);
+            for (o, &x) in o.iter_mut().zip(xs) {
+                o.write(x * scale[c] + shift[c]);
+            }
         } else {
             affine(o, xs, scale[c], shift[c]);
         }
     });
 }
 
+/// `out` (empty, with room for `len`) written run by run by [`per_channel_run`], with no fill
+/// first: `f` must write every slot of the run it is given.
+fn write_per_channel<T: Float>(
+    out: &mut Vec<T>,
+    len: usize,
+    rows: Rows,
+    f: impl Fn(&mut [MaybeUninit<T>], usize, usize) + Sync + Send,
+) {
+    assert!(
+        out.is_empty() && len == rows.outer * rows.mid * rows.inner,
+        "batch norm: the output is not empty or the input is not [outer, channels, inner]"
+    );
+    per_channel_run(&mut out.spare_capacity_mut()[..len], rows, f);
+    // SAFETY: the runs cover the first `len` spare slots (outer · mid runs of `inner`, or none
+    // when `inner` is 0 and so is `len`), and `f` wrote each slot of each run.
+    unsafe { out.set_len(len) };
+}
+
 /// `f(run, offset, channel)` for every channel's run of `out` (`inner` long), on the pool when
 /// large; short runs are handed out a whole row of channels at a time.
 fn per_channel_run<T: Float>(
-    out: &mut [T],
+    out: &mut [MaybeUninit<T>],
     rows: Rows,
-    f: impl Fn(&mut [T], usize, usize) + Sync + Send,
+    f: impl Fn(&mut [MaybeUninit<T>], usize, usize) + Sync + Send,
 ) {
     let Rows { mid, inner, .. } = rows;
     if inner >= SHORT_RUN {
@@ -172,13 +196,14 @@ fn per_channel_run<T: Float>(
 }
 
 /// The gradients of `y = (x − mean)·invstd·weight + bias` given `dy`, with the batch's own
-/// statistics: `(dx, dweight, dbias)`.
+/// statistics: `dx` written into `dx` (empty, with room for `x.len()`), `(dweight, dbias)`
+/// returned.
 pub fn batch_norm_backward<T: Float>(
-    dy: &[T],
-    x: &[T],
+    [dy, x]: [&[T]; 2],
     rows: Rows,
     [mean, invstd, weight]: [&[T]; 3],
-) -> (Vec<T>, Vec<T>, Vec<T>) {
+    dx: &mut Vec<T>,
+) -> (Vec<T>, Vec<T>) {
     assert!(dy.len() == x.len() && x.len() == rows.outer * rows.mid * rows.inner);
     let count = (rows.outer * rows.inner) as f64;
     let sums = per_channel(rows.mid, 2 * x.len(), |c| {
@@ -198,17 +223,16 @@ pub fn batch_norm_backward<T: Float>(
             [a, a * invstd[c] * dweight[c] / m, mean[c], a * dbias[c] / m]
         })
         .collect();
-    let mut dx = vec![T::zero(); x.len()];
-    per_channel_run(&mut dx, rows, |o, at, c| {
+    write_per_channel(dx, x.len(), rows, |o, at, c| {
         let (dy, x) = (&dy[at..][..o.len()], &x[at..][..o.len()]);
         let [a, b, m, k] = coefficients[c];
         if o.len() < SHORT_RUN {
             for ((o, &d), &x) in o.iter_mut().zip(dy).zip(x) {
-                *o = a * d - b * (x - m) - k;
+                o.write(a * d - b * (x - m) - k);
             }
         } else {
             input_grad(o, dy, x, coefficients[c]);
         }
     });
-    (dx, dweight, dbias)
+    (dweight, dbias)
 }

@@ -236,6 +236,21 @@ pub fn zip_flat_into<T: Copy + Sync, U: Send>(
     unsafe { out.set_len(a.len()) };
 }
 
+/// `out` (empty, with room for `n`) filled with `n` copies of `value`, on the thread pool when
+/// large: a fresh tensor of ones is written at the speed of both cores, not one.
+pub fn fill_into<T: Copy + Send + Sync>(out: &mut Vec<T>, n: usize, value: T) {
+    assert!(out.is_empty(), "fill_into: the output is not empty");
+    let dst = &mut out.spare_capacity_mut()[..n];
+    let fill = |o: &mut [MaybeUninit<T>]| o.iter_mut().for_each(|d| _ = d.write(value));
+    if n >= PAR_THRESHOLD {
+        dst.par_chunks_mut(PAR_CHUNK).for_each(fill);
+    } else {
+        fill(dst);
+    }
+    // SAFETY: the chunks cover the first n spare slots and each was written.
+    unsafe { out.set_len(n) };
+}
+
 /// `dst[i] = f(xs[i])` into slots not yet written: the innermost loop of the unary kernels
 /// (and of the binary ones with one broadcast scalar), compiled for each instruction set and
 /// chosen at run time.

@@ -9,7 +9,7 @@ use smallvec::smallvec;
 
 use crate::kernels::norm as kn;
 use crate::kernels::Rows;
-use crate::tensor::{is_grad_enabled, record, with_dtype, FloatElement, Tensor};
+use crate::tensor::{is_grad_enabled, record, reserved, with_dtype, FloatElement, Tensor};
 
 /// `[outer, channels, inner]` of an `[N, C, ...]` input.
 fn channel_rows(shape: &[usize]) -> Rows {
@@ -32,8 +32,8 @@ fn forward<T: FloatElement>(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64
     let (w, b) = (weight.contiguous_data::<T>(), bias.contiguous_data::<T>());
     let scale: Vec<T> = (0..rows.mid).map(|c| w[c] * invstd[c]).collect();
     let shift: Vec<T> = (0..rows.mid).map(|c| b[c] - mean[c] * scale[c]).collect();
-    let mut out = vec![T::zero(); xs.len()];
-    kn::scale_shift(&xs, rows, &scale, &shift, &mut out);
+    let mut out = reserved("batch_norm", xs.len());
+    kn::scale_shift(&xs, rows, [&scale, &shift], &mut out);
     let c = [rows.mid];
     [
         Tensor::from_data(out, x.shape()),
@@ -47,11 +47,13 @@ fn forward<T: FloatElement>(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64
 fn fused_backward<T: FloatElement>(up: &Tensor, x: &Tensor, stats: [&Tensor; 3]) -> [Tensor; 3] {
     let rows = channel_rows(x.shape());
     let [mean, invstd, weight] = stats.map(|t| t.contiguous_data::<T>());
-    let (dx, dw, db) = kn::batch_norm_backward(
-        &up.contiguous_data::<T>(),
-        &x.contiguous_data::<T>(),
+    let xs = x.contiguous_data::<T>();
+    let mut dx = reserved("batch_norm backward", xs.len());
+    let (dw, db) = kn::batch_norm_backward(
+        [&up.contiguous_data::<T>(), &xs],
         rows,
         [&mean, &invstd, &weight],
+        &mut dx,
     );
     let c = [rows.mid];
     [

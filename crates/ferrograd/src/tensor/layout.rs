@@ -19,9 +19,9 @@ const LARGE: usize = 128 << 10;
 /// `n` copies of `value`, or a panic naming `op` when the allocator refuses the memory (a
 /// shape from hostile input asking for terabytes): the default allocation would abort the
 /// process instead of unwinding to a caller that can report it.
-pub(crate) fn filled<T: Clone>(op: &str, n: usize, value: T) -> Vec<T> {
+pub(crate) fn filled<T: Copy + Send + Sync>(op: &str, n: usize, value: T) -> Vec<T> {
     let mut data = reserved(op, n);
-    data.resize(n, value);
+    crate::kernels::strided::fill_into(&mut data, n, value);
     data
 }
 
