@@ -300,14 +300,21 @@ fn batch_norm_fused() {
         check("batch_norm", f, &inputs);
         batch_norm_matches_composite(&inputs, &mix);
     }
-    // Large enough that the fused kernels split channels and runs over the thread pool.
-    let shape = [4, 3, 128, 96];
-    let inputs = [
-        &randn(&shape, 340) * 2.0 + 1.5,
-        uniform(&[3], 0.5, 2.0, 341),
-        randn(&[3], 342),
-    ];
-    batch_norm_matches_composite(&inputs, &randn(&shape, 343));
+    // Large enough for the thread pool: long runs split by channel and run, short runs (one
+    // value, five) by blocks of columns that end inside a channel and inside a row.
+    for (shape, seed) in [
+        (vec![4, 3, 128, 96], 340),
+        (vec![64, 2100], 350),
+        (vec![40, 701, 5], 360),
+    ] {
+        let c = shape[1];
+        let inputs = [
+            &randn(&shape, seed) * 2.0 + 1.5,
+            uniform(&[c], 0.5, 2.0, seed + 1),
+            randn(&[c], seed + 2),
+        ];
+        batch_norm_matches_composite(&inputs, &randn(&shape, seed + 3));
+    }
 }
 
 /// The fused batch norm against the composite formula, value and (fused) gradient.

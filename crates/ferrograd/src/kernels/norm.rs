@@ -2,54 +2,67 @@
 //! NCHW or `[N, C]`, `inner` the spatial size) in one pass each, and the normalised output or
 //! its derivative in one more, where the composite ops would take a dozen passes and buffers.
 //!
-//! Each run of `inner` values is summed in the element type (eight accumulators), the runs of a
-//! channel in f64: the statistics of a large batch keep their digits.
+//! Two walks, by the length of a channel's runs (`inner`):
+//! - long runs (images): each run is summed in the element type (eight accumulators), the runs
+//!   of a channel in f64, a channel per task; the output is written a run at a time with the
+//!   channel's coefficients;
+//! - short runs (`[N, C]`, runs of one): the rows are read in order and each column's sum kept
+//!   in f64, a block of columns per task, so no read strides across channels; the output is
+//!   written a row at a time with coefficients laid out by column.
+//!
+//! Either way the statistics of a large batch keep their digits.
 
 use std::mem::MaybeUninit;
 
 use multiversion::multiversion;
 use rayon::prelude::*;
 
-use super::reduce::sum_run;
 use super::{Float, Rows, PAR_THRESHOLD};
 
-/// Σ (x − m)² of a run.
+/// Runs shorter than this are walked by rows: a dispatched call per run would cost more than
+/// the run.
+const SHORT_RUN: usize = 16;
+
+/// Columns summed by one task of the short-run walk.
+const COLUMN_BLOCK: usize = 1024;
+
+/// Σ term(a, b, m) over a run, eight accumulators in the element type.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn sum_sq_dev<T: Float>(xs: &[T], m: T) -> T {
+fn sum_terms<T: Float>(a: &[T], b: &[T], m: T, term: &impl Fn(T, T, T) -> T) -> T {
     let mut acc = [T::zero(); 8];
-    let chunks = xs.chunks_exact(8);
-    let rest = chunks.remainder();
-    for c in chunks {
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ar, br) = (ac.remainder(), bc.remainder());
+    for (a, b) in ac.zip(bc) {
         for i in 0..8 {
-            let d = c[i] - m;
-            acc[i] += d * d;
+            acc[i] += term(a[i], b[i], m);
         }
     }
-    rest.iter()
-        .fold(acc.iter().fold(T::zero(), |s, &a| s + a), |s, &x| {
-            s + (x - m) * (x - m)
-        })
+    let head = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    ar.iter()
+        .zip(br)
+        .fold(head, |s, (&a, &b)| s + term(a, b, m))
 }
 
-/// Σ dy·(x − m) of a run.
+/// `acc[j] += term(a[j], b[j], m[j])` in f64 over one row's block of columns.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
-fn sum_dot_dev<T: Float>(dy: &[T], xs: &[T], m: T) -> T {
-    let mut acc = [T::zero(); 8];
-    let (dc, xc) = (dy.chunks_exact(8), xs.chunks_exact(8));
-    let (dr, xr) = (dc.remainder(), xc.remainder());
-    for (d, x) in dc.zip(xc) {
-        for i in 0..8 {
-            acc[i] += d[i] * (x[i] - m);
-        }
+fn add_terms<T: Float>(acc: &mut [f64], [a, b, m]: [&[T]; 3], term: &impl Fn(T, T, T) -> T) {
+    for (((s, &a), &b), &m) in acc.iter_mut().zip(a).zip(b).zip(m) {
+        *s += term(a, b, m).as_f64();
     }
-    let head = acc.iter().fold(T::zero(), |s, &a| s + a);
-    dr.iter().zip(xr).fold(head, |s, (&d, &x)| s + d * (x - m))
 }
 
 /// `out = a·x + b` over a run.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn affine<T: Float>(out: &mut [MaybeUninit<T>], xs: &[T], a: T, b: T) {
     for (o, &x) in out.iter_mut().zip(xs) {
+        o.write(x * a + b);
+    }
+}
+
+/// `out[j] = a[j]·x[j] + b[j]` over a row.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn affine_columns<T: Float>(out: &mut [MaybeUninit<T>], xs: &[T], [a, b]: [&[T]; 2]) {
+    for (((o, &x), &a), &b) in out.iter_mut().zip(xs).zip(a).zip(b) {
         o.write(x * a + b);
     }
 }
@@ -62,137 +75,147 @@ fn input_grad<T: Float>(out: &mut [MaybeUninit<T>], dy: &[T], xs: &[T], [a, b, m
     }
 }
 
-/// `f(c)` for every channel, on the thread pool when `len` elements are to be read.
-fn per_channel<R: Send>(
-    channels: usize,
-    len: usize,
-    f: impl Fn(usize) -> R + Sync + Send,
-) -> Vec<R> {
-    if len >= PAR_THRESHOLD {
-        (0..channels).into_par_iter().map(f).collect()
-    } else {
-        (0..channels).map(f).collect()
-    }
-}
-
-/// `f(run of out, run index)` for every `inner`-long run, on the pool when large.
-fn per_run<T: Float>(
+/// [`input_grad`] over a row, its coefficients by column.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn input_grad_columns<T: Float>(
     out: &mut [MaybeUninit<T>],
-    inner: usize,
-    f: impl Fn(&mut [MaybeUninit<T>], usize) + Sync + Send,
+    dy: &[T],
+    xs: &[T],
+    [a, b, m, k]: [&[T]; 4],
 ) {
-    if out.len() >= PAR_THRESHOLD {
-        out.par_chunks_mut(inner)
-            .enumerate()
-            .for_each(|(r, o)| f(o, r));
-    } else {
-        out.chunks_mut(inner).enumerate().for_each(|(r, o)| f(o, r));
+    let n = out.len();
+    let (a, b, m, k) = (&a[..n], &b[..n], &m[..n], &k[..n]);
+    for (j, ((o, &d), &x)) in out.iter_mut().zip(dy).zip(xs).enumerate() {
+        o.write(a[j] * d - b[j] * (x - m[j]) - k[j]);
     }
 }
 
-/// Runs shorter than this take plain loops: a dispatched call per run would cost more than
-/// the run (`[N, C]` input has runs of one).
-const SHORT_RUN: usize = 16;
-
-/// Σ x of a run.
-fn run_sum<T: Float>(xs: &[T]) -> f64 {
-    if xs.len() < SHORT_RUN {
-        xs.iter().map(|x| x.as_f64()).sum()
-    } else {
-        sum_run(xs).as_f64()
-    }
-}
-
-/// Σ (x − m)² of a run.
-fn run_sq_dev<T: Float>(xs: &[T], m: T) -> f64 {
-    if xs.len() < SHORT_RUN {
-        xs.iter().map(|&x| ((x - m) * (x - m)).as_f64()).sum()
-    } else {
-        sum_sq_dev(xs, m).as_f64()
-    }
-}
-
-/// Σ dy·(x − m) of a run.
-fn run_dot_dev<T: Float>(dy: &[T], xs: &[T], m: T) -> f64 {
-    if xs.len() < SHORT_RUN {
-        dy.iter()
-            .zip(xs)
-            .map(|(&d, &x)| (d * (x - m)).as_f64())
-            .sum()
-    } else {
-        sum_dot_dev(dy, xs, m).as_f64()
-    }
-}
-
-/// The runs of channel `c` in a buffer seen as `rows`.
-fn runs<T>(x: &[T], rows: Rows, c: usize) -> impl Iterator<Item = &[T]> {
+/// Per channel, Σ term(a, b, centre[c]) over the channel's elements, in f64.
+fn channel_sums<T: Float>(
+    rows: Rows,
+    [a, b]: [&[T]; 2],
+    centre: &[T],
+    term: impl Fn(T, T, T) -> T + Sync + Send,
+) -> Vec<f64> {
     let Rows { outer, mid, inner } = rows;
-    (0..outer).map(move |o| &x[(o * mid + c) * inner..][..inner])
+    assert!(a.len() == b.len() && a.len() == outer * mid * inner && centre.len() == mid);
+    let parallel = 2 * a.len() >= PAR_THRESHOLD;
+    if inner >= SHORT_RUN {
+        let channel = |c: usize| -> f64 {
+            (0..outer)
+                .map(|o| {
+                    let at = (o * mid + c) * inner;
+                    let (a, b) = (&a[at..][..inner], &b[at..][..inner]);
+                    sum_terms(a, b, centre[c], &term).as_f64()
+                })
+                .sum()
+        };
+        return if parallel {
+            (0..mid).into_par_iter().map(channel).collect()
+        } else {
+            (0..mid).map(channel).collect()
+        };
+    }
+    let width = mid * inner;
+    let centre = by_column(centre, inner);
+    let mut columns = vec![0.0; width];
+    let block = |(i, acc): (usize, &mut [f64])| {
+        let j = i * COLUMN_BLOCK;
+        let m = &centre[j..][..acc.len()];
+        for o in 0..outer {
+            let at = o * width + j;
+            add_terms(acc, [&a[at..][..m.len()], &b[at..][..m.len()], m], &term);
+        }
+    };
+    if parallel {
+        columns
+            .par_chunks_mut(COLUMN_BLOCK)
+            .enumerate()
+            .for_each(block);
+    } else {
+        columns.chunks_mut(COLUMN_BLOCK).enumerate().for_each(block);
+    }
+    if inner == 0 {
+        return vec![0.0; mid];
+    }
+    columns.chunks(inner).map(|c| c.iter().sum()).collect()
+}
+
+/// Each channel's value repeated for its `inner` columns of a row, for the short-run walk
+/// (empty when runs are long: they take their channel's value directly).
+fn by_column<T: Copy>(per_channel: &[T], inner: usize) -> Vec<T> {
+    if inner >= SHORT_RUN {
+        return Vec::new();
+    }
+    per_channel
+        .iter()
+        .flat_map(|&v| std::iter::repeat_n(v, inner))
+        .collect()
+}
+
+/// Writes piece `r` of an output.
+type WritePiece<'a, T> = dyn Fn(&mut [MaybeUninit<T>], usize) + Sync + 'a;
+
+/// `out` (empty, with room for `len`) written with no fill first: `long(run, offset, channel)`
+/// for each `inner`-long run when runs are long, `short(row, offset)` for each row of
+/// `channels · inner` when they are short. Each must write every slot it is given. On the
+/// thread pool when large.
+fn write_runs<T: Float>(
+    out: &mut Vec<T>,
+    rows: Rows,
+    long: impl Fn(&mut [MaybeUninit<T>], usize, usize) + Sync + Send,
+    short: impl Fn(&mut [MaybeUninit<T>], usize) + Sync + Send,
+) {
+    let Rows { outer, mid, inner } = rows;
+    let len = outer * mid * inner;
+    assert!(out.is_empty(), "batch norm: the output is not empty");
+    let dst = &mut out.spare_capacity_mut()[..len];
+    let (piece, run): (usize, &WritePiece<'_, T>) = if inner >= SHORT_RUN {
+        (inner, &|o, r| long(o, r * inner, r % mid))
+    } else {
+        (mid * inner, &|o, r| short(o, r * mid * inner))
+    };
+    if len > 0 {
+        if len >= PAR_THRESHOLD {
+            dst.par_chunks_mut(piece)
+                .enumerate()
+                .for_each(|(r, o)| run(o, r));
+        } else {
+            dst.chunks_mut(piece)
+                .enumerate()
+                .for_each(|(r, o)| run(o, r));
+        }
+    }
+    // SAFETY: the pieces cover the first `len` spare slots (runs of `inner`, or rows of
+    // `mid · inner`, none when `len` is 0), and each was written whole.
+    unsafe { out.set_len(len) };
 }
 
 /// Per-channel mean and biased variance (over `outer · inner` values each).
 pub fn batch_stats<T: Float>(x: &[T], rows: Rows) -> (Vec<T>, Vec<T>) {
-    assert_eq!(x.len(), rows.outer * rows.mid * rows.inner);
     let count = (rows.outer * rows.inner) as f64;
-    let stats = per_channel(rows.mid, x.len(), |c| {
-        let sum: f64 = runs(x, rows, c).map(run_sum).sum();
-        let mean = T::from_f64(sum / count);
-        let sq: f64 = runs(x, rows, c).map(|r| run_sq_dev(r, mean)).sum();
-        (mean, T::from_f64(sq / count))
-    });
-    stats.into_iter().unzip()
+    let zero = vec![T::zero(); rows.mid];
+    let sums = channel_sums(rows, [x, x], &zero, |x, _, _| x);
+    let mean: Vec<T> = sums.iter().map(|&s| T::from_f64(s / count)).collect();
+    let squares = channel_sums(rows, [x, x], &mean, |x, _, m| (x - m) * (x - m));
+    let var = squares.iter().map(|&s| T::from_f64(s / count)).collect();
+    (mean, var)
 }
 
 /// `out` (empty, with room for `x.len()`) filled with `x · scale[c] + shift[c]` per channel.
 pub fn scale_shift<T: Float>(x: &[T], rows: Rows, [scale, shift]: [&[T]; 2], out: &mut Vec<T>) {
-    assert!(scale.len() == rows.mid && shift.len() == rows.mid);
-    write_per_channel(out, x.len(), rows, |o, at, c| {
-        let xs = &x[at..][..o.len()];
-        if o.len() < SHORT_RUN {
-            for (o, &x) in o.iter_mut().zip(xs) {
-                o.write(x * scale[c] + shift[c]);
-            }
-        } else {
-            affine(o, xs, scale[c], shift[c]);
-        }
-    });
-}
-
-/// `out` (empty, with room for `len`) written run by run by [`per_channel_run`], with no fill
-/// first: `f` must write every slot of the run it is given.
-fn write_per_channel<T: Float>(
-    out: &mut Vec<T>,
-    len: usize,
-    rows: Rows,
-    f: impl Fn(&mut [MaybeUninit<T>], usize, usize) + Sync + Send,
-) {
     assert!(
-        out.is_empty() && len == rows.outer * rows.mid * rows.inner,
-        "batch norm: the output is not empty or the input is not [outer, channels, inner]"
+        scale.len() == rows.mid
+            && shift.len() == rows.mid
+            && x.len() == rows.outer * rows.mid * rows.inner
     );
-    per_channel_run(&mut out.spare_capacity_mut()[..len], rows, f);
-    // SAFETY: the runs cover the first `len` spare slots (outer · mid runs of `inner`, or none
-    // when `inner` is 0 and so is `len`), and `f` wrote each slot of each run.
-    unsafe { out.set_len(len) };
-}
-
-/// `f(run, offset, channel)` for every channel's run of `out` (`inner` long), on the pool when
-/// large; short runs are handed out a whole row of channels at a time.
-fn per_channel_run<T: Float>(
-    out: &mut [MaybeUninit<T>],
-    rows: Rows,
-    f: impl Fn(&mut [MaybeUninit<T>], usize, usize) + Sync + Send,
-) {
-    let Rows { mid, inner, .. } = rows;
-    if inner >= SHORT_RUN {
-        per_run(out, inner, |o, r| f(o, r * inner, r % mid));
-    } else if inner > 0 {
-        per_run(out, mid * inner, |row, r| {
-            for (c, o) in row.chunks_mut(inner).enumerate() {
-                f(o, (r * mid + c) * inner, c);
-            }
-        });
-    }
+    let columns = [scale, shift].map(|v| by_column(v, rows.inner));
+    write_runs(
+        out,
+        rows,
+        |o, at, c| affine(o, &x[at..][..o.len()], scale[c], shift[c]),
+        |o, at| affine_columns(o, &x[at..][..o.len()], [&columns[0], &columns[1]]),
+    );
 }
 
 /// The gradients of `y = (x − mean)·invstd·weight + bias` given `dy`, with the batch's own
@@ -204,35 +227,48 @@ pub fn batch_norm_backward<T: Float>(
     [mean, invstd, weight]: [&[T]; 3],
     dx: &mut Vec<T>,
 ) -> (Vec<T>, Vec<T>) {
-    assert!(dy.len() == x.len() && x.len() == rows.outer * rows.mid * rows.inner);
     let count = (rows.outer * rows.inner) as f64;
-    let sums = per_channel(rows.mid, 2 * x.len(), |c| {
-        let dbias: f64 = runs(dy, rows, c).map(run_sum).sum();
-        let dot: f64 = runs(dy, rows, c)
-            .zip(runs(x, rows, c))
-            .map(|(d, x)| run_dot_dev(d, x, mean[c]))
-            .sum();
-        (T::from_f64(dot * invstd[c].as_f64()), T::from_f64(dbias))
-    });
-    let (dweight, dbias): (Vec<T>, Vec<T>) = sums.into_iter().unzip();
+    let zero = vec![T::zero(); rows.mid];
+    let dbias = channel_sums(rows, [dy, dy], &zero, |d, _, _| d);
+    let dot = channel_sums(rows, [x, dy], mean, |x, d, m| d * (x - m));
+    let dweight: Vec<T> = dot
+        .iter()
+        .zip(invstd)
+        .map(|(&s, &i)| T::from_f64(s * i.as_f64()))
+        .collect();
+    let dbias: Vec<T> = dbias.into_iter().map(T::from_f64).collect();
     // dx = w·invstd·(dy − Σdy/M − x̂·Σ(dy·x̂)/M), with x̂ = (x − mean)·invstd.
+    let m = T::from_f64(count);
     let coefficients: Vec<[T; 4]> = (0..rows.mid)
         .map(|c| {
             let a = weight[c] * invstd[c];
-            let m = T::from_f64(count);
             [a, a * invstd[c] * dweight[c] / m, mean[c], a * dbias[c] / m]
         })
         .collect();
-    write_per_channel(dx, x.len(), rows, |o, at, c| {
-        let (dy, x) = (&dy[at..][..o.len()], &x[at..][..o.len()]);
-        let [a, b, m, k] = coefficients[c];
-        if o.len() < SHORT_RUN {
-            for ((o, &d), &x) in o.iter_mut().zip(dy).zip(x) {
-                o.write(a * d - b * (x - m) - k);
-            }
-        } else {
-            input_grad(o, dy, x, coefficients[c]);
-        }
+    let columns: [Vec<T>; 4] = std::array::from_fn(|i| {
+        let v: Vec<T> = coefficients.iter().map(|k| k[i]).collect();
+        by_column(&v, rows.inner)
     });
+    write_runs(
+        dx,
+        rows,
+        |o, at, c| {
+            input_grad(
+                o,
+                &dy[at..][..o.len()],
+                &x[at..][..o.len()],
+                coefficients[c],
+            )
+        },
+        |o, at| {
+            let (dy, x) = (&dy[at..][..o.len()], &x[at..][..o.len()]);
+            input_grad_columns(
+                o,
+                dy,
+                x,
+                [&columns[0], &columns[1], &columns[2], &columns[3]],
+            )
+        },
+    );
     (dweight, dbias)
 }
