@@ -41,6 +41,15 @@ fn unary_ops() {
     check1("sigmoid", |a| a.sigmoid(), &x);
     check1("relu", |a| a.relu(), &nz);
     check1("leaky_relu", |a| a.leaky_relu(0.2), &nz);
+    // A tracked factor after the kink: its second derivatives go through the rule of the
+    // kinked functions' own derivative.
+    let kinked = [nz.clone(), x.clone()];
+    check("relu times y", |t| &t[0].relu() * &t[1], &kinked);
+    check(
+        "leaky_relu times y",
+        |t| &t[0].leaky_relu(0.2) * &t[1],
+        &kinked,
+    );
     check("softplus", |a| a[0].softplus(), &[&x * 3.0]);
     check1("erf", |a| a.erf(), &x);
     check1("gelu", |a| a.gelu(), &x);

@@ -156,7 +156,7 @@ fn by_column<T: Copy>(per_channel: &[T], inner: usize) -> Vec<T> {
 /// Writes piece `r` of an output.
 type WritePiece<'a, T> = dyn Fn(&mut [MaybeUninit<T>], usize) + Sync + 'a;
 
-/// `out` (empty, with room for `len`) written with no fill first: `long(run, offset, channel)`
+/// `out` (empty, with room for `outer · channels · inner`) written with no fill first: `long(run, offset, channel)`
 /// for each `inner`-long run when runs are long, `short(row, offset)` for each row of
 /// `channels · inner` when they are short. Each must write every slot it is given. On the
 /// thread pool when large.

@@ -1,15 +1,34 @@
 //! Element-wise functions of one tensor.
 
-use super::{map_dispatch, map_slices_dispatch};
+use super::{map_dispatch, map_slices_dispatch, zip_dispatch};
 use smallvec::smallvec;
 
 use crate::kernels::Float;
 use crate::tensor::{record, record_nondiff, Tensor};
 use num_traits::{One, Zero};
 
-/// 1 where `x` > 0, else 0: a constant mask (untracked), for the rules of kinked functions.
-fn positive(x: &Tensor) -> Tensor {
-    map_dispatch!(x, |v| if v > T::zero() { T::one() } else { T::zero() })
+/// `up` where `x` > 0, `up · slope` elsewhere (0 when `slope` is 0, as PyTorch's relu
+/// backward, even for an infinite `up`): the derivative of relu and leaky relu in one pass.
+/// It is linear in `up` along a routing that `x` fixes (its derivative in `x` is zero almost
+/// everywhere), so its own rule is itself and `x` is no input of the graph.
+fn slope_scaled(up: &Tensor, x: &Tensor, slope: f64) -> Tensor {
+    let out = if slope == 0.0 {
+        zip_dispatch!("relu backward", up, x, |u, v| if v > T::zero() {
+            u
+        } else {
+            T::zero()
+        })
+    } else {
+        zip_dispatch!("leaky_relu backward", up, x, |u, v| if v > T::zero() {
+            u
+        } else {
+            u * T::from_f64(slope)
+        })
+    };
+    let x = x.detach();
+    record("slope_scaled", out, &[up], move |_, g| {
+        smallvec![Some(slope_scaled(g, &x, slope))]
+    })
 }
 
 /// The sign of each element as a constant (untracked) tensor.
@@ -125,7 +144,7 @@ impl Tensor {
     pub fn relu(&self) -> Tensor {
         let out = map_dispatch!(self, |v| if v > T::zero() { v } else { T::zero() });
         record("relu", out, &[self], |c, up| {
-            smallvec![Some(up * &positive(c.input(0)))]
+            smallvec![Some(slope_scaled(up, c.input(0), 0.0))]
         })
     }
 
@@ -137,13 +156,7 @@ impl Tensor {
             v * T::from_f64(slope)
         });
         record("leaky_relu", out, &[self], move |c, up| {
-            // The slope of each element as one constant mask: 1 where x > 0, `slope` elsewhere.
-            let slopes = map_dispatch!(c.input(0), |v| if v > T::zero() {
-                T::one()
-            } else {
-                T::from_f64(slope)
-            });
-            smallvec![Some(up * &slopes)]
+            smallvec![Some(slope_scaled(up, c.input(0), slope))]
         })
     }
 
