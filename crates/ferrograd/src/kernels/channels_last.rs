@@ -406,31 +406,35 @@ const MIN_RUN_POSITIONS: usize = 512;
 /// would read padding) still make products of several panels.
 const IMAGES_PER_CHUNK: usize = 8;
 
-/// `images` images `x` (`[images, C, h, w]`) into their padded channels-last copies (reused),
-/// with 16 floats to spare past the last (the weight gradient's panels read up to 3 past a
-/// run); `plane` is scratch.
-fn pad_channels_last(
-    x: &[f32],
-    (h, w): (usize, usize),
-    pad: &Pad,
-    out: &mut Vec<f32>,
-    plane: &mut Vec<f32>,
-) {
+/// `images` images `x` (`[images, C, h, w]`) into their padded channels-last copies (reused:
+/// only the borders are zeroed again), with 16 zeros past the last (the weight gradient's
+/// panels read up to 3 past a run).
+fn pad_channels_last(x: &[f32], (h, w): (usize, usize), pad: &Pad, out: &mut Vec<f32>) {
     let image = pad.c * h * w;
     let images = x.len() / image.max(1);
-    out.clear();
     out.resize(images * pad.len() + 16, 0.0);
-    plane.resize(image, 0.0);
+    let (copies, spare) = out.split_at_mut(images * pad.len());
+    spare.fill(0.0);
     for (src, dst) in x
         .chunks_exact(image.max(1))
-        .zip(out.chunks_exact_mut(pad.len().max(1)))
+        .zip(copies.chunks_exact_mut(pad.len().max(1)))
     {
-        // [C, h·w] to [h·w, C] whole (rows of a few pixels would leave the 8 × 8 blocks of
-        // the transpose empty), then each row into place.
-        sgemm::transpose(src, (pad.c, h * w), h * w, plane, pad.c);
-        for (iy, row) in plane.chunks_exact((w * pad.c).max(1)).enumerate() {
-            dst[((iy + pad.top) * pad.wp + pad.left) * pad.c..][..w * pad.c].copy_from_slice(row);
-        }
+        zero_border(dst, pad, (h, w));
+        // [C, h·w] to [h·w, C], each pixel's channels into place: whole 8 × 8 blocks across
+        // the rows of the image, where one row at a time would leave them partly empty.
+        let pixel = |p: usize| pad.at((p / w + pad.top, p % w + pad.left));
+        sgemm::transpose_to(src, (pad.c, h * w), h * w, dst, pixel);
+    }
+}
+
+/// Zeros around the `h × w` image in its padded copy `dst`.
+fn zero_border(dst: &mut [f32], pad: &Pad, (h, w): (usize, usize)) {
+    let (top, bottom) = (pad.at((pad.top, 0)), pad.at((pad.top + h, 0)));
+    dst[..top].fill(0.0);
+    dst[bottom..].fill(0.0);
+    for r in pad.top..pad.top + h {
+        dst[pad.at((r, 0))..pad.at((r, pad.left))].fill(0.0);
+        dst[pad.at((r, pad.left + w))..pad.at((r + 1, 0))].fill(0.0);
     }
 }
 
@@ -456,7 +460,7 @@ fn run_plan(
             || (Vec::new(), Vec::new(), Vec::new(), Vec::new()),
             |(padded, at, prod, scratch), (y, x)| {
                 let images = x.len() / image.max(1);
-                pad_channels_last(x, (h, w), &plan.pad, padded, scratch);
+                pad_channels_last(x, (h, w), &plan.pad, padded);
                 for (pass, weight) in plan.passes.iter().zip(weights) {
                     let positions = pass.count(images);
                     if positions == 0 {
@@ -502,9 +506,11 @@ fn scatter(
                     let at = (i * o + oc) * plane + oy * wo + first;
                     if cols.every == 1 {
                         y[at..][..n].copy_from_slice(run);
-                    } else {
-                        let out = y[at..].iter_mut().step_by(cols.every);
-                        out.zip(run).for_each(|(d, &v)| *d = v);
+                    } else if n > 0 {
+                        let out = &mut y[at..][..(n - 1) * cols.every + 1];
+                        for (k, &v) in run.iter().enumerate() {
+                            out[k * cols.every] = v;
+                        }
                     }
                 }
             }
@@ -557,7 +563,7 @@ fn chunk_weight(
     let (padded, at, rows, planes) = bufs;
     let (pass, c, plane) = (&plan.passes[0], plan.pad.c, g.ho * g.wo);
     let images = x.len() / (c * g.h * g.w).max(1);
-    pad_channels_last(x, (g.h, g.w), &plan.pad, padded, rows);
+    pad_channels_last(x, (g.h, g.w), &plan.pad, padded);
     pass.positions(&plan.pad, images, at);
     // Each image's output gradient positions by channels, zeros past `o`; then its rows in
     // the order of the positions.

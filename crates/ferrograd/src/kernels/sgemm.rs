@@ -167,9 +167,11 @@ fn pack_b_transposed(
             let src: [&[f32; 8]; 8] =
                 std::array::from_fn(|i| cols8[i][k0..k0 + 8].try_into().expect("8 values"));
             let dst = &mut panel[k0 * NR + jb..][..7 * NR + 8];
+            let rows = std::array::from_fn(|k| dst[k * NR..].as_mut_ptr());
             // SAFETY: this kernel runs only where `available()` found AVX-512F, which implies
-            // AVX; the slices hold the 8 × 8 values read and written.
-            unsafe { transpose_8x8(&src, dst, NR) };
+            // AVX; row k's 8 floats lie in `dst` (k·NR + 8 ≤ 7·NR + 8), which is borrowed
+            // mutably, and no two rows overlap (NR ≥ 8 apart).
+            unsafe { transpose_8x8(&src, rows) };
         }
     }
     for k in 0..kc {
@@ -190,9 +192,21 @@ pub(crate) fn transpose(
     dst: &mut [f32],
     ld_dst: usize,
 ) {
+    transpose_to(src, (rows, cols), ld_src, dst, |j| j * ld_dst);
+}
+
+/// `dst[row_at(j) + i] = src[i·ld_src + j]` for `i < rows`, `j < cols`: [`transpose`] with
+/// each row of the result placed where `row_at` says (the rows of a padded image, say).
+pub(crate) fn transpose_to(
+    src: &[f32],
+    (rows, cols): (usize, usize),
+    ld_src: usize,
+    dst: &mut [f32],
+    row_at: impl Fn(usize) -> usize,
+) {
     let (full_i, full_j) = if available() {
         // SAFETY: `available()` found AVX-512F, which implies AVX.
-        unsafe { transpose_blocks(src, (rows, cols), ld_src, dst, ld_dst) }
+        unsafe { transpose_blocks(src, (rows, cols), ld_src, dst, &row_at) }
     } else {
         (0, 0)
     };
@@ -200,12 +214,12 @@ pub(crate) fn transpose(
         let s = &src[i * ld_src..][..cols];
         let done = if i < full_i { full_j } else { 0 };
         for (j, &v) in s.iter().enumerate().skip(done) {
-            dst[j * ld_dst + i] = v;
+            dst[row_at(j) + i] = v;
         }
     }
 }
 
-/// The whole 8 × 8 blocks of [`transpose`]; returns the rows and columns they cover.
+/// The whole 8 × 8 blocks of [`transpose_to`]; returns the rows and columns they cover.
 ///
 /// # Safety
 /// The CPU must support AVX.
@@ -215,40 +229,53 @@ unsafe fn transpose_blocks(
     (rows, cols): (usize, usize),
     ld_src: usize,
     dst: &mut [f32],
-    ld_dst: usize,
+    row_at: &impl Fn(usize) -> usize,
 ) -> (usize, usize) {
     let (full_i, full_j) = (rows - rows % 8, cols - cols % 8);
-    for i0 in (0..full_i).step_by(8) {
-        for j0 in (0..full_j).step_by(8) {
+    if full_i == 0 {
+        return (0, 0);
+    }
+    for j0 in (0..full_j).step_by(8) {
+        let at: [usize; 8] = std::array::from_fn(|k| row_at(j0 + k));
+        assert_disjoint_rows(at, full_i, dst.len());
+        for i0 in (0..full_i).step_by(8) {
             let block: [&[f32; 8]; 8] = std::array::from_fn(|i| {
                 src[(i0 + i) * ld_src + j0..][..8]
                     .try_into()
                     .expect("8 values")
             });
+            let rows = at.map(|a| dst[a + i0..].as_mut_ptr());
             // SAFETY: AVX (the caller's contract); the block's 8 × 8 values are read from
-            // slices and written into one of 7·ld_dst + 8.
-            unsafe {
-                transpose_8x8(
-                    &block,
-                    &mut dst[j0 * ld_dst + i0..][..7 * ld_dst + 8],
-                    ld_dst,
-                )
-            };
+            // slices; row k's 8 floats lie in at[k] + i0.. ≤ at[k] + full_i, inside `dst`
+            // (borrowed mutably) and apart from every other row (both asserted).
+            unsafe { transpose_8x8(&block, rows) };
         }
     }
     (full_i, full_j)
 }
 
-/// `dst[k * ld + i] = src[i][k]` for an 8 × 8 block, in eight AVX registers.
+/// Panics unless the rows `at[k]..at[k] + len` lie inside `len_dst` floats and no two
+/// overlap: the rows the blocks of one column strip write.
+fn assert_disjoint_rows(mut at: [usize; 8], len: usize, len_dst: usize) {
+    at.sort_unstable();
+    let inside = at[7].checked_add(len).is_some_and(|end| end <= len_dst);
+    let apart = at.windows(2).all(|w| w[1] - w[0] >= len);
+    assert!(
+        inside && apart,
+        "transpose: rows of the result overlap or leave it"
+    );
+}
+
+/// `dst[k][i] = src[i][k]` for an 8 × 8 block, in eight AVX registers.
 ///
 /// # Safety
-/// The CPU must support AVX.
+/// The CPU must support AVX, and each `dst[k]` must be valid for writing 8 floats that no
+/// other row and nothing else borrowed overlaps.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
 #[inline]
-unsafe fn transpose_8x8(src: &[&[f32; 8]; 8], dst: &mut [f32], ld: usize) {
+unsafe fn transpose_8x8(src: &[&[f32; 8]; 8], dst: [*mut f32; 8]) {
     use std::arch::x86_64::*;
-    assert!(dst.len() >= 7 * ld + 8);
     // SAFETY: each source holds exactly 8 values.
     let r: [__m256; 8] = std::array::from_fn(|i| unsafe { _mm256_loadu_ps(src[i].as_ptr()) });
     let t0 = _mm256_unpacklo_ps(r[0], r[1]);
@@ -277,17 +304,18 @@ unsafe fn transpose_8x8(src: &[&[f32; 8]; 8], dst: &mut [f32], ld: usize) {
         _mm256_permute2f128_ps::<0x31>(u2, u6),
         _mm256_permute2f128_ps::<0x31>(u3, u7),
     ];
-    for (k, row) in rows.into_iter().enumerate() {
-        // SAFETY: `dst` holds at least 7 * ld + 8 values (asserted), so row k's 8 fit.
-        unsafe { _mm256_storeu_ps(dst[k * ld..k * ld + 8].as_mut_ptr(), row) };
+    for (row, d) in rows.into_iter().zip(dst) {
+        // SAFETY: each destination is valid for 8 floats (the caller's contract).
+        unsafe { _mm256_storeu_ps(d, row) };
     }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn transpose_8x8(src: &[&[f32; 8]; 8], dst: &mut [f32], ld: usize) {
-    for (i, col) in src.iter().enumerate() {
-        for (k, &v) in col.iter().enumerate() {
-            dst[k * ld + i] = v;
+unsafe fn transpose_8x8(src: &[&[f32; 8]; 8], dst: [*mut f32; 8]) {
+    for (k, d) in dst.into_iter().enumerate() {
+        for (i, s) in src.iter().enumerate() {
+            // SAFETY: each destination is valid for 8 floats (the caller's contract).
+            unsafe { d.add(i).write(s[k]) };
         }
     }
 }
