@@ -128,6 +128,22 @@ impl Pass {
         at.extend([first; 3]);
     }
 
+    /// Where each position's output channels go in a product laid out `[images, ho, wo, o]`
+    /// (the output channels-last), in the order of [`Pass::positions`], into `at`.
+    fn outputs(&self, images: usize, (ho, wo, o): (usize, usize, usize), at: &mut Vec<usize>) {
+        at.clear();
+        let (rows, cols) = (self.rows, self.cols);
+        for group in &self.groups {
+            for a in 0..rows.count {
+                for i in 0..images {
+                    let row = i * ho + rows.first + a * rows.every;
+                    let pixels = group.cols.clone().map(|b| cols.first + b * cols.every);
+                    at.extend(pixels.map(|col| (row * wo + col) * o));
+                }
+            }
+        }
+    }
+
     /// Positions of `images` images in all the groups.
     fn count(&self, images: usize) -> usize {
         let cols: usize = self.groups.iter().map(|g| g.cols.len()).sum();
@@ -440,8 +456,9 @@ fn zero_border(dst: &mut [f32], pad: &Pad, (h, w): (usize, usize)) {
 
 /// Convolution (`conv`) or transposed convolution of every image through `plan`: `x` is
 /// `[N, C, h, w]` (C the plan's channels), `weights` one per pass, `y` `[N, O, ho, wo]`
-/// (zeroed by the caller: outputs no tap reaches stay zero). Chunks of images run in
-/// parallel.
+/// (overwritten; outputs no tap reaches are zero). Chunks of images run in parallel: the
+/// passes of a chunk add into its output laid out channels-last, which is then transposed
+/// into place image by image.
 fn run_plan(
     plan: &Plan,
     x: &[f32],
@@ -458,64 +475,31 @@ fn run_plan(
         .zip(x.par_chunks((per * image).max(1)))
         .for_each_init(
             || (Vec::new(), Vec::new(), Vec::new(), Vec::new()),
-            |(padded, at, prod, scratch), (y, x)| {
+            |(padded, at, outputs, prod), (y, x)| {
                 let images = x.len() / image.max(1);
                 pad_channels_last(x, (h, w), &plan.pad, padded);
+                prod.clear();
+                prod.resize(images * plane * o, 0.0);
                 for (pass, weight) in plan.passes.iter().zip(weights) {
-                    let positions = pass.count(images);
-                    if positions == 0 {
+                    if pass.count(images) == 0 {
                         continue;
                     }
                     pass.positions(&plan.pad, images, at);
-                    prod.clear();
-                    prod.resize(positions * o, 0.0);
+                    pass.outputs(images, (ho, wo, o), outputs);
                     let sizes = (&plan.pad, h, images);
                     pass.for_groups(sizes, (padded, at), |first, a| {
-                        let c = &mut prod[first * o..];
-                        sgemm::gathered_rows_product(a, weight.data(), o, (c, o));
+                        let c = (&mut prod[..], &outputs[first..]);
+                        sgemm::gathered_rows_product(a, weight.data(), o, c);
                     });
-                    scatter(prod, (pass, images), (o, plane, wo), y, scratch);
+                }
+                for (src, dst) in prod
+                    .chunks_exact((plane * o).max(1))
+                    .zip(y.chunks_exact_mut((o * plane).max(1)))
+                {
+                    sgemm::transpose(src, (plane, o), o, dst, plane);
                 }
             },
         );
-}
-
-/// A pass's product (positions by output channels, ordered as [`Pass::positions`]) into
-/// its positions of `y` (`[images, O, ho, wo]`); `planes` is scratch.
-fn scatter(
-    prod: &[f32],
-    (pass, images): (&Pass, usize),
-    (o, plane, wo): (usize, usize, usize),
-    y: &mut [f32],
-    planes: &mut Vec<f32>,
-) {
-    let (rows, cols, positions) = (pass.rows, pass.cols, pass.count(images));
-    planes.resize(o * positions, 0.0);
-    // Channels by positions, then each run of positions into place.
-    sgemm::transpose(prod, (positions, o), o, planes, positions);
-    for (oc, part) in planes.chunks_exact(positions.max(1)).enumerate() {
-        let mut runs = part;
-        for group in &pass.groups {
-            let n = group.cols.len();
-            let first = cols.first + group.cols.start * cols.every;
-            for a in 0..rows.count {
-                let oy = rows.first + a * rows.every;
-                for i in 0..images {
-                    let (run, rest) = runs.split_at(n);
-                    runs = rest;
-                    let at = (i * o + oc) * plane + oy * wo + first;
-                    if cols.every == 1 {
-                        y[at..][..n].copy_from_slice(run);
-                    } else if n > 0 {
-                        let out = &mut y[at..][..(n - 1) * cols.every + 1];
-                        for (k, &v) in run.iter().enumerate() {
-                            out[k * cols.every] = v;
-                        }
-                    }
-                }
-            }
-        }
-    }
 }
 
 /// Convolution of every image over channels-last copies: `x` `[N, C, h, w]`, `w`

@@ -613,8 +613,7 @@ unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usi
                                     kc,
                                     a_panel,
                                     Strided(bq, ldb),
-                                    tile,
-                                    ldc,
+                                    (tile, CRows::Apart(ldc)),
                                     rows,
                                     cols,
                                     p0 > 0,
@@ -633,8 +632,8 @@ unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usi
 /// stores keep it inside the tile's columns.
 ///
 /// # Safety
-/// `c` must address `rows` rows of `cols` valid elements with row stride `ldc`, not accessed
-/// by anyone else meanwhile, and the CPU must support AVX-512F. The A panel must hold
+/// `c` must address `rows` rows of `cols` valid elements where `c_rows` puts them (a table
+/// holds `rows` entries), not accessed by anyone else meanwhile, and the CPU must support AVX-512F. The A panel must hold
 /// `rows` rounded up to 4 rows (packed panels are zero-padded; an in-place one has them),
 /// the B panel `kc` rows of the floats its vectors cover.
 #[allow(clippy::too_many_arguments)]
@@ -643,8 +642,7 @@ unsafe fn tile_kernel<B: BRows>(
     kc: usize,
     a: APanel,
     b: B,
-    c: *mut f32,
-    ldc: usize,
+    (c, c_rows): (*mut f32, CRows),
     rows: usize,
     cols: usize,
     accumulate: bool,
@@ -656,7 +654,7 @@ unsafe fn tile_kernel<B: BRows>(
         kc,
         b,
         c,
-        ldc,
+        c_rows,
         rows,
         mask,
         accumulate,
@@ -938,7 +936,15 @@ fn row_panels<B: BRows>(
         unsafe {
             let a_panel = APanel::Rows(a[r0 * lda + p0..].as_ptr(), lda);
             let tile = c[r0 * ldc + q0..].as_mut_ptr();
-            tile_kernel(kc, a_panel, b, tile, ldc, rows, width, p0 > 0);
+            tile_kernel(
+                kc,
+                a_panel,
+                b,
+                (tile, CRows::Apart(ldc)),
+                rows,
+                width,
+                p0 > 0,
+            );
         }
         r0 += rows;
     }
@@ -1021,7 +1027,15 @@ pub(crate) fn offset_runs_product_acc(
                 unsafe {
                     let b_panel = Strided(b[p0 * ldb + j0..].as_ptr(), ldb);
                     let tile = c[r0 * ldc + j0..].as_mut_ptr();
-                    tile_kernel(kc, a_panel, b_panel, tile, ldc, rows, width, true);
+                    tile_kernel(
+                        kc,
+                        a_panel,
+                        b_panel,
+                        (tile, CRows::Apart(ldc)),
+                        rows,
+                        width,
+                        true,
+                    );
                 }
             }
         }
@@ -1079,31 +1093,32 @@ impl Gathered<'_> {
     }
 }
 
-/// `c[q·ldc + j] += Σ_t Σ_p a[q, (t, p)] · b[(b_rows[t] + p)·ldb + j]` (`p` along run `t`) for
-/// every position `q` of `a` and `j < cols`:
-/// a convolution of channels-last images (`c` is positions by output channels, zeroed by the
-/// caller) by its weight `b` (row-major, `ldb` apart; run `t` meets rows `b_rows[t]..`).
-/// Each A panel is 12 positions' runs read in place. Runs on the calling thread.
+/// `c[c_at[q] + j] += Σ_t Σ_p a[q, (t, p)] · b[(b_rows[t] + p)·ldb + j]` (`p` along run `t`)
+/// for every position `q` of `a` and `j < cols`: a convolution of channels-last images by its
+/// weight `b` (row-major, `ldb` apart; run `t` meets rows `b_rows[t]..`), each position's
+/// output channels stored from `c_at[q]` (zeroed by the caller). Each A panel is 12
+/// positions' runs read in place. Runs on the calling thread.
 ///
 /// Panics unless the AVX-512 path is [`available`] and the operands fit: `b`'s rows are read
-/// in whole vectors, so `ldb` must cover `cols` rounded up to 16.
+/// in whole vectors, so `ldb` must cover `cols` rounded up to 16; each position's `cols`
+/// outputs must lie in `c`.
 pub(crate) fn gathered_rows_product(
     a: Gathered<'_>,
     (b, ldb): (&[f32], usize),
     cols: usize,
-    (c, ldc): (&mut [f32], usize),
+    (c, c_at): (&mut [f32], &[usize]),
 ) {
-    let c_len = (a.positions.saturating_sub(1))
-        .checked_mul(ldc)
-        .and_then(|v| v.checked_add(cols));
+    let outputs_fit = c_at.len() >= a.positions
+        && c_at[..a.positions]
+            .iter()
+            .all(|&at| at.checked_add(cols).is_some_and(|end| end <= c.len()));
     assert!(
         available()
             && cols > 0
             && a.fits(0)
             && cols.checked_next_multiple_of(16).is_some_and(|w| ldb >= w)
             && a.rows_fit(b.len(), ldb)
-            && ldc >= cols
-            && c_len.is_some_and(|l| l <= c.len()),
+            && outputs_fit,
         "gathered_rows_product: operands do not fit"
     );
     let kc_step = even_step(a.run, KC, 1);
@@ -1115,18 +1130,21 @@ pub(crate) fn gathered_rows_product(
                 let rows = panel_rows(span.end - r0);
                 let a_panel =
                     APanel::Scattered(a.base[run_at + p0..].as_ptr(), a.at[r0..].as_ptr());
+                let c_rows = CRows::At(c_at[r0..r0 + rows].as_ptr());
                 for j0 in (0..cols).step_by(NR) {
                     let width = (cols - j0).min(NR);
                     // SAFETY: the panel's rows rounded up to 4 (at most 3 past the span's
                     // end) have entries in `at` (3 past the positions, asserted), each run of
                     // kc floats from p0 inside `base` (the reach asserted); B rows
                     // b_row + p0.. hold 16·⌈width/16⌉ ≤ ldb floats from j0 within `b` (the
-                    // rows asserted); the tile's rows × width at (r0, j0) lie in `c`
-                    // (asserted), borrowed exclusively; AVX-512F was asserted.
+                    // rows asserted); the tile's rows (r0 + rows ≤ the span's end ≤ the
+                    // positions) have entries in `c_at`, and each row's `cols` floats from
+                    // its entry lie in `c` (asserted), borrowed exclusively; AVX-512F was
+                    // asserted.
                     unsafe {
                         let b_panel = Strided(b[(b_row + p0) * ldb + j0..].as_ptr(), ldb);
-                        let tile = c[r0 * ldc + j0..].as_mut_ptr();
-                        tile_kernel(kc, a_panel, b_panel, tile, ldc, rows, width, true);
+                        let tile = (c[j0..].as_mut_ptr(), c_rows);
+                        tile_kernel(kc, a_panel, b_panel, tile, rows, width, true);
                     }
                 }
                 r0 += rows;
@@ -1179,13 +1197,29 @@ pub(crate) fn gathered_steps_product_acc(
                     unsafe {
                         let b_panel = Strided(b[p0 * ldb + j0..].as_ptr(), ldb);
                         let tile = c[(c_row + r0) * ldc + j0..].as_mut_ptr();
-                        tile_kernel(kc, a_panel, b_panel, tile, ldc, rows, width, true);
+                        tile_kernel(
+                            kc,
+                            a_panel,
+                            b_panel,
+                            (tile, CRows::Apart(ldc)),
+                            rows,
+                            width,
+                            true,
+                        );
                     }
                 }
                 r0 += rows;
             }
         }
     }
+}
+
+/// Where the rows of a tile of C lie: `ldc` floats apart, or at the offsets of a table (one
+/// entry per row of the tile), as the output pixels of a convolution's phase do.
+#[derive(Clone, Copy)]
+enum CRows {
+    Apart(usize),
+    At(*const usize),
 }
 
 /// What a micro-kernel call needs besides its A panel.
@@ -1195,9 +1229,9 @@ struct Tile<B> {
     kc: usize,
     /// B panel: kc rows of (up to) NR floats.
     b: B,
-    /// C tile and its row stride.
+    /// C tile and where its rows lie.
     c: *mut f32,
-    ldc: usize,
+    c_rows: CRows,
     /// Rows of C stored (≤ the kernel's M).
     rows: usize,
     /// Columns of the last 16-wide vector stored.
@@ -1213,8 +1247,8 @@ struct Tile<B> {
 /// `a` holds M rows of kc floats (`BY_ROWS`: in place `lda` apart, or scattered with M table
 /// entries), or kc steps of M adjacent floats (`BY_STEPS`: `lda` apart; `BY_TABLE`: kc table
 /// entries); `t.b` gives kc rows of 16·V floats each; `t.c` addresses `t.rows` ≤ M rows of
-/// the columns that the full vectors and `t.mask` select, row stride `t.ldc`; the CPU supports
-/// AVX-512F.
+/// the columns that the full vectors and `t.mask` select, where `t.c_rows` puts them (a
+/// table: `t.rows` entries); the CPU supports AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn micro_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(
@@ -1265,9 +1299,13 @@ unsafe fn micro_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(
         for (v, &r) in row.iter().enumerate() {
             let mask = if v + 1 == V { t.mask } else { 0xFFFF };
             // SAFETY: row i < rows of the tile holds the columns `mask` selects at
-            // c + i·ldc + 16·v.
+            // c + (i·ldc or table entry i) + 16·v.
             unsafe {
-                let ci = t.c.add(i * t.ldc + 16 * v);
+                let row = match t.c_rows {
+                    CRows::Apart(ldc) => i * ldc,
+                    CRows::At(table) => *table.add(i),
+                };
+                let ci = t.c.add(row + 16 * v);
                 let r = if t.accumulate {
                     _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask, ci))
                 } else {
