@@ -144,6 +144,31 @@ impl Pass {
         }
     }
 
+    /// For each output pixel of `images` images (`ho × wo` each), its position in the order
+    /// of [`Pass::positions`], into `rows`; pixels of no position follow, in order. For a
+    /// pass of every pixel (a convolution's).
+    fn pixel_rows(&self, images: usize, (ho, wo): (usize, usize), rows: &mut Vec<usize>) {
+        let pixels = images * ho * wo;
+        rows.clear();
+        rows.resize(pixels, usize::MAX);
+        let mut next = 0;
+        for group in &self.groups {
+            for a in 0..self.rows.count {
+                for i in 0..images {
+                    let row = i * ho + self.rows.first + a * self.rows.every;
+                    for b in group.cols.clone() {
+                        rows[row * wo + self.cols.first + b * self.cols.every] = next;
+                        next += 1;
+                    }
+                }
+            }
+        }
+        for r in rows.iter_mut().filter(|r| **r == usize::MAX) {
+            *r = next;
+            next += 1;
+        }
+    }
+
     /// Positions of `images` images in all the groups.
     fn count(&self, images: usize) -> usize {
         let cols: usize = self.groups.iter().map(|g| g.cols.len()).sum();
@@ -536,37 +561,28 @@ pub(crate) fn conv_transpose<T: Float>(
 
 /// One chunk of images' share of [`conv_weight`] (`x` and its output gradient `dy`), added
 /// into `acc` (`[taps · C, ld]`, rows as the weight of [`Plan::conv`]); `bufs` are reused:
-/// the padded copies, the positions' offsets, and two of floats.
+/// the padded copies, the positions' offsets, the output gradient's rows and where each
+/// pixel's row goes.
 fn chunk_weight(
     plan: &Plan,
     (x, dy): (&[f32], &[f32]),
     (g, o, ld): (&Geom, usize, usize),
-    bufs: &mut (Vec<f32>, Vec<usize>, Vec<f32>, Vec<f32>),
+    bufs: &mut (Vec<f32>, Vec<usize>, Vec<f32>, Vec<usize>),
     acc: &mut [f32],
 ) {
-    let (padded, at, rows, planes) = bufs;
+    let (padded, at, rows, row_of) = bufs;
     let (pass, c, plane) = (&plan.passes[0], plan.pad.c, g.ho * g.wo);
     let images = x.len() / (c * g.h * g.w).max(1);
     pad_channels_last(x, (g.h, g.w), &plan.pad, padded);
     pass.positions(&plan.pad, images, at);
-    // Each image's output gradient positions by channels, zeros past `o`; then its rows in
-    // the order of the positions.
-    planes.clear();
-    planes.resize(images * plane * ld, 0.0);
-    for (dy, dst) in dy
-        .chunks_exact((o * plane).max(1))
-        .zip(planes.chunks_exact_mut((plane * ld).max(1)))
-    {
-        sgemm::transpose(dy, (o, plane), plane, dst, ld);
-    }
-    rows.clear();
-    for group in &pass.groups {
-        for a in 0..g.ho {
-            for i in 0..images {
-                let first = (i * plane + a * g.wo + group.cols.start) * ld;
-                rows.extend_from_slice(&planes[first..][..group.cols.len() * ld]);
-            }
-        }
+    // The output gradient positions by channels, rows in the order of the positions (the
+    // pixels no position reads after them), each image transposed straight into its rows.
+    // Columns o..ld are read with the vectors but never stored: whatever they hold.
+    pass.pixel_rows(images, (g.ho, g.wo), row_of);
+    rows.resize(images * plane * ld, 0.0);
+    for (i, dy) in dy.chunks_exact((o * plane).max(1)).enumerate() {
+        let row_at = |p: usize| row_of[i * plane + p] * ld;
+        sgemm::transpose_to(dy, (o, plane), plane, rows, row_at);
     }
     pass.for_groups((&plan.pad, g.h, images), (padded, at), |first, a| {
         sgemm::gathered_steps_product_acc(a, (&rows[first * ld..], ld), o, (acc, ld));
