@@ -463,6 +463,21 @@ fn matmul_threaded_shapes_and_unaligned_operands() {
 }
 
 #[test]
+fn matmul_by_a_lone_row_or_column() {
+    // A matrix times a vector and a vector times a matrix, large enough for the thread pool
+    // and for several blocks of 1024 output columns, in every layout and in f64.
+    let mut rng = StdRng::seed_from_u64(15);
+    for &(m, k, n) in &[(300, 1000, 1), (5000, 30, 1), (1, 700, 2500), (1, 1, 3000)] {
+        let a = Tensor::randn(&[m, k], DType::F32, &mut rng);
+        let b = Tensor::randn(&[k, n], DType::F32, &mut rng);
+        check_matmul_layouts(&a, &b);
+        let (a64, b64) = (a.to_dtype(DType::F64), b.to_dtype(DType::F64));
+        let want = naive_matmul(&a.to_vec::<f64>(), &b.to_vec::<f64>(), m, k, n);
+        close(&a64.matmul(&b64).to_vec::<f64>(), &want, 1e-12);
+    }
+}
+
+#[test]
 fn matmul_on_views_and_batches() {
     let a = t32(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
     // a^T (a transposed view) @ a: [3, 3].

@@ -114,6 +114,10 @@ fn gemm_uninit<T: Float>(a: MatRef<'_, T>, b: MatRef<'_, T>, out: &mut [MaybeUni
         return;
     }
     check(&a, &b, out.len());
+    if super::gemv::applies(a.rows, b.cols) {
+        super::gemv::vector_product(&a, &b, out);
+        return;
+    }
     // SAFETY: checked above; both kernels write every element of the output without reading
     // it first (matrixmultiply with beta = 0, sgemm's first k block stores), so it may be
     // uninitialised. MaybeUninit<T> has T's layout.

@@ -9,6 +9,7 @@ pub mod cells;
 pub(crate) mod channels_last;
 pub(crate) mod conv;
 mod float;
+mod gemv;
 pub(crate) mod implicit_conv;
 pub(crate) mod index;
 mod lined;

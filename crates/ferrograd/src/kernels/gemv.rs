@@ -1,0 +1,119 @@
+//! Matrix products with a lone row or column: a dot product per output when `b` is one
+//! column, a sum of scaled rows of `b` when `a` is one row. The blocked kernels would pad the
+//! lone row or column to a whole panel (and pack it): several times the useful work and
+//! memory traffic, for what is a single pass over the other operand.
+
+use std::mem::MaybeUninit;
+
+use multiversion::multiversion;
+use rayon::prelude::*;
+
+use super::matmul::MatRef;
+use super::{Float, PAR_THRESHOLD};
+
+/// Columns of the output a task of the row-vector product sums at a time (its sums stay in
+/// L1 while it walks the rows of `b`).
+const COLUMN_BLOCK: usize = 1024;
+
+/// Whether [`vector_product`] serves an `m × n` output.
+pub(super) fn applies(m: usize, n: usize) -> bool {
+    (m == 1 || n == 1) && m * n > 0
+}
+
+/// `out = a @ b` where `a` has one row or `b` one column (see [`applies`]); every element of
+/// `out` is written. The operands have been checked to be in bounds.
+pub(super) fn vector_product<T: Float>(
+    a: &MatRef<'_, T>,
+    b: &MatRef<'_, T>,
+    out: &mut [MaybeUninit<T>],
+) {
+    if b.cols == 1 {
+        let x = column(b, 0);
+        rows_dot(a, &x, out);
+    } else {
+        let y = row(a, 0);
+        weighted_rows(b, &y, out);
+    }
+}
+
+/// Column `j` of `m`, contiguous.
+fn column<T: Float>(m: &MatRef<'_, T>, j: usize) -> Vec<T> {
+    (0..m.rows)
+        .map(|i| m.data[m.offset + i * m.rs + j * m.cs])
+        .collect()
+}
+
+/// Row `i` of `m`, contiguous.
+fn row<T: Float>(m: &MatRef<'_, T>, i: usize) -> Vec<T> {
+    (0..m.cols)
+        .map(|j| m.data[m.offset + i * m.rs + j * m.cs])
+        .collect()
+}
+
+/// `out[i] = a[i, :] · x`, rows on the thread pool when `a` is large.
+fn rows_dot<T: Float>(a: &MatRef<'_, T>, x: &[T], out: &mut [MaybeUninit<T>]) {
+    let k = a.cols;
+    let one = |(i, o): (usize, &mut MaybeUninit<T>)| {
+        let at = a.offset + i * a.rs;
+        o.write(if a.cs == 1 {
+            dot(&a.data[at..][..k], x)
+        } else {
+            dot(&row(a, i), x)
+        });
+    };
+    if a.rows * k >= PAR_THRESHOLD {
+        out.par_iter_mut().enumerate().for_each(one);
+    } else {
+        out.iter_mut().enumerate().for_each(one);
+    }
+}
+
+/// `out[j] = Σ_p y[p] · b[p, j]`: rows of `b` scaled and added block by block of columns
+/// when its rows are contiguous, a dot product per column otherwise; blocks on the thread
+/// pool when `b` is large.
+fn weighted_rows<T: Float>(b: &MatRef<'_, T>, y: &[T], out: &mut [MaybeUninit<T>]) {
+    let block = |(q, o): (usize, &mut [MaybeUninit<T>])| {
+        let j0 = q * COLUMN_BLOCK;
+        if b.cs == 1 {
+            let mut acc = vec![T::zero(); o.len()];
+            for (p, &w) in y.iter().enumerate() {
+                axpy(&mut acc, w, &b.data[b.offset + p * b.rs + j0..][..o.len()]);
+            }
+            for (o, v) in o.iter_mut().zip(acc) {
+                o.write(v);
+            }
+        } else {
+            for (j, o) in o.iter_mut().enumerate() {
+                o.write(dot(&column(b, j0 + j), y));
+            }
+        }
+    };
+    if b.rows * b.cols >= PAR_THRESHOLD {
+        out.par_chunks_mut(COLUMN_BLOCK).enumerate().for_each(block);
+    } else {
+        out.chunks_mut(COLUMN_BLOCK).enumerate().for_each(block);
+    }
+}
+
+/// Σ a[i]·b[i], eight accumulators.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn dot<T: Float>(a: &[T], b: &[T]) -> T {
+    let mut acc = [T::zero(); 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ar, br) = (ac.remainder(), bc.remainder());
+    for (a, b) in ac.zip(bc) {
+        for i in 0..8 {
+            acc[i] += a[i] * b[i];
+        }
+    }
+    let head = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    ar.iter().zip(br).fold(head, |s, (&a, &b)| s + a * b)
+}
+
+/// `acc += w · x`.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+fn axpy<T: Float>(acc: &mut [T], w: T, x: &[T]) {
+    for (a, &x) in acc.iter_mut().zip(x) {
+        *a += w * x;
+    }
+}
