@@ -440,7 +440,7 @@ impl Phases {
 type Weight = Lined<f32>;
 
 /// Output positions per run of the weight gradient's sum, at least.
-const MIN_RUN_POSITIONS: usize = 512;
+const MIN_RUN_POSITIONS: usize = 1024;
 
 /// Images a thread copies and multiplies at a time: their padded copies and outputs stay in
 /// its cache, and the few columns at the edges of the maps (whose runs skip the taps that
@@ -606,6 +606,8 @@ pub(crate) fn conv_weight<T: Float>(x: &[T], dy: &[T], c: usize, g: &Geom, o: us
     // spend a third of its time on them.
     let n = x.len().checked_div(image).unwrap_or(0);
     let per_run = images_per_run(n).max(MIN_RUN_POSITIONS.div_ceil(plane.max(1)));
+    // As many runs as that takes, of near-equal size: they share out evenly between threads.
+    let per_run = n.div_ceil(n.div_ceil(per_run.max(1)).max(1));
     let sizes = (image, o * plane, k * ld);
     let total = sum_over_runs(x, dy, sizes, per_run, |xs, dys, acc| {
         let mut bufs = Default::default();
