@@ -541,7 +541,7 @@ pub(crate) fn conv<T: Float>(x: &[T], c: usize, g: &Geom, w: &[T], o: usize, y: 
 
 /// The transposed convolution of every image over channels-last copies: `u` `[N, C, ho, wo]`
 /// of geometry `g` (its forward convolution's output), `w` `[C, O, kh, kw]`, `y`
-/// `[N, O, h, w]` (zeroed by the caller). Call it only where [`applies`] (with the
+/// `[N, O, h, w]` (overwritten). Call it only where [`applies`] (with the
 /// channels swapped).
 pub(crate) fn conv_transpose<T: Float>(
     u: &[T],
