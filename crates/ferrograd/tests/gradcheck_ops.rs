@@ -310,11 +310,14 @@ fn batch_norm_fused() {
         batch_norm_matches_composite(&inputs, &mix);
     }
     // Large enough for the thread pool: long runs split by channel and run, short runs (one
-    // value, five) by blocks of columns that end inside a channel and inside a row.
+    // value, five) by blocks of columns that end inside a channel and inside a row, and by
+    // blocks of rows (many rows of few columns); one of those on the calling thread.
     for (shape, seed) in [
         (vec![4, 3, 128, 96], 340),
         (vec![64, 2100], 350),
         (vec![40, 701, 5], 360),
+        (vec![1100, 130], 370),
+        (vec![600, 7], 380),
     ] {
         let c = shape[1];
         let inputs = [

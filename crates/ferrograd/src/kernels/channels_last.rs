@@ -493,7 +493,12 @@ fn run_plan(
     y: &mut [f32],
 ) {
     let (image, plane) = (plan.pad.c * h * w, ho * wo);
-    let n = x.len() / image.max(1);
+    if image == 0 {
+        // Empty images (no rows, say, but padding enough for outputs): nothing reaches y.
+        y.fill(0.0);
+        return;
+    }
+    let n = x.len() / image;
     // Fewer images a chunk when there are too few chunks for the threads.
     let per = (n / rayon::current_num_threads()).clamp(1, IMAGES_PER_CHUNK);
     y.par_chunks_mut((per * o * plane).max(1))

@@ -53,6 +53,17 @@ fn row<T: Float>(m: &MatRef<'_, T>, i: usize) -> Vec<T> {
 /// `out[i] = a[i, :] · x`, rows on the thread pool when `a` is large.
 fn rows_dot<T: Float>(a: &MatRef<'_, T>, x: &[T], out: &mut [MaybeUninit<T>]) {
     let k = a.cols;
+    if a.rs == 1 && a.cs != 1 {
+        // Column-major: the columns of `a`, scaled and added.
+        let columns = MatRef {
+            rows: a.cols,
+            cols: a.rows,
+            rs: a.cs,
+            cs: 1,
+            ..*a
+        };
+        return weighted_rows(&columns, x, out);
+    }
     let one = |(i, o): (usize, &mut MaybeUninit<T>)| {
         let at = a.offset + i * a.rs;
         o.write(if a.cs == 1 {
@@ -81,6 +92,11 @@ fn weighted_rows<T: Float>(b: &MatRef<'_, T>, y: &[T], out: &mut [MaybeUninit<T>
             }
             for (o, v) in o.iter_mut().zip(acc) {
                 o.write(v);
+            }
+        } else if b.rs == 1 {
+            for (j, o) in o.iter_mut().enumerate() {
+                let at = b.offset + (j0 + j) * b.cs;
+                o.write(dot(&b.data[at..][..b.rows], y));
             }
         } else {
             for (j, o) in o.iter_mut().enumerate() {

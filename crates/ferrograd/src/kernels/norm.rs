@@ -13,6 +13,7 @@
 //! Either way the statistics of a large batch keep their digits.
 
 use std::mem::MaybeUninit;
+use std::ops::Range;
 
 use multiversion::multiversion;
 use rayon::prelude::*;
@@ -25,6 +26,16 @@ const SHORT_RUN: usize = 16;
 
 /// Columns summed by one task of the short-run walk.
 const COLUMN_BLOCK: usize = 1024;
+
+/// Rows summed by one task of the short-run walk: many rows of few columns (`[65536, 64]`)
+/// still share out between threads. Fixed by the shape alone, as the column blocks are, so
+/// the order of the sums is too.
+const ROW_BLOCK: usize = 256;
+
+/// Whether runs of `inner` values take the short-run walk.
+fn short_runs(inner: usize) -> bool {
+    inner < SHORT_RUN
+}
 
 /// Σ term(a, b, m) over a run, eight accumulators in the element type.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
@@ -62,6 +73,8 @@ fn affine<T: Float>(out: &mut [MaybeUninit<T>], xs: &[T], a: T, b: T) {
 /// `out[j] = a[j]·x[j] + b[j]` over a row.
 #[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
 fn affine_columns<T: Float>(out: &mut [MaybeUninit<T>], xs: &[T], [a, b]: [&[T]; 2]) {
+    let n = out.len();
+    let (xs, a, b) = (&xs[..n], &a[..n], &b[..n]);
     for (((o, &x), &a), &b) in out.iter_mut().zip(xs).zip(a).zip(b) {
         o.write(x * a + b);
     }
@@ -84,7 +97,7 @@ fn input_grad_columns<T: Float>(
     [a, b, m, k]: [&[T]; 4],
 ) {
     let n = out.len();
-    let (a, b, m, k) = (&a[..n], &b[..n], &m[..n], &k[..n]);
+    let (dy, xs, a, b, m, k) = (&dy[..n], &xs[..n], &a[..n], &b[..n], &m[..n], &k[..n]);
     for (j, ((o, &d), &x)) in out.iter_mut().zip(dy).zip(xs).enumerate() {
         o.write(a[j] * d - b[j] * (x - m[j]) - k[j]);
     }
@@ -100,7 +113,7 @@ fn channel_sums<T: Float>(
     let Rows { outer, mid, inner } = rows;
     assert!(a.len() == b.len() && a.len() == outer * mid * inner && centre.len() == mid);
     let parallel = 2 * a.len() >= PAR_THRESHOLD;
-    if inner >= SHORT_RUN {
+    if !short_runs(inner) {
         let channel = |c: usize| -> f64 {
             (0..outer)
                 .map(|o| {
@@ -117,26 +130,43 @@ fn channel_sums<T: Float>(
         };
     }
     let width = mid * inner;
+    if width == 0 {
+        return vec![0.0; mid];
+    }
     let centre = by_column(centre, inner);
-    let mut columns = vec![0.0; width];
-    let block = |(i, acc): (usize, &mut [f64])| {
+    // Each block of rows sums each block of columns; then the row blocks add up in order.
+    let mut partial = vec![0.0; outer.div_ceil(ROW_BLOCK) * width];
+    let block = |rows: Range<usize>, (i, acc): (usize, &mut [f64])| {
         let j = i * COLUMN_BLOCK;
         let m = &centre[j..][..acc.len()];
-        for o in 0..outer {
+        for o in rows {
             let at = o * width + j;
             add_terms(acc, [&a[at..][..m.len()], &b[at..][..m.len()], m], &term);
         }
     };
+    let row_block = |(r, part): (usize, &mut [f64])| {
+        let rows = r * ROW_BLOCK..((r + 1) * ROW_BLOCK).min(outer);
+        if parallel {
+            let blocks = part.par_chunks_mut(COLUMN_BLOCK).enumerate();
+            blocks.for_each(|b| block(rows.clone(), b));
+        } else {
+            let blocks = part.chunks_mut(COLUMN_BLOCK).enumerate();
+            blocks.for_each(|b| block(rows.clone(), b));
+        }
+    };
     if parallel {
-        columns
-            .par_chunks_mut(COLUMN_BLOCK)
+        partial
+            .par_chunks_mut(width)
             .enumerate()
-            .for_each(block);
+            .for_each(row_block);
     } else {
-        columns.chunks_mut(COLUMN_BLOCK).enumerate().for_each(block);
+        partial.chunks_mut(width).enumerate().for_each(row_block);
     }
-    if inner == 0 {
-        return vec![0.0; mid];
+    let mut parts = partial.chunks_exact(width);
+    let first = parts.next().map(<[f64]>::to_vec);
+    let mut columns = first.unwrap_or_else(|| vec![0.0; width]);
+    for part in parts {
+        columns.iter_mut().zip(part).for_each(|(c, &p)| *c += p);
     }
     columns.chunks(inner).map(|c| c.iter().sum()).collect()
 }
@@ -144,7 +174,7 @@ fn channel_sums<T: Float>(
 /// Each channel's value repeated for its `inner` columns of a row, for the short-run walk
 /// (empty when runs are long: they take their channel's value directly).
 fn by_column<T: Copy>(per_channel: &[T], inner: usize) -> Vec<T> {
-    if inner >= SHORT_RUN {
+    if !short_runs(inner) {
         return Vec::new();
     }
     per_channel
@@ -156,11 +186,15 @@ fn by_column<T: Copy>(per_channel: &[T], inner: usize) -> Vec<T> {
 /// Writes piece `r` of an output.
 type WritePiece<'a, T> = dyn Fn(&mut [MaybeUninit<T>], usize) + Sync + 'a;
 
-/// `out` (empty, with room for `outer · channels · inner`) written with no fill first: `long(run, offset, channel)`
-/// for each `inner`-long run when runs are long, `short(row, offset)` for each row of
-/// `channels · inner` when they are short. Each must write every slot it is given. On the
-/// thread pool when large.
-fn write_runs<T: Float>(
+/// `out` (empty, with room for `outer · channels · inner`) written with no fill first:
+/// `long(run, offset, channel)` for each `inner`-long run when runs are long, `short(row,
+/// offset)` for each row of `channels · inner` when they are short. On the thread pool when
+/// large.
+///
+/// # Safety
+/// Every call of `long` and `short` must write every slot of the slice it is given: `out`
+/// then holds that many elements.
+unsafe fn write_runs<T: Float>(
     out: &mut Vec<T>,
     rows: Rows,
     long: impl Fn(&mut [MaybeUninit<T>], usize, usize) + Sync + Send,
@@ -170,7 +204,7 @@ fn write_runs<T: Float>(
     let len = outer * mid * inner;
     assert!(out.is_empty(), "batch norm: the output is not empty");
     let dst = &mut out.spare_capacity_mut()[..len];
-    let (piece, run): (usize, &WritePiece<'_, T>) = if inner >= SHORT_RUN {
+    let (piece, run): (usize, &WritePiece<'_, T>) = if !short_runs(inner) {
         (inner, &|o, r| long(o, r * inner, r % mid))
     } else {
         (mid * inner, &|o, r| short(o, r * mid * inner))
@@ -187,7 +221,8 @@ fn write_runs<T: Float>(
         }
     }
     // SAFETY: the pieces cover the first `len` spare slots (runs of `inner`, or rows of
-    // `mid · inner`, none when `len` is 0), and each was written whole.
+    // `mid · inner`, none when `len` is 0), and each was written whole (the caller's
+    // contract).
     unsafe { out.set_len(len) };
 }
 
@@ -210,12 +245,15 @@ pub fn scale_shift<T: Float>(x: &[T], rows: Rows, [scale, shift]: [&[T]; 2], out
             && x.len() == rows.outer * rows.mid * rows.inner
     );
     let columns = [scale, shift].map(|v| by_column(v, rows.inner));
-    write_runs(
-        out,
-        rows,
-        |o, at, c| affine(o, &x[at..][..o.len()], scale[c], shift[c]),
-        |o, at| affine_columns(o, &x[at..][..o.len()], [&columns[0], &columns[1]]),
-    );
+    let long = |o: &mut [MaybeUninit<T>], at: usize, c: usize| {
+        affine(o, &x[at..][..o.len()], scale[c], shift[c]);
+    };
+    let short = |o: &mut [MaybeUninit<T>], at: usize| {
+        affine_columns(o, &x[at..][..o.len()], [&columns[0], &columns[1]]);
+    };
+    // SAFETY: `affine` and `affine_columns` write every slot of `o` (they zip it with inputs
+    // sliced to its length, and panic where an input is shorter).
+    unsafe { write_runs(out, rows, long, short) };
 }
 
 /// The gradients of `y = (x − mean)·invstd·weight + bias` given `dy`, with the batch's own
@@ -249,26 +287,21 @@ pub fn batch_norm_backward<T: Float>(
         let v: Vec<T> = coefficients.iter().map(|k| k[i]).collect();
         by_column(&v, rows.inner)
     });
-    write_runs(
-        dx,
-        rows,
-        |o, at, c| {
-            input_grad(
-                o,
-                &dy[at..][..o.len()],
-                &x[at..][..o.len()],
-                coefficients[c],
-            )
-        },
-        |o, at| {
-            let (dy, x) = (&dy[at..][..o.len()], &x[at..][..o.len()]);
-            input_grad_columns(
-                o,
-                dy,
-                x,
-                [&columns[0], &columns[1], &columns[2], &columns[3]],
-            )
-        },
-    );
+    let long = |o: &mut [MaybeUninit<T>], at: usize, c: usize| {
+        let (dy, x) = (&dy[at..][..o.len()], &x[at..][..o.len()]);
+        input_grad(o, dy, x, coefficients[c]);
+    };
+    let short = |o: &mut [MaybeUninit<T>], at: usize| {
+        let (dy, x) = (&dy[at..][..o.len()], &x[at..][..o.len()]);
+        input_grad_columns(
+            o,
+            dy,
+            x,
+            [&columns[0], &columns[1], &columns[2], &columns[3]],
+        );
+    };
+    // SAFETY: `input_grad` and `input_grad_columns` write every slot of `o` (they zip it
+    // with inputs sliced to its length, and panic where an input is shorter).
+    unsafe { write_runs(dx, rows, long, short) };
     (dweight, dbias)
 }

@@ -166,11 +166,11 @@ fn pack_b_transposed(
         for k0 in (0..full_k).step_by(8) {
             let src: [&[f32; 8]; 8] =
                 std::array::from_fn(|i| cols8[i][k0..k0 + 8].try_into().expect("8 values"));
-            let dst = &mut panel[k0 * NR + jb..][..7 * NR + 8];
-            let rows = std::array::from_fn(|k| dst[k * NR..].as_mut_ptr());
+            let dst = panel[k0 * NR + jb..][..7 * NR + 8].as_mut_ptr();
+            let rows = std::array::from_fn(|k| dst.wrapping_add(k * NR));
             // SAFETY: this kernel runs only where `available()` found AVX-512F, which implies
-            // AVX; row k's 8 floats lie in `dst` (k·NR + 8 ≤ 7·NR + 8), which is borrowed
-            // mutably, and no two rows overlap (NR ≥ 8 apart).
+            // AVX; row k's 8 floats lie in the 7·NR + 8 of `panel` that `dst` starts (the
+            // slice checked them), borrowed mutably, and no two rows overlap (NR ≥ 8 apart).
             unsafe { transpose_8x8(&src, rows) };
         }
     }
@@ -184,7 +184,8 @@ fn pack_b_transposed(
 }
 
 /// `dst[j·ld_dst + i] = src[i·ld_src + j]` for `i < rows`, `j < cols`: blocks of 8 × 8 in
-/// registers (on a CPU with AVX-512F), the ragged edges one by one.
+/// registers (on a CPU with AVX-512F), the ragged edges one by one. The rows of the result
+/// must not overlap: `ld_dst ≥ rows` (panics otherwise).
 pub(crate) fn transpose(
     src: &[f32],
     (rows, cols): (usize, usize),
@@ -192,11 +193,16 @@ pub(crate) fn transpose(
     dst: &mut [f32],
     ld_dst: usize,
 ) {
+    assert!(
+        cols <= 1 || ld_dst >= rows,
+        "transpose: rows of {rows} floats only {ld_dst} apart"
+    );
     transpose_to(src, (rows, cols), ld_src, dst, |j| j * ld_dst);
 }
 
 /// `dst[row_at(j) + i] = src[i·ld_src + j]` for `i < rows`, `j < cols`: [`transpose`] with
-/// each row of the result placed where `row_at` says (the rows of a padded image, say).
+/// each row of the result placed where `row_at` says (the rows of a padded image, say). The
+/// rows must not overlap; the AVX path panics where those of a strip of 8 would.
 pub(crate) fn transpose_to(
     src: &[f32],
     (rows, cols): (usize, usize),
@@ -235,6 +241,7 @@ unsafe fn transpose_blocks(
     if full_i == 0 {
         return (0, 0);
     }
+    let base = dst.as_mut_ptr();
     for j0 in (0..full_j).step_by(8) {
         let at: [usize; 8] = std::array::from_fn(|k| row_at(j0 + k));
         assert_disjoint_rows(at, full_i, dst.len());
@@ -244,10 +251,11 @@ unsafe fn transpose_blocks(
                     .try_into()
                     .expect("8 values")
             });
-            let rows = at.map(|a| dst[a + i0..].as_mut_ptr());
+            let rows = at.map(|a| base.wrapping_add(a + i0));
             // SAFETY: AVX (the caller's contract); the block's 8 × 8 values are read from
-            // slices; row k's 8 floats lie in at[k] + i0.. ≤ at[k] + full_i, inside `dst`
-            // (borrowed mutably) and apart from every other row (both asserted).
+            // slices; the strip's row k is at[k]..at[k] + full_i, inside `dst` (borrowed
+            // mutably, `base` its start) and apart from the strip's other rows (asserted), so
+            // its 8 floats from i0 + 8 ≤ full_i are too.
             unsafe { transpose_8x8(&block, rows) };
         }
     }
@@ -633,10 +641,10 @@ unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usi
 ///
 /// # Safety
 /// `c` must address `rows` rows of `cols` valid elements where `c_rows` puts them (a table
-/// holds `rows` entries), not accessed by anyone else meanwhile, and the CPU must support AVX-512F. The A panel must hold
-/// `rows` rounded up to 4 rows (packed panels are zero-padded; an in-place one has them),
-/// the B panel `kc` rows of the floats its vectors cover.
-#[allow(clippy::too_many_arguments)]
+/// holds `rows` entries), not accessed by anyone else meanwhile, and the CPU must support
+/// AVX-512F. The A panel must hold `rows` rounded up to 4 rows (packed panels are
+/// zero-padded; an in-place one has them), the B panel `kc` rows of the floats its vectors
+/// cover.
 #[inline]
 unsafe fn tile_kernel<B: BRows>(
     kc: usize,
@@ -1323,4 +1331,48 @@ unsafe fn micro_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(
     _: Tile<B>,
 ) {
     unreachable!("the AVX-512 path is only taken on x86-64")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `src` (`rows × cols`, row-major) transposed by `transpose_to` into rows placed `gap`
+    /// apart plus an extra gap after every `per_line` of them (the rows of a padded image),
+    /// against the same placement done one element at a time; the gaps must stay untouched.
+    fn check_placed(rows: usize, cols: usize, per_line: usize, gap: usize) {
+        let src: Vec<f32> = (0..rows * cols).map(|v| v as f32).collect();
+        let row_at = |j: usize| (j + j / per_line * 2) * (rows + gap) + 1;
+        let len = row_at(cols.saturating_sub(1)) + rows + gap + 1;
+        let mut got = vec![-1.0; len];
+        transpose_to(&src, (rows, cols), cols, &mut got, row_at);
+        let mut want = vec![-1.0; len];
+        for i in 0..rows {
+            for j in 0..cols {
+                want[row_at(j) + i] = src[i * cols + j];
+            }
+        }
+        assert_eq!(got, want, "{rows} × {cols}, {per_line} a line, gap {gap}");
+    }
+
+    #[test]
+    fn transpose_places_every_row_where_told() {
+        // Whole 8 × 8 blocks and ragged edges, strips of 8 rows of the result that straddle
+        // a line of the padded image, and rows exactly as long as their spacing.
+        for (rows, cols) in [(8, 8), (16, 24), (13, 29), (7, 40), (64, 49), (3, 5)] {
+            for per_line in [1, 5, 7, 14] {
+                for gap in [0, 3] {
+                    check_placed(rows, cols, per_line, gap);
+                }
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "transpose")]
+    fn transpose_refuses_rows_of_the_result_that_overlap() {
+        let src = vec![0.0; 16 * 16];
+        let mut dst = vec![0.0; 16 * 16];
+        transpose(&src, (16, 16), 16, &mut dst, 8);
+    }
 }
