@@ -1034,16 +1034,8 @@ pub(crate) fn offset_runs_product_acc(
                 // borrowed exclusively; AVX-512F was asserted.
                 unsafe {
                     let b_panel = Strided(b[p0 * ldb + j0..].as_ptr(), ldb);
-                    let tile = c[r0 * ldc + j0..].as_mut_ptr();
-                    tile_kernel(
-                        kc,
-                        a_panel,
-                        b_panel,
-                        (tile, CRows::Apart(ldc)),
-                        rows,
-                        width,
-                        true,
-                    );
+                    let tile = (c[r0 * ldc + j0..].as_mut_ptr(), CRows::Apart(ldc));
+                    tile_kernel(kc, a_panel, b_panel, tile, rows, width, true);
                 }
             }
         }
@@ -1204,16 +1196,8 @@ pub(crate) fn gathered_steps_product_acc(
                     // (the rows asserted), borrowed exclusively; AVX-512F was asserted.
                     unsafe {
                         let b_panel = Strided(b[p0 * ldb + j0..].as_ptr(), ldb);
-                        let tile = c[(c_row + r0) * ldc + j0..].as_mut_ptr();
-                        tile_kernel(
-                            kc,
-                            a_panel,
-                            b_panel,
-                            (tile, CRows::Apart(ldc)),
-                            rows,
-                            width,
-                            true,
-                        );
+                        let tile = (c[(c_row + r0) * ldc + j0..].as_mut_ptr(), CRows::Apart(ldc));
+                        tile_kernel(kc, a_panel, b_panel, tile, rows, width, true);
                     }
                 }
                 r0 += rows;
