@@ -7,8 +7,8 @@
 //!   of a channel in f64, a channel per task; the output is written a run at a time with the
 //!   channel's coefficients;
 //! - short runs (`[N, C]`, runs of one): the rows are read in order and each column's sum kept
-//!   in f64, a block of columns per task, so no read strides across channels; the output is
-//!   written a row at a time with coefficients laid out by column.
+//!   in f64, a block of rows and columns per task, so no read strides across channels; the
+//!   output is written a row at a time with coefficients laid out by column.
 //!
 //! Either way the statistics of a large batch keep their digits.
 
