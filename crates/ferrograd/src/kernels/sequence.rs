@@ -117,12 +117,19 @@ impl<'a, T: Float> StepWeights<'a, T> {
             return m;
         }
         let mut m = Lined::zeros(width + usize::from(C::SUMS_GATES), gates);
-        for r in 0..gates {
-            for (c, &v) in row_of(r).into_iter().flatten().enumerate() {
-                m.row_mut(c)[r] = v;
+        // Eight gate rows at a time, so that each row of the copy takes 8 adjacent values.
+        for r0 in (0..gates).step_by(8) {
+            let rows: Vec<[&[T]; 2]> = (r0..(r0 + 8).min(gates)).map(row_of).collect();
+            for c in 0..width {
+                let dst = &mut m.row_mut(c)[r0..r0 + rows.len()];
+                for (d, [ih, hh]) in dst.iter_mut().zip(&rows) {
+                    *d = if c < input { ih[c] } else { hh[c - input] };
+                }
             }
-            if C::SUMS_GATES {
-                m.row_mut(width)[r] = w.b_ih[r] + w.b_hh[r];
+        }
+        if C::SUMS_GATES {
+            for (r, d) in m.row_mut(width)[..gates].iter_mut().enumerate() {
+                *d = w.b_ih[r] + w.b_hh[r];
             }
         }
         m
