@@ -145,27 +145,23 @@ impl Pass {
     }
 
     /// For each output pixel of `images` images (`ho × wo` each), its position in the order
-    /// of [`Pass::positions`], into `rows`; pixels of no position follow, in order. For a
-    /// pass of every pixel (a convolution's).
-    fn pixel_rows(&self, images: usize, (ho, wo): (usize, usize), rows: &mut Vec<usize>) {
-        let pixels = images * ho * wo;
+    /// of [`Pass::positions`], into `rows`; pixels of no position follow, in order. The
+    /// inverse of [`Pass::outputs`] (one channel a pixel), which goes into `pixels`.
+    fn pixel_rows(
+        &self,
+        images: usize,
+        (ho, wo): (usize, usize),
+        (rows, pixels): (&mut Vec<usize>, &mut Vec<usize>),
+    ) {
+        self.outputs(images, (ho, wo, 1), pixels);
         rows.clear();
-        rows.resize(pixels, usize::MAX);
-        let mut next = 0;
-        for group in &self.groups {
-            for a in 0..self.rows.count {
-                for i in 0..images {
-                    let row = i * ho + self.rows.first + a * self.rows.every;
-                    for b in group.cols.clone() {
-                        rows[row * wo + self.cols.first + b * self.cols.every] = next;
-                        next += 1;
-                    }
-                }
-            }
+        rows.resize(images * ho * wo, usize::MAX);
+        for (q, &p) in pixels.iter().enumerate() {
+            rows[p] = q;
         }
-        for r in rows.iter_mut().filter(|r| **r == usize::MAX) {
+        let unread = rows.iter_mut().filter(|r| **r == usize::MAX);
+        for (next, r) in (pixels.len()..).zip(unread) {
             *r = next;
-            next += 1;
         }
     }
 
@@ -564,18 +560,36 @@ pub(crate) fn conv_transpose<T: Float>(
     run_plan(&plan, u, (g.ho, g.wo), &weights, (o, g.h, g.w), y);
 }
 
+/// The buffers a run of [`conv_weight`] reuses from chunk to chunk.
+#[derive(Default)]
+struct WeightBufs {
+    /// The chunk's padded channels-last copies.
+    padded: Vec<f32>,
+    /// Where each position starts in them.
+    at: Vec<usize>,
+    /// The output gradient, a row per position.
+    rows: Vec<f32>,
+    /// Each output pixel's row, and each position's pixel.
+    row_of: Vec<usize>,
+    pixels: Vec<usize>,
+}
+
 /// One chunk of images' share of [`conv_weight`] (`x` and its output gradient `dy`), added
-/// into `acc` (`[taps · C, ld]`, rows as the weight of [`Plan::conv`]); `bufs` are reused:
-/// the padded copies, the positions' offsets, the output gradient's rows and where each
-/// pixel's row goes.
+/// into `acc` (`[taps · C, ld]`, rows as the weight of [`Plan::conv`]).
 fn chunk_weight(
     plan: &Plan,
     (x, dy): (&[f32], &[f32]),
     (g, o, ld): (&Geom, usize, usize),
-    bufs: &mut (Vec<f32>, Vec<usize>, Vec<f32>, Vec<usize>),
+    bufs: &mut WeightBufs,
     acc: &mut [f32],
 ) {
-    let (padded, at, rows, row_of) = bufs;
+    let WeightBufs {
+        padded,
+        at,
+        rows,
+        row_of,
+        pixels,
+    } = bufs;
     let (pass, c, plane) = (&plan.passes[0], plan.pad.c, g.ho * g.wo);
     let images = x.len() / (c * g.h * g.w).max(1);
     pad_channels_last(x, (g.h, g.w), &plan.pad, padded);
@@ -583,7 +597,7 @@ fn chunk_weight(
     // The output gradient positions by channels, rows in the order of the positions (the
     // pixels no position reads after them), each image transposed straight into its rows.
     // Columns o..ld are read with the vectors but never stored: whatever they hold.
-    pass.pixel_rows(images, (g.ho, g.wo), row_of);
+    pass.pixel_rows(images, (g.ho, g.wo), (row_of, pixels));
     rows.resize(images * plane * ld, 0.0);
     for (i, dy) in dy.chunks_exact((o * plane).max(1)).enumerate() {
         let row_at = |p: usize| row_of[i * plane + p] * ld;
@@ -615,7 +629,7 @@ pub(crate) fn conv_weight<T: Float>(x: &[T], dy: &[T], c: usize, g: &Geom, o: us
     let per_run = n.div_ceil(n.div_ceil(per_run.max(1)).max(1));
     let sizes = (image, o * plane, k * ld);
     let total = sum_over_runs(x, dy, sizes, per_run, |xs, dys, acc| {
-        let mut bufs = Default::default();
+        let mut bufs = WeightBufs::default();
         let chunks = xs.chunks((IMAGES_PER_CHUNK * image).max(1));
         for (x, dy) in chunks.zip(dys.chunks((IMAGES_PER_CHUNK * o * plane).max(1))) {
             chunk_weight(&plan, (x, dy), (g, o, ld), &mut bufs, acc);

@@ -28,19 +28,10 @@ pub(super) fn vector_product<T: Float>(
     out: &mut [MaybeUninit<T>],
 ) {
     if b.cols == 1 {
-        let x = column(b, 0);
-        rows_dot(a, &x, out);
+        rows_dot(a, &row(&b.t(), 0), out);
     } else {
-        let y = row(a, 0);
-        weighted_rows(b, &y, out);
+        weighted_rows(b, &row(a, 0), out);
     }
-}
-
-/// Column `j` of `m`, contiguous.
-fn column<T: Float>(m: &MatRef<'_, T>, j: usize) -> Vec<T> {
-    (0..m.rows)
-        .map(|i| m.data[m.offset + i * m.rs + j * m.cs])
-        .collect()
 }
 
 /// Row `i` of `m`, contiguous.
@@ -50,20 +41,13 @@ fn row<T: Float>(m: &MatRef<'_, T>, i: usize) -> Vec<T> {
         .collect()
 }
 
-/// `out[i] = a[i, :] · x`, rows on the thread pool when `a` is large.
+/// `out[i] = a[i, :] · x`: a dot product per row (a strided row copied first), rows on the
+/// thread pool when `a` is large; a column-major `a` as the sum of its scaled columns.
 fn rows_dot<T: Float>(a: &MatRef<'_, T>, x: &[T], out: &mut [MaybeUninit<T>]) {
-    let k = a.cols;
-    if a.rs == 1 && a.cs != 1 {
-        // Column-major: the columns of `a`, scaled and added.
-        let columns = MatRef {
-            rows: a.cols,
-            cols: a.rows,
-            rs: a.cs,
-            cs: 1,
-            ..*a
-        };
-        return weighted_rows(&columns, x, out);
+    if a.cs != 1 && a.rs == 1 {
+        return weighted_rows(&a.t(), x, out);
     }
+    let k = a.cols;
     let one = |(i, o): (usize, &mut MaybeUninit<T>)| {
         let at = a.offset + i * a.rs;
         o.write(if a.cs == 1 {
@@ -80,28 +64,27 @@ fn rows_dot<T: Float>(a: &MatRef<'_, T>, x: &[T], out: &mut [MaybeUninit<T>]) {
 }
 
 /// `out[j] = Σ_p y[p] · b[p, j]`: rows of `b` scaled and added block by block of columns
-/// when its rows are contiguous, a dot product per column otherwise; blocks on the thread
-/// pool when `b` is large.
+/// (blocks on the thread pool when `b` is large); a column-major `b` as a dot product per
+/// column, and a strided one column by column copied.
 fn weighted_rows<T: Float>(b: &MatRef<'_, T>, y: &[T], out: &mut [MaybeUninit<T>]) {
+    if b.cs != 1 {
+        return if b.rs == 1 {
+            rows_dot(&b.t(), y, out)
+        } else {
+            let columns = b.t();
+            for (j, o) in out.iter_mut().enumerate() {
+                o.write(dot(&row(&columns, j), y));
+            }
+        };
+    }
     let block = |(q, o): (usize, &mut [MaybeUninit<T>])| {
         let j0 = q * COLUMN_BLOCK;
-        if b.cs == 1 {
-            let mut acc = vec![T::zero(); o.len()];
-            for (p, &w) in y.iter().enumerate() {
-                axpy(&mut acc, w, &b.data[b.offset + p * b.rs + j0..][..o.len()]);
-            }
-            for (o, v) in o.iter_mut().zip(acc) {
-                o.write(v);
-            }
-        } else if b.rs == 1 {
-            for (j, o) in o.iter_mut().enumerate() {
-                let at = b.offset + (j0 + j) * b.cs;
-                o.write(dot(&b.data[at..][..b.rows], y));
-            }
-        } else {
-            for (j, o) in o.iter_mut().enumerate() {
-                o.write(dot(&column(b, j0 + j), y));
-            }
+        let mut acc = vec![T::zero(); o.len()];
+        for (p, &w) in y.iter().enumerate() {
+            axpy(&mut acc, w, &b.data[b.offset + p * b.rs + j0..][..o.len()]);
+        }
+        for (o, v) in o.iter_mut().zip(acc) {
+            o.write(v);
         }
     };
     if b.rows * b.cols >= PAR_THRESHOLD {

@@ -51,6 +51,17 @@ impl<T> MatRef<'_, T> {
         }
     }
 
+    /// The transpose, as a view of the same elements.
+    pub(crate) fn t(&self) -> Self {
+        MatRef {
+            rows: self.cols,
+            cols: self.rows,
+            rs: self.cs,
+            cs: self.rs,
+            ..*self
+        }
+    }
+
     /// Pointer to element (0, 0).
     pub(crate) fn ptr(&self) -> *const T {
         self.data[self.offset..].as_ptr()

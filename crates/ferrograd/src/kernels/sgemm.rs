@@ -394,8 +394,9 @@ pub(crate) unsafe fn gemm(a: MatRef<'_, f32>, b: MatRef<'_, f32>, out: &mut [f32
     };
     // Each part reads all of the operand it does not split (A in place when it has a unit
     // stride, B packed again by every part): split the columns when A is the smaller one to
-    // repeat (m ≤ n), the rows otherwise, as long as there is work enough to share. Parts get near-equal shares of 16-column vectors or 4-row groups (the edge
-    // kernels' granularity): 128 rows split 64 + 64, not by whole 12-row panels 60 + 68.
+    // repeat (m ≤ n), the rows otherwise, as long as there is work enough to share. Parts
+    // get near-equal shares of 16-column vectors or 4-row groups (the edge kernels'
+    // granularity): 128 rows split 64 + 64, not by whole 12-row panels 60 + 68.
     let (vectors, groups) = (n.div_ceil(16), m.div_ceil(4));
     let split_cols = if m <= n {
         vectors >= 2 * threads
@@ -846,11 +847,12 @@ fn gather(row: &[f32], pieces: &[(usize, usize)], dst: &mut [f32]) {
 
 /// `c[i, q] = Σ_k a[i, k] · base[offsets[k] + start(r) + s]` for `i < m` and every position
 /// `q = (r, s)` of `runs`: a convolution's output planes (`c` is `[m, images·rows·run]`,
-/// images side by side) from its weight `a` and its column matrix, never built: row `k` of that matrix is the runs of
-/// pixels kernel tap `k` sees, starting at `offsets[k]` in the (padded) image `base`. `a` is
-/// `m` rounded up to 4 rows of `offsets.len()` weights, `lda` apart (its panels are read in
-/// place; the rows past `m` are never stored). Long runs are read in place, one output row
-/// per product; short ones are packed, 32 positions to a panel. Runs on the calling thread.
+/// images side by side) from its weight `a` and its column matrix, never built: row `k` of
+/// that matrix is the runs of pixels kernel tap `k` sees, starting at `offsets[k]` in the
+/// (padded) image `base`. `a` is `m` rounded up to 4 rows of `offsets.len()` weights, `lda`
+/// apart (its panels are read in place; the rows past `m` are never stored). Long runs are
+/// read in place, one output row per product; short ones are packed, 32 positions to a
+/// panel. Runs on the calling thread.
 ///
 /// Panics unless the AVX-512 path is [`available`] and the operands fit: `base` must hold
 /// every run rounded up to 16 floats (vectors read whole; only stores are masked).
@@ -943,16 +945,8 @@ fn row_panels<B: BRows>(
         // asserted.
         unsafe {
             let a_panel = APanel::Rows(a[r0 * lda + p0..].as_ptr(), lda);
-            let tile = c[r0 * ldc + q0..].as_mut_ptr();
-            tile_kernel(
-                kc,
-                a_panel,
-                b,
-                (tile, CRows::Apart(ldc)),
-                rows,
-                width,
-                p0 > 0,
-            );
+            let tile = (c[r0 * ldc + q0..].as_mut_ptr(), CRows::Apart(ldc));
+            tile_kernel(kc, a_panel, b, tile, rows, width, p0 > 0);
         }
         r0 += rows;
     }
@@ -1046,8 +1040,9 @@ pub(crate) fn offset_runs_product_acc(
 /// The column matrix of a convolution over channels-last images, never built: row `q` (an
 /// output position) is the runs of floats that position's kernel taps see, run `t` of it
 /// `run` floats from `base[at[q] + runs[t]]` (neighbouring taps of a kernel row side by side,
-/// each with all its channels). Run `t` is read only for the positions in `spans[t]`; the others see only
-/// padding there. Its floats meet rows `b_rows[t]..b_rows[t] + run` of the other operand.
+/// each with all its channels). Run `t` is read only for the positions in `spans[t]`; the
+/// others see only padding there. Its floats meet rows `b_rows[t]..b_rows[t] + run` of the
+/// other operand.
 /// `at` holds 3 entries past the last position (any valid offsets), so that a panel rounded
 /// up to whole groups of 4 rows stays inside it.
 #[derive(Clone, Copy)]
