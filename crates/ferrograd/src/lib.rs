@@ -51,7 +51,7 @@ pub mod optim;
 pub mod tensor;
 
 pub use error::{Error, Result};
-pub use kernels::avx512_matmul;
+pub use kernels::Isa;
 pub use ops::conv::ConvOpts;
 pub use ops::recurrent::RecurrentWeights;
 pub use ops::{Axis, Indices};

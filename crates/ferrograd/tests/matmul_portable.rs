@@ -1,15 +1,16 @@
 //! The portable f32 matmul path (`matrixmultiply`), forced on in this process so that it is
-//! tested on machines whose CPU would take the AVX-512 kernel. Alone in its binary: the choice
-//! is made once per process.
+//! tested on machines whose CPU would take an AVX kernel. Alone in its binary: the choice is
+//! made once per process.
 
 use ferrograd::prelude::*;
+use ferrograd::Isa;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
 #[test]
-fn f32_matmul_without_avx512_matches_a_naive_loop() {
-    std::env::set_var("FERROGRAD_NO_AVX512", "1");
-    assert!(!ferrograd::avx512_matmul());
+fn f32_matmul_on_the_portable_path_matches_a_naive_loop() {
+    std::env::set_var("FERROGRAD_ISA", "portable");
+    assert_eq!(Isa::active(), Isa::Portable);
     let mut rng = StdRng::seed_from_u64(3);
     for &(m, k, n) in &[(67, 129, 33), (128, 784, 40)] {
         let a = Tensor::randn(&[m, k], DType::F32, &mut rng);

@@ -1,4 +1,4 @@
-//! Convolution of small images over channels-last copies (f32, AVX-512).
+//! Convolution of small images over channels-last copies (f32, AVX2 or AVX-512).
 //!
 //! Where output rows are short (the 7×7 and 14×14 maps of a DCGAN, anything narrower than two
 //! vectors), the implicit products of `implicit_conv.rs` leave lanes empty or gather positions
@@ -21,7 +21,7 @@ use super::Float;
 
 /// Whether the channels-last kernels run a convolution of geometry `g` from `c` to `o`
 /// channels, its weight gradient, or its transpose (from `o` to `c`): f32 on a CPU with
-/// AVX-512, the convolution's output rows narrower than two vectors (for the transpose, its
+/// AVX2 or AVX-512, the convolution's output rows narrower than two vectors (for the transpose, its
 /// input rows, which are also its output phases' rows), enough channels on both sides to fill
 /// the runs and the vectors, no dilation along the width, and padded copies within a few
 /// times the images.

@@ -60,7 +60,7 @@ impl Float for f32 {
     }
     unsafe fn gemm_unchecked(a: MatRef<'_, f32>, b: MatRef<'_, f32>, out: &mut [f32]) {
         if super::sgemm::available() {
-            // SAFETY: forwarded contract; the AVX-512 check was just made.
+            // SAFETY: forwarded contract; the AVX check was just made.
             return unsafe { super::sgemm::gemm(a, b, out) };
         }
         // SAFETY: forwarded contract.

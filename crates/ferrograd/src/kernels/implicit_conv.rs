@@ -1,4 +1,4 @@
-//! Convolution without a column matrix (f32, AVX-512). Along one output row, each row of a
+//! Convolution without a column matrix (f32, AVX2 or AVX-512). Along one output row, each row of a
 //! convolution's im2col matrix is a run of pixels of the padded image, so the matrix
 //! product reads those runs where they are, through a table of where each kernel tap's run
 //! starts (`sgemm::offset_rows_product` for the forward pass, `offset_runs_product_acc` for
@@ -12,7 +12,7 @@ use super::sgemm::Runs;
 use super::Float;
 
 /// Whether [`implicit_conv`] can run a convolution of geometry `g` on `c` channels of type
-/// `T`: f32 on a CPU with AVX-512, and a padding within the kernel's reach (the padded copy
+/// `T`: f32 on an AVX path (AVX2 or AVX-512), and a padding within the kernel's reach (the padded copy
 /// stays within a few times the image).
 pub(crate) fn implicit_applies<T: Float>(g: &Geom, c: usize) -> bool {
     T::as_f32(&[]).is_some()

@@ -1,6 +1,6 @@
-//! Matrix multiply. f32 on CPUs with AVX-512 runs our packed kernel (`sgemm`), measured
-//! faster than both `matrixmultiply` and the `gemm` crate here; f64, and f32 elsewhere, run
-//! `matrixmultiply` (see `examples/bench_kernels.rs` and the README).
+//! Matrix multiply. f32 on CPUs with AVX2 or AVX-512 runs our packed kernel (`sgemm`),
+//! measured faster than both `matrixmultiply` and the `gemm` crate; f64, and f32 on the
+//! portable path, run `matrixmultiply` (see `examples/bench_matmul_blas.rs` and the README).
 
 use std::mem::MaybeUninit;
 

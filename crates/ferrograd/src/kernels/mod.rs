@@ -12,6 +12,7 @@ mod float;
 mod gemv;
 pub(crate) mod implicit_conv;
 pub(crate) mod index;
+pub mod isa;
 mod lined;
 pub mod matmul;
 pub mod norm;
@@ -23,14 +24,7 @@ mod sgemm;
 pub mod strided;
 
 pub use float::Float;
-/// Whether f32 matrix products run the AVX-512 kernel on this machine (decided at run time:
-/// the CPU has AVX-512F and `FERROGRAD_NO_AVX512` is unset); otherwise they take the portable
-/// path. Element-wise, reduction and optimizer loops likewise pick AVX-512, AVX2+FMA or
-/// baseline code for the CPU they run on, so one build runs on any x86-64.
-pub fn avx512_matmul() -> bool {
-    sgemm::available()
-}
-
+pub use isa::Isa;
 /// Shapes and strides: inline up to four axes, so that the layouts of small tensors cost no
 /// allocation.
 pub type Dims = smallvec::SmallVec<[usize; 4]>;

@@ -1,42 +1,45 @@
-//! f32 matrix multiply for x86-64 with AVX-512: a 12×32 register-blocked micro-kernel (with
-//! 4- and 8-row and masked-column variants for the edges of C), threaded over column or row
-//! blocks of C. Used when the CPU has AVX-512F; other machines (and f64) go through
-//! `matrixmultiply`.
+//! f32 matrix multiply for x86-64 with AVX-512 or AVX2: a 12×32 tile of C per micro-kernel
+//! call (with 4- and 8-row and masked-column variants for the edges of C), threaded over
+//! column or row blocks of C. On AVX-512 the tile is one register block (24 zmm
+//! accumulators); on AVX2 + FMA it is run as 6×16 register blocks (12 ymm accumulators, what
+//! fits 16 registers beside the B row and the broadcast), so the packing, the tables and the
+//! threading above the micro-kernel are one driver for both. Either way each element of C is
+//! the same chain of fused multiply-adds over k, so the two paths give the same bits. Other
+//! machines (and f64) go through `matrixmultiply`.
 //!
 //! Blocking follows the usual five-loop scheme: a KC×NC block of B is packed into NR-wide
 //! panels (kept in L2); the micro-kernel runs one MR-row panel of A (KC×MR, kept in L1: its
 //! elements are broadcast) against each B panel in turn (streamed from L2: its rows are the
-//! vector loads) into a 12×32 tile of C held in 24 vector registers. A is read in place when it
-//! is row- or column-major (packed otherwise), and so is a small cache-line-aligned B.
+//! vector loads). A is read in place when it is row- or column-major (packed otherwise), and
+//! so is a small cache-line-aligned B.
 
 use std::ops::Range;
 
+use super::isa::Isa;
 use super::matmul::MatRef;
 
 const MR: usize = 12;
 const NR: usize = 32;
 const KC: usize = 256;
 const MC: usize = 480;
-const NC: usize = 1024;
+
+/// Columns of B per packed block: KC × NC floats must stay in L2 while every A micro-panel
+/// sweeps them. AVX-512 parts have 1–2 MiB of L2 per core; the AVX2 parts (Zen 2/3: 512 KiB)
+/// hold a quarter of that block (measured: 1024² went from 0.75 to 0.85–0.88 of OpenBLAS on
+/// Zen 3).
+fn nc() -> usize {
+    if Isa::active() == Isa::Avx512 {
+        1024
+    } else {
+        256
+    }
+}
 /// Steps of the k loop between prefetching a B row and using it.
 const PREFETCH: usize = 8;
 
-/// Whether the AVX-512 path runs (decided once): the CPU has AVX-512F and the environment
-/// variable `FERROGRAD_NO_AVX512` is not set (it forces the portable path, to test it).
+/// Whether the own kernels run: the active path ([`Isa::active`]) is AVX2 or AVX-512.
 pub fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::sync::OnceLock;
-        static HAS: OnceLock<bool> = OnceLock::new();
-        *HAS.get_or_init(|| {
-            std::env::var_os("FERROGRAD_NO_AVX512").is_none()
-                && std::arch::is_x86_feature_detected!("avx512f")
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    Isa::active() >= Isa::Avx2
 }
 
 /// Below this many multiply-adds a product runs on the calling thread alone.
@@ -62,6 +65,18 @@ enum APanel {
 }
 
 impl APanel {
+    /// The panel of the rows from `r0` on (for a kernel that covers a panel in blocks of
+    /// rows).
+    #[inline(always)]
+    fn skip_rows(self, r0: usize) -> APanel {
+        match self {
+            APanel::Steps(p, lda) => APanel::Steps(p.wrapping_add(r0), lda),
+            APanel::Rows(p, lda) => APanel::Rows(p.wrapping_add(r0 * lda), lda),
+            APanel::Scattered(base, table) => APanel::Scattered(base, table.wrapping_add(r0)),
+            APanel::Gathered(p, table) => APanel::Gathered(p.wrapping_add(r0), table),
+        }
+    }
+
     /// Where row `i` of a panel read by rows starts (null for a panel read by steps).
     ///
     /// # Safety
@@ -155,10 +170,7 @@ fn pack_b_transposed(
     cols: usize,
     panel: &mut [f32],
 ) {
-    debug_assert!(
-        available(),
-        "the AVX path runs only where AVX-512F was found"
-    );
+    debug_assert!(available(), "the AVX path runs only where AVX2 was found");
     let column = |j: usize| &b.data[b.offset + p0 + (j0 + j) * b.cs..][..kc];
     let (full_k, full_j) = (kc - kc % 8, cols - cols % 8);
     for jb in (0..full_j).step_by(8) {
@@ -168,8 +180,7 @@ fn pack_b_transposed(
                 std::array::from_fn(|i| cols8[i][k0..k0 + 8].try_into().expect("8 values"));
             let dst = panel[k0 * NR + jb..][..7 * NR + 8].as_mut_ptr();
             let rows = std::array::from_fn(|k| dst.wrapping_add(k * NR));
-            // SAFETY: this kernel runs only where `available()` found AVX-512F, which implies
-            // AVX; row k's 8 floats lie in the 7·NR + 8 of `panel` that `dst` starts (the
+            // SAFETY: this kernel runs only where `available()` found AVX2, which implies AVX; row k's 8 floats lie in the 7·NR + 8 of `panel` that `dst` starts (the
             // slice checked them), borrowed mutably, and no two rows overlap (NR ≥ 8 apart).
             unsafe { transpose_8x8(&src, rows) };
         }
@@ -184,7 +195,7 @@ fn pack_b_transposed(
 }
 
 /// `dst[j·ld_dst + i] = src[i·ld_src + j]` for `i < rows`, `j < cols`: blocks of 8 × 8 in
-/// registers (on a CPU with AVX-512F), the ragged edges one by one. The rows of the result
+/// registers (on a CPU with AVX2), the ragged edges one by one. The rows of the result
 /// must not overlap: `ld_dst ≥ rows` (panics otherwise).
 pub(crate) fn transpose(
     src: &[f32],
@@ -211,7 +222,7 @@ pub(crate) fn transpose_to(
     row_at: impl Fn(usize) -> usize,
 ) {
     let (full_i, full_j) = if available() {
-        // SAFETY: `available()` found AVX-512F, which implies AVX.
+        // SAFETY: `available()` found AVX2, which implies AVX.
         unsafe { transpose_blocks(src, (rows, cols), ld_src, dst, &row_at) }
     } else {
         (0, 0)
@@ -579,7 +590,7 @@ impl<'a> APanels<'a> {
 ///
 /// # Safety
 /// `c` must address a.rows rows of b.cols elements with row stride `ldc`, used by no one else
-/// meanwhile; the CPU supports AVX-512F.
+/// meanwhile; the own kernels are [`available`].
 unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usize) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     PACK.with(|cell| {
@@ -590,13 +601,14 @@ unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usi
             Ok(bufs) => bufs,
             Err(_) => &mut fresh,
         };
-        let bp = bp.get(KC * NC.min(n.div_ceil(NR) * NR));
+        let nc_max = nc();
+        let bp = bp.get(KC * nc_max.min(n.div_ceil(NR) * NR));
         let ap = ap.get(KC * MC.min(m.div_ceil(MR) * MR));
         // Blocks of equal size, at most the cache sizes: 784 splits as 4 × 196, not
         // 3 × 256 + 16 (a thin last block would be mostly overhead).
         let (kc_step, mc_step) = (even_step(k, KC, 1), even_step(m, MC, MR));
-        for j0 in (0..n).step_by(NC) {
-            let nc = (n - j0).min(NC);
+        for j0 in (0..n).step_by(nc_max) {
+            let nc = (n - j0).min(nc_max);
             for p0 in (0..k).step_by(kc_step) {
                 let kc = (k - p0).min(kc_step);
                 let b_panels = BPanels::new(b, bp, (p0, kc), (j0, nc));
@@ -643,9 +655,9 @@ unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usi
 /// # Safety
 /// `c` must address `rows` rows of `cols` valid elements where `c_rows` puts them (a table
 /// holds `rows` entries), not accessed by anyone else meanwhile, and the CPU must support
-/// AVX-512F. The A panel must hold `rows` rounded up to 4 rows (packed panels are
-/// zero-padded; an in-place one has them), the B panel `kc` rows of the floats its vectors
-/// cover.
+/// AVX2 and FMA (AVX-512F where that path is active). The A panel must hold `rows` rounded
+/// up to 4 rows (packed panels are zero-padded; an in-place one has them), the B panel `kc`
+/// rows of the floats its vectors cover.
 #[inline]
 unsafe fn tile_kernel<B: BRows>(
     kc: usize,
@@ -685,7 +697,7 @@ const BY_ROWS: u8 = 1;
 const BY_TABLE: u8 = 2;
 
 /// The micro-kernel for the fewest rows (4, 8 or 12) covering `t.rows`, over one or two
-/// vectors of columns.
+/// vectors of columns, on the active path.
 ///
 /// # Safety
 /// As [`micro_kernel`], for the row count chosen (never more than the panel holds).
@@ -694,12 +706,48 @@ unsafe fn sized_kernel<const BY: u8, B: BRows>(a: APanel, t: Tile<B>, wide: bool
     // SAFETY: forwarded contract.
     unsafe {
         match (t.rows.div_ceil(4), wide) {
-            (3, true) => micro_kernel::<12, 2, BY, B>(a, t),
-            (3, false) => micro_kernel::<12, 1, BY, B>(a, t),
-            (2, true) => micro_kernel::<8, 2, BY, B>(a, t),
-            (2, false) => micro_kernel::<8, 1, BY, B>(a, t),
-            (_, true) => micro_kernel::<4, 2, BY, B>(a, t),
-            (_, false) => micro_kernel::<4, 1, BY, B>(a, t),
+            (3, true) => path_kernel::<12, 2, BY, B>(a, t),
+            (3, false) => path_kernel::<12, 1, BY, B>(a, t),
+            (2, true) => path_kernel::<8, 2, BY, B>(a, t),
+            (2, false) => path_kernel::<8, 1, BY, B>(a, t),
+            (_, true) => path_kernel::<4, 2, BY, B>(a, t),
+            (_, false) => path_kernel::<4, 1, BY, B>(a, t),
+        }
+    }
+}
+
+/// An M×16·V tile: one AVX-512 register block, or on AVX2 blocks of at most 6 rows and 16
+/// columns (two rows of 6 for M = 12, of 4 for M = 8), each 16-column vector of the tile in
+/// turn.
+///
+/// # Safety
+/// As [`micro_kernel`]; AVX2 and FMA on the AVX2 path.
+#[inline(always)]
+unsafe fn path_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(
+    a: APanel,
+    t: Tile<B>,
+) {
+    if Isa::active() == Isa::Avx512 {
+        // SAFETY: forwarded contract; the AVX-512 path is active only where the CPU has it.
+        return unsafe { micro_kernel::<M, V, BY, B>(a, t) };
+    }
+    let block = if M == 12 { 6 } else { 4 };
+    for v in 0..V {
+        let mask = if v + 1 == V { t.mask } else { u16::MAX };
+        for r0 in (0..M).step_by(block).take_while(|&r0| r0 < t.rows) {
+            let sub = t.block(r0, 16 * v, (t.rows - r0).min(block), mask);
+            let a = a.skip_rows(r0);
+            // SAFETY: the block's rows r0..r0 + block lie within the M rows the panel holds,
+            // its 16 columns within the 16·V the B rows hold; it stores only the rows and
+            // columns of the tile (rows capped, the tile's mask on its last vector).
+            unsafe {
+                match (block, mask > 0xFF) {
+                    (6, true) => avx2_kernel::<6, 2, BY, B>(a, sub, 16 * v),
+                    (6, false) => avx2_kernel::<6, 1, BY, B>(a, sub, 16 * v),
+                    (_, true) => avx2_kernel::<4, 2, BY, B>(a, sub, 16 * v),
+                    (_, false) => avx2_kernel::<4, 1, BY, B>(a, sub, 16 * v),
+                }
+            }
         }
     }
 }
@@ -761,12 +809,14 @@ impl BRows for Offsets {
 }
 
 /// Rows of the A panel that starts with `left` rows to go: 12 while more than 16 remain, then
-/// two of 8 rather than 12 + 4 (a 4-row tile shares each B load among 4 rows only).
+/// on AVX-512 two of 8 rather than 12 + 4 (a 4-row tile shares each B load among 4 rows
+/// only). On AVX2 an 8-row panel runs as two blocks of 4 rows anyway, so 12 (two of 6) + 4 is
+/// the better split.
 fn panel_rows(left: usize) -> usize {
     match left {
         17.. => MR,
-        13..=16 => 8,
-        _ => left,
+        13..=16 if Isa::active() == Isa::Avx512 => 8,
+        _ => left.min(MR),
     }
 }
 
@@ -854,7 +904,7 @@ fn gather(row: &[f32], pieces: &[(usize, usize)], dst: &mut [f32]) {
 /// read in place, one output row per product; short ones are packed, 32 positions to a
 /// panel. Runs on the calling thread.
 ///
-/// Panics unless the AVX-512 path is [`available`] and the operands fit: `base` must hold
+/// Panics unless the own kernels are [`available`] and the operands fit: `base` must hold
 /// every run rounded up to 16 floats (vectors read whole; only stores are masked).
 pub(crate) fn offset_rows_product(
     (a, lda): (&[f32], usize),
@@ -941,7 +991,7 @@ fn row_panels<B: BRows>(
         // holds m rounded up to 4 rows lda apart (asserted by the caller); the B panel's kc rows
         // hold 16·⌈width/16⌉ floats (in place: inside `base` by the caller's reach assert;
         // packed: NR floats each); the tile's `rows` rows of `width` columns at (r0, q0) lie
-        // in `c` (m·ldc asserted, q0 + width ≤ ldc), borrowed exclusively; AVX-512F was
+        // in `c` (m·ldc asserted, q0 + width ≤ ldc), borrowed exclusively; an AVX path was
         // asserted.
         unsafe {
             let a_panel = APanel::Rows(a[r0 * lda + p0..].as_ptr(), lda);
@@ -959,7 +1009,7 @@ fn row_panels<B: BRows>(
 /// image, taps by output channels. Long runs are read in place, one output row per product;
 /// short ones are packed, up to [`KC`] positions to a panel. Runs on the calling thread.
 ///
-/// Panics unless the AVX-512 path is [`available`] and the operands fit: `b`'s rows are read
+/// Panics unless the own kernels are [`available`] and the operands fit: `b`'s rows are read
 /// in whole vectors, so `ldb` must cover `cols` rounded up to 16.
 pub(crate) fn offset_runs_product_acc(
     (base, offsets): (&[f32], &[usize]),
@@ -1025,7 +1075,7 @@ pub(crate) fn offset_runs_product_acc(
                 // assert; packed: rows·kc ≤ MR·kc_step floats of `panel`); B rows
                 // p0..p0 + kc hold 16·⌈width/16⌉ ≤ ldb floats from j0 within `b` (plane·ldb
                 // asserted); the tile's rows × width at (r0, j0) lie in `c` (asserted),
-                // borrowed exclusively; AVX-512F was asserted.
+                // borrowed exclusively; an AVX path was asserted.
                 unsafe {
                     let b_panel = Strided(b[p0 * ldb + j0..].as_ptr(), ldb);
                     let tile = (c[r0 * ldc + j0..].as_mut_ptr(), CRows::Apart(ldc));
@@ -1094,7 +1144,7 @@ impl Gathered<'_> {
 /// output channels stored from `c_at[q]` (zeroed by the caller). Each A panel is 12
 /// positions' runs read in place. Runs on the calling thread.
 ///
-/// Panics unless the AVX-512 path is [`available`] and the operands fit: `b`'s rows are read
+/// Panics unless the own kernels are [`available`] and the operands fit: `b`'s rows are read
 /// in whole vectors, so `ldb` must cover `cols` rounded up to 16; each position's `cols`
 /// outputs must lie in `c`.
 pub(crate) fn gathered_rows_product(
@@ -1134,7 +1184,7 @@ pub(crate) fn gathered_rows_product(
                     // b_row + p0.. hold 16·⌈width/16⌉ ≤ ldb floats from j0 within `b` (the
                     // rows asserted); the tile's rows (r0 + rows ≤ the span's end ≤ the
                     // positions) have entries in `c_at`, and each row's `cols` floats from
-                    // its entry lie in `c` (asserted), borrowed exclusively; AVX-512F was
+                    // its entry lie in `c` (asserted), borrowed exclusively; an AVX path was
                     // asserted.
                     unsafe {
                         let b_panel = Strided(b[(b_row + p0) * ldb + j0..].as_ptr(), ldb);
@@ -1154,7 +1204,7 @@ pub(crate) fn gathered_rows_product(
 /// `b_rows[t]`). Each step of an A panel is 12 of a position's taps read in place. Runs on
 /// the calling thread.
 ///
-/// Panics unless the AVX-512 path is [`available`] and the operands fit: the panels read up
+/// Panics unless the own kernels are [`available`] and the operands fit: the panels read up
 /// to 3 floats past a run, so `base` must hold them; `b`'s rows are read in whole vectors,
 /// so `ldb` must cover `cols` rounded up to 16.
 pub(crate) fn gathered_steps_product_acc(
@@ -1188,7 +1238,7 @@ pub(crate) fn gathered_steps_product_acc(
                     // inside `base` (the reach with that slack asserted); B rows p0..p0 + kc
                     // hold 16·⌈width/16⌉ ≤ ldb floats from j0 within `b` (positions·ldb
                     // asserted); the tile's rows × width at (c_row + r0, j0) lie in `c`
-                    // (the rows asserted), borrowed exclusively; AVX-512F was asserted.
+                    // (the rows asserted), borrowed exclusively; an AVX path was asserted.
                     unsafe {
                         let b_panel = Strided(b[p0 * ldb + j0..].as_ptr(), ldb);
                         let tile = (c[(c_row + r0) * ldc + j0..].as_mut_ptr(), CRows::Apart(ldc));
@@ -1227,6 +1277,119 @@ struct Tile<B> {
     accumulate: bool,
 }
 
+impl<B: BRows> Tile<B> {
+    /// The block of this tile that starts `r0` rows and `col0` columns in: `rows` rows, the
+    /// columns of its 16-wide vector that `mask` selects (the B rows are not moved: the
+    /// kernel adds `col0` to them).
+    #[inline(always)]
+    fn block(self, r0: usize, col0: usize, rows: usize, mask: u16) -> Tile<B> {
+        let (c, c_rows) = match self.c_rows {
+            CRows::Apart(ldc) => (self.c.wrapping_add(r0 * ldc + col0), self.c_rows),
+            CRows::At(table) => (self.c.wrapping_add(col0), CRows::At(table.wrapping_add(r0))),
+        };
+        Tile {
+            c,
+            c_rows,
+            rows,
+            mask,
+            ..self
+        }
+    }
+}
+
+/// C[0..rows, 0..8·W] (+)= A · B over `kc` steps on AVX2: M·W ymm accumulators, M ≤ 6 and
+/// W ≤ 2 (6×16 is the full block: 12 accumulators, two B vectors and a broadcast fill 15 of
+/// the 16 registers). B's rows are read from `col0` floats past where `t.b` puts them. Each
+/// element is the same chain of fused multiply-adds over k as in [`micro_kernel`], then the
+/// same addition to C, so the two paths agree to the bit.
+///
+/// # Safety
+/// As [`micro_kernel`], with 8·W floats from `col0` on each B row, the columns of C those of
+/// the low 8·W bits of `t.mask`, and a CPU with AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2_kernel<const M: usize, const W: usize, const BY: u8, B: BRows>(
+    a: APanel,
+    t: Tile<B>,
+    col0: usize,
+) {
+    use std::arch::x86_64::*;
+    let b = t.b;
+    let (steps, lda, table) = match a {
+        APanel::Steps(p, lda) => (p, lda, std::ptr::null()),
+        APanel::Gathered(p, table) => (p, 0, table),
+        _ => (std::ptr::null(), 0, std::ptr::null()),
+    };
+    // SAFETY: a scattered panel's table holds M entries (the contract).
+    let rows: [*const f32; M] = std::array::from_fn(|i| unsafe { a.row(i) });
+    let mut acc = [[_mm256_setzero_ps(); W]; M];
+    for k in 0..t.kc {
+        // SAFETY: k < kc, so the panel reads are in bounds (a prefetch never faults).
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(b.ahead(k).wrapping_add(col0) as *const i8);
+            let bk_row = b.row(k).add(col0);
+            let bk: [__m256; W] = std::array::from_fn(|w| _mm256_loadu_ps(bk_row.add(8 * w)));
+            let step = if BY == BY_TABLE {
+                steps.wrapping_add(*table.add(k))
+            } else {
+                steps.wrapping_add(k * lda)
+            };
+            for (i, row) in acc.iter_mut().enumerate() {
+                let ai = _mm256_broadcast_ss(&*if BY == BY_ROWS {
+                    rows[i].add(k)
+                } else {
+                    step.add(i)
+                });
+                for w in 0..W {
+                    row[w] = _mm256_fmadd_ps(ai, bk[w], row[w]);
+                }
+            }
+        }
+    }
+    // Lane j of a mask vector is on where bit j of the column mask is.
+    let lanes = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    for (i, row) in acc.iter().enumerate().take(t.rows) {
+        for (w, &r) in row.iter().enumerate() {
+            let bits = i32::from((t.mask >> (8 * w)) as u8);
+            // SAFETY: row i < rows of the block holds the columns its mask bits select at
+            // c + (i·ldc or table entry i) + 8·w.
+            unsafe {
+                let at = match t.c_rows {
+                    CRows::Apart(ldc) => i * ldc,
+                    CRows::At(table) => *table.add(i),
+                };
+                let ci = t.c.add(at + 8 * w);
+                if bits == 0xFF {
+                    let r = if t.accumulate {
+                        _mm256_add_ps(r, _mm256_loadu_ps(ci))
+                    } else {
+                        r
+                    };
+                    _mm256_storeu_ps(ci, r);
+                } else if bits != 0 {
+                    let on = _mm256_and_si256(_mm256_set1_epi32(bits), lanes);
+                    let mask = _mm256_cmpeq_epi32(on, lanes);
+                    let r = if t.accumulate {
+                        _mm256_add_ps(r, _mm256_maskload_ps(ci, mask))
+                    } else {
+                        r
+                    };
+                    _mm256_maskstore_ps(ci, mask, r);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn avx2_kernel<const M: usize, const W: usize, const BY: u8, B: BRows>(
+    _: APanel,
+    _: Tile<B>,
+    _: usize,
+) {
+    unreachable!("the AVX2 path is only taken on x86-64")
+}
+
 /// C[0..rows, 0..16·V] (+)= A · B over `kc` steps, M·V zmm accumulators. M = 12, V = 2 is the
 /// full 12×32 tile; smaller M and V serve the edges of C.
 ///
@@ -1235,7 +1398,7 @@ struct Tile<B> {
 /// entries), or kc steps of M adjacent floats (`BY_STEPS`: `lda` apart; `BY_TABLE`: kc table
 /// entries); `t.b` gives kc rows of 16·V floats each; `t.c` addresses `t.rows` ≤ M rows of
 /// the columns that the full vectors and `t.mask` select, where `t.c_rows` puts them (a
-/// table: `t.rows` entries); the CPU supports AVX-512F.
+/// table: `t.rows` entries); the CPU supports AVX-512F (and AVX2, FMA for [`path_kernel`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn micro_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(

@@ -7,13 +7,13 @@
 //! - `z = conv_transpose2d(u, w)`: `du = conv2d(dz, w)`, `dw = conv2d_weight(dz, u)`
 //! - `v = conv2d_weight(x, dy)`: `dx = conv_transpose2d(dy, dv)`, `d(dy) = conv2d(x, dv)`
 //!
-//! In f32 on AVX-512 all three skip the column matrix where their shapes allow: over
+//! In f32 on an AVX path (AVX2 or AVX-512) all three skip the column matrix where their shapes allow: over
 //! channels-last copies where the output rows are short and the channels many (a DCGAN's
 //! 7×7 and 14×14 maps, the transposed convolution split by output phase:
 //! `kernels/channels_last.rs`), and otherwise reading the image in place for the convolution,
 //! its weight gradient and the stride-1 transposed convolution (`kernels/implicit_conv.rs`).
 //! f64, groups and the other strided transposed convolutions keep im2col and col2im, or a
-//! direct kernel where the channels are few.
+//! direct kernel where the channels are few. [`Algo`] is the one place that chooses.
 
 use std::ops::Range;
 
@@ -323,6 +323,76 @@ impl Tensor {
     }
 }
 
+/// How a convolution, its transpose or its weight gradient runs. Chosen here and only here,
+/// from what each kernel can run (`cl::applies`, `ki::implicit_applies`, which ask for f32
+/// and an AVX path) and where each was measured fastest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Algo {
+    /// Over channels-last copies of the images (`kernels/channels_last.rs`).
+    ChannelsLast,
+    /// Products reading the padded image in place (`kernels/implicit_conv.rs`); for the
+    /// transpose, the convolution of the flipped geometry.
+    Implicit,
+    /// The direct kernel, a vector of output channels per tap (`kernels/conv.rs`); for the
+    /// transpose, the convolution of the flipped geometry.
+    Direct,
+    /// im2col (or col2im) around the matrix product: any dtype, groups, geometry.
+    Columns,
+}
+
+impl Algo {
+    /// For `conv2d` of geometry `g` from `c` to `o` channels.
+    fn conv<T: FloatElement>(g: &Geom, groups: usize, c: usize, o: usize) -> Algo {
+        if groups == 1 && cl::applies::<T>(g, c, o) {
+            Algo::ChannelsLast
+        } else if groups == 1 && ki::implicit_applies::<T>(g, c) {
+            Algo::Implicit
+        } else if direct_wins(g, groups, c * g.taps(), o) {
+            Algo::Direct
+        } else {
+            Algo::Columns
+        }
+    }
+
+    /// For `conv_transpose2d` of (forward) geometry `g` from `cin` to `cout` channels, with
+    /// the flipped geometry that `Implicit` and `Direct` run.
+    fn transposed<T: FloatElement>(
+        g: &Geom,
+        groups: usize,
+        cin: usize,
+        cout: usize,
+    ) -> (Algo, Option<Geom>) {
+        if groups == 1 && cl::applies::<T>(g, cout, cin) {
+            return (Algo::ChannelsLast, None);
+        }
+        // With a stride of 1 the transposed convolution is a convolution by the flipped kernel.
+        if let Some(f) = flipped(g).filter(|_| groups == 1) {
+            if ki::implicit_applies::<T>(&f, cin) {
+                return (Algo::Implicit, Some(f));
+            }
+            // At most 8 outputs (an input gradient of a layer with few input channels) fill
+            // only half a vector of the direct kernel: the column matrix measured faster
+            // there (LeNet's 8→16 5×5).
+            if cout > 8 && direct_wins(g, groups, cin * g.taps(), cout) {
+                return (Algo::Direct, Some(f));
+            }
+        }
+        (Algo::Columns, None)
+    }
+
+    /// For `conv2d_weight` of geometry `g` from `c` to `o` channels.
+    fn weight<T: FloatElement>(g: &Geom, groups: usize, c: usize, o: usize) -> Algo {
+        let k = c / groups.max(1) * g.taps();
+        match Algo::conv::<T>(g, groups, c, o) {
+            // The direct weight gradient wins only where the column matrix is thin (a product
+            // with an inner size of a few dozen); with more rows im2col and the product are
+            // faster.
+            Algo::Direct if k > DIRECT_WEIGHT_MAX_ROWS => Algo::Columns,
+            algo => algo,
+        }
+    }
+}
+
 /// Whether the direct kernel beats im2col and the product for a convolution with `k` rows of
 /// column matrix (`C·kh·kw`) and `o` output channels: few rows make a column matrix that is
 /// mostly copies of the input and a product too thin to run at speed.
@@ -519,77 +589,71 @@ impl Sizes<'_> {
 /// run over every image (small images make wide products, not many narrow ones).
 fn conv_forward<T: FloatElement>(x: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Tensor {
     let (xd, wd) = (x.contiguous_data::<T>(), w.contiguous_data::<T>());
-    let (Sizes { g, groups, n, c, o }, (cg, og, k, plane)) = (*s, s.per_group());
+    let Sizes { g, groups, n, c, o } = *s;
     let mut out = filled(
         "conv2d",
         numel_or_panic("conv2d", &[n, o, g.ho, g.wo]),
         T::zero(),
     );
-    if groups == 1 && cl::applies::<T>(g, c, o) {
-        cl::conv(&xd, c, g, &wd, o, &mut out);
-        return Tensor::from_data(out, &[n, o, g.ho, g.wo]);
+    match Algo::conv::<T>(g, groups, c, o) {
+        Algo::ChannelsLast => cl::conv(&xd, c, g, &wd, o, &mut out),
+        Algo::Implicit => ki::implicit_conv(&xd, c, g, &wd, o, &mut out),
+        Algo::Direct => direct_conv(&xd, c, g, &wd, o, &mut out),
+        Algo::Columns => columns_conv((&xd, &wd), s, &mut out),
     }
-    if groups == 1 && ki::implicit_applies::<T>(g, c) {
-        ki::implicit_conv(&xd, c, g, &wd, o, &mut out);
-        return Tensor::from_data(out, &[n, o, g.ho, g.wo]);
-    }
-    if direct_wins(g, groups, k, o) {
-        direct_conv(&xd, c, g, &wd, o, &mut out);
-        return Tensor::from_data(out, &[n, o, g.ho, g.wo]);
-    }
+    Tensor::from_data(out, &[n, o, g.ho, g.wo])
+}
+
+/// [`conv_forward`] through im2col and the product, per chunk of images and group.
+fn columns_conv<T: FloatElement>((xd, wd): (&[T], &[T]), s: &Sizes<'_>, out: &mut [T]) {
+    let (Sizes { g, groups, n, c, o }, (cg, og, k, plane)) = (*s, s.per_group());
     let (mut cols, mut y) = (Vec::new(), Vec::new());
     for images in chunks(n, k * plane) {
         for grp in 0..groups {
-            columns(&xd, g, (c, cg, grp), &images, &mut cols);
+            columns(xd, g, (c, cg, grp), &images, &mut cols);
             let wide = images.len() * plane;
-            let pair = (mat(&wd, grp * og * k, og, k), mat(&cols, 0, k, wide));
+            let pair = (mat(wd, grp * og * k, og, k), mat(&cols, 0, k, wide));
             y.clear();
             gemm_batch_append(&[pair], og, wide, &mut y);
-            unside(&y, &images, (o, grp * og, og), plane, &mut out);
+            unside(&y, &images, (o, grp * og, og), plane, out);
         }
     }
-    Tensor::from_data(out, &[n, o, g.ho, g.wo])
 }
 
 /// `y[:, group] = col2im(W_groupᵀ @ u[:, group])`, `y` of the geometry's input size.
 fn conv_t_forward<T: FloatElement>(u: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Tensor {
     let (ud, wd) = (u.contiguous_data::<T>(), w.contiguous_data::<T>());
-    let (
-        Sizes {
-            g,
-            groups,
-            n,
-            c: cout,
-            o: cin,
-        },
-        (_, _, k, plane),
-    ) = (*s, s.per_group());
-    let hw = g.h * g.w;
+    let Sizes {
+        g,
+        groups,
+        n,
+        c: cout,
+        o: cin,
+    } = *s;
     let mut out = filled(
         "conv_transpose2d",
         numel_or_panic("conv_transpose2d", &[n, cout, g.h, g.w]),
         T::zero(),
     );
-    if groups == 1 && cl::applies::<T>(g, cout, cin) {
-        cl::conv_transpose(&ud, cin, g, &wd, cout, &mut out);
-        return Tensor::from_data(out, &[n, cout, g.h, g.w]);
-    }
-    // With a stride of 1 the transposed convolution is a convolution by the flipped kernel.
-    if let Some(f) = flipped(g).filter(|_| groups == 1) {
-        let implicit = ki::implicit_applies::<T>(&f, cin);
-        // At most 8 outputs (an input gradient of a layer with few input channels) fill only
-        // half a vector of the direct kernel: the column matrix measured faster there
-        // (LeNet's 8→16 5×5: 1.1 ms against 4.5 for its input gradient).
-        if implicit || (cout > 8 && direct_wins(g, groups, cin * g.taps(), cout)) {
+    match Algo::transposed::<T>(g, groups, cin, cout) {
+        (Algo::ChannelsLast, _) => cl::conv_transpose(&ud, cin, g, &wd, cout, &mut out),
+        (algo @ (Algo::Implicit | Algo::Direct), Some(f)) => {
             let wf = flipped_weight(&wd, cin, cout, g.taps());
-            if implicit {
+            if algo == Algo::Implicit {
                 ki::implicit_conv(&ud, cin, &f, &wf, cout, &mut out);
             } else {
                 direct_conv(&ud, cin, &f, &wf, cout, &mut out);
             }
-            return Tensor::from_data(out, &[n, cout, g.h, g.w]);
         }
+        _ => columns_conv_t((&ud, &wd), s, &mut out),
     }
+    Tensor::from_data(out, &[n, cout, g.h, g.w])
+}
+
+/// [`conv_t_forward`] through the product and col2im.
+fn columns_conv_t<T: FloatElement>((ud, wd): (&[T], &[T]), s: &Sizes<'_>, out: &mut [T]) {
+    let (Sizes { g, n, c: cout, .. }, (_, _, k, plane)) = (*s, s.per_group());
+    let hw = g.h * g.w;
     let per_image = k * plane;
     if per_image <= COLS_IN_CACHE {
         // Chunks small enough that the column matrix col2im reads back is still in the
@@ -603,7 +667,7 @@ fn conv_t_forward<T: FloatElement>(u: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Ten
                 || (Vec::new(), Vec::new()),
                 |(us, cols), (chunk, out)| {
                     let images = chunk * per..(chunk * per + per).min(n);
-                    conv_t_chunk((&ud, &wd, us, cols), s, &images, out, false);
+                    conv_t_chunk((ud, wd, us, cols), s, &images, out, false);
                 },
             );
     } else {
@@ -612,10 +676,9 @@ fn conv_t_forward<T: FloatElement>(u: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Ten
         let (mut us, mut cols) = (Vec::new(), Vec::new());
         for images in chunks(n, per_image) {
             let out = &mut out[images.start * cout * hw..images.end * cout * hw];
-            conv_t_chunk((&ud, &wd, &mut us, &mut cols), s, &images, out, true);
+            conv_t_chunk((ud, wd, &mut us, &mut cols), s, &images, out, true);
         }
     }
-    Tensor::from_data(out, &[n, cout, g.h, g.w])
 }
 
 /// One chunk of images of the transposed convolution through im2col's adjoint: per group,
@@ -670,34 +733,41 @@ const COLS_IN_CACHE: usize = 1 << 18;
 /// `v[group] = dy[:, group] @ cols[group]ᵀ` summed over the images, as `[O, C/groups, kh, kw]`.
 fn conv_weight<T: FloatElement>(x: &Tensor, dy: &Tensor, s: &Sizes<'_>) -> Tensor {
     let (xd, dyd) = (x.contiguous_data::<T>(), dy.contiguous_data::<T>());
-    let (Sizes { g, groups, n, c, o }, (cg, og, k, plane)) = (*s, s.per_group());
-    if groups == 1 && cl::applies::<T>(g, c, o) {
-        let sum = cl::conv_weight(&xd, &dyd, c, g, o);
-        return Tensor::from_data(sum, &[o, cg, g.kh, g.kw]);
-    }
-    if groups == 1 && ki::implicit_applies::<T>(g, c) {
-        let sum = ki::implicit_conv_weight(&xd, &dyd, c, g, o);
-        return Tensor::from_data(sum, &[o, cg, g.kh, g.kw]);
-    }
-    let mut sum = vec![T::zero(); o * k];
-    // The direct weight gradient wins only where the column matrix is thin (a product with
-    // an inner size of a few dozen); with more rows im2col and the product are faster.
-    if direct_wins(g, groups, k, o) && k <= DIRECT_WEIGHT_MAX_ROWS {
-        let per_tap = kc::direct_conv_weight(&xd, &dyd, c, g, o);
-        let stride = kc::direct_width(o);
-        for (oc, filter) in sum.chunks_exact_mut(k.max(1)).enumerate() {
-            for (tap, v) in filter.iter_mut().enumerate() {
-                *v = per_tap[tap * stride + oc];
+    let (
+        Sizes {
+            g, groups, c, o, ..
+        },
+        (cg, _, k, _),
+    ) = (*s, s.per_group());
+    let sum = match Algo::weight::<T>(g, groups, c, o) {
+        Algo::ChannelsLast => cl::conv_weight(&xd, &dyd, c, g, o),
+        Algo::Implicit => ki::implicit_conv_weight(&xd, &dyd, c, g, o),
+        Algo::Direct => {
+            let per_tap = kc::direct_conv_weight(&xd, &dyd, c, g, o);
+            let stride = kc::direct_width(o);
+            let mut sum = vec![T::zero(); o * k];
+            for (oc, filter) in sum.chunks_exact_mut(k.max(1)).enumerate() {
+                for (tap, v) in filter.iter_mut().enumerate() {
+                    *v = per_tap[tap * stride + oc];
+                }
             }
+            sum
         }
-        return Tensor::from_data(sum, &[o, cg, g.kh, g.kw]);
-    }
+        Algo::Columns => columns_conv_weight((&xd, &dyd), s),
+    };
+    Tensor::from_data(sum, &[o, cg, g.kh, g.kw])
+}
+
+/// [`conv_weight`] through im2col and the product, summed over chunks of images.
+fn columns_conv_weight<T: FloatElement>((xd, dyd): (&[T], &[T]), s: &Sizes<'_>) -> Vec<T> {
+    let (Sizes { g, groups, n, c, o }, (cg, og, k, plane)) = (*s, s.per_group());
+    let mut sum = vec![T::zero(); o * k];
     let (mut cols, mut dys, mut block) = (Vec::new(), Vec::new(), Vec::new());
     for images in chunks(n, k * plane) {
         let wide = images.len() * plane;
         for grp in 0..groups {
-            columns(&xd, g, (c, cg, grp), &images, &mut cols);
-            side_by_side(&dyd, &images, (o, grp * og, og), plane, &mut dys);
+            columns(xd, g, (c, cg, grp), &images, &mut cols);
+            side_by_side(dyd, &images, (o, grp * og, og), plane, &mut dys);
             let pair = (mat(&dys, 0, og, wide), mat_t(&cols, 0, k, wide));
             block.clear();
             gemm_batch_append(&[pair], og, k, &mut block);
@@ -706,5 +776,5 @@ fn conv_weight<T: FloatElement>(x: &Tensor, dy: &Tensor, s: &Sizes<'_>) -> Tenso
             }
         }
     }
-    Tensor::from_data(sum, &[o, cg, g.kh, g.kw])
+    sum
 }

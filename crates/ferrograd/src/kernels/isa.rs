@@ -1,0 +1,151 @@
+//! The instruction set the hand-written kernels run on, chosen once per process.
+//!
+//! One build runs on any x86-64: the matrix-product micro-kernels exist for AVX-512 and for
+//! AVX2 + FMA, and every other hot loop is compiled for both and for the baseline. Every
+//! dispatch point asks [`Isa::active`], so the environment variable `FERROGRAD_ISA`
+//! (`avx512`, `avx2` or `portable`) forces one path for tests and benchmarks on a CPU that
+//! has better. It never selects more than the CPU has: a request above it falls back to the
+//! best the CPU supports, with a warning on stderr.
+
+use std::sync::OnceLock;
+
+/// A kernel path, from the baseline up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Isa {
+    /// Baseline x86-64 (SSE2) or any other architecture: f32 products go through
+    /// `matrixmultiply`, convolutions through im2col or the direct kernels.
+    Portable,
+    /// AVX2 and FMA: a 6×16 register tile for f32 products (Haswell and later, AMD Zen).
+    Avx2,
+    /// AVX-512F (and VL): a 12×32 register tile for f32 products.
+    Avx512,
+}
+
+impl Isa {
+    /// Every path, from the baseline up.
+    pub const ALL: [Isa; 3] = [Isa::Portable, Isa::Avx2, Isa::Avx512];
+
+    /// The name `FERROGRAD_ISA` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Portable => "portable",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+        }
+    }
+
+    /// The path a name (as [`Isa::name`] gives it, any case) stands for.
+    pub fn parse(name: &str) -> Option<Isa> {
+        Isa::ALL
+            .into_iter()
+            .find(|isa| isa.name().eq_ignore_ascii_case(name.trim()))
+    }
+
+    /// The best path this CPU supports.
+    pub fn detected() -> Isa {
+        static DETECTED: OnceLock<Isa> = OnceLock::new();
+        *DETECTED.get_or_init(detect)
+    }
+
+    /// Every path this CPU supports, from the baseline up.
+    pub fn supported() -> Vec<Isa> {
+        Isa::ALL
+            .into_iter()
+            .filter(|&isa| isa <= Isa::detected())
+            .collect()
+    }
+
+    /// The path the kernels take in this process: `FERROGRAD_ISA` when it is set (at most
+    /// what the CPU supports), the best the CPU supports otherwise. Read once, at the first
+    /// kernel call.
+    pub fn active() -> Isa {
+        static ACTIVE: OnceLock<Isa> = OnceLock::new();
+        *ACTIVE.get_or_init(|| {
+            let requested = std::env::var("FERROGRAD_ISA").ok();
+            let (isa, warning) = choose(requested.as_deref(), Isa::detected());
+            if let Some(warning) = warning {
+                eprintln!("ferrograd: {warning}");
+            }
+            isa
+        })
+    }
+}
+
+impl std::fmt::Display for Isa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The path for a `FERROGRAD_ISA` value on a CPU whose best is `detected`, and what to warn
+/// about when the value cannot be honoured as given.
+fn choose(requested: Option<&str>, detected: Isa) -> (Isa, Option<String>) {
+    let Some(name) = requested.filter(|n| !n.trim().is_empty()) else {
+        return (detected, None);
+    };
+    match Isa::parse(name) {
+        None => (
+            detected,
+            Some(format!(
+                "FERROGRAD_ISA={name:?} is not one of avx512, avx2, portable; using {detected}"
+            )),
+        ),
+        Some(isa) if isa > detected => (
+            detected,
+            Some(format!(
+                "FERROGRAD_ISA={name} asks for more than this CPU has; using {detected}"
+            )),
+        ),
+        Some(isa) => (isa, None),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect() -> Isa {
+    if std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+        && std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("fma")
+    {
+        Isa::Avx512
+    } else if std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("fma")
+    {
+        Isa::Avx2
+    } else {
+        Isa::Portable
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn detect() -> Isa {
+    Isa::Portable
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_is_honoured_up_to_what_the_cpu_has() {
+        assert_eq!(choose(None, Isa::Avx2), (Isa::Avx2, None));
+        assert_eq!(choose(Some(""), Isa::Avx512), (Isa::Avx512, None));
+        assert_eq!(choose(Some("portable"), Isa::Avx2), (Isa::Portable, None));
+        assert_eq!(choose(Some(" AVX2 "), Isa::Avx512), (Isa::Avx2, None));
+        let (isa, warning) = choose(Some("avx512"), Isa::Avx2);
+        assert_eq!(isa, Isa::Avx2);
+        assert!(warning.unwrap().contains("more than this CPU has"));
+        let (isa, warning) = choose(Some("sse9"), Isa::Portable);
+        assert_eq!(isa, Isa::Portable);
+        assert!(warning.unwrap().contains("not one of"));
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for isa in Isa::ALL {
+            assert_eq!(Isa::parse(isa.name()), Some(isa));
+        }
+        assert!(Isa::supported().contains(&Isa::Portable));
+        assert!(Isa::supported().contains(&Isa::detected()));
+    }
+}

@@ -1,0 +1,140 @@
+//! The kernel path of this process (`FERROGRAD_ISA`, see `ferrograd::Isa`), and f32 products
+//! on it against f64 loops. `scripts/test-kernel-paths.sh` runs this binary, and the suites
+//! that exercise the kernels (convolution, matmul, recurrent, gradcheck, property tests), once
+//! per path the CPU supports; the first test here fails a run that did not get the path it
+//! asked for, so a path cannot silently go untested.
+
+use ferrograd::prelude::*;
+use ferrograd::Isa;
+use proptest::prelude::*;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+#[test]
+fn the_requested_path_is_the_one_that_runs() {
+    let active = Isa::active();
+    println!("kernel path: {active} (this CPU: {})", Isa::detected());
+    if let Ok(name) = std::env::var("FERROGRAD_ISA") {
+        let requested = Isa::parse(&name).expect("FERROGRAD_ISA names a path");
+        assert_eq!(active, requested, "FERROGRAD_ISA={name} but {active} runs");
+    } else {
+        assert_eq!(active, Isa::detected());
+    }
+}
+
+/// The paths this CPU supports, printed for `scripts/test-kernel-paths.sh`.
+#[test]
+#[ignore = "prints the supported paths for the script that runs the suites on each"]
+fn supported_paths() {
+    let names: Vec<_> = Isa::supported().iter().map(|isa| isa.name()).collect();
+    println!("SUPPORTED {}", names.join(" "));
+}
+
+/// `a @ b` in f64 from the elements alone.
+fn naive(a: &[f64], b: &[f64], (m, k, n): (usize, usize, usize)) -> Vec<f64> {
+    let mut c = vec![0.0; m * n];
+    for i in 0..m {
+        for p in 0..k {
+            for j in 0..n {
+                c[i * n + j] += a[i * k + p] * b[p * n + j];
+            }
+        }
+    }
+    c
+}
+
+/// An f32 `[rows, cols]` operand, row-major or a transposed view of a `[cols, rows]` tensor.
+fn operand(rows: usize, cols: usize, transposed: bool, rng: &mut StdRng) -> Tensor {
+    if transposed {
+        Tensor::randn(&[cols, rows], DType::F32, rng).t()
+    } else {
+        Tensor::randn(&[rows, cols], DType::F32, rng)
+    }
+}
+
+fn config() -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// Every edge of the register tiles (rows not a multiple of 4, 6 or 12, columns not of 8,
+    /// 16 or 32), both operand layouts, and sizes that split over the threads and over
+    /// several k blocks.
+    #[test]
+    fn f32_products_match_f64_loops(
+        m in 1usize..80,
+        k in 1usize..300,
+        n in 1usize..90,
+        ta in any::<bool>(),
+        tb in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let (a, b) = (operand(m, k, ta, &mut rng), operand(k, n, tb, &mut rng));
+        let got = a.matmul(&b).to_vec::<f64>();
+        let want = naive(&a.to_vec::<f64>(), &b.to_vec::<f64>(), (m, k, n));
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            prop_assert!((g - w).abs() <= 1e-5 * (k as f64).sqrt() * (1.0 + w.abs()),
+                "{m}×{k}×{n} ({ta}, {tb}) at {i}: {g} against {w}");
+        }
+    }
+}
+
+#[test]
+fn large_products_match_f64_loops_and_repeat_to_the_bit() {
+    let mut rng = StdRng::seed_from_u64(11);
+    // Several column blocks of B, several k blocks, row blocks split over the threads.
+    for (m, k, n) in [(300, 600, 530), (37, 1030, 260)] {
+        let (a, b) = (
+            operand(m, k, false, &mut rng),
+            operand(k, n, true, &mut rng),
+        );
+        let got = a.matmul(&b).to_vec::<f32>();
+        let want = naive(&a.to_vec::<f64>(), &b.to_vec::<f64>(), (m, k, n));
+        for (i, (&g, w)) in got.iter().zip(&want).enumerate() {
+            let tol = 1e-5 * (k as f64).sqrt() * (1.0 + w.abs());
+            assert!((f64::from(g) - w).abs() <= tol, "{m}×{k}×{n} at {i}");
+        }
+        assert_eq!(a.matmul(&b).to_vec::<f32>(), got, "{m}×{k}×{n} again");
+    }
+}
+
+/// The gradients of a small convolutional network's loss, run on a pool of `threads`.
+fn conv_grads(threads: usize) -> Vec<Vec<f32>> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("a thread pool");
+    pool.install(|| {
+        let mut rng = StdRng::seed_from_u64(5);
+        let x = Tensor::randn(&[16, 3, 14, 14], DType::F32, &mut rng).requires_grad();
+        let w1 = Tensor::randn(&[24, 3, 3, 3], DType::F32, &mut rng).requires_grad();
+        let w2 = Tensor::randn(&[16, 24, 4, 4], DType::F32, &mut rng).requires_grad();
+        let w3 = Tensor::randn(&[16 * 7 * 7, 10], DType::F32, &mut rng).requires_grad();
+        let h = x.conv2d(&w1, &ConvOpts::new().padding(1)).relu();
+        let h = h.conv2d(&w2, &ConvOpts::new().stride(2).padding(1)).relu();
+        let loss = h.reshape(&[16, 16 * 7 * 7]).matmul(&w3).tanh().sum();
+        let grads = loss.backward();
+        [&x, &w1, &w2, &w3]
+            .iter()
+            .map(|t| grads.get(t).expect("a gradient").to_vec::<f32>())
+            .collect()
+    })
+}
+
+#[test]
+fn results_are_the_same_bits_on_any_thread_count() {
+    let one = conv_grads(1);
+    assert_eq!(conv_grads(2), one);
+    assert_eq!(conv_grads(3), one);
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs the suites that exercise the hand-written kernels once per kernel path this CPU
+# supports (FERROGRAD_ISA=portable, avx2, avx512; see `ferrograd::Isa`), and fails if a
+# supported path was not run or did not pass. `cargo test --workspace --release` covers the
+# best path only; this covers the others.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+suites=(--test kernel_path --test conv --test layers_conv_rnn --test gradcheck_ops
+        --test tensor_ops --test prop_views --test hostile_shapes --test training --lib)
+run() { cargo test --release -q -p ferrograd "$@"; }
+
+supported="$(run --test kernel_path -- --ignored --exact supported_paths --nocapture |
+    sed -n 's/^SUPPORTED //p')"
+[ -n "$supported" ] || { echo "kernel paths: none reported" >&2; exit 1; }
+echo "kernel paths this CPU supports: $supported"
+ran=()
+for isa in $supported; do
+    echo "== kernel path $isa"
+    said="$(FERROGRAD_ISA="$isa" run --test kernel_path -- --exact \
+        the_requested_path_is_the_one_that_runs --nocapture 2>&1)" || true
+    echo "$said" | grep -q "kernel path: $isa " || {
+        echo "$said" >&2
+        echo "kernel paths: the run for $isa did not report running on it" >&2
+        exit 1
+    }
+    out="$(FERROGRAD_ISA="$isa" run "${suites[@]}" 2>&1)" || {
+        echo "$out" | tail -n 60 >&2
+        echo "kernel paths: the suites failed on $isa" >&2
+        exit 1
+    }
+    echo "$out" | grep -E '^test result' | awk '{p += $4; f += $6} END {print "  " p " passed, " f " failed"}'
+    ran+=("$isa")
+done
+echo "kernel paths run: ${ran[*]}"
