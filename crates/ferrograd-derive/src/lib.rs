@@ -4,8 +4,15 @@
 //!
 //! Every field takes part unless marked `#[module(skip)]` (configuration, cached values).
 //! Tuple structs name their fields `0`, `1`, ... as PyTorch's `Sequential` does.
+//!
+//! `#[isa_dispatch]` compiles a kernel loop once per instruction-set path of ferrograd's `Isa`
+//! (AVX-512, AVX2 + FMA, baseline) and picks one at each call from `Isa::active()`, so that
+//! `FERROGRAD_ISA` forces every kernel, not only the hand-written ones. For use inside
+//! ferrograd (it names `crate::kernels::isa::Isa`).
 
 #![deny(missing_docs)]
+
+mod isa_dispatch;
 
 use proc_macro::TokenStream;
 use proc_macro2::TokenStream as Tokens;
@@ -20,6 +27,24 @@ use syn::{parse_macro_input, parse_quote, Data, DeriveInput, Fields, Index};
 pub fn derive_module(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
     match expand(&input) {
+        Ok(tokens) => tokens.into(),
+        Err(e) => e.to_compile_error().into(),
+    }
+}
+
+/// Compiles a free function for each kernel path (AVX-512 with VL, AVX2 with FMA, the
+/// baseline) and dispatches on `Isa::active()` at each call. The body is written once, as
+/// plain Rust that the compiler vectorises for each target.
+#[proc_macro_attribute]
+pub fn isa_dispatch(attr: TokenStream, input: TokenStream) -> TokenStream {
+    if !attr.is_empty() {
+        let msg = "#[isa_dispatch] takes no arguments";
+        return syn::Error::new(proc_macro2::Span::call_site(), msg)
+            .to_compile_error()
+            .into();
+    }
+    let input = parse_macro_input!(input as syn::ItemFn);
+    match isa_dispatch::expand(input) {
         Ok(tokens) => tokens.into(),
         Err(e) => e.to_compile_error().into(),
     }

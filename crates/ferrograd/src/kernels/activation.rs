@@ -7,7 +7,9 @@
 //! below |x| = 0.625 and through the exponential above. Both stay within a few units in the
 //! last place (the tests bound them); f64 keeps the C library's functions.
 
-use multiversion::{multiversion, target::selected_target};
+use ferrograd_derive::isa_dispatch;
+
+use super::isa::Isa;
 
 const LOG2E: f32 = std::f32::consts::LOG2_E;
 /// ln 2 split in two: `n·LN2_HI` is exact for the `n` that occur.
@@ -97,17 +99,20 @@ fn tanh<const FMA: bool>(x: f32) -> f32 {
     }
 }
 
-/// `f` over `xs`, its FMA form in the clones for CPUs that have FMA.
+/// `f` over `xs`, compiled for each kernel path.
+#[isa_dispatch]
+fn map_f32(xs: &mut [f32], f: impl Fn(f32) -> f32) {
+    xs.iter_mut().for_each(|x| *x = f(*x));
+}
+
+/// `f` over `xs`, in its FMA form on the paths that have FMA (all but the portable one).
 macro_rules! slice_kernel {
     ($name:ident, $f:ident) => {
-        #[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
         pub fn $name(xs: &mut [f32]) {
-            // A constant of each clone, so the test is compiled away.
-            const FMA: bool = selected_target!().supports_feature_str("fma");
-            if FMA {
-                xs.iter_mut().for_each(|x| *x = $f::<true>(*x));
+            if Isa::active() >= Isa::Avx2 {
+                map_f32(xs, $f::<true>);
             } else {
-                xs.iter_mut().for_each(|x| *x = $f::<false>(*x));
+                map_f32(xs, $f::<false>);
             }
         }
     };

@@ -1,7 +1,7 @@
 //! Recurrent cells, fused: the gate activations and state update of one step in one pass over
 //! the `[N, G·H]` gate pre-activations. Whole sequences run them in `kernels::sequence`.
 
-use multiversion::multiversion;
+use ferrograd_derive::isa_dispatch;
 
 use super::Float;
 
@@ -207,7 +207,7 @@ impl Cell for LstmCell {
 /// The LSTM's gate gradients and `dc` of one row from its saved activations (`i`, `f`, `g`,
 /// `o`, `tanh c'`), the previous `c` and the upstream `dh'`, `dc'`: an element-wise loop,
 /// compiled for each instruction set.
-#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+#[isa_dispatch]
 fn lstm_grads<T: Float>(ins: [&[T]; 8], outs: [&mut [T]; 5]) {
     let len = outs[0].len();
     // Every slice cut to one length, so that the loop runs without bounds checks.

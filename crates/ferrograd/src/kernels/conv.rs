@@ -6,6 +6,7 @@
 //! back where it came from), which is what the transposed convolution and the input gradient
 //! need.
 
+use ferrograd_derive::isa_dispatch;
 use rayon::prelude::*;
 
 use super::Float;
@@ -199,7 +200,7 @@ pub(crate) fn direct_conv<T: Float>(x: &[T], c: usize, g: &Geom, wt: &[T], o: us
 }
 
 /// [`direct_conv`] of one image, compiled for each instruction set.
-#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+#[isa_dispatch]
 fn direct_conv_image<T: Float>(x: &[T], c: usize, g: &Geom, wt: &[T], o: usize, y: &mut [T]) {
     let (padded, hp, wp) = padded_image(x, c, g);
     let d = Direct {
@@ -304,7 +305,7 @@ const WEIGHT_RUNS: usize = 16;
 
 /// One image's share of [`direct_conv_weight`], added into `acc`; compiled for each
 /// instruction set.
-#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+#[isa_dispatch]
 fn direct_weight_image<T: Float>(x: &[T], dy: &[T], c: usize, g: &Geom, o: usize, acc: &mut [T]) {
     let (padded, hp, wp) = padded_image(x, c, g);
     // dy with the output channels innermost (zeros past o): [ho·wo, O'].

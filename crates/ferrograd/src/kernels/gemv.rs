@@ -5,7 +5,7 @@
 
 use std::mem::MaybeUninit;
 
-use multiversion::multiversion;
+use ferrograd_derive::isa_dispatch;
 use rayon::prelude::*;
 
 use super::matmul::MatRef;
@@ -95,7 +95,7 @@ fn weighted_rows<T: Float>(b: &MatRef<'_, T>, y: &[T], out: &mut [MaybeUninit<T>
 }
 
 /// Σ a[i]·b[i], eight accumulators.
-#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+#[isa_dispatch]
 fn dot<T: Float>(a: &[T], b: &[T]) -> T {
     let mut acc = [T::zero(); 8];
     let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
@@ -110,7 +110,7 @@ fn dot<T: Float>(a: &[T], b: &[T]) -> T {
 }
 
 /// `acc += w · x`.
-#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+#[isa_dispatch]
 fn axpy<T: Float>(acc: &mut [T], w: T, x: &[T]) {
     for (a, &x) in acc.iter_mut().zip(x) {
         *a += w * x;

@@ -15,7 +15,7 @@
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
-use multiversion::multiversion;
+use ferrograd_derive::isa_dispatch;
 use rayon::prelude::*;
 
 use super::{Float, Rows, PAR_THRESHOLD};
@@ -38,7 +38,7 @@ fn short_runs(inner: usize) -> bool {
 }
 
 /// Σ term(a, b, m) over a run, eight accumulators in the element type.
-#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+#[isa_dispatch]
 fn sum_terms<T: Float>(a: &[T], b: &[T], m: T, term: &impl Fn(T, T, T) -> T) -> T {
     let mut acc = [T::zero(); 8];
     let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
@@ -55,7 +55,7 @@ fn sum_terms<T: Float>(a: &[T], b: &[T], m: T, term: &impl Fn(T, T, T) -> T) -> 
 }
 
 /// `acc[j] += term(a[j], b[j], m[j])` in f64 over one row's block of columns.
-#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+#[isa_dispatch]
 fn add_terms<T: Float>(acc: &mut [f64], [a, b, m]: [&[T]; 3], term: &impl Fn(T, T, T) -> T) {
     for (((s, &a), &b), &m) in acc.iter_mut().zip(a).zip(b).zip(m) {
         *s += term(a, b, m).as_f64();
@@ -63,7 +63,7 @@ fn add_terms<T: Float>(acc: &mut [f64], [a, b, m]: [&[T]; 3], term: &impl Fn(T, 
 }
 
 /// `out = a·x + b` over a run.
-#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+#[isa_dispatch]
 fn affine<T: Float>(out: &mut [MaybeUninit<T>], xs: &[T], a: T, b: T) {
     for (o, &x) in out.iter_mut().zip(xs) {
         o.write(x * a + b);
@@ -71,7 +71,7 @@ fn affine<T: Float>(out: &mut [MaybeUninit<T>], xs: &[T], a: T, b: T) {
 }
 
 /// `out[j] = a[j]·x[j] + b[j]` over a row.
-#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+#[isa_dispatch]
 fn affine_columns<T: Float>(out: &mut [MaybeUninit<T>], xs: &[T], [a, b]: [&[T]; 2]) {
     let n = out.len();
     let (xs, a, b) = (&xs[..n], &a[..n], &b[..n]);
@@ -81,7 +81,7 @@ fn affine_columns<T: Float>(out: &mut [MaybeUninit<T>], xs: &[T], [a, b]: [&[T];
 }
 
 /// `out = a·dy − b·(x − m) − k` over a run: the input gradient of batch normalisation.
-#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+#[isa_dispatch]
 fn input_grad<T: Float>(out: &mut [MaybeUninit<T>], dy: &[T], xs: &[T], [a, b, m, k]: [T; 4]) {
     for ((o, &d), &x) in out.iter_mut().zip(dy).zip(xs) {
         o.write(a * d - b * (x - m) - k);
@@ -89,7 +89,7 @@ fn input_grad<T: Float>(out: &mut [MaybeUninit<T>], dy: &[T], xs: &[T], [a, b, m
 }
 
 /// [`input_grad`] over a row, its coefficients by column.
-#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+#[isa_dispatch]
 fn input_grad_columns<T: Float>(
     out: &mut [MaybeUninit<T>],
     dy: &[T],

@@ -1,7 +1,7 @@
 //! Fused optimizer updates: one pass over a parameter, its gradient and its state slots,
 //! in place, threaded for large parameters. Each optimizer supplies the per-element rule.
 
-use multiversion::multiversion;
+use ferrograd_derive::isa_dispatch;
 use rayon::prelude::*;
 
 use super::{Float, PAR_CHUNK, PAR_THRESHOLD};
@@ -71,7 +71,7 @@ pub fn update<T: Float, const K: usize>(
 /// One chunk of `update`. A function of its own so that the slices arrive as distinct
 /// (non-aliasing) arguments: the rule's constants then stay in registers and the loop
 /// vectorises, compiled for each instruction set and chosen at run time.
-#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+#[isa_dispatch]
 fn update_chunk<T: Float, const K: usize>(
     w: &mut [T],
     g: &[T],

@@ -1,14 +1,14 @@
 //! Reductions over a contiguous buffer viewed as `[outer, mid, inner]` ([`Rows`], reducing `mid`): every reduction over
 //! a contiguous block of axes has this form (the ops layer permutes other axis sets into it).
 
-use multiversion::multiversion;
+use ferrograd_derive::isa_dispatch;
 use rayon::prelude::*;
 
 use super::{Float, Rows, PAR_CHUNK, PAR_THRESHOLD};
 
 /// Sum of a contiguous run with eight independent accumulators: vectorisable, and the error
 /// grows with n/8 rather than n. Compiled for each instruction set, chosen at run time.
-#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+#[isa_dispatch]
 pub(crate) fn sum_run<T: Float>(xs: &[T]) -> T {
     let mut acc = [T::zero(); 8];
     let chunks = xs.chunks_exact(8);
@@ -27,7 +27,7 @@ pub(crate) fn sum_run<T: Float>(xs: &[T]) -> T {
 
 /// `acc[j] = op(acc[j], x[j])`: one row of a reduction over rows, compiled for each
 /// instruction set.
-#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+#[isa_dispatch]
 fn accumulate<T: Float>(acc: &mut [T], x: &[T], op: &impl Fn(T, T) -> T) {
     for (v, &x) in acc.iter_mut().zip(x) {
         *v = op(*v, x);

@@ -5,7 +5,7 @@
 //! of `M`. The innermost run is then specialised on its strides (1 = contiguous, 0 = broadcast
 //! scalar) so the compiler can vectorise it; only genuinely strided runs index one by one.
 
-use multiversion::multiversion;
+use ferrograd_derive::isa_dispatch;
 use rayon::prelude::*;
 
 use std::mem::MaybeUninit;
@@ -254,7 +254,7 @@ pub fn fill_into<T: Copy + Send + Sync>(out: &mut Vec<T>, n: usize, value: T) {
 /// `dst[i] = f(xs[i])` into slots not yet written: the innermost loop of the unary kernels
 /// (and of the binary ones with one broadcast scalar), compiled for each instruction set and
 /// chosen at run time.
-#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+#[isa_dispatch]
 fn run_map<T: Copy, U>(dst: &mut [MaybeUninit<U>], xs: &[T], f: &impl Fn(T) -> U) {
     for (d, &x) in dst.iter_mut().zip(xs) {
         d.write(f(x));
@@ -263,7 +263,7 @@ fn run_map<T: Copy, U>(dst: &mut [MaybeUninit<U>], xs: &[T], f: &impl Fn(T) -> U
 
 /// `dst[i] = f(xa[i], xb[i])` into slots not yet written: the innermost loop of the binary
 /// kernels.
-#[multiversion(targets("x86_64+avx512f+avx512vl+avx2+fma", "x86_64+avx2+fma"))]
+#[isa_dispatch]
 fn run_zip<T: Copy, U>(dst: &mut [MaybeUninit<U>], xa: &[T], xb: &[T], f: &impl Fn(T, T) -> U) {
     for ((d, &x), &y) in dst.iter_mut().zip(xa).zip(xb) {
         d.write(f(x, y));

@@ -1,0 +1,106 @@
+//! `#[isa_dispatch]`: one kernel loop compiled for each instruction-set path of ferrograd's
+//! `Isa`, the path chosen at every call by `Isa::active()` (so `FERROGRAD_ISA` reaches it).
+
+use proc_macro2::TokenStream as Tokens;
+use quote::{format_ident, quote};
+use syn::{FnArg, GenericParam, ItemFn, Pat, PatIdent, PatType};
+
+/// The expansion: the function's body becomes an inline helper, wrapped by one function per
+/// target-feature set; the function itself matches on the active path.
+pub fn expand(item: ItemFn) -> syn::Result<Tokens> {
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = item;
+    if let Some(FnArg::Receiver(r)) = sig.inputs.first() {
+        return Err(syn::Error::new_spanned(
+            r,
+            "#[isa_dispatch] takes free functions, not methods",
+        ));
+    }
+    if sig.asyncness.is_some() || sig.constness.is_some() {
+        return Err(syn::Error::new_spanned(
+            &sig.ident,
+            "#[isa_dispatch] takes plain functions",
+        ));
+    }
+    // The wrappers take each argument under a plain name (the body keeps its patterns).
+    let mut plain = sig.clone();
+    let mut args = Vec::new();
+    for (i, input) in plain.inputs.iter_mut().enumerate() {
+        if let FnArg::Typed(PatType { pat, .. }) = input {
+            let name = format_ident!("__arg{}", i);
+            **pat = Pat::Ident(PatIdent {
+                attrs: Vec::new(),
+                by_ref: None,
+                mutability: None,
+                ident: name.clone(),
+                subpat: None,
+            });
+            args.push(name);
+        }
+    }
+    // Type and const parameters go in the turbofish (lifetimes are inferred).
+    let params: Vec<_> = sig
+        .generics
+        .params
+        .iter()
+        .filter_map(|p| match p {
+            GenericParam::Type(t) => Some(t.ident.clone()),
+            GenericParam::Const(c) => Some(c.ident.clone()),
+            GenericParam::Lifetime(_) => None,
+        })
+        .collect();
+    let turbofish = if params.is_empty() {
+        quote!()
+    } else {
+        quote!(::<#(#params),*>)
+    };
+    let variant = |name: &str| {
+        let mut s = plain.clone();
+        s.ident = format_ident!("__{}", name);
+        s.unsafety = Some(Default::default());
+        s
+    };
+    let (avx512, avx2) = (variant("avx512"), variant("avx2"));
+    let mut body_sig = sig.clone();
+    body_sig.ident = format_ident!("__body");
+    let call = |name: &str| {
+        let f = format_ident!("__{}", name);
+        quote!(#f #turbofish (#(#args),*))
+    };
+    let (call_body, call_avx512, call_avx2) = (call("body"), call("avx512"), call("avx2"));
+    let isa = quote!(crate::kernels::isa::Isa);
+    Ok(quote! {
+        #(#attrs)*
+        #vis #plain {
+            #[inline(always)]
+            #body_sig #block
+
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+            #avx512 {
+                #call_body
+            }
+
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma")]
+            #avx2 {
+                #call_body
+            }
+
+            #[cfg(target_arch = "x86_64")]
+            match #isa::active() {
+                // SAFETY: the active path never exceeds what the CPU was found to support.
+                #isa::Avx512 => unsafe { #call_avx512 },
+                // SAFETY: as above.
+                #isa::Avx2 => unsafe { #call_avx2 },
+                #isa::Portable => #call_body,
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            #call_body
+        }
+    })
+}
