@@ -15,6 +15,7 @@ supported="$(run --test kernel_path -- --ignored --exact supported_paths --nocap
 [ -n "$supported" ] || { echo "kernel paths: none reported" >&2; exit 1; }
 echo "kernel paths this CPU supports: $supported"
 ran=()
+declare -A digest
 for isa in $supported; do
     echo "== kernel path $isa"
     said="$(FERROGRAD_ISA="$isa" run --test kernel_path -- --exact \
@@ -30,6 +31,18 @@ for isa in $supported; do
         exit 1
     }
     echo "$out" | grep -E '^test result' | awk '{p += $4; f += $6} END {print "  " p " passed, " f " failed"}'
+    digest["$isa"]="$(FERROGRAD_ISA="$isa" run --test kernel_path -- --ignored --exact \
+        result_digest --nocapture | sed -n 's/^DIGEST //p')"
+    echo "  digest of products and gradients: ${digest[$isa]}"
     ran+=("$isa")
 done
 echo "kernel paths run: ${ran[*]}"
+for isa in portable avx2 avx512; do
+    [[ " ${ran[*]} " == *" $isa "* ]] || echo "kernel paths not on this CPU (not run): $isa"
+done
+# AVX2 and AVX-512 compute every element by the same chain of operations: the same bits.
+if [ -n "${digest[avx2]:-}" ] && [ -n "${digest[avx512]:-}" ] &&
+   [ "${digest[avx2]}" != "${digest[avx512]}" ]; then
+    echo "kernel paths: avx2 and avx512 give different bits" >&2
+    exit 1
+fi

@@ -20,10 +20,14 @@ pub fn expand(item: ItemFn) -> syn::Result<Tokens> {
             "#[isa_dispatch] takes free functions, not methods",
         ));
     }
-    if sig.asyncness.is_some() || sig.constness.is_some() {
+    // An unsafe body would need unsafe blocks around its calls, and an `impl Trait` result
+    // would be a different type from each clone: neither is needed by a kernel loop.
+    let returns_impl = matches!(&sig.output, syn::ReturnType::Type(_, t) if matches!(**t, syn::Type::ImplTrait(_)));
+    if sig.asyncness.is_some() || sig.constness.is_some() || sig.unsafety.is_some() || returns_impl
+    {
         return Err(syn::Error::new_spanned(
             &sig.ident,
-            "#[isa_dispatch] takes plain functions",
+            "#[isa_dispatch] takes safe, non-async, non-const functions that return a named type",
         ));
     }
     // The wrappers take each argument under a plain name (the body keeps its patterns).

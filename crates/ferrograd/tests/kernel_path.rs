@@ -15,8 +15,12 @@ fn the_requested_path_is_the_one_that_runs() {
     let active = Isa::active();
     println!("kernel path: {active} (this CPU: {})", Isa::detected());
     if let Ok(name) = std::env::var("FERROGRAD_ISA") {
+        // Strict on purpose: a run that asked for a path must not pass on another one.
         let requested = Isa::parse(&name).expect("FERROGRAD_ISA names a path");
-        assert_eq!(active, requested, "FERROGRAD_ISA={name} but {active} runs");
+        assert_eq!(
+            active, requested,
+            "FERROGRAD_ISA={name} but {active} runs (a path this CPU lacks is never taken)"
+        );
     } else {
         assert_eq!(active, Isa::detected());
     }
@@ -28,6 +32,30 @@ fn the_requested_path_is_the_one_that_runs() {
 fn supported_paths() {
     let names: Vec<_> = Isa::supported().iter().map(|isa| isa.name()).collect();
     println!("SUPPORTED {}", names.join(" "));
+}
+
+/// A digest of the bits of f32 products and of a convolutional network's gradients, printed
+/// for `scripts/test-kernel-paths.sh`: the AVX2 and AVX-512 paths run the same chain of fused
+/// multiply-adds for every element, so where the CPU has both their digests must be equal.
+#[test]
+#[ignore = "prints a digest of results for the script that compares the paths"]
+fn result_digest() {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut rng = StdRng::seed_from_u64(21);
+    let mut h = DefaultHasher::new();
+    for (m, k, n) in [(128, 784, 400), (37, 300, 53), (5, 17, 1)] {
+        let (a, b) = (
+            operand(m, k, false, &mut rng),
+            operand(k, n, true, &mut rng),
+        );
+        for v in a.matmul(&b).to_vec::<f32>() {
+            v.to_bits().hash(&mut h);
+        }
+    }
+    for g in conv_grads(2).iter().flatten() {
+        g.to_bits().hash(&mut h);
+    }
+    println!("DIGEST {:016x}", h.finish());
 }
 
 /// `a @ b` in f64 from the elements alone.

@@ -61,6 +61,12 @@ impl Isa {
     pub fn active() -> Isa {
         static ACTIVE: OnceLock<Isa> = OnceLock::new();
         *ACTIVE.get_or_init(|| {
+            if std::env::var_os("FERROGRAD_NO_AVX512").is_some() {
+                eprintln!(
+                    "ferrograd: FERROGRAD_NO_AVX512 is no longer read; \
+                     FERROGRAD_ISA=portable|avx2|avx512 chooses the kernel path"
+                );
+            }
             let requested = std::env::var("FERROGRAD_ISA").ok();
             let (isa, warning) = choose(requested.as_deref(), Isa::detected());
             if let Some(warning) = warning {
