@@ -4,7 +4,7 @@ use ferrograd::prelude::{DType, Tensor};
 use numpy::ndarray::{ArrayD, IxDyn};
 use numpy::{IntoPyArray, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray};
 use numpy::{PyReadonlyArrayDyn, PyUntypedArrayMethods};
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyString, PyTuple};
 
@@ -103,6 +103,24 @@ pub fn dtype_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<DType>> {
 /// numpy array (its dtype kept: float16 widens to float32, other integers and bools become
 /// int64) or a nested list (floats become float32 and integers int64, as in PyTorch).
 pub fn to_tensor(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Tensor> {
+    to_tensor_at(obj, dtype, 0)
+}
+
+/// Lists nested deeper than this are refused, as numpy refuses more than 64 dimensions: the
+/// conversion recurses once per level, and a list that holds itself has no bottom.
+const MAX_NESTING: usize = 64;
+
+fn too_deep() -> PyErr {
+    PyValueError::new_err(format!(
+        "cannot make a tensor of lists nested more than {MAX_NESTING} deep (or holding themselves)"
+    ))
+}
+
+/// [`to_tensor`] of an object found `depth` lists deep.
+fn to_tensor_at(obj: &Bound<'_, PyAny>, dtype: Option<DType>, depth: usize) -> PyResult<Tensor> {
+    if depth > MAX_NESTING {
+        return Err(too_deep());
+    }
     if let Ok(t) = obj.cast::<PyTensor>() {
         let t = t.get().tensor();
         return Ok(match dtype {
@@ -112,12 +130,14 @@ pub fn to_tensor(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Tenso
     }
     // numpy's float64 scalar is a Python float too: it keeps its dtype, as an array does.
     let numpy_scalar = obj.is_instance_of::<PyFloat>() && obj.hasattr("dtype")?;
-    if (obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>()) && holds_tensors(obj)? {
+    if (obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>())
+        && holds_tensors(obj, depth)?
+    {
         // Tensors inside a list are stacked, not read through numpy, so that they stay on
         // the graph.
         let parts: Vec<Tensor> = obj
             .try_iter()?
-            .map(|item| to_tensor(&item?, dtype))
+            .map(|item| to_tensor_at(&item?, dtype, depth + 1))
             .collect::<PyResult<_>>()?;
         let refs: Vec<&Tensor> = parts.iter().collect();
         return crate::guard::run(|| Tensor::stack(&refs, 0));
@@ -139,13 +159,17 @@ pub fn to_tensor(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Tenso
     from_array_like(obj, dtype)
 }
 
-/// Whether a list or tuple holds a tensor, at any depth.
-fn holds_tensors(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+/// Whether a list or tuple found `depth` lists deep holds a tensor, at any depth up to
+/// [`MAX_NESTING`] (an error beyond).
+fn holds_tensors(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<bool> {
+    if depth >= MAX_NESTING {
+        return Err(too_deep());
+    }
     for item in obj.try_iter()? {
         let item = item?;
         if item.cast::<PyTensor>().is_ok()
             || ((item.is_instance_of::<PyList>() || item.is_instance_of::<PyTuple>())
-                && holds_tensors(&item)?)
+                && holds_tensors(&item, depth + 1)?)
         {
             return Ok(true);
         }

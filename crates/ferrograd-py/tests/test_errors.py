@@ -86,3 +86,37 @@ def test_hostile_sizes_raise_instead_of_aborting():
     with pytest.raises((IndexError, OverflowError)):
         fg.ones(2, 3)[:, 10**20]
     assert fg.ones(2).sum().item() == 2.0
+
+
+def test_lists_that_nest_without_end_are_value_errors():
+    # A list holding itself, lists nested deeper than numpy's 64 dimensions, with and without
+    # tensors inside: a ValueError, never a stack overflow.
+    selfish = []
+    selfish.append(selfish)
+    with_tensor = [fg.ones(2)]
+    with_tensor.append(with_tensor)
+    deep = [1.0]
+    for _ in range(100_000):
+        deep = [deep]
+    deep_tensor = [fg.ones(1)]
+    for _ in range(100_000):
+        deep_tensor = [deep_tensor]
+    for bad in [selfish, with_tensor, deep, deep_tensor]:
+        with pytest.raises(ValueError):
+            fg.tensor(bad)
+    # 64 levels are still a tensor, as in numpy.
+    ok = [fg.ones(1)]
+    for _ in range(62):
+        ok = [ok]
+    assert fg.tensor(ok).shape == tuple([1] * 64)
+
+
+def test_loading_what_is_not_a_regular_file_is_an_error(tmp_path):
+    import os
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    layer = fg.nn.Dense(2, 2)
+    for path in ["/dev/zero", str(fifo), str(tmp_path)]:
+        with pytest.raises((ValueError, OSError)):
+            layer.load(path)

@@ -51,5 +51,30 @@ impl Error {
     }
 }
 
+/// The whole of a file a loader reads. Only a regular file: a device such as `/dev/zero` or a
+/// FIFO has no end to read to. No more than the length the file system gives it is read.
+pub(crate) fn read_regular_file(path: &std::path::Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let io = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    // Asked before opening too: opening a FIFO waits for a writer.
+    let regular = |meta: &std::fs::Metadata| {
+        meta.is_file()
+            .then_some(())
+            .ok_or_else(|| Error::format(path, "not a regular file"))
+    };
+    regular(&std::fs::metadata(path).map_err(io)?)?;
+    let file = std::fs::File::open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    regular(&meta)?;
+    let mut raw = Vec::new();
+    raw.try_reserve_exact(usize::try_from(meta.len()).unwrap_or(usize::MAX))
+        .map_err(|_| Error::format(path, format!("{} bytes do not fit in memory", meta.len())))?;
+    file.take(meta.len()).read_to_end(&mut raw).map_err(io)?;
+    Ok(raw)
+}
+
 /// `std::result::Result` with this crate's [`Error`] as the default error type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -192,3 +192,96 @@ fn batch_norm_refuses_a_single_value_per_channel() {
         drop(Tensor::zeros(&[0, 3, 2], DType::F32).batch_norm(&w, &w, 1e-5));
     });
 }
+
+#[test]
+fn a_huge_dilation_with_its_padding_allocates_only_what_the_output_needs() {
+    // Dilation 2^40 with padding 2^40: every output sees only the centre tap, on a 5×5 image
+    // padded to 2^41 + 5 a side. No padded copy of that size may be made, in any kernel.
+    let big = 1usize << 40;
+    for (c, o, dtype) in [(1, 4, DType::F32), (16, 16, DType::F32), (2, 8, DType::F64)] {
+        let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(3);
+        let x = Tensor::randn(&[2, c, 5, 5], dtype, &mut rng).requires_grad();
+        let w = Tensor::randn(&[o, c, 3, 3], dtype, &mut rng).requires_grad();
+        let opts = ConvOpts::new().dilation(big).padding(big);
+        let y = x.conv2d(&w, &opts);
+        assert_eq!(y.shape(), [2, o, 5, 5]);
+        let centre = w.narrow(2, 1, 1).narrow(3, 1, 1);
+        let want = x.conv2d(&centre, &ConvOpts::new());
+        let diff = (&y - &want).abs().max().item();
+        assert!(diff < 1e-5, "{c}→{o} {dtype:?}: off by {diff}");
+        // Both gradients run through the same kernels with the same geometry.
+        let grads = y.sum().backward();
+        assert_eq!(grads.get(&x).unwrap().shape(), x.shape());
+        assert_eq!(grads.get(&w).unwrap().shape(), w.shape());
+    }
+}
+
+#[test]
+fn pooling_windows_far_larger_than_the_input_cost_what_the_input_does() {
+    // A 2^35 kernel on a 1×1 image, padded to fit: every window holds the one pixel.
+    let k = 1usize << 35;
+    let x = Tensor::from_vec(vec![7.0f32], &[1, 1, 1, 1]).requires_grad();
+    let y = x.max_pool2d(k, 1, k / 2);
+    assert_eq!(y.shape(), [1, 1, 2, 2]);
+    assert_eq!(y.to_vec::<f32>(), [7.0; 4]);
+    assert_eq!(y.sum().backward().get(&x).unwrap().item(), 4.0);
+    // An adaptive output of 2^40 rows: a clean panic naming the op, not an abort.
+    let x = Tensor::ones(&[1, 1, 4, 4], DType::F32);
+    panics_with("adaptive_avg_pool2d", || {
+        x.adaptive_avg_pool2d(1 << 40, 1);
+    });
+    panics_with("adaptive_avg_pool2d", || {
+        x.adaptive_avg_pool2d(1 << 62, 1 << 62);
+    });
+}
+
+#[test]
+fn products_of_huge_batches_are_errors_before_any_table_is_built() {
+    // 2^40 products of 3×0 by 0×4: a 48 TB output of zeros. try_matmul returns the error;
+    // nothing is allocated per product first.
+    let a = Tensor::zeros(&[1 << 40, 3, 0], DType::F32);
+    let b = Tensor::zeros(&[1 << 40, 0, 4], DType::F32);
+    let err = a.try_matmul(&b).expect_err("too large to hold").to_string();
+    assert!(err.contains("cannot allocate"), "{err}");
+    // Empty products with a huge batch cost nothing.
+    let a = Tensor::zeros(&[1 << 40, 0, 3], DType::F32);
+    let b = Tensor::zeros(&[1, 3, 4], DType::F32);
+    assert_eq!(a.matmul(&b).shape(), [1 << 40, 0, 4]);
+}
+
+#[test]
+fn loaders_refuse_what_is_not_a_regular_file() {
+    use ferrograd::data::read_idx_u8;
+    use ferrograd::io::load_tensors;
+    let dir = std::env::temp_dir().join(format!("ferrograd-fifo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("pipe");
+    let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path; mkfifo only creates the file.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    for path in [std::path::Path::new("/dev/zero"), &fifo, &dir] {
+        let err = load_tensors(path).expect_err("refused").to_string();
+        assert!(
+            err.contains("regular file") || err.contains("directory"),
+            "{err}"
+        );
+        let err = read_idx_u8(path).expect_err("refused").to_string();
+        assert!(
+            err.contains("regular file") || err.contains("directory"),
+            "{err}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_graph_takes_many_variables_at_constant_cost_each() {
+    // Name uniqueness is a set lookup: 50,000 variables, then a repeated name refused.
+    let g = Graph::new();
+    for i in 0..50_000 {
+        g.variable(&format!("v{i}"), Tensor::scalar(i as f32));
+    }
+    panics_with("already has a variable named \"v7\"", || {
+        g.variable("v7", Tensor::scalar(0.0f32));
+    });
+}

@@ -26,10 +26,7 @@ const TYPE_U8: u8 = 0x08;
 /// compressed file is inflated only as far as its header says the data goes (plus one byte, to
 /// notice extra data), so a small file that inflates to gigabytes costs nothing.
 pub fn read_idx_u8(path: &Path) -> Result<IdxU8> {
-    let raw = std::fs::read(path).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let raw = crate::error::read_regular_file(path)?;
     let fail = |msg: String| Error::format(path, msg);
     if !raw.starts_with(&GZIP_MAGIC) {
         return parse_idx_u8(&raw).map_err(fail);

@@ -61,6 +61,8 @@ pub struct NodeData {
 struct GraphInner {
     id: u64,
     nodes: Vec<NodeData>,
+    /// The names of the variables, so that adding one checks uniqueness in O(1).
+    variable_names: std::collections::HashSet<String>,
 }
 
 /// A static computational graph. Cheap to clone: clones are handles to the same graph.
@@ -94,6 +96,7 @@ impl Graph {
         Graph(Rc::new(RefCell::new(GraphInner {
             id: NEXT_GRAPH.fetch_add(1, Ordering::Relaxed),
             nodes: Vec::new(),
+            variable_names: Default::default(),
         })))
     }
 

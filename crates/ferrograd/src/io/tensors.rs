@@ -269,10 +269,7 @@ pub fn load_file_tensors(path: &Path) -> Result<HashMap<String, FileTensor>> {
 
 /// The tensors (as stored) and the metadata of a safetensors file.
 fn read_safetensors(path: &Path) -> Result<(HashMap<String, FileTensor>, HashMap<String, String>)> {
-    let raw = std::fs::read(path).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let raw = crate::error::read_regular_file(path)?;
     let parsed = SafeTensors::deserialize(&raw)
         .map_err(|e| Error::format(path, format!("not a valid safetensors file: {e}")))?;
     let (_, meta) =

@@ -6,6 +6,8 @@
 //! back where it came from), which is what the transposed convolution and the input gradient
 //! need.
 
+use std::ops::Range;
+
 use ferrograd_derive::isa_dispatch;
 use rayon::prelude::*;
 
@@ -473,20 +475,16 @@ pub(crate) fn max_pool_plane<T: Float>(x: &[T], g: &Geom, out: &mut [T], arg: &m
         return max_pool_2x2(x, g, out, arg);
     }
     for oy in 0..g.ho {
+        // Only the taps that land inside the plane: the kernel may be far larger than it.
+        let rows = inside_taps(oy * g.sh, g.ph, g.dh, g.kh, g.h);
         for ox in 0..g.wo {
             let mut best = T::neg_infinity();
             let mut at = usize::MAX;
-            for i in 0..g.kh {
-                let iy = (oy * g.sh + i * g.dh) as isize - g.ph as isize;
-                if iy < 0 || iy >= g.h as isize {
-                    continue;
-                }
-                for j in 0..g.kw {
-                    let ix = (ox * g.sw + j * g.dw) as isize - g.pw as isize;
-                    if ix < 0 || ix >= g.w as isize {
-                        continue;
-                    }
-                    let idx = iy as usize * g.w + ix as usize;
+            for i in rows.clone() {
+                let iy = oy * g.sh + i * g.dh - g.ph;
+                for j in inside_taps(ox * g.sw, g.pw, g.dw, g.kw, g.w) {
+                    let ix = ox * g.sw + j * g.dw - g.pw;
+                    let idx = iy * g.w + ix;
                     let v = x[idx];
                     if at == usize::MAX || v > best || (v.is_nan() && !best.is_nan()) {
                         best = v;
@@ -498,6 +496,15 @@ pub(crate) fn max_pool_plane<T: Float>(x: &[T], g: &Geom, out: &mut [T], arg: &m
             arg[oy * g.wo + ox] = at;
         }
     }
+}
+
+/// The taps `t < taps` of a window starting at `origin` in padded coordinates (taps `step`
+/// apart, `pad` before the `size` inputs) that land on an input: `origin + t·step − pad` in
+/// `0..size`. Its cost does not depend on the number of taps.
+fn inside_taps(origin: usize, pad: usize, step: usize, taps: usize, size: usize) -> Range<usize> {
+    let first = pad.saturating_sub(origin).div_ceil(step);
+    let end = (size + pad).saturating_sub(origin).div_ceil(step);
+    first.min(taps)..end.min(taps)
 }
 
 /// [`max_pool_plane`] for the common 2×2 window with stride 2 and no padding: every window

@@ -373,7 +373,7 @@ impl Algo {
             // At most 8 outputs (an input gradient of a layer with few input channels) fill
             // only half a vector of the direct kernel: the column matrix measured faster
             // there (LeNet's 8→16 5×5).
-            if cout > 8 && direct_wins(g, groups, cin * g.taps(), cout) {
+            if cout > 8 && direct_wins(g, groups, cin * g.taps(), cout) && small_copy(&f) {
                 return (Algo::Direct, Some(f));
             }
         }
@@ -400,7 +400,18 @@ fn direct_wins(g: &Geom, groups: usize, k: usize, o: usize) -> bool {
     // The kernel copies each image with its padding: keep that copy within the reach of the
     // kernel, so that a huge padding (legal, if odd) cannot make it huge.
     let padding_in_reach = g.ph <= g.dh * (g.kh - 1) && g.pw <= g.dw * (g.kw - 1);
-    groups == 1 && k * o <= DIRECT_MAX_WORK && o >= 4 && padding_in_reach
+    groups == 1 && k * o <= DIRECT_MAX_WORK && o >= 4 && padding_in_reach && small_copy(g)
+}
+
+/// Whether a padded copy of an image stays within a few times the image: a huge dilation
+/// allows a huge padding "within the kernel's reach" (dilation 2^40 and padding 2^40 give a
+/// 5×5 output from a 5×5 image), whose copy would be mostly zeros and larger than memory.
+fn small_copy(g: &Geom) -> bool {
+    let side = |n: usize, p: usize| p.checked_mul(2).and_then(|p| p.checked_add(n));
+    let copy = side(g.h, g.ph).zip(side(g.w, g.pw));
+    let image = g.h.saturating_mul(g.w);
+    copy.and_then(|(h, w)| h.checked_mul(w))
+        .is_some_and(|c| c <= image.saturating_mul(16).saturating_add(1 << 16))
 }
 
 const DIRECT_MAX_WORK: usize = 1 << 12;

@@ -5,7 +5,7 @@ use super::binary_promote;
 use smallvec::smallvec;
 
 use crate::error::{Error, Result};
-use crate::kernels::matmul::{gemm_batch, MatRef};
+use crate::kernels::matmul::{gemm_batch_append, MatRef};
 use crate::tensor::{broadcast_shapes, checked_numel, record, with_dtype, FloatElement, Tensor};
 
 impl Tensor {
@@ -70,7 +70,7 @@ impl Tensor {
                 )))
             }
             Some(0) => Tensor::zeros(&out_shape, a.dtype()),
-            Some(_) => with_dtype!(a.dtype(), T => batched::<T>(&a, &b, &out_shape, k)),
+            Some(_) => with_dtype!(a.dtype(), T => batched::<T>(&a, &b, &out_shape, k))?,
         };
         Ok(record("matmul", out, &[&a, &b], |c, up| {
             let (a, b) = (c.input(0), c.input(1));
@@ -118,11 +118,27 @@ fn operand_offsets(
 }
 
 /// The product into `out_shape` (`batch ++ [m, n]`, not empty).
-fn batched<T: FloatElement>(a: &Tensor, b: &Tensor, out_shape: &[usize], k: usize) -> Tensor {
+fn batched<T: FloatElement>(
+    a: &Tensor,
+    b: &Tensor,
+    out_shape: &[usize],
+    k: usize,
+) -> Result<Tensor> {
     let (batch, m, n) = match out_shape {
         [batch @ .., m, n] => (batch, *m, *n),
         _ => unreachable!("matmul output has two matrix axes"),
     };
+    // The output first: the per-batch tables below are no larger than it, so a batch too
+    // large to hold is an error here, before anything is allocated in proportion to it.
+    let numel = checked_numel(out_shape).unwrap_or(usize::MAX);
+    let mut data: Vec<T> = Vec::new();
+    if data.try_reserve_exact(numel).is_err() {
+        return Err(Error::Shape(format!(
+            "matmul: cannot allocate the {numel} elements of the product of {:?} @ {:?}",
+            a.shape(),
+            b.shape()
+        )));
+    }
     let (offs_a, rsa, csa) = operand_offsets(a, batch, m, k);
     let (offs_b, rsb, csb) = operand_offsets(b, batch, k, n);
     let (da, db) = (a.buffer::<T>(), b.buffer::<T>());
@@ -150,5 +166,6 @@ fn batched<T: FloatElement>(a: &Tensor, b: &Tensor, out_shape: &[usize], k: usiz
             )
         })
         .collect();
-    Tensor::from_data(gemm_batch(&pairs, m, n), out_shape)
+    gemm_batch_append(&pairs, m, n, &mut data);
+    Ok(Tensor::from_data(data, out_shape))
 }

@@ -13,7 +13,7 @@ use smallvec::smallvec;
 
 use crate::kernels::conv::{max_pool_plane, window_mean_plane, window_mean_plane_t, Geom, Windows};
 use crate::kernels::index;
-use crate::tensor::{filled, record, with_dtype, FloatElement, Tensor};
+use crate::tensor::{filled, record, reserved, with_dtype, FloatElement, Tensor};
 use num_traits::Zero;
 
 /// `(planes, h, w)` of a `[N, C, H, W]` tensor, or a panic naming `op`.
@@ -69,14 +69,23 @@ fn fixed_windows(op: &str, size: usize, k: usize, stride: usize, pad: usize) -> 
 }
 
 /// PyTorch's adaptive windows: output `o` of `out` covers `⌊o·size/out⌋..⌈(o+1)·size/out⌉`.
+/// `out` is the caller's number: its tables go through the checked allocation (a clean panic
+/// naming the op when they cannot be held), and the products are taken in 128 bits.
 fn adaptive_windows(size: usize, out: usize) -> Windows {
-    let start: Vec<usize> = (0..out).map(|o| o * size / out).collect();
-    let end: Vec<usize> = (0..out).map(|o| ((o + 1) * size).div_ceil(out)).collect();
-    let div = start
-        .iter()
-        .zip(&end)
-        .map(|(&s, &e)| (e - s) as f64)
-        .collect();
+    let at = |o: usize, up: bool| {
+        let (num, den) = (o as u128 * size as u128, out as u128);
+        // The quotient is at most `size`, so it fits.
+        (if up { num.div_ceil(den) } else { num / den }) as usize
+    };
+    let table = |f: &dyn Fn(usize) -> usize| {
+        let mut v = reserved("adaptive_avg_pool2d", out);
+        v.extend((0..out).map(f));
+        v
+    };
+    let start = table(&|o| at(o, false));
+    let end = table(&|o| at(o + 1, true));
+    let mut div = reserved("adaptive_avg_pool2d", out);
+    div.extend(start.iter().zip(&end).map(|(&s, &e)| (e - s) as f64));
     Windows { start, end, div }
 }
 
