@@ -86,8 +86,10 @@ macro_rules! loss_class {
         impl $rust {
             #[new]
             #[pyo3(signature = $sig)]
-            fn new($($arg: $ty),*) -> PyClassInitializer<Self> {
-                PyClassInitializer::from(PyLoss { loss: Arc::new($build) }).add_subclass($rust)
+            fn new($($arg: $ty),*) -> PyResult<PyClassInitializer<Self>> {
+                // Settings are validated by the core (a panic there is a ValueError here).
+                let loss = guard::run(|| Arc::new($build))?;
+                Ok(PyClassInitializer::from(PyLoss { loss }).add_subclass($rust))
             }
         }
     };
@@ -208,8 +210,8 @@ impl PyOptimizer {
     }
 
     #[setter]
-    fn set_lr(&self, lr: f64) {
-        lock(&self.opt).set_lr(lr);
+    fn set_lr(&self, lr: f64) -> PyResult<()> {
+        guard::run(|| lock(&self.opt).set_lr(lr))
     }
 
     /// The number of updates made.

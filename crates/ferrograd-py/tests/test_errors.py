@@ -120,3 +120,23 @@ def test_loading_what_is_not_a_regular_file_is_an_error(tmp_path):
     for path in ["/dev/zero", str(fifo), str(tmp_path)]:
         with pytest.raises((ValueError, OSError)):
             layer.load(path)
+
+
+def test_settings_that_would_write_nan_are_value_errors_at_once():
+    # Checked where they are given, as PyTorch does: a ValueError, never a PanicException.
+    w = fg.tensor([1.0, 2.0], requires_grad=True)
+    bad = [
+        lambda: fg.optim.Adam([w], betas=(1.0, 1.0)),
+        lambda: fg.optim.Adam([w], betas=(-1, 2)),
+        lambda: fg.optim.Adam([w], eps=-1.0),
+        lambda: fg.optim.SGD([w], momentum=-5),
+        lambda: fg.nn.HuberLoss(-1),
+        lambda: fg.nn.HuberLoss(float("nan")),
+    ]
+    for make in bad:
+        with pytest.raises(ValueError):
+            make()
+    opt = fg.optim.SGD([w], lr=0.1)
+    with pytest.raises(ValueError):
+        opt.lr = float("nan")
+    assert opt.lr == 0.1

@@ -49,6 +49,35 @@ fn optimizer_settings_are_validated() {
     assert_panics("weight decay", || {
         drop(AdamW::new(0.1).weight_decay(f64::NAN))
     });
+    // The settings that would make an update write NaN or diverge by construction.
+    for (b1, b2) in [
+        (1.0, 1.0),
+        (-1.0, 0.999),
+        (0.9, 2.0),
+        (f64::NAN, 0.9),
+        (0.9, 1.0),
+    ] {
+        assert_panics("must be in [0, 1)", || drop(Adam::new(0.1).betas(b1, b2)));
+        assert_panics("must be in [0, 1)", || drop(RAdam::new(0.1).betas(b1, b2)));
+    }
+    for eps in [-1e-8, f64::NAN, f64::INFINITY] {
+        assert_panics("eps", || drop(AdamW::new(0.1).eps(eps)));
+    }
+    for mu in [-5.0, f64::NAN, f64::INFINITY] {
+        assert_panics("momentum", || drop(Momentum::new(0.1).momentum(mu)));
+    }
+    for alpha in [-0.1, 1.5, f64::NAN] {
+        assert_panics("alpha", || drop(RmsProp::new(0.1).alpha(alpha)));
+    }
+    for delta in [0.0, -1.0, f64::NAN] {
+        assert_panics("delta", || {
+            let _ = Huber::new(delta);
+        });
+    }
+    // The edges that are fine stay fine.
+    drop(Adam::new(0.1).betas(0.0, 0.0).eps(0.0));
+    drop(Momentum::new(0.1).momentum(0.0));
+    drop(RmsProp::new(0.1).alpha(1.0));
 }
 
 #[test]

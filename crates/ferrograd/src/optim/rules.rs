@@ -58,8 +58,12 @@ impl UpdateRule for MomentumRule {
 }
 
 impl Optim<MomentumRule> {
-    /// Sets the momentum factor μ (0.9 by default).
+    /// Sets the momentum factor μ (0.9 by default); panics unless finite and not negative.
     pub fn momentum(mut self, momentum: f64) -> Self {
+        assert!(
+            momentum.is_finite() && momentum >= 0.0,
+            "momentum: {momentum} must be finite and not negative"
+        );
         self.rule.momentum = momentum;
         self
     }
@@ -106,8 +110,13 @@ impl UpdateRule for RmsPropRule {
 }
 
 impl Optim<RmsPropRule> {
-    /// Sets the smoothing constant α (0.99 by default).
+    /// Sets the smoothing constant α (0.99 by default); panics unless in [0, 1] (beyond, the
+    /// running mean of squares can turn negative and its root NaN).
     pub fn alpha(mut self, alpha: f64) -> Self {
+        assert!(
+            (0.0..=1.0).contains(&alpha),
+            "RMSProp: alpha {alpha} must be in [0, 1]"
+        );
         self.rule.alpha = alpha;
         self
     }
@@ -268,16 +277,28 @@ impl AdamFamily for RAdamRule {
 
 impl<R: AdamFamily> Optim<R> {
     /// Sets the decay rates β₁ of the gradient's mean and β₂ of its square's (0.9 and 0.999
-    /// by default).
+    /// by default); panics unless each is in [0, 1), as PyTorch requires (β = 1 leaves the
+    /// bias correction dividing by zero).
     pub fn betas(mut self, beta1: f64, beta2: f64) -> Self {
+        for (name, b) in [("beta1", beta1), ("beta2", beta2)] {
+            assert!(
+                (0.0..1.0).contains(&b),
+                "Adam: {name} {b} must be in [0, 1)"
+            );
+        }
         let adam = self.rule.adam_mut();
         adam.beta1 = beta1;
         adam.beta2 = beta2;
         self
     }
 
-    /// Sets ε, added to the denominator so that it is never zero (1e-8 by default).
+    /// Sets ε, added to the denominator so that it is never zero (1e-8 by default); panics
+    /// unless finite and not negative.
     pub fn eps(mut self, eps: f64) -> Self {
+        assert!(
+            eps.is_finite() && eps >= 0.0,
+            "Adam: eps {eps} must be finite and not negative"
+        );
         self.rule.adam_mut().eps = eps;
         self
     }
