@@ -4,7 +4,7 @@ use ferrograd::prelude::{DType, Tensor};
 use numpy::ndarray::{ArrayD, IxDyn};
 use numpy::{IntoPyArray, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray};
 use numpy::{PyReadonlyArrayDyn, PyUntypedArrayMethods};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyString, PyTuple};
 
@@ -199,6 +199,16 @@ fn from_array_like(obj: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Ten
     let untyped = arr.cast::<PyUntypedArray>()?;
     let descr = untyped.dtype();
     let kind = descr.kind() as char;
+    // Unsigned 64-bit values above int64's range would wrap to negatives.
+    if kind == 'u' && descr.itemsize() == 8 && untyped.len() > 0 {
+        let max: u64 = arr.call_method0("max")?.extract()?;
+        if max > i64::MAX as u64 {
+            return Err(PyOverflowError::new_err(format!(
+                "cannot make a tensor of the integer {max}: int64 holds at most {}",
+                i64::MAX
+            )));
+        }
+    }
     let target = match (dtype, kind) {
         (Some(d), 'f' | 'i' | 'u' | 'b') => d,
         (None, 'f') if was_array && descr.itemsize() == 8 => DType::F64,

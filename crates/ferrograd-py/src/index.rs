@@ -1,11 +1,12 @@
 //! `tensor[key]` as numpy reads it, from differentiable ops: an int picks one position and
 //! drops the axis, a slice of step 1 narrows, another step or a list of ints gathers
-//! (`index_select`), `None` inserts an axis and `...` stands for the axes not named.
+//! (`index_select`), a 1-D boolean mask gathers where it is true, `None` inserts an axis and
+//! `...` stands for the axes not named.
 
 use ferrograd::prelude::{DType, Tensor};
 use pyo3::exceptions::{PyIndexError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyEllipsis, PyList, PySlice, PySliceMethods, PyTuple};
+use pyo3::types::{PyBool, PyEllipsis, PyList, PySlice, PySliceMethods, PyTuple};
 
 use crate::convert::to_tensor;
 use crate::guard;
@@ -15,14 +16,76 @@ enum Item {
     Int(isize),
     Slice(Py<PySlice>),
     Gather(Vec<isize>),
+    /// A 1-D boolean mask: the positions where it is true, as numpy reads it.
+    Mask(Vec<bool>),
     NewAxis,
     Rest,
 }
 
 impl Item {
     fn consumes_axis(&self) -> bool {
-        matches!(self, Item::Int(_) | Item::Slice(_) | Item::Gather(_))
+        matches!(
+            self,
+            Item::Int(_) | Item::Slice(_) | Item::Gather(_) | Item::Mask(_)
+        )
     }
+}
+
+/// Whether `obj` is a boolean array or a non-empty list of Python bools: a mask, which the
+/// integer conversion would otherwise read as the indices 0 and 1.
+fn is_boolean(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if obj.hasattr("dtype")? && obj.hasattr("__array__")? {
+        return Ok(obj.getattr("dtype")?.str()?.to_cow()? == "bool");
+    }
+    if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() {
+        let mut items = obj.try_iter()?.peekable();
+        let mut all = items.peek().is_some();
+        for item in items {
+            all &= item?.is_instance_of::<PyBool>();
+        }
+        return Ok(all);
+    }
+    Ok(false)
+}
+
+/// The integer indices `obj` holds for `op` (a list, a numpy array or an int64 tensor, 1-D),
+/// each in `0..len` or, when `negative` (numpy's indexing), in `−len..len`. Floats, booleans
+/// and positions outside the axis are refused, naming the value.
+pub fn integer_indices(
+    obj: &Bound<'_, PyAny>,
+    op: &str,
+    (len, negative): (usize, bool),
+) -> PyResult<Vec<usize>> {
+    if is_boolean(obj)? {
+        return Err(PyIndexError::new_err(format!(
+            "{op}: indices must be integers, not booleans"
+        )));
+    }
+    let idx = to_tensor(obj, None)?;
+    if idx.dtype() != DType::I64 || idx.ndim() > 1 {
+        return Err(PyIndexError::new_err(format!(
+            "{op}: indices must be a 1-D list of integers, not {} of {:?} values",
+            match idx.ndim() {
+                0 | 1 => "a list".to_string(),
+                n => format!("{n} axes"),
+            },
+            idx.dtype()
+        )));
+    }
+    idx.to_vec::<i64>()
+        .into_iter()
+        .map(|i| {
+            let n = len as i64;
+            let j = if negative && i < 0 { i + n } else { i };
+            if (0..n).contains(&j) {
+                Ok(j as usize)
+            } else {
+                Err(PyIndexError::new_err(format!(
+                    "{op}: index {i} is out of range for an axis of size {len}"
+                )))
+            }
+        })
+        .collect()
 }
 
 fn parse(key: &Bound<'_, PyAny>) -> PyResult<Item> {
@@ -42,6 +105,17 @@ fn parse(key: &Bound<'_, PyAny>) -> PyResult<Item> {
     } else if let Ok(i) = key.call_method0("__index__") {
         // An int, a numpy integer or a one-element int64 tensor: one position.
         return Ok(Item::Int(i.extract()?));
+    }
+    if is_boolean(key)? {
+        let mask = to_tensor(key, None)?;
+        if mask.ndim() != 1 {
+            return Err(PyIndexError::new_err(
+                "boolean masks of more than one axis are not supported (mask one axis at a time)",
+            ));
+        }
+        return Ok(Item::Mask(
+            mask.to_vec::<i64>().into_iter().map(|v| v != 0).collect(),
+        ));
     }
     if key.is_instance_of::<PyList>()
         || key.cast::<PyTensor>().is_ok()
@@ -92,7 +166,7 @@ pub fn get(py: Python<'_>, t: &Tensor, key: &Bound<'_, PyAny>) -> PyResult<Tenso
     }
     if items
         .iter()
-        .filter(|i| matches!(i, Item::Gather(_)))
+        .filter(|i| matches!(i, Item::Gather(_) | Item::Mask(_)))
         .count()
         > 1
     {
@@ -136,6 +210,18 @@ pub fn get(py: Python<'_>, t: &Tensor, key: &Bound<'_, PyAny>) -> PyResult<Tenso
                         .collect();
                     guard::run(|| out.index_select(axis - 1, picks.as_slice()))?
                 }
+            }
+            Item::Mask(mask) => {
+                if mask.len() != len {
+                    return Err(PyIndexError::new_err(format!(
+                        "boolean index did not match the indexed tensor along axis {axis}: \
+                         the axis has {len} positions, the mask {}",
+                        mask.len()
+                    )));
+                }
+                let picks: Vec<usize> = (0..len).filter(|&i| mask[i]).collect();
+                axis += 1;
+                guard::run(|| out.index_select(axis - 1, picks.as_slice()))?
             }
             Item::Gather(list) => {
                 let picks: Vec<usize> = list

@@ -73,6 +73,25 @@ impl PyTensor {
         }
     }
 
+    /// The integer indices `index` gives along axis `dim` for `op`, each checked against
+    /// that axis (floats, booleans and negative positions refused, as PyTorch does).
+    fn indices_along(
+        &self,
+        index: &Bound<'_, PyAny>,
+        op: &str,
+        dim: isize,
+    ) -> PyResult<Vec<usize>> {
+        let shape = self.tensor().shape().to_vec();
+        let axes = shape.len() as isize;
+        let axis = if dim < 0 { dim + axes } else { dim };
+        match usize::try_from(axis).ok().and_then(|a| shape.get(a)) {
+            Some(&len) => crate::index::integer_indices(index, op, (len, false)),
+            None => Err(pyo3::exceptions::PyIndexError::new_err(format!(
+                "{op}: dimension {dim} is out of range for a tensor of {axes} axes"
+            ))),
+        }
+    }
+
     fn map(&self, py: Python<'_>, f: impl FnOnce(&Tensor) -> Tensor + Send) -> PyResult<PyTensor> {
         let t = self.tensor();
         let heavy = t.numel() >= HEAVY;
@@ -923,11 +942,7 @@ impl PyTensor {
         dim: isize,
         index: &Bound<'_, PyAny>,
     ) -> PyResult<PyTensor> {
-        let idx: Vec<usize> = to_tensor(index, Some(DType::I64))?
-            .to_vec::<i64>()
-            .into_iter()
-            .map(|i| i as usize)
-            .collect();
+        let idx = self.indices_along(index, "index_select", dim)?;
         self.map(py, |t| t.index_select(dim, idx.as_slice()))
     }
 
@@ -939,11 +954,7 @@ impl PyTensor {
         index: &Bound<'_, PyAny>,
         source: &Bound<'_, PyAny>,
     ) -> PyResult<PyTensor> {
-        let idx: Vec<usize> = to_tensor(index, Some(DType::I64))?
-            .to_vec::<i64>()
-            .into_iter()
-            .map(|i| i as usize)
-            .collect();
+        let idx = self.indices_along(index, "index_add", dim)?;
         let src = to_tensor(source, Some(self.tensor().dtype()))?;
         self.map(py, |t| t.index_add(dim, &idx, &src))
     }

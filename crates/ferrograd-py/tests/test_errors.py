@@ -81,7 +81,8 @@ def test_hostile_sizes_raise_instead_of_aborting():
             make()
     with pytest.raises(ValueError, match="stride"):
         fg.ones(1, 1, 4, 4).conv2d(fg.ones(1, 1, 3, 3), stride=0)
-    with pytest.raises(ValueError, match="out of range"):
+    # An index outside the axis is an IndexError, as in PyTorch.
+    with pytest.raises(IndexError, match="out of range"):
         fg.ones(2, 3).index_select(0, [5])
     with pytest.raises((IndexError, OverflowError)):
         fg.ones(2, 3)[:, 10**20]
@@ -140,3 +141,43 @@ def test_settings_that_would_write_nan_are_value_errors_at_once():
     with pytest.raises(ValueError):
         opt.lr = float("nan")
     assert opt.lr == 0.1
+
+
+def test_boolean_masks_select_as_in_numpy():
+    data = np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32)
+    mask = np.array([True, False, True, False])
+    x = fg.tensor(data, requires_grad=True)
+    for key in [mask, [True, False, True, False]]:
+        np.testing.assert_array_equal(x[key].numpy(), data[mask])
+    x[mask].sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), mask.astype(np.float32))
+    m = np.arange(6, dtype=np.float32).reshape(3, 2)
+    t = fg.tensor(m)
+    for key in [np.array([False, True, True]), (slice(None), np.array([True, False]))]:
+        np.testing.assert_array_equal(t[key].numpy(), m[key])
+    np.testing.assert_array_equal(t[np.zeros(3, dtype=bool)].numpy(), m[np.zeros(3, dtype=bool)])
+    for bad in [np.array([True, False]), [True] * 5, np.ones((3, 2), dtype=bool)]:
+        with pytest.raises(IndexError):
+            t[bad]
+
+
+def test_indices_are_integers_inside_the_axis():
+    t = fg.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    np.testing.assert_array_equal(t.index_select(0, [2, 0]).numpy(), [[5, 6], [1, 2]])
+    for bad in [[1.9, 0.2], np.array([1.0]), [True, False, True], [-1], [3], [[0, 1]]]:
+        with pytest.raises(IndexError):
+            t.index_select(0, bad)
+    with pytest.raises(IndexError, match="-1"):
+        t.index_select(0, [-1])
+    with pytest.raises(IndexError):
+        t.index_add(0, [0.5], fg.ones(1, 2))
+    with pytest.raises(IndexError):
+        t[[0.5, 1.0]]
+
+
+def test_integers_beyond_int64_are_refused():
+    with pytest.raises(OverflowError):
+        fg.tensor(np.array([2**63], dtype=np.uint64))
+    with pytest.raises(OverflowError):
+        fg.tensor(2**63)
+    assert fg.tensor(np.array([5, 2**63 - 1], dtype=np.uint64)).tolist() == [5, 2**63 - 1]
