@@ -973,8 +973,8 @@ impl PyTensor {
         on_true: &Bound<'_, PyAny>,
         on_false: &Bound<'_, PyAny>,
     ) -> PyResult<PyTensor> {
-        let a = to_tensor(on_true, None)?;
-        let b = to_tensor(on_false, Some(a.dtype()))?;
+        // Each branch keeps its dtype; where_cond promotes them by the one rule.
+        let (a, b) = (to_tensor(on_true, None)?, to_tensor(on_false, None)?);
         self.map(py, |c| c.where_cond(&a, &b))
     }
 

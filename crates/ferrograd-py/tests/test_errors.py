@@ -181,3 +181,12 @@ def test_integers_beyond_int64_are_refused():
     with pytest.raises(OverflowError):
         fg.tensor(2**63)
     assert fg.tensor(np.array([5, 2**63 - 1], dtype=np.uint64)).tolist() == [5, 2**63 - 1]
+
+
+def test_several_tensors_promote_by_one_rule_in_any_order():
+    f32, f64 = fg.tensor([1.5, 2.5]), fg.tensor(np.array([0.25, 0.75]))
+    assert f64.dtype == fg.float64
+    for x, y in [(f32, f64), (f64, f32)]:
+        assert fg.cat([x, y]).dtype == fg.float64
+        assert fg.stack([x, y]).dtype == fg.float64
+        assert fg.tensor([1.0, 0.0]).where_(x, y).dtype == fg.float64

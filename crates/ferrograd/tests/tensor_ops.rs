@@ -576,3 +576,37 @@ fn try_forms_return_errors() {
     let e = a.try_matmul(&a).unwrap_err().to_string();
     assert_eq!(e, "matmul: inner dimensions differ: [2, 3] @ [2, 3]");
 }
+
+#[test]
+fn ops_on_several_tensors_promote_by_one_rule_in_any_order() {
+    let (a, b, i) = (
+        Tensor::from_vec(vec![1.5f32, 2.5], &[2]),
+        Tensor::from_vec(vec![0.25f64, 0.75], &[2]),
+        Tensor::from_vec(vec![3i64, 4], &[2]),
+    );
+    let cond = Tensor::from_vec(vec![1.0f32, 0.0], &[2]);
+    for (x, y, want) in [
+        (&a, &b, DType::F64),
+        (&b, &a, DType::F64),
+        (&i, &a, DType::F32),
+        (&a, &i, DType::F32),
+        (&i, &b, DType::F64),
+        (&i, &i, DType::I64),
+    ] {
+        assert_eq!(x.dtype().promote(y.dtype()), want);
+        assert_eq!(Tensor::cat(&[x, y], 0).dtype(), want, "cat");
+        assert_eq!(Tensor::stack(&[x, y], 0).dtype(), want, "stack");
+        if want.is_float() {
+            assert_eq!((x + y).dtype(), want, "add");
+            assert_eq!(cond.where_cond(x, y).dtype(), want, "where_cond");
+        }
+    }
+    // The values survive the promotion exactly (f32 to f64 is exact).
+    assert_eq!(
+        Tensor::cat(&[&a, &b], 0).to_vec::<f64>(),
+        [1.5, 2.5, 0.25, 0.75]
+    );
+    let three = Tensor::cat(&[&i, &a, &b], 0);
+    assert_eq!(three.dtype(), DType::F64);
+    assert_eq!(three.to_vec::<f64>(), [3.0, 4.0, 1.5, 2.5, 0.25, 0.75]);
+}

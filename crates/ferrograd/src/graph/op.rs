@@ -389,14 +389,14 @@ impl Op {
                     // Comparisons: the first operand's dtype among floats (and integers), the
                     // float's when they mix, as the eager ops.
                     c if c.is_comparison() && da.is_float() == db.is_float() => *da,
-                    c if c.is_comparison() => promote(*da, *db),
-                    _ => float(promote(*da, *db), "arithmetic")?,
+                    c if c.is_comparison() => da.promote(*db),
+                    _ => float(da.promote(*db), "arithmetic")?,
                 };
                 Ok((broadcast(a, b)?, d))
             }
             Op::Matmul => {
                 let ((a, da), (b, db)) = (&inputs[0], &inputs[1]);
-                Ok((matmul_shape(a, b)?, float(promote(*da, *db), "matmul")?))
+                Ok((matmul_shape(a, b)?, float(da.promote(*db), "matmul")?))
             }
             Op::Reduce {
                 axes,
@@ -461,7 +461,7 @@ impl Op {
             }
             Op::Conv2d(o) | Op::ConvTranspose2d(o) => {
                 let ((x, dx), (w, dw)) = (&inputs[0], &inputs[1]);
-                let d = float(promote(*dx, *dw), "a convolution")?;
+                let d = float(dx.promote(*dw), "a convolution")?;
                 Ok((
                     conv_shape(x, w, o, matches!(self, Op::ConvTranspose2d(_)))?,
                     d,
@@ -505,12 +505,7 @@ impl Op {
                     }
                     out[*axis] = out[*axis].zip(s[*axis]).map(|(a, b)| a + b);
                 }
-                // The first input's dtype, unless it holds integers and a float joins it.
-                let joining = inputs.iter().map(|(_, d)| *d).find(|d| d.is_float());
-                let d = match joining {
-                    Some(f) if !d.is_float() => f,
-                    _ => *d,
-                };
+                let d = inputs.iter().fold(*d, |acc, (_, d)| acc.promote(*d));
                 Ok((out, d))
             }
             Op::Narrow { axis, start, len } => {
@@ -580,7 +575,7 @@ impl Op {
                 let cg = x[1].map(|c| c / o.groups);
                 Ok((
                     vec![dy[1], cg, Some(*kh), Some(*kw)],
-                    float(promote(*dx, *ddy), "conv2d_weight")?,
+                    float(dx.promote(*ddy), "conv2d_weight")?,
                 ))
             }
             Op::Squeeze(axis) => {
@@ -633,7 +628,7 @@ impl Op {
             }
             Op::WhereCond => {
                 let ((c, _), (a, da), (b, db)) = (&inputs[0], &inputs[1], &inputs[2]);
-                let d = float(promote(*da, *db), "where_cond")?;
+                let d = float(da.promote(*db), "where_cond")?;
                 Ok((broadcast(&broadcast(c, a)?, b)?, d))
             }
             Op::AdaptiveAvgPool2d(h, w) | Op::UpsampleNearest2d(h, w) => {
@@ -868,14 +863,6 @@ fn conv_shape(x: &Shape, w: &Shape, o: &ConvOpts, transposed: bool) -> Result<Sh
         })
     };
     Ok(vec![x[0], channels_out, size(0)?, size(1)?])
-}
-
-fn promote(a: DType, b: DType) -> DType {
-    match (a, b) {
-        (x, y) if x == y => x,
-        (DType::I64, f) | (f, DType::I64) => f,
-        _ => DType::F64,
-    }
 }
 
 /// numpy broadcasting where some sizes are free: a free axis against a size above 1 takes it

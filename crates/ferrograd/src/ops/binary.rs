@@ -6,17 +6,12 @@ use smallvec::smallvec;
 
 use crate::kernels::strided;
 use crate::kernels::Float;
-use crate::tensor::{record, with_dtype, BackwardCtx, DType, InputGrads, Tensor};
+use crate::tensor::{record, with_dtype, BackwardCtx, InputGrads, Tensor};
 use num_traits::Zero;
 
 /// Both operands in one dtype: f32 meets f64 as f64 (the cast is differentiable).
 pub(crate) fn promote(a: &Tensor, b: &Tensor) -> (Tensor, Tensor) {
-    let to = match (a.dtype(), b.dtype()) {
-        (x, y) if x == y => return (a.clone(), b.clone()),
-        // An integer meets a float: the float's dtype, as PyTorch promotes.
-        (DType::I64, float) | (float, DType::I64) => float,
-        _ => DType::F64,
-    };
+    let to = a.dtype().promote(b.dtype());
     (a.to_dtype(to), b.to_dtype(to))
 }
 

@@ -77,11 +77,10 @@ impl Tensor {
                 )));
             }
         }
-        // The first tensor's dtype, unless it holds integers and a float joins it.
-        let dtype = match tensors.iter().find(|t| t.dtype().is_float()) {
-            Some(float) if !first.dtype().is_float() => float.dtype(),
-            _ => first.dtype(),
-        };
+        // Whatever the order: f32 with f64 joins as f64, integers with floats as the float.
+        let dtype = tensors
+            .iter()
+            .fold(first.dtype(), |d, t| d.promote(t.dtype()));
         let cast: Vec<Tensor> = tensors.iter().map(|t| t.to_dtype(dtype)).collect();
         let sizes: Vec<usize> = cast.iter().map(|t| t.shape()[axis]).collect();
         let total = sizes.iter().try_fold(0usize, |acc, &n| acc.checked_add(n));

@@ -28,6 +28,19 @@ impl DType {
     pub fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F64)
     }
+
+    /// The dtype that operands of dtypes `self` and `other` meet in: the one rule every op
+    /// that takes several tensors follows (arithmetic, comparisons, `matmul`, convolutions,
+    /// `cat`, `stack`, `where_cond`; eager and graph alike). PyTorch's for these dtypes: a
+    /// dtype meeting itself stays, an integer meeting a float takes the float's, f32 meeting
+    /// f64 takes f64, in either order.
+    pub fn promote(self, other: DType) -> DType {
+        match (self, other) {
+            (x, y) if x == y => x,
+            (DType::I64, float) | (float, DType::I64) => float,
+            _ => DType::F64,
+        }
+    }
 }
 
 impl fmt::Display for DType {
