@@ -172,6 +172,25 @@ fn recurrent_layers_with_nothing_to_carry_do_no_steps() {
         (out.shape(), h.shape()),
         (&[0, 1 << 40, 4][..], &[1, 0, 4][..])
     );
+    // An empty batch still trains: its backward gives zero gradients to every input and
+    // parameter (a data-parallel rank can be handed an empty shard).
+    let x = Tensor::zeros(&[0, 5, 3], DType::F32).requires_grad();
+    let lstm = Lstm::new(3, 4);
+    let (out, (h, c)) = lstm.forward_seq(&x, None);
+    let loss = &(&out.sum() + &h.sum()) + &c.sum();
+    let grads = loss.backward();
+    assert_eq!(grads.get(&x).unwrap().shape(), [0, 5, 3]);
+    for p in lstm.params() {
+        let g = grads
+            .get_param(&p.1)
+            .expect("a gradient for every parameter");
+        assert_eq!(g.shape(), p.1.tensor().shape());
+        assert!(g.to_vec::<f32>().iter().all(|&v| v == 0.0));
+    }
+    let gru = Gru::new(3, 4);
+    let (out, h) = gru.forward_seq(&x, None);
+    let grads = (&out.sum() + &h.sum()).backward();
+    assert_eq!(grads.get(&x).unwrap().shape(), [0, 5, 3]);
     // No hidden units: cells of width zero.
     let (gates, state) = (
         Tensor::zeros(&[2, 0], DType::F32),

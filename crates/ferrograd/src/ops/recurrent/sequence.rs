@@ -238,10 +238,16 @@ fn layer<C: CellOps>(
     if sz.n * sz.hidden == 0 {
         // No state to carry (an empty batch or no hidden units): every output is empty, and
         // the loop over the steps would have nothing to do, however many steps there are.
-        let empty = |shape: &[usize]| Tensor::zeros(shape, x.dtype());
-        let state = [sz.n, sz.hidden];
-        let c = C::HAS_C.then(|| empty(&state));
-        return (empty(&[sz.n, sz.t, sz.hidden]), empty(&state), c);
+        // The empty result is still recorded on the inputs, with zero gradients, so that a
+        // backward through it works as through any other batch (a data-parallel rank can
+        // get an empty shard).
+        let empty = Tensor::zeros(&[0], x.dtype());
+        let packed = record(C::NAME, empty, &inputs, |ctx, _| {
+            (0..ctx.inputs.len())
+                .map(|i| ctx.needs(i).then(|| ctx.inputs[i].zeros_like()))
+                .collect()
+        });
+        return unpack(&packed, sz, C::HAS_C);
     }
     let packed = with_dtype!(x.dtype(), T => run::<C, T>(&inputs, sz));
     unpack(&packed, sz, C::HAS_C)
