@@ -347,10 +347,19 @@ impl PyTensor {
                 "only a trainable leaf has a .grad (make one with requires_grad=True)",
             ));
         };
+        let param = l.param.tensor();
         let g = g
             .filter(|g| !g.is_none())
-            .map(|g| to_tensor(g, None))
+            .map(|g| to_tensor(g, Some(param.dtype())))
             .transpose()?;
+        // Checked here, as PyTorch does, not at the optimizer's step that would read it.
+        if let Some(g) = g.as_ref().filter(|g| g.shape() != param.shape()) {
+            return Err(PyValueError::new_err(format!(
+                "a gradient of shape {:?} cannot be the .grad of a tensor of shape {:?}",
+                g.shape(),
+                param.shape()
+            )));
+        }
         l.set_grad(g);
         Ok(())
     }

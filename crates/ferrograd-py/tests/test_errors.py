@@ -190,3 +190,15 @@ def test_several_tensors_promote_by_one_rule_in_any_order():
         assert fg.cat([x, y]).dtype == fg.float64
         assert fg.stack([x, y]).dtype == fg.float64
         assert fg.tensor([1.0, 0.0]).where_(x, y).dtype == fg.float64
+
+
+def test_a_grad_of_the_wrong_shape_is_refused_where_it_is_set():
+    w = fg.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(ValueError, match=r"\[3\].*\[2\]"):
+        w.grad = fg.ones(3)
+    assert w.grad is None
+    w.grad = np.array([0.5, 0.5])  # converted to the leaf's dtype
+    assert w.grad.dtype == w.dtype
+    opt = fg.optim.SGD([w], lr=1.0)
+    opt.step()
+    assert w.tolist() == [0.5, 1.5]
