@@ -4,6 +4,8 @@
 //! per path the CPU supports; the first test here fails a run that did not get the path it
 //! asked for, so a path cannot silently go untested.
 
+mod common;
+
 use ferrograd::prelude::*;
 use ferrograd::Isa;
 use proptest::prelude::*;
@@ -81,15 +83,7 @@ fn operand(rows: usize, cols: usize, transposed: bool, rng: &mut StdRng) -> Tens
 }
 
 fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
-    ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
+    common::proptest_config(200)
 }
 
 proptest! {

@@ -2,21 +2,15 @@
 //! of any shape including zero sizes) as on a contiguous copy of the same elements, and the
 //! kernels never read outside the view.
 
+mod common;
+
 use ferrograd::prelude::*;
 use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
 fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(500);
-    ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
+    common::proptest_config(500)
 }
 
 /// How a view is cut from its base tensor.

@@ -1259,6 +1259,21 @@ enum CRows {
     At(*const usize),
 }
 
+impl CRows {
+    /// Where row `i` of the tile starts, in floats past its first element.
+    ///
+    /// # Safety
+    /// A table holds an entry `i`.
+    #[inline(always)]
+    unsafe fn offset(self, i: usize) -> usize {
+        match self {
+            CRows::Apart(ldc) => i * ldc,
+            // SAFETY: the caller's contract.
+            CRows::At(table) => unsafe { *table.add(i) },
+        }
+    }
+}
+
 /// What a micro-kernel call needs besides its A panel.
 #[derive(Clone, Copy)]
 struct Tile<B> {
@@ -1354,11 +1369,7 @@ unsafe fn avx2_kernel<const M: usize, const W: usize, const BY: u8, B: BRows>(
             // SAFETY: row i < rows of the block holds the columns its mask bits select at
             // c + (i·ldc or table entry i) + 8·w.
             unsafe {
-                let at = match t.c_rows {
-                    CRows::Apart(ldc) => i * ldc,
-                    CRows::At(table) => *table.add(i),
-                };
-                let ci = t.c.add(at + 8 * w);
+                let ci = t.c.add(t.c_rows.offset(i) + 8 * w);
                 if bits == 0xFF {
                     let r = if t.accumulate {
                         _mm256_add_ps(r, _mm256_loadu_ps(ci))
@@ -1451,11 +1462,7 @@ unsafe fn micro_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(
             // SAFETY: row i < rows of the tile holds the columns `mask` selects at
             // c + (i·ldc or table entry i) + 16·v.
             unsafe {
-                let row = match t.c_rows {
-                    CRows::Apart(ldc) => i * ldc,
-                    CRows::At(table) => *table.add(i),
-                };
-                let ci = t.c.add(row + 16 * v);
+                let ci = t.c.add(t.c_rows.offset(i) + 16 * v);
                 let r = if t.accumulate {
                     _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask, ci))
                 } else {

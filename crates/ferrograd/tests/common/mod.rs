@@ -58,3 +58,17 @@ pub fn check(name: &str, f: impl Fn(&[Tensor]) -> Tensor, inputs: &[Tensor]) {
         panic!("{name} (second order): {e}");
     }
 }
+
+/// Proptest's settings for these suites: `PROPTEST_CASES` cases (else `default_cases`), and no
+/// failure files written into the tree.
+pub fn proptest_config(default_cases: u32) -> proptest::prelude::ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default_cases);
+    proptest::prelude::ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..proptest::prelude::ProptestConfig::default()
+    }
+}
