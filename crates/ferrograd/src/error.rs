@@ -16,6 +16,10 @@ pub enum Error {
     /// placeholder, a node of another graph.
     #[error("{0}")]
     Graph(String),
+    /// A backward pass that cannot run: the result is not tracked or not one element, a seed
+    /// of another shape, a gradient reaching an op without a derivative (named).
+    #[error("{0}")]
+    Backward(String),
     /// A data-parallel job that cannot start (see `distributed`, feature `mpi`).
     #[error("{0}")]
     Distributed(String),

@@ -164,6 +164,27 @@ fn wrong_gradient_shape_names_the_function() {
 }
 
 #[test]
+#[should_panic(
+    expected = "mix: variable gradient 1 has shape [1], expected [2] (the shape of \
+                           variable 1)"
+)]
+fn wrong_variable_gradient_shape_names_the_variable() {
+    let (a, b) = (
+        Tensor::ones(&[1], DType::F32).requires_grad(),
+        Tensor::ones(&[2], DType::F32).requires_grad(),
+    );
+    let x = Tensor::ones(&[2], DType::F32).requires_grad();
+    let y = custom_gradient_with_variables("mix", &[&x], |v| {
+        let y = &(&v[0] * &a) + &b;
+        (y, |up: &Tensor, vars: &[Tensor]| {
+            let wrong = vec![Some(up.sum().reshape(&[1])), Some(vars[0].clone())];
+            (vec![up.clone()], wrong)
+        })
+    });
+    let _ = y.sum().backward();
+}
+
+#[test]
 fn several_outputs_with_one_rule() {
     let x = Tensor::from_vec(vec![1.0f64, 2.0], &[2]).requires_grad();
     let outs = custom_gradient_n("sum_and_product", &[&x], |v| {

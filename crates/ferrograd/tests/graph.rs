@@ -481,3 +481,106 @@ fn negative_axes_named_ops_and_adjoint_ops_match_eager() {
     assert!(msg.contains("needs the rank"), "{msg}");
     assert_eq!(free.softmax(1).index(), free.index() + 1);
 }
+
+#[test]
+fn a_gradient_reaching_an_op_without_a_derivative_is_an_error_naming_it() {
+    let g = Graph::new();
+    let x = g.placeholder("x");
+    let w = g.variable("w", Tensor::from_vec(vec![1.0f32, -2.0, 3.0], &[3]));
+    let zero = g.constant(Tensor::zeros(&[3], DType::F32));
+    let through: Vec<(&str, Node)> = vec![
+        ("argmax", (&w.argmax(0).to_dtype(DType::F32) * &x).sum()),
+        ("gt", (&w.gt(&zero) * &w).sum()),
+        ("sign", (&w.sign() * &x).sum()),
+        (
+            "to_dtype",
+            w.to_dtype(DType::I64).to_dtype(DType::F32).sum(),
+        ),
+    ];
+    let mut sess = Session::new(&g);
+    let feed = Feed::new().with(&x, Tensor::ones(&[3], DType::F32));
+    for (op, loss) in &through {
+        let dw = g.gradients(loss, &[&w]);
+        let err = sess.run(&dw[0], &feed).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("{op} has no derivative")),
+            "{op}: {err}"
+        );
+        let step = GradientDescentOptimizer::new(0.1).minimize(loss);
+        let err = sess.run(&step, &feed).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("{op} has no derivative")),
+            "{op}: {err}"
+        );
+        assert_eq!(
+            sess.run(&w, &feed).unwrap().to_vec::<f32>(),
+            vec![1.0, -2.0, 3.0]
+        );
+    }
+    // A mask used to select, not differentiated, is fine: relu written with `where`.
+    let relu = w.gt(&zero).where_cond(&w, &zero).sum();
+    let dw = g.gradients(&relu, &[&w]);
+    assert_eq!(
+        sess.run(&dw[0], &feed).unwrap().to_vec::<f32>(),
+        vec![1.0, 0.0, 1.0]
+    );
+
+    // Eager: the try_ forms return the same error, the plain forms panic with it.
+    let v = Tensor::from_vec(vec![1.0f32, -2.0], &[2]).requires_grad();
+    let y = (&v * &v.sign()).sum();
+    let err = try_grad(&y, &[&v], false).unwrap_err().to_string();
+    assert!(err.starts_with("sign has no derivative"), "{err}");
+    let err = y.try_backward().unwrap_err().to_string();
+    assert!(err.starts_with("sign has no derivative"), "{err}");
+    assert!(panic_message(|| drop(y.backward())).starts_with("sign has no derivative"));
+    let err = v.try_backward().unwrap_err().to_string();
+    assert!(err.contains("one-element result"), "{err}");
+    let err = v.detach().sum().try_backward().unwrap_err().to_string();
+    assert!(err.contains("not tracked"), "{err}");
+    let seed = Tensor::ones(&[3], DType::F32);
+    let err = v.try_backward_with(&seed, false).unwrap_err().to_string();
+    assert!(
+        err.contains("seed gradient has shape [3], the output [2]"),
+        "{err}"
+    );
+}
+
+#[test]
+fn every_op_on_mixed_dtypes_gives_the_dtype_the_graph_inferred() {
+    // Each first run compares every node's inferred shape and dtype with the eager result
+    // (a disagreement panics): here on f32 meeting f64 and i64 in every multi-input op.
+    let g = Graph::new();
+    let a = g.constant(Tensor::from_vec(vec![1.0f32, -2.0], &[2]));
+    let b = g.constant(Tensor::from_vec(vec![0.5f64, 3.0], &[2]));
+    let i = g.constant(Tensor::from_vec(vec![1i64, -2], &[2]));
+    let nodes = [
+        a.gt(&b),
+        b.gt(&a),
+        a.eq(&i),
+        i.lt(&i),
+        &a + &b,
+        &i * &a,
+        a.gt(&b).where_cond(&a, &b),
+        Node::cat(&[&a, &b], 0),
+        Node::stack(&[&b, &a], 0),
+    ];
+    let want = [
+        DType::F64,
+        DType::F64,
+        DType::F32,
+        DType::I64,
+        DType::F64,
+        DType::F32,
+        DType::F64,
+        DType::F64,
+        DType::F64,
+    ];
+    let mut sess = Session::unoptimized(&g);
+    for (n, d) in nodes.iter().zip(want) {
+        assert_eq!(sess.run(n, &Feed::new()).unwrap().dtype(), d, "{n:?}");
+    }
+    // The eager comparison agrees: f32 against f64 compares in f64.
+    let (x, y) = (Tensor::scalar(0.1f32), Tensor::scalar(0.1f64));
+    assert_eq!(x.eq(&y).dtype(), DType::F64);
+    assert_eq!(x.eq(&y).item(), 0.0, "0.1f32 is not 0.1f64");
+}

@@ -92,7 +92,7 @@ where
         Cow::Owned(name.to_string()),
         y.detach(),
         inputs,
-        Box::new(move |c, up| checked(&label, rule(up), c.inputs)),
+        Some(Box::new(move |c, up| checked(&label, rule(up), c.inputs))),
     )
 }
 
@@ -135,7 +135,7 @@ where
         Cow::Owned(name.to_string()),
         y.detach(),
         &all,
-        Box::new(move |c, up| {
+        Some(Box::new(move |c, up| {
             let (gi, gv) = rule(up, &c.inputs[n..]);
             assert!(
                 gv.len() == c.inputs.len() - n,
@@ -150,15 +150,20 @@ where
             );
             let mut grads = checked(&label, gi, &c.inputs[..n]);
             let vars = &c.inputs[n..];
-            grads.extend(gv.into_iter().zip(vars).map(|(g, v)| {
+            grads.extend(gv.into_iter().zip(vars).enumerate().map(|(k, (g, v))| {
                 g.map(|g| {
-                    checked(&label, vec![g], std::slice::from_ref(v))
-                        .remove(0)
-                        .expect("checked")
+                    assert!(
+                        g.shape() == v.shape(),
+                        "{label}: variable gradient {k} has shape {:?}, expected {:?} (the \
+                         shape of variable {k})",
+                        g.shape(),
+                        v.shape()
+                    );
+                    g.to_dtype(v.dtype())
                 })
             }));
             grads
-        }),
+        })),
     )
 }
 
@@ -208,7 +213,9 @@ where
         Cow::Owned(name.to_string()),
         packed_value,
         inputs,
-        Box::new(move |c, up| checked(&label, rule(&split(up, &split_shapes)), c.inputs)),
+        Some(Box::new(move |c, up| {
+            checked(&label, rule(&split(up, &split_shapes)), c.inputs)
+        })),
     );
     split(&packed, &shapes)
 }

@@ -9,6 +9,7 @@ use smallvec::SmallVec;
 use super::anomaly;
 use super::gradients::Gradients;
 use super::ids::{IdMap, IdSet};
+use crate::error::{Error, Result};
 use crate::tensor::anomaly::in_rule;
 use crate::tensor::record::OpRecord;
 use crate::tensor::{BackwardCtx, InputGrads, ModeGuard, Node, NodeKind, Tensor};
@@ -134,10 +135,10 @@ pub(crate) fn run_backward(
     create_graph: bool,
     early: bool,
     on_result: &mut dyn FnMut(u64, &Tensor),
-) -> IdMap<Tensor> {
+) -> Result<IdMap<Tensor>> {
     let mut results = IdMap::default();
     if !root.is_tracked() {
-        return results;
+        return Ok(results);
     }
     let _mode = ModeGuard::set(create_graph);
     // With explicit targets, only nodes that lead to one are visited; every recorded node leads
@@ -148,7 +149,7 @@ pub(crate) fn run_backward(
     };
     let wanted = |n: &Node| leads.as_ref().is_none_or(|l| l.contains(&n.id));
     if !wanted(node_of(root)) {
-        return results;
+        return Ok(results);
     }
 
     let mut pending: IdMap<Tensor> = IdMap::default();
@@ -179,7 +180,7 @@ pub(crate) fn run_backward(
             .iter()
             .map(|t| t.0.node.as_ref().is_some_and(wanted))
             .collect();
-        let grads = apply_rule(rec, &out, &g, &needs);
+        let grads = apply_rule(rec, &out, &g, &needs)?;
         for ((input, gi), &need) in rec.inputs.iter().zip(grads).zip(&needs) {
             if let (Some(gi), true) = (gi, need) {
                 check_gradient(rec, input, &gi);
@@ -211,13 +212,20 @@ pub(crate) fn run_backward(
             }
         }
     }
-    results
+    Ok(results)
 }
 
 /// Runs `rec`'s derivative rule for the upstream gradient `g` of its output `out`: one
 /// gradient per input (`None` where `needs` is false), checked for NaN/Inf when anomaly
-/// detection is on.
-fn apply_rule(rec: &OpRecord, out: &Tensor, g: &Tensor, needs: &[bool]) -> InputGrads {
+/// detection is on. An op without a derivative is an error naming it.
+fn apply_rule(rec: &OpRecord, out: &Tensor, g: &Tensor, needs: &[bool]) -> Result<InputGrads> {
+    let Some(rule) = &rec.rule else {
+        return Err(Error::Backward(format!(
+            "{} has no derivative: a gradient reached it during backward; detach its input \
+             (tensor.detach()) or compute it under no_grad",
+            rec.name
+        )));
+    };
     // The output itself is tracked: a rule that reads it stays differentiable when the pass
     // builds a graph (and records nothing otherwise).
     let ctx = BackwardCtx {
@@ -225,7 +233,7 @@ fn apply_rule(rec: &OpRecord, out: &Tensor, g: &Tensor, needs: &[bool]) -> Input
         out,
         needs,
     };
-    let grads = in_rule(|| (rec.rule)(&ctx, g));
+    let grads = in_rule(|| rule(&ctx, g));
     assert_eq!(
         grads.len(),
         rec.inputs.len(),
@@ -235,7 +243,7 @@ fn apply_rule(rec: &OpRecord, out: &Tensor, g: &Tensor, needs: &[bool]) -> Input
         rec.inputs.len()
     );
     anomaly::check_backward(&rec.name, &grads, &rec.inputs);
-    grads
+    Ok(grads)
 }
 
 /// Panics naming the op when a rule's gradient does not match its input's shape and dtype.
@@ -252,55 +260,84 @@ fn check_gradient(rec: &OpRecord, input: &Tensor, gi: &Tensor) {
 }
 
 /// The seed gradient for `backward()`: one, for a one-element result.
-fn unit_seed(root: &Tensor, op: &str) -> Tensor {
-    assert!(
-        root.numel() == 1,
-        "{op}: the output has shape {:?}; backward needs a one-element result (reduce it with \
-         sum() or mean(), or pass the upstream gradient to backward_with)",
-        root.shape()
-    );
-    root.ones_like()
+fn unit_seed(root: &Tensor, op: &str) -> Result<Tensor> {
+    if root.numel() != 1 {
+        return Err(Error::Backward(format!(
+            "{op}: the output has shape {:?}; backward needs a one-element result (reduce it \
+             with sum() or mean(), or pass the upstream gradient to backward_with)",
+            root.shape()
+        )));
+    }
+    Ok(root.ones_like())
+}
+
+/// Panics with the error's message: the panicking forms of the `try_` functions.
+fn or_panic<T>(r: Result<T>) -> T {
+    r.unwrap_or_else(|e| panic!("{e}"))
 }
 
 impl Tensor {
     /// Gradients of this one-element result with respect to every tracked leaf that reaches it.
-    /// Each call returns a fresh `Gradients`; the graph can be walked again.
+    /// Each call returns a fresh `Gradients`; the graph can be walked again. Panics where
+    /// [`Tensor::try_backward`] returns an error.
     pub fn backward(&self) -> Gradients {
-        self.backward_impl(unit_seed(self, "backward"), false)
+        or_panic(self.try_backward())
+    }
+
+    /// [`Tensor::backward`], with an error instead of a panic when this tensor is not a tracked
+    /// one-element result, or when a gradient reaches an op without a derivative (`argmax`, a
+    /// comparison, an integer cast).
+    pub fn try_backward(&self) -> Result<Gradients> {
+        self.backward_impl("backward", unit_seed(self, "backward")?, false, None)
     }
 
     /// As [`Tensor::backward`], with gradients that are themselves differentiable (recorded as a
     /// graph), for higher-order derivatives.
     pub fn backward_with_graph(&self) -> Gradients {
-        self.backward_impl(unit_seed(self, "backward_with_graph"), true)
+        let seed = or_panic(unit_seed(self, "backward_with_graph"));
+        or_panic(self.backward_impl("backward_with_graph", seed, true, None))
     }
 
     /// Backward from a result of any shape, given the upstream gradient `seed` (same shape).
     pub fn backward_with(&self, seed: &Tensor, create_graph: bool) -> Gradients {
-        assert_eq!(
-            seed.shape(),
-            self.shape(),
-            "backward_with: seed shape {:?} differs from output shape {:?}",
-            seed.shape(),
-            self.shape()
-        );
-        self.backward_impl(seed.to_dtype(self.dtype()), create_graph)
+        or_panic(self.try_backward_with(seed, create_graph))
     }
 
-    fn backward_impl(&self, seed: Tensor, create_graph: bool) -> Gradients {
-        assert!(
-            self.is_tracked(),
-            "backward: this tensor is not tracked (no input marked requires_grad() reaches it, \
-             or it was computed under no_grad)"
-        );
-        Gradients::from_map(run_backward(
-            self,
-            seed,
-            &Targets::Leaves,
-            create_graph,
-            false,
-            &mut |_, _| {},
-        ))
+    /// [`Tensor::backward_with`], with an error instead of a panic (a seed of another shape
+    /// included).
+    pub fn try_backward_with(&self, seed: &Tensor, create_graph: bool) -> Result<Gradients> {
+        if seed.shape() != self.shape() {
+            return Err(Error::Backward(format!(
+                "backward_with: the seed gradient has shape {:?}, the output {:?}; they must be \
+                 the same",
+                seed.shape(),
+                self.shape()
+            )));
+        }
+        let seed = seed.to_dtype(self.dtype());
+        self.backward_impl("backward_with", seed, create_graph, None)
+    }
+
+    /// Backward to every tracked leaf; `hook`, when given, sees each gradient once final.
+    fn backward_impl(
+        &self,
+        op: &str,
+        seed: Tensor,
+        create_graph: bool,
+        hook: Option<&mut dyn FnMut(u64, &Tensor)>,
+    ) -> Result<Gradients> {
+        if !self.is_tracked() {
+            return Err(Error::Backward(format!(
+                "{op}: this tensor is not tracked (no input marked requires_grad() reaches it, \
+                 or it was computed under no_grad)"
+            )));
+        }
+        // Telling a hook early costs a count of every leaf's consumers: only with a hook.
+        let early = hook.is_some();
+        let mut quiet = |_: u64, _: &Tensor| {};
+        let hook = hook.unwrap_or(&mut quiet);
+        run_backward(self, seed, &Targets::Leaves, create_graph, early, hook)
+            .map(Gradients::from_map)
     }
 
     /// [`Tensor::backward`] that calls `hook(id, gradient)` for each tracked leaf as soon as its
@@ -321,20 +358,8 @@ impl Tensor {
     /// assert_eq!(grads.get(&w).unwrap().item(), 4.0);
     /// ```
     pub fn backward_with_hook(&self, mut hook: impl FnMut(u64, &Tensor)) -> Gradients {
-        let seed = unit_seed(self, "backward_with_hook");
-        assert!(
-            self.is_tracked(),
-            "backward_with_hook: this tensor is not tracked (no input marked requires_grad() \
-             reaches it, or it was computed under no_grad)"
-        );
-        Gradients::from_map(run_backward(
-            self,
-            seed,
-            &Targets::Leaves,
-            false,
-            true,
-            &mut hook,
-        ))
+        let seed = or_panic(unit_seed(self, "backward_with_hook"));
+        or_panic(self.backward_impl("backward_with_hook", seed, false, Some(&mut hook)))
     }
 }
 
@@ -352,7 +377,7 @@ impl Tensor {
 /// assert_eq!(gs[1].to_vec::<f32>(), vec![0.0]); // w does not reach y
 /// ```
 pub fn grad(y: &Tensor, xs: &[&Tensor]) -> Vec<Tensor> {
-    grad_impl(y, xs, false)
+    or_panic(try_grad(y, xs, false))
 }
 
 /// As [`grad`], with differentiable results (for higher-order derivatives).
@@ -368,11 +393,22 @@ pub fn grad(y: &Tensor, xs: &[&Tensor]) -> Vec<Tensor> {
 /// assert_eq!(d2y.item(), 12.0);
 /// ```
 pub fn grad_with_graph(y: &Tensor, xs: &[&Tensor]) -> Vec<Tensor> {
-    grad_impl(y, xs, true)
+    or_panic(try_grad(y, xs, true))
 }
 
-fn grad_impl(y: &Tensor, xs: &[&Tensor], create_graph: bool) -> Vec<Tensor> {
-    let seed = unit_seed(y, "grad");
+/// [`grad`] (or [`grad_with_graph`] when `create_graph`), with an error instead of a panic
+/// when `y` is not a one-element result or a gradient reaches an op without a derivative.
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let x = Tensor::from_vec(vec![1.0f32, -2.0], &[2]).requires_grad();
+/// let y = (&x * &x.gt(&x.zeros_like())).sum(); // through a comparison: no derivative
+/// let err = try_grad(&y, &[&x], false).unwrap_err();
+/// assert!(err.to_string().starts_with("gt has no derivative"));
+/// ```
+pub fn try_grad(y: &Tensor, xs: &[&Tensor], create_graph: bool) -> Result<Vec<Tensor>> {
+    let seed = unit_seed(y, "grad")?;
     let ids: IdSet = xs
         .iter()
         .filter_map(|x| x.0.node.as_ref().map(|n| n.id))
@@ -384,13 +420,14 @@ fn grad_impl(y: &Tensor, xs: &[&Tensor], create_graph: bool) -> Vec<Tensor> {
         create_graph,
         false,
         &mut |_, _| {},
-    );
-    xs.iter()
+    )?;
+    Ok(xs
+        .iter()
         .map(|x| {
             x.0.node
                 .as_ref()
                 .and_then(|n| found.get(&n.id).cloned())
                 .unwrap_or_else(|| x.zeros_like())
         })
-        .collect()
+        .collect())
 }

@@ -20,7 +20,7 @@ pub use anomaly::detect_anomaly;
 pub use custom::{
     custom_gradient, custom_gradient_n, custom_gradient_named, custom_gradient_with_variables,
 };
-pub use engine::{grad, grad_with_graph};
+pub use engine::{grad, grad_with_graph, try_grad};
 pub use gradcheck::{gradcheck, gradgradcheck, GradcheckOptions};
 pub use gradients::Gradients;
 pub use param::Param;

@@ -385,10 +385,8 @@ impl Op {
             }
             Op::Binary(op) => {
                 let ((a, da), (b, db)) = (&inputs[0], &inputs[1]);
+                // Comparisons give a mask in the promoted dtype, integers included.
                 let d = match op {
-                    // Comparisons: the first operand's dtype among floats (and integers), the
-                    // float's when they mix, as the eager ops.
-                    c if c.is_comparison() && da.is_float() == db.is_float() => *da,
                     c if c.is_comparison() => da.promote(*db),
                     _ => float(da.promote(*db), "arithmetic")?,
                 };

@@ -7,7 +7,7 @@ use std::path::Path;
 use super::op::{show, Op};
 use super::optimize::Plan;
 use super::{Graph, Node};
-use crate::autograd::{grad, grad_with_graph, Gradients, Param};
+use crate::autograd::{try_grad, Gradients, Param};
 use crate::error::{Error, Result};
 use crate::nn::Module;
 use crate::tensor::{enable_grad, no_grad, Tensor};
@@ -213,6 +213,16 @@ fn ancestors(nodes: &[super::NodeData], plan: &Plan, i: usize) -> Vec<usize> {
     seen.into_iter().collect()
 }
 
+/// Whether `v`'s shape is `shape` (any shape when unknown; free axes take any length).
+fn fits(shape: Option<&super::Shape>, v: &Tensor) -> bool {
+    shape.is_none_or(|s| {
+        s.len() == v.ndim()
+            && s.iter()
+                .zip(v.shape())
+                .all(|(d, &n)| d.is_none_or(|d| d == n))
+    })
+}
+
 /// The value fed for placeholder `i`, checked against its declared shape and dtype.
 fn fed(
     feed: &Feed,
@@ -226,13 +236,7 @@ fn fed(
             "run: no value fed for placeholder {name:?}"
         )));
     };
-    let fits = shape.is_none_or(|s| {
-        s.len() == v.ndim()
-            && s.iter()
-                .zip(v.shape())
-                .all(|(d, &n)| d.is_none_or(|d| d == n))
-    });
-    if !fits || dtype.is_some_and(|d| d != v.dtype()) {
+    if !fits(shape, v) || dtype.is_some_and(|d| d != v.dtype()) {
         return Err(Error::Graph(format!(
             "run: placeholder {name:?} takes {} {}, fed {:?} {}",
             shape.map_or("any shape".to_string(), show),
@@ -319,22 +323,31 @@ fn evaluate(
                     Op::Grad => {
                         *evaluations += 1;
                         gradients_of(&nodes, plan, needs, &mut values, i, &inputs)
+                            .map_err(|e| Error::Graph(format!("run: %{i} gradients: {e}")))?
                     }
                     Op::Minimize(m) => {
                         *evaluations += 1;
                         let loss = &inputs[0];
                         // A loss that reaches no trainable variable leaves nothing to step.
                         if loss.is_tracked() {
-                            steps.push((m.clone(), loss.backward()));
+                            let grads = loss
+                                .try_backward()
+                                .map_err(|e| Error::Graph(format!("run: %{i} minimize: {e}")))?;
+                            steps.push((m.clone(), grads));
                         }
                         loss.detach()
                     }
                     op => {
                         *evaluations += 1;
-                        if check {
-                            check_run_shapes(i, op, &inputs)?;
+                        let inferred = match check {
+                            true => Some(check_run_shapes(i, op, &inputs)?),
+                            false => None,
+                        };
+                        let v = op.eval(&inputs);
+                        if let Some(inferred) = inferred {
+                            agrees(i, op, inferred, &v);
                         }
-                        op.eval(&inputs)
+                        v
                     }
                 }
             }
@@ -364,7 +377,7 @@ fn gradients_of(
     values: &mut [Option<Tensor>],
     i: usize,
     inputs: &[Tensor],
-) -> Tensor {
+) -> Result<Tensor> {
     let y = plan.repr[nodes[i].inputs[0]];
     let nested = needs.nested.contains(&i);
     let siblings: Vec<usize> = needs
@@ -387,25 +400,24 @@ fn gradients_of(
             .expect("checked")
     }));
     let refs: Vec<&Tensor> = xs.iter().collect();
-    let mut grads = if nested {
-        grad_with_graph(&inputs[0], &refs)
-    } else {
-        grad(&inputs[0], &refs)
-    };
+    let mut grads = try_grad(&inputs[0], &refs, nested)?;
     for (&j, g) in siblings.iter().zip(grads.drain(1..)) {
         values[j] = Some(g);
     }
-    grads.remove(0)
+    Ok(grads.remove(0))
 }
+
+/// The shape and dtype the graph inferred for a node, as far as known.
+type Inferred = (Option<super::Shape>, Option<crate::tensor::DType>);
 
 /// The op's shape rule on the values' actual shapes (free axes and unshaped placeholders are
 /// only known now): an error naming the node, not a panic inside the op.
-fn check_run_shapes(i: usize, op: &Op, inputs: &[Tensor]) -> Result<()> {
+fn check_run_shapes(i: usize, op: &Op, inputs: &[Tensor]) -> Result<Inferred> {
     let shapes: Vec<(Option<super::Shape>, Option<crate::tensor::DType>)> = inputs
         .iter()
         .map(|t| (Some(super::op::known(t.shape())), Some(t.dtype())))
         .collect();
-    op.infer_partial(&shapes).map(drop).map_err(|why| {
+    op.infer_partial(&shapes).map_err(|why| {
         let given: Vec<String> = inputs
             .iter()
             .map(|t| format!("{:?} {}", t.shape(), t.dtype()))
@@ -416,6 +428,20 @@ fn check_run_shapes(i: usize, op: &Op, inputs: &[Tensor]) -> Result<()> {
             given.join(", ")
         ))
     })
+}
+
+/// Panics unless the eager op produced the shape and dtype the graph inferred for it: the
+/// graph's shape rules and the eager ops' must never disagree (checked on each first run).
+fn agrees(i: usize, op: &Op, (shape, dtype): Inferred, value: &Tensor) {
+    assert!(
+        fits(shape.as_ref(), value) && dtype.is_none_or(|d| d == value.dtype()),
+        "graph %{i} {}: inferred {} {}, but the op gave {:?} {}",
+        op.name(),
+        super::op::show_opt(&shape),
+        dtype.map_or("?".to_string(), |d| d.to_string()),
+        value.shape(),
+        value.dtype()
+    );
 }
 
 /// One step of `m`'s optimizer on its variables.

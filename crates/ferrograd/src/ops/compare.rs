@@ -1,24 +1,14 @@
-//! Comparisons: 0/1 masks in the operands' dtype (the first operand's among floats, the
-//! float's when an integer meets a float, i64 between integers). They have no derivative.
+//! Comparisons: 0/1 masks in the operands' promoted dtype ([`DType::promote`], as every op on
+//! several tensors: f32 with f64 compares in f64). They have no derivative.
 
 use super::{binary_promote, scalar_like, zip_elems};
 use crate::tensor::{record_nondiff, with_any_dtype, DType, Element, Tensor};
-
-/// The operands of a comparison in one dtype: the first's among floats (and among integers),
-/// the float's when an integer meets a float.
-fn common(a: &Tensor, b: &Tensor) -> (Tensor, Tensor) {
-    if a.dtype().is_float() == b.dtype().is_float() {
-        (a.clone(), b.to_dtype(a.dtype()))
-    } else {
-        binary_promote(a, b)
-    }
-}
 
 macro_rules! comparison {
     ($name:ident, $scalar:ident, $op:tt, $doc:literal) => {
         #[doc = concat!("1 where `self ", $doc, " other` (broadcast), else 0. Has no derivative.")]
         pub fn $name(&self, other: &Tensor) -> Tensor {
-            let (a, b) = common(self, other);
+            let (a, b) = binary_promote(self, other);
             let name = stringify!($name);
             let out = with_any_dtype!(a.dtype(), T => {
                 zip_elems::<T>(name, &a, &b, |x, y| if x $op y { T::ONE } else { T::ZERO })

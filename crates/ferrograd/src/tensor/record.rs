@@ -45,7 +45,9 @@ pub(crate) enum NodeKind {
 pub(crate) struct OpRecord {
     /// The op's name for messages; owned only for user-named custom functions.
     pub(crate) name: Cow<'static, str>,
-    pub(crate) rule: Rule,
+    /// `None` for an op without a derivative: a gradient reaching it ends the pass with an
+    /// error naming the op.
+    pub(crate) rule: Option<Rule>,
     pub(crate) inputs: SmallVec<[Tensor; 2]>,
 }
 
@@ -138,14 +140,14 @@ pub(crate) fn record(
     inputs: &[&Tensor],
     rule: impl Fn(&BackwardCtx<'_>, &Tensor) -> InputGrads + Send + Sync + 'static,
 ) -> Tensor {
-    record_impl(Cow::Borrowed(name), out, inputs, Box::new(rule))
+    record_impl(Cow::Borrowed(name), out, inputs, Some(Box::new(rule)))
 }
 
 pub(crate) fn record_impl(
     name: Cow<'static, str>,
     out: Tensor,
     inputs: &[&Tensor],
-    rule: Rule,
+    rule: Option<Rule>,
 ) -> Tensor {
     anomaly::check_forward(&name, &out, inputs);
     if !is_grad_enabled() || !inputs.iter().any(|t| t.is_tracked()) {
@@ -167,15 +169,11 @@ pub(crate) fn record_impl(
     }
 }
 
-/// Records an op that has no derivative: backward through it panics naming the op, unless the
-/// input was detached or the op ran under `no_grad` (then nothing is recorded).
+/// Records an op that has no derivative: a backward pass that reaches it fails naming the op
+/// (`backward` panics, the `try_` forms return the error), unless the input was detached or
+/// the op ran under `no_grad` (then nothing is recorded).
 pub(crate) fn record_nondiff(name: &'static str, out: Tensor, inputs: &[&Tensor]) -> Tensor {
-    record(name, out, inputs, move |_, _| {
-        panic!(
-            "{name} has no derivative: a gradient reached it during backward; detach its input \
-             (tensor.detach()) or compute it under no_grad"
-        )
-    })
+    record_impl(Cow::Borrowed(name), out, inputs, None)
 }
 
 impl Tensor {
