@@ -212,6 +212,56 @@ fn tensors(objs: &Bound<'_, PyAny>) -> PyResult<(Vec<Tensor>, bool)> {
     ))
 }
 
+/// One upstream gradient per output (`None`: none given), each of its output's shape and
+/// converted to its dtype. `grad_outputs` is a sequence of tensors (or `None`s), or, for a
+/// single output, one tensor-like value.
+fn seeds(grad_outputs: Option<&Bound<'_, PyAny>>, ys: &[Tensor]) -> PyResult<Vec<Option<Tensor>>> {
+    let Some(g) = grad_outputs.filter(|g| !g.is_none()) else {
+        return Ok(vec![None; ys.len()]);
+    };
+    let items: Option<Vec<Bound<'_, PyAny>>> =
+        g.extract::<Vec<Bound<'_, PyAny>>>().ok().filter(|v| {
+            v.iter()
+                .all(|i| i.is_none() || i.cast::<PyTensor>().is_ok())
+        });
+    let items = match items {
+        Some(v) => v,
+        None if ys.len() == 1 => vec![g.clone()],
+        None => {
+            return Err(PyTypeError::new_err(
+                "grad: grad_outputs must be a sequence of tensors, one per output",
+            ))
+        }
+    };
+    if items.len() != ys.len() {
+        return Err(PyValueError::new_err(format!(
+            "grad: {} grad_outputs for {} outputs",
+            items.len(),
+            ys.len()
+        )));
+    }
+    items
+        .iter()
+        .zip(ys)
+        .enumerate()
+        .map(|(k, (g, y))| {
+            if g.is_none() {
+                return Ok(None);
+            }
+            let s = to_tensor(g, Some(y.dtype()))?;
+            if s.shape() != y.shape() {
+                return Err(PyValueError::new_err(format!(
+                    "grad: grad_outputs[{k}] has shape {:?}, outputs[{k}] {:?}; they must be the \
+                     same",
+                    s.shape(),
+                    y.shape()
+                )));
+            }
+            Ok(Some(s))
+        })
+        .collect()
+}
+
 /// `grad(outputs, inputs, grad_outputs=None, create_graph=False)`: the gradients of
 /// `outputs` (one element, or weighted by `grad_outputs`) with respect to each of `inputs`,
 /// zeros for an input it does not depend on. Sets no `.grad`.
@@ -226,29 +276,7 @@ pub fn grad<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     // Several outputs are taken together: the gradient of Σᵢ ⟨outputᵢ, grad_outputᵢ⟩.
     let (ys, _) = tensors(outputs)?;
-    let seeds: Vec<Option<Tensor>> = match grad_outputs.filter(|g| !g.is_none()) {
-        None => vec![None; ys.len()],
-        Some(g) if ys.len() == 1 => vec![Some(to_tensor(g, Some(ys[0].dtype()))?)],
-        Some(g) => g
-            .extract::<Vec<Bound<'py, PyAny>>>()?
-            .iter()
-            .zip(&ys)
-            .map(|(g, y)| {
-                if g.is_none() {
-                    Ok(None)
-                } else {
-                    to_tensor(g, Some(y.dtype())).map(Some)
-                }
-            })
-            .collect::<PyResult<_>>()?,
-    };
-    if seeds.len() != ys.len() {
-        return Err(PyValueError::new_err(format!(
-            "grad: {} grad_outputs for {} outputs",
-            seeds.len(),
-            ys.len()
-        )));
-    }
+    let seeds = seeds(grad_outputs, &ys)?;
     let (xs, single) = tensors(inputs)?;
     let gs = guard::run_heavy(py, true, || {
         // The weights stay on the graph: with create_graph the result is differentiable in

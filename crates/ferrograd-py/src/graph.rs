@@ -1,5 +1,5 @@
 //! `ferrograd.graph`: the static graph (seed 001, simpleflow's names) over the core's `graph`
-//! module. A graph and its nodes belong to the thread that built them (`unsendable`).
+//! module. Graphs, nodes and sessions may be used from any Python thread, as in Rust.
 
 use ferrograd::graph::{Feed, GradientDescentOptimizer, Graph, Node, Session};
 use ferrograd::prelude::{DType, Tensor};
@@ -14,13 +14,13 @@ use crate::nn::{core_error, input};
 /// A static computational graph: placeholders, variables and the ops between them, run by a
 /// `Session`. `ferrograd.graph` keeps a default one; `with Graph().as_default():` replaces it
 /// for a block.
-#[pyclass(name = "Graph", module = "ferrograd.graph", unsendable)]
+#[pyclass(name = "Graph", module = "ferrograd.graph")]
 pub struct PyGraph {
     pub graph: Graph,
 }
 
 /// A node of a graph: takes the operators and the methods of the ops the graph knows.
-#[pyclass(name = "Node", module = "ferrograd.graph", unsendable)]
+#[pyclass(name = "Node", module = "ferrograd.graph")]
 #[derive(Clone)]
 pub struct PyNode {
     pub node: Node,
@@ -267,11 +267,7 @@ impl PyNode {
 
 /// simpleflow's `GradientDescentOptimizer(learning_rate).minimize(loss)`: a node that, when
 /// run, takes one gradient-descent step on every variable the loss depends on.
-#[pyclass(
-    name = "GradientDescentOptimizer",
-    module = "ferrograd.graph",
-    unsendable
-)]
+#[pyclass(name = "GradientDescentOptimizer", module = "ferrograd.graph")]
 pub struct PyGradientDescent {
     optimizer: GradientDescentOptimizer,
 }
@@ -292,7 +288,7 @@ impl PyGradientDescent {
 
 /// Runs nodes of one graph: `run(fetches, feed_dict=None)` returns numpy values (a list for a
 /// list of fetches). Variables keep their values across runs.
-#[pyclass(name = "Session", module = "ferrograd.graph", unsendable)]
+#[pyclass(name = "Session", module = "ferrograd.graph")]
 pub struct PySession {
     session: Session,
     graph: Graph,

@@ -62,10 +62,11 @@ impl PyLoss {
         pred: &Bound<'_, PyAny>,
         target: &Bound<'_, PyAny>,
     ) -> PyResult<PyTensor> {
-        let p = input(pred)?.detach().requires_grad();
+        let p = input(pred)?;
         let t = as_target(target, p.dtype())?;
         let loss = self.loss.clone();
         guard::run_heavy(py, p.numel() >= HEAVY, || {
+            let p = p.detach().requires_grad();
             ferrograd::prelude::grad(&loss.loss(&p, &t), &[&p]).remove(0)
         })
         .map(PyTensor::new)

@@ -584,3 +584,43 @@ fn every_op_on_mixed_dtypes_gives_the_dtype_the_graph_inferred() {
     assert_eq!(x.eq(&y).dtype(), DType::F64);
     assert_eq!(x.eq(&y).item(), 0.0, "0.1f32 is not 0.1f64");
 }
+
+#[test]
+fn graphs_nodes_and_sessions_move_between_threads() {
+    fn sendable<T: Send + Sync>(_: &T) {}
+    let g = Graph::new();
+    let x = g.placeholder("x");
+    let w = g.variable("w", Tensor::from_vec(vec![2.0f32], &[1]));
+    let loss = (&x * &w).sum();
+    let step = GradientDescentOptimizer::new(0.5).minimize(&loss);
+    let mut sess = Session::new(&g);
+    sendable(&g);
+    sendable(&loss);
+    sendable(&sess);
+    // Runs on several threads at once read the graph; one of them also adds nodes to it.
+    let values: Vec<f32> = std::thread::scope(|s| {
+        let runs: Vec<_> = (1..=4)
+            .map(|k| {
+                let (g, x, loss) = (g.clone(), x.clone(), loss.clone());
+                s.spawn(move || {
+                    let extra = &loss * (k as f64);
+                    let feed = Feed::new().with(&x, Tensor::full(&[3], k as f64, DType::F32));
+                    Session::new(&g).run(&extra, &feed).unwrap().item() as f32
+                })
+            })
+            .collect();
+        runs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(values, vec![6.0, 24.0, 54.0, 96.0]);
+    let feed = Feed::new().with(&x, Tensor::ones(&[3], DType::F32));
+    std::thread::spawn(move || sess.run(&step, &feed).map(drop))
+        .join()
+        .unwrap()
+        .unwrap();
+    let after = Session::new(&g).run(&w, &Feed::new()).unwrap();
+    assert_eq!(
+        after.to_vec::<f32>(),
+        vec![0.5],
+        "one step of 0.5 × 3 from 2"
+    );
+}

@@ -259,3 +259,23 @@ fn i64_tensors_round_trip_through_safetensors() {
     assert_eq!(loaded["t"].dtype(), DType::I64);
     assert_eq!(loaded["t"].to_vec::<i64>(), vec![big, -5]);
 }
+
+#[test]
+fn convolutions_refuse_integer_operands_naming_them() {
+    // As PyTorch, and as the Python package: an integer image is converted by the caller, not
+    // promoted silently.
+    let ints = Tensor::from_vec(vec![1i64; 16], &[1, 1, 4, 4]);
+    let floats = Tensor::ones(&[1, 1, 3, 3], DType::F32);
+    let opts = ConvOpts::new();
+    let msg = panic_message(|| drop(ints.conv2d(&floats, &opts)));
+    assert!(msg.starts_with("conv2d: the input is i64"), "{msg}");
+    let w = Tensor::from_vec(vec![1i64; 9], &[1, 1, 3, 3]);
+    let x = Tensor::ones(&[1, 1, 4, 4], DType::F64);
+    let msg = panic_message(|| drop(x.conv2d(&w, &opts)));
+    assert!(msg.starts_with("conv2d: the weight is i64"), "{msg}");
+    let msg = panic_message(|| drop(ints.conv_transpose2d(&floats, &opts)));
+    assert!(
+        msg.starts_with("conv_transpose2d: the input is i64"),
+        "{msg}"
+    );
+}

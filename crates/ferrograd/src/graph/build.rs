@@ -39,7 +39,7 @@ impl Graph {
     /// State that keeps its value across runs, starting at `initial` (its shape and dtype are
     /// the variable's). Names are unique in a graph: they name the values saved to files.
     pub fn variable(&self, name: &str, initial: Tensor) -> Node {
-        let fresh = self.0.borrow_mut().variable_names.insert(name.to_string());
+        let fresh = self.write().variable_names.insert(name.to_string());
         assert!(
             fresh,
             "variable: the graph already has a variable named {name:?}"

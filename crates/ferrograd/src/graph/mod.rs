@@ -33,10 +33,10 @@ mod optimize;
 mod session;
 mod train;
 
-use std::cell::RefCell;
 use std::fmt;
-use std::rc::Rc;
+use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub use op::{Binary, Op, Reduce, Shape, Unary};
 pub use session::{Feed, Session};
@@ -65,9 +65,20 @@ struct GraphInner {
     variable_names: std::collections::HashSet<String>,
 }
 
-/// A static computational graph. Cheap to clone: clones are handles to the same graph.
+/// A static computational graph. Cheap to clone: clones are handles to the same graph, and
+/// may be sent to other threads (nodes are added under a lock; runs read the graph).
 #[derive(Clone)]
-pub struct Graph(Rc<RefCell<GraphInner>>);
+pub struct Graph(Arc<RwLock<GraphInner>>);
+
+/// The nodes of a graph, read while the guard lives.
+pub(crate) struct NodesRef<'a>(RwLockReadGuard<'a, GraphInner>);
+
+impl Deref for NodesRef<'_> {
+    type Target = Vec<NodeData>;
+    fn deref(&self) -> &Vec<NodeData> {
+        &self.0.nodes
+    }
+}
 
 /// A handle to a node of a graph. Takes the same operators and methods as `Tensor` for the ops
 /// the graph knows.
@@ -93,21 +104,31 @@ impl Default for Graph {
 impl Graph {
     /// An empty graph.
     pub fn new() -> Graph {
-        Graph(Rc::new(RefCell::new(GraphInner {
+        Graph(Arc::new(RwLock::new(GraphInner {
             id: NEXT_GRAPH.fetch_add(1, Ordering::Relaxed),
             nodes: Vec::new(),
             variable_names: Default::default(),
         })))
     }
 
+    // A panic never leaves the graph half-changed (a node is pushed whole), so a lock
+    // poisoned by a panicking thread still guards a consistent graph.
+    fn read(&self) -> RwLockReadGuard<'_, GraphInner> {
+        self.0.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, GraphInner> {
+        self.0.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// This graph's identity, unique in the process (the handles of one graph share it).
     pub fn id(&self) -> u64 {
-        self.0.borrow().id
+        self.read().id
     }
 
     /// Number of nodes.
     pub fn len(&self) -> usize {
-        self.0.borrow().nodes.len()
+        self.read().nodes.len()
     }
 
     /// Whether the graph has no node.
@@ -117,11 +138,11 @@ impl Graph {
 
     /// A copy of node `index`'s data.
     pub fn node_data(&self, index: usize) -> NodeData {
-        self.0.borrow().nodes[index].clone()
+        self.read().nodes[index].clone()
     }
 
-    pub(crate) fn nodes(&self) -> std::cell::Ref<'_, Vec<NodeData>> {
-        std::cell::Ref::map(self.0.borrow(), |g| &g.nodes)
+    pub(crate) fn nodes(&self) -> NodesRef<'_> {
+        NodesRef(self.read())
     }
 
     /// The node at `index`, as a handle.
@@ -161,7 +182,7 @@ impl Graph {
                 given.join(", ")
             ))
         })?;
-        let mut g = self.0.borrow_mut();
+        let mut g = self.write();
         g.nodes.push(NodeData {
             op,
             inputs: idx,

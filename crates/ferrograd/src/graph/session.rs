@@ -454,5 +454,5 @@ fn step(nodes: &[super::NodeData], m: &super::train::Minimizer, grads: &Gradient
             _ => None,
         })
         .collect();
-    m.optimizer.borrow_mut().step(&params, grads);
+    m.optimizer().step(&params, grads);
 }

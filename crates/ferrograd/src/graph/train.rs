@@ -2,8 +2,7 @@
 //! optimizer of the training library on the variables that reach the loss. One adapter serves
 //! every optimizer; `GradientDescentOptimizer` is simpleflow's name for it with plain SGD.
 
-use std::cell::RefCell;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::op::Op;
 use super::Node;
@@ -12,19 +11,22 @@ use crate::optim::{Optimizer, Sgd};
 /// The optimizer and the variables a `minimize` node updates.
 #[derive(Clone)]
 pub struct Minimizer {
-    pub(crate) optimizer: Rc<RefCell<Box<dyn Optimizer>>>,
+    pub(crate) optimizer: Arc<Mutex<Box<dyn Optimizer>>>,
     /// Variable nodes, by index.
     pub(crate) vars: Vec<usize>,
 }
 
 impl Minimizer {
+    /// The optimizer, locked (a step that panicked leaves it as usable as before).
+    pub(crate) fn optimizer(&self) -> std::sync::MutexGuard<'_, Box<dyn Optimizer>> {
+        self.optimizer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     pub(crate) fn describe(&self) -> String {
         let vars: Vec<String> = self.vars.iter().map(|v| format!("%{v}")).collect();
-        format!(
-            "lr {:e} on {}",
-            self.optimizer.borrow().lr(),
-            vars.join(", ")
-        )
+        format!("lr {:e} on {}", self.optimizer().lr(), vars.join(", "))
     }
 }
 
@@ -89,7 +91,7 @@ impl GraphOptimizer {
             loss.index()
         );
         let m = Minimizer {
-            optimizer: Rc::new(RefCell::new(self.optimizer)),
+            optimizer: Arc::new(Mutex::new(self.optimizer)),
             vars,
         };
         loss.graph().add(Op::Minimize(m), &[loss])

@@ -25,7 +25,9 @@ use crate::kernels::channels_last as cl;
 use crate::kernels::conv::{self as kc, col2im, im2col, Geom};
 use crate::kernels::implicit_conv as ki;
 use crate::kernels::matmul::{gemm_batch_append, MatRef};
-use crate::tensor::{filled, numel_or_panic, record, with_dtype, FloatElement, Tensor};
+use crate::tensor::{
+    filled, numel_or_panic, record, with_dtype, FloatElement, Tensor, INTEGER_IN_FLOAT_OP,
+};
 
 /// Stride, padding, dilation, groups and (for the transposed convolution) output padding.
 /// Builders take `self` by value; every value applies to both spatial axes unless set per
@@ -181,10 +183,23 @@ fn check_groups(
     );
 }
 
+/// Panics naming `op` when an operand is an integer tensor: a convolution computes in floating
+/// point, and an integer input is refused (as PyTorch does) rather than promoted.
+fn floats(op: &str, x: &Tensor, w: &Tensor) {
+    for (what, t) in [("input", x), ("weight", w)] {
+        assert!(
+            t.dtype().is_float(),
+            "{op}: the {what} is {}: {INTEGER_IN_FLOAT_OP}",
+            t.dtype()
+        );
+    }
+}
+
 impl Tensor {
     /// 2-D cross-correlation (PyTorch's `conv2d`): `self` `[N, C, H, W]`, `w`
     /// `[O, C/groups, kh, kw]`; the result is `[N, O, Ho, Wo]`. Bias is added separately.
     pub fn conv2d(&self, w: &Tensor, opts: &ConvOpts) -> Tensor {
+        floats("conv2d", self, w);
         let (x, w) = binary_promote(self, w);
         let [n, c, h, wd] = dims4("conv2d", "input", &x);
         let [o, ci, kh, kw] = dims4("conv2d", "weight", &w);
@@ -208,6 +223,7 @@ impl Tensor {
     /// `self` `[N, Cin, H, W]`, `w` `[Cin, Cout/groups, kh, kw]`; the output size is
     /// `(H − 1)·stride − 2·padding + dilation·(k − 1) + output_padding + 1`.
     pub fn conv_transpose2d(&self, w: &Tensor, opts: &ConvOpts) -> Tensor {
+        floats("conv_transpose2d", self, w);
         let [_, _, h, wd] = dims4("conv_transpose2d", "input", self);
         let [_, _, kh, kw] = dims4("conv_transpose2d", "weight", w);
         assert!(
