@@ -219,11 +219,15 @@ fn seeds(grad_outputs: Option<&Bound<'_, PyAny>>, ys: &[Tensor]) -> PyResult<Vec
     let Some(g) = grad_outputs.filter(|g| !g.is_none()) else {
         return Ok(vec![None; ys.len()]);
     };
-    let items: Option<Vec<Bound<'_, PyAny>>> =
-        g.extract::<Vec<Bound<'_, PyAny>>>().ok().filter(|v| {
-            v.iter()
-                .all(|i| i.is_none() || i.cast::<PyTensor>().is_ok())
-        });
+    let seq_of_tensors = |v: &Vec<Bound<'_, PyAny>>| {
+        v.iter()
+            .all(|i| i.is_none() || i.cast::<PyTensor>().is_ok())
+    };
+    // A tensor is iterable too: it is one seed, never a sequence of them.
+    let items: Option<Vec<Bound<'_, PyAny>>> = match g.cast::<PyTensor>() {
+        Ok(_) => None,
+        Err(_) => g.extract().ok().filter(seq_of_tensors),
+    };
     let items = match items {
         Some(v) => v,
         None if ys.len() == 1 => vec![g.clone()],

@@ -202,3 +202,24 @@ def test_a_grad_of_the_wrong_shape_is_refused_where_it_is_set():
     opt = fg.optim.SGD([w], lr=1.0)
     opt.step()
     assert w.tolist() == [0.5, 1.5]
+
+
+def test_seed_gradients_of_the_wrong_shape_name_both_shapes():
+    x = fg.ones(3, requires_grad=True)
+    y = x * 2
+    with pytest.raises(ValueError, match=r"grad_outputs\[0\] has shape \[4\], outputs\[0\] \[3\]"):
+        fg.grad([y], [x], grad_outputs=[fg.ones(4)])
+    with pytest.raises(ValueError, match=r"grad_outputs\[0\] has shape \[4\], outputs\[0\] \[3\]"):
+        fg.grad(y, x, grad_outputs=fg.ones(4))
+    with pytest.raises(ValueError, match=r"seed gradient has shape \[4\], the output \[3\]"):
+        y.backward(fg.ones(4))
+    g = fg.grad([y], [x], grad_outputs=[fg.tensor([1.0, 2.0, 3.0])])
+    assert g[0].numpy().tolist() == [2.0, 4.0, 6.0]
+
+
+def test_a_gradient_reaching_an_op_without_a_derivative_is_a_value_error_naming_it():
+    x = fg.tensor([1.0, -2.0], requires_grad=True)
+    with pytest.raises(ValueError, match="sign has no derivative"):
+        (x * x.sign()).sum().backward()
+    with pytest.raises(ValueError, match="argmax has no derivative"):
+        fg.grad((x * x.argmax(0).float()).sum(), [x])
