@@ -14,9 +14,6 @@
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-// The derive macro names this crate `::ferrograd`, here as everywhere else.
-extern crate self as ferrograd;
-
 /// A public unit struct with `new()` (layers and losses without settings).
 macro_rules! unit_struct {
     ($(#[$doc:meta])* $name:ident) => {

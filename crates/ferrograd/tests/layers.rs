@@ -1,9 +1,15 @@
 //! The crate's layers (DESIGN.md, README "Code layout"): a module may name only modules of a
-//! lower layer. This test reads every source file and fails on any `crate::` path that runs
-//! upward or sideways, so the picture in the README stays true.
+//! lower layer. This test parses every source file and resolves every path that starts in the
+//! crate (`crate::`, `$crate::`, `super::`, `self::`, in `use` trees, code, types and macro
+//! bodies) to the module it names, through the root's re-exports; it fails on any path that
+//! runs upward or sideways, so the picture in the README stays true.
 
+use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+
+use proc_macro2::{TokenStream, TokenTree};
+use syn::visit::{self, Visit};
 
 /// Bottom up. A unit is a top-level module of `src/`, or `io/tensors` and `io/checkpoint`,
 /// which sit on different layers: layers load weights through the first, the second saves a
@@ -27,62 +33,239 @@ fn layer_of(unit: &str) -> usize {
         .unwrap_or_else(|| panic!("module {unit} is on no layer: add it to LAYERS"))
 }
 
-/// The unit a file belongs to, from its path under `src/`; `None` for the crate root, which
-/// only declares and re-exports.
-fn unit_of_file(rel: &Path) -> Option<String> {
-    let parts: Vec<String> = rel
+/// The module path of a file under `src/` (`graph/mod.rs` is `[graph]`, `lib.rs` the root).
+fn module_of_file(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel
         .iter()
         .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_string())
         .collect();
-    match parts.as_slice() {
-        [root] if root == "lib" => None,
-        [first, second, ..] if first == "io" && second != "mod" => Some(format!("io/{second}")),
+    if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
+        parts.pop();
+    }
+    parts
+}
+
+/// The unit an absolute module path lies in; `None` for the crate root itself.
+fn unit_of(path: &[String]) -> Option<String> {
+    match path {
+        [io, sub, ..] if io == "io" && (sub == "tensors" || sub == "checkpoint") => {
+            Some(format!("io/{sub}"))
+        }
         [first, ..] => Some(first.clone()),
         [] => None,
     }
 }
 
-/// The unit a path such as `crate::io::tensors::save` or `crate::nn::Dense` names.
-fn unit_of_path(segments: &[&str]) -> String {
-    match segments {
-        ["io", sub, ..] if *sub == "tensors" || *sub == "checkpoint" => format!("io/{sub}"),
-        [first, ..] => first.to_string(),
-        [] => String::new(),
+/// What the crate root makes visible under other names: `(module, name) -> absolute path`,
+/// for the root's own `pub use` items (module "") and those of its inline modules (`prelude`).
+#[derive(Default)]
+struct Reexports(HashMap<(String, String), Vec<String>>);
+
+impl Reexports {
+    fn of_root(root: &syn::File) -> Reexports {
+        let mut map = Reexports::default();
+        let mut add = |module: &str, items: &[syn::Item]| {
+            for item in items {
+                if let syn::Item::Use(u) = item {
+                    let mut leaves = Vec::new();
+                    use_leaves(&u.tree, &mut Vec::new(), &mut leaves);
+                    for (name, path) in leaves {
+                        let path = match path.first().map(String::as_str) {
+                            Some("crate") => path[1..].to_vec(),
+                            _ => path,
+                        };
+                        map.0.insert((module.to_string(), name), path);
+                    }
+                }
+            }
+        };
+        add("", &root.items);
+        for item in &root.items {
+            if let syn::Item::Mod(m) = item {
+                if let Some((_, items)) = &m.content {
+                    add(&m.ident.to_string(), items);
+                }
+            }
+        }
+        map
+    }
+
+    /// The unit `path` (absolute, from the root) names, through a re-export where the first
+    /// segment is not a module of its own.
+    fn unit(&self, path: &[String], modules: &[String]) -> Option<String> {
+        let first = path.first()?;
+        if modules.contains(first) {
+            return unit_of(path);
+        }
+        let key = match path {
+            [m, name, ..] if self.0.contains_key(&(m.clone(), name.clone())) => {
+                (m.clone(), name.clone())
+            }
+            [name, ..] => (String::new(), name.clone()),
+            [] => return None,
+        };
+        let target = self.0.get(&key)?;
+        // Only a re-export of something in the crate has a layer (`rand`, the derive crate
+        // are outside).
+        modules.contains(target.first()?).then(|| unit_of(target))?
     }
 }
 
-/// The module paths named after each `crate::` (or `$crate::`) in `code`, one per item of a
-/// braced group (`crate::{error::Error, tensor}` names `error` and `tensor`).
-fn crate_paths(code: &str) -> Vec<Vec<String>> {
-    let mut out = Vec::new();
-    let mut rest = code;
-    while let Some(at) = rest.find("crate::") {
-        let preceded = rest[..at].chars().last();
-        rest = &rest[at + "crate::".len()..];
-        if preceded.is_some_and(|c| c.is_alphanumeric() || c == '_') {
-            continue;
+/// Every leaf of a `use` tree as (the name it brings in, its full path).
+fn use_leaves(tree: &syn::UseTree, prefix: &mut Vec<String>, out: &mut Vec<(String, Vec<String>)>) {
+    match tree {
+        syn::UseTree::Path(p) => {
+            prefix.push(p.ident.to_string());
+            use_leaves(&p.tree, prefix, out);
+            prefix.pop();
         }
-        if let Some(group) = rest.strip_prefix('{') {
-            let end = group.find('}').unwrap_or(group.len());
-            for item in group[..end].split(',') {
-                out.push(segments(item.trim()));
+        syn::UseTree::Name(n) => {
+            let mut path = prefix.clone();
+            path.push(n.ident.to_string());
+            out.push((n.ident.to_string(), path));
+        }
+        syn::UseTree::Rename(r) => {
+            let mut path = prefix.clone();
+            path.push(r.ident.to_string());
+            out.push((r.rename.to_string(), path));
+        }
+        syn::UseTree::Glob(_) => out.push(("*".to_string(), prefix.clone())),
+        syn::UseTree::Group(g) => g.items.iter().for_each(|t| use_leaves(t, prefix, out)),
+    }
+}
+
+/// `segments` as an absolute path from the crate root, when it starts in the crate: `crate`
+/// and `$crate` (given as `crate`) from the root, `self` and `super` from `module`.
+fn absolute(module: &[String], segments: &[String]) -> Option<Vec<String>> {
+    match segments.first()?.as_str() {
+        "crate" => Some(segments[1..].to_vec()),
+        "self" => Some([module, &segments[1..]].concat()),
+        "super" => {
+            let ups = segments.iter().take_while(|s| *s == "super").count();
+            let base = module.get(..module.len().checked_sub(ups)?)?;
+            Some([base, &segments[ups..]].concat())
+        }
+        _ => None,
+    }
+}
+
+/// The crate-relative paths of one file: each as written, with the module it is written in.
+struct Paths {
+    module: Vec<String>,
+    found: Vec<(Vec<String>, Vec<String>)>,
+}
+
+impl Paths {
+    fn add(&mut self, segments: Vec<String>) {
+        if let Some(abs) = absolute(&self.module, &segments) {
+            self.found.push((segments, abs));
+        }
+    }
+
+    /// Paths inside a macro's tokens, which syn leaves unparsed: `crate`, `$crate`, `self` or
+    /// `super` followed by `::`-separated names.
+    fn scan(&mut self, tokens: TokenStream) {
+        let flat = flatten(tokens);
+        for (k, t) in flat.iter().enumerate() {
+            let TokenTree::Ident(id) = t else { continue };
+            let head = id.to_string();
+            if !matches!(head.as_str(), "crate" | "self" | "super") {
+                continue;
             }
-        } else {
-            out.push(segments(rest));
+            let mut segments = vec![head];
+            let mut j = k + 1;
+            while let (Some(TokenTree::Punct(a)), Some(TokenTree::Punct(b)), Some(next)) =
+                (flat.get(j), flat.get(j + 1), flat.get(j + 2))
+            {
+                if a.as_char() != ':' || b.as_char() != ':' {
+                    break;
+                }
+                let TokenTree::Ident(next) = next else { break };
+                segments.push(next.to_string());
+                j += 3;
+            }
+            if segments.len() > 1 {
+                self.add(segments);
+            }
+        }
+    }
+}
+
+/// The tokens of `tokens` in order, groups opened (their delimiters dropped).
+fn flatten(tokens: TokenStream) -> Vec<TokenTree> {
+    let mut out = Vec::new();
+    for t in tokens {
+        match t {
+            TokenTree::Group(g) => out.extend(flatten(g.stream())),
+            other => out.push(other),
         }
     }
     out
 }
 
-fn segments(s: &str) -> Vec<String> {
-    let end = s
-        .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
-        .unwrap_or(s.len());
-    s[..end]
-        .split("::")
-        .filter(|p| !p.is_empty())
-        .map(str::to_string)
-        .collect()
+impl<'ast> Visit<'ast> for Paths {
+    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+        self.module.push(m.ident.to_string());
+        visit::visit_item_mod(self, m);
+        self.module.pop();
+    }
+
+    fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
+        let mut leaves = Vec::new();
+        use_leaves(&u.tree, &mut Vec::new(), &mut leaves);
+        for (_, path) in leaves {
+            self.add(path);
+        }
+    }
+
+    fn visit_path(&mut self, p: &'ast syn::Path) {
+        self.add(p.segments.iter().map(|s| s.ident.to_string()).collect());
+        visit::visit_path(self, p);
+    }
+
+    fn visit_macro(&mut self, m: &'ast syn::Macro) {
+        self.scan(m.tokens.clone());
+        visit::visit_macro(self, m);
+    }
+}
+
+/// Every crate-relative path in `code` (a file of module `module`), resolved.
+fn paths_in(module: &[String], code: &str) -> Vec<(Vec<String>, Vec<String>)> {
+    let file = syn::parse_file(code).unwrap_or_else(|e| panic!("{module:?} does not parse: {e}"));
+    let mut paths = Paths {
+        module: module.to_vec(),
+        found: Vec::new(),
+    };
+    paths.visit_file(&file);
+    paths.found
+}
+
+/// The imports of `code` (module `module`) against the layers, as messages.
+fn problems_in(
+    module: &[String],
+    code: &str,
+    roots: &Reexports,
+    modules: &[String],
+) -> Vec<String> {
+    let Some(unit) = unit_of(module) else {
+        return Vec::new(); // the root only declares and re-exports
+    };
+    let own = layer_of(&unit);
+    let mut out = Vec::new();
+    for (written, abs) in paths_in(module, code) {
+        let Some(target) = roots.unit(&abs, modules) else {
+            continue;
+        };
+        let theirs = layer_of(&target);
+        if target != unit && theirs >= own {
+            out.push(format!(
+                "`{}` names {target} (layer {theirs}) from {unit} (layer {own})",
+                written.join("::")
+            ));
+        }
+    }
+    out.dedup();
+    out
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -96,46 +279,39 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Code without line comments (doc links may point anywhere).
-fn code_of(text: &str) -> String {
-    text.lines()
-        .map(|l| l.split("//").next().unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n")
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// The root's re-exports and the names of the top-level modules.
+fn crate_root() -> (Reexports, Vec<String>) {
+    let root = syn::parse_file(&fs::read_to_string(src().join("lib.rs")).expect("lib.rs"))
+        .expect("lib.rs parses");
+    let modules = root
+        .items
+        .iter()
+        .filter_map(|i| match i {
+            syn::Item::Mod(m) if m.content.is_none() => Some(m.ident.to_string()),
+            _ => None,
+        })
+        .collect();
+    (Reexports::of_root(&root), modules)
 }
 
 #[test]
 fn no_module_imports_upward_or_sideways() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let (roots, modules) = crate_root();
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    rust_files(&src(), &mut files);
     files.sort();
     let mut problems = Vec::new();
     for file in &files {
-        let rel = file.strip_prefix(&src).expect("under src/");
-        let Some(unit) = unit_of_file(rel) else {
-            continue;
-        };
-        let own = layer_of(&unit);
-        let code = code_of(&fs::read_to_string(file).expect("readable source"));
-        for path in crate_paths(&code) {
-            let segs: Vec<&str> = path.iter().map(String::as_str).collect();
-            let target = unit_of_path(&segs);
-            // Upper-case first segments are the root's re-exports (`crate::Error`).
-            if target.is_empty() || target == unit || target.starts_with(char::is_uppercase) {
-                continue;
-            }
-            let theirs = layer_of(&target);
-            if theirs >= own {
-                problems.push(format!(
-                    "{}: `crate::{}` ({target}, layer {theirs}) from {unit} (layer {own})",
-                    rel.display(),
-                    path.join("::")
-                ));
-            }
+        let rel = file.strip_prefix(src()).expect("under src/");
+        let code = fs::read_to_string(file).expect("readable source");
+        for p in problems_in(&module_of_file(rel), &code, &roots, &modules) {
+            problems.push(format!("{}: {p}", rel.display()));
         }
     }
-    problems.dedup();
     assert!(
         problems.is_empty(),
         "imports against the layers:\n{}",
@@ -144,23 +320,82 @@ fn no_module_imports_upward_or_sideways() {
 }
 
 #[test]
-fn the_checker_sees_grouped_and_macro_paths() {
-    let paths = crate_paths(
-        "use crate::{nn::Dense, error};\n$crate::tensor::with_dtype!(x);\nlet v = mycrate::x;",
+fn the_checker_sees_every_form_of_path() {
+    let (roots, modules) = crate_root();
+    let check = |file: &str, code: &str| {
+        problems_in(&module_of_file(Path::new(file)), code, &roots, &modules)
+    };
+    // Each form names a higher layer (nn or graph) from a lower one and must be caught.
+    let caught = [
+        ("ops/unary.rs", "use crate::nn::Dense;"),
+        (
+            "ops/unary.rs",
+            "use crate::{tensor::Tensor, nn::{Dense, ReLU}};",
+        ),
+        ("ops/unary.rs", "use crate::{a::{b::C}, nn::Dense};"),
+        ("ops/pool/inner.rs", "use super::super::super::nn::Dense;"),
+        ("ops/mod.rs", "use super::nn::Dense;"),
+        (
+            "tensor/create.rs",
+            "fn f() { let _ = crate::graph::Graph::new(); }",
+        ),
+        ("tensor/create.rs", "fn f() -> crate::nn::Dense { todo!() }"),
+        (
+            "tensor/create.rs",
+            "macro_rules! m { () => { $crate::nn::Dense::new(1, 1) }; }",
+        ),
+        (
+            "tensor/create.rs",
+            "fn f() { vec![crate::model::Net::new(vec![])]; }",
+        ),
+        ("tensor/create.rs", "use crate::prelude::Dense;"),
+        ("tensor/create.rs", "use crate::ConvOpts;"),
+        (
+            "tensor/create.rs",
+            "mod inner { use super::super::super::graph::Graph; }",
+        ),
+        (
+            "tensor/create.rs",
+            "fn f() { let s = \"// not a comment\"; crate::nn::Dense::new(1, 1); }",
+        ),
+    ];
+    for (file, code) in caught {
+        let found = check(file, code);
+        assert!(!found.is_empty(), "missed in {file}: {code}");
+        assert!(found.iter().all(|p| p.contains("(layer")), "{found:?}");
+    }
+    // Downward, within a unit, outside the crate, in comments and strings: not problems.
+    let fine = [
+        (
+            "nn/dense.rs",
+            "use crate::{tensor::Tensor, ops::Axis, error::Result};",
+        ),
+        (
+            "nn/dense.rs",
+            "use super::module::Module; use self::inner::X; mod inner {}",
+        ),
+        (
+            "nn/dense.rs",
+            "use std::sync::Arc; use rand::Rng; use crate::Error;",
+        ),
+        (
+            "ops/unary.rs",
+            "// crate::nn::Dense\nfn f() { let _ = \"crate::nn::Dense\"; }",
+        ),
+        (
+            "kernels/sgemm.rs",
+            "use crate::kernels::isa::Isa; use super::float::Float;",
+        ),
+    ];
+    for (file, code) in fine {
+        assert_eq!(check(file, code), Vec::<String>::new(), "{file}: {code}");
+    }
+    assert_eq!(
+        module_of_file(Path::new("io/checkpoint.rs")),
+        vec!["io", "checkpoint"]
     );
     assert_eq!(
-        paths,
-        vec![
-            vec!["nn".to_string(), "Dense".to_string()],
-            vec!["error".to_string()],
-            vec!["tensor".to_string(), "with_dtype".to_string()],
-        ]
-    );
-    assert_eq!(unit_of_path(&["io", "tensors", "save"]), "io/tensors");
-    assert_eq!(unit_of_path(&["io", "load_checkpoint"]), "io");
-    assert_eq!(
-        unit_of_file(Path::new("io/checkpoint.rs")).as_deref(),
+        unit_of(&["io".into(), "checkpoint".into()]).as_deref(),
         Some("io/checkpoint")
     );
-    assert_eq!(unit_of_file(Path::new("lib.rs")), None);
 }

@@ -271,6 +271,9 @@ fn unit_seed(root: &Tensor, op: &str) -> Result<Tensor> {
     Ok(root.ones_like())
 }
 
+/// What [`Tensor::backward_with_hook`] calls with each leaf's final gradient.
+type Hook<'a> = &'a mut dyn FnMut(u64, &Tensor);
+
 /// Panics with the error's message: the panicking forms of the `try_` functions.
 fn or_panic<T>(r: Result<T>) -> T {
     r.unwrap_or_else(|e| panic!("{e}"))
@@ -324,7 +327,7 @@ impl Tensor {
         op: &str,
         seed: Tensor,
         create_graph: bool,
-        hook: Option<&mut dyn FnMut(u64, &Tensor)>,
+        hook: Option<Hook<'_>>,
     ) -> Result<Gradients> {
         if !self.is_tracked() {
             return Err(Error::Backward(format!(
