@@ -73,15 +73,7 @@ fn the_prelude_has_what_a_training_script_imports() {
         BatchIterator::epoch(&data, 3, false, 0, 0, false).count(),
         2
     );
-    assert_eq!(
-        StepLr {
-            base: 1.0,
-            step: 2,
-            gamma: 0.5
-        }
-        .lr(2),
-        0.5
-    );
+    assert_eq!(StepLr::new(1.0, 2, 0.5).lr(2), 0.5);
     let acc = accuracy(&Tensor::from_vec(vec![0.9f32, 0.1], &[1, 2]), &[0]);
     assert_eq!(acc.hit_num, 1);
     let mut rng = <ferrograd::rand::rngs::StdRng as ferrograd::rand::SeedableRng>::seed_from_u64(1);
@@ -126,11 +118,8 @@ fn batches_by_builder_and_a_schedule_on_the_model() {
     assert_eq!(in_order, (0..10).collect::<Vec<_>>());
 
     let net = Net::new(vec![Box::new(Dense::new(1, 1))]);
-    let mut model = Model::new(net, Mse::new(), Sgd::new(1.0)).with_schedule(StepLr {
-        base: 0.1,
-        step: 2,
-        gamma: 0.5,
-    });
+    let mut model =
+        Model::new(net, Mse::new(), Sgd::new(1.0)).with_schedule(StepLr::new(0.1, 2, 0.5));
     let (x, y) = (
         Tensor::ones(&[2, 1], DType::F32),
         Tensor::zeros(&[2, 1], DType::F32),

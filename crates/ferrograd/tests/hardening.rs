@@ -81,6 +81,57 @@ fn optimizer_settings_are_validated() {
 }
 
 #[test]
+fn layer_and_loss_settings_are_validated_at_construction() {
+    // Each would otherwise write NaN into every output, or loop or divide by zero later.
+    assert_panics("LeakyRelu: slope NaN must be finite", || {
+        let _ = LeakyRelu::new(f64::NAN);
+    });
+    assert_panics("Elu: alpha inf must be finite", || {
+        let _ = Elu::new(f64::INFINITY);
+    });
+    assert_panics("momentum 2 must be in [0, 1]", || {
+        let _ = BatchNorm2d::with_options(3, 2.0, 1e-5);
+    });
+    assert_panics("momentum NaN", || {
+        let _ = BatchNorm1d::with_options(3, f64::NAN, 1e-5);
+    });
+    assert_panics("eps 0 must be finite and positive", || {
+        let _ = BatchNorm2d::with_options(3, 0.1, 0.0);
+    });
+    assert_panics("eps NaN", || {
+        let _ = BatchNorm2d::with_options(3, 0.1, f64::NAN);
+    });
+    assert_panics("Conv2d: stride must be positive", || {
+        let _ = Conv2d::new(1, 1, 3).stride(0);
+    });
+    assert_panics("ConvTranspose2d: dilation must be", || {
+        let _ = ConvTranspose2d::new(1, 1, 3).dilation(0);
+    });
+    assert_panics("MaxPool2d: kernel 0 and stride 1", || {
+        let _ = MaxPool2d::new(0, 1);
+    });
+    assert_panics("AvgPool2d: kernel 2 and stride 0", || {
+        let _ = AvgPool2d::new(2, 0);
+    });
+    assert_panics("Huber: delta NaN", || {
+        let _ = Huber::new(f64::NAN);
+    });
+    assert_panics("Huber: delta -1", || {
+        let _ = Huber::new(-1.0);
+    });
+    assert_panics("Dropout", || {
+        let _ = Dropout::new(1.5);
+    });
+    assert_panics("Dropout", || {
+        let _ = Dropout::new(f64::NAN);
+    });
+    // The edges that are valid stay valid.
+    drop(BatchNorm2d::with_options(3, 0.0, 1e-12));
+    drop(BatchNorm2d::with_options(3, 1.0, 1e-5));
+    assert_eq!(LeakyRelu::new(-0.5).slope(), -0.5);
+}
+
+#[test]
 fn optimizer_state_of_the_wrong_shape_is_refused_and_changes_nothing() {
     let p = Param::new(Tensor::from_vec(vec![1.0f64, -2.0, 0.5, 3.0], &[2, 2]));
     let params = vec![("p".to_string(), p.clone())];

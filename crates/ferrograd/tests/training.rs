@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::turn;
+use common::{panic_message, turn};
 
 use ferrograd::optim::{
     ConstantLr, CosineAnnealing, ExponentialLr, LinearWarmup, MultiStepLr, StepLr, WarmupThen,
@@ -386,73 +386,59 @@ fn optimizer_state_round_trips() {
 #[test]
 fn schedules() {
     let seq = |s: &dyn Schedule, n: u64| (0..n).map(|t| s.lr(t)).collect::<Vec<_>>();
-    assert_eq!(seq(&ConstantLr(0.1), 3), vec![0.1, 0.1, 0.1]);
+    assert_eq!(seq(&ConstantLr::new(0.1), 3), vec![0.1, 0.1, 0.1]);
     assert_eq!(
-        seq(
-            &StepLr {
-                base: 1.0,
-                step: 2,
-                gamma: 0.5
-            },
-            5
-        ),
+        seq(&StepLr::new(1.0, 2, 0.5), 5),
         vec![1.0, 1.0, 0.5, 0.5, 0.25]
     );
     assert_eq!(
-        seq(
-            &MultiStepLr {
-                base: 1.0,
-                milestones: vec![1, 3],
-                gamma: 0.1
-            },
-            4
-        ),
+        seq(&MultiStepLr::new(1.0, vec![1, 3], 0.1), 4),
         vec![1.0, 0.1, 0.1, 0.1 * 0.1]
     );
-    assert_eq!(
-        seq(
-            &ExponentialLr {
-                base: 1.0,
-                gamma: 0.5
-            },
-            3
-        ),
-        vec![1.0, 0.5, 0.25]
-    );
-    let cos = seq(
-        &CosineAnnealing {
-            base: 1.0,
-            min: 0.0,
-            period: 4,
-        },
-        6,
-    );
+    assert_eq!(seq(&ExponentialLr::new(1.0, 0.5), 3), vec![1.0, 0.5, 0.25]);
+    let cos = seq(&CosineAnnealing::new(1.0, 0.0, 4), 6);
     close(
         &cos,
         &[1.0, 0.8535533905932737, 0.5, 0.14644660940672627, 0.0, 0.0],
     );
     assert_eq!(
-        seq(
-            &LinearWarmup {
-                base: 1.0,
-                warmup: 4
-            },
-            5
-        ),
+        seq(&LinearWarmup::new(1.0, 4), 5),
         vec![0.25, 0.5, 0.75, 1.0, 1.0]
     );
-    let wc = WarmupThen {
-        warmup: LinearWarmup {
-            base: 1.0,
-            warmup: 2,
-        },
-        after: CosineAnnealing {
-            base: 1.0,
-            min: 0.0,
-            period: 2,
-        },
-    };
+    let wc = WarmupThen::new(LinearWarmup::new(1.0, 2), CosineAnnealing::new(1.0, 0.0, 2));
     close(&seq(&wc, 5), &[0.5, 1.0, 1.0, 0.5, 0.0]);
+    // Far steps: the power saturates instead of wrapping its exponent.
+    assert_eq!(ExponentialLr::new(1.0, 0.5).lr(1 << 40), 0.0);
+    assert_eq!(StepLr::new(1.0, 1, 0.5).lr(u64::MAX), 0.0);
+}
+
+#[test]
+fn schedule_settings_that_would_give_no_rate_are_refused_naming_them() {
+    let refuses = |needle: &str, f: fn()| {
+        let msg = panic_message(f);
+        assert!(msg.starts_with(needle), "{needle}: {msg}");
+    };
+    refuses("ConstantLr: rate NaN", || {
+        let _ = ConstantLr::new(f64::NAN);
+    });
+    refuses("StepLr: step must be at least 1, got 0", || {
+        let _ = StepLr::new(0.1, 0, 0.5);
+    });
+    refuses("StepLr: gamma -0.5", || {
+        let _ = StepLr::new(0.1, 1, -0.5);
+    });
+    refuses("MultiStepLr: base rate inf", || {
+        let _ = MultiStepLr::new(f64::INFINITY, vec![], 0.1);
+    });
+    refuses("ExponentialLr: gamma NaN", || {
+        let _ = ExponentialLr::new(0.1, f64::NAN);
+    });
+    refuses("CosineAnnealing: period must be at least 1", || {
+        let _ = CosineAnnealing::new(0.1, 0.0, 0);
+    });
+    refuses("LinearWarmup: base rate -1", || {
+        let _ = LinearWarmup::new(-1.0, 3);
+    });
 }
 
 #[test]

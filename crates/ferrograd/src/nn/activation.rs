@@ -56,14 +56,24 @@ macro_rules! activation_with {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug)]
         pub struct $name {
-            #[doc = concat!("The `", stringify!($field), "` in the type's formula.")]
-            pub $field: f64,
+            $field: f64,
         }
 
         impl $name {
-            #[doc = concat!("The activation with the given `", stringify!($field), "`.")]
+            #[doc = concat!("The activation with the given `", stringify!($field), "`; panics \
+                unless it is finite.")]
             pub fn new($field: f64) -> Self {
+                assert!(
+                    $field.is_finite(),
+                    concat!(stringify!($name), ": ", stringify!($field), " {} must be finite"),
+                    $field
+                );
                 $name { $field }
+            }
+
+            #[doc = concat!("The `", stringify!($field), "` in the type's formula.")]
+            pub fn $field(&self) -> f64 {
+                self.$field
             }
         }
 

@@ -77,8 +77,9 @@ impl<const TRANSPOSED: bool> ConvLayer<TRANSPOSED> {
         }
     }
 
-    /// Moves the kernel `s` steps at a time (default 1).
+    /// Moves the kernel `s` steps at a time (default 1); panics unless positive.
     pub fn stride(mut self, s: usize) -> Self {
+        assert!(s > 0, "{}: stride must be positive", Self::NAME);
         self.opts = self.opts.stride(s);
         self
     }
@@ -90,8 +91,9 @@ impl<const TRANSPOSED: bool> ConvLayer<TRANSPOSED> {
         self
     }
 
-    /// Spaces the kernel's taps `d` apart (default 1).
+    /// Spaces the kernel's taps `d` apart (default 1); panics unless positive.
     pub fn dilation(mut self, d: usize) -> Self {
+        assert!(d > 0, "{}: dilation must be positive", Self::NAME);
         self.opts = self.opts.dilation(d);
         self
     }
@@ -188,8 +190,15 @@ macro_rules! pool_layer {
         }
 
         impl $name {
-            /// Square windows of `kernel`, `stride` apart, no padding.
+            /// Square windows of `kernel`, `stride` apart, no padding; panics unless both are
+            /// positive.
             pub fn new(kernel: usize, stride: usize) -> Self {
+                assert!(
+                    kernel > 0 && stride > 0,
+                    concat!(stringify!($name), ": kernel {} and stride {} must be positive"),
+                    kernel,
+                    stride
+                );
                 $name {
                     kernel,
                     stride,

@@ -20,6 +20,15 @@ struct BatchNorm {
 
 impl BatchNorm {
     fn new(features: usize, momentum: f64, eps: f64) -> BatchNorm {
+        // PyTorch takes these unchecked; a NaN here would reach every output and statistic.
+        assert!(
+            (0.0..=1.0).contains(&momentum),
+            "BatchNorm: momentum {momentum} must be in [0, 1]"
+        );
+        assert!(
+            eps.is_finite() && eps > 0.0,
+            "BatchNorm: eps {eps} must be finite and positive"
+        );
         BatchNorm {
             weight: Param::new(Tensor::ones(&[features], DType::F32)),
             bias: Param::new(Tensor::zeros(&[features], DType::F32)),
