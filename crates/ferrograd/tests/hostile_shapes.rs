@@ -5,6 +5,9 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use ferrograd::prelude::*;
+use proptest::prelude::*;
+
+mod common;
 
 const HUGE: usize = (1 << 63) + 1;
 
@@ -302,4 +305,71 @@ fn a_graph_takes_many_variables_at_constant_cost_each() {
     panics_with("already has a variable named \"v7\"", || {
         g.variable("v7", Tensor::scalar(0.0f32));
     });
+}
+
+/// A geometry value: small, or far beyond any real image.
+fn geometry() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        4 => 0usize..4,
+        1 => Just(1usize << 20),
+        1 => Just(1usize << 40),
+        1 => Just(usize::MAX / 2),
+        1 => Just(usize::MAX),
+    ]
+}
+
+/// Runs `op` on hostile geometry: a result of the size the geometry implies, or a panic whose
+/// message names the op, never an internal message (slice ranges, overflow, unwraps).
+fn clean(name: &str, op: impl FnOnce() -> Tensor) -> Result<(), TestCaseError> {
+    // Small results are differentiated too: the backward kernels walk the same geometry.
+    let forward_and_back = || {
+        let y = op();
+        if y.numel() <= 1 << 16 && y.is_tracked() {
+            drop(y.sum().backward());
+        }
+        y
+    };
+    match catch_unwind(AssertUnwindSafe(forward_and_back)) {
+        Ok(y) => prop_assert!(y.numel() <= 1 << 28, "{name}: output {:?}", y.shape()),
+        Err(e) => {
+            let msg = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            let internal = [
+                "out of range for slice",
+                "index out of bounds",
+                "capacity overflow",
+                "attempt to",
+                "unwrap()",
+            ];
+            prop_assert!(msg.starts_with(name), "{name}: {msg}");
+            prop_assert!(!internal.iter().any(|i| msg.contains(i)), "{name}: {msg}");
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(common::proptest_config(256))]
+
+    #[test]
+    fn hostile_geometry_gives_a_result_or_a_message_naming_the_op(
+        (n, c, h, w) in (0usize..3, 1usize..3, 0usize..6, 0usize..6),
+        (k, stride, padding, dilation, extra) in (geometry(), geometry(), geometry(), geometry(), geometry()),
+        small_k in 1usize..4,
+    ) {
+        let x = Tensor::ones(&[n, c, h, w], DType::F32).requires_grad();
+        let weight = Tensor::ones(&[2, c, small_k, small_k], DType::F32).requires_grad();
+        let opts = ConvOpts::new().stride(stride).padding(padding).dilation(dilation);
+        clean("conv2d", || x.conv2d(&weight, &opts))?;
+        let weight_t = Tensor::ones(&[c, 2, small_k, small_k], DType::F32).requires_grad();
+        let opts_t = opts.output_padding(extra);
+        clean("conv_transpose2d", || x.conv_transpose2d(&weight_t, &opts_t))?;
+        clean("max_pool2d", || x.max_pool2d(k, stride, padding))?;
+        clean("avg_pool2d", || x.avg_pool2d(k, stride, padding))?;
+        clean("adaptive_avg_pool2d", || x.adaptive_avg_pool2d(k, extra))?;
+        clean("pad", || x.pad(&[(0, 0), (0, 0), (padding, extra), (k, 0)], 0.0))?;
+    }
 }

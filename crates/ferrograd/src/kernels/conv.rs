@@ -38,9 +38,9 @@ impl Geom {
     }
 
     /// The output positions `o` whose input coordinate `o·stride + offset` lies in `0..size`.
-    fn valid(out: usize, stride: usize, offset: isize, size: usize) -> std::ops::Range<usize> {
-        let size = size as isize;
-        let stride = stride as isize;
+    /// In `i128`: strides, paddings and dilations near `usize::MAX` must not wrap.
+    fn valid(out: usize, stride: usize, offset: i128, size: usize) -> std::ops::Range<usize> {
+        let (size, stride) = (size as i128, stride as i128);
         // o·stride + offset ≥ 0 and o·stride + offset ≤ size − 1.
         let lo = if offset >= 0 {
             0
@@ -52,15 +52,16 @@ impl Geom {
         } else {
             (size - 1 - offset) / stride + 1
         };
-        let (lo, hi) = (lo as usize, (hi as usize).min(out));
+        let clamp = |v: i128| usize::try_from(v.min(out as i128)).unwrap_or(out);
+        let (lo, hi) = (clamp(lo), clamp(hi));
         lo.min(hi)..hi
     }
 
     /// For kernel tap `(i, j)`: the output rows whose input row is inside the image, the
     /// output columns likewise, and the input offsets of output (0, 0).
     fn tap(&self, i: usize, j: usize) -> Tap {
-        let oy_off = (i * self.dh) as isize - self.ph as isize;
-        let ox_off = (j * self.dw) as isize - self.pw as isize;
+        let oy_off = (i as i128) * (self.dh as i128) - self.ph as i128;
+        let ox_off = (j as i128) * (self.dw as i128) - self.pw as i128;
         Tap {
             rows: Self::valid(self.ho, self.sh, oy_off, self.h),
             cols: Self::valid(self.wo, self.sw, ox_off, self.w),
@@ -75,16 +76,17 @@ impl Geom {
 struct Tap {
     rows: std::ops::Range<usize>,
     cols: std::ops::Range<usize>,
-    oy_off: isize,
-    ox_off: isize,
+    oy_off: i128,
+    ox_off: i128,
 }
 
 impl Tap {
-    /// Input index (in an `h × w` plane) of output row `oy`'s first valid column.
+    /// Input index (in an `h × w` plane) of output row `oy`'s first valid column (`oy` among
+    /// `rows`, so the index lies inside the plane).
     fn src(&self, g: &Geom, oy: usize) -> usize {
-        let iy = (oy as isize * g.sh as isize + self.oy_off) as usize;
-        let ix = (self.cols.start as isize * g.sw as isize + self.ox_off) as usize;
-        iy * g.w + ix
+        let iy = oy as i128 * g.sh as i128 + self.oy_off;
+        let ix = self.cols.start as i128 * g.sw as i128 + self.ox_off;
+        usize::try_from(iy * g.w as i128 + ix).expect("a valid tap reads inside the plane")
     }
 }
 

@@ -13,7 +13,7 @@ use smallvec::smallvec;
 
 use crate::kernels::conv::{max_pool_plane, window_mean_plane, window_mean_plane_t, Geom, Windows};
 use crate::kernels::index;
-use crate::tensor::{filled, record, reserved, with_dtype, FloatElement, Tensor};
+use crate::tensor::{filled, numel_or_panic, record, reserved, with_dtype, FloatElement, Tensor};
 use num_traits::Zero;
 
 /// `(planes, h, w)` of a `[N, C, H, W]` tensor, or a panic naming `op`.
@@ -25,19 +25,21 @@ fn planes(op: &str, t: &Tensor) -> (usize, usize, usize) {
 }
 
 /// A new `[N, C, h, w]` tensor, zero before `f(input plane, output plane)` fills each plane
-/// of `x` (`[N, C, H, W]`); planes in parallel.
+/// of `x` (`[N, C, H, W]`); planes in parallel. Panics naming `op` when it cannot be made.
 fn map_planes<T: FloatElement>(
+    op: &str,
     x: &Tensor,
     (h, w): (usize, usize),
     f: impl Fn(&[T], &mut [T]) + Sync,
 ) -> Tensor {
-    let (np, ih, iw) = planes("pooling", x);
+    let (_, ih, iw) = planes(op, x);
     let data = x.contiguous_data::<T>();
-    let mut out = filled("pool", np * h * w, T::zero());
+    let shape = with_hw(x, h, w);
+    let mut out = filled(op, numel_or_panic(op, &shape), T::zero());
     out.par_chunks_mut((h * w).max(1))
         .enumerate()
         .for_each(|(p, o)| f(&data[p * ih * iw..][..ih * iw], o));
-    Tensor::from_data(out, &with_hw(x, h, w))
+    Tensor::from_data(out, &shape)
 }
 
 /// `t`'s shape with the last two axes replaced.
@@ -135,7 +137,7 @@ impl Tensor {
         let (_, h, w) = planes("avg_pool2d", self);
         let wy = fixed_windows("avg_pool2d", h, kernel, stride, padding);
         let wx = fixed_windows("avg_pool2d", w, kernel, stride, padding);
-        self.window_mean(Arc::new([wy, wx]))
+        self.window_mean("avg_pool2d", Arc::new([wy, wx]))
     }
 
     /// Average pooling to an `out_h × out_w` output whatever the input size (PyTorch's
@@ -147,10 +149,10 @@ impl Tensor {
             "adaptive_avg_pool2d: cannot pool {:?} to {out_h}x{out_w}",
             self.shape()
         );
-        self.window_mean(Arc::new([
-            adaptive_windows(h, out_h),
-            adaptive_windows(w, out_w),
-        ]))
+        self.window_mean(
+            "adaptive_avg_pool2d",
+            Arc::new([adaptive_windows(h, out_h), adaptive_windows(w, out_w)]),
+        )
     }
 
     /// Nearest-neighbour upsampling by integer factors: each pixel becomes a
@@ -167,27 +169,32 @@ impl Tensor {
             .reshape(&[s[0], s[1], h * scale_h, w * scale_w])
     }
 
-    /// Mean over fixed windows of the last two axes (`windows` = rows, columns).
-    fn window_mean(&self, windows: Arc<[Windows; 2]>) -> Tensor {
-        let (_, h, w) = planes("window mean", self);
+    /// Mean over fixed windows of the last two axes (`windows` = rows, columns), for the
+    /// user's call `op`.
+    fn window_mean(&self, op: &'static str, windows: Arc<[Windows; 2]>) -> Tensor {
+        let (_, h, w) = planes(op, self);
         let (ho, wo) = (windows[0].start.len(), windows[1].start.len());
-        let out = with_dtype!(self.dtype(), T => map_planes::<T>(self, (ho, wo), |x, o| {
+        let out = with_dtype!(self.dtype(), T => map_planes::<T>(op, self, (ho, wo), |x, o| {
             window_mean_plane(x, w, &windows, o)
         }));
         record("window_mean", out, &[self], move |_, up| {
-            smallvec![Some(up.window_mean_t(windows.clone(), (h, w)))]
+            smallvec![Some(up.window_mean_t(op, windows.clone(), (h, w)))]
         })
     }
 
     /// The adjoint of [`Tensor::window_mean`]: each value spread (divided) over its window of
     /// an `h × w` plane.
-    fn window_mean_t(&self, windows: Arc<[Windows; 2]>, (h, w): (usize, usize)) -> Tensor {
-        planes("window mean adjoint", self);
-        let out = with_dtype!(self.dtype(), T => map_planes::<T>(self, (h, w), |up, x| {
+    fn window_mean_t(
+        &self,
+        op: &'static str,
+        windows: Arc<[Windows; 2]>,
+        (h, w): (usize, usize),
+    ) -> Tensor {
+        let out = with_dtype!(self.dtype(), T => map_planes::<T>(op, self, (h, w), |up, x| {
             window_mean_plane_t(up, w, &windows, x)
         }));
         record("window_mean_t", out, &[self], move |_, up| {
-            smallvec![Some(up.window_mean(windows.clone()))]
+            smallvec![Some(up.window_mean(op, windows.clone()))]
         })
     }
 
