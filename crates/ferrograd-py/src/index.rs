@@ -181,6 +181,8 @@ pub fn get(py: Python<'_>, t: &Tensor, key: &Bound<'_, PyAny>) -> PyResult<Tenso
             t.ndim()
         )));
     }
+    let front = advanced_go_first(&items);
+    let mut gathered_at = None;
     let mut out = t.clone();
     let mut axis = 0;
     for item in items {
@@ -220,6 +222,7 @@ pub fn get(py: Python<'_>, t: &Tensor, key: &Bound<'_, PyAny>) -> PyResult<Tenso
                     )));
                 }
                 let picks: Vec<usize> = (0..len).filter(|&i| mask[i]).collect();
+                gathered_at = Some(axis);
                 axis += 1;
                 guard::run(|| out.index_select(axis - 1, picks.as_slice()))?
             }
@@ -228,10 +231,37 @@ pub fn get(py: Python<'_>, t: &Tensor, key: &Bound<'_, PyAny>) -> PyResult<Tenso
                     .iter()
                     .map(|&i| position(i, len, axis))
                     .collect::<PyResult<_>>()?;
+                gathered_at = Some(axis);
                 axis += 1;
                 guard::run(|| out.index_select(axis - 1, picks.as_slice()))?
             }
         };
     }
-    Ok(out)
+    match gathered_at.filter(|_| front) {
+        // numpy puts the gathered axis first when advanced indices are apart.
+        Some(at) => guard::run(|| {
+            let mut order: Vec<usize> = (0..out.ndim()).filter(|&a| a != at).collect();
+            order.insert(0, at);
+            out.permute(&order)
+        }),
+        None => Ok(out),
+    }
+}
+
+/// Whether numpy places the axis of a list or mask first: when integers (advanced indices
+/// too, beside a list) stand apart from it, with a slice, `None` or `...` between.
+fn advanced_go_first(items: &[Item]) -> bool {
+    let advanced = |i: &Item| matches!(i, Item::Int(_) | Item::Gather(_) | Item::Mask(_));
+    if !items
+        .iter()
+        .any(|i| matches!(i, Item::Gather(_) | Item::Mask(_)))
+    {
+        return false;
+    }
+    let first = items.iter().position(advanced);
+    let last = items.iter().rposition(advanced);
+    match (first, last) {
+        (Some(a), Some(b)) => items[a..=b].iter().any(|i| !advanced(i)),
+        _ => false,
+    }
 }

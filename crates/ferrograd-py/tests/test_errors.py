@@ -223,3 +223,64 @@ def test_a_gradient_reaching_an_op_without_a_derivative_is_a_value_error_naming_
         (x * x.sign()).sum().backward()
     with pytest.raises(ValueError, match="argmax has no derivative"):
         fg.grad((x * x.argmax(0).float()).sum(), [x])
+
+
+def _random_key(rng, shape):
+    """A numpy-style key for an array of `shape`: integers (negative too), slices with any
+    step, boolean masks, integer arrays, None and Ellipsis, some of them out of range."""
+    parts = []
+    for size in shape[: rng.integers(0, len(shape) + 1)]:
+        kind = rng.integers(0, 6)
+        if kind == 0:
+            parts.append(int(rng.integers(-size - 1, size + 1)))
+        elif kind == 1:
+            lo, hi = rng.integers(-size - 2, size + 3, size=2)
+            step = int(rng.choice([-3, -2, -1, 1, 2, 3]))
+            parts.append(slice(int(lo), int(hi), step))
+        elif kind == 2:
+            # Of the axis' length: numpy lets a mask of another length broadcast against an
+            # axis of 1, which PyTorch (and ferrograd) refuse; masks of the wrong length are
+            # tested on their own above.
+            parts.append(rng.random(size) < 0.5)
+        elif kind == 3:
+            parts.append(rng.integers(-size - 1, size + 1, size=int(rng.integers(0, 4))))
+        elif kind == 4:
+            parts.append(None)
+        else:
+            seen = any(p is Ellipsis for p in parts)
+            parts.append(slice(None) if seen else Ellipsis)
+    return tuple(parts) if len(parts) != 1 or rng.integers(0, 2) else parts[0]
+
+
+def test_indexing_agrees_with_numpy_on_generated_keys():
+    # Where numpy answers, ferrograd gives the same values and the gradient of a sum of the
+    # selection (how often each element was picked); where numpy raises IndexError, so does
+    # ferrograd. Keys that numpy itself reads differently (several advanced indices, which it
+    # broadcasts together) are left out.
+    rng = np.random.default_rng(0)
+    tried = agreed = refused = 0
+    for _ in range(3000):
+        shape = tuple(int(s) for s in rng.integers(1, 5, size=rng.integers(1, 4)))
+        data = rng.standard_normal(shape).astype(np.float32)
+        key = _random_key(rng, shape)
+        parts = key if isinstance(key, tuple) else (key,)
+        if sum(isinstance(p, np.ndarray) for p in parts) > 1:
+            continue
+        tried += 1
+        try:
+            want = data[key]
+        except IndexError:
+            with pytest.raises(IndexError):
+                fg.tensor(data)[key]
+            refused += 1
+            continue
+        x = fg.tensor(data, requires_grad=True)
+        got = x[key]
+        np.testing.assert_array_equal(got.numpy(), want, err_msg=repr(key))
+        if want.size:
+            got.sum().backward()
+            counts = np.zeros(shape, np.float32)
+            np.add.at(counts, key, 1.0)
+            np.testing.assert_array_equal(x.grad.numpy(), counts, err_msg=repr(key))
+        agreed += 1
+    assert tried > 2000 and agreed > 1000 and refused > 100, (tried, agreed, refused)
