@@ -2,13 +2,15 @@
 # Runs the suites that exercise the hand-written kernels once per kernel path this CPU
 # supports (FERROGRAD_ISA=portable, avx2, avx512; see `ferrograd::Isa`), and fails if a
 # supported path was not run or did not pass. `cargo test --workspace --release` covers the
-# best path only; this covers the others.
+# best path only; this covers the others. Arguments are passed to every `cargo test` (CI
+# passes the features of its other builds, `--features pictures`, so as to build the crate once).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+cargo_options=("$@")
 
 suites=(--test kernel_path --test conv --test layers_conv_rnn --test gradcheck_ops
         --test tensor_ops --test prop_views --test hostile_shapes --test training --lib)
-run() { cargo test --release -q -p ferrograd "$@"; }
+run() { cargo test --release -q -p ferrograd "${cargo_options[@]}" "$@"; }
 
 supported="$(run --test kernel_path -- --ignored --exact supported_paths --nocapture |
     sed -n 's/^SUPPORTED //p')"

@@ -3,7 +3,7 @@
 //! reconstructions. Prints the test-set reconstruction MSE per epoch, writes a PNG of test
 //! digits above their reconstructions and an SVG of the loss curves.
 //!
-//! `scripts/fetch-data.sh && cargo run --release --example autoencoder -- --out-dir docs`
+//! `scripts/fetch-data.sh && cargo run --release --features pictures --example autoencoder -- --out-dir docs`
 
 use std::path::Path;
 use std::time::Instant;

@@ -5,7 +5,7 @@
 //! logits, Adam 2e-4 with β₁ = 0.5, batch 64. After each epoch it writes an 8×8 grid of the
 //! samples of one fixed noise batch and prints both losses.
 //!
-//! `scripts/fetch-data.sh && cargo run --release --example dcgan -- --epochs 1 --out-dir docs`
+//! `scripts/fetch-data.sh && cargo run --release --features pictures --example dcgan -- --epochs 1 --out-dir docs`
 
 use std::path::PathBuf;
 use std::time::Instant;

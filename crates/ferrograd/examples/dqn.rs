@@ -3,7 +3,7 @@
 //! schedule and the Huber loss. Prints the average return per 10 episodes; CartPole-v1 counts
 //! as solved at an average return of 475 over 100 consecutive episodes.
 //!
-//! `cargo run --release --example dqn -- --seed 0`
+//! `cargo run --release --features pictures --example dqn -- --seed 0`
 
 use std::collections::VecDeque;
 

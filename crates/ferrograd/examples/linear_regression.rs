@@ -2,7 +2,7 @@
 //! and a bias b = 0 fitted by plain gradient descent (lr 0.005) on the summed squared error for
 //! 20 steps, printed as the seed prints them; then an SVG of the points and the fitted line.
 //!
-//! `cargo run --release --example linear_regression -- --out-dir docs`
+//! `cargo run --release --features pictures --example linear_regression -- --out-dir docs`
 
 use std::path::PathBuf;
 

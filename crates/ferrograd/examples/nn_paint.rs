@@ -3,7 +3,7 @@
 //! Paints a picture it generates, or any PNG/JPEG given with `--image`, and prints the PSNR of
 //! the painting against the original.
 //!
-//! `cargo run --release --example nn_paint -- --out-dir docs`
+//! `cargo run --release --features pictures --example nn_paint -- --out-dir docs`
 
 use std::path::PathBuf;
 use std::time::Instant;

@@ -1,8 +1,11 @@
-//! The crate's layers (DESIGN.md, README "Code layout"): a module may name only modules of a
-//! lower layer. This test parses every source file and resolves every path that starts in the
-//! crate (`crate::`, `$crate::`, `super::`, `self::`, in `use` trees, code, types and macro
-//! bodies) to the module it names, through the root's re-exports; it fails on any path that
-//! runs upward or sideways, so the picture in the README stays true.
+//! The `ferrograd` crate's layers (README "Layout of the code"): a module may name only modules
+//! of a lower layer. This test parses every source file of `crates/ferrograd/src` and resolves
+//! every path that starts in the crate (`crate::`, `$crate::`, `super::`, `self::`, in `use`
+//! trees, code, types and macro bodies) to the module it names, through the root's re-exports;
+//! it fails on any path that runs upward or sideways, so the picture in the README stays true.
+//!
+//! It lives beside the macros, which parse Rust with `syn` already, so that `ferrograd`'s own
+//! dev-dependencies (built with every example, the quick start's included) stay lean.
 
 use std::collections::HashMap;
 use std::fs;
@@ -280,7 +283,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 fn src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../ferrograd/src")
 }
 
 /// The root's re-exports and the names of the top-level modules.
