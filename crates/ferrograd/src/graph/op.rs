@@ -7,7 +7,7 @@ use std::fmt;
 
 use crate::autograd::Param;
 use crate::ops::conv::ConvOpts;
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{checked_numel, DType, Tensor};
 
 /// A shape known at build time, axis by axis: `None` is a free axis (a batch fed at run time).
 pub type Shape = Vec<Option<usize>>;
@@ -423,8 +423,16 @@ impl Op {
             Op::Reshape(to) => {
                 let (s, d) = &inputs[0];
                 // The known sizes must divide the target's count (free axes make up the rest).
-                let fixed: usize = s.iter().flatten().product();
-                let target: usize = to.iter().product();
+                let fixed: Vec<usize> = s.iter().flatten().copied().collect();
+                let (fixed, target) = match (checked_numel(&fixed), checked_numel(to)) {
+                    (Some(f), Some(t)) => (f, t),
+                    _ => {
+                        return Err(format!(
+                            "cannot reshape {} into {to:?}: too many elements",
+                            show(s)
+                        ))
+                    }
+                };
                 let complete = s.iter().all(Option::is_some);
                 if (complete && fixed != target)
                     || (!complete && fixed != 0 && !target.is_multiple_of(fixed))

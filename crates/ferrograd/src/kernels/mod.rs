@@ -42,11 +42,23 @@ impl Rows {
     /// `shape` around `axis`.
     pub fn around(shape: &[usize], axis: usize) -> Rows {
         Rows {
-            outer: shape[..axis].iter().product(),
+            outer: part_numel(&shape[..axis]),
             mid: shape[axis],
-            inner: shape[axis + 1..].iter().product(),
+            inner: part_numel(&shape[axis + 1..]),
         }
     }
+}
+
+/// The element count of `dims`, a part of a tensor's shape. Where a product of the part
+/// overflows, another part holds a 0 (the shape's own count fits), so nothing is there to
+/// visit: 0. A plain product of `[2^40, 2^40, 0]` would overflow before reaching the zero.
+pub fn part_numel(dims: &[usize]) -> usize {
+    if dims.contains(&0) {
+        return 0;
+    }
+    dims.iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .unwrap_or(0)
 }
 
 /// Row-major strides of a contiguous tensor of `shape`.

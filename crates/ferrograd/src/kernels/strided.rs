@@ -128,7 +128,7 @@ pub fn map_into<T: Copy + Sync, U: Send>(
     f: impl Fn(T) -> U + Sync,
 ) {
     assert!(out.is_empty(), "map_into: the output is not empty");
-    let n = shape.iter().product();
+    let n = super::part_numel(shape);
     let plan = MergedAxes::new(shape, [a.strides]);
     let dst = &mut out.spare_capacity_mut()[..n];
     plan.for_runs(dst, [a.offset], |dst, [oa], [sa]| match sa {
@@ -160,7 +160,7 @@ pub fn zip_into<T: Copy + Sync, U: Send>(
     f: impl Fn(T, T) -> U + Sync,
 ) {
     assert!(out.is_empty(), "zip_into: the output is not empty");
-    let n = shape.iter().product();
+    let n = super::part_numel(shape);
     let plan = MergedAxes::new(shape, [a.strides, b.strides]);
     let dst = &mut out.spare_capacity_mut()[..n];
     plan.for_runs(dst, [a.offset, b.offset], |dst, [oa, ob], [sa, sb]| {

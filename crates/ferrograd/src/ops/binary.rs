@@ -6,7 +6,7 @@ use smallvec::smallvec;
 
 use crate::kernels::strided;
 use crate::kernels::Float;
-use crate::tensor::{record, with_dtype, BackwardCtx, InputGrads, Tensor};
+use crate::tensor::{filled, numel_or_panic, record, with_dtype, BackwardCtx, InputGrads, Tensor};
 use num_traits::Zero;
 
 /// Both operands in one dtype: f32 meets f64 as f64 (the cast is differentiable).
@@ -117,7 +117,7 @@ impl Tensor {
                 on_true.layout().broadcast_strides(&shape),
                 on_false.layout().broadcast_strides(&shape),
             );
-            let mut out = vec![T::zero(); shape.iter().product()];
+            let mut out = filled("where", numel_or_panic("where", &shape), T::zero());
             strided::zip3(&shape, cond.src::<T>(&sc), on_true.src::<T>(&st), on_false.src::<T>(&sf), &mut out,
                 |m, t, f| if m != T::zero() { t } else { f });
             Tensor::from_data(out, &shape)

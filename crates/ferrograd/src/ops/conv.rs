@@ -256,7 +256,14 @@ impl Tensor {
                     )
                 })
         };
-        self.conv_transpose2d_to(w, opts, (size(0, h, kh), size(1, wd, kw)))
+        let (oh, ow) = (size(0, h, kh), size(1, wd, kw));
+        // The kernels index within one output plane: it must be addressable even when the
+        // batch is empty.
+        assert!(
+            oh.checked_mul(ow).is_some(),
+            "conv_transpose2d: an output plane of {oh}x{ow} has more elements than fit in memory"
+        );
+        self.conv_transpose2d_to(w, opts, (oh, ow))
     }
 
     /// The transposed convolution with an explicit output size `(H, W)`: the input size of

@@ -6,6 +6,7 @@ use smallvec::smallvec;
 
 use crate::error::{Error, Result};
 use crate::kernels::matmul::{gemm_batch_append, MatRef};
+use crate::kernels::part_numel;
 use crate::tensor::{broadcast_shapes, checked_numel, record, with_dtype, FloatElement, Tensor};
 
 impl Tensor {
@@ -103,7 +104,7 @@ fn operand_offsets(
     let mut full = batch.to_vec();
     full.extend([rows, cols]);
     let strides = t.layout().broadcast_strides(&full);
-    let nb: usize = batch.iter().product();
+    let nb = part_numel(batch);
     let offsets = (0..nb)
         .map(|mut i| {
             let mut off = t.layout().offset;

@@ -111,7 +111,7 @@ pub(crate) fn zip_elems<T: Element>(
     let shape = broadcast_shape_or_panic(op, a.shape(), b.shape());
     let sa = a.layout().broadcast_strides(&shape);
     let sb = b.layout().broadcast_strides(&shape);
-    let mut out = reserved(op, shape.iter().product());
+    let mut out = reserved(op, numel_or_panic(op, &shape));
     strided::zip_into(&shape, a.src::<T>(&sa), b.src::<T>(&sb), &mut out, f);
     Tensor::from_data(out, &shape)
 }

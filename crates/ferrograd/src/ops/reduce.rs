@@ -6,7 +6,7 @@ use super::{axes_in, axis_in, Axis};
 use smallvec::smallvec;
 
 use crate::kernels::reduce as kr;
-use crate::kernels::Rows;
+use crate::kernels::{part_numel, Rows};
 use crate::tensor::{record, record_nondiff, with_dtype, FloatElement, Tensor};
 
 /// A reduction arranged for the kernels: the data as `[outer, red, inner]` in row-major order.
@@ -40,12 +40,13 @@ impl Reduction {
                 .map(|i| shape[i])
                 .collect()
         };
-        let red = sorted.iter().map(|&a| shape[a]).product();
+        let reduced_dims: Vec<usize> = sorted.iter().map(|&a| shape[a]).collect();
+        let red = part_numel(&reduced_dims);
         let one_run = sorted.windows(2).all(|w| w[1] == w[0] + 1);
         let (outer, inner, permuted) = match (sorted.first(), sorted.last(), one_run) {
             (Some(&first), Some(&last), true) => (
-                shape[..first].iter().product(),
-                shape[last + 1..].iter().product(),
+                part_numel(&shape[..first]),
+                part_numel(&shape[last + 1..]),
                 None,
             ),
             _ => {
@@ -53,7 +54,7 @@ impl Reduction {
                     .filter(|&i| !reduced(i))
                     .chain(sorted.iter().copied())
                     .collect();
-                (keep_shape.iter().product(), 1, Some(perm))
+                (part_numel(&keep_shape), 1, Some(perm))
             }
         };
         Reduction {

@@ -75,7 +75,7 @@ fn write_axis(
         return;
     }
     let n = shape[axis];
-    let block: usize = shape[axis + 1..].iter().product();
+    let block = crate::kernels::part_numel(&shape[axis + 1..]);
     out.push('[');
     let shown: Vec<Option<usize>> = if elide && n > 2 * EDGE {
         (0..EDGE)

@@ -71,7 +71,8 @@ impl Layout {
 
     /// Number of elements addressed (the product of the shape; 1 for a 0-d layout).
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        // A zero axis after huge ones: a plain product would overflow before reaching it.
+        checked_numel(&self.shape).expect("a layout's element count is checked when it is made")
     }
 
     /// Whether every element this layout addresses lies inside a buffer of `len` elements, with
