@@ -23,8 +23,10 @@ mod tests {
         let (data, ck) = (data.to_str().unwrap(), data.join("ck.safetensors"));
         let ck = ck.to_str().unwrap();
         let run = |argv: &[&str]| mnist_common::run_with("mnist", 20, common::seed_mlp, argv);
-        run(&["mnist", "--data", data, "--epochs", "1", "--save", ck]).unwrap();
-        run(&["mnist", "--data", data, "--epochs", "2", "--resume", ck]).unwrap();
+        let first = run(&["mnist", "--data", data, "--epochs", "1", "--save", ck]).unwrap();
+        let rest = run(&["mnist", "--data", data, "--epochs", "3", "--resume", ck]).unwrap();
+        assert_eq!(rest.len(), 2, "the resumed run starts after epoch 1");
+        mnist_common::assert_learned(&[first, rest].concat());
         let missing = run(&["mnist", "--data", "/nonexistent", "--epochs", "1"]).unwrap_err();
         assert!(missing.contains("scripts/fetch-data.sh"), "{missing}");
         let zero = run(&["mnist", "--data", data, "--batch-size", "0"]).unwrap_err();

@@ -26,8 +26,9 @@ mod tests {
             "--data",
             data.to_str().unwrap(),
             "--epochs",
-            "1",
+            "3",
         ];
-        mnist_common::run_with("mnist_cnn", 2, common::small_cnn, &argv).unwrap();
+        let results = mnist_common::run_with("mnist_cnn", 2, common::small_cnn, &argv).unwrap();
+        mnist_common::assert_learned(&results);
     }
 }

@@ -61,7 +61,8 @@ fn build(layers: &[(Tensor, Tensor)], lr: f64) -> MlpGraph {
     }
 }
 
-fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+/// Trains as the flags say; each epoch's mean training loss and test accuracy.
+fn run(args: Args) -> Result<Vec<(f64, f64)>, Box<dyn std::error::Error>> {
     let (epochs, args) = (args.epochs, args.training);
     let load = |train| {
         Mnist::load(&args.data, train)
@@ -83,6 +84,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let g = build(&layers, args.lr);
     println!("{} nodes:\n{}", g.graph.len(), g.graph);
     let mut sess = Session::new(&g.graph);
+    let mut results = Vec::new();
     for epoch in 0..epochs {
         let start = Instant::now();
         let (mut loss_sum, mut seen) = (0.0f64, 0usize);
@@ -104,19 +106,20 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             })
             .collect::<Result<Vec<Tensor>, _>>()?;
         let scores = Tensor::cat(&parts.iter().collect::<Vec<_>>(), 0);
+        let acc = accuracy(&scores, &test.labels);
+        let loss = loss_sum / seen as f64;
         println!(
-            "Epoch {epoch} {}  loss {:.4}  {secs:.2} s ({:.0} samples/s)",
-            accuracy(&scores, &test.labels),
-            loss_sum / seen as f64,
+            "Epoch {epoch} {acc}  loss {loss:.4}  {secs:.2} s ({:.0} samples/s)",
             seen as f64 / secs
         );
+        results.push((loss, acc.accuracy));
     }
-    Ok(())
+    Ok(results)
 }
 
 fn main() -> ExitCode {
     match run(Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("{e}");
             ExitCode::FAILURE
@@ -136,8 +139,10 @@ mod tests {
             "--data",
             data.to_str().unwrap(),
             "--epochs",
-            "1",
+            "3",
         ];
-        run(Args::try_parse_from(argv).unwrap()).unwrap();
+        let results = run(Args::try_parse_from(argv).unwrap()).unwrap();
+        let ((first, _), (last, accuracy)) = (results[0], results[2]);
+        assert!(last < first && accuracy >= 0.3, "no learning: {results:?}");
     }
 }

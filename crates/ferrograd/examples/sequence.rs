@@ -49,8 +49,13 @@ mod tests {
             "--data",
             data.to_str().unwrap(),
             "--epochs",
-            "1",
+            "4",
+            "--lr",
+            "0.01",
+            "--batch-size",
+            "20",
         ];
-        mnist_common::run_with("sequence", 2, rows_lstm, &argv).unwrap();
+        let results = mnist_common::run_with("sequence", 2, rows_lstm, &argv).unwrap();
+        mnist_common::assert_learned(&results);
     }
 }

@@ -35,7 +35,18 @@ struct Args {
     resume: Option<PathBuf>,
 }
 
-fn run(args: Args, epochs: u64, build: fn(f64) -> Model) -> Result<(), String> {
+/// What one epoch ends with: the mean training loss and the test accuracy (read by the
+/// examples' tests; the command line prints them).
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(test), allow(dead_code))]
+pub struct EpochResult {
+    /// Mean loss over the epoch's training samples.
+    pub loss: f64,
+    /// Fraction of test images classified right after the epoch.
+    pub accuracy: f64,
+}
+
+fn run(args: Args, epochs: u64, build: fn(f64) -> Model) -> Result<Vec<EpochResult>, String> {
     let t = &args.training;
     if t.batch_size == 0 {
         return Err("--batch-size must be positive".into());
@@ -68,6 +79,7 @@ fn run(args: Args, epochs: u64, build: fn(f64) -> Model) -> Result<(), String> {
         println!("resumed from {} after epoch {}", path.display(), ck.epoch);
     }
 
+    let mut results = Vec::new();
     for epoch in first_epoch..args.epochs.unwrap_or(epochs) {
         let start = Instant::now();
         let batches = BatchIterator::epoch(&train, t.batch_size, true, t.seed, epoch, false);
@@ -106,11 +118,26 @@ fn run(args: Args, epochs: u64, build: fn(f64) -> Model) -> Result<(), String> {
         if let Some(path) = &args.save {
             save_checkpoint(path, &model, epoch + 1).map_err(|e| e.to_string())?;
         }
+        results.push(EpochResult {
+            loss: loss_sum / seen as f64,
+            accuracy: acc.accuracy,
+        });
     }
     if let Some(mib) = peak_rss_mib() {
         println!("peak memory (RSS): {mib:.0} MiB");
     }
-    Ok(())
+    Ok(results)
+}
+
+/// Panics unless training learned: the loss fell from the first epoch to the last, and the
+/// last accuracy is at least three times chance (0.1) on `tiny_mnist`'s learnable data.
+#[cfg(test)]
+pub fn assert_learned(results: &[EpochResult]) {
+    let (first, last) = (results[0], results[results.len() - 1]);
+    assert!(
+        results.len() > 1 && last.loss < first.loss && last.accuracy >= 0.3,
+        "no learning: {results:?}"
+    );
 }
 
 /// Parses the flags (`epochs` by default) and trains the model `build` makes for a learning
@@ -118,7 +145,7 @@ fn run(args: Args, epochs: u64, build: fn(f64) -> Model) -> Result<(), String> {
 pub fn main(name: &'static str, epochs: u64, build: fn(f64) -> Model) -> ExitCode {
     let args = parse(name, std::env::args_os()).unwrap_or_else(|e| e.exit());
     match run(args, epochs, build) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::SUCCESS,
         Err(msg) => {
             eprintln!("{msg}");
             ExitCode::FAILURE
@@ -133,7 +160,7 @@ pub fn run_with(
     epochs: u64,
     build: fn(f64) -> Model,
     argv: &[&str],
-) -> Result<(), String> {
+) -> Result<Vec<EpochResult>, String> {
     let args = parse(name, argv).map_err(|e| e.to_string())?;
     run(args, epochs, build)
 }
