@@ -8,7 +8,7 @@ safetensors, plus a fixed input and PyTorch's output for it, so that the two can
 
 Models (nn.Sequential, so the keys are "0.weight", "0.bias", ...):
   mlp  the seed's MLP: Linear(784, 400), ReLU, Linear(400, 100), ReLU, Linear(100, 10)
-  cnn  ../shared/bench/torch_cnn.py's CNN: Conv2d(1, 8, 5, padding=2), ReLU, MaxPool2d(2),
+  cnn  bench/torch_train.py's CNN (--model cnn): Conv2d(1, 8, 5, padding=2), ReLU, MaxPool2d(2),
        Conv2d(8, 16, 5, padding=2), ReLU, MaxPool2d(2), Flatten, Linear(784, 10)
 Each is trained for a few Adam steps on random data first, so that the weights are not just
 their initial draws, then put in eval mode.

@@ -1,4 +1,4 @@
-//! Forward + backward time of single layers, the cases of `../shared/bench/torch_layers.py`
+//! Forward + backward time of single layers, the cases of `bench/torch_layers.py`
 //! with the same shapes and output format, to run side by side with it.
 //!
 //! Each case times `loss = (layer(x) * up).sum(); loss.backward()` (gradients of the input and
@@ -72,7 +72,7 @@ fn run(name: &str, make: fn() -> Box<dyn Layer>, shape: &[usize], repeats: usize
     );
 }
 
-/// Forward+backward times of the layer cases of `../shared/bench/torch_layers.py`.
+/// Forward+backward times of the layer cases of `bench/torch_layers.py`.
 #[derive(clap::Parser)]
 struct Args {
     /// Timed repetitions of each case (after one warm-up).

@@ -19,7 +19,7 @@ fn mlp() -> Net {
     ])
 }
 
-/// `../shared/bench/torch_cnn.py`'s CNN, layer for layer.
+/// `bench/torch_train.py --model cnn`'s CNN, layer for layer.
 fn cnn() -> Net {
     Net::new(vec![
         Box::new(Conv2d::new(1, 8, 5).padding(2)),

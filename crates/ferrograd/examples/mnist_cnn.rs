@@ -1,6 +1,6 @@
 //! A small CNN on real MNIST (or Fashion-MNIST): conv 5×5 (1→8, padding 2) → ReLU → max-pool 2
 //! → conv 5×5 (8→16, padding 2) → ReLU → max-pool 2 → dense 784→10, the network of
-//! `../shared/bench/torch_cnn.py`, softmax cross-entropy, Adam 1e-3, batch 128.
+//! `bench/torch_train.py --model cnn`, softmax cross-entropy, Adam 1e-3, batch 128.
 //!
 //! `scripts/fetch-data.sh && cargo run --release --example mnist_cnn -- [--epochs N] ...`
 //! (the flags of `mnist`)

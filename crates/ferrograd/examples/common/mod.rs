@@ -46,7 +46,7 @@ pub fn seed_mlp(lr: f64) -> Model {
     Model::new(net, SoftmaxCrossEntropy::new(), Adam::new(lr))
 }
 
-/// The CNN of `../shared/bench/torch_cnn.py`: conv 5×5 (1→8, padding 2) → ReLU → max-pool 2 →
+/// The CNN of `bench/torch_train.py --model cnn`: conv 5×5 (1→8, padding 2) → ReLU → max-pool 2 →
 /// conv 5×5 (8→16, padding 2) → ReLU → max-pool 2 → dense 784→10, softmax cross-entropy and
 /// Adam at `lr`. The images arrive as rows of 784 pixels and are viewed as 1×28×28.
 pub fn small_cnn(lr: f64) -> Model {

@@ -1,0 +1,56 @@
+"""PyTorch's forward + backward time for the layer cases of ferrograd's `bench_layers` example.
+
+    python bench/torch_layers.py [--threads 2] [--repeats 20] [CASE ...]
+
+A case times `(layer(x) * ones).sum().backward()`: the gradients of the input and of every
+parameter. Prints one RESULT line per case, as `bench_layers` does.
+"""
+
+import argparse
+
+import torch
+from torch import nn
+
+from _peer import result, time_repeats
+
+# name: (layer, input shape); the same table as crates/ferrograd/examples/bench_layers.rs.
+CASES = {
+    "conv3x3_64": (lambda: nn.Conv2d(64, 64, 3, padding=1), (32, 64, 32, 32)),
+    "conv5x5_lenet1": (lambda: nn.Conv2d(1, 8, 5, padding=2), (128, 1, 28, 28)),
+    "conv5x5_lenet2": (lambda: nn.Conv2d(8, 16, 5, padding=2), (128, 8, 14, 14)),
+    "convT_dcgan": (lambda: nn.ConvTranspose2d(128, 64, 4, stride=2, padding=1), (64, 128, 7, 7)),
+    "maxpool2": (lambda: nn.MaxPool2d(2, 2), (128, 16, 28, 28)),
+    "bn2d": (lambda: nn.BatchNorm2d(64), (32, 64, 32, 32)),
+    "lstm": (lambda: nn.LSTM(32, 128, batch_first=True), (64, 50, 32)),
+    "gru": (lambda: nn.GRU(32, 128, batch_first=True), (64, 50, 32)),
+}
+
+
+def time_case(name, repeats):
+    make, shape = CASES[name]
+    torch.manual_seed(0)
+    layer = make().train()
+    x = torch.randn(*shape, requires_grad=True)
+
+    def step():
+        out = layer(x)
+        y = out[0] if isinstance(out, tuple) else out  # recurrent layers: the sequence
+        (y * torch.ones_like(y)).sum().backward()
+
+    result("torch_layers", name, shape, time_repeats(step, repeats))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("cases", nargs="*", choices=list(CASES), help="cases (all when none)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    for name in args.cases or CASES:
+        time_case(name, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
