@@ -1,5 +1,5 @@
 //! DCGAN on MNIST (seed 000 lists it among tinynn's unsupervised models), the network of
-//! `../shared/bench/torch_dcgan.py` layer for layer: a generator from 100 normal numbers
+//! `bench/torch_dcgan.py` layer for layer: a generator from 100 normal numbers
 //! through a dense layer and two transposed convolutions to a 28×28 image in [−1, 1], a
 //! discriminator of two convolutions and a dense layer to a logit; sigmoid cross-entropy on
 //! logits, Adam 2e-4 with β₁ = 0.5, batch 64. After each epoch it writes an 8×8 grid of the

@@ -12,6 +12,7 @@ message; file errors raise ``OSError`` naming the file.
 """
 
 import functools as _functools
+from importlib import metadata as _metadata
 
 from . import _core
 from ._core import (
@@ -33,6 +34,11 @@ from ._core import (
     tensor,
     zeros,
 )
+
+try:
+    __version__ = _metadata.version("ferrograd")
+except _metadata.PackageNotFoundError:  # imported from a source tree, not installed
+    __version__ = "0+unknown"
 
 float32 = dtype.float32
 float64 = dtype.float64

@@ -1,19 +1,21 @@
-"""Per-op cost of ferrograd's autograd driven from Python: the same work, op counts and output
-lines as ../shared/bench/torch_autograd_overhead.py, to run side by side with it.
+"""Per-op cost of eager autograd driven from Python, in ferrograd or in PyTorch: one script, so
+the work, the op counts and the output lines are the same by construction.
 
   chain : y = relu(y * w_i + b_i), 3 recorded ops per step, then y.sum().backward()
   mlp   : a micrograd-style scalar MLP (every weight its own tensor), summed squared error
 
-Usage: python autograd_overhead.py [--ops 100000] [--shape ""] [--mode chain|mlp|both]
+Usage: python bench/autograd_overhead.py [--framework ferrograd|torch] [--ops 100000]
+       [--shape ""] [--mode chain|mlp|both] [--threads 1]
 """
 
 import argparse
+import importlib
 import statistics
 import time
 
 import numpy as np
 
-import ferrograd as fg
+fg = None  # the framework under test: ferrograd or torch, which share these names
 
 
 def parse_shape(s):
@@ -116,7 +118,10 @@ def report_nograd(label, results):
 
 
 def main():
+    global fg
     ap = argparse.ArgumentParser()
+    ap.add_argument("--framework", default="ferrograd", choices=["ferrograd", "torch"])
+    ap.add_argument("--threads", type=int, default=1, help="PyTorch's intra-op threads")
     ap.add_argument("--ops", type=int, default=100000)
     ap.add_argument("--shape", default="")
     ap.add_argument("--mode", default="both", choices=["chain", "mlp", "both"])
@@ -126,7 +131,10 @@ def main():
     args = ap.parse_args()
     shape = parse_shape(args.shape)
     sizes = [int(s) for s in args.mlp_sizes.split(",")]
-    print(f"ferrograd (Python) shape={list(shape)}")
+    fg = importlib.import_module(args.framework)
+    if args.framework == "torch":
+        fg.set_num_threads(args.threads)
+    print(f"{args.framework} {getattr(fg, '__version__', '')} (Python) shape={list(shape)}")
     tag = f"shape={list(shape)}"
     if args.mode in ("chain", "both"):
         run_chain(3000, shape)  # warm-up
