@@ -1,27 +1,20 @@
 //! `#[isa_dispatch]`: one kernel loop compiled for each instruction-set path of ferrograd's
 //! `Isa`, the path chosen at every call by `Isa::active()` (so `FERROGRAD_ISA` reaches it).
 
+use proc_macro2::Ident;
 use proc_macro2::TokenStream as Tokens;
 use quote::{format_ident, quote};
-use syn::{FnArg, GenericParam, ItemFn, Pat, PatIdent, PatType};
+use syn::{FnArg, GenericParam, ItemFn, Pat, PatIdent, PatType, Signature};
 
-/// The expansion: the function's body becomes an inline helper, wrapped by one function per
-/// target-feature set; the function itself matches on the active path.
-pub fn expand(item: ItemFn) -> syn::Result<Tokens> {
-    let ItemFn {
-        attrs,
-        vis,
-        sig,
-        block,
-    } = item;
+/// Refuses what a kernel loop never is and the expansion could not keep: methods, unsafe,
+/// async or const functions, and `impl Trait` results (each clone would return its own type).
+fn check(sig: &Signature) -> syn::Result<()> {
     if let Some(FnArg::Receiver(r)) = sig.inputs.first() {
         return Err(syn::Error::new_spanned(
             r,
             "#[isa_dispatch] takes free functions, not methods",
         ));
     }
-    // An unsafe body would need unsafe blocks around its calls, and an `impl Trait` result
-    // would be a different type from each clone: neither is needed by a kernel loop.
     let returns_impl = matches!(&sig.output, syn::ReturnType::Type(_, t) if matches!(**t, syn::Type::ImplTrait(_)));
     if sig.asyncness.is_some() || sig.constness.is_some() || sig.unsafety.is_some() || returns_impl
     {
@@ -30,7 +23,11 @@ pub fn expand(item: ItemFn) -> syn::Result<Tokens> {
             "#[isa_dispatch] takes safe, non-async, non-const functions that return a named type",
         ));
     }
-    // The wrappers take each argument under a plain name (the body keeps its patterns).
+    Ok(())
+}
+
+/// `sig` with each argument under a plain name (the body keeps its patterns), and those names.
+fn plain_arguments(sig: &Signature) -> (Signature, Vec<Ident>) {
     let mut plain = sig.clone();
     let mut args = Vec::new();
     for (i, input) in plain.inputs.iter_mut().enumerate() {
@@ -46,7 +43,11 @@ pub fn expand(item: ItemFn) -> syn::Result<Tokens> {
             args.push(name);
         }
     }
-    // Type and const parameters go in the turbofish (lifetimes are inferred).
+    (plain, args)
+}
+
+/// The turbofish that passes on the type and const parameters (lifetimes are inferred).
+fn turbofish(sig: &Signature) -> Tokens {
     let params: Vec<_> = sig
         .generics
         .params
@@ -57,11 +58,25 @@ pub fn expand(item: ItemFn) -> syn::Result<Tokens> {
             GenericParam::Lifetime(_) => None,
         })
         .collect();
-    let turbofish = if params.is_empty() {
+    if params.is_empty() {
         quote!()
     } else {
         quote!(::<#(#params),*>)
-    };
+    }
+}
+
+/// The expansion: the function's body becomes an inline helper, wrapped by one function per
+/// target-feature set; the function itself matches on the active path.
+pub fn expand(item: ItemFn) -> syn::Result<Tokens> {
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = item;
+    check(&sig)?;
+    let (plain, args) = plain_arguments(&sig);
+    let turbofish = turbofish(&sig);
     let variant = |name: &str| {
         let mut s = plain.clone();
         s.ident = format_ident!("__{}", name);

@@ -152,35 +152,37 @@ fn position(i: isize, len: usize, axis: usize) -> PyResult<usize> {
     }
 }
 
-/// `t[key]`.
-pub fn get(py: Python<'_>, t: &Tensor, key: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+/// The items of `key` and how many of them name an axis, checked against a tensor of
+/// `ndim` axes.
+fn items_of(key: &Bound<'_, PyAny>, ndim: usize) -> PyResult<(Vec<Item>, usize)> {
     let items: Vec<Item> = match key.cast::<PyTuple>() {
         Ok(tuple) => tuple.iter().map(|k| parse(&k)).collect::<PyResult<_>>()?,
         Err(_) => vec![parse(key)?],
     };
-    let named = items.iter().filter(|i| i.consumes_axis()).count();
-    if items.iter().filter(|i| matches!(i, Item::Rest)).count() > 1 {
+    let count = |f: fn(&Item) -> bool| items.iter().filter(|i| f(i)).count();
+    if count(|i| matches!(i, Item::Rest)) > 1 {
         return Err(PyIndexError::new_err(
             "an index can only have a single ellipsis ('...')",
         ));
     }
-    if items
-        .iter()
-        .filter(|i| matches!(i, Item::Gather(_) | Item::Mask(_)))
-        .count()
-        > 1
-    {
+    if count(|i| matches!(i, Item::Gather(_) | Item::Mask(_))) > 1 {
         return Err(PyIndexError::new_err(
             "one list of indices per index: numpy's pointwise indexing by several lists is not \
              supported (index one axis at a time)",
         ));
     }
-    if named > t.ndim() {
+    let named = count(Item::consumes_axis);
+    if named > ndim {
         return Err(PyIndexError::new_err(format!(
-            "too many indices for a tensor of {} axes: {named} were given",
-            t.ndim()
+            "too many indices for a tensor of {ndim} axes: {named} were given"
         )));
     }
+    Ok((items, named))
+}
+
+/// `t[key]`.
+pub fn get(py: Python<'_>, t: &Tensor, key: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    let (items, named) = items_of(key, t.ndim())?;
     let front = advanced_go_first(&items);
     let mut gathered_at = None;
     let mut out = t.clone();

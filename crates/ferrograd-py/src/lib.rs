@@ -2,6 +2,9 @@
 //! (`python/ferrograd/`): tensors and autodiff, layers, losses, optimizers and data loading,
 //! on the Rust crate's kernels.
 
+// Functions stay short enough to read at once (the threshold is in clippy.toml).
+#![deny(clippy::too_many_lines)]
+
 mod autograd;
 mod convert;
 mod graph;

@@ -13,6 +13,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
+// Functions stay short enough to read at once (the threshold is in clippy.toml).
+#![deny(clippy::too_many_lines)]
 
 /// A public unit struct with `new()` (layers and losses without settings).
 macro_rules! unit_struct {

@@ -206,6 +206,18 @@ impl ProcessGroup {
         })
     }
 
+    /// For each parameter, whether some rank has a gradient for it (above 0): one small
+    /// collective after the buckets.
+    fn arrived_anywhere(&self, arrived: &[bool]) -> Vec<f64> {
+        let local: Vec<f64> = arrived.iter().map(|&a| f64::from(u8::from(a))).collect();
+        let mut any = vec![0.0; local.len()];
+        if !local.is_empty() {
+            self.world
+                .all_reduce_into(&local[..], &mut any[..], SystemOperation::sum());
+        }
+        any
+    }
+
     /// The mean of the ranks' gradients as [`ProcessGroup::all_reduce_mean`] defines it, in
     /// buckets: `feed` hands each local gradient to `arrive` (parameter id, gradient), from a
     /// backward pass as it runs or from gradients already computed, and each bucket is summed
@@ -275,22 +287,8 @@ impl ProcessGroup {
                 std::panic::resume_unwind(panic);
             }
         });
-        // Which parameters have a gradient on some rank (one small call after the buckets).
-        let local: Vec<f64> = arrived.iter().map(|&a| f64::from(u8::from(a))).collect();
-        let mut any = vec![0.0; local.len()];
-        if !local.is_empty() {
-            self.world
-                .all_reduce_into(&local[..], &mut any[..], SystemOperation::sum());
-        }
-        // Where each bucket starts in its dtype's buffer.
-        let starts: Vec<usize> = buckets
-            .iter()
-            .scan([0usize; 2], |used, &(dtype, n)| {
-                let at = &mut used[usize::from(dtype == DType::F64)];
-                *at += n;
-                Some(*at - n)
-            })
-            .collect();
+        let any = self.arrived_anywhere(&arrived);
+        let starts = bucket_starts(&buckets);
         let mut grads = Gradients::default();
         for (_, p) in params {
             let i = index[&p.id()];
@@ -343,4 +341,16 @@ fn bucket_buffers<'a>(
 
 fn piece<T: Element + Copy>(values: &[T], shape: &[usize]) -> Tensor {
     Tensor::from_vec(values.to_vec(), shape)
+}
+
+/// Where each bucket starts in its dtype's buffer.
+fn bucket_starts(buckets: &[(DType, usize)]) -> Vec<usize> {
+    buckets
+        .iter()
+        .scan([0usize; 2], |used, &(dtype, n)| {
+            let at = &mut used[usize::from(dtype == DType::F64)];
+            *at += n;
+            Some(*at - n)
+        })
+        .collect()
 }

@@ -28,6 +28,7 @@
 //! ```
 
 mod build;
+mod infer;
 mod op;
 mod optimize;
 mod session;
