@@ -291,6 +291,18 @@ impl PyTensor {
         }
     }
 
+    /// The name of the op that computed this tensor (`"mul"`, `"matmul"`), as PyTorch's
+    /// `grad_fn` names it; `None` for a leaf and for a tensor no gradient flows through.
+    #[getter]
+    fn grad_fn(&self) -> Option<String> {
+        self.tensor().grad_fn()
+    }
+
+    /// The recorded graph that leads to this tensor, one node per line, inputs first.
+    fn graph_listing(&self) -> String {
+        self.tensor().graph_listing()
+    }
+
     /// Whether this is a trainable leaf (a parameter), frozen or not: what optimizers update.
     #[getter]
     fn is_parameter(&self) -> bool {

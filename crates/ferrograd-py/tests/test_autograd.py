@@ -144,3 +144,12 @@ def test_gradcheck_first_and_second_order():
         return a * a, lambda up: up * a  # should be 2a
     with pytest.raises(ValueError, match="gradcheck"):
         fg.gradcheck(wrong, [x])
+
+
+def test_a_result_names_the_op_that_made_it():
+    w = fg.tensor([1.0, 2.0], requires_grad=True)
+    y = (w * w).sum()
+    assert y.grad_fn == "sum_axes" and (w * w).grad_fn == "mul"
+    assert w.grad_fn is None and fg.tensor([1.0]).grad_fn is None
+    assert repr(w * w).endswith("grad_fn=mul)") and repr(w).endswith("requires_grad=true)")
+    assert [l.split()[2] for l in y.graph_listing().splitlines()] == ["leaf", "mul(%0,", "sum_axes(%1)"]

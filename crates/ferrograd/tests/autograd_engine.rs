@@ -229,3 +229,28 @@ fn the_hook_sees_a_parameter_as_soon_as_its_last_consumer_is_done() {
     );
     assert_eq!(grads.get(&w1).unwrap().item(), 15.0);
 }
+
+#[test]
+fn a_recorded_graph_names_its_ops_and_lists_at_any_depth() {
+    let w = Tensor::from_vec(vec![1.0f64, 2.0], &[2]).requires_grad();
+    let y = (&w * &w).exp().sum();
+    assert_eq!(y.grad_fn().as_deref(), Some("sum_axes"));
+    assert_eq!(w.grad_fn(), None);
+    assert_eq!(w.detach().grad_fn(), None);
+    let listing = y.graph_listing();
+    let lines: Vec<&str> = listing.lines().collect();
+    assert_eq!(lines.len(), 4, "{listing}");
+    assert!(lines[0].starts_with("%0 = leaf  [2] f64"), "{listing}");
+    assert!(lines[1].starts_with("%1 = mul(%0, %0)"), "{listing}");
+    assert!(
+        lines[3].starts_with("%3 = sum_axes(%2)  [] f64"),
+        "{listing}"
+    );
+    assert_eq!(w.detach().graph_listing(), "");
+    // A chain far deeper than any stack: listed iteratively, each node once.
+    let mut z = w.clone();
+    for _ in 0..200_000 {
+        z = &z * 1.0;
+    }
+    assert_eq!(z.graph_listing().lines().count(), 200_001);
+}

@@ -45,6 +45,11 @@ class Tensor:
     @property
     def is_parameter(self) -> bool: ...
     @property
+    def grad_fn(self) -> Optional[str]:
+        """The name of the op that computed this tensor; None for a leaf or an untracked tensor."""
+    def graph_listing(self) -> str:
+        """The recorded graph that leads to this tensor, one node per line, inputs first."""
+    @property
     def grad(self) -> Optional[Tensor]:
         """The gradient the last backward that reached this leaf gave it (replaced each time)."""
     @grad.setter

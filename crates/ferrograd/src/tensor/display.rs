@@ -46,8 +46,11 @@ impl fmt::Display for Tensor {
         });
         f.write_str(&out)?;
         write!(f, ", shape={:?}, dtype={}", self.shape(), self.dtype())?;
-        if self.0.node.is_some() {
-            f.write_str(", tracked")?;
+        // As PyTorch prints them: the op that made a tracked result, or a leaf's flag.
+        match self.grad_fn() {
+            Some(op) => write!(f, ", grad_fn={op}")?,
+            None if self.is_tracked() => f.write_str(", requires_grad=true")?,
+            None => {}
         }
         f.write_str(")")
     }
