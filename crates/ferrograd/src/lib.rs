@@ -60,6 +60,11 @@ pub use rand;
 #[doc = include_str!("../docs/from_pytorch.md")]
 pub mod from_pytorch {}
 
+/// The README's Rust examples, compiled and run by `cargo test --doc`.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeExamples;
+
 /// The names most programs need.
 pub mod prelude {
     pub use crate::autograd::{
