@@ -6,6 +6,7 @@ timed side by side in one session (see README.md in this folder).
 
 import gzip
 import pathlib
+import resource
 import statistics
 import struct
 import time
@@ -39,6 +40,20 @@ def load_mnist(data_dir, train):
     images = read_idx(d / f"{prefix}-images-idx3-ubyte").reshape(-1, 784)
     labels = read_idx(d / f"{prefix}-labels-idx1-ubyte")
     return images.astype(np.float32) / 255.0, labels.astype(np.int64)
+
+
+def epoch_line(epoch, hits, total, loss, secs, samples):
+    """An epoch's figures in the layout of the Rust examples' lines, for bench/pairs.sh."""
+    print(
+        f"Epoch {epoch} {{total_num: {total}, hit_num: {hits}, accuracy: {hits / total:.4f}}}"
+        f"  loss {loss:.4f}  {secs:.2f} s ({samples / secs:.0f} samples/s)",
+        flush=True,
+    )
+
+
+def peak_memory():
+    """The process's peak resident memory, as the Rust examples print it."""
+    print(f"peak memory (RSS): {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 
 
 def time_repeats(step, repeats, warmup=3):

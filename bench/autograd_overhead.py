@@ -27,26 +27,36 @@ def full(shape, value, grad):
     return fg.tensor(np.full(shape, value, dtype=np.float32), requires_grad=grad)
 
 
+def timed(forward, grad):
+    """(ops, forward seconds, backward seconds) of `forward()`, which returns its result and
+    the ops it recorded; backward (of the result's sum) only when recording."""
+    with fg.enable_grad() if grad else fg.no_grad():
+        t0 = time.perf_counter()
+        out, ops = forward()
+        tf = time.perf_counter() - t0
+        tb = float("nan")
+        if grad:
+            out = out.sum()
+            t1 = time.perf_counter()
+            out.backward()
+            tb = time.perf_counter() - t1
+    return ops, tf, tb
+
+
 def run_chain(n_ops, shape, grad=True):
     steps = n_ops // 3
     k = 64  # pool of leaf parameters reused round-robin
     ws = [full(shape, 1.0 + 1e-4 * i, grad) for i in range(k)]
     bs = [full(shape, 1e-3 * i, grad) for i in range(k)]
     x = full(shape, 0.5, grad)
-    ctx = fg.enable_grad() if grad else fg.no_grad()
-    with ctx:
-        t0 = time.perf_counter()
+
+    def forward():
         y = x
         for i in range(steps):
             y = (y * ws[i % k] + bs[i % k]).relu()
-        tf = time.perf_counter() - t0
-        tb = float("nan")
-        if grad:
-            out = y.sum()
-            t1 = time.perf_counter()
-            out.backward()
-            tb = time.perf_counter() - t1
-    return steps * 3, tf, tb
+        return y, steps * 3
+
+    return timed(forward, grad)
 
 
 def run_mlp(sizes, n_samples, shape, grad=True):
@@ -62,11 +72,9 @@ def run_mlp(sizes, n_samples, shape, grad=True):
         layers.append((w, b))
     xs = [[fg.tensor(uniform()) for _ in range(sizes[0])] for _ in range(n_samples)]
     ys = [fg.tensor(uniform()) for _ in range(n_samples)]
-    ops = 0
-    ctx = fg.enable_grad() if grad else fg.no_grad()
-    with ctx:
-        t0 = time.perf_counter()
-        loss = None
+
+    def forward():
+        ops, loss = 0, None
         for x, yt in zip(xs, ys):
             h = x
             for li, (w, b) in enumerate(layers):
@@ -86,14 +94,9 @@ def run_mlp(sizes, n_samples, shape, grad=True):
             sq = d * d
             loss = sq if loss is None else loss + sq
             ops += 2 + (0 if loss is sq else 1)
-        tf = time.perf_counter() - t0
-        tb = float("nan")
-        if grad:
-            out = loss.sum()
-            t1 = time.perf_counter()
-            out.backward()
-            tb = time.perf_counter() - t1
-    return ops, tf, tb
+        return loss, ops
+
+    return timed(forward, grad)
 
 
 def report(label, results):

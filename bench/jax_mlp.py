@@ -8,14 +8,13 @@ the epoch lines of the Rust example (the first epoch includes compilation).
 """
 
 import argparse
-import resource
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from _peer import load_mnist
+from _peer import epoch_line, load_mnist, peak_memory
 
 SIZES = [784, 400, 100, 10]
 
@@ -79,14 +78,8 @@ def main():
             loss_sum += float(loss) * len(idx)
         secs = time.perf_counter() - start
         hits = int((np.asarray(predict(params, tx)).argmax(1) == ty).sum())
-        print(
-            f"Epoch {epoch} {{total_num: {len(tx)}, hit_num: {hits}, accuracy: "
-            f"{hits / len(tx):.4f}}}  loss {loss_sum / len(x):.4f}  {secs:.2f} s "
-            f"({len(x) / secs:.0f} samples/s)",
-            flush=True,
-        )
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"peak memory (RSS): {peak:.0f} MiB")
+        epoch_line(epoch, hits, len(tx), loss_sum / len(x), secs, len(x))
+    peak_memory()
 
 
 if __name__ == "__main__":

@@ -10,14 +10,13 @@ training pass took, in the layout of the Rust examples' epoch lines.
 """
 
 import argparse
-import resource
 import time
 
 import numpy as np
 import torch
 from torch import nn
 
-from _peer import load_mnist
+from _peer import epoch_line, load_mnist, peak_memory
 
 
 def model(kind):
@@ -71,14 +70,8 @@ def main():
                 (net(tx[i : i + 1000]).argmax(1) == ty[i : i + 1000]).sum().item()
                 for i in range(0, len(tx), 1000)
             )
-        print(
-            f"Epoch {epoch} {{total_num: {len(tx)}, hit_num: {hits}, accuracy: "
-            f"{hits / len(tx):.4f}}}  loss {loss_sum / len(x):.4f}  {secs:.2f} s "
-            f"({len(x) / secs:.0f} samples/s)",
-            flush=True,
-        )
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"peak memory (RSS): {peak:.0f} MiB")
+        epoch_line(epoch, hits, len(tx), loss_sum / len(x), secs, len(x))
+    peak_memory()
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 //! `#[isa_dispatch]`: one kernel loop compiled for each instruction-set path of ferrograd's
 //! `Isa`, the path chosen at every call by `Isa::active()` (so `FERROGRAD_ISA` reaches it).
+//! The expansion calls the target-feature clones in `unsafe` blocks, each with its `SAFETY:`
+//! line; `tests/layers.rs` keeps every use of the attribute inside ferrograd's `kernels/`.
 
 use proc_macro2::Ident;
 use proc_macro2::TokenStream as Tokens;

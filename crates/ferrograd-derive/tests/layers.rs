@@ -342,7 +342,7 @@ fn the_checker_sees_every_form_of_path() {
             "tensor/create.rs",
             "fn f() { let _ = crate::graph::Graph::new(); }",
         ),
-        ("tensor/create.rs", "fn f() -> crate::nn::Dense { todo!() }"),
+        ("tensor/create.rs", "fn f(layer: &crate::nn::Dense) {}"),
         (
             "tensor/create.rs",
             "macro_rules! m { () => { $crate::nn::Dense::new(1, 1) }; }",
@@ -401,4 +401,54 @@ fn the_checker_sees_every_form_of_path() {
         unit_of(&["io".into(), "checkpoint".into()]).as_deref(),
         Some("io/checkpoint")
     );
+}
+
+/// The functions `#[isa_dispatch]` marks in `file`: its expansion calls target-feature code in
+/// `unsafe` blocks, which the crate keeps inside `kernels/`.
+fn dispatched(file: &syn::File) -> Vec<String> {
+    struct Marked(Vec<String>);
+    impl<'ast> Visit<'ast> for Marked {
+        fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+            if f.attrs.iter().any(|a| {
+                a.path()
+                    .segments
+                    .last()
+                    .is_some_and(|s| s.ident == "isa_dispatch")
+            }) {
+                self.0.push(f.sig.ident.to_string());
+            }
+            visit::visit_item_fn(self, f);
+        }
+    }
+    let mut marked = Marked(Vec::new());
+    marked.visit_file(file);
+    marked.0
+}
+
+#[test]
+fn isa_dispatch_is_used_only_inside_kernels() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let mut outside = Vec::new();
+    let mut inside = 0;
+    for file in &files {
+        let rel = file.strip_prefix(src()).expect("under src/");
+        let code = syn::parse_file(&fs::read_to_string(file).expect("readable")).expect("parses");
+        let found = dispatched(&code);
+        if rel.starts_with("kernels") {
+            inside += found.len();
+        } else {
+            outside.extend(found.iter().map(|f| format!("{}: {f}", rel.display())));
+        }
+    }
+    assert!(
+        outside.is_empty(),
+        "#[isa_dispatch] outside kernels/: {outside:?}"
+    );
+    assert!(
+        inside > 0,
+        "no #[isa_dispatch] found at all: the check reads nothing"
+    );
+    let sample = syn::parse_file("#[isa_dispatch]\nfn add(a: &[f32]) {}").expect("parses");
+    assert_eq!(dispatched(&sample), ["add"]);
 }

@@ -47,10 +47,9 @@ fn tracked_inputs(t: &Tensor) -> impl Iterator<Item = &Tensor> {
         .filter(|i| i.is_tracked())
 }
 
-/// Ids of the nodes reachable from `root` that lead to one of `ids` (the targets included).
-fn leading_to(root: &Tensor, ids: &IdSet) -> IdSet {
-    // Every reachable node, then a pass in increasing id order: a node's inputs are always
-    // older than the node, so each input is decided before its consumers.
+/// Every node reachable from the tracked `root` (itself included), each once, oldest first:
+/// a node's inputs are always older than the node, so they come before it.
+fn oldest_first(root: &Tensor) -> Vec<Tensor> {
     let mut all: Vec<Tensor> = Vec::new();
     let mut seen = IdSet::default();
     let mut stack = vec![root.clone()];
@@ -64,8 +63,14 @@ fn leading_to(root: &Tensor, ids: &IdSet) -> IdSet {
         all.push(t);
     }
     all.sort_unstable_by_key(|t| node_of(t).id);
+    all
+}
+
+/// Ids of the nodes reachable from `root` that lead to one of `ids` (the targets included).
+fn leading_to(root: &Tensor, ids: &IdSet) -> IdSet {
+    // In increasing id order, each input is decided before its consumers.
     let mut leads = IdSet::default();
-    for t in &all {
+    for t in &oldest_first(root) {
         let via_input = tracked_inputs(t).any(|c| leads.contains(&node_of(c).id));
         if ids.contains(&node_of(t).id) || via_input {
             leads.insert(node_of(t).id);
@@ -341,6 +346,49 @@ impl Tensor {
         let hook = hook.unwrap_or(&mut quiet);
         run_backward(self, seed, &Targets::Leaves, create_graph, early, hook)
             .map(Gradients::from_map)
+    }
+
+    /// The recorded graph that leads to this tensor, one node per line, inputs before the ops
+    /// that read them: `%5 = mul(%3, %4)  [2, 3] f32`, leaves as `%3 = leaf  [2, 3] f32`.
+    /// Empty for an untracked tensor. The walk is iterative: any depth prints.
+    ///
+    /// ```
+    /// use ferrograd::prelude::*;
+    ///
+    /// let w = Tensor::from_vec(vec![1.0f32, 2.0], &[2]).requires_grad();
+    /// let listing = (&w * &w).sum().graph_listing();
+    /// let ops: Vec<&str> = listing.lines().map(|l| l.split_whitespace().nth(2).unwrap()).collect();
+    /// assert_eq!(ops, ["leaf", "mul(%0,", "sum_axes(%1)"]);
+    /// ```
+    pub fn graph_listing(&self) -> String {
+        if !self.is_tracked() {
+            return String::new();
+        }
+        let nodes = oldest_first(self);
+        let line_of: IdMap<usize> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (node_of(t).id, i))
+            .collect();
+        let mut out = String::new();
+        for (i, t) in nodes.iter().enumerate() {
+            let call = match node_of(t).op() {
+                None => "leaf".to_string(),
+                Some(r) => {
+                    let args: Vec<String> = r
+                        .inputs
+                        .iter()
+                        .map(|x| {
+                            x.id()
+                                .map_or("const".into(), |id| format!("%{}", line_of[&id]))
+                        })
+                        .collect();
+                    format!("{}({})", r.name, args.join(", "))
+                }
+            };
+            out += &format!("%{i} = {call}  {:?} {}\n", t.shape(), t.dtype());
+        }
+        out
     }
 
     /// [`Tensor::backward`] that calls `hook(id, gradient)` for each tracked leaf as soon as its

@@ -49,16 +49,30 @@ impl Rows {
     }
 }
 
+/// The number of elements of axes of sizes `dims`, or `None` when it does not fit in a
+/// `usize`. A 0 anywhere gives 0, whatever overflows before it: `[2^40, 2^40, 0]` is empty.
+pub fn checked_numel_of(dims: impl IntoIterator<Item = usize>) -> Option<usize> {
+    let mut n = Some(1usize);
+    for d in dims {
+        if d == 0 {
+            return Some(0);
+        }
+        n = n.and_then(|n| n.checked_mul(d));
+    }
+    n
+}
+
+/// The number of elements of `shape`, or `None` when it does not fit in a `usize` (a 0
+/// anywhere gives 0, whatever overflows before it).
+pub fn checked_numel(shape: &[usize]) -> Option<usize> {
+    checked_numel_of(shape.iter().copied())
+}
+
 /// The element count of `dims`, a part of a tensor's shape. Where a product of the part
 /// overflows, another part holds a 0 (the shape's own count fits), so nothing is there to
-/// visit: 0. A plain product of `[2^40, 2^40, 0]` would overflow before reaching the zero.
+/// visit: 0.
 pub fn part_numel(dims: &[usize]) -> usize {
-    if dims.contains(&0) {
-        return 0;
-    }
-    dims.iter()
-        .try_fold(1usize, |n, &d| n.checked_mul(d))
-        .unwrap_or(0)
+    checked_numel(dims).unwrap_or(0)
 }
 
 /// Row-major strides of a contiguous tensor of `shape`.

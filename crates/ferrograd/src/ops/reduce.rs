@@ -6,7 +6,7 @@ use super::{axes_in, axis_in, Axis};
 use smallvec::smallvec;
 
 use crate::kernels::reduce as kr;
-use crate::kernels::{part_numel, Rows};
+use crate::kernels::{checked_numel_of, part_numel, Rows};
 use crate::tensor::{record, record_nondiff, with_dtype, FloatElement, Tensor};
 
 /// A reduction arranged for the kernels: the data as `[outer, red, inner]` in row-major order.
@@ -40,8 +40,7 @@ impl Reduction {
                 .map(|i| shape[i])
                 .collect()
         };
-        let reduced_dims: Vec<usize> = sorted.iter().map(|&a| shape[a]).collect();
-        let red = part_numel(&reduced_dims);
+        let red = checked_numel_of(sorted.iter().map(|&a| shape[a])).unwrap_or(0);
         let one_run = sorted.windows(2).all(|w| w[1] == w[0] + 1);
         let (outer, inner, permuted) = match (sorted.first(), sorted.last(), one_run) {
             (Some(&first), Some(&last), true) => (

@@ -2,16 +2,8 @@
 //! permute, narrow, broadcast_to, reshape of a contiguous tensor) are new layouts over the same
 //! storage.
 
-pub use crate::kernels::contiguous_strides;
 use crate::kernels::Dims;
-
-/// The number of elements of `shape`, or `None` when it does not fit in a `usize`.
-pub fn checked_numel(shape: &[usize]) -> Option<usize> {
-    if shape.contains(&0) {
-        return Some(0);
-    }
-    shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
-}
+pub use crate::kernels::{checked_numel, contiguous_strides};
 
 /// Bytes from which a buffer counts as large for the allocator (glibc's first mmap threshold).
 const LARGE: usize = 128 << 10;

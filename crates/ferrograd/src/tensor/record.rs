@@ -215,63 +215,6 @@ impl Tensor {
         self.0.node.as_ref()?.op().map(|r| r.name.to_string())
     }
 
-    /// The recorded graph that leads to this tensor, one node per line, inputs before the ops
-    /// that read them: `%5 = mul(%3, %4)  [2, 3] f32`, leaves as `%3 = leaf  [2, 3] f32`.
-    /// Empty for an untracked tensor. The walk is iterative: any depth prints.
-    ///
-    /// ```
-    /// use ferrograd::prelude::*;
-    ///
-    /// let w = Tensor::from_vec(vec![1.0f32, 2.0], &[2]).requires_grad();
-    /// let listing = (&w * &w).sum().graph_listing();
-    /// let ops: Vec<&str> = listing.lines().map(|l| l.split_whitespace().nth(2).unwrap()).collect();
-    /// assert_eq!(ops, ["leaf", "mul(%0,", "sum_axes(%1)"]);
-    /// ```
-    pub fn graph_listing(&self) -> String {
-        let mut nodes: Vec<Tensor> = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        let mut stack = vec![self.clone()];
-        while let Some(t) = stack.pop() {
-            let Some(node) = t.0.node.as_ref() else {
-                continue;
-            };
-            if seen.insert(node.id) {
-                if let Some(r) = node.op() {
-                    stack.extend(r.inputs.iter().cloned());
-                }
-                nodes.push(t);
-            }
-        }
-        // Ids grow in recording order, so sorting by id puts inputs first; lines number the
-        // nodes from 0.
-        nodes.sort_by_key(|t| t.id());
-        let line_of: std::collections::HashMap<u64, usize> = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.id().unwrap_or(0), i))
-            .collect();
-        let mut out = String::new();
-        for (i, t) in nodes.iter().enumerate() {
-            let node = t.0.node.as_ref().expect("listed nodes are tracked");
-            let call = match node.op() {
-                None => "leaf".to_string(),
-                Some(r) => {
-                    let args: Vec<String> = r
-                        .inputs
-                        .iter()
-                        .map(|x| {
-                            x.id()
-                                .map_or("const".to_string(), |id| format!("%{}", line_of[&id]))
-                        })
-                        .collect();
-                    format!("{}({})", r.name, args.join(", "))
-                }
-            };
-            out += &format!("%{i} = {call}  {:?} {}\n", t.shape(), t.dtype());
-        }
-        out
-    }
-
     /// The identity of this tensor's graph node (`None` when untracked): what `Gradients`
     /// are keyed by; a parameter's leaf keeps its parameter's ([`crate::autograd::Param::id`]).
     pub fn id(&self) -> Option<u64> {
