@@ -125,7 +125,7 @@ impl PyNode {
         }
     }
 
-    fn unary(&self, f: impl FnOnce(&Node) -> Node) -> PyResult<PyNode> {
+    pub(crate) fn unary(&self, f: impl FnOnce(&Node) -> Node) -> PyResult<PyNode> {
         guard::run(|| node(f(&self.node)))
     }
 }
@@ -173,33 +173,6 @@ impl PyNode {
     fn matmul(&self, other: PyRef<'_, PyNode>) -> PyResult<PyNode> {
         self.__matmul__(other)
     }
-    fn exp(&self) -> PyResult<PyNode> {
-        self.unary(Node::exp)
-    }
-    fn log(&self) -> PyResult<PyNode> {
-        self.unary(Node::log)
-    }
-    fn sqrt(&self) -> PyResult<PyNode> {
-        self.unary(Node::sqrt)
-    }
-    fn square(&self) -> PyResult<PyNode> {
-        self.unary(Node::square)
-    }
-    fn abs(&self) -> PyResult<PyNode> {
-        self.unary(Node::abs)
-    }
-    fn tanh(&self) -> PyResult<PyNode> {
-        self.unary(Node::tanh)
-    }
-    fn sigmoid(&self) -> PyResult<PyNode> {
-        self.unary(Node::sigmoid)
-    }
-    fn relu(&self) -> PyResult<PyNode> {
-        self.unary(Node::relu)
-    }
-    fn softplus(&self) -> PyResult<PyNode> {
-        self.unary(Node::softplus)
-    }
     /// The sum over `dim` (every element when None).
     #[pyo3(signature = (dim=None, keepdim=false))]
     fn sum(&self, dim: Option<&Bound<'_, PyAny>>, keepdim: bool) -> PyResult<PyNode> {
@@ -231,6 +204,31 @@ impl PyNode {
     }
     fn stop_gradient(&self) -> PyResult<PyNode> {
         self.unary(Node::stop_gradient)
+    }
+    /// GELU with the exact normal CDF.
+    fn gelu(&self) -> PyResult<PyNode> {
+        self.unary(Node::gelu)
+    }
+    #[pyo3(signature = (negative_slope=0.01))]
+    fn leaky_relu(&self, negative_slope: f64) -> PyResult<PyNode> {
+        self.unary(|a| a.leaky_relu(negative_slope))
+    }
+    #[pyo3(signature = (alpha=1.0))]
+    fn elu(&self, alpha: f64) -> PyResult<PyNode> {
+        self.unary(|a| a.elu(alpha))
+    }
+    /// Values limited to `[min, max]`; a bound left out is infinite.
+    #[pyo3(signature = (min=None, max=None))]
+    fn clamp(&self, min: Option<f64>, max: Option<f64>) -> PyResult<PyNode> {
+        let (lo, hi) = (
+            min.unwrap_or(f64::NEG_INFINITY),
+            max.unwrap_or(f64::INFINITY),
+        );
+        self.unary(|a| a.clamp(lo, hi))
+    }
+    /// `x ** p` for a number `p`.
+    fn pow(&self, p: f64) -> PyResult<PyNode> {
+        self.unary(|a| a.powf(p))
     }
 
     /// The graph this node belongs to.

@@ -7,6 +7,7 @@
 
 mod autograd;
 mod convert;
+mod elementwise;
 mod graph;
 mod guard;
 mod index;
@@ -272,6 +273,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(epoch_order, m)?)?;
     m.add_function(wrap_pyfunction!(load_mnist, m)?)?;
     m.add_function(wrap_pyfunction!(live_nodes, m)?)?;
+    m.add_function(wrap_pyfunction!(elementwise::elementwise_primitives, m)?)?;
     m.add_function(wrap_pyfunction!(autograd::grad, m)?)?;
     m.add_function(wrap_pyfunction!(autograd::set_grad_enabled, m)?)?;
     m.add_function(wrap_pyfunction!(autograd::is_grad_enabled, m)?)?;

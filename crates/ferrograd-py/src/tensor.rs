@@ -92,7 +92,11 @@ impl PyTensor {
         }
     }
 
-    fn map(&self, py: Python<'_>, f: impl FnOnce(&Tensor) -> Tensor + Send) -> PyResult<PyTensor> {
+    pub(crate) fn map(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&Tensor) -> Tensor + Send,
+    ) -> PyResult<PyTensor> {
         let t = self.tensor();
         let heavy = t.numel() >= HEAVY;
         guard::run_heavy(py, heavy, || f(&t)).map(PyTensor::new)
@@ -671,49 +675,10 @@ impl PyTensor {
         ))
     }
 
-    // ---- element-wise math ----
+    // ---- element-wise math (the primitives without constants: `elementwise.rs`) ----
 
-    fn exp(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        self.map(py, Tensor::exp)
-    }
-    fn log(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        self.map(py, Tensor::log)
-    }
-    fn sqrt(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        self.map(py, Tensor::sqrt)
-    }
-    fn square(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        self.map(py, Tensor::square)
-    }
-    fn abs(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        self.map(py, Tensor::abs)
-    }
-    fn sign(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        self.map(py, Tensor::sign)
-    }
-    fn sin(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        self.map(py, Tensor::sin)
-    }
-    fn cos(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        self.map(py, Tensor::cos)
-    }
-    fn tanh(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        self.map(py, Tensor::tanh)
-    }
-    fn sigmoid(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        self.map(py, Tensor::sigmoid)
-    }
-    fn relu(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        self.map(py, Tensor::relu)
-    }
-    fn softplus(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        self.map(py, Tensor::softplus)
-    }
     fn gelu(&self, py: Python<'_>) -> PyResult<PyTensor> {
         self.map(py, Tensor::gelu)
-    }
-    fn erf(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        self.map(py, Tensor::erf)
     }
     #[pyo3(signature = (negative_slope=0.01))]
     fn leaky_relu(&self, py: Python<'_>, negative_slope: f64) -> PyResult<PyTensor> {

@@ -53,6 +53,7 @@ pub use error::{Error, Result};
 pub use kernels::Isa;
 pub use ops::conv::ConvOpts;
 pub use ops::recurrent::RecurrentWeights;
+pub use ops::unary::{Unary, UnaryDomain};
 pub use ops::{Axis, Indices};
 /// The `rand` this crate is built with, so that generators passed to it need no second copy.
 pub use rand;

@@ -171,20 +171,15 @@ def _unary(method):
     return op
 
 
-exp = _unary("exp")
-log = _unary("log")
-sqrt = _unary("sqrt")
-square = _unary("square")
-abs = _unary("abs")
-sign = _unary("sign")
-sin = _unary("sin")
-cos = _unary("cos")
-tanh = _unary("tanh")
-sigmoid = _unary("sigmoid")
-relu = _unary("relu")
-softplus = _unary("softplus")
+# One function per element-wise primitive of the core's table (exp, log, sqrt, abs, sign, sin,
+# cos, tanh, sigmoid, relu, softplus, erf, log1p, expm1, neg, ...): a primitive added there
+# is a function here too.
+for _primitive, _constants, _domain in _core.elementwise_primitives():
+    if not _constants:
+        globals()[_primitive] = _unary(_primitive)
+del _primitive, _constants, _domain
+
 gelu = _unary("gelu")
-erf = _unary("erf")
 softmax = _unary("softmax")
 log_softmax = _unary("log_softmax")
 matmul = _unary("matmul")

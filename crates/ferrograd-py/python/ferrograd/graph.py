@@ -17,6 +17,7 @@ import itertools as _itertools
 import threading as _threading
 
 from ._core import GradientDescentOptimizer, Graph, Node  # noqa: F401
+from ._core import elementwise_primitives as _elementwise_primitives
 from ._core import Session as _Session
 
 # A graph belongs to the thread that built it, so each thread has its own default graph.
@@ -80,10 +81,6 @@ def gradients(y, xs):
     return gs[0] if single else gs
 
 
-def square(x):
-    return x.square()
-
-
 def reduce_sum(x, axis=None, keepdims=False):
     """The sum over ``axis`` (every element when None)."""
     return x.sum(axis, keepdims)
@@ -100,21 +97,18 @@ def matmul(a, b):
     return a.matmul(b)
 
 
-def exp(x):
-    return x.exp()
+def _elementwise(name):
+    def op(x):
+        return getattr(x, name)()
+
+    op.__name__ = name
+    op.__doc__ = f"``x.{name}()`` for a node."
+    return op
 
 
-def log(x):
-    return x.log()
-
-
-def sigmoid(x):
-    return x.sigmoid()
-
-
-def tanh(x):
-    return x.tanh()
-
-
-def relu(x):
-    return x.relu()
+# One function per element-wise primitive of the core's table (exp, log, sigmoid, tanh, relu,
+# square, ...), as TensorFlow's ``tf.exp(x)``.
+for _primitive, _constants, _domain in _elementwise_primitives():
+    if not _constants:
+        globals()[_primitive] = _elementwise(_primitive)
+del _primitive, _constants, _domain

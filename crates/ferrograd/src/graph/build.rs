@@ -75,55 +75,42 @@ impl Graph {
     }
 }
 
-macro_rules! unary_methods {
-    ($($(#[$doc:meta])* $name:ident => $op:expr;)*) => {$(
-        $(#[$doc])*
-        pub fn $name(&self) -> Node {
-            self.graph.add(Op::Unary($op), &[self])
+/// Every element-wise primitive of the tensor core as a `Node` method, from the one table.
+macro_rules! node_elementwise {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident $Variant:ident $(($($arg:ident: $ty:ty),+))? { $($entry:tt)* }
+    )*) => {
+        impl Node {
+            $(
+                $(#[$doc])*
+                pub fn $name(&self $($(, $arg: $ty)+)?) -> Node {
+                    self.unary(Unary::$Variant $(($($arg),+))?)
+                }
+            )*
         }
-    )*};
+    };
 }
 
+crate::elementwise_primitives!(node_elementwise);
+
 impl Node {
-    unary_methods! {
-        /// eˣ.
-        exp => Unary::Exp;
-        /// ln x.
-        log => Unary::Log;
-        /// √x.
-        sqrt => Unary::Sqrt;
-        /// x².
-        square => Unary::Square;
-        /// |x|.
-        abs => Unary::Abs;
-        /// tanh x.
-        tanh => Unary::Tanh;
-        /// 1 / (1 + e⁻ˣ).
-        sigmoid => Unary::Sigmoid;
-        /// max(x, 0).
-        relu => Unary::Relu;
-        /// ln(1 + eˣ).
-        softplus => Unary::Softplus;
-        /// x Φ(x).
-        gelu => Unary::Gelu;
-        /// sin x.
-        sin => Unary::Sin;
-        /// cos x.
-        cos => Unary::Cos;
-        /// erf x.
-        erf => Unary::Erf;
-        /// −1, 0 or 1. Has no derivative (detach its input).
-        sign => Unary::Sign;
+    /// The element-wise primitive `op` applied to this node.
+    pub fn unary(&self, op: Unary) -> Node {
+        self.graph.add(Op::Unary(op), &[self])
     }
 
-    /// x for x > 0, `alpha · (eˣ − 1)` otherwise.
+    /// GELU with the exact normal CDF, x · ½(1 + erf(x/√2)), from the primitives as
+    /// [`Tensor::gelu`] is.
+    pub fn gelu(&self) -> Node {
+        let cdf = &(&(self * std::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5;
+        self * &cdf
+    }
+
+    /// x for x > 0, `alpha · (eˣ − 1)` otherwise, from the primitives as [`Tensor::elu`] is.
     pub fn elu(&self, alpha: f64) -> Node {
-        self.graph.add(Op::Unary(Unary::Elu(alpha)), &[self])
-    }
-
-    /// Values limited to `[min, max]`.
-    pub fn clamp(&self, min: f64, max: f64) -> Node {
-        self.graph.add(Op::Unary(Unary::Clamp(min, max)), &[self])
+        let negative_part = (-&(-self).relu()).exp().add_scalar(-1.0).mul_scalar(alpha);
+        &self.relu() + &negative_part
     }
 
     /// 1 where equal (broadcast), else 0. Has no derivative.
@@ -251,16 +238,6 @@ impl Node {
     /// Minimum of all elements (0-d).
     pub fn min(&self) -> Node {
         self.reduce(Reduce::Min, None, false)
-    }
-
-    /// xᵖ.
-    pub fn powf(&self, p: f64) -> Node {
-        self.graph.add(Op::Unary(Unary::Powf(p)), &[self])
-    }
-
-    /// x for x > 0, `slope · x` otherwise.
-    pub fn leaky_relu(&self, slope: f64) -> Node {
-        self.graph.add(Op::Unary(Unary::LeakyRelu(slope)), &[self])
     }
 
     /// Element-wise maximum (broadcast).
@@ -520,40 +497,6 @@ impl Node {
     pub fn div(&self, other: &Node) -> Node {
         self / other
     }
-
-    /// −x.
-    pub fn neg(&self) -> Node {
-        -self
-    }
-
-    /// x + s.
-    pub fn add_scalar(&self, s: f64) -> Node {
-        self.scalar(Unary::AddScalar(s))
-    }
-
-    /// x · s.
-    pub fn mul_scalar(&self, s: f64) -> Node {
-        self.scalar(Unary::MulScalar(s))
-    }
-
-    /// x / s.
-    pub fn div_scalar(&self, s: f64) -> Node {
-        self.scalar(Unary::DivScalar(s))
-    }
-
-    /// s − x.
-    pub fn rsub_scalar(&self, s: f64) -> Node {
-        self.scalar(Unary::RsubScalar(s))
-    }
-
-    /// s / x.
-    pub fn rdiv_scalar(&self, s: f64) -> Node {
-        self.scalar(Unary::RdivScalar(s))
-    }
-
-    fn scalar(&self, u: Unary) -> Node {
-        self.graph.add(Op::Unary(u), &[self])
-    }
 }
 
 /// `node op node` and `node op f64`, on references and values, as for tensors.
@@ -592,14 +535,14 @@ macro_rules! node_operators {
         impl $trait<f64> for &Node {
             type Output = Node;
             fn $method(self, $s: f64) -> Node {
-                self.scalar($with_scalar)
+                self.unary($with_scalar)
             }
         }
         impl $trait<&Node> for f64 {
             type Output = Node;
             fn $method(self, rhs: &Node) -> Node {
                 let $t = self;
-                rhs.scalar($scalar_with)
+                rhs.unary($scalar_with)
             }
         }
     };
@@ -622,7 +565,7 @@ node_operators!(Div, div, Binary::Div, |s| Unary::DivScalar(s), |s| {
 impl Neg for &Node {
     type Output = Node;
     fn neg(self) -> Node {
-        self.scalar(Unary::Neg)
+        self.unary(Unary::Neg)
     }
 }
 

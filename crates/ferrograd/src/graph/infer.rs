@@ -26,7 +26,7 @@ impl Op {
             Op::Placeholder { .. } => unreachable!("a placeholder's shape and dtype are its own"),
             Op::Variable { param, .. } => Ok((known(&param.shape()), param.dtype())),
             Op::Constant(t) => Ok((known(t.shape()), t.dtype())),
-            Op::Unary(_) => Ok((inputs[0].0.clone(), float(inputs[0].1, "this op")?)),
+            Op::Unary(u) => Ok((inputs[0].0.clone(), u.result_dtype(inputs[0].1)?)),
             Op::Softmax(a) | Op::LogSoftmax(a) => {
                 check_axis(*a, &inputs[0].0)?;
                 Ok((inputs[0].0.clone(), float(inputs[0].1, "this op")?))

@@ -8,94 +8,11 @@ use std::fmt;
 use super::infer::one_element;
 use crate::autograd::Param;
 use crate::ops::conv::ConvOpts;
+pub use crate::ops::unary::Unary;
 use crate::tensor::{DType, Tensor};
 
 /// A shape known at build time, axis by axis: `None` is a free axis (a batch fed at run time).
 pub type Shape = Vec<Option<usize>>;
-
-/// Element-wise functions of one input.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Unary {
-    /// −x.
-    Neg,
-    /// eˣ.
-    Exp,
-    /// ln x.
-    Log,
-    /// √x.
-    Sqrt,
-    /// x².
-    Square,
-    /// |x|.
-    Abs,
-    /// tanh x.
-    Tanh,
-    /// 1 / (1 + e⁻ˣ).
-    Sigmoid,
-    /// max(x, 0).
-    Relu,
-    /// ln(1 + eˣ).
-    Softplus,
-    /// x Φ(x).
-    Gelu,
-    /// sin x.
-    Sin,
-    /// cos x.
-    Cos,
-    /// xᵖ.
-    Powf(f64),
-    /// x + s.
-    AddScalar(f64),
-    /// x · s.
-    MulScalar(f64),
-    /// x / s.
-    DivScalar(f64),
-    /// s − x.
-    RsubScalar(f64),
-    /// s / x.
-    RdivScalar(f64),
-    /// x for x > 0, slope · x otherwise.
-    LeakyRelu(f64),
-    /// x for x > 0, α(eˣ − 1) otherwise.
-    Elu(f64),
-    /// erf x.
-    Erf,
-    /// −1, 0 or 1.
-    Sign,
-    /// x limited to [min, max].
-    Clamp(f64, f64),
-}
-
-impl Unary {
-    fn apply(self, x: &Tensor) -> Tensor {
-        match self {
-            Unary::Neg => x.neg(),
-            Unary::Exp => x.exp(),
-            Unary::Log => x.log(),
-            Unary::Sqrt => x.sqrt(),
-            Unary::Square => x.square(),
-            Unary::Abs => x.abs(),
-            Unary::Tanh => x.tanh(),
-            Unary::Sigmoid => x.sigmoid(),
-            Unary::Relu => x.relu(),
-            Unary::Softplus => x.softplus(),
-            Unary::Gelu => x.gelu(),
-            Unary::Sin => x.sin(),
-            Unary::Cos => x.cos(),
-            Unary::Powf(p) => x.powf(p),
-            Unary::AddScalar(s) => x.add_scalar(s),
-            Unary::MulScalar(s) => x.mul_scalar(s),
-            Unary::DivScalar(s) => x.div_scalar(s),
-            Unary::RsubScalar(s) => x.rsub_scalar(s),
-            Unary::RdivScalar(s) => x.rdiv_scalar(s),
-            Unary::LeakyRelu(s) => x.leaky_relu(s),
-            Unary::Elu(a) => x.elu(a),
-            Unary::Erf => x.erf(),
-            Unary::Sign => x.sign(),
-            Unary::Clamp(lo, hi) => x.clamp(lo, hi),
-        }
-    }
-}
 
 /// Element-wise functions of two inputs, with numpy broadcasting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -267,7 +184,7 @@ impl Op {
             Op::Placeholder { name, .. } => format!("placeholder {name:?}"),
             Op::Variable { name, .. } => format!("variable {name:?}"),
             Op::Constant(t) => format!("constant {:?}", t.shape()),
-            Op::Unary(u) => format!("{u:?}").to_lowercase(),
+            Op::Unary(u) => u.to_string(),
             Op::Binary(b) => format!("{b:?}").to_lowercase(),
             Op::Matmul => "matmul".into(),
             Op::Reduce {
@@ -449,7 +366,7 @@ impl Op {
 impl fmt::Debug for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Op::Unary(u) => write!(f, "{u:?}"),
+            Op::Unary(u) => write!(f, "{u}"),
             Op::Reduce {
                 kind,
                 axes,

@@ -1,11 +1,10 @@
 //! Element-wise functions of two tensors with numpy broadcasting; gradients are summed back to
 //! each operand's shape.
 
-use super::{broadcast_shape_or_panic, map_dispatch, zip_dispatch};
+use super::{broadcast_shape_or_panic, zip_dispatch};
 use smallvec::smallvec;
 
 use crate::kernels::strided;
-use crate::kernels::Float;
 use crate::tensor::{filled, numel_or_panic, record, with_dtype, BackwardCtx, InputGrads, Tensor};
 use num_traits::Zero;
 
@@ -130,18 +129,6 @@ impl Tensor {
                 c.needs(2)
                     .then(|| (up * &(1.0 - mask)).sum_to(c.input(2).shape())),
             ]
-        })
-    }
-
-    /// Every element limited to `[min, max]` (either bound may be infinite). The gradient
-    /// passes where the element is inside the bounds.
-    pub fn clamp(&self, min: f64, max: f64) -> Tensor {
-        assert!(min <= max, "clamp: min {min} is above max {max}");
-        let out = map_dispatch!(self, |v| v.max(T::from_f64(min)).min(T::from_f64(max)));
-        record("clamp", out, &[self], move |c, up| {
-            let x = c.input(0).detach();
-            let inside = &x.ge_scalar(min) * &x.le_scalar(max);
-            smallvec![Some(up * &inside)]
         })
     }
 }

@@ -14,9 +14,8 @@ mod pool;
 mod random;
 pub(crate) mod recurrent;
 mod reduce;
-mod scalar;
 mod softmax;
-mod unary;
+pub(crate) mod unary;
 mod view;
 
 pub(crate) use binary::promote as binary_promote;

@@ -1,11 +1,337 @@
-//! Element-wise functions of one tensor.
+//! The element-wise primitives of one tensor, one declaration each.
+//!
+//! [`elementwise_primitives!`](crate::elementwise_primitives) is the table: each entry gives a
+//! primitive's name, its constant arguments, where it is smooth, its forward and its
+//! derivative, side by side. Everything else is generated from that entry: the `Tensor`
+//! method, the [`Unary`] value a static graph stores and evaluates, the graph's `Node` method,
+//! the Python methods, and the list that the tests walk to gradcheck every primitive (first and
+//! second order) and compare its graph and Python entries with the eager op. Adding a
+//! primitive is one entry here plus its reference values in a test.
+//!
+//! The derivative of an element-wise function is the linear map `t ↦ f′(x)·t`. It is diagonal,
+//! so it is its own transpose: the same expression is the reverse-mode rule (`t` the incoming
+//! gradient) and the forward-mode rule (`t` the tangent). It is written with tensor ops, so it
+//! is itself differentiable. `c` gives the primal input (`c.input(0)`) and result (`c.out()`).
+//! An entry whose derivative is not declared does not match the table's grammar: a primitive
+//! cannot be added without its rule (`derivative: none` says, explicitly, that there is none).
 
 use super::{map_dispatch, map_slices_dispatch, zip_dispatch};
 use smallvec::smallvec;
 
 use crate::kernels::Float;
-use crate::tensor::{record, record_nondiff, Tensor};
+use crate::tensor::{record, record_nondiff, DType, Tensor};
 use num_traits::{One, Zero};
+
+/// The table of element-wise primitives, handed to `$callback` (a macro that receives every
+/// entry). The library expands it once into the ops; the graph and the Python bindings expand
+/// it again into their entries, so no list of primitives is written twice.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! elementwise_primitives {
+    ($($callback:ident)::+) => {
+        $($callback)::+! {
+            /// Element-wise `-x` (the unary `-` operator).
+            neg Neg {
+                smooth_on: Real,
+                forward: |x| map_dispatch!(x, |v| -v),
+                derivative: |_c, t| -t,
+            }
+            /// Element-wise `eˣ`.
+            exp Exp {
+                smooth_on: Real,
+                forward: |x| map_slices_dispatch!(x, exp_in_place),
+                derivative: |c, t| t * c.out(),
+            }
+            /// `eˣ − 1`, exact for small `x` (where `exp(x) - 1` loses every digit).
+            expm1 Expm1 {
+                smooth_on: Real,
+                forward: |x| map_dispatch!(x, |v| v.exp_m1()),
+                derivative: |c, t| t * &(c.out() + 1.0),
+            }
+            /// Natural logarithm.
+            log Log {
+                smooth_on: Positive,
+                forward: |x| map_dispatch!(x, |v| v.ln()),
+                derivative: |c, t| t / c.input(0),
+            }
+            /// `ln(1 + x)`, exact for small `x` (where `log(1 + x)` loses every digit).
+            log1p Log1p {
+                smooth_on: Positive,
+                forward: |x| map_dispatch!(x, |v| v.ln_1p()),
+                derivative: |c, t| t / &(c.input(0) + 1.0),
+            }
+            /// Element-wise square root (NaN for negative elements; the gradient is infinite at 0).
+            sqrt Sqrt {
+                smooth_on: Positive,
+                forward: |x| map_dispatch!(x, |v| v.sqrt()),
+                derivative: |c, t| &(t * 0.5) / c.out(),
+            }
+            /// Every element raised to the constant power `p`.
+            powf Powf(p: f64) {
+                smooth_on: Positive, example (2.7),
+                forward: |x| map_dispatch!(x, |v| v.powf(T::from_f64(p))),
+                // x⁰ is constant: its derivative is 0 everywhere, including x = 0 where
+                // p·x^(p−1) would be 0·∞ (PyTorch gives 0 too).
+                derivative: |c, t| if p == 0.0 {
+                    t.zeros_like()
+                } else {
+                    &(t * p) * &c.input(0).powf(p - 1.0)
+                },
+            }
+            /// Element-wise `x²`.
+            square Square {
+                smooth_on: Real,
+                forward: |x| map_dispatch!(x, |v| v * v),
+                derivative: |c, t| &(t * 2.0) * c.input(0),
+            }
+            /// Element-wise `|x|`; its gradient at 0 is 0.
+            abs Abs {
+                smooth_on: NonZero,
+                forward: |x| map_dispatch!(x, |v| v.abs()),
+                derivative: |c, t| t * &sign_of(c.input(0)),
+            }
+            /// −1, 0 or 1 by the sign of each element (0 at 0). Has no derivative.
+            sign Sign {
+                smooth_on: NonZero,
+                forward: |x| sign_of(x),
+                derivative: none,
+            }
+            /// Element-wise sine (radians).
+            sin Sin {
+                smooth_on: Real,
+                forward: |x| map_dispatch!(x, |v| v.sin()),
+                derivative: |c, t| t * &c.input(0).cos(),
+            }
+            /// Element-wise cosine (radians).
+            cos Cos {
+                smooth_on: Real,
+                forward: |x| map_dispatch!(x, |v| v.cos()),
+                derivative: |c, t| -&(t * &c.input(0).sin()),
+            }
+            /// Element-wise hyperbolic tangent.
+            tanh Tanh {
+                smooth_on: Real,
+                forward: |x| map_slices_dispatch!(x, tanh_in_place),
+                derivative: |c, t| t * &(1.0 - &c.out().square()),
+            }
+            /// Logistic sigmoid, evaluated without overflow for large |x|.
+            sigmoid Sigmoid {
+                smooth_on: Real,
+                forward: |x| map_slices_dispatch!(x, sigmoid_in_place),
+                derivative: |c, t| &(t * c.out()) * &(1.0 - c.out()),
+            }
+            /// max(x, 0); the derivative at 0 is taken as 0.
+            relu Relu {
+                smooth_on: NonZero,
+                forward: |x| map_dispatch!(x, |v| if v > T::zero() { v } else { T::zero() }),
+                derivative: |c, t| slope_scaled(t, c.input(0), 0.0),
+            }
+            /// x for x > 0, `slope * x` otherwise.
+            leaky_relu LeakyRelu(slope: f64) {
+                smooth_on: NonZero, example (0.2),
+                forward: |x| map_dispatch!(x, |v| if v > T::zero() {
+                    v
+                } else {
+                    v * T::from_f64(slope)
+                }),
+                derivative: |c, t| slope_scaled(t, c.input(0), slope),
+            }
+            /// ln(1 + eˣ), computed as max(x, 0) + ln(1 + e^−|x|): exact for large |x| in both
+            /// directions.
+            softplus Softplus {
+                smooth_on: Real,
+                forward: |x| map_dispatch!(x, |v| v.max(T::zero()) + (-v.abs()).exp().ln_1p()),
+                derivative: |c, t| t * &c.input(0).sigmoid(),
+            }
+            /// The Gauss error function.
+            erf Erf {
+                smooth_on: Real,
+                forward: |x| map_dispatch!(x, |v| Float::erf(v)),
+                derivative: |c, t| &(t * TWO_OVER_SQRT_PI) * &(-&c.input(0).square()).exp(),
+            }
+            /// Every element limited to `[min, max]` (either bound may be infinite; panics when
+            /// `min > max`). The gradient passes where the element is inside, bounds included.
+            clamp Clamp(min: f64, max: f64) {
+                smooth_on: Real, example (-0.5, 0.7),
+                forward: |x| {
+                    assert!(min <= max, "clamp: min {min} is above max {max}");
+                    map_dispatch!(x, |v| v.max(T::from_f64(min)).min(T::from_f64(max)))
+                },
+                derivative: |c, t| {
+                    let x = c.input(0).detach();
+                    t * &(&x.ge_scalar(min) * &x.le_scalar(max))
+                },
+            }
+            /// `self + s` (a primitive of its own, so `x + 2.0` costs one pass).
+            add_scalar AddScalar(s: f64) {
+                smooth_on: Real, example (0.5),
+                forward: |x| map_dispatch!(x, |v| v + T::from_f64(s)),
+                derivative: |_c, t| t.clone(),
+            }
+            /// `self * s`.
+            mul_scalar MulScalar(s: f64) {
+                smooth_on: Real, example (-1.5),
+                forward: |x| map_dispatch!(x, |v| v * T::from_f64(s)),
+                derivative: |_c, t| t.mul_scalar(s),
+            }
+            /// `self / s`.
+            div_scalar DivScalar(s: f64) {
+                smooth_on: Real, example (-4.0),
+                forward: |x| map_dispatch!(x, |v| v / T::from_f64(s)),
+                derivative: |_c, t| t.div_scalar(s),
+            }
+            /// `s - self`.
+            rsub_scalar RsubScalar(s: f64) {
+                smooth_on: Real, example (2.0),
+                forward: |x| map_dispatch!(x, |v| T::from_f64(s) - v),
+                derivative: |_c, t| -t,
+            }
+            /// `s / self`.
+            rdiv_scalar RdivScalar(s: f64) {
+                smooth_on: NonZero, example (1.5),
+                forward: |x| map_dispatch!(x, |v| T::from_f64(s) / v),
+                // d(s/x)/dx = −s/x² = −(s/x)/x
+                derivative: |c, t| -&(&(t * c.out()) / c.input(0)),
+            }
+        }
+    };
+}
+
+/// Where an element-wise primitive is smooth: the points its gradient checks sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnaryDomain {
+    /// Every real number.
+    Real,
+    /// x > 0 (and, for `log1p`, more).
+    Positive,
+    /// Away from 0, where the function has a kink or no derivative.
+    NonZero,
+}
+
+/// Records the result of a primitive with its derivative rule, or as a node without one.
+macro_rules! record_elementwise {
+    ($name:expr, $out:expr, $x:expr, none $(,)?) => {
+        record_nondiff($name, $out, &[$x])
+    };
+    ($name:expr, $out:expr, $x:expr, |$c:ident, $t:ident| $rule:expr $(,)?) => {
+        record($name, $out, &[$x], move |$c, $t| smallvec![Some($rule)])
+    };
+}
+
+/// Whether a derivative clause declares a rule.
+macro_rules! has_rule {
+    (none $(,)?) => {
+        false
+    };
+    ($($rule:tt)+) => {
+        true
+    };
+}
+
+/// Expands the table into the ops, [`Unary`] and its listing.
+macro_rules! define_elementwise {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident $Variant:ident $(($($arg:ident: $ty:ty),+))? {
+            smooth_on: $domain:ident $(, example $example:tt)?,
+            forward: |$x:ident| $forward:expr,
+            derivative: $($rule:tt)+
+        }
+    )*) => {
+        /// An element-wise primitive of one tensor with its constant arguments: what a
+        /// static graph's node stores, and what the tests walk to check every primitive.
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        pub enum Unary {
+            $($(#[$doc])* $Variant $(($($ty),+))?,)*
+        }
+
+        impl Unary {
+            /// The primitive's name (its method's name).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Unary::$Variant { .. } => stringify!($name),)*
+                }
+            }
+
+            /// The primitive applied to `x`: the same as calling its method.
+            pub fn apply(self, x: &Tensor) -> Tensor {
+                match self {
+                    $(Unary::$Variant $(($($arg),+))? => x.$name($($($arg),+)?),)*
+                }
+            }
+
+            /// Whether the primitive has a derivative rule.
+            pub fn is_differentiable(self) -> bool {
+                match self {
+                    $(Unary::$Variant { .. } => has_rule!($($rule)+),)*
+                }
+            }
+
+            /// Where the primitive is smooth.
+            pub fn smooth_on(self) -> UnaryDomain {
+                match self {
+                    $(Unary::$Variant { .. } => UnaryDomain::$domain,)*
+                }
+            }
+
+            /// The constant arguments, in order (empty for most primitives).
+            pub fn constants(self) -> Vec<f64> {
+                match self {
+                    $(Unary::$Variant $(($($arg),+))? => vec![$($($arg),+)?],)*
+                }
+            }
+
+            /// Every primitive once, with example constants where it takes any.
+            pub fn examples() -> Vec<Unary> {
+                vec![$(Unary::$Variant $($example)?),*]
+            }
+        }
+
+        impl Tensor {
+            $(
+                $(#[$doc])*
+                pub fn $name(&self $($(, $arg: $ty)+)?) -> Tensor {
+                    let op = Unary::$Variant $(($($arg),+))?;
+                    if let Err(e) = op.result_dtype(self.dtype()) {
+                        panic!("{e}");
+                    }
+                    let out = {
+                        let $x = self;
+                        $forward
+                    };
+                    record_elementwise!(stringify!($name), out, self, $($rule)+)
+                }
+            )*
+        }
+    };
+}
+
+elementwise_primitives!(define_elementwise);
+
+impl Unary {
+    /// The dtype of the result for an input of dtype `input`, or why there is none: the one
+    /// rule that the eager op and the static graph's inference both apply.
+    pub fn result_dtype(self, input: DType) -> Result<DType, String> {
+        if input.is_float() {
+            Ok(input)
+        } else {
+            Err(format!(
+                "{}: {}",
+                self.name(),
+                crate::tensor::INTEGER_IN_FLOAT_OP
+            ))
+        }
+    }
+}
+
+/// The name with its constants, as graph listings show it: `exp`, `powf(2.0)`.
+impl std::fmt::Display for Unary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let debug = format!("{self:?}");
+        let constants = debug.find('(').map_or("", |i| &debug[i..]);
+        write!(f, "{}{constants}", self.name())
+    }
+}
 
 /// `up` where `x` > 0, `up · slope` elsewhere (0 when `slope` is 0, as PyTorch's relu
 /// backward, even for an infinite `up`): the derivative of relu and leaky relu in one pass.
@@ -45,139 +371,8 @@ fn sign_of(x: &Tensor) -> Tensor {
 /// 2 / √π, the scale of erf's derivative.
 const TWO_OVER_SQRT_PI: f64 = std::f64::consts::FRAC_2_SQRT_PI;
 
+/// Composites: written from the primitives above, so they need no rule of their own.
 impl Tensor {
-    /// Element-wise `-x` (the unary `-` operator).
-    pub fn neg(&self) -> Tensor {
-        let out = map_dispatch!(self, |v| -v);
-        record("neg", out, &[self], |_, up| smallvec![Some(-up)])
-    }
-
-    /// Element-wise `eˣ`.
-    pub fn exp(&self) -> Tensor {
-        let out = map_slices_dispatch!(self, exp_in_place);
-        record("exp", out, &[self], |c, up| smallvec![Some(up * c.out())])
-    }
-
-    /// Natural logarithm.
-    pub fn log(&self) -> Tensor {
-        let out = map_dispatch!(self, |v| v.ln());
-        record("log", out, &[self], |c, up| {
-            smallvec![Some(up / c.input(0))]
-        })
-    }
-
-    /// Element-wise square root (NaN for negative elements; the gradient is infinite at 0).
-    pub fn sqrt(&self) -> Tensor {
-        let out = map_dispatch!(self, |v| v.sqrt());
-        record("sqrt", out, &[self], |c, up| {
-            smallvec![Some(&(up * 0.5) / c.out())]
-        })
-    }
-
-    /// Every element raised to the constant power `p`.
-    pub fn powf(&self, p: f64) -> Tensor {
-        let out = map_dispatch!(self, |v| v.powf(T::from_f64(p)));
-        record("powf", out, &[self], move |c, up| {
-            if p == 0.0 {
-                // x⁰ is constant: its derivative is 0 everywhere, including x = 0 where
-                // p·x^(p−1) would be 0·∞ (PyTorch gives 0 too).
-                return smallvec![Some(up.zeros_like())];
-            }
-            smallvec![Some(&(up * p) * &c.input(0).powf(p - 1.0))]
-        })
-    }
-
-    /// Element-wise `x²`.
-    pub fn square(&self) -> Tensor {
-        let out = map_dispatch!(self, |v| v * v);
-        record("square", out, &[self], |c, up| {
-            smallvec![Some(&(up * 2.0) * c.input(0))]
-        })
-    }
-
-    /// Element-wise `|x|`; its gradient at 0 is 0.
-    pub fn abs(&self) -> Tensor {
-        let out = map_dispatch!(self, |v| v.abs());
-        record("abs", out, &[self], |c, up| {
-            smallvec![Some(up * &sign_of(c.input(0)))]
-        })
-    }
-
-    /// −1, 0 or 1 by the sign of each element (0 at 0). Has no derivative.
-    pub fn sign(&self) -> Tensor {
-        record_nondiff("sign", sign_of(self), &[self])
-    }
-
-    /// Element-wise sine (radians).
-    pub fn sin(&self) -> Tensor {
-        let out = map_dispatch!(self, |v| v.sin());
-        record("sin", out, &[self], |c, up| {
-            smallvec![Some(up * &c.input(0).cos())]
-        })
-    }
-
-    /// Element-wise cosine (radians).
-    pub fn cos(&self) -> Tensor {
-        let out = map_dispatch!(self, |v| v.cos());
-        record("cos", out, &[self], |c, up| {
-            smallvec![Some(-&(up * &c.input(0).sin()))]
-        })
-    }
-
-    /// Element-wise hyperbolic tangent.
-    pub fn tanh(&self) -> Tensor {
-        let out = map_slices_dispatch!(self, tanh_in_place);
-        record("tanh", out, &[self], |c, up| {
-            smallvec![Some(up * &(1.0 - &c.out().square()))]
-        })
-    }
-
-    /// Logistic sigmoid, evaluated without overflow for large |x|.
-    pub fn sigmoid(&self) -> Tensor {
-        let out = map_slices_dispatch!(self, sigmoid_in_place);
-        record("sigmoid", out, &[self], |c, up| {
-            smallvec![Some(&(up * c.out()) * &(1.0 - c.out()))]
-        })
-    }
-
-    /// max(x, 0); the derivative at 0 is taken as 0.
-    pub fn relu(&self) -> Tensor {
-        let out = map_dispatch!(self, |v| if v > T::zero() { v } else { T::zero() });
-        record("relu", out, &[self], |c, up| {
-            smallvec![Some(slope_scaled(up, c.input(0), 0.0))]
-        })
-    }
-
-    /// x for x > 0, `slope * x` otherwise.
-    pub fn leaky_relu(&self, slope: f64) -> Tensor {
-        let out = map_dispatch!(self, |v| if v > T::zero() {
-            v
-        } else {
-            v * T::from_f64(slope)
-        });
-        record("leaky_relu", out, &[self], move |c, up| {
-            smallvec![Some(slope_scaled(up, c.input(0), slope))]
-        })
-    }
-
-    /// ln(1 + eˣ), computed as max(x, 0) + ln(1 + e^−|x|): exact for large |x| in both
-    /// directions.
-    pub fn softplus(&self) -> Tensor {
-        let out = map_dispatch!(self, |v| v.max(T::zero()) + (-v.abs()).exp().ln_1p());
-        record("softplus", out, &[self], |c, up| {
-            smallvec![Some(up * &c.input(0).sigmoid())]
-        })
-    }
-
-    /// The Gauss error function.
-    pub fn erf(&self) -> Tensor {
-        let out = map_dispatch!(self, |v| Float::erf(v));
-        record("erf", out, &[self], |c, up| {
-            let x = c.input(0);
-            smallvec![Some(&(up * TWO_OVER_SQRT_PI) * &(-&x.square()).exp())]
-        })
-    }
-
     /// GELU with the exact normal CDF: x · Φ(x) = x · ½(1 + erf(x/√2)).
     pub fn gelu(&self) -> Tensor {
         let cdf = &(&(self * std::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5;

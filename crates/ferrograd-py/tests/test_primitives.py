@@ -1,0 +1,119 @@
+"""Every element-wise primitive of the core's table, walked from the table itself
+(``_core.elementwise_primitives()``): each has a Tensor method, a graph Node method, a
+function in ``ferrograd`` and ``ferrograd.graph`` and a stub, and all of them agree with numpy.
+A primitive added to the table without its numpy reference below fails here."""
+
+import math
+import pathlib
+import re
+
+import numpy as np
+import pytest
+
+import ferrograd as fg
+import ferrograd.graph as sf
+from ferrograd import _core
+
+PRIMITIVES = _core.elementwise_primitives()
+STUBS = (pathlib.Path(fg.__file__).parent / "_core.pyi").read_text()
+
+# What numpy computes for each primitive, given the example constants.
+NUMPY = {
+    "neg": lambda x: -x,
+    "exp": np.exp,
+    "expm1": np.expm1,
+    "log": np.log,
+    "log1p": np.log1p,
+    "sqrt": np.sqrt,
+    "powf": lambda x, p: x**p,
+    "square": np.square,
+    "abs": np.abs,
+    "sign": np.sign,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tanh": np.tanh,
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "relu": lambda x: np.maximum(x, 0),
+    "leaky_relu": lambda x, s: np.where(x > 0, x, s * x),
+    "softplus": lambda x: np.logaddexp(0, x),
+    "erf": np.vectorize(math.erf),
+    "clamp": np.clip,
+    "add_scalar": lambda x, s: x + s,
+    "mul_scalar": lambda x, s: x * s,
+    "div_scalar": lambda x, s: x / s,
+    "rsub_scalar": lambda x, s: s - x,
+    "rdiv_scalar": lambda x, s: s / x,
+}
+
+# The PyTorch spelling of the primitives that take constants, for a tensor or a node.
+WITH_CONSTANTS = {
+    "powf": lambda x, p: x**p,
+    "leaky_relu": lambda x, s: x.leaky_relu(s),
+    "clamp": lambda x, lo, hi: x.clamp(lo, hi),
+    "add_scalar": lambda x, s: x + s,
+    "mul_scalar": lambda x, s: x * s,
+    "div_scalar": lambda x, s: x / s,
+    "rsub_scalar": lambda x, s: s - x,
+    "rdiv_scalar": lambda x, s: s / x,
+}
+
+
+def sample(domain, seed):
+    rng = np.random.default_rng(seed)
+    magnitude = rng.uniform(0.2, 2.0, size=(2, 3))
+    if domain == "real":
+        return rng.standard_normal((2, 3))
+    if domain == "positive":
+        return magnitude
+    return magnitude * np.where(rng.uniform(size=(2, 3)) < 0.5, -1.0, 1.0)
+
+
+def python_form(name, constants):
+    """The call a Python user writes for the primitive, on a tensor or a node."""
+    if constants:
+        return lambda x: WITH_CONSTANTS[name](x, *constants)
+    return lambda x: getattr(x, name)()
+
+
+def test_the_table_reaches_python():
+    names = [name for name, _, _ in PRIMITIVES]
+    assert len(names) == len(set(names)) >= 22
+    assert {"exp", "log1p", "expm1", "powf", "clamp"} <= set(names)
+    assert set(names) == set(NUMPY), "a primitive lacks its numpy reference (or one is stale)"
+    assert set(WITH_CONSTANTS) == {n for n, c, _ in PRIMITIVES if c}
+
+
+@pytest.mark.parametrize("name,constants,domain", PRIMITIVES, ids=[p[0] for p in PRIMITIVES])
+def test_each_primitive_has_every_entry_and_agrees_with_numpy(name, constants, domain):
+    x = sample(domain, len(name))
+    want = NUMPY[name](x, *constants)
+    form = python_form(name, constants)
+
+    got = form(fg.tensor(x)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-300)
+    f32 = form(fg.tensor(x.astype(np.float32)))
+    assert f32.dtype == fg.float32
+    np.testing.assert_allclose(f32.numpy(), want, rtol=2e-6, atol=1e-6)
+
+    g = sf.Graph()
+    p = g.placeholder("x")
+    node = form(p)
+    assert isinstance(node, sf.Node)
+    # A session computes in float32, the dtype numpy float64 feeds are given (simpleflow's).
+    np.testing.assert_array_equal(sf.Session(g).run(node, {p: x}), f32.numpy())
+
+    if not constants:
+        np.testing.assert_array_equal(getattr(fg, name)(x).numpy(), got)
+        with sf.Graph().as_default() as g2:
+            q = sf.placeholder("x")
+            ran = sf.Session(g2).run(getattr(sf, name)(q), {q: x})
+            np.testing.assert_array_equal(ran, f32.numpy())
+        for cls, ret in (("Tensor", "Tensor"), ("Node", "Node")):
+            body = STUBS.split(f"\nclass {cls}:")[1].split("\nclass ")[0]
+            assert re.search(rf"def {name}\(self\) -> {ret}: \.\.\.", body), f"{cls}.{name} stub"
+
+
+def test_gradients_of_log1p_and_expm1_from_python():
+    x = fg.tensor([1e-10, 0.5], dtype=fg.float64, requires_grad=True)
+    (x.log1p().sum() + x.expm1().sum()).backward()
+    np.testing.assert_allclose(x.grad.numpy(), 1 / (1 + x.numpy()) + np.exp(x.numpy()), rtol=1e-15)
