@@ -115,8 +115,18 @@ fn wrap_leaf_tensor(py: Python<'_>, t: &Tensor) -> PyResult<Py<PyAny>> {
     }
 }
 
-/// Sets `.grad` of every leaf Python holds that received a gradient.
-pub fn set_leaf_grads(grads: &Gradients) {
+/// What a backward does to the `.grad` of the leaves it reached.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum GradUpdate {
+    /// Adds to what is there, as PyTorch's `.grad` does until `zero_grad()`.
+    Accumulate,
+    /// Replaces what is there: a whole training step, whose `.grad` is that step's gradient
+    /// (as after PyTorch's `zero_grad(); backward(); step()`).
+    Replace,
+}
+
+/// Updates `.grad` of every leaf Python holds that received a gradient.
+pub fn update_leaf_grads(grads: &Gradients, how: GradUpdate) {
     let live: Vec<Arc<Leaf>> = lock(&REGISTRY)
         .leaves
         .values()
@@ -124,7 +134,11 @@ pub fn set_leaf_grads(grads: &Gradients) {
         .collect();
     for leaf in live {
         if let Some(g) = grads.get_param(&leaf.param) {
-            leaf.set_grad(Some(g));
+            let mut slot = lock(&leaf.grad);
+            *slot = Some(match (slot.take(), how) {
+                (Some(old), GradUpdate::Accumulate) => &old + &g,
+                _ => g,
+            });
         }
     }
 }

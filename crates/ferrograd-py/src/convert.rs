@@ -23,6 +23,9 @@ pub enum PyDType {
     /// 64-bit integer (labels and indices; no arithmetic gradients).
     #[pyo3(name = "int64")]
     Int64,
+    /// Boolean: comparisons' results (stored as int64 0/1).
+    #[pyo3(name = "bool")]
+    Bool,
 }
 
 #[pymethods]
@@ -42,13 +45,14 @@ impl PyDType {
             PyDType::Float32 => "float32",
             PyDType::Float64 => "float64",
             PyDType::Int64 => "int64",
+            PyDType::Bool => "bool",
         }
     }
 
     /// Whether this is a floating-point dtype.
     #[getter]
     fn is_floating_point(&self) -> bool {
-        !matches!(self, PyDType::Int64)
+        matches!(self, PyDType::Float32 | PyDType::Float64)
     }
 }
 
@@ -67,7 +71,7 @@ impl From<PyDType> for DType {
         match d {
             PyDType::Float32 => DType::F32,
             PyDType::Float64 => DType::F64,
-            PyDType::Int64 => DType::I64,
+            PyDType::Int64 | PyDType::Bool => DType::I64,
         }
     }
 }
@@ -92,11 +96,60 @@ pub fn dtype_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<DType>> {
     match name.as_str() {
         "float32" | "float" | "f32" => Ok(Some(DType::F32)),
         "float64" | "double" | "f64" => Ok(Some(DType::F64)),
-        "int64" | "long" | "i64" => Ok(Some(DType::I64)),
+        "int64" | "long" | "i64" | "bool" => Ok(Some(DType::I64)),
         other => Err(PyTypeError::new_err(format!(
             "unsupported dtype {other:?}: ferrograd has float32, float64 and int64"
         ))),
     }
+}
+
+/// Whether `obj` names the boolean dtype (`ferrograd.bool`, `"bool"`, `numpy.bool_`).
+pub fn is_bool_dtype(obj: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(false);
+    };
+    if let Ok(d) = obj.cast::<PyDType>() {
+        return Ok(*d.get() == PyDType::Bool);
+    }
+    if obj.is_instance_of::<PyString>() {
+        return Ok(obj.extract::<String>()? == "bool");
+    }
+    let np = obj.py().import("numpy")?;
+    Ok(np
+        .call_method1("dtype", (obj,))
+        .and_then(|d| d.getattr("name")?.extract::<String>())
+        .is_ok_and(|n| n == "bool"))
+}
+
+/// Whether `obj` holds booleans: a numpy bool array, a boolean tensor, or a Python bool.
+pub fn holds_bools(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if obj.is_instance_of::<PyBool>() {
+        return Ok(true);
+    }
+    if let Ok(t) = obj.cast::<PyTensor>() {
+        return Ok(t.get().is_mask());
+    }
+    if obj.hasattr("dtype")? && obj.hasattr("__array__")? {
+        return Ok(obj.getattr("dtype")?.str()?.to_cow()? == "bool");
+    }
+    // A nested list whose first element is a bool: booleans if numpy reads them all so.
+    let mut first = obj.clone();
+    for _ in 0..MAX_NESTING {
+        if !(first.is_instance_of::<PyList>() || first.is_instance_of::<PyTuple>())
+            || first.len()? == 0
+        {
+            break;
+        }
+        first = first.get_item(0)?;
+    }
+    if !first.is_instance_of::<PyBool>() || first.is(obj) {
+        return Ok(false);
+    }
+    let np = obj.py().import("numpy")?;
+    Ok(np
+        .call_method1("asarray", (obj,))
+        .and_then(|a| a.getattr("dtype")?.getattr("name")?.extract::<String>())
+        .is_ok_and(|n| n == "bool"))
 }
 
 /// The tensor `obj` stands for: a Tensor (converted to `dtype` if given), a Python number, a

@@ -34,6 +34,9 @@ impl Item {
 /// Whether `obj` is a boolean array or a non-empty list of Python bools: a mask, which the
 /// integer conversion would otherwise read as the indices 0 and 1.
 fn is_boolean(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if let Ok(t) = obj.cast::<PyTensor>() {
+        return Ok(t.get().is_mask());
+    }
     if obj.hasattr("dtype")? && obj.hasattr("__array__")? {
         return Ok(obj.getattr("dtype")?.str()?.to_cow()? == "bool");
     }

@@ -19,7 +19,7 @@ use ferrograd::prelude::*;
 use numpy::ndarray::Array1;
 use numpy::IntoPyArray;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyTuple};
 
 use convert::{dtype_arg, to_numpy, to_tensor, PyDType};
 use tensor::PyTensor;
@@ -243,6 +243,36 @@ fn load_mnist<'py>(
     )
 }
 
+/// Writes named tensors (a state dict: names to tensors or arrays) to a safetensors file,
+/// atomically; PyTorch reads it with `safetensors.torch.load_file`.
+#[pyfunction]
+fn save_tensors(state: &Bound<'_, PyDict>, path: std::path::PathBuf) -> PyResult<()> {
+    let mut named = Vec::with_capacity(state.len());
+    for (k, v) in state.iter() {
+        let name: String = k.extract().map_err(|_| {
+            pyo3::exceptions::PyTypeError::new_err("save: state dict keys must be strings")
+        })?;
+        named.push((name, convert::to_tensor(&v, None)?.detach()));
+    }
+    guard::run(|| ferrograd::io::save_tensors(&path, &named, Default::default()))?
+        .map_err(nn::core_error)
+}
+
+/// The named tensors of a safetensors file (one written by `save_tensors` or by
+/// `safetensors.torch.save_file`), as a dict.
+#[pyfunction]
+fn load_tensors<'py>(py: Python<'py>, path: std::path::PathBuf) -> PyResult<Bound<'py, PyDict>> {
+    let (tensors, _) =
+        guard::run(|| ferrograd::io::load_tensors(&path))?.map_err(nn::core_error)?;
+    let mut names: Vec<&String> = tensors.keys().collect();
+    names.sort();
+    let d = PyDict::new(py);
+    for name in names {
+        d.set_item(name, PyTensor::new(tensors[name].clone()))?;
+    }
+    Ok(d)
+}
+
 /// Number of graph nodes alive in the process (a leak check).
 #[pyfunction]
 fn live_nodes() -> usize {
@@ -273,6 +303,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(epoch_order, m)?)?;
     m.add_function(wrap_pyfunction!(load_mnist, m)?)?;
     m.add_function(wrap_pyfunction!(live_nodes, m)?)?;
+    m.add_function(wrap_pyfunction!(save_tensors, m)?)?;
+    m.add_function(wrap_pyfunction!(load_tensors, m)?)?;
     m.add_function(wrap_pyfunction!(elementwise::elementwise_primitives, m)?)?;
     m.add_function(wrap_pyfunction!(autograd::grad, m)?)?;
     m.add_function(wrap_pyfunction!(autograd::set_grad_enabled, m)?)?;

@@ -150,6 +150,16 @@ impl PyLayer {
         Ok(d)
     }
 
+    /// Handles of the buffers by name, for a Python module holding this layer: a network
+    /// that holds the module then saves and loads them.
+    fn _named_buffer_refs(&self) -> Vec<(String, PyBufferRef)> {
+        self.layer
+            .buffers()
+            .into_iter()
+            .map(|(n, p)| (n, PyBufferRef(p)))
+            .collect()
+    }
+
     /// Every parameter and buffer by its PyTorch state-dict name, as plain tensors.
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
@@ -227,7 +237,25 @@ impl PythonLayer {
     }
 }
 
+/// A core layer's buffer (batch norm's running statistics), passed through a Python module.
+#[pyclass(name = "_BufferRef", module = "ferrograd.nn", frozen)]
+pub struct PyBufferRef(Param);
+
 impl Module for PythonLayer {
+    fn buffers(&self) -> Vec<(String, Param)> {
+        self.call("_named_buffer_refs", |m| {
+            let mut out = Vec::new();
+            if !m.hasattr("_named_buffer_refs")? {
+                return Ok(out);
+            }
+            for item in m.call_method0("_named_buffer_refs")?.try_iter()? {
+                let (name, handle): (String, Bound<'_, PyAny>) = item?.extract()?;
+                out.push((name, handle.cast::<PyBufferRef>()?.get().0.clone()));
+            }
+            Ok(out)
+        })
+    }
+
     fn params(&self) -> Vec<(String, Param)> {
         self.call("named_parameters", |m| {
             let mut out = Vec::new();
@@ -597,5 +625,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRNN>()?;
     m.add_class::<PyLSTM>()?;
     m.add_class::<PyGRU>()?;
+    m.add_class::<PyBufferRef>()?;
     Ok(())
 }

@@ -6,10 +6,12 @@ use std::sync::{Arc, RwLock};
 use ferrograd::prelude::*;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::{PyFloat, PyList, PyString, PyTuple};
 
 use crate::autograd::{self, Leaf};
-use crate::convert::{axes_arg, dtype_arg, operand, to_numpy, to_tensor, Operand, PyDType};
+use crate::convert::{
+    axes_arg, dtype_arg, holds_bools, is_bool_dtype, operand, to_numpy, to_tensor, Operand, PyDType,
+};
 use crate::guard::{self, HEAVY};
 use crate::index;
 
@@ -33,6 +35,60 @@ pub enum Value {
 #[pyclass(name = "Tensor", module = "ferrograd", weakref, frozen)]
 pub struct PyTensor {
     value: RwLock<Value>,
+    /// A comparison's result: stored as int64 0/1, seen from Python as dtype `bool` (numpy
+    /// bool arrays, a mask when indexing, `~`, `&`, `|`), as PyTorch's bool tensors.
+    boolean: bool,
+}
+
+/// How an arithmetic op treats integer operands, as PyTorch's type promotion does: an integer
+/// beside a float tensor takes its dtype, beside a Python float becomes float32.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Promote {
+    /// Two integers give an integer (computed in float64 and converted back: exact while the
+    /// values stay below 2⁵³).
+    KeepInt,
+    /// Integers become float32 (true division, powers).
+    ToFloat,
+    /// Operands as they are (comparisons compare any dtypes).
+    AsIs,
+}
+
+/// The operands of an op after promotion, and the dtype its result goes back to.
+fn promoted(
+    t: Tensor,
+    o: Operand,
+    py_float: bool,
+    how: Promote,
+) -> (Tensor, Operand, Option<DType>) {
+    let int = |d: DType| !d.is_float();
+    let both_int = |t: Tensor, o: Operand| match how {
+        Promote::KeepInt => (t.to_dtype(DType::F64), o, Some(DType::I64)),
+        _ => (t.to_dtype(DType::F32), o, None),
+    };
+    match o {
+        _ if how == Promote::AsIs => (t, o, None),
+        Operand::Scalar(s) if int(t.dtype()) && py_float => {
+            (t.to_dtype(DType::F32), Operand::Scalar(s), None)
+        }
+        Operand::Scalar(s) if int(t.dtype()) => both_int(t, Operand::Scalar(s)),
+        Operand::Scalar(s) => (t, Operand::Scalar(s), None),
+        Operand::Tensor(o) => match (int(t.dtype()), int(o.dtype())) {
+            (true, false) => (t.to_dtype(o.dtype()), Operand::Tensor(o), None),
+            (false, true) => {
+                let d = t.dtype();
+                (t, Operand::Tensor(o.to_dtype(d)), None)
+            }
+            (true, true) => {
+                let to = if how == Promote::KeepInt {
+                    DType::F64
+                } else {
+                    DType::F32
+                };
+                both_int(t, Operand::Tensor(o.to_dtype(to)))
+            }
+            (false, false) => (t, Operand::Tensor(o), None),
+        },
+    }
 }
 
 impl PyTensor {
@@ -44,7 +100,65 @@ impl PyTensor {
     pub fn from_value(value: Value) -> PyTensor {
         PyTensor {
             value: RwLock::new(value),
+            boolean: false,
         }
+    }
+
+    /// A boolean tensor: non-zero elements of `t` are true.
+    pub fn mask(t: Tensor) -> PyTensor {
+        let t = if t.dtype().is_float() {
+            t.detach().ne_scalar(0.0).to_dtype(DType::I64)
+        } else {
+            t.detach()
+        };
+        PyTensor {
+            value: RwLock::new(Value::Plain(t)),
+            boolean: true,
+        }
+    }
+
+    /// Whether this is a boolean tensor.
+    pub fn is_mask(&self) -> bool {
+        self.boolean
+    }
+
+    /// `t` as a tensor of this one's kind: what views and selections of a mask give.
+    fn like(&self, t: Tensor) -> PyTensor {
+        if self.boolean {
+            PyTensor::mask(t)
+        } else {
+            PyTensor::new(t)
+        }
+    }
+
+    /// As `map`, for a view or selection, which keeps a mask a mask.
+    fn view_map(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&Tensor) -> Tensor + Send,
+    ) -> PyResult<PyTensor> {
+        self.map(py, f).map(|r| self.like(r.tensor()))
+    }
+
+    /// Element-wise logic on masks (`&`, `|`, `^`), refused for other tensors.
+    fn logic(
+        &self,
+        py: Python<'_>,
+        other: &Bound<'_, PyAny>,
+        op: &str,
+        f: impl FnOnce(&Tensor, &Tensor) -> Tensor + Send,
+    ) -> PyResult<PyTensor> {
+        let o = match other.cast::<PyTensor>() {
+            Ok(o) if o.get().boolean => o.get().tensor(),
+            Ok(_) => return Err(logic_error(op)),
+            Err(_) => PyTensor::mask(to_tensor(other, None)?).tensor(),
+        };
+        if !self.boolean {
+            return Err(logic_error(op));
+        }
+        let t = self.tensor().to_dtype(DType::F32);
+        let o = o.to_dtype(DType::F32);
+        guard::run_heavy(py, t.numel() >= HEAVY, || f(&t, &o)).map(PyTensor::mask)
     }
 
     /// What it holds now.
@@ -106,17 +220,26 @@ impl PyTensor {
         &self,
         py: Python<'_>,
         other: &Bound<'_, PyAny>,
+        promote: Promote,
         tensors: impl FnOnce(&Tensor, &Tensor) -> Tensor + Send,
         scalar: impl FnOnce(&Tensor, f64) -> Tensor + Send,
     ) -> PyResult<PyTensor> {
         let t = self.tensor();
-        match operand(other, t.dtype())? {
-            Operand::Scalar(s) => self.map(py, |t| scalar(t, s)),
-            Operand::Tensor(o) => {
-                let heavy = t.numel().max(o.numel()) >= HEAVY;
-                guard::run_heavy(py, heavy, || tensors(&t, &o)).map(PyTensor::new)
-            }
-        }
+        let o = operand(other, t.dtype())?;
+        let py_float = other.is_instance_of::<PyFloat>();
+        let (t, o, back) = promoted(t, o, py_float, promote);
+        let heavy = match &o {
+            Operand::Scalar(_) => t.numel(),
+            Operand::Tensor(o) => t.numel().max(o.numel()),
+        } >= HEAVY;
+        let r = guard::run_heavy(py, heavy, || match &o {
+            Operand::Scalar(s) => scalar(&t, *s),
+            Operand::Tensor(o) => tensors(&t, o),
+        })?;
+        Ok(PyTensor::new(match back {
+            Some(d) => r.to_dtype(d),
+            None => r,
+        }))
     }
 
     /// `op=` on this object: a trainable leaf is updated in place (only under `no_grad`, as in
@@ -204,6 +327,9 @@ impl PyTensor {
         requires_grad: bool,
     ) -> PyResult<PyTensor> {
         let t = to_tensor(data, dtype_arg(dtype)?)?.detach();
+        if wants_mask(data, dtype)? {
+            return Ok(PyTensor::mask(t));
+        }
         value_for(t, requires_grad).map(PyTensor::from_value)
     }
 
@@ -249,7 +375,11 @@ impl PyTensor {
     /// The element type.
     #[getter]
     fn dtype(&self) -> PyDType {
-        self.tensor().dtype().into()
+        if self.boolean {
+            PyDType::Bool
+        } else {
+            self.tensor().dtype().into()
+        }
     }
 
     /// The number of axes.
@@ -401,12 +531,12 @@ impl PyTensor {
 
     /// The same values cut from the graph: no gradient flows through the result.
     fn detach(&self) -> PyTensor {
-        PyTensor::new(self.tensor().detach())
+        self.like(self.tensor().detach())
     }
 
     /// A plain copy (tracked like any op: gradients flow through it).
     fn clone(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        self.map(py, |t| {
+        self.view_map(py, |t| {
             if t.dtype().is_float() {
                 t * 1.0
             } else {
@@ -419,7 +549,12 @@ impl PyTensor {
 
     /// A numpy array with a copy of the values.
     fn numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        to_numpy(py, &self.tensor())
+        let a = to_numpy(py, &self.tensor())?;
+        if self.boolean {
+            a.call_method1("astype", ("bool",))
+        } else {
+            Ok(a)
+        }
     }
 
     #[pyo3(signature = (dtype=None, copy=None))]
@@ -430,7 +565,7 @@ impl PyTensor {
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let _ = copy;
-        let a = to_numpy(py, &self.tensor())?;
+        let a = self.numpy(py)?;
         match dtype.filter(|d| !d.is_none()) {
             Some(d) => a.call_method1("astype", (d,)),
             None => Ok(a),
@@ -449,6 +584,10 @@ impl PyTensor {
             )));
         }
         Ok(match t.dtype() {
+            DType::I64 if self.boolean => {
+                let b = t.to_vec::<i64>()[0] != 0;
+                b.into_pyobject(py)?.to_owned().into_any()
+            }
             DType::I64 => t.to_vec::<i64>()[0].into_pyobject(py)?.into_any(),
             _ => t.item().into_pyobject(py)?.into_any(),
         })
@@ -456,7 +595,7 @@ impl PyTensor {
 
     /// The values as nested Python lists.
     fn tolist<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        to_numpy(py, &self.tensor())?.call_method0("tolist")
+        self.numpy(py)?.call_method0("tolist")
     }
 
     fn __float__(&self, py: Python<'_>) -> PyResult<f64> {
@@ -486,8 +625,16 @@ impl PyTensor {
         Ok(self.item(py)?.extract::<f64>()? != 0.0)
     }
 
-    fn __repr__(&self) -> String {
-        self.tensor().to_string()
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        if self.boolean {
+            let values = self
+                .numpy(py)?
+                .call_method0("__repr__")?
+                .extract::<String>()?;
+            let body = values.trim_start_matches("array(").trim_end_matches(')');
+            return Ok(format!("tensor({body}, dtype=ferrograd.bool)"));
+        }
+        Ok(self.tensor().to_string())
     }
 
     /// Tensors hash by identity (as PyTorch's): `==` compares element-wise.
@@ -497,11 +644,125 @@ impl PyTensor {
 
     // ---- conversions ----
 
-    /// The values converted to `dtype` (a differentiable cast between float dtypes).
-    fn to(&self, py: Python<'_>, dtype: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        let d =
-            dtype_arg(Some(dtype))?.ok_or_else(|| PyTypeError::new_err("to: a dtype is needed"))?;
-        self.map(py, |t| t.to_dtype(d))
+    /// `to(dtype)`, `to("cpu")`, `to(other_tensor)`, `to(device, dtype)`, as PyTorch's: the
+    /// values converted to the dtype (a differentiable cast between float dtypes); the device
+    /// can only be the CPU, where the tensor already is.
+    #[pyo3(signature = (*args, dtype=None, device=None, non_blocking=false, copy=false))]
+    fn to(
+        slf: &Bound<'_, Self>,
+        args: &Bound<'_, PyTuple>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        device: Option<&Bound<'_, PyAny>>,
+        non_blocking: bool,
+        copy: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let _ = (non_blocking, copy);
+        let py = slf.py();
+        let mut target: Option<Bound<'_, PyAny>> = dtype.cloned();
+        for a in args.iter().chain(device.cloned()) {
+            if let Ok(t) = a.cast::<PyTensor>() {
+                target = Some(t.get().dtype().into_pyobject(py)?.into_any());
+            } else if a.is_instance_of::<PyString>() && is_device(&a.extract::<String>()?) {
+                check_cpu(&a.extract::<String>()?)?;
+            } else if a.hasattr("type")? && !a.hasattr("itemsize")? {
+                check_cpu(&a.getattr("type")?.extract::<String>()?)?;
+            } else {
+                target = Some(a);
+            }
+        }
+        let this = slf.get();
+        match target {
+            None => Ok(slf.clone().into_any().unbind()),
+            Some(d) if is_bool_dtype(Some(&d))? => {
+                Ok(Bound::new(py, PyTensor::mask(this.tensor()))?
+                    .into_any()
+                    .unbind())
+            }
+            Some(d) => {
+                let d = dtype_arg(Some(&d))?.unwrap_or(DType::F32);
+                Ok(Bound::new(py, this.map(py, |t| t.to_dtype(d))?)?
+                    .into_any()
+                    .unbind())
+            }
+        }
+    }
+
+    /// The tensor itself: ferrograd computes on the CPU.
+    fn cpu(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    /// The device, always the CPU.
+    #[getter]
+    fn device(&self) -> &'static str {
+        "cpu"
+    }
+
+    /// A boolean tensor: true where the element is non-zero.
+    fn bool(&self) -> PyTensor {
+        PyTensor::mask(self.tensor())
+    }
+
+    /// Whether every element (along `dim`, when given) is non-zero, as a boolean tensor.
+    #[pyo3(signature = (dim=None, keepdim=false))]
+    fn all(
+        &self,
+        py: Python<'_>,
+        dim: Option<&Bound<'_, PyAny>>,
+        keepdim: bool,
+    ) -> PyResult<PyTensor> {
+        let axes = axes_arg(dim)?;
+        let nonzero = PyTensor::mask(self.tensor()).tensor().to_dtype(DType::F32);
+        self.map(py, |_| reduce(&nonzero, axes, keepdim, Tensor::min_axes))
+            .map(|r| PyTensor::mask(r.tensor()))
+    }
+
+    /// Whether any element (along `dim`, when given) is non-zero, as a boolean tensor.
+    #[pyo3(signature = (dim=None, keepdim=false))]
+    fn any(
+        &self,
+        py: Python<'_>,
+        dim: Option<&Bound<'_, PyAny>>,
+        keepdim: bool,
+    ) -> PyResult<PyTensor> {
+        let axes = axes_arg(dim)?;
+        let nonzero = PyTensor::mask(self.tensor()).tensor().to_dtype(DType::F32);
+        self.map(py, |_| reduce(&nonzero, axes, keepdim, Tensor::max_axes))
+            .map(|r| PyTensor::mask(r.tensor()))
+    }
+
+    /// Logical not of a boolean tensor.
+    fn __invert__(&self) -> PyResult<PyTensor> {
+        if !self.boolean {
+            return Err(logic_error("~"));
+        }
+        Ok(PyTensor::mask(
+            self.tensor().to_dtype(DType::F32).rsub_scalar(1.0),
+        ))
+    }
+
+    fn __and__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.logic(py, other, "&", |a, b| a * b)
+    }
+
+    fn __rand__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.__and__(py, other)
+    }
+
+    fn __or__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.logic(py, other, "|", Tensor::maximum)
+    }
+
+    fn __ror__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.__or__(py, other)
+    }
+
+    fn __xor__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.logic(py, other, "^", Tensor::ne)
+    }
+
+    fn __rxor__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.__xor__(py, other)
     }
 
     fn float(&self, py: Python<'_>) -> PyResult<PyTensor> {
@@ -519,35 +780,35 @@ impl PyTensor {
     // ---- operators ----
 
     fn __add__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, other, |a, b| a + b, |a, s| a + s)
+        self.binary(py, other, Promote::KeepInt, |a, b| a + b, |a, s| a + s)
     }
 
     fn __radd__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, other, |a, b| b + a, |a, s| a + s)
+        self.binary(py, other, Promote::KeepInt, |a, b| b + a, |a, s| a + s)
     }
 
     fn __sub__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, other, |a, b| a - b, |a, s| a - s)
+        self.binary(py, other, Promote::KeepInt, |a, b| a - b, |a, s| a - s)
     }
 
     fn __rsub__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, other, |a, b| b - a, |a, s| s - a)
+        self.binary(py, other, Promote::KeepInt, |a, b| b - a, |a, s| s - a)
     }
 
     fn __mul__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, other, |a, b| a * b, |a, s| a * s)
+        self.binary(py, other, Promote::KeepInt, |a, b| a * b, |a, s| a * s)
     }
 
     fn __rmul__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, other, |a, b| b * a, |a, s| a * s)
+        self.binary(py, other, Promote::KeepInt, |a, b| b * a, |a, s| a * s)
     }
 
     fn __truediv__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, other, |a, b| a / b, |a, s| a / s)
+        self.binary(py, other, Promote::ToFloat, |a, b| a / b, |a, s| a / s)
     }
 
     fn __rtruediv__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, other, |a, b| b / a, |a, s| s / a)
+        self.binary(py, other, Promote::ToFloat, |a, b| b / a, |a, s| s / a)
     }
 
     fn __matmul__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
@@ -572,7 +833,13 @@ impl PyTensor {
                 "pow with a modulo is not defined for tensors",
             ));
         }
-        self.binary(py, exponent, |a, p| (p * &a.log()).exp(), |a, s| a.powf(s))
+        self.binary(
+            py,
+            exponent,
+            Promote::ToFloat,
+            |a, p| (p * &a.log()).exp(),
+            |a, s| a.powf(s),
+        )
     }
 
     /// `s ** x` for a number `s > 0`: `exp(x · ln s)`.
@@ -590,6 +857,7 @@ impl PyTensor {
         self.binary(
             py,
             base,
+            Promote::ToFloat,
             |x, b| (x * &b.log()).exp(),
             |x, s| (x * s.ln()).exp(),
         )
@@ -627,21 +895,25 @@ impl PyTensor {
         self.in_place(r, "/=")
     }
 
-    // Comparisons give 1/0 tensors of the operands' dtype, with no derivative.
+    // Comparisons give boolean tensors, with no derivative.
     fn __lt__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, other, Tensor::lt, Tensor::lt_scalar)
+        self.binary(py, other, Promote::AsIs, Tensor::lt, Tensor::lt_scalar)
+            .map(|r| PyTensor::mask(r.tensor()))
     }
 
     fn __le__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, other, Tensor::le, Tensor::le_scalar)
+        self.binary(py, other, Promote::AsIs, Tensor::le, Tensor::le_scalar)
+            .map(|r| PyTensor::mask(r.tensor()))
     }
 
     fn __gt__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, other, Tensor::gt, Tensor::gt_scalar)
+        self.binary(py, other, Promote::AsIs, Tensor::gt, Tensor::gt_scalar)
+            .map(|r| PyTensor::mask(r.tensor()))
     }
 
     fn __ge__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.binary(py, other, Tensor::ge, Tensor::ge_scalar)
+        self.binary(py, other, Promote::AsIs, Tensor::ge, Tensor::ge_scalar)
+            .map(|r| PyTensor::mask(r.tensor()))
     }
 
     /// Element-wise `==`; against None (or anything that is not a number or an array) Python's
@@ -650,7 +922,10 @@ impl PyTensor {
         if other.is_none() {
             return Ok(py.NotImplemented());
         }
-        let r = self.binary(py, other, Tensor::eq, Tensor::eq_scalar)?;
+        let r = PyTensor::mask(
+            self.binary(py, other, Promote::AsIs, Tensor::eq, Tensor::eq_scalar)?
+                .tensor(),
+        );
         Ok(Bound::new(py, r)?.into_any().unbind())
     }
 
@@ -658,14 +933,17 @@ impl PyTensor {
         if other.is_none() {
             return Ok(py.NotImplemented());
         }
-        let r = self.binary(py, other, Tensor::ne, Tensor::ne_scalar)?;
+        let r = PyTensor::mask(
+            self.binary(py, other, Promote::AsIs, Tensor::ne, Tensor::ne_scalar)?
+                .tensor(),
+        );
         Ok(Bound::new(py, r)?.into_any().unbind())
     }
 
     fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
         let t = self.tensor();
         let r = index::get(py, &t, key)?;
-        Ok(PyTensor::new(r))
+        Ok(self.like(r))
     }
 
     fn __setitem__(&self, _key: &Bound<'_, PyAny>, _value: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -728,7 +1006,13 @@ impl PyTensor {
         dtype: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyTensor> {
         let (axes, keepdim) = numpy_reduction(dim, keepdim, axis, keepdims, out, dtype)?;
-        self.map(py, |t| reduce(t, axes, keepdim, Tensor::sum_axes))
+        // Integers (and booleans, which count) sum to int64 as in PyTorch, computed in float64:
+        // exact while the sum stays below 2⁵³.
+        self.map(py, |t| match t.dtype() {
+            DType::I64 => reduce(&t.to_dtype(DType::F64), axes, keepdim, Tensor::sum_axes)
+                .to_dtype(DType::I64),
+            _ => reduce(t, axes, keepdim, Tensor::sum_axes),
+        })
     }
 
     #[pyo3(signature = (dim=None, keepdim=false, *, axis=None, keepdims=None, out=None, dtype=None))]
@@ -851,7 +1135,7 @@ impl PyTensor {
     #[pyo3(signature = (*shape))]
     fn reshape(&self, py: Python<'_>, shape: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
         let shape = infer_shape(&shape_arg(shape)?, self.tensor().numel())?;
-        self.map(py, |t| t.reshape(&shape))
+        self.view_map(py, |t| t.reshape(&shape))
     }
 
     #[pyo3(signature = (*shape))]
@@ -861,11 +1145,11 @@ impl PyTensor {
 
     #[pyo3(signature = (start_dim=0))]
     fn flatten(&self, py: Python<'_>, start_dim: usize) -> PyResult<PyTensor> {
-        self.map(py, |t| t.flatten_from(start_dim))
+        self.view_map(py, |t| t.flatten_from(start_dim))
     }
 
     fn transpose(&self, py: Python<'_>, dim0: isize, dim1: isize) -> PyResult<PyTensor> {
-        self.map(py, |t| t.transpose(dim0, dim1))
+        self.view_map(py, |t| t.transpose(dim0, dim1))
     }
 
     /// The transpose of a 2-D tensor (the axes reversed for other ranks).
@@ -873,7 +1157,7 @@ impl PyTensor {
     fn t_prop(&self, py: Python<'_>) -> PyResult<PyTensor> {
         let n = self.tensor().ndim();
         let perm: Vec<usize> = (0..n).rev().collect();
-        self.map(py, |t| t.permute(&perm))
+        self.view_map(py, |t| t.permute(&perm))
     }
 
     #[pyo3(signature = (*dims))]
@@ -883,12 +1167,12 @@ impl PyTensor {
             .into_iter()
             .map(|d| if d < 0 { (d + n) as usize } else { d as usize })
             .collect();
-        self.map(py, |t| t.permute(&perm))
+        self.view_map(py, |t| t.permute(&perm))
     }
 
     #[pyo3(signature = (dim=None))]
     fn squeeze(&self, py: Python<'_>, dim: Option<isize>) -> PyResult<PyTensor> {
-        self.map(py, |t| match dim {
+        self.view_map(py, |t| match dim {
             Some(d) => t.squeeze(d),
             None => {
                 let shape: Vec<usize> = t.shape().iter().copied().filter(|&s| s != 1).collect();
@@ -898,18 +1182,18 @@ impl PyTensor {
     }
 
     fn unsqueeze(&self, py: Python<'_>, dim: isize) -> PyResult<PyTensor> {
-        self.map(py, |t| t.unsqueeze(dim))
+        self.view_map(py, |t| t.unsqueeze(dim))
     }
 
     /// The values repeated along broadcast axes to `shape` (numpy's `broadcast_to`).
     #[pyo3(signature = (*shape))]
     fn expand(&self, py: Python<'_>, shape: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
         let shape: Vec<usize> = shape_arg(shape)?.into_iter().map(|d| d as usize).collect();
-        self.map(py, |t| t.broadcast_to(&shape))
+        self.view_map(py, |t| t.broadcast_to(&shape))
     }
 
     fn broadcast_to(&self, py: Python<'_>, shape: Vec<usize>) -> PyResult<PyTensor> {
-        self.map(py, |t| t.broadcast_to(&shape))
+        self.view_map(py, |t| t.broadcast_to(&shape))
     }
 
     fn narrow(
@@ -919,7 +1203,7 @@ impl PyTensor {
         start: usize,
         length: usize,
     ) -> PyResult<PyTensor> {
-        self.map(py, |t| t.narrow(dim, start, length))
+        self.view_map(py, |t| t.narrow(dim, start, length))
     }
 
     fn index_select(
@@ -929,7 +1213,7 @@ impl PyTensor {
         index: &Bound<'_, PyAny>,
     ) -> PyResult<PyTensor> {
         let idx = self.indices_along(index, "index_select", dim)?;
-        self.map(py, |t| t.index_select(dim, idx.as_slice()))
+        self.view_map(py, |t| t.index_select(dim, idx.as_slice()))
     }
 
     /// Adds the rows of `source` into positions `index` along `dim` (repeated indices add up).
@@ -992,14 +1276,15 @@ impl PyTensor {
     }
 
     fn contiguous(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        self.map(py, Tensor::contiguous)
+        self.view_map(py, Tensor::contiguous)
     }
 
     // ---- autodiff ----
 
-    /// Backward from this tensor: returns the gradients of every trainable leaf it depends
-    /// on, and sets each leaf's `.grad` to its gradient (replacing, never adding to, the one a
-    /// previous backward left). A result with more than one element needs `gradient` (the
+    /// Backward from this tensor: returns this pass's gradients of every trainable leaf it
+    /// depends on (fresh, as seed 002 defines a backward), and adds each to the leaf's `.grad`,
+    /// which accumulates over backward calls until `zero_grad()` or `w.grad = None`, as
+    /// PyTorch's does. A result with more than one element needs `gradient` (the
     /// upstream gradient, same shape); `create_graph=True` records the backward pass so that
     /// the gradients can be differentiated again.
     #[pyo3(signature = (gradient=None, create_graph=false, retain_graph=None))]
@@ -1023,7 +1308,7 @@ impl PyTensor {
             (None, false) => t.backward(),
             (None, true) => t.backward_with_graph(),
         })?;
-        autograd::set_leaf_grads(&grads);
+        autograd::update_leaf_grads(&grads, autograd::GradUpdate::Accumulate);
         Ok(autograd::PyGradients { grads })
     }
 
@@ -1224,7 +1509,38 @@ pub fn make(
 ) -> PyResult<Py<PyAny>> {
     // A tensor passed in is copied as a value, cut from its graph, as torch.tensor does.
     let t = to_tensor(data, dtype_arg(dtype)?)?.detach();
+    if wants_mask(data, dtype)? {
+        return Ok(Bound::new(py, PyTensor::mask(t))?.into_any().unbind());
+    }
     with_grad(py, t, requires_grad)
+}
+
+fn logic_error(op: &str) -> PyErr {
+    PyTypeError::new_err(format!(
+        "{op} is logic on boolean tensors (comparisons' results); convert with .bool() first"
+    ))
+}
+
+/// Whether `name` names a device (`"cpu"`, `"cuda:0"`, `"mps"`) rather than a dtype.
+fn is_device(name: &str) -> bool {
+    let kind = name.split(':').next().unwrap_or(name);
+    matches!(kind, "cpu" | "cuda" | "mps" | "xpu" | "meta")
+}
+
+fn check_cpu(name: &str) -> PyResult<()> {
+    if name == "cpu" || name.starts_with("cpu:") {
+        Ok(())
+    } else {
+        Err(PyValueError::new_err(format!(
+            "device {name:?}: ferrograd computes on the CPU only"
+        )))
+    }
+}
+
+/// Whether a new tensor of `data` is boolean: asked for, or made of booleans with no other
+/// dtype asked for.
+fn wants_mask(data: &Bound<'_, PyAny>, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+    Ok(is_bool_dtype(dtype)? || (dtype.is_none_or(|d| d.is_none()) && holds_bools(data)?))
 }
 
 /// What a new tensor holding `t` holds: a trainable leaf when `requires_grad`.

@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use ferrograd::prelude::*;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyList, PyTuple};
 
-use crate::autograd::{set_leaf_grads, PyGradients};
+use crate::autograd::{update_leaf_grads, GradUpdate, PyGradients};
 use crate::convert::to_tensor;
 use crate::guard::{self, HEAVY};
 use crate::nn::{input, PyLayer};
@@ -115,11 +115,22 @@ loss_class!(/// Negative log-likelihood of log-probabilities.
 
 /// Base class of the optimizers. Built with `params` (PyTorch's way: `step()` then uses each
 /// parameter's `.grad`, or the `Gradients` passed) or without (tinynn's way: a `Model` gives
-/// it the network's parameters).
+/// it the network's parameters). `params` may be PyTorch's list of parameter groups, dicts
+/// with `"params"` and their own `"lr"` or `"weight_decay"`.
 #[pyclass(name = "Optimizer", module = "ferrograd.optim", subclass)]
 pub struct PyOptimizer {
-    opt: Mutex<Box<dyn Optimizer>>,
-    params: Mutex<Vec<(String, Param)>>,
+    /// A fresh optimizer with the constructor's settings: each group has its own.
+    build: Box<dyn Fn() -> Box<dyn Optimizer> + Send + Sync>,
+    groups: Mutex<Vec<Group>>,
+    /// PyTorch's `param_groups`: one dict per group, read at every step, so that a schedule
+    /// or the user can change a group's `"lr"` or `"weight_decay"` between steps.
+    param_groups: Py<PyList>,
+}
+
+/// One parameter group: its parameters and the optimizer (with its state) that steps them.
+struct Group {
+    params: Vec<(String, Param)>,
+    opt: Box<dyn Optimizer>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -153,72 +164,202 @@ fn param_list(params: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, Param)
     Ok(out)
 }
 
+/// `params` as groups: PyTorch's list of dicts, or one group of everything it names.
+fn group_dicts<'py>(
+    py: Python<'py>,
+    params: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    let listed: Option<Vec<Bound<'py, PyAny>>> = params
+        .filter(|p| p.is_instance_of::<PyList>() || p.is_instance_of::<PyTuple>())
+        .map(|p| p.try_iter()?.collect::<PyResult<_>>())
+        .transpose()?;
+    match listed {
+        Some(items) if !items.is_empty() && items.iter().all(|i| i.is_instance_of::<PyDict>()) => {
+            items
+                .into_iter()
+                .map(|d| d.cast_into::<PyDict>()?.copy())
+                .collect()
+        }
+        _ => {
+            let d = PyDict::new(py);
+            if let Some(p) = params.filter(|p| !p.is_none()) {
+                d.set_item("params", p)?;
+            }
+            Ok(vec![d])
+        }
+    }
+}
+
 impl PyOptimizer {
-    fn new(params: Option<&Bound<'_, PyAny>>, opt: Box<dyn Optimizer>) -> PyResult<PyOptimizer> {
-        Ok(PyOptimizer {
-            opt: Mutex::new(opt),
-            params: Mutex::new(param_list(params)?),
-        })
+    fn new(
+        py: Python<'_>,
+        params: Option<&Bound<'_, PyAny>>,
+        build: Box<dyn Fn() -> Box<dyn Optimizer> + Send + Sync>,
+    ) -> PyResult<PyOptimizer> {
+        let param_groups = PyList::empty(py);
+        let mut groups = Vec::new();
+        for d in group_dicts(py, params)? {
+            let opt = guard::run(&build)?;
+            let group = Group {
+                params: param_list(d.get_item("params")?.as_ref())?,
+                opt,
+            };
+            let listed: Vec<Py<PyAny>> = group
+                .params
+                .iter()
+                .map(|(_, p)| crate::autograd::wrap_param(py, p))
+                .collect::<PyResult<_>>()?;
+            d.set_item("params", listed)?;
+            if d.get_item("lr")?.is_none() {
+                d.set_item("lr", group.opt.lr())?;
+            }
+            if d.get_item("weight_decay")?.is_none() {
+                d.set_item("weight_decay", group.opt.weight_decay_rate())?;
+            }
+            param_groups.append(d)?;
+            groups.push(group);
+        }
+        let this = PyOptimizer {
+            build,
+            groups: Mutex::new(groups),
+            param_groups: param_groups.unbind(),
+        };
+        this.sync(py)?;
+        Ok(this)
     }
 
-    /// One update of `params` with `grads`.
+    /// Gives each group's optimizer the `"lr"` and `"weight_decay"` of its dict.
+    fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        let dicts = self.param_groups.bind(py);
+        let mut groups = lock(&self.groups);
+        for (k, g) in groups.iter_mut().enumerate() {
+            let d = dicts.get_item(k)?;
+            let lr: f64 = d.get_item("lr")?.extract()?;
+            let wd: f64 = d.get_item("weight_decay")?.extract()?;
+            guard::run(|| {
+                g.opt.set_lr(lr);
+                g.opt.set_weight_decay(wd);
+            })?;
+        }
+        Ok(())
+    }
+
+    /// One update of `params` with `grads` by the first group's optimizer (a `Model`'s
+    /// network, tinynn's way).
     pub fn step_with(
         &self,
         py: Python<'_>,
         params: &[(String, Param)],
         grads: &Gradients,
     ) -> PyResult<()> {
+        self.sync(py)?;
         let heavy = params.iter().map(|(_, p)| p.numel()).sum::<usize>() >= HEAVY;
         // The lock is taken where the step runs (without the GIL when heavy), never held while
         // waiting for the GIL: a thread reading `lr` with the GIL waits for the step to end,
         // and the step never waits for that thread.
-        guard::run_heavy(py, heavy, || lock(&self.opt).step(params, grads))
+        guard::run_heavy(py, heavy, || lock(&self.groups)[0].opt.step(params, grads))
     }
 }
 
 #[pymethods]
 impl PyOptimizer {
-    /// One update of the optimizer's parameters with `grads`, or with each parameter's
-    /// `.grad` when `grads` is None.
+    /// One update of every group's parameters with `grads`, or with each parameter's `.grad`
+    /// when `grads` is None.
     #[pyo3(signature = (grads=None))]
     fn step(&self, py: Python<'_>, grads: Option<PyRef<'_, PyGradients>>) -> PyResult<()> {
-        let params = lock(&self.params).clone();
-        match grads {
-            Some(g) => self.step_with(py, &params, &g.grads),
+        self.sync(py)?;
+        let all: Vec<(String, Param)> = lock(&self.groups)
+            .iter()
+            .flat_map(|g| g.params.iter().cloned())
+            .collect();
+        let grads = match grads {
+            Some(g) => g.grads.clone(),
             None => {
                 let mut g = Gradients::default();
-                for (_, p) in &params {
+                for (_, p) in &all {
                     if let Some(t) = crate::autograd::leaf_of(p).grad() {
                         g.insert(p, t);
                     }
                 }
-                self.step_with(py, &params, &g)
+                g
+            }
+        };
+        let heavy = all.iter().map(|(_, p)| p.numel()).sum::<usize>() >= HEAVY;
+        guard::run_heavy(py, heavy, || {
+            for g in lock(&self.groups).iter_mut() {
+                g.opt.step(&g.params, &grads);
+            }
+        })
+    }
+
+    /// Clears the `.grad` of the optimizer's parameters: to None (PyTorch's default), or to
+    /// zeros where there is one when `set_to_none=False`.
+    #[pyo3(signature = (set_to_none=true))]
+    fn zero_grad(&self, set_to_none: bool) {
+        for g in lock(&self.groups).iter() {
+            for (_, p) in &g.params {
+                let leaf = crate::autograd::leaf_of(p);
+                let cleared = match leaf.grad() {
+                    Some(g) if !set_to_none => Some(g.zeros_like()),
+                    _ => None,
+                };
+                leaf.set_grad(cleared);
             }
         }
     }
 
-    /// Clears the `.grad` of the optimizer's parameters.
-    fn zero_grad(&self) {
-        for (_, p) in lock(&self.params).iter() {
-            crate::autograd::leaf_of(p).set_grad(None);
-        }
+    /// PyTorch's parameter groups: a list of dicts (`"params"`, `"lr"`, `"weight_decay"`)
+    /// that the next step reads.
+    #[getter]
+    fn param_groups(&self, py: Python<'_>) -> Py<PyList> {
+        self.param_groups.clone_ref(py)
     }
 
-    /// The learning rate (settable).
+    /// Adds a group (a dict with `"params"`, and optionally `"lr"` and `"weight_decay"`;
+    /// unset ones are the constructor's).
+    fn add_param_group(&self, py: Python<'_>, group: &Bound<'_, PyDict>) -> PyResult<()> {
+        let d = group.copy()?;
+        let opt = guard::run(&self.build)?;
+        let params = param_list(d.get_item("params")?.as_ref())?;
+        let listed: Vec<Py<PyAny>> = params
+            .iter()
+            .map(|(_, p)| crate::autograd::wrap_param(py, p))
+            .collect::<PyResult<_>>()?;
+        d.set_item("params", listed)?;
+        let first = self.param_groups.bind(py).get_item(0)?;
+        for key in ["lr", "weight_decay"] {
+            if d.get_item(key)?.is_none() {
+                d.set_item(key, first.get_item(key)?)?;
+            }
+        }
+        self.param_groups.bind(py).append(d)?;
+        lock(&self.groups).push(Group { params, opt });
+        self.sync(py)
+    }
+
+    /// The learning rate of the first group (settable: sets every group's).
     #[getter]
-    fn lr(&self) -> f64 {
-        lock(&self.opt).lr()
+    fn lr(&self, py: Python<'_>) -> PyResult<f64> {
+        self.param_groups
+            .bind(py)
+            .get_item(0)?
+            .get_item("lr")?
+            .extract()
     }
 
     #[setter]
-    fn set_lr(&self, lr: f64) -> PyResult<()> {
-        guard::run(|| lock(&self.opt).set_lr(lr))
+    fn set_lr(&self, py: Python<'_>, lr: f64) -> PyResult<()> {
+        guard::run(|| (self.build)().set_lr(lr))?;
+        for d in self.param_groups.bind(py).iter() {
+            d.set_item("lr", lr)?;
+        }
+        self.sync(py)
     }
 
-    /// The number of updates made.
+    /// The number of updates made (by the first group).
     #[getter]
     fn steps(&self) -> u64 {
-        lock(&self.opt).steps()
+        lock(&self.groups)[0].opt.steps()
     }
 }
 
@@ -233,9 +374,9 @@ macro_rules! optimizer_class {
             #[new]
             #[pyo3(signature = $sig)]
             #[allow(clippy::too_many_arguments)]
-            fn new(params: Option<&Bound<'_, PyAny>>, $($arg: $ty),*) -> PyResult<PyClassInitializer<Self>> {
-                let opt: Box<dyn Optimizer> = guard::run(|| -> Box<dyn Optimizer> { $build })?;
-                Ok(PyClassInitializer::from(PyOptimizer::new(params, opt)?).add_subclass($rust))
+            fn new(py: Python<'_>, params: Option<&Bound<'_, PyAny>>, $($arg: $ty),*) -> PyResult<PyClassInitializer<Self>> {
+                let build = move || -> Box<dyn Optimizer> { $build };
+                Ok(PyClassInitializer::from(PyOptimizer::new(py, params, Box::new(build))?).add_subclass($rust))
             }
         }
     };
@@ -262,15 +403,21 @@ optimizer_class!(
     }
 );
 optimizer_class!(
-    /// `AdamW(params=None, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01)`.
-    PyAdamW, "AdamW", (params=None, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01),
-    (lr: f64, beta1: f64, beta2: f64, eps: f64, weight_decay: f64)
-        => Box::new(AdamW::new(lr).betas(beta1, beta2).eps(eps).weight_decay(weight_decay))
+    /// `AdamW(params=None, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01)`
+    /// (`betas=(b1, b2)` as PyTorch's also works).
+    PyAdamW, "AdamW", (params=None, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01, betas=None),
+    (lr: f64, beta1: f64, beta2: f64, eps: f64, weight_decay: f64, betas: Option<(f64, f64)>) => {
+        let (b1, b2) = betas.unwrap_or((beta1, beta2));
+        Box::new(AdamW::new(lr).betas(b1, b2).eps(eps).weight_decay(weight_decay))
+    }
 );
 optimizer_class!(
     /// `RAdam(params=None, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-8)`.
-    PyRAdam, "RAdam", (params=None, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-8),
-    (lr: f64, beta1: f64, beta2: f64, eps: f64) => Box::new(RAdam::new(lr).betas(beta1, beta2).eps(eps))
+    PyRAdam, "RAdam", (params=None, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-8, betas=None),
+    (lr: f64, beta1: f64, beta2: f64, eps: f64, betas: Option<(f64, f64)>) => {
+        let (b1, b2) = betas.unwrap_or((beta1, beta2));
+        Box::new(RAdam::new(lr).betas(b1, b2).eps(eps))
+    }
 );
 optimizer_class!(
     /// `RMSProp(params=None, lr=0.01, alpha=0.99)`.
@@ -316,8 +463,8 @@ impl PyModel {
         net.run(py, x, net.mode()).map(PyTensor::new)
     }
 
-    /// The loss of `pred` against `target` (a float) and the gradients of every parameter;
-    /// also sets each parameter's `.grad`.
+    /// The loss of `pred` against `target` (a float) and this pass's gradients of every
+    /// parameter; like any backward, also adds them to each parameter's `.grad`.
     fn backward<'py>(
         &self,
         py: Python<'py>,
@@ -337,7 +484,7 @@ impl PyModel {
             let l = loss.loss(&p, &t);
             (l.item(), l.backward())
         })?;
-        set_leaf_grads(&grads);
+        update_leaf_grads(&grads, GradUpdate::Accumulate);
         PyTuple::new(
             py,
             [
@@ -377,8 +524,8 @@ impl PyModel {
         self.apply_grad(py, grads)
     }
 
-    /// Forward, backward (setting each parameter's `.grad`) and update on one batch; returns
-    /// the loss.
+    /// Forward, backward and update on one batch, as PyTorch's `zero_grad(); backward();
+    /// step()`: each parameter's `.grad` is this step's gradient afterwards. Returns the loss.
     fn train_step(
         &self,
         py: Python<'_>,
@@ -396,7 +543,7 @@ impl PyModel {
             let l = loss.loss(&layer.forward(&x, mode), &t);
             (l.item(), l.backward())
         })?;
-        set_leaf_grads(&grads);
+        update_leaf_grads(&grads, GradUpdate::Replace);
         self.optimizer
             .bind(py)
             .borrow()

@@ -31,7 +31,13 @@ def test_seed_002_numbers():
     want = dict(x=16.0, w=32.0, b=12.0, v=4.0)
     assert {k: t.grad.item() for k, t in leaves.items()} == want
     assert {k: grads[t].item() for k, t in leaves.items()} == want
-    # A second backward gives the same gradients: .grad is replaced, not accumulated.
+    # A second backward returns the same fresh gradients (seed 002), and adds them to .grad,
+    # which accumulates until zero_grad() or `w.grad = None`, as PyTorch's does.
+    again = loss.backward()
+    assert {k: again[t].item() for k, t in leaves.items()} == want
+    assert {k: t.grad.item() for k, t in leaves.items()} == {k: 2 * v for k, v in want.items()}
+    for t in leaves.values():
+        t.grad = None
     loss.backward()
     assert {k: t.grad.item() for k, t in leaves.items()} == want
 
@@ -52,15 +58,17 @@ def test_repeated_operand_r_times_r():
     assert r.grad.item() == 6.0
 
 
-def test_grad_is_fresh_and_only_reached_leaves_change():
+def test_grad_accumulates_in_the_leaves_a_backward_reaches():
     a = fg.tensor([1.0, 2.0], requires_grad=True)
     b = fg.tensor([3.0], requires_grad=True)
-    (a * a).sum().backward()
+    first = (a * a).sum().backward()
     assert a.grad.tolist() == [2.0, 4.0] and b.grad is None
-    (a * b).sum().backward()
-    assert a.grad.tolist() == [3.0, 3.0] and b.grad.tolist() == [3.0]
+    second = (a * b).sum().backward()
+    assert second[a].tolist() == [3.0, 3.0] and first[a].tolist() == [2.0, 4.0]  # fresh
+    assert a.grad.tolist() == [5.0, 7.0] and b.grad.tolist() == [3.0]  # accumulated
     (b * 2).sum().backward()
-    assert a.grad.tolist() == [3.0, 3.0]  # untouched: this backward did not reach a
+    assert a.grad.tolist() == [5.0, 7.0]  # untouched: this backward did not reach a
+    assert b.grad.tolist() == [5.0]
     a.grad = None
     assert a.grad is None
 
@@ -96,6 +104,7 @@ def test_in_place_updates_of_a_leaf_keep_its_identity():
     with fg.no_grad():
         w -= 0.5 * w.grad
     assert w.tolist() == [0.0, 0.0] and w.is_leaf and w.requires_grad
+    w.grad = None
     (w + 1).sum().backward()
     assert w.grad.tolist() == [1.0, 1.0]
     w.data = np.array([5.0, 6.0])

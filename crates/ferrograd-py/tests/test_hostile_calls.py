@@ -76,7 +76,9 @@ def _samples():
 
 def _callables():
     out = []
-    for mod in [fg, _core] + [getattr(fg, m) for m in ("nn", "optim", "graph", "data", "random")]:
+    modules = [fg, _core, fg.nn, fg.optim, fg.graph, fg.data, fg.random]
+    modules += [fg.nn.functional, fg.nn.init, fg.nn.utils, fg.optim.lr_scheduler, fg.utils.data]
+    for mod in modules:
         for name in dir(mod):
             obj = getattr(mod, name)
             if name.startswith("_") or not callable(obj) or isinstance(obj, types.ModuleType):

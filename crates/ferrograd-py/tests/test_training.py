@@ -57,6 +57,7 @@ def test_pytorch_style_optimizer_steps_from_grad():
     w = fg.tensor([1.0, -1.0], requires_grad=True)
     opt = Adam([w], lr=0.1)
     for _ in range(200):
+        opt.zero_grad()
         ((w - 3.0) ** 2).sum().backward()
         opt.step()
     np.testing.assert_allclose(w.numpy(), [3.0, 3.0], atol=1e-2)

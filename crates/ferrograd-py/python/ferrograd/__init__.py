@@ -4,7 +4,7 @@ autodiff with higher-order gradients and custom gradients, and tinynn's training
     import ferrograd as fg
     w = fg.tensor([1.0, 2.0], requires_grad=True)
     loss = (w * w).sum()
-    grads = loss.backward()     # also sets w.grad (replaced on every backward)
+    grads = loss.backward()     # this pass's gradients; also added to w.grad (as PyTorch)
     w.grad                      # tensor([2., 4.])
 
 Errors from the core (shape mismatches, bad axes) raise ``ValueError`` with the core's
@@ -12,6 +12,8 @@ message; file errors raise ``OSError`` naming the file.
 """
 
 import functools as _functools
+from builtins import bool as _builtin_bool
+import os as _os
 from importlib import metadata as _metadata
 
 from . import _core
@@ -43,6 +45,7 @@ except _metadata.PackageNotFoundError:  # imported from a source tree, not insta
 float32 = dtype.float32
 float64 = dtype.float64
 int64 = dtype.int64
+bool = dtype.bool
 float = float32
 double = float64
 long = int64
@@ -63,7 +66,7 @@ class set_grad_enabled:
     ``with fg.set_grad_enabled(False):`` (the previous setting comes back on exit)."""
 
     def __init__(self, mode):
-        self._previous = _core.set_grad_enabled(bool(mode))
+        self._previous = _core.set_grad_enabled(_builtin_bool(mode))
 
     def __enter__(self):
         return self
@@ -238,7 +241,22 @@ from ._tape import GradientTape, Variable, constant, function  # noqa: E402
 reduce_sum = sum
 reduce_mean = mean
 
-from . import data, graph, math, metrics, nn, optim, random  # noqa: E402
+from . import data, graph, math, metrics, nn, optim, random, utils  # noqa: E402
+
+
+def save(obj, f):
+    """Writes a state dict (names to tensors, as ``module.state_dict()`` gives) to the
+    safetensors file ``f``. Unlike ``torch.save`` it writes no pickle: only named tensors,
+    in a format PyTorch reads with ``safetensors.torch.load_file``."""
+    if not isinstance(obj, dict):
+        raise TypeError(f"save: expected a dict of named tensors (a state dict), got {type(obj).__name__}")
+    _core.save_tensors(dict(obj), _os.fspath(f))
+
+
+def load(f, map_location=None, weights_only=True):
+    """The state dict in the safetensors file ``f`` (written by ``save``, by
+    ``Module.save`` or by PyTorch's safetensors), as a dict of tensors."""
+    return _core.load_tensors(_os.fspath(f))
 
 # `from ferrograd import *` leaves Python's builtins (sum, abs, float) alone.
 import builtins as _builtins  # noqa: E402

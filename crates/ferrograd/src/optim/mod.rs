@@ -144,6 +144,11 @@ pub trait Optimizer: Send + Sync {
     fn set_lr(&mut self, lr: f64);
     /// Number of steps taken.
     fn steps(&self) -> u64;
+    /// The weight decay (L2, or decoupled for AdamW).
+    fn weight_decay_rate(&self) -> f64;
+    /// Sets the weight decay; panics unless it is finite and not negative. With the learning
+    /// rate, what PyTorch's parameter groups set per group.
+    fn set_weight_decay(&mut self, wd: f64);
     /// With clipping by norm: the gradients' global norm before clipping, at the last step
     /// (PyTorch's `clip_grad_norm_` return value); `None` otherwise.
     fn last_grad_norm(&self) -> Option<f64> {
@@ -223,6 +228,13 @@ pub struct Optim<R> {
 }
 
 /// Panics unless `lr` is a usable learning rate.
+fn check_weight_decay(wd: f64) {
+    assert!(
+        wd.is_finite() && wd >= 0.0,
+        "optimizer: weight decay {wd} must be finite and not negative"
+    );
+}
+
 fn check_lr(lr: f64) {
     assert!(
         lr.is_finite() && lr >= 0.0,
@@ -278,10 +290,7 @@ impl<R: UpdateRule> Optim<R> {
 
     /// Weight decay: L2 (added to the gradient) for most rules, decoupled for AdamW.
     pub fn weight_decay(mut self, wd: f64) -> Self {
-        assert!(
-            wd.is_finite() && wd >= 0.0,
-            "optimizer: weight decay {wd} must be finite and not negative"
-        );
+        check_weight_decay(wd);
         self.weight_decay = wd;
         self
     }
@@ -387,6 +396,15 @@ impl<R: UpdateRule> Optimizer for Optim<R> {
 
     fn steps(&self) -> u64 {
         self.steps
+    }
+
+    fn weight_decay_rate(&self) -> f64 {
+        self.weight_decay
+    }
+
+    fn set_weight_decay(&mut self, wd: f64) {
+        check_weight_decay(wd);
+        self.weight_decay = wd;
     }
 
     fn last_grad_norm(&self) -> Option<f64> {

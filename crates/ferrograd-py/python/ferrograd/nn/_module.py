@@ -1,0 +1,429 @@
+"""``Module`` for layers written in Python, and PyTorch's containers, with PyTorch's names
+and behaviour: nested parameter and buffer names, a full ``state_dict``, ``print(module)``
+as a tree of layers."""
+
+import collections as _collections
+
+import numpy as _np
+
+from .._core import Layer, Net, Tensor
+from .._core import load_tensors as _load_tensors
+from .._core import save_tensors as _save_tensors
+
+
+class StateDictError(RuntimeError, ValueError):
+    """``load_state_dict`` found names or shapes that do not fit; nothing was changed.
+    (PyTorch raises ``RuntimeError``; earlier ferrograd raised ``ValueError``: both catch it.)"""
+
+
+IncompatibleKeys = _collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+
+def _is_module(value):
+    return isinstance(value, (Layer, Module))
+
+
+def _child_state(child, prefix):
+    """A child's state dict under ``prefix`` (core layers include their buffers)."""
+    if isinstance(child, Module):
+        return child.state_dict(prefix=prefix)
+    return {prefix + k: v for k, v in child.state_dict().items()}
+
+
+class Module:
+    """Base class of layers written in Python, as PyTorch's ``nn.Module``: assign trainable
+    tensors (``requires_grad=True``) and layers as attributes, define ``forward``.
+
+        class Scale(fg.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.s = fg.tensor(2.0, requires_grad=True)
+                self.register_buffer("calls", fg.zeros(1))
+
+            def forward(self, x, factor=1.0):
+                return x * self.s * factor
+
+    Parameters and buffers are named by path (``"block.0.weight"``), the core layers inside
+    included (a ``BatchNorm1d``'s ``running_mean``). ``forward`` takes any arguments. A module
+    can go into a ``Net`` beside the core's layers, and into ``Model`` and the optimizers.
+    """
+
+    def __init__(self):
+        object.__setattr__(self, "_parameters", {})
+        object.__setattr__(self, "_buffers", {})
+        object.__setattr__(self, "_non_persistent", set())
+        object.__setattr__(self, "_modules", {})
+        object.__setattr__(self, "training", True)
+
+    def __setattr__(self, name, value):
+        if "_parameters" not in self.__dict__:
+            raise AttributeError(f"call Module.__init__() in {type(self).__name__}.__init__ first")
+        if name in self._buffers and (value is None or isinstance(value, Tensor)):
+            self._buffers[name] = value
+        else:
+            for store in (self._parameters, self._buffers, self._modules):
+                store.pop(name, None)
+            if isinstance(value, Tensor) and value.is_parameter:
+                self._parameters[name] = value
+            elif _is_module(value):
+                self._modules[name] = value
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        for store in (self._parameters, self._buffers, self._modules):
+            store.pop(name, None)
+        object.__delattr__(self, name)
+
+    # ---- registration ----
+
+    def register_buffer(self, name, tensor, persistent=True):
+        """A tensor saved in ``state_dict`` (unless ``persistent=False``) but not trained."""
+        from .. import tensor as _tensor
+
+        value = None if tensor is None else (tensor if isinstance(tensor, Tensor) else _tensor(tensor))
+        self._parameters.pop(name, None)
+        self._modules.pop(name, None)
+        self._buffers[name] = value
+        (self._non_persistent.discard if persistent else self._non_persistent.add)(name)
+        object.__setattr__(self, name, value)
+
+    def register_parameter(self, name, param):
+        if param is not None and not (isinstance(param, Tensor) and param.is_parameter):
+            raise TypeError(f"register_parameter: {name!r} must be a trainable tensor (requires_grad=True)")
+        setattr(self, name, param)
+
+    def add_module(self, name, module):
+        if module is not None and not _is_module(module):
+            raise TypeError(f"add_module: {name!r} is a {type(module).__name__}, not a layer or Module")
+        setattr(self, name, module)
+
+    register_module = add_module
+
+    # ---- calling ----
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} defines no forward")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # ---- walking the tree ----
+
+    def named_children(self):
+        return iter([(n, m) for n, m in self._modules.items() if m is not None])
+
+    def children(self):
+        return iter([m for _, m in self.named_children()])
+
+    def named_modules(self, prefix=""):
+        """``(name, module)`` for this module and every one inside it, each once."""
+        out, seen = [], set()
+
+        def walk(m, name):
+            if id(m) in seen:
+                return
+            seen.add(id(m))
+            out.append((name, m))
+            if isinstance(m, Module):
+                for n, child in m.named_children():
+                    walk(child, f"{name}.{n}" if name else n)
+
+        walk(self, prefix)
+        return iter(out)
+
+    def modules(self):
+        return iter([m for _, m in self.named_modules()])
+
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        """``(name, parameter)`` pairs: this module's, then each sub-layer's
+        (``"block.weight"``). A parameter shared by two layers (tied weights) is listed once,
+        under its first name."""
+        out, seen = [], set()
+
+        def add(name, p):
+            if p is None or (remove_duplicate and id(p) in seen):
+                return
+            seen.add(id(p))
+            out.append((name, p))
+
+        for n, p in self._parameters.items():
+            add(prefix + n, p)
+        if recurse:
+            for n, child in self.named_children():
+                if isinstance(child, Module):
+                    items = child.named_parameters(prefix=f"{prefix}{n}.", remove_duplicate=False)
+                else:
+                    items = [(f"{prefix}{n}.{k}", v) for k, v in child.named_parameters()]
+                for name, p in items:
+                    add(name, p)
+        return iter(out)
+
+    def parameters(self, recurse=True):
+        return iter([p for _, p in self.named_parameters(recurse=recurse)])
+
+    def named_buffers(self, prefix="", recurse=True):
+        """``(name, buffer)`` pairs, the core layers' inside included."""
+        out = [(prefix + n, b) for n, b in self._buffers.items() if b is not None]
+        if recurse:
+            for n, child in self.named_children():
+                if isinstance(child, Module):
+                    out.extend(child.named_buffers(prefix=f"{prefix}{n}."))
+                else:
+                    out.extend((f"{prefix}{n}.{k}", v) for k, v in child.buffers().items())
+        return iter(out)
+
+    def buffers(self, recurse=True):
+        return iter([b for _, b in self.named_buffers(recurse=recurse)])
+
+    def _named_buffer_refs(self):
+        """The core layers' buffers inside, for a ``Net`` holding this module."""
+        out = []
+        for n, child in self.named_children():
+            out.extend((f"{n}.{k}", r) for k, r in child._named_buffer_refs())
+        return out
+
+    # ---- state ----
+
+    def state_dict(self, destination=None, prefix="", keep_vars=False):
+        """Every parameter and persistent buffer by name, nested modules and the core layers'
+        buffers included, in PyTorch's order (a module's own parameters, its buffers, then
+        each child's). A tied parameter appears under each of its names, as in PyTorch."""
+        out = _collections.OrderedDict() if destination is None else destination
+        for n, p in self._parameters.items():
+            if p is not None:
+                out[prefix + n] = p if keep_vars else p.detach()
+        for n, b in self._buffers.items():
+            if b is not None and n not in self._non_persistent:
+                out[prefix + n] = b if keep_vars else b.detach()
+        for n, child in self.named_children():
+            out.update(_child_state(child, f"{prefix}{n}."))
+        return out
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Loads values by name (tensors or arrays). Every name and shape is checked first:
+        with ``strict`` a missing or unexpected name is an error, a wrong shape always is,
+        and then nothing changes. Returns ``(missing_keys, unexpected_keys)``."""
+        current = self.state_dict()
+        missing = [k for k in current if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in current]
+        wrong = [
+            f"{k}: {tuple(_np.shape(state_dict[k]))} for {tuple(current[k].shape)}"
+            for k in current
+            if k in state_dict and tuple(_np.shape(state_dict[k])) != tuple(current[k].shape)
+        ]
+        if wrong or (strict and (missing or unexpected)):
+            raise StateDictError(
+                f"load_state_dict of {type(self).__name__}: missing {missing}, "
+                f"unexpected {unexpected}, wrong shape {wrong}"
+            )
+        merged = {k: state_dict.get(k, v) for k, v in current.items()}
+        self._load_checked(merged, "")
+        return IncompatibleKeys(missing, unexpected)
+
+    def _load_checked(self, state, prefix):
+        from .. import tensor as _tensor
+
+        for n, p in self._parameters.items():
+            if p is not None:
+                p.data = state[prefix + n]
+        for n, b in self._buffers.items():
+            if b is not None and n not in self._non_persistent:
+                value = _tensor(_np.asarray(state[prefix + n]), dtype=b.dtype)
+                self._buffers[n] = value
+                object.__setattr__(self, n, value)
+        for n, child in self.named_children():
+            sub = f"{prefix}{n}."
+            if isinstance(child, Module):
+                child._load_checked(state, sub)
+            else:
+                child.load_state_dict({k[len(sub):]: v for k, v in state.items() if k.startswith(sub)})
+
+    def save(self, path):
+        """Writes ``state_dict()`` to a safetensors file (PyTorch reads it with
+        ``safetensors.torch.load_file``)."""
+        _save_tensors(dict(self.state_dict()), str(path))
+
+    def load(self, path, strict=True):
+        """Loads a safetensors file written by ``save`` or by PyTorch's safetensors."""
+        return self.load_state_dict(_load_tensors(str(path)), strict=strict)
+
+    # ---- modes and gradients ----
+
+    def train(self, mode=True):
+        object.__setattr__(self, "training", bool(mode))
+        for m in self.children():
+            m.train(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def zero_grad(self, set_to_none=True):
+        """Clears every parameter's ``.grad`` (to None, or to zeros with
+        ``set_to_none=False``)."""
+        for p in self.parameters():
+            if set_to_none or p.grad is None:
+                p.grad = None
+            else:
+                p.grad = p.grad * 0.0
+
+    def requires_grad_(self, requires_grad=True):
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def apply(self, fn):
+        """Calls ``fn`` on every sub-module, then on this one (as for custom initialisation)."""
+        for m in self.children():
+            if isinstance(m, Module):
+                m.apply(fn)
+            else:
+                fn(m)
+        fn(self)
+        return self
+
+    def to(self, *args, **kwargs):
+        """The module itself: ferrograd computes on the CPU (another device is an error)."""
+        for a in list(args) + list(kwargs.values()):
+            name = a if isinstance(a, str) else getattr(a, "type", None)
+            if isinstance(name, str) and not name.startswith("cpu"):
+                raise ValueError(f"device {name!r}: ferrograd computes on the CPU only")
+        return self
+
+    def cpu(self):
+        return self
+
+    # ---- printing ----
+
+    def extra_repr(self):
+        """The settings shown after the class name (override, as in PyTorch)."""
+        return ""
+
+    def __repr__(self):
+        lines = [line for line in self.extra_repr().split("\n") if line]
+        for n, m in self.named_children():
+            body = repr(m).replace("\n", "\n  ")
+            lines.append(f"({n}): {body}")
+        name = type(self).__name__
+        if not lines:
+            return f"{name}()"
+        if len(lines) == 1 and not self._modules:
+            return f"{name}({lines[0]})"
+        return name + "(\n  " + "\n  ".join(lines) + "\n)"
+
+
+class ModuleList(Module):
+    """Layers in a list, registered so their parameters are found (named ``"0.weight"``)."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        for m in modules or []:
+            self.append(m)
+
+    def append(self, module):
+        self.add_module(str(len(self._modules)), module)
+        return self
+
+    def extend(self, modules):
+        for m in modules:
+            self.append(m)
+        return self
+
+    def insert(self, index, module):
+        items = list(self._modules.values())
+        items.insert(index, module)
+        for k in list(self._modules):
+            delattr(self, k)
+        self.extend(items)
+
+    def __getitem__(self, idx):
+        items = list(self._modules.values())
+        if isinstance(idx, slice):
+            return ModuleList(items[idx])
+        return items[idx]
+
+    def __setitem__(self, idx, module):
+        key = list(self._modules)[idx]
+        self.add_module(key, module)
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError("ModuleList has no forward: call its layers")
+
+
+class ModuleDict(Module):
+    """Layers by name, registered so their parameters are found (named ``"name.weight"``)."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def update(self, modules):
+        items = modules.items() if hasattr(modules, "items") else modules
+        for k, m in items:
+            self[k] = m
+
+    def __getitem__(self, key):
+        return self._modules[key]
+
+    def __setitem__(self, key, module):
+        self.add_module(key, module)
+
+    def __delitem__(self, key):
+        delattr(self, key)
+
+    def __contains__(self, key):
+        return key in self._modules
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules)
+
+    def keys(self):
+        return self._modules.keys()
+
+    def values(self):
+        return self._modules.values()
+
+    def items(self):
+        return self._modules.items()
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError("ModuleDict has no forward: call its layers")
+
+
+class _NamedSequential(Module):
+    """``Sequential(OrderedDict(...))``: the layers in order, under the names given."""
+
+    def __init__(self, named):
+        super().__init__()
+        for k, m in named.items():
+            self.add_module(k, m)
+
+    def forward(self, x):
+        for m in self.children():
+            x = m(x)
+        return x
+
+    def __getitem__(self, idx):
+        items = list(self._modules.values())
+        return _NamedSequential(dict(list(self._modules.items())[idx])) if isinstance(idx, slice) else items[idx]
+
+    def __len__(self):
+        return len(self._modules)
+
+
+def Sequential(*layers):  # noqa: N802 (PyTorch's name)
+    """The layers applied in order: a ``Net`` named ``"0"``, ``"1"``, ... as PyTorch's, or,
+    given one ``OrderedDict``, a module with the layers under those names."""
+    if len(layers) == 1 and isinstance(layers[0], dict):
+        return _NamedSequential(layers[0])
+    return Net(list(layers))

@@ -1,0 +1,341 @@
+"""``ferrograd.nn.functional`` (``F``): PyTorch's functional names, arguments and numbers,
+written with the core's differentiable ops (every function here has gradients of every
+order, since the ops under it do)."""
+
+import math as _math
+
+import numpy as _np
+
+from .. import _core
+from .._core import Tensor
+
+
+def _t(x):
+    return x if isinstance(x, Tensor) else _core.tensor(x)
+
+
+def _pair(v, what):
+    """An int from PyTorch's int-or-pair argument; pairs of two different values are not
+    supported by the core's convolution and pooling yet."""
+    if isinstance(v, (tuple, list)):
+        if len(v) != 2 or v[0] != v[1]:
+            raise ValueError(f"{what}={tuple(v)}: only equal sizes along height and width are supported")
+        return int(v[0])
+    return int(v)
+
+
+# ---- activations ----
+
+
+def relu(input, inplace=False):
+    return _t(input).relu()
+
+
+def relu6(input, inplace=False):
+    return _t(input).clamp(0.0, 6.0)
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    return _t(input).leaky_relu(negative_slope)
+
+
+def elu(input, alpha=1.0, inplace=False):
+    return _t(input).elu(alpha)
+
+
+def gelu(input, approximate="none"):
+    """GELU: exact (``x·Φ(x)``) or, with ``approximate="tanh"``,
+    ``½x(1 + tanh(√(2/π)(x + 0.044715x³)))`` as PyTorch's."""
+    x = _t(input)
+    if approximate == "none":
+        return x.gelu()
+    if approximate != "tanh":
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    inner = (x + x * x * x * 0.044715) * _math.sqrt(2.0 / _math.pi)
+    return x * 0.5 * (inner.tanh() + 1.0)
+
+
+def silu(input, inplace=False):
+    x = _t(input)
+    return x * x.sigmoid()
+
+
+def sigmoid(input):
+    return _t(input).sigmoid()
+
+
+def tanh(input):
+    return _t(input).tanh()
+
+
+def softplus(input, beta=1.0, threshold=20.0):
+    x = _t(input)
+    if beta == 1.0:
+        return x.softplus()
+    return (x * beta).softplus() / beta
+
+
+def softmax(input, dim=None, dtype=None):
+    x = _t(input) if dtype is None else _t(input).to(dtype)
+    return x.softmax(-1 if dim is None else dim)
+
+
+def log_softmax(input, dim=None, dtype=None):
+    x = _t(input) if dtype is None else _t(input).to(dtype)
+    return x.log_softmax(-1 if dim is None else dim)
+
+
+def dropout(input, p=0.5, training=True, inplace=False):
+    """Zeroes elements with probability ``p`` and scales the rest by ``1/(1−p)`` (training
+    only), from the generator ``fg.manual_seed`` seeds."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    x = _t(input)
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return x * 0.0
+    keep = (_core.rand(*x.shape, dtype=x.dtype) >= p).to(x.dtype)
+    return x * keep / (1.0 - p)
+
+
+# ---- linear maps, convolution, pooling ----
+
+
+def linear(input, weight, bias=None):
+    """``input @ weight.T + bias``, weight ``[out, in]`` as PyTorch's."""
+    y = _t(input).matmul(_t(weight).transpose(0, 1))
+    return y if bias is None else y + bias
+
+
+def _conv_padding(padding, weight, dilation):
+    if padding == "valid":
+        return 0
+    if padding == "same":
+        k = _t(weight).shape[-1]
+        span = dilation * (k - 1)
+        if span % 2:
+            raise ValueError("padding='same' needs an odd effective kernel size (dilation·(k−1) even)")
+        return span // 2
+    return _pair(padding, "padding")
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    dilation = _pair(dilation, "dilation")
+    if padding == "same" and _pair(stride, "stride") != 1:
+        raise ValueError("padding='same' is not supported for strided convolutions (as in PyTorch)")
+    return _t(input).conv2d(
+        weight,
+        bias,
+        stride=_pair(stride, "stride"),
+        padding=_conv_padding(padding, weight, dilation),
+        dilation=dilation,
+        groups=groups,
+    )
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    return _t(input).conv_transpose2d(
+        weight,
+        bias,
+        stride=_pair(stride, "stride"),
+        padding=_pair(padding, "padding"),
+        output_padding=_pair(output_padding, "output_padding"),
+        groups=groups,
+        dilation=_pair(dilation, "dilation"),
+    )
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0):
+    k = _pair(kernel_size, "kernel_size")
+    s = k if stride is None or stride == [] else _pair(stride, "stride")
+    return _t(input).max_pool2d(k, s, _pair(padding, "padding"))
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0):
+    k = _pair(kernel_size, "kernel_size")
+    s = k if stride is None or stride == [] else _pair(stride, "stride")
+    return _t(input).avg_pool2d(k, s, _pair(padding, "padding"))
+
+
+def adaptive_avg_pool2d(input, output_size):
+    size = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
+    return _t(input).adaptive_avg_pool2d(size)
+
+
+def pad(input, pad, mode="constant", value=None):
+    """PyTorch's ``pad``: ``(left, right, top, bottom, ...)`` from the last axis backwards;
+    constant padding only."""
+    if mode != "constant":
+        raise ValueError(f"pad: mode {mode!r} is not supported (constant only)")
+    if len(pad) % 2:
+        raise ValueError(f"pad: {tuple(pad)} must have an even length")
+    x = _t(input)
+    pairs = [(0, 0)] * x.ndim
+    for k in range(len(pad) // 2):
+        pairs[x.ndim - 1 - k] = (int(pad[2 * k]), int(pad[2 * k + 1]))
+    return x.pad(pairs, 0.0 if value is None else float(value))
+
+
+def embedding(input, weight, padding_idx=None):
+    """Rows of ``weight`` at the int64 indices ``input`` (any shape): ``[*input.shape, D]``."""
+    idx = _np.asarray(_t(input).numpy(), dtype=_np.int64)
+    w = _t(weight)
+    rows = w.index_select(0, idx.reshape(-1))
+    return rows.reshape(*idx.shape, w.shape[1])
+
+
+def one_hot(tensor, num_classes=-1):
+    """int64 rows with a 1 at each class index (``num_classes``: the largest index + 1 when
+    -1), as PyTorch's."""
+    idx = _np.asarray(_t(tensor).numpy())
+    if idx.dtype.kind not in "iu":
+        raise TypeError("one_hot is only applicable to index tensors (int64)")
+    n = int(idx.max()) + 1 if num_classes < 0 and idx.size else max(num_classes, 0)
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise ValueError(f"one_hot: class values must be in [0, {n})")
+    out = _np.zeros(idx.shape + (n,), dtype=_np.int64)
+    _np.put_along_axis(out, idx[..., None], 1, axis=-1)
+    return _core.tensor(out)
+
+
+def normalize(input, p=2.0, dim=1, eps=1e-12):
+    x = _t(input)
+    norm = (x.abs() ** p).sum(dim, keepdim=True) ** (1.0 / p)
+    return x / norm.clamp(min=eps)
+
+
+# ---- losses (PyTorch's reductions: "mean", "sum", "none") ----
+
+
+def _reduce(per, reduction):
+    if reduction == "mean":
+        return per.mean()
+    if reduction == "sum":
+        return per.sum()
+    if reduction == "none":
+        return per
+    raise ValueError(f"{reduction!r} is not a valid value for reduction")
+
+
+def mse_loss(input, target, reduction="mean"):
+    x = _t(input)
+    return _reduce((x - _target_like(target, x)).square(), reduction)
+
+
+def l1_loss(input, target, reduction="mean"):
+    x = _t(input)
+    return _reduce((x - _target_like(target, x)).abs(), reduction)
+
+
+def smooth_l1_loss(input, target, reduction="mean", beta=1.0):
+    x = _t(input)
+    d = (x - _target_like(target, x)).abs()
+    if beta == 0.0:
+        return _reduce(d, reduction)
+    small = (d < beta).to(x.dtype)
+    per = small * d.square() * (0.5 / beta) + (1.0 - small) * (d - 0.5 * beta)
+    return _reduce(per, reduction)
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0):
+    return smooth_l1_loss(input, target, reduction, beta=delta) * delta
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean", pos_weight=None):
+    """``−[p·t·log σ(x) + (1−t)·log(1−σ(x))]`` computed without overflow (as PyTorch's)."""
+    x = _t(input)
+    t = _target_like(target, x)
+    # log σ(x) = −softplus(−x), log(1 − σ(x)) = −softplus(x)
+    if pos_weight is None:
+        per = t * (-x).softplus() + (1.0 - t) * x.softplus()
+    else:
+        per = _target_like(pos_weight, x) * t * (-x).softplus() + (1.0 - t) * x.softplus()
+    if weight is not None:
+        per = per * _target_like(weight, x)
+    return _reduce(per, reduction)
+
+
+def binary_cross_entropy(input, target, weight=None, reduction="mean"):
+    """On probabilities; each log is clamped at −100 as PyTorch's."""
+    x = _t(input)
+    t = _target_like(target, x)
+    per = -(t * x.log().clamp(min=-100.0) + (1.0 - t) * (1.0 - x).log().clamp(min=-100.0))
+    if weight is not None:
+        per = per * _target_like(weight, x)
+    return _reduce(per, reduction)
+
+
+def _target_like(target, x):
+    t = _t(target)
+    return t if t.dtype == x.dtype else t.to(x.dtype)
+
+
+def _classes_last(x):
+    """``[N, C, d1, ...]`` as ``[N·d1·..., C]`` (PyTorch's class axis is 1)."""
+    if x.ndim == 1:
+        return x.unsqueeze(0)
+    if x.ndim > 2:
+        x = x.permute(0, *range(2, x.ndim), 1)
+    return x.reshape(-1, x.shape[-1])
+
+
+def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
+    return _class_loss(_classes_last(_t(input)), target, weight, ignore_index, reduction, 0.0)
+
+
+def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    """PyTorch's ``cross_entropy``: logits ``[N, C]`` or ``[N, C, d1, ...]`` (or ``[C]``)
+    against class indices (int64, ``[N]`` or ``[N, d1, ...]``, entries equal to
+    ``ignore_index`` left out) or class probabilities of the logits' shape; per-class
+    ``weight``; ``label_smoothing`` mixes the target with the uniform distribution."""
+    x = _t(input)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
+    logp = _classes_last(x).log_softmax(-1)
+    t = _t(target)
+    if t.dtype.is_floating_point:
+        probs = _classes_last(_target_like(t, x))
+        classes = logp.shape[-1]
+        if label_smoothing:
+            probs = probs * (1.0 - label_smoothing) + label_smoothing / classes
+        w = 1.0 if weight is None else _target_like(weight, x)
+        per = -(logp * probs * w).sum(-1)
+        if reduction == "none":
+            return per.reshape(*((x.shape[0],) + tuple(x.shape[2:])) if x.ndim > 1 else ())
+        return _reduce(per, reduction)
+    return _class_loss(logp, t, weight, ignore_index, reduction, label_smoothing, x.shape)
+
+
+def _class_loss(logp, target, weight, ignore_index, reduction, smoothing, shape=None):
+    """The loss of log-probabilities ``[M, C]`` against class indices, as PyTorch's
+    ``nll_loss`` (and ``cross_entropy``'s smoothing): a weighted mean over the entries that
+    are not ``ignore_index``."""
+    m, classes = logp.shape
+    idx = _np.asarray(_t(target).numpy()).reshape(-1)
+    if idx.dtype.kind not in "iu":
+        raise TypeError("class-index targets must be int64")
+    if idx.size != m:
+        raise ValueError(f"expected {m} class indices, got target of {idx.size}")
+    valid = idx != ignore_index
+    if _np.any((idx[valid] < 0) | (idx[valid] >= classes)):
+        raise IndexError(f"target values must be in [0, {classes}) (or ignore_index={ignore_index})")
+    safe = _np.where(valid, idx, 0)
+    hot = _np.zeros((m, classes))
+    hot[_np.arange(m), safe] = 1.0
+    hot *= valid[:, None]
+    class_w = _np.ones(classes) if weight is None else _np.asarray(_t(weight).numpy(), dtype=_np.float64)
+    w_hot = _core.tensor(hot * class_w, dtype=logp.dtype)
+    per = -(logp * w_hot).sum(-1)
+    sample_w = (class_w[safe] * valid).astype(_np.float64)
+    if smoothing:
+        uniform = _core.tensor(_np.broadcast_to(class_w * valid[:, None], (m, classes)).copy(), dtype=logp.dtype)
+        per = per * (1.0 - smoothing) - (logp * uniform).sum(-1) * (smoothing / classes)
+    if reduction == "mean":
+        return per.sum() / float(sample_w.sum())
+    if reduction == "sum":
+        return per.sum()
+    if reduction == "none":
+        out_shape = idx.shape if shape is None else (shape[0],) + tuple(shape[2:]) if len(shape) > 1 else ()
+        return per.reshape(*out_shape) if out_shape else per.reshape(())
+    raise ValueError(f"{reduction!r} is not a valid value for reduction")

@@ -1,0 +1,47 @@
+"""``ferrograd.nn.utils``: gradient clipping with PyTorch's names and numbers, on the
+``.grad`` of each parameter."""
+
+from .. import _core
+
+
+def _with_grads(parameters):
+    params = [parameters] if isinstance(parameters, _core.Tensor) else list(parameters)
+    return [p for p in params if p.grad is not None]
+
+
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
+    """Scales every ``.grad`` by ``max_norm / (total_norm + 1e-6)`` when that is below 1;
+    returns the total norm of all gradients together (before clipping), as PyTorch's."""
+    params = _with_grads(parameters)
+    if not params:
+        return _core.tensor(0.0)
+    norm_type = float(norm_type)
+    if norm_type == float("inf"):
+        total = max(float(p.grad.abs().max()) for p in params)
+    else:
+        total = sum(float((p.grad.abs() ** norm_type).sum()) for p in params) ** (1.0 / norm_type)
+    if error_if_nonfinite and not (total == total and total != float("inf")):
+        raise RuntimeError(f"the total norm of order {norm_type} of the gradients is non-finite")
+    coef = min(float(max_norm) / (total + 1e-6), 1.0)
+    for p in params:
+        p.grad = p.grad * coef
+    return _core.tensor(total)
+
+
+def clip_grad_value_(parameters, clip_value, foreach=None):
+    """Limits every ``.grad`` element to ``[−clip_value, clip_value]``."""
+    for p in _with_grads(parameters):
+        p.grad = p.grad.clamp(-float(clip_value), float(clip_value))
+
+
+def parameters_to_vector(parameters):
+    return _core.cat([p.reshape(-1) for p in parameters], 0)
+
+
+def vector_to_parameters(vec, parameters):
+    """Copies consecutive slices of ``vec`` into the parameters' values."""
+    start = 0
+    for p in parameters:
+        n = p.numel()
+        p.data = vec[start : start + n].reshape(*p.shape).detach()
+        start += n

@@ -1,0 +1,367 @@
+"""Python written as a PyTorch user writes it, checked against PyTorch's own numbers
+(fixtures/torch_habits.json, made by fixtures/torch_habits.py) where PyTorch defines them."""
+
+import collections
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+import ferrograd as fg
+import ferrograd.nn as nn
+import ferrograd.nn.functional as F
+from ferrograd.optim import lr_scheduler as S
+from ferrograd.utils.data import DataLoader, Generator, TensorDataset
+
+REF = json.loads((pathlib.Path(__file__).parent / "fixtures" / "torch_habits.json").read_text())
+LOGITS = np.sin(np.arange(15).reshape(5, 3) * 0.7) * 2
+TARGET = np.array([0, 2, 1, -100, 2])
+
+
+def close(got, want, rtol=1e-12, atol=1e-15):
+    np.testing.assert_allclose(np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64), rtol=rtol, atol=atol)
+
+
+# ---- gradients ----
+
+
+def test_gradient_accumulation_over_three_micro_batches_then_a_momentum_step():
+    lin = nn.Linear(3, 2)
+    lin.weight.data = np.array([[0.1, -0.2, 0.3], [0.4, 0.5, -0.6]], dtype=np.float32)
+    lin.bias.data = np.array([0.01, -0.02], dtype=np.float32)
+    opt = fg.optim.SGD(lin.parameters(), lr=0.1, momentum=0.9)
+    data = np.cos(np.arange(18).reshape(6, 3)).astype(np.float32)
+    ys = np.sin(np.arange(12).reshape(6, 2)).astype(np.float32)
+    for rep in range(2):
+        opt.zero_grad()
+        for k in range(3):
+            (F.mse_loss(lin(data[2 * k : 2 * k + 2]), ys[2 * k : 2 * k + 2]) / 3).backward()
+        if rep == 0:
+            close(lin.weight.grad.numpy().ravel(), REF["accum_grad"][0], rtol=1e-5, atol=1e-6)
+            close(lin.bias.grad.numpy(), REF["accum_grad"][1], rtol=1e-5, atol=1e-6)
+        opt.step()
+    close(lin.weight.numpy().ravel(), REF["accum_after"][0], rtol=1e-5, atol=1e-6)
+    close(lin.bias.numpy(), REF["accum_after"][1], rtol=1e-5, atol=1e-6)
+
+
+def test_zero_grad_sets_none_or_zeros_and_returned_gradients_stay_fresh():
+    w = fg.tensor([1.0, 2.0], requires_grad=True)
+    opt = fg.optim.SGD([w], lr=0.1)
+    g1 = (w * w).sum().backward()
+    g2 = (w * w).sum().backward()
+    assert g1[w].tolist() == g2[w].tolist() == [2.0, 4.0]
+    assert w.grad.tolist() == [4.0, 8.0]
+    opt.zero_grad(set_to_none=False)
+    assert w.grad.tolist() == [0.0, 0.0]
+    opt.zero_grad()
+    assert w.grad is None
+
+
+def test_clip_grad_norm_and_value():
+    a = fg.tensor([3.0, 4.0], dtype=fg.float64, requires_grad=True)
+    b = fg.tensor([[12.0]], dtype=fg.float64, requires_grad=True)
+    a.grad, b.grad = np.array([3.0, 4.0]), np.array([[12.0]])
+    total = nn.utils.clip_grad_norm_([a, b], 6.5)
+    close(total.item(), REF["clip"][0])
+    close(a.grad.numpy(), REF["clip"][1])
+    close(b.grad.numpy(), REF["clip"][2])
+    a.grad, b.grad = np.array([3.0, -4.0]), np.array([[12.0]])
+    total = nn.utils.clip_grad_norm_([a, b], 2.0, norm_type=float("inf"))
+    close(total.item(), REF["clip_inf"][0])
+    close(a.grad.numpy(), REF["clip_inf"][1])
+    nn.utils.clip_grad_value_([a, b], 0.5)
+    assert a.grad.numpy().max() <= 0.5 and a.grad.numpy().min() >= -0.5
+
+
+def test_param_groups_with_their_own_lr_and_weight_decay():
+    w1 = fg.tensor([[1.0, -2.0], [0.5, 3.0]], dtype=fg.float64, requires_grad=True)
+    b1 = fg.tensor([0.1, -0.2], dtype=fg.float64, requires_grad=True)
+    opt = fg.optim.AdamW(
+        [{"params": [w1], "weight_decay": 0.1}, {"params": [b1], "weight_decay": 0.0, "lr": 0.01}],
+        lr=0.05,
+        betas=(0.9, 0.99),
+    )
+    assert [g["lr"] for g in opt.param_groups] == [0.05, 0.01]
+    assert opt.param_groups[0]["params"][0] is w1
+    x = fg.tensor([[1.0, 2.0], [3.0, -1.0]], dtype=fg.float64)
+    for _ in range(3):
+        opt.zero_grad()
+        ((x @ w1.transpose(0, 1) + b1) ** 2).mean().backward()
+        opt.step()
+        opt.param_groups[0]["lr"] *= 0.5
+    close(w1.numpy().ravel(), REF["groups"][0], rtol=1e-10)
+    close(b1.numpy(), REF["groups"][1], rtol=1e-10)
+
+
+# ---- losses and functional ----
+
+
+@pytest.mark.parametrize(
+    "key,kwargs",
+    [
+        ("ce_plain", {}),
+        ("ce_smooth", {"label_smoothing": 0.1}),
+        ("ce_weight_smooth", {"weight": fg.tensor([0.5, 1.0, 2.0], dtype=fg.float64), "label_smoothing": 0.2}),
+        ("ce_sum", {"reduction": "sum"}),
+    ],
+)
+def test_cross_entropy_with_class_indices(key, kwargs):
+    x = fg.tensor(LOGITS, requires_grad=True)
+    loss = nn.CrossEntropyLoss(**kwargs)(x, fg.tensor(TARGET))
+    loss.backward()
+    close(loss.item(), REF[key][0])
+    close(x.grad.numpy().ravel(), REF[key][1], atol=1e-14)
+
+
+def test_cross_entropy_over_a_spatial_axis_and_with_probabilities():
+    x = fg.tensor(np.sin(np.arange(24).reshape(2, 3, 4) * 0.3), requires_grad=True)
+    loss = F.cross_entropy(x, fg.tensor(np.arange(8).reshape(2, 4) % 3))
+    loss.backward()
+    close(loss.item(), REF["ce_spatial"][0])
+    close(x.grad.numpy().ravel(), REF["ce_spatial"][1], atol=1e-14)
+    probs = np.abs(np.cos(np.arange(15).reshape(5, 3)))
+    probs /= probs.sum(1, keepdims=True)
+    x = fg.tensor(LOGITS, requires_grad=True)
+    loss = F.cross_entropy(x, probs, label_smoothing=0.1)
+    loss.backward()
+    close(loss.item(), REF["ce_probs"][0])
+    close(x.grad.numpy().ravel(), REF["ce_probs"][1], atol=1e-14)
+    with pytest.raises(IndexError):
+        F.cross_entropy(fg.tensor(LOGITS), fg.tensor([0, 1, 2, 3, 0]))
+
+
+def test_functional_activations_and_losses():
+    xv = np.linspace(-3, 3, 7)
+    close(F.gelu(fg.tensor(xv), approximate="tanh").numpy(), REF["gelu_tanh"], atol=1e-15)
+    close(F.silu(fg.tensor(xv)).numpy(), REF["silu"], atol=1e-15)
+    tt = (np.arange(7) % 2).astype(float)
+    x = fg.tensor(xv, requires_grad=True)
+    loss = F.binary_cross_entropy_with_logits(x, tt, pos_weight=fg.tensor(2.0, dtype=fg.float64))
+    loss.backward()
+    close(loss.item(), REF["bce_logits"][0])
+    close(x.grad.numpy(), REF["bce_logits"][1], atol=1e-15)
+    close(F.smooth_l1_loss(fg.tensor(xv), tt, beta=0.5).item(), REF["smooth_l1"])
+    close(F.huber_loss(fg.tensor(xv), tt, delta=0.5).item(), REF["huber"])
+    assert F.one_hot(fg.tensor([0, 2, 1]), 4).tolist() == [[1, 0, 0, 0], [0, 0, 1, 0], [0, 1, 0, 0]]
+    assert F.pad(fg.zeros(1, 2, 2), (1, 0, 0, 2)).shape == (1, 4, 3)
+    emb = F.embedding(fg.tensor([[0, 2], [1, 1]]), fg.tensor(np.arange(6.0).reshape(3, 2)))
+    assert emb.tolist() == [[[0.0, 1.0], [4.0, 5.0]], [[2.0, 3.0], [2.0, 3.0]]]
+    fg.manual_seed(0)
+    kept = F.dropout(fg.ones(10000), 0.25)
+    assert abs(float((kept != 0).float().mean()) - 0.75) < 0.02
+    np.testing.assert_allclose(np.unique(kept.numpy()), [0.0, 4 / 3], rtol=1e-6)
+    assert F.dropout(fg.ones(3), 0.5, training=False).tolist() == [1.0, 1.0, 1.0]
+
+
+# ---- schedulers ----
+
+
+def schedule(make, n, lr=0.1):
+    p = fg.tensor([0.0], requires_grad=True)
+    opt = fg.optim.SGD([p], lr=lr)
+    sched = make(opt)
+    got = []
+    for _ in range(n):
+        got.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert opt.lr == opt.param_groups[0]["lr"]
+    return got
+
+
+@pytest.mark.parametrize(
+    "key,n,make",
+    [
+        ("steplr", 10, lambda o: S.StepLR(o, 3, 0.5)),
+        ("multisteplr", 8, lambda o: S.MultiStepLR(o, [2, 5, 5], 0.1)),
+        ("cosine", 14, lambda o: S.CosineAnnealingLR(o, 5, 0.001)),
+        ("onecycle", 12, lambda o: S.OneCycleLR(o, 0.5, total_steps=12, cycle_momentum=False)),
+        (
+            "onecycle_linear3",
+            12,
+            lambda o: S.OneCycleLR(
+                o, 0.5, total_steps=12, cycle_momentum=False, anneal_strategy="linear", three_phase=True
+            ),
+        ),
+        (
+            "sequential",
+            10,
+            lambda o: S.SequentialLR(o, [S.LinearLR(o, 0.1, 1.0, 3), S.CosineAnnealingLR(o, 6, 0.0)], [3]),
+        ),
+        ("lambda", 5, lambda o: S.LambdaLR(o, lambda e: 1.0 / (1 + e))),
+        ("exponential", 5, lambda o: S.ExponentialLR(o, 0.9)),
+        ("constant", 6, lambda o: S.ConstantLR(o, 0.5, 3)),
+    ],
+)
+def test_schedulers_give_pytorchs_learning_rates(key, n, make):
+    close(schedule(make, n), REF[key], rtol=1e-12, atol=1e-17)
+
+
+def test_one_cycle_refuses_momentum_cycling_it_cannot_do():
+    opt = fg.optim.Adam([fg.tensor([0.0], requires_grad=True)], lr=0.1)
+    with pytest.raises(ValueError, match="cycle_momentum=False"):
+        S.OneCycleLR(opt, 0.5, total_steps=10)
+
+
+# ---- modules ----
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.bn = nn.BatchNorm1d(3)
+        self.register_buffer("steps", fg.zeros(1))
+
+    def forward(self, x):
+        return self.bn(self.fc(x)).relu()
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = fg.tensor(np.ones(1, dtype=np.float32), requires_grad=True)
+        self.blocks = nn.ModuleList([Block(), Block()])
+        self.head = nn.Sequential(nn.Linear(3, 2), nn.ReLU())
+
+    def forward(self, x, shift=0.0):
+        x = self.blocks[0](x)
+        x = self.blocks[1](nn.functional.pad(x, (0, 1)))
+        return self.head(x) * self.scale + shift
+
+
+def test_a_nested_modules_state_dict_has_pytorchs_keys_and_round_trips(tmp_path):
+    fg.manual_seed(0)
+    model = Model()
+    assert list(model.state_dict()) == REF["keys"]
+    x = np.cos(np.arange(24).reshape(6, 4)).astype(np.float32)
+    model(x)  # training mode: the batch norms' statistics move
+    state = model.state_dict()
+    assert state["blocks.0.bn.num_batches_tracked"].item() == 1
+    assert float(state["blocks.1.bn.running_mean"].abs().sum()) > 0
+    fg.save(state, tmp_path / "model.safetensors")
+    fg.manual_seed(1)
+    other = Model()
+    other.load_state_dict(fg.load(tmp_path / "model.safetensors"))
+    for k, v in other.state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), state[k].numpy(), err_msg=k)
+    model.eval()
+    other.eval()
+    np.testing.assert_array_equal(model(x, shift=1.0).numpy(), other(x, shift=1.0).numpy())
+    other.save(tmp_path / "again.safetensors")
+    Model().load(tmp_path / "again.safetensors")
+
+
+def test_load_state_dict_checks_everything_first_and_changes_nothing_on_error():
+    model = Model()
+    state = model.state_dict()
+    before = model.blocks[0].fc.weight.numpy().copy()
+    bad = dict(state)
+    bad["blocks.0.fc.weight"] = np.ones((4, 4), dtype=np.float32)
+    bad["blocks.0.bn.weight"] = np.zeros(3, dtype=np.float32)
+    with pytest.raises(RuntimeError, match="wrong shape"):
+        model.load_state_dict(bad)
+    np.testing.assert_array_equal(model.blocks[0].fc.weight.numpy(), before)
+    assert model.blocks[0].bn.state_dict()["weight"].tolist() == [1.0, 1.0, 1.0]
+    partial = {k: v for k, v in state.items() if not k.startswith("head")}
+    missing, unexpected = model.load_state_dict(partial, strict=False)
+    assert missing == ["head.0.weight", "head.0.bias"] and unexpected == []
+
+
+def test_parameters_are_listed_once_when_tied_and_modules_print_as_a_tree():
+    model = Model()
+    names = [n for n, _ in model.named_parameters()]
+    assert names[0] == "scale" and "blocks.1.bn.weight" in names and len(names) == len(set(names))
+    assert len(list(model.buffers())) == 2 * 4
+    tied = nn.ModuleDict({"a": nn.Linear(2, 2)})
+    tied["b"] = tied["a"]
+    assert len(list(tied.parameters())) == 2
+    text = repr(model)
+    assert text.startswith("Model(\n  (blocks): ModuleList(\n    (0): Block(\n      (fc): ")
+    assert "(head): " in text
+
+
+def test_a_python_module_inside_a_net_brings_its_layers_buffers():
+    net = nn.Net([Block(), nn.Linear(3, 1)])
+    keys = list(net.state_dict())
+    assert "0.bn.running_mean" in keys and "0.bn.num_batches_tracked" in keys
+
+
+# ---- tensors ----
+
+
+def test_type_promotion_and_boolean_comparisons():
+    ints = fg.tensor([1, 2, 3])
+    assert ints.dtype == fg.int64
+    half = ints * 0.5
+    assert half.dtype == fg.float32 and half.tolist() == [0.5, 1.0, 1.5]
+    assert (ints + 1).dtype == fg.int64 and (ints * 2).tolist() == [2, 4, 6]
+    assert (ints / 2).dtype == fg.float32
+    assert (ints + fg.tensor([0.5], dtype=fg.float64)).dtype == fg.float64
+    assert (fg.tensor([1.0, 2.0]) + ints[:2]).dtype == fg.float32
+    mask = fg.tensor([1.0, -2.0, 3.0]) > 0
+    assert mask.dtype == fg.bool and mask.tolist() == [True, False, True]
+    assert mask.numpy().dtype == np.bool_
+    assert bool(mask.any()) and not bool(mask.all()) and (~mask).tolist() == [False, True, False]
+    assert (mask & fg.tensor([True, True, False])).tolist() == [True, False, False]
+    assert (mask | ~mask).all().item() is True
+    assert mask.sum().item() == 2 and mask.sum().dtype == fg.int64
+    x = fg.tensor([10.0, 20.0, 30.0])
+    assert x[mask].tolist() == [10.0, 30.0]
+    assert fg.where(mask, x, 0.0).tolist() == [10.0, 0.0, 30.0]
+    assert (x * mask).tolist() == [10.0, 0.0, 30.0] and (x * mask).dtype == fg.float32
+    assert (ints == 2).tolist() == [False, True, False]
+    assert x.to("cpu") is x and x.cpu() is x and x.to(fg.float64).dtype == fg.float64
+    with pytest.raises(ValueError, match="CPU"):
+        x.to("cuda")
+    assert fg.tensor(np.array([True, False])).dtype == fg.bool
+
+
+def test_dataloader_batches_shuffles_reproducibly_and_drops_the_last():
+    xs = np.arange(10, dtype=np.float32).reshape(10, 1)
+    ys = np.arange(10)
+    ds = TensorDataset(xs, ys)
+    assert len(ds) == 10 and ds[3][1].item() == 3
+    plain = [b[1].tolist() for b in DataLoader(ds, batch_size=4)]
+    assert plain == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert len(DataLoader(ds, batch_size=4, drop_last=True)) == 2
+    a = [b[1].tolist() for b in DataLoader(ds, batch_size=3, shuffle=True, generator=Generator().manual_seed(7))]
+    b = [b[1].tolist() for b in DataLoader(ds, batch_size=3, shuffle=True, generator=Generator().manual_seed(7))]
+    assert a == b and sorted(sum(a, [])) == list(range(10)) and sum(a, []) != list(range(10))
+
+    class Squares(fg.utils.data.Dataset):
+        def __len__(self):
+            return 5
+
+        def __getitem__(self, i):
+            return {"x": np.full(2, i, dtype=np.float32), "y": i * i}
+
+    batch = next(iter(DataLoader(Squares(), batch_size=5)))
+    assert batch["x"].shape == (5, 2) and batch["y"].tolist() == [0, 1, 4, 9, 16]
+
+
+def test_init_functions_fill_in_place_with_pytorchs_bounds():
+    lin = nn.Linear(50, 40)
+    w = lin.weight
+    nn.init.kaiming_uniform_(w, a=5 ** 0.5)
+    bound = 1 / 50**0.5  # PyTorch's default Linear init
+    assert lin.weight is w and np.abs(w.numpy()).max() <= bound
+    nn.init.xavier_normal_(w)
+    assert abs(w.numpy().std() - (2 / 90) ** 0.5) < 0.01
+    nn.init.zeros_(lin.bias)
+    assert lin.bias.tolist() == [0.0] * 40
+    nn.init.trunc_normal_(w, std=1.0, a=-0.5, b=0.5)
+    assert np.abs(w.numpy()).max() <= 0.5
+    q = nn.init.orthogonal_(fg.zeros(4, 6).requires_grad_())
+    np.testing.assert_allclose(q.numpy() @ q.numpy().T, np.eye(4), atol=1e-6)
+
+
+def test_sequential_with_names_and_modules_with_keyword_arguments():
+    seq = nn.Sequential(collections.OrderedDict([("fc", nn.Linear(2, 2)), ("act", nn.ReLU())]))
+    assert [n for n, _ in seq.named_parameters()] == ["fc.weight", "fc.bias"]
+    assert seq(np.ones((1, 2), dtype=np.float32)).shape == (1, 2)
+    model = Model()
+    model.eval()
+    x = np.ones((2, 4), dtype=np.float32)
+    np.testing.assert_allclose((model(x, shift=2.0) - model(x)).numpy(), 2.0, rtol=1e-6)
