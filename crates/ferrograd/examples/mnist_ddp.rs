@@ -13,8 +13,9 @@
 //! `--check-steps K` runs the job's correctness check instead of training: the broadcast leaves
 //! every rank with rank 0's parameters, and after K steps the
 //! parameters of `N` ranks × batch `B` equal those of one process with batch `N·B` (which
-//! every rank also trains, alone); `--fail-rank R` makes rank R panic after its first step
-//! (the job must end with that rank's message and a failing exit code).
+//! every rank also trains, alone). `--fail-rank R` makes rank R panic after its first step,
+//! in training as in the check (the job must end with that rank's message and a failing exit
+//! code).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -50,7 +51,8 @@ struct Args {
     /// Check K steps against one process with the whole batch, instead of training.
     #[arg(long)]
     check_steps: Option<usize>,
-    /// Make this rank panic after its first step (to check that the job ends).
+    /// Make this rank panic after its first step, in training or in the check (to see that
+    /// the whole job ends).
     #[arg(long)]
     fail_rank: Option<usize>,
     /// Overlap the all-reduce with backward: each bucket of gradients is summed over the
@@ -92,6 +94,13 @@ fn main() -> ExitCode {
         }
     };
     group.abort_on_panic();
+    if let Some(r) = args.fail_rank.filter(|&r| r >= group.size()) {
+        // Refused up front, on every rank: a rank that does not exist would never fail.
+        panic!(
+            "--fail-rank {r}: the job has ranks 0 to {}",
+            group.size() - 1
+        );
+    }
     let result = match args.check_steps {
         Some(steps) => check(&group, &args, steps),
         None => train(&group, &args),
@@ -154,6 +163,7 @@ fn train(group: &ProcessGroup, args: &Args) -> Result<(), String> {
             let samples = batch.indices.len();
             let (loss, grads) = ddp_step(group, &model, &params, &batch, args.overlap);
             model.apply_grads(&grads);
+            fail_if_asked(args, group, seen > 0 || epoch > first_epoch);
             loss_sum += loss as f64 * samples as f64;
             seen += samples;
         }
@@ -174,6 +184,13 @@ fn train(group: &ProcessGroup, args: &Args) -> Result<(), String> {
     Ok(())
 }
 
+/// Panics on the rank `--fail-rank` names, after its first step (`past_first` is false there).
+fn fail_if_asked(args: &Args, group: &ProcessGroup, past_first: bool) {
+    if args.fail_rank == Some(group.rank()) && !past_first {
+        panic!("failing on purpose after the first step (--fail-rank)");
+    }
+}
+
 /// How far apart the two may drift (absolute, per parameter): the ranks' average of two
 /// half-batch means rounds differently from one mean over the whole batch, and Adam divides
 /// by the gradients' own scale; after 20 steps the largest difference is about 1e-6.
@@ -182,12 +199,6 @@ const TOLERANCE: f64 = 1e-5;
 /// K steps of every rank with its share against one process with the whole batch.
 fn check(group: &ProcessGroup, args: &Args, steps: usize) -> Result<(), String> {
     let t = &args.training;
-    if let Some(r) = args.fail_rank.filter(|&r| r >= group.size()) {
-        return Err(format!(
-            "--fail-rank {r}: the job has ranks 0 to {}",
-            group.size() - 1
-        ));
-    }
     let (train, _) = load(t)?;
     let data = TensorDataset::new(train.images.clone(), train.targets.clone());
     // Each rank draws its own start; the broadcast makes rank 0's everyone's.
@@ -220,9 +231,7 @@ fn check(group: &ProcessGroup, args: &Args, steps: usize) -> Result<(), String> 
         let (_, grads) = ddp_step(group, &model, &params, &part, args.overlap);
         model.apply_grads(&grads);
         alone.train_step(&all.inputs, &all.targets);
-        if args.fail_rank == Some(group.rank()) && step == 0 {
-            panic!("failing on purpose after step {step} (--fail-rank)");
-        }
+        fail_if_asked(args, group, step > 0);
     }
     let mut worst = 0.0f64;
     for ((name, a), (_, b)) in params.iter().zip(alone.net().params()) {

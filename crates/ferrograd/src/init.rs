@@ -1,5 +1,5 @@
-//! Weight initializers, with fan-in and fan-out computed for dense `[in, out]` and convolution
-//! `[out_ch, in_ch, k...]` shapes. Each draws from an explicit RNG; the `*_default` helpers in
+//! Weight initializers, with fan-in and fan-out computed in PyTorch's layouts: dense
+//! `[out, in]` and convolution `[out_ch, in_ch, k...]`. Each draws from an explicit RNG; the `*_default` helpers in
 //! the layers use the generator seeded by `manual_seed`.
 
 use rand::Rng;

@@ -79,7 +79,10 @@ pub mod prelude {
     pub use crate::data::{one_hot, BatchIterator, Batches, Dataset, TensorDataset};
     pub use crate::graph::{Feed, GradientDescentOptimizer, Graph, GraphOptimizer, Node, Session};
     pub use crate::io::{load_checkpoint, save_checkpoint};
-    pub use crate::loss::{Huber, Loss, Mae, Mse, Nll, SigmoidCrossEntropy, SoftmaxCrossEntropy};
+    pub use crate::loss::{
+        Huber, HuberLoss, Loss, Mae, MaeLoss, Mse, MseLoss, Nll, NllLoss, SigmoidCrossEntropy,
+        SigmoidCrossEntropyLoss, SoftmaxCrossEntropy, SoftmaxCrossEntropyLoss,
+    };
     pub use crate::metrics::accuracy;
     pub use crate::model::{Model, Net};
     /// The contract's spellings of the same layers.

@@ -124,3 +124,18 @@ impl Loss for Huber {
         format!("Huber({})", self.delta)
     }
 }
+
+// The names the Python binding gives these losses (PyTorch's, with Rust's capitalisation), so
+// that either spelling works in either language.
+/// [`SoftmaxCrossEntropy`] under the Python binding's name.
+pub type SoftmaxCrossEntropyLoss = SoftmaxCrossEntropy;
+/// [`SigmoidCrossEntropy`] under the Python binding's name.
+pub type SigmoidCrossEntropyLoss = SigmoidCrossEntropy;
+/// [`Mse`] under PyTorch's name.
+pub type MseLoss = Mse;
+/// [`Mae`] under the Python binding's name (PyTorch's `L1Loss`).
+pub type MaeLoss = Mae;
+/// [`Huber`] under PyTorch's name.
+pub type HuberLoss = Huber;
+/// [`Nll`] under PyTorch's name.
+pub type NllLoss = Nll;

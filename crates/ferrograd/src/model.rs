@@ -198,6 +198,11 @@ impl Model {
         self.optimizer.step(&params, grads);
     }
 
+    /// [`Model::apply_grads`] under the Python binding's (and tinynn's) name.
+    pub fn apply_grad(&mut self, grads: &Gradients) {
+        self.apply_grads(grads);
+    }
+
     /// Forward, backward and update on one batch; returns the loss. The graph is released
     /// before the update, so the optimizer updates parameters in place.
     pub fn train_step(&mut self, x: &Tensor, target: &Tensor) -> f32 {

@@ -1,4 +1,5 @@
-//! The [`Tensor`] handle: shape, strides and offset over shared storage, in f32 or f64.
+//! The [`Tensor`] handle: shape, strides and offset over shared storage, in f32 or f64 (or
+//! i64, for indices and labels).
 //!
 //! A tensor is an immutable value and cheap to clone. A tracked tensor carries its graph node
 //! (`record`): the tensor, its node and the recording scopes are one layer, below the ops.

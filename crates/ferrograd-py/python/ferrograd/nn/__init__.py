@@ -49,6 +49,14 @@ from .._core import (  # noqa: F401
     Tanh,
 )
 
+# The Rust crate's names of the losses, so either spelling works in either language.
+SoftmaxCrossEntropy = SoftmaxCrossEntropyLoss
+SigmoidCrossEntropy = SigmoidCrossEntropyLoss
+Mse = MSELoss
+Mae = MAELoss
+Huber = HuberLoss
+Nll = NLLLoss
+
 # PyTorch's spellings of the same classes.
 Linear = Dense
 Conv2d = Conv2D
