@@ -352,3 +352,54 @@ pub fn axes_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<isize>>> 
         Some(o) => Ok(Some(o.extract()?)),
     }
 }
+
+/// PyTorch's size argument of a 2-d op: one int for both axes (`3`) or a pair `(height,
+/// width)` (`(3, 5)`).
+#[derive(Clone, Copy)]
+pub struct Size2(pub [usize; 2]);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Size2 {
+    type Error = PyErr;
+
+    fn extract(obj: pyo3::Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        if let Ok(v) = obj.extract::<usize>() {
+            return Ok(Size2([v, v]));
+        }
+        let pair: Vec<usize> = obj.extract().map_err(|_| {
+            PyTypeError::new_err("expected a non-negative int or a pair of them (height, width)")
+        })?;
+        match pair.as_slice() {
+            [h, w] => Ok(Size2([*h, *w])),
+            _ => Err(PyValueError::new_err(format!(
+                "expected one size or two (height, width), got {}",
+                pair.len()
+            ))),
+        }
+    }
+}
+
+/// PyTorch's `padding` of a convolution: sizes, or `"same"` / `"valid"`.
+#[derive(Clone, Copy)]
+pub enum Padding {
+    /// Zeros on both sides of each axis, `[height, width]` (`"valid"` is `[0, 0]`).
+    Sizes([usize; 2]),
+    /// The output keeps the input's size (stride 1).
+    Same,
+}
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Padding {
+    type Error = PyErr;
+
+    fn extract(obj: pyo3::Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        if let Ok(name) = obj.extract::<String>() {
+            return match name.as_str() {
+                "same" => Ok(Padding::Same),
+                "valid" => Ok(Padding::Sizes([0, 0])),
+                other => Err(PyValueError::new_err(format!(
+                    "padding {other:?}: expected 'same', 'valid', an int or a pair"
+                ))),
+            };
+        }
+        obj.extract::<Size2>().map(|s| Padding::Sizes(s.0))
+    }
+}

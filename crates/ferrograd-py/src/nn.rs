@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::autograd::{leaf_of, wrap_param, Leaf};
-use crate::convert::to_tensor;
+use crate::convert::{to_tensor, Padding, Size2};
 use crate::guard::{self, HEAVY};
 use crate::tensor::PyTensor;
 
@@ -400,28 +400,39 @@ layer_class!(
 );
 layer_class!(
     /// `Conv2D(in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
-    /// groups=1, bias=True)`, NCHW, weight `[out, in/groups, k, k]`.
+    /// groups=1, bias=True)`, NCHW, weight `[out, in/groups, kh, kw]`. Sizes are an int or a
+    /// pair `(height, width)`; `padding` may be `"same"` or `"valid"`, as PyTorch's.
     PyConv2D, "Conv2D",
-    (in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=true),
-    (in_channels: usize, out_channels: usize, kernel_size: usize, stride: usize, padding: usize,
-     dilation: usize, groups: usize, bias: bool)
+    (in_channels, out_channels, kernel_size, stride=Size2([1, 1]), padding=Padding::Sizes([0, 0]),
+     dilation=Size2([1, 1]), groups=1, bias=true),
+    (in_channels: usize, out_channels: usize, kernel_size: Size2, stride: Size2, padding: Padding,
+     dilation: Size2, groups: usize, bias: bool)
         => {
-            let c = Conv2d::new(in_channels, out_channels, kernel_size)
-                .stride(stride).padding(padding).dilation(dilation).groups(groups);
+            let ([kh, kw], [sh, sw], [dh, dw]) = (kernel_size.0, stride.0, dilation.0);
+            let c = Conv2d::new_hw(in_channels, out_channels, kh, kw)
+                .stride_hw(sh, sw).dilation_hw(dh, dw).groups(groups);
+            let c = match padding {
+                Padding::Sizes([ph, pw]) => c.padding_hw(ph, pw),
+                Padding::Same => c.padding_same(),
+            };
             if bias { c } else { c.without_bias() }
         }
 );
 layer_class!(
     /// `ConvTranspose2D(in_channels, out_channels, kernel_size, stride=1, padding=0,
-    /// output_padding=0, dilation=1, groups=1, bias=True)`, weight `[in, out/groups, k, k]`.
+    /// output_padding=0, dilation=1, groups=1, bias=True)`, weight `[in, out/groups, kh, kw]`;
+    /// sizes are an int or a pair `(height, width)`.
     PyConvTranspose2D, "ConvTranspose2D",
-    (in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, dilation=1, groups=1, bias=true),
-    (in_channels: usize, out_channels: usize, kernel_size: usize, stride: usize, padding: usize,
-     output_padding: usize, dilation: usize, groups: usize, bias: bool)
+    (in_channels, out_channels, kernel_size, stride=Size2([1, 1]), padding=Size2([0, 0]),
+     output_padding=Size2([0, 0]), dilation=Size2([1, 1]), groups=1, bias=true),
+    (in_channels: usize, out_channels: usize, kernel_size: Size2, stride: Size2, padding: Size2,
+     output_padding: Size2, dilation: Size2, groups: usize, bias: bool)
         => {
-            let c = ConvTranspose2d::new(in_channels, out_channels, kernel_size)
-                .stride(stride).padding(padding).output_padding(output_padding)
-                .dilation(dilation).groups(groups);
+            let ([kh, kw], [sh, sw], [ph, pw]) = (kernel_size.0, stride.0, padding.0);
+            let ([oh, ow], [dh, dw]) = (output_padding.0, dilation.0);
+            let c = ConvTranspose2d::new_hw(in_channels, out_channels, kh, kw)
+                .stride_hw(sh, sw).padding_hw(ph, pw).output_padding_hw(oh, ow)
+                .dilation_hw(dh, dw).groups(groups);
             if bias { c } else { c.without_bias() }
         }
 );

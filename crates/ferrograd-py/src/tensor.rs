@@ -10,7 +10,8 @@ use pyo3::types::{PyFloat, PyList, PyString, PyTuple};
 
 use crate::autograd::{self, Leaf};
 use crate::convert::{
-    axes_arg, dtype_arg, holds_bools, is_bool_dtype, operand, to_numpy, to_tensor, Operand, PyDType,
+    axes_arg, dtype_arg, holds_bools, is_bool_dtype, operand, to_numpy, to_tensor, Operand,
+    Padding, PyDType, Size2,
 };
 use crate::guard::{self, HEAVY};
 use crate::index;
@@ -1315,16 +1316,16 @@ impl PyTensor {
     // ---- convolution and pooling (NCHW, PyTorch's semantics) ----
 
     /// 2-D convolution with weight `[out, in/groups, kh, kw]`; bias added when given.
-    #[pyo3(signature = (weight, bias=None, stride=1, padding=0, dilation=1, groups=1))]
+    #[pyo3(signature = (weight, bias=None, stride=Size2([1, 1]), padding=Padding::Sizes([0, 0]), dilation=Size2([1, 1]), groups=1))]
     #[allow(clippy::too_many_arguments)]
     fn conv2d(
         &self,
         py: Python<'_>,
         weight: &Bound<'_, PyAny>,
         bias: Option<&Bound<'_, PyAny>>,
-        stride: usize,
-        padding: usize,
-        dilation: usize,
+        stride: Size2,
+        padding: Padding,
+        dilation: Size2,
         groups: usize,
     ) -> PyResult<PyTensor> {
         let dtype = self.tensor().dtype();
@@ -1333,27 +1334,33 @@ impl PyTensor {
             .filter(|b| !b.is_none())
             .map(|b| to_tensor(b, Some(dtype)))
             .transpose()?;
+        let [(sh, sw), (dh, dw)] = [stride.0, dilation.0].map(|[h, w]| (h, w));
         let opts = ConvOpts::new()
-            .stride(stride)
-            .padding(padding)
-            .dilation(dilation)
+            .stride_hw(sh, sw)
+            .dilation_hw(dh, dw)
             .groups(groups);
-        self.map(py, |x| add_channel_bias(x.conv2d(&w, &opts), b.as_ref()))
+        self.map(py, |x| {
+            let y = match padding {
+                Padding::Sizes([ph, pw]) => x.conv2d(&w, &opts.padding_hw(ph, pw)),
+                Padding::Same => x.conv2d_same(&w, &opts),
+            };
+            add_channel_bias(y, b.as_ref())
+        })
     }
 
     /// Transposed 2-D convolution with weight `[in, out/groups, kh, kw]`.
-    #[pyo3(signature = (weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1))]
+    #[pyo3(signature = (weight, bias=None, stride=Size2([1, 1]), padding=Size2([0, 0]), output_padding=Size2([0, 0]), groups=1, dilation=Size2([1, 1])))]
     #[allow(clippy::too_many_arguments)]
     fn conv_transpose2d(
         &self,
         py: Python<'_>,
         weight: &Bound<'_, PyAny>,
         bias: Option<&Bound<'_, PyAny>>,
-        stride: usize,
-        padding: usize,
-        output_padding: usize,
+        stride: Size2,
+        padding: Size2,
+        output_padding: Size2,
         groups: usize,
-        dilation: usize,
+        dilation: Size2,
     ) -> PyResult<PyTensor> {
         let dtype = self.tensor().dtype();
         let w = to_tensor(weight, Some(dtype))?;
@@ -1362,10 +1369,10 @@ impl PyTensor {
             .map(|b| to_tensor(b, Some(dtype)))
             .transpose()?;
         let opts = ConvOpts::new()
-            .stride(stride)
-            .padding(padding)
-            .output_padding(output_padding)
-            .dilation(dilation)
+            .stride_hw(stride.0[0], stride.0[1])
+            .padding_hw(padding.0[0], padding.0[1])
+            .output_padding_hw(output_padding.0[0], output_padding.0[1])
+            .dilation_hw(dilation.0[0], dilation.0[1])
             .groups(groups);
         self.map(py, |x| {
             add_channel_bias(x.conv_transpose2d(&w, &opts), b.as_ref())

@@ -365,3 +365,23 @@ def test_sequential_with_names_and_modules_with_keyword_arguments():
     model.eval()
     x = np.ones((2, 4), dtype=np.float32)
     np.testing.assert_allclose((model(x, shift=2.0) - model(x)).numpy(), 2.0, rtol=1e-6)
+
+
+def test_convolutions_take_pytorchs_per_axis_sizes_and_same_padding():
+    x = fg.tensor(np.sin(np.arange(40).reshape(1, 2, 4, 5) * 0.7))
+    same = nn.Conv2d(2, 3, (2, 2), dilation=(1, 2), padding="same")
+    rect = nn.Conv2d(2, 2, (3, 5), stride=(1, 2), padding=(1, 2))
+    for layer, scale in ((same, 0.3), (rect, 0.2)):
+        layer.weight.data = np.cos(np.arange(layer.weight.numel()) * scale).reshape(layer.weight.shape)
+        layer.bias.data = np.arange(layer.bias.numel()) * 0.1
+    xf = x.float()
+    close(same(xf).numpy().ravel(), REF["conv_same"], rtol=1e-5, atol=1e-5)
+    close(rect(xf).numpy().ravel(), REF["conv_rect"], rtol=1e-5, atol=1e-5)
+    assert rect.weight.shape == (2, 2, 3, 5) and same(xf).shape == (1, 3, 4, 5)
+    w = fg.tensor(np.cos(np.arange(24) * 0.3).reshape(3, 2, 2, 2))
+    close(F.conv2d(x, w, dilation=(1, 2), padding="same").numpy().ravel() + np.repeat([0.0, 0.1, 0.2], 20),
+          REF["conv_same"], atol=1e-12)
+    with pytest.raises(ValueError, match="stride 1"):
+        nn.Conv2d(1, 8, (3, 5), stride=(1, 2), padding="same")
+    with pytest.raises(ValueError, match="equal sizes"):
+        F.max_pool2d(x, (2, 3))

@@ -11,6 +11,8 @@ import numpy.typing as npt
 ArrayLike = Union["Tensor", npt.ArrayLike, float, int]
 DTypeLike = Union["dtype", str, type, np.dtype]
 Dims = Union[int, Sequence[int], None]
+# PyTorch's size of a 2-d op: one int for both axes, or (height, width).
+Size2 = Union[int, Tuple[int, int]]
 _Float = float
 _Int = int
 
@@ -189,12 +191,12 @@ class Tensor:
     def batch_norm(self, weight: ArrayLike, bias: ArrayLike, eps: _Float = 1e-5) -> Tuple[Tensor, Tensor, Tensor]: ...
     def contiguous(self) -> Tensor: ...
     def conv2d(
-        self, weight: ArrayLike, bias: Optional[ArrayLike] = None, stride: _Int = 1, padding: _Int = 0,
-        dilation: _Int = 1, groups: _Int = 1,
+        self, weight: ArrayLike, bias: Optional[ArrayLike] = None, stride: Size2 = 1,
+        padding: Union[Size2, str] = 0, dilation: Size2 = 1, groups: _Int = 1,
     ) -> Tensor: ...
     def conv_transpose2d(
-        self, weight: ArrayLike, bias: Optional[ArrayLike] = None, stride: _Int = 1, padding: _Int = 0,
-        output_padding: _Int = 0, groups: _Int = 1, dilation: _Int = 1,
+        self, weight: ArrayLike, bias: Optional[ArrayLike] = None, stride: Size2 = 1, padding: Size2 = 0,
+        output_padding: Size2 = 0, groups: _Int = 1, dilation: Size2 = 1,
     ) -> Tensor: ...
     def max_pool2d(self, kernel_size: _Int, stride: Optional[_Int] = None, padding: _Int = 0) -> Tensor: ...
     def avg_pool2d(self, kernel_size: _Int, stride: Optional[_Int] = None, padding: _Int = 0) -> Tensor: ...
@@ -281,14 +283,14 @@ class Dense(Layer):
 
 class Conv2D(Layer):
     def __init__(
-        self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int = 0,
-        dilation: int = 1, groups: int = 1, bias: bool = True,
+        self, in_channels: int, out_channels: int, kernel_size: Size2, stride: Size2 = 1,
+        padding: Union[Size2, str] = 0, dilation: Size2 = 1, groups: int = 1, bias: bool = True,
     ) -> None: ...
 
 class ConvTranspose2D(Layer):
     def __init__(
-        self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int = 0,
-        output_padding: int = 0, dilation: int = 1, groups: int = 1, bias: bool = True,
+        self, in_channels: int, out_channels: int, kernel_size: Size2, stride: Size2 = 1, padding: Size2 = 0,
+        output_padding: Size2 = 0, dilation: Size2 = 1, groups: int = 1, bias: bool = True,
     ) -> None: ...
 
 class MaxPool2D(Layer):

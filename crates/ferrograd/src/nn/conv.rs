@@ -20,14 +20,17 @@ fn conv_params(shape: [usize; 4], bias: Option<usize>) -> (Param, Option<Param>)
 }
 
 /// A 2-d convolution layer, forward (`TRANSPOSED = false`, PyTorch's `nn.Conv2d`: `weight`
-/// `[out, in/groups, k, k]`) or transposed (`TRANSPOSED = true`, `nn.ConvTranspose2d`:
-/// `weight` `[in, out/groups, k, k]`), with `bias` `[out]`. Use it through the aliases
-/// [`Conv2d`] and [`ConvTranspose2d`].
+/// `[out, in/groups, kh, kw]`) or transposed (`TRANSPOSED = true`, `nn.ConvTranspose2d`:
+/// `weight` `[in, out/groups, kh, kw]`), with `bias` `[out]`. Use it through the aliases
+/// [`Conv2d`] and [`ConvTranspose2d`]. Every size may differ between height and width (the
+/// `_hw` forms), as PyTorch's tuples.
 pub struct ConvLayer<const TRANSPOSED: bool> {
     in_channels: usize,
     out_channels: usize,
-    kernel: usize,
+    kernel: [usize; 2],
     opts: ConvOpts,
+    /// PyTorch's `padding="same"`: the output keeps the input's size (stride 1).
+    same: bool,
     weight: Param,
     bias: Option<Param>,
 }
@@ -55,6 +58,12 @@ impl<const TRANSPOSED: bool> ConvLayer<TRANSPOSED> {
 
     /// `in_channels → out_channels` with a square `kernel`; stride 1, padding 0, a bias.
     pub fn new(in_channels: usize, out_channels: usize, kernel: usize) -> Self {
+        Self::new_hw(in_channels, out_channels, kernel, kernel)
+    }
+
+    /// `in_channels → out_channels` with a `kh × kw` kernel (PyTorch's `kernel_size=(kh, kw)`).
+    pub fn new_hw(in_channels: usize, out_channels: usize, kh: usize, kw: usize) -> Self {
+        let kernel = [kh, kw];
         let shape = Self::weight_shape(in_channels, out_channels, kernel, 1);
         let (weight, bias) = conv_params(shape, Some(out_channels));
         ConvLayer {
@@ -62,6 +71,7 @@ impl<const TRANSPOSED: bool> ConvLayer<TRANSPOSED> {
             out_channels,
             kernel,
             opts: ConvOpts::new(),
+            same: false,
             weight,
             bias,
         }
@@ -69,32 +79,71 @@ impl<const TRANSPOSED: bool> ConvLayer<TRANSPOSED> {
 
     /// The weight's shape for `groups` groups. PyTorch's fan-in is its second axis: the
     /// inputs of a convolution, the outputs of a transposed one.
-    fn weight_shape(i: usize, o: usize, k: usize, groups: usize) -> [usize; 4] {
+    fn weight_shape(i: usize, o: usize, [kh, kw]: [usize; 2], groups: usize) -> [usize; 4] {
         if TRANSPOSED {
-            [i, o / groups, k, k]
+            [i, o / groups, kh, kw]
         } else {
-            [o, i / groups, k, k]
+            [o, i / groups, kh, kw]
         }
     }
 
     /// Moves the kernel `s` steps at a time (default 1); panics unless positive.
-    pub fn stride(mut self, s: usize) -> Self {
-        assert!(s > 0, "{}: stride must be positive", Self::NAME);
-        self.opts = self.opts.stride(s);
+    pub fn stride(self, s: usize) -> Self {
+        self.stride_hw(s, s)
+    }
+
+    /// Strides along height and width; panics unless positive.
+    pub fn stride_hw(mut self, h: usize, w: usize) -> Self {
+        assert!(h > 0 && w > 0, "{}: stride must be positive", Self::NAME);
+        assert!(
+            !self.same || (h, w) == (1, 1),
+            "{}: padding \"same\" needs stride 1 (as in PyTorch)",
+            Self::NAME
+        );
+        self.opts = self.opts.stride_hw(h, w);
         self
     }
 
     /// PyTorch's `padding`, on every side (default 0): `p` zeros around the input of a
     /// convolution; `p` rows and columns trimmed from the output of a transposed one.
-    pub fn padding(mut self, p: usize) -> Self {
-        self.opts = self.opts.padding(p);
+    pub fn padding(self, p: usize) -> Self {
+        self.padding_hw(p, p)
+    }
+
+    /// Paddings along height and width.
+    pub fn padding_hw(mut self, h: usize, w: usize) -> Self {
+        self.same = false;
+        self.opts = self.opts.padding_hw(h, w);
+        self
+    }
+
+    /// PyTorch's `padding="same"`: zeros so that the output has the input's height and width,
+    /// split evenly with any odd one on the bottom and right, as PyTorch does. Needs stride 1;
+    /// a forward convolution only.
+    pub fn padding_same(mut self) -> Self {
+        assert!(
+            !TRANSPOSED,
+            "{}: padding \"same\" is for forward convolutions",
+            Self::NAME
+        );
+        assert!(
+            self.opts.stride == [1, 1],
+            "{}: padding \"same\" needs stride 1 (as in PyTorch)",
+            Self::NAME
+        );
+        self.same = true;
         self
     }
 
     /// Spaces the kernel's taps `d` apart (default 1); panics unless positive.
-    pub fn dilation(mut self, d: usize) -> Self {
-        assert!(d > 0, "{}: dilation must be positive", Self::NAME);
-        self.opts = self.opts.dilation(d);
+    pub fn dilation(self, d: usize) -> Self {
+        self.dilation_hw(d, d)
+    }
+
+    /// Dilations along height and width; panics unless positive.
+    pub fn dilation_hw(mut self, h: usize, w: usize) -> Self {
+        assert!(h > 0 && w > 0, "{}: dilation must be positive", Self::NAME);
+        self.opts = self.opts.dilation_hw(h, w);
         self
     }
 
@@ -130,8 +179,13 @@ impl<const TRANSPOSED: bool> ConvLayer<TRANSPOSED> {
 
 impl ConvLayer<true> {
     /// Extra rows and columns on one side of the output (PyTorch's `output_padding`).
-    pub fn output_padding(mut self, p: usize) -> Self {
-        self.opts = self.opts.output_padding(p);
+    pub fn output_padding(self, p: usize) -> Self {
+        self.output_padding_hw(p, p)
+    }
+
+    /// Output paddings along height and width.
+    pub fn output_padding_hw(mut self, h: usize, w: usize) -> Self {
+        self.opts = self.opts.output_padding_hw(h, w);
         self
     }
 }
@@ -144,12 +198,17 @@ impl<const TRANSPOSED: bool> Module for ConvLayer<TRANSPOSED> {
     }
 
     fn name(&self) -> String {
+        let [kh, kw] = self.kernel;
+        let kernel = if kh == kw {
+            kh.to_string()
+        } else {
+            format!("({kh}, {kw})")
+        };
         format!(
-            "{}({}, {}, {})",
+            "{}({}, {}, {kernel})",
             Self::NAME,
             self.in_channels,
-            self.out_channels,
-            self.kernel
+            self.out_channels
         )
     }
 }
@@ -166,6 +225,8 @@ impl<const TRANSPOSED: bool> Layer for ConvLayer<TRANSPOSED> {
         let w = self.weight.tensor();
         let y = if TRANSPOSED {
             x.conv_transpose2d(&w, &self.opts)
+        } else if self.same {
+            x.conv2d_same(&w, &self.opts)
         } else {
             x.conv2d(&w, &self.opts)
         };

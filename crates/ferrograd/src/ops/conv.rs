@@ -196,6 +196,31 @@ fn floats(op: &str, x: &Tensor, w: &Tensor) {
 }
 
 impl Tensor {
+    /// `conv2d` with PyTorch's `padding="same"`: the output keeps the input's height and
+    /// width. Each axis takes `dilation · (k − 1)` zeros, split evenly with an odd one on the
+    /// bottom and right, as PyTorch splits them. `opts`' padding is ignored; its stride must
+    /// be 1.
+    pub fn conv2d_same(&self, w: &Tensor, opts: &ConvOpts) -> Tensor {
+        assert!(
+            opts.stride == [1, 1],
+            "conv2d: padding \"same\" needs stride 1, got {:?} (as in PyTorch)",
+            opts.stride
+        );
+        assert!(
+            w.ndim() == 4,
+            "conv2d: the weight must be [O, C/groups, kh, kw], got {:?}",
+            w.shape()
+        );
+        let total = [0, 1].map(|a| opts.dilation[a] * w.shape()[2 + a].saturating_sub(1));
+        let extra = total.map(|t| t % 2);
+        let x = if extra == [0, 0] || self.ndim() != 4 {
+            self.clone()
+        } else {
+            self.pad(&[(0, 0), (0, 0), (0, extra[0]), (0, extra[1])], 0.0)
+        };
+        x.conv2d(w, &opts.padding_hw(total[0] / 2, total[1] / 2))
+    }
+
     /// 2-D cross-correlation (PyTorch's `conv2d`): `self` `[N, C, H, W]`, `w`
     /// `[O, C/groups, kh, kw]`; the result is `[N, O, Ho, Wo]`. Bias is added separately.
     pub fn conv2d(&self, w: &Tensor, opts: &ConvOpts) -> Tensor {

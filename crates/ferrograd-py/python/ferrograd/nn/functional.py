@@ -15,11 +15,11 @@ def _t(x):
 
 
 def _pair(v, what):
-    """An int from PyTorch's int-or-pair argument; pairs of two different values are not
-    supported by the core's convolution and pooling yet."""
+    """An int from PyTorch's int-or-pair argument of a pooling op, whose kernels are square:
+    a pair of two different values is an error naming the argument."""
     if isinstance(v, (tuple, list)):
         if len(v) != 2 or v[0] != v[1]:
-            raise ValueError(f"{what}={tuple(v)}: only equal sizes along height and width are supported")
+            raise ValueError(f"{what}={tuple(v)}: pooling takes equal sizes along height and width")
         return int(v[0])
     return int(v)
 
@@ -108,41 +108,21 @@ def linear(input, weight, bias=None):
     return y if bias is None else y + bias
 
 
-def _conv_padding(padding, weight, dilation):
-    if padding == "valid":
-        return 0
-    if padding == "same":
-        k = _t(weight).shape[-1]
-        span = dilation * (k - 1)
-        if span % 2:
-            raise ValueError("padding='same' needs an odd effective kernel size (dilation·(k−1) even)")
-        return span // 2
-    return _pair(padding, "padding")
-
-
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    dilation = _pair(dilation, "dilation")
-    if padding == "same" and _pair(stride, "stride") != 1:
-        raise ValueError("padding='same' is not supported for strided convolutions (as in PyTorch)")
-    return _t(input).conv2d(
-        weight,
-        bias,
-        stride=_pair(stride, "stride"),
-        padding=_conv_padding(padding, weight, dilation),
-        dilation=dilation,
-        groups=groups,
-    )
+    """PyTorch's ``conv2d``: sizes an int or a pair ``(height, width)``, ``padding`` also
+    ``"same"`` (stride 1) or ``"valid"``."""
+    return _t(input).conv2d(weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
 
 
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     return _t(input).conv_transpose2d(
         weight,
         bias,
-        stride=_pair(stride, "stride"),
-        padding=_pair(padding, "padding"),
-        output_padding=_pair(output_padding, "output_padding"),
+        stride=stride,
+        padding=padding,
+        output_padding=output_padding,
         groups=groups,
-        dilation=_pair(dilation, "dilation"),
+        dilation=dilation,
     )
 
 
