@@ -403,3 +403,41 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Padding {
         obj.extract::<Size2>().map(|s| Padding::Sizes(s.0))
     }
 }
+
+/// Rows `index` of the C-contiguous numpy array `array` (float32, float64 or int64) as a new
+/// tensor, copied once from numpy's buffer: what a batch iterator gathers each step. `None`
+/// for an array of another layout or dtype (the caller indexes it with numpy instead).
+pub fn take_rows(array: &Bound<'_, PyAny>, index: &[i64]) -> PyResult<Option<Tensor>> {
+    fn rows<T: numpy::Element + ferrograd::tensor::Element + Copy>(
+        arr: &Bound<'_, PyAny>,
+        index: &[i64],
+    ) -> PyResult<Option<Tensor>> {
+        let Ok(typed) = arr.cast::<PyArrayDyn<T>>() else {
+            return Ok(None);
+        };
+        let view = typed.readonly();
+        let (Ok(data), Some((&n, rest))) = (view.as_slice(), view.shape().split_first()) else {
+            return Ok(None);
+        };
+        let width: usize = rest.iter().product();
+        let mut out = Vec::with_capacity(index.len().saturating_mul(width));
+        for &i in index {
+            let row = usize::try_from(i).ok().filter(|&r| r < n).ok_or_else(|| {
+                pyo3::exceptions::PyIndexError::new_err(format!(
+                    "index {i} is out of bounds for axis 0 with size {n}"
+                ))
+            })?;
+            out.extend_from_slice(&data[row * width..(row + 1) * width]);
+        }
+        let mut shape = vec![index.len()];
+        shape.extend_from_slice(rest);
+        Ok(Some(Tensor::from_vec(out, &shape)))
+    }
+    if let Some(t) = rows::<f32>(array, index)? {
+        return Ok(Some(t));
+    }
+    if let Some(t) = rows::<f64>(array, index)? {
+        return Ok(Some(t));
+    }
+    rows::<i64>(array, index)
+}

@@ -273,6 +273,17 @@ fn load_tensors<'py>(py: Python<'py>, path: std::path::PathBuf) -> PyResult<Boun
     Ok(d)
 }
 
+/// Rows `index` of a C-contiguous float32, float64 or int64 numpy array as a tensor, copied
+/// once (`None` for another layout or dtype: index it with numpy then).
+#[pyfunction]
+fn take_rows(
+    array: &Bound<'_, PyAny>,
+    index: numpy::PyReadonlyArray1<'_, i64>,
+) -> PyResult<Option<PyTensor>> {
+    let index = index.as_slice()?.to_vec();
+    Ok(convert::take_rows(array, &index)?.map(PyTensor::new))
+}
+
 /// Number of graph nodes alive in the process (a leak check).
 #[pyfunction]
 fn live_nodes() -> usize {
@@ -304,6 +315,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load_mnist, m)?)?;
     m.add_function(wrap_pyfunction!(live_nodes, m)?)?;
     m.add_function(wrap_pyfunction!(save_tensors, m)?)?;
+    m.add_function(wrap_pyfunction!(take_rows, m)?)?;
     m.add_function(wrap_pyfunction!(load_tensors, m)?)?;
     m.add_function(wrap_pyfunction!(elementwise::elementwise_primitives, m)?)?;
     m.add_function(wrap_pyfunction!(autograd::grad, m)?)?;

@@ -464,7 +464,8 @@ impl PyModel {
     }
 
     /// The loss of `pred` against `target` (a float) and this pass's gradients of every
-    /// parameter; like any backward, also adds them to each parameter's `.grad`.
+    /// parameter (tinynn's backward of one step, which `apply_grad` then applies); each
+    /// parameter's `.grad` is set to them, as after PyTorch's `zero_grad(); backward()`.
     fn backward<'py>(
         &self,
         py: Python<'py>,
@@ -484,7 +485,7 @@ impl PyModel {
             let l = loss.loss(&p, &t);
             (l.item(), l.backward())
         })?;
-        update_leaf_grads(&grads, GradUpdate::Accumulate);
+        update_leaf_grads(&grads, GradUpdate::Replace);
         PyTuple::new(
             py,
             [

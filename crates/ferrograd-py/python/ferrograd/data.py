@@ -30,7 +30,10 @@ Batch.__doc__ = "One mini-batch: ``inputs`` and ``targets`` (a named tuple, as t
 def _take(values, idx):
     if isinstance(values, Tensor):
         return values.index_select(0, idx)
-    return values[idx]
+    # The rows straight from numpy's buffer into a tensor: one copy, as the Rust iterator's
+    # gather (numpy's indexing and then the tensor's conversion would copy twice).
+    rows = _core.take_rows(values, idx) if values.ndim >= 1 else None
+    return rows if rows is not None else values[idx]
 
 
 class BatchIterator:
