@@ -437,17 +437,23 @@ layer_class!(
         }
 );
 layer_class!(
-    /// `MaxPool2D(kernel_size, stride=kernel_size, padding=0)`.
-    PyMaxPool2D, "MaxPool2D", (kernel_size, stride=None, padding=0),
-    (kernel_size: usize, stride: Option<usize>, padding: usize)
-        => MaxPool2d::new(kernel_size, stride.unwrap_or(kernel_size)).padding(padding)
+    /// `MaxPool2D(kernel_size, stride=kernel_size, padding=0)`; sizes an int or a pair.
+    PyMaxPool2D, "MaxPool2D", (kernel_size, stride=None, padding=Size2([0, 0])),
+    (kernel_size: Size2, stride: Option<Size2>, padding: Size2)
+        => {
+            let ([kh, kw], [sh, sw], [ph, pw]) = (kernel_size.0, stride.unwrap_or(kernel_size).0, padding.0);
+            MaxPool2d::new(1, 1).kernel_hw(kh, kw).stride_hw(sh, sw).padding_hw(ph, pw)
+        }
 );
 layer_class!(
     /// `AvgPool2D(kernel_size, stride=kernel_size, padding=0)` (padding counted, as
-    /// PyTorch's default).
-    PyAvgPool2D, "AvgPool2D", (kernel_size, stride=None, padding=0),
-    (kernel_size: usize, stride: Option<usize>, padding: usize)
-        => AvgPool2d::new(kernel_size, stride.unwrap_or(kernel_size)).padding(padding)
+    /// PyTorch's default); sizes an int or a pair.
+    PyAvgPool2D, "AvgPool2D", (kernel_size, stride=None, padding=Size2([0, 0])),
+    (kernel_size: Size2, stride: Option<Size2>, padding: Size2)
+        => {
+            let ([kh, kw], [sh, sw], [ph, pw]) = (kernel_size.0, stride.unwrap_or(kernel_size).0, padding.0);
+            AvgPool2d::new(1, 1).kernel_hw(kh, kw).stride_hw(sh, sw).padding_hw(ph, pw)
+        }
 );
 layer_class!(
     /// `BatchNorm1d(num_features)`: momentum 0.1, eps 1e-5, as PyTorch.

@@ -1379,28 +1379,30 @@ impl PyTensor {
         })
     }
 
-    #[pyo3(signature = (kernel_size, stride=None, padding=0))]
+    /// Sizes an int or a pair `(height, width)`; the stride defaults to the kernel size.
+    #[pyo3(signature = (kernel_size, stride=None, padding=Size2([0, 0])))]
     fn max_pool2d(
         &self,
         py: Python<'_>,
-        kernel_size: usize,
-        stride: Option<usize>,
-        padding: usize,
+        kernel_size: Size2,
+        stride: Option<Size2>,
+        padding: Size2,
     ) -> PyResult<PyTensor> {
         let s = stride.unwrap_or(kernel_size);
-        self.map(py, |x| x.max_pool2d(kernel_size, s, padding))
+        self.map(py, |x| x.max_pool2d_hw(kernel_size.0, s.0, padding.0))
     }
 
-    #[pyo3(signature = (kernel_size, stride=None, padding=0))]
+    /// Sizes an int or a pair `(height, width)`; the stride defaults to the kernel size.
+    #[pyo3(signature = (kernel_size, stride=None, padding=Size2([0, 0])))]
     fn avg_pool2d(
         &self,
         py: Python<'_>,
-        kernel_size: usize,
-        stride: Option<usize>,
-        padding: usize,
+        kernel_size: Size2,
+        stride: Option<Size2>,
+        padding: Size2,
     ) -> PyResult<PyTensor> {
         let s = stride.unwrap_or(kernel_size);
-        self.map(py, |x| x.avg_pool2d(kernel_size, s, padding))
+        self.map(py, |x| x.avg_pool2d_hw(kernel_size.0, s.0, padding.0))
     }
 
     fn adaptive_avg_pool2d(

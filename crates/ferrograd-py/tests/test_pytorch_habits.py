@@ -367,7 +367,7 @@ def test_sequential_with_names_and_modules_with_keyword_arguments():
     np.testing.assert_allclose((model(x, shift=2.0) - model(x)).numpy(), 2.0, rtol=1e-6)
 
 
-def test_convolutions_take_pytorchs_per_axis_sizes_and_same_padding():
+def test_convolution_and_pooling_take_pytorchs_per_axis_sizes_and_same_padding():
     x = fg.tensor(np.sin(np.arange(40).reshape(1, 2, 4, 5) * 0.7))
     same = nn.Conv2d(2, 3, (2, 2), dilation=(1, 2), padding="same")
     rect = nn.Conv2d(2, 2, (3, 5), stride=(1, 2), padding=(1, 2))
@@ -383,5 +383,6 @@ def test_convolutions_take_pytorchs_per_axis_sizes_and_same_padding():
           REF["conv_same"], atol=1e-12)
     with pytest.raises(ValueError, match="stride 1"):
         nn.Conv2d(1, 8, (3, 5), stride=(1, 2), padding="same")
-    with pytest.raises(ValueError, match="equal sizes"):
-        F.max_pool2d(x, (2, 3))
+    xp = fg.tensor(np.sin(np.arange(70).reshape(1, 2, 5, 7) * 0.9))
+    close(F.max_pool2d(xp, (2, 3), stride=(1, 2)).numpy().ravel(), REF["maxpool_rect"])
+    close(nn.AvgPool2d((3, 2), stride=(2, 1), padding=(1, 1))(xp).numpy().ravel(), REF["avgpool_rect"])

@@ -278,6 +278,32 @@ fn pooling_matches_the_definition() {
             &format!("avg_pool2d({k}, {s}, {p})"),
         );
     }
+    // Sizes that differ between height and width (PyTorch's tuples).
+    for (k, s, p) in [([2, 3], [1, 2], [0, 1]), ([3, 2], [2, 1], [1, 0])] {
+        let windows = |n: usize, axis: usize| fixed(n, k[axis], s[axis], p[axis]);
+        let want = pool_direct(&x, windows, |v| {
+            v.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+        });
+        close(
+            &x.max_pool2d_hw(k, s, p),
+            &want,
+            &format!("max_pool2d_hw({k:?})"),
+        );
+        let want = pool_direct(&x, windows, |v| {
+            v.iter().sum::<f64>() / (k[0] * k[1]) as f64
+        });
+        close(
+            &x.avg_pool2d_hw(k, s, p),
+            &want,
+            &format!("avg_pool2d_hw({k:?})"),
+        );
+    }
+    let layer = MaxPool2d::new(1, 1).kernel_hw(2, 3).stride_hw(1, 2);
+    assert_eq!(layer.name(), "MaxPool2d((2, 3), (1, 2))");
+    assert_eq!(
+        Layer::forward(&layer, &x, Mode::Eval).shape(),
+        &[2, 3, 6, 2]
+    );
     // Adaptive: 7 → 3 rows uses windows 0..3, 2..5, 4..7; 6 → 4 columns 0..2, 1..3, 3..5, 4..6.
     let adaptive = |n: usize, axis: usize| {
         let out = if axis == 0 { 3 } else { 4 };
@@ -356,6 +382,16 @@ fn pooling_has_first_and_second_derivatives() {
     check(
         "avg_pool2d",
         |t| t[0].avg_pool2d(3, 2, 1),
+        std::slice::from_ref(&x),
+    );
+    check(
+        "max_pool2d_hw",
+        |t| t[0].max_pool2d_hw([2, 3], [1, 2], [1, 1]),
+        std::slice::from_ref(&x),
+    );
+    check(
+        "avg_pool2d_hw",
+        |t| t[0].avg_pool2d_hw([3, 2], [2, 1], [1, 0]),
         std::slice::from_ref(&x),
     );
     check(

@@ -245,38 +245,66 @@ macro_rules! pool_layer {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug)]
         pub struct $name {
-            kernel: usize,
-            stride: usize,
-            padding: usize,
+            kernel: [usize; 2],
+            stride: [usize; 2],
+            padding: [usize; 2],
         }
 
         impl $name {
             /// Square windows of `kernel`, `stride` apart, no padding; panics unless both are
             /// positive.
             pub fn new(kernel: usize, stride: usize) -> Self {
-                assert!(
-                    kernel > 0 && stride > 0,
-                    concat!(stringify!($name), ": kernel {} and stride {} must be positive"),
-                    kernel,
-                    stride
-                );
                 $name {
-                    kernel,
-                    stride,
-                    padding: 0,
+                    kernel: [1, 1],
+                    stride: [1, 1],
+                    padding: [0, 0],
                 }
+                .kernel_hw(kernel, kernel)
+                .stride_hw(stride, stride)
+            }
+
+            /// Windows of `h × w` (PyTorch's `kernel_size=(h, w)`); panics unless positive.
+            pub fn kernel_hw(mut self, h: usize, w: usize) -> Self {
+                assert!(
+                    h > 0 && w > 0,
+                    concat!(stringify!($name), ": kernel {}x{} must be positive"),
+                    h,
+                    w
+                );
+                self.kernel = [h, w];
+                self
+            }
+
+            /// Strides along height and width; panics unless positive.
+            pub fn stride_hw(mut self, h: usize, w: usize) -> Self {
+                assert!(
+                    h > 0 && w > 0,
+                    concat!(stringify!($name), ": stride {}x{} must be positive"),
+                    h,
+                    w
+                );
+                self.stride = [h, w];
+                self
             }
 
             /// Pads every side of the input by `p` (default 0; the type says with what).
-            pub fn padding(mut self, p: usize) -> Self {
-                self.padding = p;
+            pub fn padding(self, p: usize) -> Self {
+                self.padding_hw(p, p)
+            }
+
+            /// Paddings along height and width.
+            pub fn padding_hw(mut self, h: usize, w: usize) -> Self {
+                self.padding = [h, w];
                 self
             }
         }
 
         impl Module for $name {
             fn name(&self) -> String {
-                format!("{}({}, {})", stringify!($name), self.kernel, self.stride)
+                let show = |[h, w]: [usize; 2]| {
+                    if h == w { h.to_string() } else { format!("({h}, {w})") }
+                };
+                format!("{}({}, {})", stringify!($name), show(self.kernel), show(self.stride))
             }
         }
 
@@ -301,10 +329,10 @@ pool_layer!(
     /// assert_eq!(y.to_vec::<f32>(), vec![5.0, 7.0, 13.0, 15.0]);
     /// ```
     MaxPool2d,
-    max_pool2d
+    max_pool2d_hw
 );
 pool_layer!(
     /// Average pooling (PyTorch's `nn.AvgPool2d`, floor mode, padding counted).
     AvgPool2d,
-    avg_pool2d
+    avg_pool2d_hw
 );

@@ -95,20 +95,30 @@ impl Tensor {
     /// Max pooling with a square `kernel`, `stride` and `padding` (padding ≤ kernel / 2, as
     /// PyTorch requires). The gradient goes to the first maximal element of each window.
     pub fn max_pool2d(&self, kernel: usize, stride: usize, padding: usize) -> Tensor {
+        self.max_pool2d_hw([kernel; 2], [stride; 2], [padding; 2])
+    }
+
+    /// Max pooling with sizes `[height, width]` (PyTorch's `kernel_size=(2, 3)`).
+    pub fn max_pool2d_hw(
+        &self,
+        [kh, kw]: [usize; 2],
+        [sh, sw]: [usize; 2],
+        [ph, pw]: [usize; 2],
+    ) -> Tensor {
         let (np, h, w) = planes("max_pool2d", self);
         let (wy, wx) = (
-            fixed_windows("max_pool2d", h, kernel, stride, padding),
-            fixed_windows("max_pool2d", w, kernel, stride, padding),
+            fixed_windows("max_pool2d", h, kh, sh, ph),
+            fixed_windows("max_pool2d", w, kw, sw, pw),
         );
         let g = Geom {
             h,
             w,
-            kh: kernel,
-            kw: kernel,
-            sh: stride,
-            sw: stride,
-            ph: padding,
-            pw: padding,
+            kh,
+            kw,
+            sh,
+            sw,
+            ph,
+            pw,
             dh: 1,
             dw: 1,
             ho: wy.start.len(),
@@ -134,9 +144,19 @@ impl Tensor {
     /// Average pooling with a square `kernel`, `stride` and `padding`; the padding counts in
     /// the divisor (PyTorch's default `count_include_pad=True`).
     pub fn avg_pool2d(&self, kernel: usize, stride: usize, padding: usize) -> Tensor {
+        self.avg_pool2d_hw([kernel; 2], [stride; 2], [padding; 2])
+    }
+
+    /// Average pooling with sizes `[height, width]`; each output divides by `kh · kw`.
+    pub fn avg_pool2d_hw(
+        &self,
+        [kh, kw]: [usize; 2],
+        [sh, sw]: [usize; 2],
+        [ph, pw]: [usize; 2],
+    ) -> Tensor {
         let (_, h, w) = planes("avg_pool2d", self);
-        let wy = fixed_windows("avg_pool2d", h, kernel, stride, padding);
-        let wx = fixed_windows("avg_pool2d", w, kernel, stride, padding);
+        let wy = fixed_windows("avg_pool2d", h, kh, sh, ph);
+        let wx = fixed_windows("avg_pool2d", w, kw, sw, pw);
         self.window_mean("avg_pool2d", Arc::new([wy, wx]))
     }
 

@@ -14,16 +14,6 @@ def _t(x):
     return x if isinstance(x, Tensor) else _core.tensor(x)
 
 
-def _pair(v, what):
-    """An int from PyTorch's int-or-pair argument of a pooling op, whose kernels are square:
-    a pair of two different values is an error naming the argument."""
-    if isinstance(v, (tuple, list)):
-        if len(v) != 2 or v[0] != v[1]:
-            raise ValueError(f"{what}={tuple(v)}: pooling takes equal sizes along height and width")
-        return int(v[0])
-    return int(v)
-
-
 # ---- activations ----
 
 
@@ -127,15 +117,12 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
 
 
 def max_pool2d(input, kernel_size, stride=None, padding=0):
-    k = _pair(kernel_size, "kernel_size")
-    s = k if stride is None or stride == [] else _pair(stride, "stride")
-    return _t(input).max_pool2d(k, s, _pair(padding, "padding"))
+    """Sizes an int or a pair ``(height, width)``; the stride defaults to the kernel size."""
+    return _t(input).max_pool2d(kernel_size, None if stride in (None, []) else stride, padding)
 
 
 def avg_pool2d(input, kernel_size, stride=None, padding=0):
-    k = _pair(kernel_size, "kernel_size")
-    s = k if stride is None or stride == [] else _pair(stride, "stride")
-    return _t(input).avg_pool2d(k, s, _pair(padding, "padding"))
+    return _t(input).avg_pool2d(kernel_size, None if stride in (None, []) else stride, padding)
 
 
 def adaptive_avg_pool2d(input, output_size):
