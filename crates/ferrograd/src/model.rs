@@ -35,8 +35,11 @@ impl Net {
         }
     }
 
-    /// The output in this network's own mode (see [`Net::train`], [`Net::eval`]); the
-    /// [`Layer`] form takes the mode as an argument instead.
+    /// The output in this network's own mode (see [`Net::train`], [`Net::eval`]).
+    ///
+    /// To pass a mode, call the [`Layer`] form by its path: `Layer::forward(&net, &x,
+    /// Mode::Train)`. (`net.forward(&x, Mode::Train)` does not compile: this one-argument
+    /// method takes the name, and Rust does not choose methods by their argument count.)
     pub fn forward(&self, x: &Tensor) -> Tensor {
         Layer::forward(self, x, self.mode)
     }
