@@ -51,6 +51,7 @@ pub mod tensor;
 
 pub use error::{Error, Result};
 pub use kernels::Isa;
+pub use ops::attention::Attention;
 pub use ops::conv::ConvOpts;
 pub use ops::recurrent::RecurrentWeights;
 pub use ops::unary::{Unary, UnaryDomain};
@@ -99,7 +100,7 @@ pub mod prelude {
         MultiStepLr, Optimizer, RAdam, RmsProp, Schedule, Sgd, StepLr, WarmupThen,
     };
     pub use crate::tensor::{manual_seed, with_default_rng, DType, Tensor};
-    pub use crate::ConvOpts;
+    pub use crate::{Attention, ConvOpts};
     pub use crate::{Error, Result};
     /// `#[derive(Module)]` (the macro shares the trait's name, as serde's derives do).
     pub use ferrograd_derive::Module;

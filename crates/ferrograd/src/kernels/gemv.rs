@@ -96,7 +96,7 @@ fn weighted_rows<T: Float>(b: &MatRef<'_, T>, y: &[T], out: &mut [MaybeUninit<T>
 
 /// Σ a[i]·b[i], eight accumulators.
 #[isa_dispatch]
-fn dot<T: Float>(a: &[T], b: &[T]) -> T {
+pub(crate) fn dot<T: Float>(a: &[T], b: &[T]) -> T {
     let mut acc = [T::zero(); 8];
     let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
     let (ar, br) = (ac.remainder(), bc.remainder());
@@ -111,7 +111,7 @@ fn dot<T: Float>(a: &[T], b: &[T]) -> T {
 
 /// `acc += w · x`.
 #[isa_dispatch]
-fn axpy<T: Float>(acc: &mut [T], w: T, x: &[T]) {
+pub(crate) fn axpy<T: Float>(acc: &mut [T], w: T, x: &[T]) {
     for (a, &x) in acc.iter_mut().zip(x) {
         *a += w * x;
     }

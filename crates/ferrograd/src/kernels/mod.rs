@@ -5,6 +5,7 @@
 
 pub mod activation;
 pub(crate) mod alloc;
+pub(crate) mod attention;
 pub mod cells;
 pub(crate) mod channels_last;
 pub(crate) mod conv;

@@ -1,6 +1,7 @@
 //! The op table: every primitive's forward (calling `kernels`) next to its derivative rule,
 //! written with tensor ops so that the rule is itself differentiable. One file per family.
 
+pub(crate) mod attention;
 mod binary;
 mod cast;
 mod compare;

@@ -1,0 +1,199 @@
+//! Scaled dot-product attention with PyTorch's semantics (`F.scaled_dot_product_attention`):
+//! `softmax(q kᵀ · scale + mask) v` over the last two axes, leading axes broadcast.
+//!
+//! The forward pass is fused (`kernels::attention`: an online softmax over blocks of keys,
+//! never the `[L, S]` matrix). The derivative recomputes the probabilities with tensor ops
+//! instead of storing them, and, being written with tensor ops, is itself differentiable:
+//! second derivatives through attention work as through every other op.
+
+use smallvec::smallvec;
+
+use crate::kernels::attention::{attention_forward, AttentionDims, AttentionInputs};
+use crate::kernels::Float;
+use crate::tensor::{
+    broadcast_shapes, record, with_dtype, BackwardCtx, DType, Element, InputGrads, Tensor,
+};
+use num_traits::Zero;
+
+/// The settings of an attention call: causal masking, an additive mask, the scale.
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let q = Tensor::ones(&[2, 4, 8], DType::F64);
+/// let y = q.scaled_dot_product_attention(&q, &q, &Attention::new().causal(true));
+/// assert_eq!(y.shape(), &[2, 4, 8]);
+/// ```
+#[derive(Clone, Default)]
+pub struct Attention {
+    causal: bool,
+    mask: Option<Tensor>,
+    scale: Option<f64>,
+}
+
+impl Attention {
+    /// No mask, not causal, scale `1/√E`.
+    pub fn new() -> Attention {
+        Attention::default()
+    }
+
+    /// Query `i` attends to keys `0..=i` only (PyTorch's `is_causal`, aligned top-left).
+    pub fn causal(mut self, on: bool) -> Attention {
+        self.causal = on;
+        self
+    }
+
+    /// An additive float mask broadcast to `[.., L, S]` (`-inf` hides a key). It may be
+    /// tracked: its gradient is the scores'.
+    pub fn mask(mut self, mask: &Tensor) -> Attention {
+        self.mask = Some(mask.clone());
+        self
+    }
+
+    /// The factor on `q kᵀ` (default `1/√E`); panics unless finite.
+    pub fn scale(mut self, scale: f64) -> Attention {
+        assert!(scale.is_finite(), "attention: scale {scale} must be finite");
+        self.scale = Some(scale);
+        self
+    }
+
+    /// Whether queries see only earlier keys.
+    pub fn is_causal(&self) -> bool {
+        self.causal
+    }
+}
+
+/// `[L, S]` zeros with `-inf` above the diagonal: the causal mask, additive.
+fn causal_mask(l: usize, s: usize, dtype: DType) -> Tensor {
+    let v: Vec<f64> = (0..l * s)
+        .map(|x| {
+            if x % s > x / s {
+                f64::NEG_INFINITY
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    Tensor::from_vec(v, &[l, s]).to_dtype(dtype)
+}
+
+/// The leading axes of `t` (all but the last two), or a panic naming the operand.
+fn lead<'a>(what: &str, t: &'a Tensor) -> &'a [usize] {
+    assert!(
+        t.ndim() >= 2,
+        "scaled_dot_product_attention: {what} must have at least 2 axes [.., rows, width], got {:?}",
+        t.shape()
+    );
+    &t.shape()[..t.ndim() - 2]
+}
+
+/// `t` broadcast to `shape` and laid out contiguously, as `T`.
+fn dense<T: Element>(t: &Tensor, shape: &[usize]) -> Vec<T> {
+    t.broadcast_to(shape).contiguous_data::<T>().into_owned()
+}
+
+impl Tensor {
+    /// `softmax(self kᵀ · scale + mask) v`: `self` (the queries) `[.., L, E]`, `k` `[.., S,
+    /// E]`, `v` `[.., S, Ev]`, leading axes broadcast, the result `[.., L, Ev]`; as PyTorch's
+    /// `F.scaled_dot_product_attention`. A query row that sees no key is NaN, as there.
+    pub fn scaled_dot_product_attention(&self, k: &Tensor, v: &Tensor, opts: &Attention) -> Tensor {
+        let op = "scaled_dot_product_attention";
+        let (l, e) = (
+            self.shape()[self.ndim().max(2) - 2],
+            self.shape()[self.ndim().max(1) - 1],
+        );
+        let mut batch = broadcast_shapes(lead("q", self), lead("k", k));
+        batch = batch.and_then(|b| broadcast_shapes(&b, lead("v", v)));
+        let (s, ev) = (k.shape()[k.ndim() - 2], v.shape()[v.ndim() - 1]);
+        assert!(
+            k.shape()[k.ndim() - 1] == e && v.shape()[v.ndim() - 2] == s,
+            "{op}: q {:?}, k {:?} and v {:?} do not fit ([.., L, E], [.., S, E], [.., S, Ev])",
+            self.shape(),
+            k.shape(),
+            v.shape()
+        );
+        if let Some(m) = &opts.mask {
+            batch = batch.and_then(|b| broadcast_shapes(&b, lead("mask", m)));
+            let fits = broadcast_shapes(&m.shape()[m.ndim() - 2..], &[l, s]);
+            assert!(
+                fits.is_some_and(|f| f.as_slice() == [l, s]),
+                "{op}: mask {:?} does not broadcast to [.., {l}, {s}]",
+                m.shape()
+            );
+        }
+        let Some(batch) = batch else {
+            panic!(
+                "{op}: leading axes of q {:?}, k {:?}, v {:?} do not broadcast",
+                self.shape(),
+                k.shape(),
+                v.shape()
+            )
+        };
+        let mut dtype = self.dtype().promote(k.dtype()).promote(v.dtype());
+        if let Some(m) = &opts.mask {
+            dtype = dtype.promote(m.dtype());
+        }
+        assert!(dtype.is_float(), "{op}: needs float operands, got {dtype}");
+        let scale = opts.scale.unwrap_or(1.0 / (e as f64).sqrt());
+        let heads: usize = batch.iter().product();
+        let d = AttentionDims { heads, l, s, e, ev };
+        let with = |tail: [usize; 2]| [&batch[..], &tail].concat();
+        let out_shape = with([l, ev]);
+        let out = with_dtype!(dtype, T => {
+            let cast = |t: &Tensor| t.to_dtype(dtype);
+            let (q, kk, vv) = (
+                dense::<T>(&cast(self), &with([l, e])),
+                dense::<T>(&cast(k), &with([s, e])),
+                dense::<T>(&cast(v), &with([s, ev])),
+            );
+            let mask = opts.mask.as_ref().map(|m| dense::<T>(&cast(m), &with([l, s])));
+            let inputs = AttentionInputs { q: &q, k: &kk, v: &vv, mask: mask.as_deref() };
+            let mut out = vec![T::zero(); heads * l * ev];
+            attention_forward(&inputs, d, T::from_f64(scale), opts.causal, &mut out);
+            Tensor::from_vec(out, &out_shape)
+        });
+        let mut inputs = vec![self, k, v];
+        inputs.extend(opts.mask.as_ref());
+        let (causal, masked) = (opts.causal, opts.mask.is_some());
+        record(op, out, &inputs, move |c, up| {
+            attention_backward(c, up, scale, causal, masked)
+        })
+    }
+}
+
+/// The derivative, from the probabilities recomputed with tensor ops (so that it is itself
+/// differentiable): with `P = softmax(S)`, `S = q kᵀ · scale + mask`,
+/// `dv = Pᵀ up`, `dS = P ⊙ (up vᵀ − rowsum(up vᵀ ⊙ P))`, `dq = dS k · scale`,
+/// `dk = dSᵀ q · scale`, `dmask = dS`, each summed back to its input's shape.
+fn attention_backward(
+    c: &BackwardCtx<'_>,
+    up: &Tensor,
+    scale: f64,
+    causal: bool,
+    masked: bool,
+) -> InputGrads {
+    let (q, k, v) = (c.input(0), c.input(1), c.input(2));
+    let mut scores = &q.matmul(&k.transpose(-2, -1)) * scale;
+    if masked {
+        scores = &scores + c.input(3);
+    }
+    if causal {
+        let (l, s) = (q.shape()[q.ndim() - 2], k.shape()[k.ndim() - 2]);
+        scores = &scores + &causal_mask(l, s, scores.dtype());
+    }
+    let p = scores.softmax(-1);
+    let dp = up.matmul(&v.transpose(-2, -1));
+    let ds = &p * &(&dp - &(&dp * &p).sum_axes(&[-1], true));
+    let mut grads: InputGrads = smallvec![
+        c.needs(0)
+            .then(|| (&ds.matmul(k) * scale).sum_to(q.shape())),
+        c.needs(1)
+            .then(|| (&ds.transpose(-2, -1).matmul(q) * scale).sum_to(k.shape())),
+        c.needs(2)
+            .then(|| p.transpose(-2, -1).matmul(up).sum_to(v.shape())),
+    ];
+    if masked {
+        grads.push(c.needs(3).then(|| ds.sum_to(c.input(3).shape())));
+    }
+    grads
+}
