@@ -93,7 +93,8 @@ pub mod prelude {
     pub use crate::nn::{
         AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, ConvTranspose2d, Dense, Dropout, Dropout2d,
         Elu, Embedding, Flatten, Gelu, Gru, Layer, LayerNorm, LeakyRelu, Lstm, MaxPool2d, Mode,
-        Module, Relu, Reshape, Rnn, Sigmoid, Softmax, Softplus, Tanh,
+        Module, MultiheadAttention, RMSNorm, Relu, Reshape, Rnn, Sigmoid, Softmax, Softplus, Tanh,
+        TransformerEncoderLayer,
     };
     pub use crate::optim::{
         Adagrad, Adam, AdamW, ConstantLr, CosineAnnealing, ExponentialLr, LinearWarmup, Momentum,

@@ -153,3 +153,113 @@ fn shapes_that_do_not_fit_are_refused_by_name() {
     let msg = bad.unwrap_err().downcast::<String>().unwrap();
     assert!(msg.contains("scaled_dot_product_attention"), "{msg}");
 }
+
+/// Loads the fixture's `{prefix}.state.*` into `m`, in f64.
+fn load_torch_state(m: &dyn Module, t: &HashMap<String, Tensor>, prefix: &str) {
+    for (_, p) in m.state_params() {
+        p.set_dtype(DType::F64);
+    }
+    let head = format!("{prefix}.state.");
+    let state: HashMap<String, Tensor> = t
+        .iter()
+        .filter_map(|(k, v)| k.strip_prefix(&head).map(|n| (n.to_string(), v.clone())))
+        .collect();
+    m.load_state(&state).unwrap();
+}
+
+fn causal_additive(n: usize) -> Tensor {
+    let v: Vec<f64> = (0..n * n)
+        .map(|x| {
+            if x % n > x / n {
+                f64::NEG_INFINITY
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    Tensor::from_vec(v, &[n, n])
+}
+
+#[test]
+fn transformer_layers_load_pytorchs_weights_and_compute_its_outputs() {
+    let t = torch();
+    let x = wave(&[2, 5, 8], 0.37, 0.0, f64::sin);
+    let mha = MultiheadAttention::new(8, 2);
+    load_torch_state(&mha, &t, "mha");
+    let names: Vec<String> = mha.params().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names,
+        [
+            "in_proj_weight",
+            "in_proj_bias",
+            "out_proj.weight",
+            "out_proj.bias"
+        ]
+    );
+    let (y, w) = mha.attend_with_weights(&x, &x, &x, &Attention::new().mask(&causal_additive(5)));
+    assert_close(&y, &t["mha.out"], 1e-12, "MultiheadAttention");
+    assert_close(&w, &t["mha.weights"], 1e-12, "MultiheadAttention weights");
+    let causal = mha.attend(&x, &x, &x, &Attention::new().causal(true));
+    assert_close(&causal, &t["mha.out"], 1e-12, "MultiheadAttention, causal");
+    for (name, layer) in [
+        (
+            "post_relu",
+            TransformerEncoderLayer::new(8, 2)
+                .dim_feedforward(16)
+                .dropout(0.0),
+        ),
+        (
+            "pre_gelu",
+            TransformerEncoderLayer::new(8, 2)
+                .dim_feedforward(16)
+                .dropout(0.0)
+                .gelu()
+                .norm_first(true),
+        ),
+    ] {
+        load_torch_state(&layer, &t, name);
+        let y = Layer::forward(&layer, &x, Mode::Eval);
+        assert_close(&y, &t[&format!("{name}.out")], 1e-12, name);
+        let y = layer.forward_masked(&x, Mode::Eval, &Attention::new().causal(true));
+        assert_close(&y, &t[&format!("{name}.out_causal")], 1e-12, name);
+    }
+    let rms = RMSNorm::new(8);
+    rms.params()[0].1.set_dtype(DType::F64);
+    rms.params()[0].1.set(&wave(&[8], 0.9, 1.0, f64::sin));
+    assert_close(
+        &Layer::forward(&rms, &x, Mode::Eval),
+        &t["rms.out"],
+        1e-12,
+        "RMSNorm",
+    );
+}
+
+#[test]
+fn transformer_layers_have_first_and_second_derivatives() {
+    let mha = MultiheadAttention::new(4, 2);
+    let enc = TransformerEncoderLayer::new(4, 2)
+        .dim_feedforward(6)
+        .dropout(0.0)
+        .gelu();
+    for m in [&mha as &dyn Module, &enc] {
+        for (_, p) in m.state_params() {
+            p.set_dtype(DType::F64);
+        }
+    }
+    let x = randn(&[2, 3, 4], 9);
+    check(
+        "MultiheadAttention",
+        |t| mha.attend(&t[0], &t[0], &t[0], &Attention::new().causal(true)),
+        std::slice::from_ref(&x),
+    );
+    check(
+        "TransformerEncoderLayer",
+        |t| Layer::forward(&enc, &t[0], Mode::Eval),
+        std::slice::from_ref(&x),
+    );
+    check(
+        "rms_norm",
+        |t| t[0].rms_norm(Some(&t[1]), Some(1e-5)),
+        &[x, randn(&[4], 10)],
+    );
+}

@@ -6,6 +6,7 @@
 //! users know (`ReLU`, `LSTM`, `Conv2D`, ...), are aliases of the same types.
 
 mod activation;
+mod attention;
 mod conv;
 mod dense;
 mod dropout;
@@ -17,6 +18,7 @@ mod shape;
 mod stream;
 
 pub use activation::{Elu, Gelu, LeakyRelu, Relu, Sigmoid, Softmax, Softplus, Tanh};
+pub use attention::{MultiheadAttention, RMSNorm, TransformerEncoderLayer};
 pub use conv::{AvgPool2d, Conv2d, ConvLayer, ConvTranspose2d, MaxPool2d};
 pub use dense::Dense;
 pub use dropout::{Dropout, Dropout2d, DropoutOf};

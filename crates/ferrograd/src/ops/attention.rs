@@ -61,6 +61,16 @@ impl Attention {
     pub fn is_causal(&self) -> bool {
         self.causal
     }
+
+    /// The additive mask, if one was given.
+    pub fn mask_tensor(&self) -> Option<&Tensor> {
+        self.mask.as_ref()
+    }
+
+    /// The scale given, or `default` (the caller's `1/√E`).
+    pub fn scale_or(&self, default: f64) -> f64 {
+        self.scale.unwrap_or(default)
+    }
 }
 
 /// `[L, S]` zeros with `-inf` above the diagonal: the causal mask, additive.

@@ -9,7 +9,7 @@ use smallvec::smallvec;
 
 use crate::kernels::norm as kn;
 use crate::kernels::Rows;
-use crate::tensor::{is_grad_enabled, record, reserved, with_dtype, FloatElement, Tensor};
+use crate::tensor::{is_grad_enabled, record, reserved, with_dtype, DType, FloatElement, Tensor};
 
 /// `[outer, channels, inner]` of an `[N, C, ...]` input.
 fn channel_rows(shape: &[usize]) -> Rows {
@@ -144,5 +144,27 @@ impl Tensor {
             ]
         });
         (y, mean, var)
+    }
+}
+
+impl Tensor {
+    /// RMS normalisation over the last axis, PyTorch's `F.rms_norm`: `x / √(mean(x²) + eps)`,
+    /// times `weight` (`[D]`) when given. Without `eps`, the dtype's machine epsilon, as
+    /// PyTorch's default. Written with differentiable ops: every order of derivative.
+    pub fn rms_norm(&self, weight: Option<&Tensor>, eps: Option<f64>) -> Tensor {
+        assert!(
+            self.ndim() >= 1,
+            "rms_norm: needs at least one axis, got a 0-d tensor"
+        );
+        let eps = eps.unwrap_or(match self.dtype() {
+            DType::F64 => f64::EPSILON,
+            _ => f32::EPSILON as f64,
+        });
+        let mean_square = self.square().mean_axes(&[-1], true);
+        let y = self / &mean_square.add_scalar(eps).sqrt();
+        match weight {
+            Some(w) => &y * w,
+            None => y,
+        }
     }
 }

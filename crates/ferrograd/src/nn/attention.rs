@@ -1,0 +1,325 @@
+//! Transformer layers with PyTorch's names, layouts and defaults (batch first): multi-head
+//! attention, the encoder layer, and RMS normalisation. A PyTorch `state_dict` of the same
+//! layer loads unchanged.
+
+use super::{
+    expect_input, named, prefixed, Dense, Dropout, Layer, LayerNorm, Mode, Module, RngStream,
+};
+use crate::autograd::Param;
+use crate::init;
+use crate::ops::attention::Attention;
+use crate::tensor::{with_default_rng, DType, Tensor};
+
+/// PyTorch's `nn.MultiheadAttention` with `batch_first=True`: `in_proj_weight` `[3E, E]`
+/// (the query, key and value projections stacked), `in_proj_bias` `[3E]`, `out_proj.weight`
+/// `[E, E]`, `out_proj.bias` `[E]`.
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let mha = MultiheadAttention::new(16, 4);
+/// let x = Tensor::ones(&[2, 5, 16], DType::F32);
+/// let y = mha.attend(&x, &x, &x, &Attention::new().causal(true));
+/// assert_eq!(y.shape(), &[2, 5, 16]);
+/// assert_eq!(Layer::forward(&mha, &x, Mode::Eval).shape(), &[2, 5, 16]);
+/// ```
+pub struct MultiheadAttention {
+    heads: usize,
+    in_proj_weight: Param,
+    in_proj_bias: Param,
+    out_proj: Dense,
+}
+
+impl MultiheadAttention {
+    /// `heads` heads over width `embed_dim` (which they must divide); the projections drawn
+    /// as PyTorch draws them (Xavier-uniform in, zero biases), from the generator that
+    /// `manual_seed` seeds.
+    pub fn new(embed_dim: usize, heads: usize) -> MultiheadAttention {
+        assert!(
+            heads > 0 && embed_dim.is_multiple_of(heads),
+            "MultiheadAttention: {heads} heads do not divide the width {embed_dim}"
+        );
+        let w = with_default_rng(|rng| {
+            init::xavier_uniform(&[3 * embed_dim, embed_dim], DType::F32, rng)
+        });
+        MultiheadAttention {
+            heads,
+            in_proj_weight: Param::new(w),
+            in_proj_bias: Param::new(Tensor::zeros(&[3 * embed_dim], DType::F32)),
+            out_proj: Dense::new(embed_dim, embed_dim),
+        }
+    }
+
+    fn width(&self) -> usize {
+        self.in_proj_weight.shape()[1]
+    }
+
+    /// `x` `[N, T, E]` projected by rows `part·E..(part+1)·E` of the stacked projection, split
+    /// into heads: `[N, H, T, E/H]`.
+    fn project(&self, x: &Tensor, part: usize) -> Tensor {
+        let e = self.width();
+        let w = self.in_proj_weight.tensor().narrow(0, part * e, e);
+        let b = self.in_proj_bias.tensor().narrow(0, part * e, e);
+        let y = &x.matmul(&w.t()) + &b;
+        let (n, t) = (x.shape()[0], x.shape()[1]);
+        y.reshape(&[n, t, self.heads, e / self.heads])
+            .transpose(1, 2)
+    }
+
+    fn check(&self, what: &str, x: &Tensor) {
+        let fits = x.ndim() == 3 && x.shape()[2] == self.width();
+        expect_input(
+            &format!("{} {what}", self.name()),
+            fits,
+            &format!("[N, T, {}]", self.width()),
+            x,
+        );
+    }
+
+    /// Attention of `query` `[N, L, E]` over `key` and `value` `[N, S, E]`: `[N, L, E]`.
+    /// `opts` masks (its mask broadcast to `[N, H, L, S]`: `[L, S]` for every batch and head,
+    /// `[N, 1, 1, S]` for padded keys), makes it causal, or sets the scale.
+    pub fn attend(&self, query: &Tensor, key: &Tensor, value: &Tensor, opts: &Attention) -> Tensor {
+        for (what, x) in [("query", query), ("key", key), ("value", value)] {
+            self.check(what, x);
+        }
+        let (q, k, v) = (
+            self.project(query, 0),
+            self.project(key, 1),
+            self.project(value, 2),
+        );
+        let y = q.scaled_dot_product_attention(&k, &v, opts);
+        let (n, l) = (query.shape()[0], query.shape()[1]);
+        let y = y.transpose(1, 2).reshape(&[n, l, self.width()]);
+        Layer::forward(&self.out_proj, &y, Mode::Eval)
+    }
+
+    /// [`MultiheadAttention::attend`] and the attention weights averaged over the heads,
+    /// `[N, L, S]` (PyTorch's `need_weights=True`).
+    pub fn attend_with_weights(
+        &self,
+        query: &Tensor,
+        key: &Tensor,
+        value: &Tensor,
+        opts: &Attention,
+    ) -> (Tensor, Tensor) {
+        let out = self.attend(query, key, value, opts);
+        let (q, k) = (self.project(query, 0), self.project(key, 1));
+        let dh = (self.width() / self.heads) as f64;
+        let mut scores = &q.matmul(&k.transpose(-2, -1)) * opts.scale_or(1.0 / dh.sqrt());
+        if let Some(m) = opts.mask_tensor() {
+            scores = &scores + m;
+        }
+        if opts.is_causal() {
+            let (l, s) = (query.shape()[1], key.shape()[1]);
+            let hide: Vec<f64> = (0..l * s)
+                .map(|x| {
+                    if x % s > x / s {
+                        f64::NEG_INFINITY
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            scores = &scores + &Tensor::from_vec(hide, &[l, s]).to_dtype(scores.dtype());
+        }
+        (out, scores.softmax(-1).mean_axes(&[1], false))
+    }
+}
+
+impl Module for MultiheadAttention {
+    fn params(&self) -> Vec<(String, Param)> {
+        let mut out = named(&[
+            ("in_proj_weight", &self.in_proj_weight),
+            ("in_proj_bias", &self.in_proj_bias),
+        ]);
+        out.extend(prefixed("out_proj", self.out_proj.params()));
+        out
+    }
+
+    fn name(&self) -> String {
+        format!("MultiheadAttention({}, {})", self.width(), self.heads)
+    }
+}
+
+/// Self-attention without a mask.
+impl Layer for MultiheadAttention {
+    fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
+        self.attend(x, x, x, &Attention::new())
+    }
+}
+
+/// PyTorch's `nn.TransformerEncoderLayer` with `batch_first=True`: self-attention and a
+/// feed-forward block, each with a residual connection and a LayerNorm, after (post-norm, the
+/// default) or before (`norm_first`). Names: `self_attn.*`, `linear1.*`, `linear2.*`,
+/// `norm1.*`, `norm2.*`. PyTorch's defaults: feed-forward width 2048, dropout 0.1, ReLU,
+/// LayerNorm eps 1e-5.
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let enc = TransformerEncoderLayer::new(16, 4).dim_feedforward(32).dropout(0.0).gelu();
+/// let x = Tensor::ones(&[2, 5, 16], DType::F32);
+/// let y = enc.forward_masked(&x, Mode::Eval, &Attention::new().causal(true));
+/// assert_eq!(y.shape(), &[2, 5, 16]);
+/// ```
+pub struct TransformerEncoderLayer {
+    self_attn: MultiheadAttention,
+    linear1: Dense,
+    linear2: Dense,
+    norm1: LayerNorm,
+    norm2: LayerNorm,
+    dropout: Dropout,
+    dropout1: Dropout,
+    dropout2: Dropout,
+    gelu: bool,
+    norm_first: bool,
+}
+
+impl TransformerEncoderLayer {
+    /// Width `d_model`, `heads` attention heads, PyTorch's defaults for the rest.
+    pub fn new(d_model: usize, heads: usize) -> TransformerEncoderLayer {
+        TransformerEncoderLayer {
+            self_attn: MultiheadAttention::new(d_model, heads),
+            linear1: Dense::new(d_model, 2048),
+            linear2: Dense::new(2048, d_model),
+            norm1: LayerNorm::new(d_model),
+            norm2: LayerNorm::new(d_model),
+            dropout: Dropout::new(0.1),
+            dropout1: Dropout::new(0.1),
+            dropout2: Dropout::new(0.1),
+            gelu: false,
+            norm_first: false,
+        }
+    }
+
+    /// The feed-forward block's hidden width (the weights are drawn again).
+    pub fn dim_feedforward(mut self, hidden: usize) -> Self {
+        let d = self.self_attn.width();
+        self.linear1 = Dense::new(d, hidden);
+        self.linear2 = Dense::new(hidden, d);
+        self
+    }
+
+    /// Dropout probability after the attention, inside and after the feed-forward block.
+    pub fn dropout(mut self, p: f64) -> Self {
+        (self.dropout, self.dropout1, self.dropout2) =
+            (Dropout::new(p), Dropout::new(p), Dropout::new(p));
+        self
+    }
+
+    /// GELU (exact, PyTorch's `activation="gelu"`) in the feed-forward block instead of ReLU.
+    pub fn gelu(mut self) -> Self {
+        self.gelu = true;
+        self
+    }
+
+    /// LayerNorm before each block (pre-norm) instead of after the residual sum.
+    pub fn norm_first(mut self, on: bool) -> Self {
+        self.norm_first = on;
+        self
+    }
+
+    fn feed_forward(&self, x: &Tensor, mode: Mode) -> Tensor {
+        let h = Layer::forward(&self.linear1, x, mode);
+        let h = if self.gelu { h.gelu() } else { h.relu() };
+        let h = Layer::forward(&self.dropout, &h, mode);
+        let h = Layer::forward(&self.linear2, &h, mode);
+        Layer::forward(&self.dropout2, &h, mode)
+    }
+
+    fn self_attention(&self, x: &Tensor, mode: Mode, opts: &Attention) -> Tensor {
+        let y = self.self_attn.attend(x, x, x, opts);
+        Layer::forward(&self.dropout1, &y, mode)
+    }
+
+    /// The layer on `x` `[N, T, E]` with the attention settings `opts` (a causal or padding
+    /// mask).
+    pub fn forward_masked(&self, x: &Tensor, mode: Mode, opts: &Attention) -> Tensor {
+        let norm = |n: &LayerNorm, x: &Tensor| Layer::forward(n, x, mode);
+        if self.norm_first {
+            let x = x + &self.self_attention(&norm(&self.norm1, x), mode, opts);
+            &x + &self.feed_forward(&norm(&self.norm2, &x), mode)
+        } else {
+            let x = norm(&self.norm1, &(x + &self.self_attention(x, mode, opts)));
+            norm(&self.norm2, &(&x + &self.feed_forward(&x, mode)))
+        }
+    }
+}
+
+impl Module for TransformerEncoderLayer {
+    fn params(&self) -> Vec<(String, Param)> {
+        let mut out = prefixed("self_attn", self.self_attn.params());
+        out.extend(prefixed("linear1", self.linear1.params()));
+        out.extend(prefixed("linear2", self.linear2.params()));
+        out.extend(prefixed("norm1", self.norm1.params()));
+        out.extend(prefixed("norm2", self.norm2.params()));
+        out
+    }
+
+    fn rng_streams(&self) -> Vec<(String, RngStream)> {
+        let mut out = prefixed("dropout", self.dropout.rng_streams());
+        out.extend(prefixed("dropout1", self.dropout1.rng_streams()));
+        out.extend(prefixed("dropout2", self.dropout2.rng_streams()));
+        out
+    }
+
+    fn name(&self) -> String {
+        format!("TransformerEncoderLayer({})", self.self_attn.name())
+    }
+}
+
+/// The layer without a mask.
+impl Layer for TransformerEncoderLayer {
+    fn forward(&self, x: &Tensor, mode: Mode) -> Tensor {
+        self.forward_masked(x, mode, &Attention::new())
+    }
+}
+
+/// PyTorch's `nn.RMSNorm`: `x / √(mean(x²) + eps) · weight` over the last axis; `weight`
+/// `[D]`, ones at first. Without an `eps`, the input dtype's machine epsilon, as PyTorch's
+/// default.
+pub struct RMSNorm {
+    weight: Param,
+    eps: Option<f64>,
+}
+
+impl RMSNorm {
+    /// Normalises a last axis of `features` entries.
+    pub fn new(features: usize) -> RMSNorm {
+        RMSNorm {
+            weight: Param::new(Tensor::ones(&[features], DType::F32)),
+            eps: None,
+        }
+    }
+
+    /// A fixed `eps` instead of the dtype's machine epsilon; panics unless finite and not
+    /// negative.
+    pub fn eps(mut self, eps: f64) -> Self {
+        assert!(
+            eps.is_finite() && eps >= 0.0,
+            "RMSNorm: eps {eps} must be finite and not negative"
+        );
+        self.eps = Some(eps);
+        self
+    }
+}
+
+impl Module for RMSNorm {
+    fn params(&self) -> Vec<(String, Param)> {
+        named(&[("weight", &self.weight)])
+    }
+
+    fn name(&self) -> String {
+        format!("RMSNorm({})", self.weight.numel())
+    }
+}
+
+impl Layer for RMSNorm {
+    fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
+        let features = self.weight.numel();
+        let fits = x.ndim() >= 1 && x.shape()[x.ndim() - 1] == features;
+        expect_input(&self.name(), fits, &format!("[..., {features}]"), x);
+        x.rms_norm(Some(&self.weight.tensor()), self.eps)
+    }
+}
