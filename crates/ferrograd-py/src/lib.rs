@@ -14,6 +14,7 @@ mod index;
 mod nn;
 mod tensor;
 mod train;
+mod transformer;
 
 use ferrograd::prelude::*;
 use numpy::ndarray::Array1;
@@ -299,6 +300,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     nn::register(m)?;
     train::register(m)?;
     graph::register(m)?;
+    transformer::register(m)?;
     m.add_function(wrap_pyfunction!(make_tensor, m)?)?;
     m.add_function(wrap_pyfunction!(zeros, m)?)?;
     m.add_function(wrap_pyfunction!(ones, m)?)?;

@@ -57,6 +57,18 @@ impl PyLayer {
         }
     }
 
+    /// Converts every parameter and buffer to `dtype`, keeping their identities.
+    pub fn convert(&self, dtype: DType) -> PyResult<()> {
+        let layer = self.layer.clone();
+        guard::run(|| {
+            for (_, p) in layer.state_params() {
+                if p.dtype().is_float() {
+                    p.set_dtype(dtype);
+                }
+            }
+        })
+    }
+
     /// The layer's output for a tensor-like `x`, the GIL released for large inputs.
     pub fn run(&self, py: Python<'_>, x: &Bound<'_, PyAny>, mode: Mode) -> PyResult<Tensor> {
         let x = input(x)?;
@@ -195,6 +207,18 @@ impl PyLayer {
     fn copy_from(&self, other: PyRef<'_, PyLayer>) -> PyResult<()> {
         let src = other.layer.clone();
         guard::run(|| self.layer.copy_from(&Shared(src)))?.map_err(core_error)
+    }
+
+    /// Every parameter and buffer converted to float64 in place (PyTorch's `double()`).
+    fn double(slf: PyRef<'_, Self>) -> PyResult<PyRef<'_, Self>> {
+        slf.convert(DType::F64)?;
+        Ok(slf)
+    }
+
+    /// Every parameter and buffer converted to float32 in place (PyTorch's `float()`).
+    fn float(slf: PyRef<'_, Self>) -> PyResult<PyRef<'_, Self>> {
+        slf.convert(DType::F32)?;
+        Ok(slf)
     }
 
     /// The number of trainable scalars.

@@ -444,6 +444,19 @@ impl PyTensor {
         matches!(self.value(), Value::Leaf(_))
     }
 
+    /// A trainable leaf's value converted to `dtype` in place, keeping its identity (what
+    /// a module's `double()` does to its own parameters).
+    fn _convert_leaf(&self, dtype: &Bound<'_, PyAny>) -> PyResult<()> {
+        let d = dtype_arg(Some(dtype))?.unwrap_or(DType::F32);
+        match &self.value() {
+            Value::Leaf(l) if d.is_float() => guard::run(|| l.param.set_dtype(d)),
+            Value::Leaf(_) => Err(PyTypeError::new_err("a parameter's dtype must be a float")),
+            Value::Plain(_) => Err(PyTypeError::new_err(
+                "only a trainable leaf converts in place",
+            )),
+        }
+    }
+
     /// Makes this tensor a trainable leaf in place (a copy of its value, cut from any graph),
     /// or, with `False`, a plain value. Returns the tensor itself.
     #[pyo3(signature = (requires_grad=true))]

@@ -386,3 +386,17 @@ def test_convolution_and_pooling_take_pytorchs_per_axis_sizes_and_same_padding()
     xp = fg.tensor(np.sin(np.arange(70).reshape(1, 2, 5, 7) * 0.9))
     close(F.max_pool2d(xp, (2, 3), stride=(1, 2)).numpy().ravel(), REF["maxpool_rect"])
     close(nn.AvgPool2d((3, 2), stride=(2, 1), padding=(1, 1))(xp).numpy().ravel(), REF["avgpool_rect"])
+
+
+def test_modules_convert_their_dtype_in_place():
+    model = Model()
+    params = list(model.parameters())
+    assert model.double() is model
+    assert all(v.dtype == fg.float64 for k, v in model.state_dict().items() if "num_batches" not in k)
+    assert [id(p) for p in model.parameters()] == [id(p) for p in params]  # same leaves
+    y = model(np.ones((2, 4)))
+    assert y.dtype == fg.float64
+    model.to(fg.float32)
+    assert model.blocks[0].fc.weight.dtype == fg.float32 and model.scale.dtype == fg.float32
+    with pytest.raises(ValueError, match="CPU"):
+        model.to("cuda")

@@ -207,6 +207,11 @@ squeeze = _unary("squeeze")
 unsqueeze = _unary("unsqueeze")
 
 
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    """PyTorch's ``F.scaled_dot_product_attention`` (also ``fg.nn.functional``'s)."""
+    return _core.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale)
+
+
 def where(condition, x, y):
     """``x`` where ``condition`` is non-zero, else ``y`` (broadcast)."""
     return _as_tensor(condition).where_(x, y)

@@ -36,17 +36,20 @@ from .._core import (  # noqa: F401
     MAELoss,
     MaxPool2D,
     MSELoss,
+    MultiheadAttention,
     Net,
     NLLLoss,
     Recurrent,
     ReLU,
     Reshape,
+    RMSNorm,
     Sigmoid,
     SigmoidCrossEntropyLoss,
     Softmax,
     SoftmaxCrossEntropyLoss,
     Softplus,
     Tanh,
+    TransformerEncoderLayer,
 )
 
 # The Rust crate's names of the losses, so either spelling works in either language.

@@ -283,12 +283,50 @@ class Module:
         return self
 
     def to(self, *args, **kwargs):
-        """The module itself: ferrograd computes on the CPU (another device is an error)."""
+        """The module itself, its floating-point parameters and buffers converted when a dtype
+        is given (``to(fg.float64)``); the device can only be the CPU."""
+        from .. import dtype as _dtype
+
         for a in list(args) + list(kwargs.values()):
+            if isinstance(a, _dtype):
+                if not a.is_floating_point:
+                    raise TypeError(f"Module.to only accepts floating point dtypes, got {a}")
+                self._convert(a)
+                continue
             name = a if isinstance(a, str) else getattr(a, "type", None)
-            if isinstance(name, str) and not name.startswith("cpu"):
+            if not isinstance(name, str):
+                raise TypeError(f"Module.to: expected a dtype or a device, got {a!r}")
+            if not name.startswith("cpu"):
                 raise ValueError(f"device {name!r}: ferrograd computes on the CPU only")
         return self
+
+    def _convert(self, dtype):
+        from .. import tensor as _tensor
+
+        for p in self._parameters.values():
+            if p is not None:
+                p._convert_leaf(dtype)
+        for n, b in self._buffers.items():
+            if b is not None and b.dtype.is_floating_point:
+                self._buffers[n] = _tensor(b.numpy(), dtype=dtype)
+                object.__setattr__(self, n, self._buffers[n])
+        for m in self.children():
+            if isinstance(m, Module):
+                m._convert(dtype)
+            else:
+                m.double() if dtype.name == "float64" else m.float()
+
+    def double(self):
+        """Parameters and buffers converted to float64 in place, as PyTorch's."""
+        from .. import float64
+
+        return self.to(float64)
+
+    def float(self):
+        """Parameters and buffers converted to float32 in place, as PyTorch's."""
+        from .. import float32
+
+        return self.to(float32)
 
     def cpu(self):
         return self

@@ -89,6 +89,26 @@ def dropout(input, p=0.5, training=True, inplace=False):
     return x * keep / (1.0 - p)
 
 
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    """PyTorch's ``scaled_dot_product_attention``: ``softmax(q kᵀ · scale + mask) v`` over the
+    last two axes (a boolean ``attn_mask`` is True where a key takes part), fused, with
+    derivatives of every order."""
+    return _core.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale)
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """``x / √(mean(x²) + eps) · weight`` over the last axis (``eps``: the dtype's machine
+    epsilon when None, as PyTorch's)."""
+    x = _t(input)
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if len(shape) != 1 or x.shape[-1] != shape[0]:
+        raise ValueError(f"rms_norm: normalized_shape {shape} must be the last axis of {tuple(x.shape)}")
+    if eps is None:
+        eps = float(_np.finfo(x.dtype.name).eps)
+    y = x / ((x * x).mean(-1, keepdim=True) + eps).sqrt()
+    return y if weight is None else y * weight
+
+
 # ---- linear maps, convolution, pooling ----
 
 

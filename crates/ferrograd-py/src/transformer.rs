@@ -1,0 +1,308 @@
+//! Attention and the transformer layers for Python, with PyTorch's signatures and mask
+//! conventions: `scaled_dot_product_attention` (a boolean mask marks the keys that take
+//! part), `nn.MultiheadAttention` and `nn.TransformerEncoderLayer` (batch first; a boolean
+//! `attn_mask` or key padding mask marks the keys that are hidden), `nn.RMSNorm`.
+
+use std::sync::Arc;
+
+use ferrograd::prelude::*;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::convert::{holds_bools, to_tensor};
+use crate::guard::{self, HEAVY};
+use crate::nn::{input, PyLayer};
+use crate::tensor::PyTensor;
+
+/// An additive mask (0 where a key takes part, −∞ where it is hidden) from PyTorch's forms:
+/// a float mask is already one; in a boolean mask `hidden` is the value that hides.
+fn additive(
+    mask: Option<&Bound<'_, PyAny>>,
+    hidden: bool,
+    dtype: DType,
+) -> PyResult<Option<Tensor>> {
+    let Some(m) = mask.filter(|m| !m.is_none()) else {
+        return Ok(None);
+    };
+    if !holds_bools(m)? {
+        return Ok(Some(to_tensor(m, Some(dtype))?));
+    }
+    let set = to_tensor(m, None)?.to_dtype(dtype);
+    let hide = if hidden { set } else { set.rsub_scalar(1.0) };
+    let inf = Tensor::full(&[], f64::NEG_INFINITY, dtype);
+    guard::run(|| hide.where_cond(&inf, &Tensor::zeros(&[], dtype))).map(Some)
+}
+
+fn refuse(what: &str) -> PyErr {
+    PyValueError::new_err(format!("{what} is not supported yet"))
+}
+
+/// `scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+/// is_causal=False, scale=None)`, PyTorch's: `softmax(q kᵀ · scale + mask) v` over the last
+/// two axes, leading axes broadcast. A boolean `attn_mask` is True where a key takes part.
+#[pyfunction]
+#[pyo3(signature = (query, key, value, attn_mask=None, dropout_p=0.0, is_causal=false, scale=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn scaled_dot_product_attention(
+    py: Python<'_>,
+    query: &Bound<'_, PyAny>,
+    key: &Bound<'_, PyAny>,
+    value: &Bound<'_, PyAny>,
+    attn_mask: Option<&Bound<'_, PyAny>>,
+    dropout_p: f64,
+    is_causal: bool,
+    scale: Option<f64>,
+) -> PyResult<PyTensor> {
+    if dropout_p != 0.0 {
+        return Err(refuse("dropout_p > 0 in scaled_dot_product_attention"));
+    }
+    let q = to_tensor(query, None)?;
+    let (k, v) = (
+        to_tensor(key, Some(q.dtype()))?,
+        to_tensor(value, Some(q.dtype()))?,
+    );
+    let mut opts = Attention::new().causal(is_causal);
+    if let Some(m) = additive(attn_mask, false, q.dtype())? {
+        opts = opts.mask(&m);
+    }
+    if let Some(s) = scale {
+        opts = guard::run(|| opts.clone().scale(s))?;
+    }
+    let heavy = q.numel().max(k.numel()) >= HEAVY;
+    guard::run_heavy(py, heavy, || q.scaled_dot_product_attention(&k, &v, &opts)).map(PyTensor::new)
+}
+
+/// The attention settings of a layer call: PyTorch's `attn_mask` (`[L, S]`, a boolean one
+/// True where hidden), key padding mask (`[N, S]`, True where padded) and `is_causal`.
+fn layer_attention(
+    attn_mask: Option<&Bound<'_, PyAny>>,
+    key_padding_mask: Option<&Bound<'_, PyAny>>,
+    is_causal: bool,
+    dtype: DType,
+) -> PyResult<Attention> {
+    let mut mask = additive(attn_mask, true, dtype)?;
+    if let Some(p) = additive(key_padding_mask, true, dtype)? {
+        let (n, s) = match p.shape() {
+            &[n, s] => (n, s),
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "key_padding_mask must be [N, S], got {other:?}"
+                )))
+            }
+        };
+        let p = p.reshape(&[n, 1, 1, s]);
+        mask = Some(match mask {
+            Some(m) => guard::run(|| &m + &p)?,
+            None => p,
+        });
+    }
+    // As PyTorch, `is_causal` says that `attn_mask` is the causal mask: without one it is
+    // applied directly.
+    Ok(match mask {
+        Some(m) => Attention::new().mask(&m),
+        None => Attention::new().causal(is_causal),
+    })
+}
+
+/// `MultiheadAttention(embed_dim, num_heads, batch_first=True)`, PyTorch's parameters
+/// (`in_proj_weight`, `in_proj_bias`, `out_proj.weight`, `out_proj.bias`).
+#[pyclass(name = "MultiheadAttention", module = "ferrograd.nn", extends = PyLayer)]
+pub struct PyMultiheadAttention {
+    inner: Arc<MultiheadAttention>,
+}
+
+#[pymethods]
+impl PyMultiheadAttention {
+    #[new]
+    #[pyo3(signature = (embed_dim, num_heads, dropout=0.0, bias=true, batch_first=true))]
+    fn new(
+        embed_dim: usize,
+        num_heads: usize,
+        dropout: f64,
+        bias: bool,
+        batch_first: bool,
+    ) -> PyResult<PyClassInitializer<Self>> {
+        if dropout != 0.0 || !bias || !batch_first {
+            return Err(refuse(
+                "MultiheadAttention with dropout, without bias or without batch_first",
+            ));
+        }
+        let inner = Arc::new(guard::run(|| {
+            MultiheadAttention::new(embed_dim, num_heads)
+        })?);
+        let layer: Arc<dyn Layer> = inner.clone();
+        Ok(PyClassInitializer::from(PyLayer::new(layer))
+            .add_subclass(PyMultiheadAttention { inner }))
+    }
+
+    /// `(output, weights)` as PyTorch's: `output` `[N, L, E]`; `weights` averaged over the
+    /// heads `[N, L, S]` when `need_weights`, else None.
+    #[pyo3(signature = (query, key, value, key_padding_mask=None, need_weights=true, attn_mask=None, average_attn_weights=true, is_causal=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn forward(
+        &self,
+        py: Python<'_>,
+        query: &Bound<'_, PyAny>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        key_padding_mask: Option<&Bound<'_, PyAny>>,
+        need_weights: bool,
+        attn_mask: Option<&Bound<'_, PyAny>>,
+        average_attn_weights: bool,
+        is_causal: bool,
+    ) -> PyResult<(PyTensor, Option<PyTensor>)> {
+        if need_weights && !average_attn_weights {
+            return Err(refuse(
+                "per-head attention weights (average_attn_weights=False)",
+            ));
+        }
+        let (q, k, v) = (input(query)?, input(key)?, input(value)?);
+        let opts = layer_attention(attn_mask, key_padding_mask, is_causal, q.dtype())?;
+        let inner = self.inner.clone();
+        let heavy = q.numel() >= HEAVY;
+        if need_weights {
+            let (y, w) =
+                guard::run_heavy(py, heavy, || inner.attend_with_weights(&q, &k, &v, &opts))?;
+            Ok((PyTensor::new(y), Some(PyTensor::new(w))))
+        } else {
+            let y = guard::run_heavy(py, heavy, || inner.attend(&q, &k, &v, &opts))?;
+            Ok((PyTensor::new(y), None))
+        }
+    }
+
+    #[pyo3(signature = (query, key, value, key_padding_mask=None, need_weights=true, attn_mask=None, average_attn_weights=true, is_causal=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        query: &Bound<'_, PyAny>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        key_padding_mask: Option<&Bound<'_, PyAny>>,
+        need_weights: bool,
+        attn_mask: Option<&Bound<'_, PyAny>>,
+        average_attn_weights: bool,
+        is_causal: bool,
+    ) -> PyResult<(PyTensor, Option<PyTensor>)> {
+        self.forward(
+            py,
+            query,
+            key,
+            value,
+            key_padding_mask,
+            need_weights,
+            attn_mask,
+            average_attn_weights,
+            is_causal,
+        )
+    }
+}
+
+/// `TransformerEncoderLayer(d_model, nhead, dim_feedforward=2048, dropout=0.1,
+/// activation="relu", batch_first=True, norm_first=False)`, PyTorch's parameters.
+#[pyclass(name = "TransformerEncoderLayer", module = "ferrograd.nn", extends = PyLayer)]
+pub struct PyTransformerEncoderLayer {
+    inner: Arc<TransformerEncoderLayer>,
+}
+
+#[pymethods]
+impl PyTransformerEncoderLayer {
+    #[new]
+    #[pyo3(signature = (d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu", layer_norm_eps=1e-5, batch_first=true, norm_first=false, bias=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        d_model: usize,
+        nhead: usize,
+        dim_feedforward: usize,
+        dropout: f64,
+        activation: &str,
+        layer_norm_eps: f64,
+        batch_first: bool,
+        norm_first: bool,
+        bias: bool,
+    ) -> PyResult<PyClassInitializer<Self>> {
+        if layer_norm_eps != 1e-5 || !batch_first || !bias {
+            return Err(refuse(
+                "TransformerEncoderLayer with another layer_norm_eps, without batch_first or bias",
+            ));
+        }
+        let gelu = match activation {
+            "relu" => false,
+            "gelu" => true,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "activation should be relu/gelu, not {other}"
+                )))
+            }
+        };
+        let inner = guard::run(|| {
+            let l = TransformerEncoderLayer::new(d_model, nhead)
+                .dim_feedforward(dim_feedforward)
+                .dropout(dropout)
+                .norm_first(norm_first);
+            Arc::new(if gelu { l.gelu() } else { l })
+        })?;
+        let layer: Arc<dyn Layer> = inner.clone();
+        Ok(PyClassInitializer::from(PyLayer::new(layer))
+            .add_subclass(PyTransformerEncoderLayer { inner }))
+    }
+
+    /// The layer on `src` `[N, T, E]` in the layer's mode, with PyTorch's masks.
+    #[pyo3(signature = (src, src_mask=None, src_key_padding_mask=None, is_causal=false))]
+    fn forward(
+        slf: PyRef<'_, Self>,
+        src: &Bound<'_, PyAny>,
+        src_mask: Option<&Bound<'_, PyAny>>,
+        src_key_padding_mask: Option<&Bound<'_, PyAny>>,
+        is_causal: bool,
+    ) -> PyResult<PyTensor> {
+        let x = input(src)?;
+        let opts = layer_attention(src_mask, src_key_padding_mask, is_causal, x.dtype())?;
+        let mode = slf.as_super().mode();
+        let inner = slf.inner.clone();
+        guard::run_heavy(slf.py(), x.numel() >= HEAVY, || {
+            inner.forward_masked(&x, mode, &opts)
+        })
+        .map(PyTensor::new)
+    }
+
+    #[pyo3(signature = (src, src_mask=None, src_key_padding_mask=None, is_causal=false))]
+    fn __call__(
+        slf: PyRef<'_, Self>,
+        src: &Bound<'_, PyAny>,
+        src_mask: Option<&Bound<'_, PyAny>>,
+        src_key_padding_mask: Option<&Bound<'_, PyAny>>,
+        is_causal: bool,
+    ) -> PyResult<PyTensor> {
+        Self::forward(slf, src, src_mask, src_key_padding_mask, is_causal)
+    }
+}
+
+/// `RMSNorm(normalized_shape, eps=None)`: `weight` `[D]`; without `eps`, the input dtype's
+/// machine epsilon, as PyTorch's.
+#[pyclass(name = "RMSNorm", module = "ferrograd.nn", extends = PyLayer)]
+pub struct PyRMSNorm;
+
+#[pymethods]
+impl PyRMSNorm {
+    #[new]
+    #[pyo3(signature = (normalized_shape, eps=None))]
+    fn new(normalized_shape: usize, eps: Option<f64>) -> PyResult<PyClassInitializer<Self>> {
+        let layer: Arc<dyn Layer> = guard::run(|| -> Arc<dyn Layer> {
+            let l = RMSNorm::new(normalized_shape);
+            Arc::new(match eps {
+                Some(e) => l.eps(e),
+                None => l,
+            })
+        })?;
+        Ok(PyClassInitializer::from(PyLayer::new(layer)).add_subclass(PyRMSNorm))
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(scaled_dot_product_attention, m)?)?;
+    m.add_class::<PyMultiheadAttention>()?;
+    m.add_class::<PyTransformerEncoderLayer>()?;
+    m.add_class::<PyRMSNorm>()?;
+    Ok(())
+}

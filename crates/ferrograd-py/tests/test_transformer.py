@@ -1,0 +1,104 @@
+"""Attention and the transformer layers from Python, as a PyTorch user writes them, against
+PyTorch's float64 values (the fixture of scripts/export_torch_attention.py)."""
+
+import numpy as np
+import pytest
+
+import ferrograd as fg
+import ferrograd.nn as nn
+import ferrograd.nn.functional as F
+from conftest import REPO
+
+REF = fg.load(REPO / "crates" / "ferrograd" / "tests" / "fixtures" / "torch_attention.safetensors")
+
+
+def wave(shape, a, b=0.0, f=np.sin):
+    return f(a * np.arange(int(np.prod(shape))) + b).reshape(shape)
+
+
+def close(got, key, tol=1e-12):
+    np.testing.assert_allclose(np.asarray(got), REF[key].numpy(), rtol=tol, atol=tol)
+
+
+def state(prefix):
+    head = f"{prefix}.state."
+    return {k[len(head):]: v for k, v in REF.items() if k.startswith(head)}
+
+
+def in_f64(layer):
+    """A layer whose parameters are float64, for PyTorch's float64 state dict."""
+    return layer.double()
+
+
+def test_scaled_dot_product_attention_and_its_gradients():
+    q = fg.tensor(wave((2, 3, 4, 5), 0.3), requires_grad=True)
+    k = fg.tensor(wave((2, 3, 6, 5), 0.2, f=np.cos), requires_grad=True)
+    v = fg.tensor(wave((2, 3, 6, 7), 0.7, 1.0), requires_grad=True)
+    mask = fg.tensor(wave((4, 6), 0.1, f=np.cos), requires_grad=True)
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3)
+    close(y.numpy(), "masked.out")
+    (y * fg.tensor(wave((2, 3, 4, 7), 0.13, 0.5))).sum().backward()
+    for name, t in (("q", q), ("k", k), ("v", v), ("mask", mask)):
+        close(t.grad.numpy(), f"masked.grad_{name}")
+    causal = fg.scaled_dot_product_attention(q, k[:, :, :4], v[:, :, :4], is_causal=True)
+    close(causal.numpy(), "causal.out")
+    allowed = np.tril(np.ones((4, 4), dtype=bool))  # True: the key takes part, as PyTorch's
+    as_mask = F.scaled_dot_product_attention(q, k[:, :, :4], v[:, :, :4], attn_mask=allowed)
+    np.testing.assert_allclose(as_mask.numpy(), causal.numpy(), rtol=1e-14)
+    with pytest.raises(ValueError, match="dropout"):
+        F.scaled_dot_product_attention(q, k, v, dropout_p=0.1)
+
+
+def test_multihead_attention_loads_pytorchs_weights():
+    mha = in_f64(nn.MultiheadAttention(8, 2, batch_first=True))
+    assert sorted(n for n, _ in mha.named_parameters()) == sorted(state("mha"))
+    mha.load_state_dict(state("mha"))
+    x = fg.tensor(wave((2, 5, 8), 0.37))
+    hidden = np.triu(np.ones((5, 5), dtype=bool), 1)  # True: hidden, as MultiheadAttention's
+    y, w = mha(x, x, x, attn_mask=hidden)
+    close(y.numpy(), "mha.out")
+    close(w.numpy(), "mha.weights")
+    y, none = mha(x, x, x, need_weights=False, attn_mask=hidden)
+    assert none is None
+    close(y.numpy(), "mha.out")
+    padded = np.zeros((2, 5), dtype=bool)
+    padded[1, 3:] = True
+    y, w = mha(x, x, x, key_padding_mask=padded)
+    assert np.abs(w.numpy()[1, :, 3:]).max() == 0.0 and np.abs(w.numpy()[0, :, 3:]).max() > 0
+
+
+@pytest.mark.parametrize("name,kwargs", [("post_relu", {}), ("pre_gelu", {"norm_first": True, "activation": "gelu"})])
+def test_transformer_encoder_layer_loads_pytorchs_weights(name, kwargs):
+    layer = in_f64(nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True, **kwargs))
+    layer.load_state_dict(state(name))
+    layer.eval()
+    x = fg.tensor(wave((2, 5, 8), 0.37))
+    close(layer(x).numpy(), f"{name}.out")
+    hidden = np.triu(np.ones((5, 5), dtype=bool), 1)
+    close(layer(x, src_mask=hidden, is_causal=True).numpy(), f"{name}.out_causal")
+    close(layer(x, is_causal=True).numpy(), f"{name}.out_causal")
+
+
+def test_rms_norm():
+    x = fg.tensor(wave((2, 5, 8), 0.37))
+    norm = in_f64(nn.RMSNorm(8))
+    norm.weight.data = wave((8,), 0.9, 1.0)
+    close(norm(x).numpy(), "rms.out")
+    close(F.rms_norm(x, 8, weight=fg.tensor(wave((8,), 0.9, 1.0))).numpy(), "rms.out")
+
+
+def test_a_transformer_layer_trains():
+    fg.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True, norm_first=True)
+    head = nn.Linear(8, 1)
+    opt = fg.optim.AdamW(list(layer.parameters()) + list(head.parameters()), lr=1e-2)
+    x = fg.tensor(wave((4, 6, 8), 0.21).astype(np.float32))
+    target = fg.tensor(wave((4, 6, 1), 0.5).astype(np.float32))
+    losses = []
+    for _ in range(60):
+        opt.zero_grad()
+        loss = F.mse_loss(head(layer(x, is_causal=True)), target)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.2 * losses[0], losses[::10]
