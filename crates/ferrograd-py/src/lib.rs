@@ -285,6 +285,27 @@ fn take_rows(
     Ok(convert::take_rows(array, &index)?.map(PyTensor::new))
 }
 
+/// `multinomial(input, num_samples, replacement=False)`: class indices (int64) drawn per
+/// row of the weights along the last axis, from the generator `manual_seed` seeds, as
+/// PyTorch's.
+#[pyfunction]
+#[pyo3(signature = (input, num_samples, replacement=false, generator=None))]
+fn multinomial(
+    input: &Bound<'_, PyAny>,
+    num_samples: usize,
+    replacement: bool,
+    generator: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyTensor> {
+    if generator.is_some_and(|g| !g.is_none()) {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "multinomial: draws come from the generator fg.manual_seed seeds (generator=None)",
+        ));
+    }
+    let w = convert::to_tensor(input, None)?;
+    guard::run(|| with_default_rng(|rng| w.multinomial(num_samples, replacement, rng)))
+        .map(PyTensor::new)
+}
+
 /// Number of graph nodes alive in the process (a leak check).
 #[pyfunction]
 fn live_nodes() -> usize {
@@ -318,6 +339,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(live_nodes, m)?)?;
     m.add_function(wrap_pyfunction!(save_tensors, m)?)?;
     m.add_function(wrap_pyfunction!(take_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(multinomial, m)?)?;
     m.add_function(wrap_pyfunction!(load_tensors, m)?)?;
     m.add_function(wrap_pyfunction!(elementwise::elementwise_primitives, m)?)?;
     m.add_function(wrap_pyfunction!(autograd::grad, m)?)?;

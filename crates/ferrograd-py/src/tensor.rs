@@ -1289,6 +1289,50 @@ impl PyTensor {
         PyTuple::new(py, [PyTensor::new(y), PyTensor::new(m), PyTensor::new(v)])
     }
 
+    /// The elements on and below diagonal `diagonal` of the last two axes, zeros above.
+    #[pyo3(signature = (diagonal=0))]
+    fn tril(&self, py: Python<'_>, diagonal: isize) -> PyResult<PyTensor> {
+        self.map(py, |t| t.tril(diagonal))
+    }
+
+    /// The elements on and above diagonal `diagonal` of the last two axes, zeros below.
+    #[pyo3(signature = (diagonal=0))]
+    fn triu(&self, py: Python<'_>, diagonal: isize) -> PyResult<PyTensor> {
+        self.map(py, |t| t.triu(diagonal))
+    }
+
+    /// `value` where `mask` (broadcast) is true, this tensor's elements elsewhere.
+    fn masked_fill(
+        &self,
+        py: Python<'_>,
+        mask: &Bound<'_, PyAny>,
+        value: f64,
+    ) -> PyResult<PyTensor> {
+        let m = to_tensor(mask, None)?;
+        self.map(py, |t| t.masked_fill(&m, value))
+    }
+
+    /// `(values, indices)` of the `k` largest entries along the last axis, largest first, as
+    /// PyTorch's `topk` (the last axis only, largest only).
+    #[pyo3(signature = (k, dim=-1, largest=true, sorted=true))]
+    fn topk(
+        &self,
+        py: Python<'_>,
+        k: usize,
+        dim: isize,
+        largest: bool,
+        sorted: bool,
+    ) -> PyResult<(PyTensor, PyTensor)> {
+        let t = self.tensor();
+        if !largest || !sorted || (dim != -1 && dim != t.ndim() as isize - 1) {
+            return Err(PyValueError::new_err(
+                "topk: only the largest entries, sorted, along the last axis are supported yet",
+            ));
+        }
+        let (v, i) = guard::run_heavy(py, t.numel() >= HEAVY, || t.topk(k))?;
+        Ok((PyTensor::new(v), PyTensor::new(i)))
+    }
+
     fn contiguous(&self, py: Python<'_>) -> PyResult<PyTensor> {
         self.view_map(py, Tensor::contiguous)
     }

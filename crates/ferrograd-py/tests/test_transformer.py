@@ -102,3 +102,21 @@ def test_a_transformer_layer_trains():
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.2 * losses[0], losses[::10]
+
+
+def test_the_pieces_of_sampling_text():
+    logits = fg.tensor([[0.5, 3.0, -1.0, 3.0, 2.0]])
+    values, indices = logits.topk(3)
+    assert values.tolist() == [[3.0, 3.0, 2.0]] and indices.tolist() == [[1, 3, 4]]
+    kth = values[:, -1:]
+    cut = logits.masked_fill(logits < kth, float("-inf"))
+    assert cut.tolist()[0][2] == float("-inf") and cut.tolist()[0][1] == 3.0
+    probs = F.softmax(cut, dim=-1)
+    fg.manual_seed(0)
+    draws = fg.multinomial(probs.expand(1000, 5), 1)
+    assert draws.shape == (1000, 1) and set(np.unique(draws.numpy())) <= {1, 3, 4}
+    fg.manual_seed(0)
+    assert fg.multinomial(probs.expand(1000, 5), 1).tolist() == draws.tolist()
+    ones = fg.ones(3, 3)
+    assert ones.tril().tolist() == [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+    assert fg.triu(ones, 1).tolist() == [[0, 1, 1], [0, 0, 1], [0, 0, 0]]

@@ -263,3 +263,83 @@ fn transformer_layers_have_first_and_second_derivatives() {
         &[x, randn(&[4], 10)],
     );
 }
+
+#[test]
+fn triangles_masked_fill_and_top_k() {
+    let x = wave(&[2, 3, 4], 0.9, 0.2, f64::sin);
+    let v = x.tril(0).to_vec::<f64>();
+    let u = x.triu(1).to_vec::<f64>();
+    let all = x.to_vec::<f64>();
+    for (p, a) in all.iter().enumerate() {
+        let (i, j) = ((p / 4) % 3, p % 4);
+        assert_eq!(v[p], if j <= i { *a } else { 0.0 });
+        assert_eq!(u[p], if j > i { *a } else { 0.0 });
+        assert_eq!(v[p] + u[p], *a);
+    }
+    // Diagonal −1: row 1 keeps column 0 (on it) and zeroes column 1 (the main diagonal).
+    let below = x.tril(-1).to_vec::<f64>();
+    assert_eq!((below[4], below[5]), (all[4], 0.0));
+    let ints = Tensor::from_vec(vec![1i64, 2, 3, 4], &[2, 2]);
+    assert_eq!(ints.triu(0).to_vec::<i64>(), vec![1, 2, 0, 4]);
+    let hide = x.gt(&Tensor::scalar(0.5f64));
+    let filled = x.masked_fill(&hide, -1e9);
+    for (a, f) in all.iter().zip(filled.to_vec::<f64>()) {
+        assert_eq!(f, if *a > 0.5 { -1e9 } else { *a });
+    }
+    let row = Tensor::from_vec(vec![0.5f64, 3.0, -1.0, 3.0, 2.0], &[1, 5]);
+    let (vals, idx) = row.topk(3);
+    assert_eq!(vals.to_vec::<f64>(), vec![3.0, 3.0, 2.0]);
+    assert_eq!(idx.to_vec::<i64>(), vec![1, 3, 4]);
+    assert_eq!(idx.dtype(), DType::I64);
+    check("tril", |t| t[0].tril(1), std::slice::from_ref(&x));
+    check("triu", |t| t[0].triu(-1), std::slice::from_ref(&x));
+    check(
+        "masked_fill",
+        |t| t[0].masked_fill(&hide, 2.0),
+        std::slice::from_ref(&x),
+    );
+    check("topk values", |t| t[0].topk(2).0, std::slice::from_ref(&x));
+    check("gelu_tanh", |t| t[0].gelu_tanh(), std::slice::from_ref(&x));
+    // PyTorch's F.gelu(approximate="tanh") at −3, −2, ..., 3.
+    let g = Tensor::linspace(-3.0, 3.0, 7, DType::F64)
+        .gelu_tanh()
+        .to_vec::<f64>();
+    let torch = [
+        -0.0036373920817729943,
+        -0.04540230591222494,
+        -0.15880800939172324,
+        0.0,
+        0.8411919906082768,
+        1.954597694087775,
+        2.996362607918227,
+    ];
+    for (a, b) in g.iter().zip(torch) {
+        assert!((a - b).abs() < 1e-15, "{a} vs {b}");
+    }
+}
+
+#[test]
+fn multinomial_draws_follow_the_weights() {
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+    let probs = Tensor::from_vec(vec![0.1f64, 0.0, 0.6, 0.3], &[1, 4]);
+    let draws = probs.multinomial(20000, true, &mut StdRng::seed_from_u64(3));
+    assert_eq!(draws.shape(), &[1, 20000]);
+    let again = probs.multinomial(20000, true, &mut StdRng::seed_from_u64(3));
+    assert_eq!(draws.to_vec::<i64>(), again.to_vec::<i64>());
+    let mut counts = [0usize; 4];
+    draws
+        .to_vec::<i64>()
+        .iter()
+        .for_each(|&c| counts[c as usize] += 1);
+    assert_eq!(counts[1], 0);
+    for (c, p) in counts.iter().zip([0.1, 0.0, 0.6, 0.3]) {
+        assert!((*c as f64 / 20000.0 - p).abs() < 0.015, "{counts:?}");
+    }
+    let distinct = probs
+        .multinomial(3, false, &mut StdRng::seed_from_u64(4))
+        .to_vec::<i64>();
+    let mut sorted = distinct.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, vec![0, 2, 3]);
+}

@@ -30,6 +30,7 @@ from ._core import (
     linspace,
     live_nodes,
     manual_seed,
+    multinomial,
     ones,
     rand,
     randn,
@@ -201,6 +202,10 @@ batch_norm = _unary("batch_norm")
 argmax = _unary("argmax")
 argmin = _unary("argmin")
 transpose = _unary("transpose")
+tril = _unary("tril")
+triu = _unary("triu")
+masked_fill = _unary("masked_fill")
+topk = _unary("topk")
 permute = _unary("permute")
 flatten = _unary("flatten")
 squeeze = _unary("squeeze")

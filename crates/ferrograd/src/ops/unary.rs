@@ -379,6 +379,14 @@ impl Tensor {
         self * &cdf
     }
 
+    /// GELU with PyTorch's tanh approximation (`approximate="tanh"`):
+    /// `½x(1 + tanh(√(2/π)(x + 0.044715x³)))`.
+    pub fn gelu_tanh(&self) -> Tensor {
+        let inner = (self + &self.powf(3.0).mul_scalar(0.044715))
+            .mul_scalar((2.0 / std::f64::consts::PI).sqrt());
+        &(self * 0.5) * &inner.tanh().add_scalar(1.0)
+    }
+
     /// ELU: x for x > 0, `alpha · (eˣ − 1)` otherwise, written as
     /// relu(x) + alpha · (e^−relu(−x) − 1) so that the exponential never overflows.
     pub fn elu(&self, alpha: f64) -> Tensor {

@@ -1,0 +1,96 @@
+//! Selections that transformers use: triangles of the last two axes, masked filling and the
+//! `k` largest entries. Each is written with the differentiable ops (a product with a constant
+//! mask, `where_cond`, `index_select`), so each has derivatives of every order.
+
+use crate::tensor::{no_grad, DType, Tensor};
+
+impl Tensor {
+    /// The elements on and below diagonal `k` of the last two axes, zeros above (PyTorch's
+    /// `tril`: `k` > 0 keeps more, `k` < 0 fewer).
+    pub fn tril(&self, k: isize) -> Tensor {
+        self.triangle("tril", k, |i, j, k| j - i <= k)
+    }
+
+    /// The elements on and above diagonal `k` of the last two axes, zeros below (`triu`).
+    pub fn triu(&self, k: isize) -> Tensor {
+        self.triangle("triu", k, |i, j, k| j - i >= k)
+    }
+
+    fn triangle(&self, op: &str, k: isize, keep: fn(isize, isize, isize) -> bool) -> Tensor {
+        assert!(
+            self.ndim() >= 2,
+            "{op}: needs at least 2 axes, got {:?}",
+            self.shape()
+        );
+        let (r, c) = (self.shape()[self.ndim() - 2], self.shape()[self.ndim() - 1]);
+        let kept = |x: usize| keep(((x / c) % r.max(1)) as isize, (x % c) as isize, k);
+        if !self.dtype().is_float() {
+            // Integers are kept or zeroed exactly (a selection, not arithmetic).
+            let mut v = self.contiguous().to_vec::<i64>();
+            v.iter_mut()
+                .enumerate()
+                .filter(|(x, _)| !kept(*x))
+                .for_each(|(_, e)| *e = 0);
+            return Tensor::from_vec(v, self.shape());
+        }
+        let mask: Vec<f64> = (0..r * c).map(|x| f64::from(u8::from(kept(x)))).collect();
+        self * &Tensor::from_vec(mask, &[r, c]).to_dtype(self.dtype())
+    }
+
+    /// `value` where `mask` (broadcast to this shape) is non-zero, this tensor's elements
+    /// elsewhere (PyTorch's `masked_fill`). The gradient passes where the mask is zero.
+    pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Tensor {
+        let fill = Tensor::full(&[], value, self.dtype());
+        let out = mask.detach().where_cond(&fill, self);
+        if out.shape() != self.shape() {
+            panic!(
+                "masked_fill: mask {:?} does not broadcast to {:?}",
+                mask.shape(),
+                self.shape()
+            );
+        }
+        out
+    }
+
+    /// The `k` largest entries along the last axis, largest first, and their positions
+    /// (`I64`), as PyTorch's `topk`. Ties keep the earlier position first; NaN counts as
+    /// largest. The values are differentiable (the gradient goes to the chosen positions).
+    pub fn topk(&self, k: usize) -> (Tensor, Tensor) {
+        assert!(
+            self.ndim() >= 1,
+            "topk: needs at least one axis, got a 0-d tensor"
+        );
+        let n = self.shape()[self.ndim() - 1];
+        assert!(
+            k <= n,
+            "topk: k {k} is more than the {n} entries of the last axis"
+        );
+        let rows = self.numel() / n.max(1);
+        let values = self
+            .detach()
+            .to_dtype(DType::F64)
+            .contiguous()
+            .to_vec::<f64>();
+        let mut picked = Vec::with_capacity(rows * k);
+        for r in 0..rows {
+            let row = &values[r * n..(r + 1) * n];
+            let mut order: Vec<usize> = (0..n).collect();
+            // Descending, NaN first, stable for ties.
+            order.sort_by(|&a, &b| {
+                row[b]
+                    .partial_cmp(&row[a])
+                    .unwrap_or_else(|| row[a].is_nan().cmp(&row[b].is_nan()).reverse())
+            });
+            picked.extend(order[..k].iter().map(|&j| (r * n + j) as i64));
+        }
+        let mut shape = self.shape().to_vec();
+        *shape.last_mut().expect("at least one axis") = k;
+        let flat: Vec<usize> = picked.iter().map(|&f| f as usize).collect();
+        let vals = self
+            .reshape(&[self.numel()])
+            .index_select(0, &flat)
+            .reshape(&shape);
+        let idx: Vec<i64> = picked.iter().map(|&f| f % n.max(1) as i64).collect();
+        (vals, no_grad(|| Tensor::from_vec(idx, &shape)))
+    }
+}
