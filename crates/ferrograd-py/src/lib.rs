@@ -38,6 +38,25 @@ fn dtype_or_f32(dtype: Option<&Bound<'_, PyAny>>) -> PyResult<DType> {
     Ok(dtype_arg(dtype)?.unwrap_or(DType::F32))
 }
 
+/// A new tensor `t` as Python gets it: boolean when `dtype` asks for `bool` (PyTorch's
+/// `ones(L, L, dtype=torch.bool)`), a trainable leaf when `requires_grad`.
+fn created(
+    py: Python<'_>,
+    t: Tensor,
+    dtype: Option<&Bound<'_, PyAny>>,
+    requires_grad: bool,
+) -> PyResult<Py<PyAny>> {
+    if convert::is_bool_dtype(dtype)? {
+        if requires_grad {
+            return Err(pyo3::exceptions::PyTypeError::new_err(
+                "requires_grad=True needs a float dtype (float32 or float64)",
+            ));
+        }
+        return Ok(Bound::new(py, PyTensor::mask(t))?.into_any().unbind());
+    }
+    tensor::with_grad(py, t, requires_grad)
+}
+
 /// `tensor(data, dtype=None, requires_grad=False)`: a tensor from a numpy array (its dtype
 /// kept), a nested list (floats become float32, ints int64) or a number; with
 /// `requires_grad=True`, a trainable leaf whose `.grad` backward sets.
@@ -61,10 +80,11 @@ fn zeros(
     dtype: Option<&Bound<'_, PyAny>>,
     requires_grad: bool,
 ) -> PyResult<Py<PyAny>> {
-    let (shape, dtype) = (shape_of(shape)?, dtype_or_f32(dtype)?);
-    tensor::with_grad(
+    let (shape, d) = (shape_of(shape)?, dtype_or_f32(dtype)?);
+    created(
         py,
-        guard::run(|| Tensor::zeros(&shape, dtype))?,
+        guard::run(|| Tensor::zeros(&shape, d))?,
+        dtype,
         requires_grad,
     )
 }
@@ -77,10 +97,11 @@ fn ones(
     dtype: Option<&Bound<'_, PyAny>>,
     requires_grad: bool,
 ) -> PyResult<Py<PyAny>> {
-    let (shape, dtype) = (shape_of(shape)?, dtype_or_f32(dtype)?);
-    tensor::with_grad(
+    let (shape, d) = (shape_of(shape)?, dtype_or_f32(dtype)?);
+    created(
         py,
-        guard::run(|| Tensor::ones(&shape, dtype))?,
+        guard::run(|| Tensor::ones(&shape, d))?,
+        dtype,
         requires_grad,
     )
 }
@@ -94,10 +115,11 @@ fn full(
     dtype: Option<&Bound<'_, PyAny>>,
     requires_grad: bool,
 ) -> PyResult<Py<PyAny>> {
-    let dtype = dtype_or_f32(dtype)?;
-    tensor::with_grad(
+    let d = dtype_or_f32(dtype)?;
+    created(
         py,
-        guard::run(|| Tensor::full(&shape, fill_value, dtype))?,
+        guard::run(|| Tensor::full(&shape, fill_value, d))?,
+        dtype,
         requires_grad,
     )
 }

@@ -107,11 +107,8 @@ impl PyTensor {
 
     /// A boolean tensor: non-zero elements of `t` are true.
     pub fn mask(t: Tensor) -> PyTensor {
-        let t = if t.dtype().is_float() {
-            t.detach().ne_scalar(0.0).to_dtype(DType::I64)
-        } else {
-            t.detach()
-        };
+        // Non-zero is true, whatever the dtype: a mask holds 0 and 1 only.
+        let t = t.detach().ne_scalar(0.0).to_dtype(DType::I64);
         PyTensor {
             value: RwLock::new(Value::Plain(t)),
             boolean: true,
@@ -490,8 +487,9 @@ impl PyTensor {
         Ok(slf)
     }
 
-    /// The gradient the last backward pass that reached this leaf gave it (replaced, not
-    /// accumulated, by each backward), or None. Plain tensors have none.
+    /// The gradients the backward passes that reached this leaf gave it, summed since the
+    /// last `zero_grad()` (or `w.grad = None`), as PyTorch's; None before any. Plain tensors
+    /// have none.
     #[getter]
     fn grad(&self) -> Option<PyTensor> {
         match &self.value() {
@@ -969,8 +967,32 @@ impl PyTensor {
 
     // ---- element-wise math (the primitives without constants: `elementwise.rs`) ----
 
-    fn gelu(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        self.map(py, Tensor::gelu)
+    /// GELU: exact (`x·Φ(x)`), or PyTorch's tanh approximation with `approximate="tanh"`.
+    #[pyo3(signature = (approximate="none"))]
+    fn gelu(&self, py: Python<'_>, approximate: &str) -> PyResult<PyTensor> {
+        match approximate {
+            "none" => self.map(py, Tensor::gelu),
+            "tanh" => self.map(py, Tensor::gelu_tanh),
+            other => Err(PyValueError::new_err(format!(
+                "gelu: approximate must be 'none' or 'tanh', got {other:?}"
+            ))),
+        }
+    }
+
+    /// RMS normalisation over the last axis, times `weight` if given; `eps` the dtype's
+    /// machine epsilon when None, as PyTorch's.
+    #[pyo3(signature = (weight=None, eps=None))]
+    fn rms_norm(
+        &self,
+        py: Python<'_>,
+        weight: Option<&Bound<'_, PyAny>>,
+        eps: Option<f64>,
+    ) -> PyResult<PyTensor> {
+        let w = weight
+            .filter(|w| !w.is_none())
+            .map(|w| to_tensor(w, Some(self.tensor().dtype())))
+            .transpose()?;
+        self.map(py, |t| t.rms_norm(w.as_ref(), eps))
     }
     #[pyo3(signature = (negative_slope=0.01))]
     fn leaky_relu(&self, py: Python<'_>, negative_slope: f64) -> PyResult<PyTensor> {
@@ -1292,13 +1314,13 @@ impl PyTensor {
     /// The elements on and below diagonal `diagonal` of the last two axes, zeros above.
     #[pyo3(signature = (diagonal=0))]
     fn tril(&self, py: Python<'_>, diagonal: isize) -> PyResult<PyTensor> {
-        self.map(py, |t| t.tril(diagonal))
+        self.view_map(py, |t| t.tril(diagonal))
     }
 
     /// The elements on and above diagonal `diagonal` of the last two axes, zeros below.
     #[pyo3(signature = (diagonal=0))]
     fn triu(&self, py: Python<'_>, diagonal: isize) -> PyResult<PyTensor> {
-        self.map(py, |t| t.triu(diagonal))
+        self.view_map(py, |t| t.triu(diagonal))
     }
 
     /// `value` where `mask` (broadcast) is true, this tensor's elements elsewhere.

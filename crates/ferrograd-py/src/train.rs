@@ -190,6 +190,51 @@ fn group_dicts<'py>(
     }
 }
 
+/// The keys a parameter group may hold: what the optimizers read per group, and what the
+/// schedulers write into it.
+const GROUP_KEYS: [&str; 6] = [
+    "params",
+    "lr",
+    "weight_decay",
+    "initial_lr",
+    "max_lr",
+    "min_lr",
+];
+
+/// A group from its dict: its parameters, and an optimizer of its own built with the
+/// constructor's settings; the dict's `"params"` becomes the list of parameters and a
+/// missing `"lr"` or `"weight_decay"` the constructor's. A key no group setting reads is an
+/// error, not a silent no-op.
+fn group_of<'py>(
+    py: Python<'py>,
+    d: Bound<'py, PyDict>,
+    build: &(dyn Fn() -> Box<dyn Optimizer> + Send + Sync),
+) -> PyResult<(Bound<'py, PyDict>, Group)> {
+    for key in d.keys() {
+        let name: String = key.extract()?;
+        if !GROUP_KEYS.contains(&name.as_str()) {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "parameter group setting {name:?} is not supported per group (only lr and \
+                 weight_decay are)"
+            )));
+        }
+    }
+    let opt = guard::run(build)?;
+    let params = param_list(d.get_item("params")?.as_ref())?;
+    let listed: Vec<Py<PyAny>> = params
+        .iter()
+        .map(|(_, p)| crate::autograd::wrap_param(py, p))
+        .collect::<PyResult<_>>()?;
+    d.set_item("params", listed)?;
+    if d.get_item("lr")?.is_none() {
+        d.set_item("lr", opt.lr())?;
+    }
+    if d.get_item("weight_decay")?.is_none() {
+        d.set_item("weight_decay", opt.weight_decay_rate())?;
+    }
+    Ok((d, Group { params, opt }))
+}
+
 impl PyOptimizer {
     fn new(
         py: Python<'_>,
@@ -199,23 +244,7 @@ impl PyOptimizer {
         let param_groups = PyList::empty(py);
         let mut groups = Vec::new();
         for d in group_dicts(py, params)? {
-            let opt = guard::run(&build)?;
-            let group = Group {
-                params: param_list(d.get_item("params")?.as_ref())?,
-                opt,
-            };
-            let listed: Vec<Py<PyAny>> = group
-                .params
-                .iter()
-                .map(|(_, p)| crate::autograd::wrap_param(py, p))
-                .collect::<PyResult<_>>()?;
-            d.set_item("params", listed)?;
-            if d.get_item("lr")?.is_none() {
-                d.set_item("lr", group.opt.lr())?;
-            }
-            if d.get_item("weight_decay")?.is_none() {
-                d.set_item("weight_decay", group.opt.weight_decay_rate())?;
-            }
+            let (d, group) = group_of(py, d, &build)?;
             param_groups.append(d)?;
             groups.push(group);
         }
@@ -318,22 +347,9 @@ impl PyOptimizer {
     /// Adds a group (a dict with `"params"`, and optionally `"lr"` and `"weight_decay"`;
     /// unset ones are the constructor's).
     fn add_param_group(&self, py: Python<'_>, group: &Bound<'_, PyDict>) -> PyResult<()> {
-        let d = group.copy()?;
-        let opt = guard::run(&self.build)?;
-        let params = param_list(d.get_item("params")?.as_ref())?;
-        let listed: Vec<Py<PyAny>> = params
-            .iter()
-            .map(|(_, p)| crate::autograd::wrap_param(py, p))
-            .collect::<PyResult<_>>()?;
-        d.set_item("params", listed)?;
-        let first = self.param_groups.bind(py).get_item(0)?;
-        for key in ["lr", "weight_decay"] {
-            if d.get_item(key)?.is_none() {
-                d.set_item(key, first.get_item(key)?)?;
-            }
-        }
+        let (d, g) = group_of(py, group.copy()?, &self.build)?;
         self.param_groups.bind(py).append(d)?;
-        lock(&self.groups).push(Group { params, opt });
+        lock(&self.groups).push(g);
         self.sync(py)
     }
 

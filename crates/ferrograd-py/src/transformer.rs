@@ -96,25 +96,77 @@ fn layer_attention(
             None => p,
         });
     }
-    // As PyTorch, `is_causal` says that `attn_mask` is the causal mask: without one it is
-    // applied directly.
+    // As PyTorch, `is_causal` says that `attn_mask` is the causal mask; without one it is
+    // applied directly (beside a key padding mask too).
+    let causal = is_causal && attn_mask.is_none_or(|m| m.is_none());
     Ok(match mask {
-        Some(m) => Attention::new().mask(&m),
-        None => Attention::new().causal(is_causal),
+        Some(m) => Attention::new().mask(&m).causal(causal),
+        None => Attention::new().causal(causal),
     })
 }
 
-/// `MultiheadAttention(embed_dim, num_heads, batch_first=True)`, PyTorch's parameters
-/// (`in_proj_weight`, `in_proj_bias`, `out_proj.weight`, `out_proj.bias`).
+/// `x` as `[N, T, E]` from the layout a layer was built for (`[T, N, E]` unless
+/// `batch_first`, PyTorch's default), and back.
+fn batch_major(x: Tensor, batch_first: bool) -> Tensor {
+    if batch_first || x.ndim() != 3 {
+        x
+    } else {
+        x.transpose(0, 1)
+    }
+}
+
+/// `MultiheadAttention(embed_dim, num_heads, dropout=0.0, batch_first=False)`, PyTorch's
+/// parameters (`in_proj_weight`, `in_proj_bias`, `out_proj.weight`, `out_proj.bias`) and
+/// layout (`[L, N, E]` unless `batch_first`).
 #[pyclass(name = "MultiheadAttention", module = "ferrograd.nn", extends = PyLayer)]
 pub struct PyMultiheadAttention {
     inner: Arc<MultiheadAttention>,
+    batch_first: bool,
+}
+
+/// The arguments of `MultiheadAttention.forward` after the three inputs.
+struct MhaCall<'a, 'py> {
+    key_padding_mask: Option<&'a Bound<'py, PyAny>>,
+    need_weights: bool,
+    attn_mask: Option<&'a Bound<'py, PyAny>>,
+    is_causal: bool,
+}
+
+impl PyMultiheadAttention {
+    fn run(
+        slf: PyRef<'_, Self>,
+        (query, key, value): (&Bound<'_, PyAny>, &Bound<'_, PyAny>, &Bound<'_, PyAny>),
+        call: MhaCall<'_, '_>,
+    ) -> PyResult<(PyTensor, Option<PyTensor>)> {
+        let first = slf.batch_first;
+        let (q, k, v) = (
+            batch_major(input(query)?, first),
+            batch_major(input(key)?, first),
+            batch_major(input(value)?, first),
+        );
+        let opts = layer_attention(
+            call.attn_mask,
+            call.key_padding_mask,
+            call.is_causal,
+            q.dtype(),
+        )?;
+        let (inner, mode) = (slf.inner.clone(), slf.as_super().mode());
+        let need = call.need_weights;
+        let (y, w) = guard::run_heavy(slf.py(), q.numel() >= HEAVY, || {
+            let y = inner.attend_in(&q, &k, &v, &opts, mode);
+            (
+                y,
+                need.then(|| inner.attend_with_weights(&q, &k, &v, &opts).1),
+            )
+        })?;
+        Ok((PyTensor::new(batch_major(y, first)), w.map(PyTensor::new)))
+    }
 }
 
 #[pymethods]
 impl PyMultiheadAttention {
     #[new]
-    #[pyo3(signature = (embed_dim, num_heads, dropout=0.0, bias=true, batch_first=true))]
+    #[pyo3(signature = (embed_dim, num_heads, dropout=0.0, bias=true, batch_first=false))]
     fn new(
         embed_dim: usize,
         num_heads: usize,
@@ -122,26 +174,24 @@ impl PyMultiheadAttention {
         bias: bool,
         batch_first: bool,
     ) -> PyResult<PyClassInitializer<Self>> {
-        if dropout != 0.0 || !bias || !batch_first {
-            return Err(refuse(
-                "MultiheadAttention with dropout, without bias or without batch_first",
-            ));
+        if !bias {
+            return Err(refuse("MultiheadAttention without bias"));
         }
         let inner = Arc::new(guard::run(|| {
-            MultiheadAttention::new(embed_dim, num_heads)
+            MultiheadAttention::new(embed_dim, num_heads).dropout(dropout)
         })?);
         let layer: Arc<dyn Layer> = inner.clone();
         Ok(PyClassInitializer::from(PyLayer::new(layer))
-            .add_subclass(PyMultiheadAttention { inner }))
+            .add_subclass(PyMultiheadAttention { inner, batch_first }))
     }
 
-    /// `(output, weights)` as PyTorch's: `output` `[N, L, E]`; `weights` averaged over the
-    /// heads `[N, L, S]` when `need_weights`, else None.
+    /// `(output, weights)` as PyTorch's: `output` in the inputs' layout, with dropout on the
+    /// probabilities in training mode; `weights` averaged over the heads `[N, L, S]` (without
+    /// dropout) when `need_weights`, else None.
     #[pyo3(signature = (query, key, value, key_padding_mask=None, need_weights=true, attn_mask=None, average_attn_weights=true, is_causal=false))]
     #[allow(clippy::too_many_arguments)]
     fn forward(
-        &self,
-        py: Python<'_>,
+        slf: PyRef<'_, Self>,
         query: &Bound<'_, PyAny>,
         key: &Bound<'_, PyAny>,
         value: &Bound<'_, PyAny>,
@@ -156,25 +206,19 @@ impl PyMultiheadAttention {
                 "per-head attention weights (average_attn_weights=False)",
             ));
         }
-        let (q, k, v) = (input(query)?, input(key)?, input(value)?);
-        let opts = layer_attention(attn_mask, key_padding_mask, is_causal, q.dtype())?;
-        let inner = self.inner.clone();
-        let heavy = q.numel() >= HEAVY;
-        if need_weights {
-            let (y, w) =
-                guard::run_heavy(py, heavy, || inner.attend_with_weights(&q, &k, &v, &opts))?;
-            Ok((PyTensor::new(y), Some(PyTensor::new(w))))
-        } else {
-            let y = guard::run_heavy(py, heavy, || inner.attend(&q, &k, &v, &opts))?;
-            Ok((PyTensor::new(y), None))
-        }
+        let call = MhaCall {
+            key_padding_mask,
+            need_weights,
+            attn_mask,
+            is_causal,
+        };
+        Self::run(slf, (query, key, value), call)
     }
 
     #[pyo3(signature = (query, key, value, key_padding_mask=None, need_weights=true, attn_mask=None, average_attn_weights=true, is_causal=false))]
     #[allow(clippy::too_many_arguments)]
     fn __call__(
-        &self,
-        py: Python<'_>,
+        slf: PyRef<'_, Self>,
         query: &Bound<'_, PyAny>,
         key: &Bound<'_, PyAny>,
         value: &Bound<'_, PyAny>,
@@ -184,8 +228,8 @@ impl PyMultiheadAttention {
         average_attn_weights: bool,
         is_causal: bool,
     ) -> PyResult<(PyTensor, Option<PyTensor>)> {
-        self.forward(
-            py,
+        Self::forward(
+            slf,
             query,
             key,
             value,
@@ -199,16 +243,18 @@ impl PyMultiheadAttention {
 }
 
 /// `TransformerEncoderLayer(d_model, nhead, dim_feedforward=2048, dropout=0.1,
-/// activation="relu", batch_first=True, norm_first=False)`, PyTorch's parameters.
+/// activation="relu", batch_first=False, norm_first=False)`, PyTorch's parameters and
+/// layout (`[T, N, E]` unless `batch_first`).
 #[pyclass(name = "TransformerEncoderLayer", module = "ferrograd.nn", extends = PyLayer)]
 pub struct PyTransformerEncoderLayer {
     inner: Arc<TransformerEncoderLayer>,
+    batch_first: bool,
 }
 
 #[pymethods]
 impl PyTransformerEncoderLayer {
     #[new]
-    #[pyo3(signature = (d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu", layer_norm_eps=1e-5, batch_first=true, norm_first=false, bias=true))]
+    #[pyo3(signature = (d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu", layer_norm_eps=1e-5, batch_first=false, norm_first=false, bias=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         d_model: usize,
@@ -221,9 +267,9 @@ impl PyTransformerEncoderLayer {
         norm_first: bool,
         bias: bool,
     ) -> PyResult<PyClassInitializer<Self>> {
-        if layer_norm_eps != 1e-5 || !batch_first || !bias {
+        if layer_norm_eps != 1e-5 || !bias {
             return Err(refuse(
-                "TransformerEncoderLayer with another layer_norm_eps, without batch_first or bias",
+                "TransformerEncoderLayer with another layer_norm_eps or without bias",
             ));
         }
         let gelu = match activation {
@@ -244,10 +290,10 @@ impl PyTransformerEncoderLayer {
         })?;
         let layer: Arc<dyn Layer> = inner.clone();
         Ok(PyClassInitializer::from(PyLayer::new(layer))
-            .add_subclass(PyTransformerEncoderLayer { inner }))
+            .add_subclass(PyTransformerEncoderLayer { inner, batch_first }))
     }
 
-    /// The layer on `src` `[N, T, E]` in the layer's mode, with PyTorch's masks.
+    /// The layer on `src` in the layer's mode and layout, with PyTorch's masks.
     #[pyo3(signature = (src, src_mask=None, src_key_padding_mask=None, is_causal=false))]
     fn forward(
         slf: PyRef<'_, Self>,
@@ -256,14 +302,15 @@ impl PyTransformerEncoderLayer {
         src_key_padding_mask: Option<&Bound<'_, PyAny>>,
         is_causal: bool,
     ) -> PyResult<PyTensor> {
-        let x = input(src)?;
+        let first = slf.batch_first;
+        let x = batch_major(input(src)?, first);
         let opts = layer_attention(src_mask, src_key_padding_mask, is_causal, x.dtype())?;
         let mode = slf.as_super().mode();
         let inner = slf.inner.clone();
         guard::run_heavy(slf.py(), x.numel() >= HEAVY, || {
             inner.forward_masked(&x, mode, &opts)
         })
-        .map(PyTensor::new)
+        .map(|y| PyTensor::new(batch_major(y, first)))
     }
 
     #[pyo3(signature = (src, src_mask=None, src_key_padding_mask=None, is_causal=false))]

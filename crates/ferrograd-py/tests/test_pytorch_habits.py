@@ -400,3 +400,17 @@ def test_modules_convert_their_dtype_in_place():
     assert model.blocks[0].fc.weight.dtype == fg.float32 and model.scale.dtype == fg.float32
     with pytest.raises(ValueError, match="CPU"):
         model.to("cuda")
+
+
+def test_settings_no_group_reads_are_errors_and_nll_keeps_spatial_shape():
+    w = fg.tensor([1.0], requires_grad=True)
+    with pytest.raises(ValueError, match="momentum"):
+        fg.optim.SGD([{"params": [w], "momentum": 0.9}], lr=0.1)
+    opt = fg.optim.SGD([w], lr=0.1, weight_decay=0.01)
+    sched = S.StepLR(opt, 1, 0.5)
+    sched.step()
+    opt.add_param_group({"params": [fg.tensor([2.0], requires_grad=True)]})
+    assert opt.param_groups[1]["lr"] == 0.1 and opt.param_groups[1]["weight_decay"] == 0.01
+    logp = F.log_softmax(fg.tensor(np.sin(np.arange(24).reshape(2, 3, 4))), dim=1)
+    per = F.nll_loss(logp, fg.tensor(np.arange(8).reshape(2, 4) % 3), reduction="none")
+    assert per.shape == (2, 4)

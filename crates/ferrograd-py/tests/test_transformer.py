@@ -120,3 +120,30 @@ def test_the_pieces_of_sampling_text():
     ones = fg.ones(3, 3)
     assert ones.tril().tolist() == [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
     assert fg.triu(ones, 1).tolist() == [[0, 1, 1], [0, 0, 1], [0, 0, 0]]
+
+
+def test_pytorchs_mask_idioms_and_layouts():
+    q = fg.tensor(wave((1, 2, 4, 3), 0.3))
+    causal = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+    allowed = fg.ones(4, 4, dtype=fg.bool).tril()  # PyTorch's idiom: a bool mask, True takes part
+    assert allowed.dtype == fg.bool
+    np.testing.assert_allclose(F.scaled_dot_product_attention(q, q, q, attn_mask=allowed).numpy(), causal.numpy())
+    additive = fg.full((4, 4), float("-inf"), dtype=fg.float64).triu(1)  # no NaN below it
+    assert not np.isnan(additive.numpy()).any()
+    np.testing.assert_allclose(F.scaled_dot_product_attention(q, q, q, attn_mask=additive).numpy(), causal.numpy())
+    m = fg.tensor([5, 0]).bool()
+    assert (~m).tolist() == [False, True] and m.sum().item() == 1
+    # batch_first=False (PyTorch's default): [T, N, E] in and out.
+    fg.manual_seed(0)
+    a = nn.MultiheadAttention(8, 2)
+    b = nn.MultiheadAttention(8, 2, batch_first=True)
+    b.load_state_dict(a.state_dict())
+    x = fg.tensor(wave((2, 5, 8), 0.37).astype(np.float32))
+    y_first, _ = b(x, x, x)
+    xt = x.transpose(0, 1)
+    y_seq, _ = a(xt, xt, xt)
+    np.testing.assert_allclose(y_seq.transpose(0, 1).numpy(), y_first.numpy(), rtol=1e-6)
+    padded = np.zeros((2, 5), dtype=bool)
+    padded[0, 4] = True
+    y, w = b(x, x, x, key_padding_mask=padded, is_causal=True)  # causal beside padding
+    assert np.abs(np.triu(w.numpy()[1], 1)).max() == 0.0 and np.abs(w.numpy()[0, :, 4]).max() == 0.0

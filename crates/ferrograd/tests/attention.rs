@@ -343,3 +343,41 @@ fn multinomial_draws_follow_the_weights() {
     sorted.sort_unstable();
     assert_eq!(sorted, vec![0, 2, 3]);
 }
+
+#[test]
+fn dropout_masks_and_edges() {
+    // PyTorch's causal mask is triu of a −∞ matrix: the rest must be 0, not NaN.
+    let hide = Tensor::full(&[3, 3], f64::NEG_INFINITY, DType::F64).triu(1);
+    assert_eq!(
+        hide.to_vec::<f64>()[..4],
+        [0.0, f64::NEG_INFINITY, f64::NEG_INFINITY, 0.0]
+    );
+    let q = randn(&[1, 3, 4], 11);
+    let masked = q.scaled_dot_product_attention(&q, &q, &Attention::new().mask(&hide));
+    let causal = q.scaled_dot_product_attention(&q, &q, &Attention::new().causal(true));
+    assert_close(&masked, &causal, 1e-14, "triu mask as causal");
+    // No keys: an empty sum, zeros (as [L, 0] @ [0, Ev]).
+    let none = q.scaled_dot_product_attention(
+        &Tensor::zeros(&[1, 0, 4], DType::F64),
+        &Tensor::zeros(&[1, 0, 2], DType::F64),
+        &Attention::new(),
+    );
+    assert_eq!(none.to_vec::<f64>(), vec![0.0; 6]);
+    // Dropout on the attention probabilities acts in training mode only.
+    let mha = MultiheadAttention::new(4, 2).dropout(0.5);
+    let x = Tensor::randn_default(&[2, 3, 4], DType::F32);
+    let eval = Layer::forward(&mha, &x, Mode::Eval);
+    assert_eq!(
+        eval.to_vec::<f32>(),
+        mha.attend(&x, &x, &x, &Attention::new()).to_vec::<f32>()
+    );
+    assert_ne!(
+        Layer::forward(&mha, &x, Mode::Train).to_vec::<f32>(),
+        eval.to_vec::<f32>()
+    );
+    let enc = TransformerEncoderLayer::new(4, 2).dim_feedforward(8);
+    assert!(enc
+        .rng_streams()
+        .iter()
+        .any(|(n, _)| n == "self_attn.dropout.rng"));
+}

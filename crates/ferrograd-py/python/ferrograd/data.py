@@ -1,4 +1,5 @@
-"""Data: MNIST from IDX files, one-hot targets, and tinynn's ``BatchIterator``."""
+"""Data: MNIST from IDX files, one-hot targets, and tinynn's ``BatchIterator`` (whose
+batches are tensors)."""
 
 import collections as _collections
 
@@ -33,7 +34,7 @@ def _take(values, idx):
     # The rows straight from numpy's buffer into a tensor: one copy, as the Rust iterator's
     # gather (numpy's indexing and then the tensor's conversion would copy twice).
     rows = _core.take_rows(values, idx) if values.ndim >= 1 else None
-    return rows if rows is not None else values[idx]
+    return rows if rows is not None else _core.tensor(values[idx])
 
 
 class BatchIterator:

@@ -34,7 +34,7 @@ pub struct AttentionInputs<'a, T> {
 
 /// Writes `out` `[heads, l, ev]`. With `causal`, query `i` sees keys `0..=i` (PyTorch's
 /// top-left `is_causal`). A row whose every score is −∞ gets NaN, as the softmax of its
-/// definition does.
+/// definition does; with no keys at all (`s` = 0) the output is 0.
 pub fn attention_forward<T: Float>(
     x: &AttentionInputs<'_, T>,
     d: AttentionDims,
@@ -104,6 +104,9 @@ fn attend_row<T: Float>(
             sum += p;
             axpy(out, p, &values[(j0 + jj) * d.ev..][..d.ev]);
         }
+    }
+    if end == 0 {
+        return; // no key at all: the empty sum is 0, as `[L, 0] @ [0, Ev]` is
     }
     let inv = T::one() / sum;
     out.iter_mut().for_each(|o| *o = *o * inv);

@@ -7,7 +7,7 @@ use super::{
 };
 use crate::autograd::Param;
 use crate::init;
-use crate::ops::attention::Attention;
+use crate::ops::attention::{causal_mask, Attention};
 use crate::tensor::{with_default_rng, DType, Tensor};
 
 /// PyTorch's `nn.MultiheadAttention` with `batch_first=True`: `in_proj_weight` `[3E, E]`
@@ -28,6 +28,8 @@ pub struct MultiheadAttention {
     in_proj_weight: Param,
     in_proj_bias: Param,
     out_proj: Dense,
+    /// On the attention probabilities, in training mode (PyTorch's `dropout`, default 0).
+    dropout: Dropout,
 }
 
 impl MultiheadAttention {
@@ -47,7 +49,14 @@ impl MultiheadAttention {
             in_proj_weight: Param::new(w),
             in_proj_bias: Param::new(Tensor::zeros(&[3 * embed_dim], DType::F32)),
             out_proj: Dense::new(embed_dim, embed_dim),
+            dropout: Dropout::new(0.0),
         }
+    }
+
+    /// Dropout on the attention probabilities in training mode (PyTorch's `dropout`).
+    pub fn dropout(mut self, p: f64) -> Self {
+        self.dropout = Dropout::new(p);
+        self
     }
 
     fn width(&self) -> usize {
@@ -76,26 +85,36 @@ impl MultiheadAttention {
         );
     }
 
-    /// Attention of `query` `[N, L, E]` over `key` and `value` `[N, S, E]`: `[N, L, E]`.
-    /// `opts` masks (its mask broadcast to `[N, H, L, S]`: `[L, S]` for every batch and head,
-    /// `[N, 1, 1, S]` for padded keys), makes it causal, or sets the scale.
+    /// Attention of `query` `[N, L, E]` over `key` and `value` `[N, S, E]`: `[N, L, E]`, in
+    /// evaluation mode. `opts` masks (its mask broadcast to `[N, H, L, S]`: `[L, S]` for
+    /// every batch and head, `[N, 1, 1, S]` for padded keys), makes it causal, or sets the
+    /// scale.
     pub fn attend(&self, query: &Tensor, key: &Tensor, value: &Tensor, opts: &Attention) -> Tensor {
-        for (what, x) in [("query", query), ("key", key), ("value", value)] {
-            self.check(what, x);
-        }
-        let (q, k, v) = (
-            self.project(query, 0),
-            self.project(key, 1),
-            self.project(value, 2),
-        );
-        let y = q.scaled_dot_product_attention(&k, &v, opts);
-        let (n, l) = (query.shape()[0], query.shape()[1]);
-        let y = y.transpose(1, 2).reshape(&[n, l, self.width()]);
-        Layer::forward(&self.out_proj, &y, Mode::Eval)
+        self.attend_in(query, key, value, opts, Mode::Eval)
+    }
+
+    /// [`MultiheadAttention::attend`] in `mode`: in training, with dropout on the
+    /// probabilities (then computed unfused, the probabilities being needed).
+    pub fn attend_in(
+        &self,
+        query: &Tensor,
+        key: &Tensor,
+        value: &Tensor,
+        opts: &Attention,
+        mode: Mode,
+    ) -> Tensor {
+        let (q, k, v) = self.heads_of(query, key, value);
+        let y = if mode == Mode::Train && self.dropout.p() > 0.0 {
+            let p = Layer::forward(&self.dropout, &self.probabilities(&q, &k, opts), mode);
+            p.matmul(&v)
+        } else {
+            q.scaled_dot_product_attention(&k, &v, opts)
+        };
+        self.merge(&y, query)
     }
 
     /// [`MultiheadAttention::attend`] and the attention weights averaged over the heads,
-    /// `[N, L, S]` (PyTorch's `need_weights=True`).
+    /// `[N, L, S]` (PyTorch's `need_weights=True`), in evaluation mode.
     pub fn attend_with_weights(
         &self,
         query: &Tensor,
@@ -103,27 +122,42 @@ impl MultiheadAttention {
         value: &Tensor,
         opts: &Attention,
     ) -> (Tensor, Tensor) {
-        let out = self.attend(query, key, value, opts);
-        let (q, k) = (self.project(query, 0), self.project(key, 1));
+        let (q, k, v) = self.heads_of(query, key, value);
+        let p = self.probabilities(&q, &k, opts);
+        (self.merge(&p.matmul(&v), query), p.mean_axes(&[1], false))
+    }
+
+    /// The checked inputs projected and split into heads.
+    fn heads_of(&self, query: &Tensor, key: &Tensor, value: &Tensor) -> (Tensor, Tensor, Tensor) {
+        for (what, x) in [("query", query), ("key", key), ("value", value)] {
+            self.check(what, x);
+        }
+        (
+            self.project(query, 0),
+            self.project(key, 1),
+            self.project(value, 2),
+        )
+    }
+
+    /// The heads' outputs `[N, H, L, E/H]` joined and projected: `[N, L, E]`.
+    fn merge(&self, y: &Tensor, query: &Tensor) -> Tensor {
+        let (n, l) = (query.shape()[0], query.shape()[1]);
+        let y = y.transpose(1, 2).reshape(&[n, l, self.width()]);
+        Layer::forward(&self.out_proj, &y, Mode::Eval)
+    }
+
+    /// The attention probabilities `[N, H, L, S]` of projected heads, by their definition.
+    fn probabilities(&self, q: &Tensor, k: &Tensor, opts: &Attention) -> Tensor {
         let dh = (self.width() / self.heads) as f64;
         let mut scores = &q.matmul(&k.transpose(-2, -1)) * opts.scale_or(1.0 / dh.sqrt());
         if let Some(m) = opts.mask_tensor() {
             scores = &scores + m;
         }
         if opts.is_causal() {
-            let (l, s) = (query.shape()[1], key.shape()[1]);
-            let hide: Vec<f64> = (0..l * s)
-                .map(|x| {
-                    if x % s > x / s {
-                        f64::NEG_INFINITY
-                    } else {
-                        0.0
-                    }
-                })
-                .collect();
-            scores = &scores + &Tensor::from_vec(hide, &[l, s]).to_dtype(scores.dtype());
+            let (l, s) = (q.shape()[2], k.shape()[2]);
+            scores = &scores + &causal_mask(l, s, scores.dtype());
         }
-        (out, scores.softmax(-1).mean_axes(&[1], false))
+        scores.softmax(-1)
     }
 }
 
@@ -137,6 +171,10 @@ impl Module for MultiheadAttention {
         out
     }
 
+    fn rng_streams(&self) -> Vec<(String, RngStream)> {
+        prefixed("dropout", self.dropout.rng_streams())
+    }
+
     fn name(&self) -> String {
         format!("MultiheadAttention({}, {})", self.width(), self.heads)
     }
@@ -144,16 +182,17 @@ impl Module for MultiheadAttention {
 
 /// Self-attention without a mask.
 impl Layer for MultiheadAttention {
-    fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
-        self.attend(x, x, x, &Attention::new())
+    fn forward(&self, x: &Tensor, mode: Mode) -> Tensor {
+        self.attend_in(x, x, x, &Attention::new(), mode)
     }
 }
 
 /// PyTorch's `nn.TransformerEncoderLayer` with `batch_first=True`: self-attention and a
 /// feed-forward block, each with a residual connection and a LayerNorm, after (post-norm, the
 /// default) or before (`norm_first`). Names: `self_attn.*`, `linear1.*`, `linear2.*`,
-/// `norm1.*`, `norm2.*`. PyTorch's defaults: feed-forward width 2048, dropout 0.1, ReLU,
-/// LayerNorm eps 1e-5.
+/// `norm1.*`, `norm2.*`. PyTorch's defaults: feed-forward width 2048, dropout 0.1 (on the
+/// attention probabilities, after the attention, inside and after the feed-forward block),
+/// ReLU, LayerNorm eps 1e-5.
 ///
 /// ```
 /// use ferrograd::prelude::*;
@@ -180,7 +219,7 @@ impl TransformerEncoderLayer {
     /// Width `d_model`, `heads` attention heads, PyTorch's defaults for the rest.
     pub fn new(d_model: usize, heads: usize) -> TransformerEncoderLayer {
         TransformerEncoderLayer {
-            self_attn: MultiheadAttention::new(d_model, heads),
+            self_attn: MultiheadAttention::new(d_model, heads).dropout(0.1),
             linear1: Dense::new(d_model, 2048),
             linear2: Dense::new(2048, d_model),
             norm1: LayerNorm::new(d_model),
@@ -201,10 +240,12 @@ impl TransformerEncoderLayer {
         self
     }
 
-    /// Dropout probability after the attention, inside and after the feed-forward block.
+    /// Dropout probability on the attention probabilities, after the attention, inside and
+    /// after the feed-forward block (the weights are kept).
     pub fn dropout(mut self, p: f64) -> Self {
         (self.dropout, self.dropout1, self.dropout2) =
             (Dropout::new(p), Dropout::new(p), Dropout::new(p));
+        self.self_attn.dropout = Dropout::new(p);
         self
     }
 
@@ -229,7 +270,7 @@ impl TransformerEncoderLayer {
     }
 
     fn self_attention(&self, x: &Tensor, mode: Mode, opts: &Attention) -> Tensor {
-        let y = self.self_attn.attend(x, x, x, opts);
+        let y = self.self_attn.attend_in(x, x, x, opts, mode);
         Layer::forward(&self.dropout1, &y, mode)
     }
 
@@ -258,7 +299,8 @@ impl Module for TransformerEncoderLayer {
     }
 
     fn rng_streams(&self) -> Vec<(String, RngStream)> {
-        let mut out = prefixed("dropout", self.dropout.rng_streams());
+        let mut out = prefixed("self_attn", self.self_attn.rng_streams());
+        out.extend(prefixed("dropout", self.dropout.rng_streams()));
         out.extend(prefixed("dropout1", self.dropout1.rng_streams()));
         out.extend(prefixed("dropout2", self.dropout2.rng_streams()));
         out

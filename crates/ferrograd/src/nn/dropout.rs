@@ -40,6 +40,11 @@ impl<const CHANNELS: bool> DropoutOf<CHANNELS> {
         Self::with_seed(p, seed)
     }
 
+    /// The drop probability.
+    pub fn p(&self) -> f64 {
+        self.p
+    }
+
     /// Drop probability `p` in [0, 1), with a generator of its own seeded by `seed`.
     pub fn with_seed(p: f64, seed: u64) -> Self {
         assert!(

@@ -74,7 +74,7 @@ impl Attention {
 }
 
 /// `[L, S]` zeros with `-inf` above the diagonal: the causal mask, additive.
-fn causal_mask(l: usize, s: usize, dtype: DType) -> Tensor {
+pub(crate) fn causal_mask(l: usize, s: usize, dtype: DType) -> Tensor {
     let v: Vec<f64> = (0..l * s)
         .map(|x| {
             if x % s > x / s {
@@ -108,12 +108,8 @@ impl Tensor {
     /// `F.scaled_dot_product_attention`. A query row that sees no key is NaN, as there.
     pub fn scaled_dot_product_attention(&self, k: &Tensor, v: &Tensor, opts: &Attention) -> Tensor {
         let op = "scaled_dot_product_attention";
-        let (l, e) = (
-            self.shape()[self.ndim().max(2) - 2],
-            self.shape()[self.ndim().max(1) - 1],
-        );
-        let mut batch = broadcast_shapes(lead("q", self), lead("k", k));
-        batch = batch.and_then(|b| broadcast_shapes(&b, lead("v", v)));
+        let (ql, kl, vl) = (lead("q", self), lead("k", k), lead("v", v));
+        let (l, e) = (self.shape()[self.ndim() - 2], self.shape()[self.ndim() - 1]);
         let (s, ev) = (k.shape()[k.ndim() - 2], v.shape()[v.ndim() - 1]);
         assert!(
             k.shape()[k.ndim() - 1] == e && v.shape()[v.ndim() - 2] == s,
@@ -122,7 +118,13 @@ impl Tensor {
             k.shape(),
             v.shape()
         );
-        if let Some(m) = &opts.mask {
+        let mut batch = broadcast_shapes(ql, kl).and_then(|b| broadcast_shapes(&b, vl));
+        // A mask broadcasts to [.., L, S] (a 1-d one, [S], to every row).
+        let mask = opts.mask.as_ref().map(|m| match m.ndim() {
+            0 | 1 => m.reshape(&[&[1][..], m.shape()].concat()),
+            _ => m.clone(),
+        });
+        if let Some(m) = &mask {
             batch = batch.and_then(|b| broadcast_shapes(&b, lead("mask", m)));
             let fits = broadcast_shapes(&m.shape()[m.ndim() - 2..], &[l, s]);
             assert!(
@@ -140,7 +142,7 @@ impl Tensor {
             )
         };
         let mut dtype = self.dtype().promote(k.dtype()).promote(v.dtype());
-        if let Some(m) = &opts.mask {
+        if let Some(m) = &mask {
             dtype = dtype.promote(m.dtype());
         }
         assert!(dtype.is_float(), "{op}: needs float operands, got {dtype}");
@@ -156,15 +158,15 @@ impl Tensor {
                 dense::<T>(&cast(k), &with([s, e])),
                 dense::<T>(&cast(v), &with([s, ev])),
             );
-            let mask = opts.mask.as_ref().map(|m| dense::<T>(&cast(m), &with([l, s])));
-            let inputs = AttentionInputs { q: &q, k: &kk, v: &vv, mask: mask.as_deref() };
+            let dense_mask = mask.as_ref().map(|m| dense::<T>(&cast(m), &with([l, s])));
+            let inputs = AttentionInputs { q: &q, k: &kk, v: &vv, mask: dense_mask.as_deref() };
             let mut out = vec![T::zero(); heads * l * ev];
             attention_forward(&inputs, d, T::from_f64(scale), opts.causal, &mut out);
             Tensor::from_vec(out, &out_shape)
         });
         let mut inputs = vec![self, k, v];
-        inputs.extend(opts.mask.as_ref());
-        let (causal, masked) = (opts.causal, opts.mask.is_some());
+        inputs.extend(mask.as_ref());
+        let (causal, masked) = (opts.causal, mask.is_some());
         record(op, out, &inputs, move |c, up| {
             attention_backward(c, up, scale, causal, masked)
         })

@@ -1,6 +1,6 @@
 //! Selections that transformers use: triangles of the last two axes, masked filling and the
-//! `k` largest entries. Each is written with the differentiable ops (a product with a constant
-//! mask, `where_cond`, `index_select`), so each has derivatives of every order.
+//! `k` largest entries. Each is written with the differentiable ops (`where_cond` with a
+//! constant mask, `index_select`), so each has derivatives of every order.
 
 use crate::tensor::{no_grad, DType, Tensor};
 
@@ -34,14 +34,17 @@ impl Tensor {
             return Tensor::from_vec(v, self.shape());
         }
         let mask: Vec<f64> = (0..r * c).map(|x| f64::from(u8::from(kept(x)))).collect();
-        self * &Tensor::from_vec(mask, &[r, c]).to_dtype(self.dtype())
+        // A selection, not a product: an infinite element outside the triangle must become
+        // 0, not NaN (PyTorch's causal mask is `triu` of a −∞ matrix).
+        let mask = Tensor::from_vec(mask, &[r, c]).to_dtype(self.dtype());
+        mask.where_cond(self, &Tensor::zeros(&[], self.dtype()))
     }
 
     /// `value` where `mask` (broadcast to this shape) is non-zero, this tensor's elements
     /// elsewhere (PyTorch's `masked_fill`). The gradient passes where the mask is zero.
     pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Tensor {
         let fill = Tensor::full(&[], value, self.dtype());
-        let out = mask.detach().where_cond(&fill, self);
+        let out = mask.detach().ne_scalar(0.0).where_cond(&fill, self);
         if out.shape() != self.shape() {
             panic!(
                 "masked_fill: mask {:?} does not broadcast to {:?}",

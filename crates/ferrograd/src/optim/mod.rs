@@ -227,7 +227,7 @@ pub struct Optim<R> {
     state: HashMap<u64, Vec<Tensor>>,
 }
 
-/// Panics unless `lr` is a usable learning rate.
+/// Panics unless `wd` is a usable weight decay.
 fn check_weight_decay(wd: f64) {
     assert!(
         wd.is_finite() && wd >= 0.0,
@@ -235,6 +235,7 @@ fn check_weight_decay(wd: f64) {
     );
 }
 
+/// Panics unless `lr` is a usable learning rate.
 fn check_lr(lr: f64) {
     assert!(
         lr.is_finite() && lr >= 0.0,

@@ -2,7 +2,6 @@
 written with the core's differentiable ops (every function here has gradients of every
 order, since the ops under it do)."""
 
-import math as _math
 
 import numpy as _np
 
@@ -36,13 +35,7 @@ def elu(input, alpha=1.0, inplace=False):
 def gelu(input, approximate="none"):
     """GELU: exact (``x·Φ(x)``) or, with ``approximate="tanh"``,
     ``½x(1 + tanh(√(2/π)(x + 0.044715x³)))`` as PyTorch's."""
-    x = _t(input)
-    if approximate == "none":
-        return x.gelu()
-    if approximate != "tanh":
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    inner = (x + x * x * x * 0.044715) * _math.sqrt(2.0 / _math.pi)
-    return x * 0.5 * (inner.tanh() + 1.0)
+    return _t(input).gelu(approximate)
 
 
 def silu(input, inplace=False):
@@ -103,10 +96,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if len(shape) != 1 or x.shape[-1] != shape[0]:
         raise ValueError(f"rms_norm: normalized_shape {shape} must be the last axis of {tuple(x.shape)}")
-    if eps is None:
-        eps = float(_np.finfo(x.dtype.name).eps)
-    y = x / ((x * x).mean(-1, keepdim=True) + eps).sqrt()
-    return y if weight is None else y * weight
+    return x.rms_norm(weight, eps)
 
 
 # ---- linear maps, convolution, pooling ----
@@ -268,7 +258,8 @@ def _classes_last(x):
 
 
 def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):
-    return _class_loss(_classes_last(_t(input)), target, weight, ignore_index, reduction, 0.0)
+    x = _t(input)
+    return _class_loss(_classes_last(x), target, weight, ignore_index, reduction, 0.0, x.shape)
 
 
 def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
