@@ -321,7 +321,7 @@ class LayerNorm(Layer):
     def __init__(self, normalized_shape: int) -> None: ...
 
 class MultiheadAttention(Layer):
-    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True, batch_first: bool = True) -> None: ...
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True, batch_first: bool = False) -> None: ...
     def forward(  # type: ignore[override]
         self, query: ArrayLike, key: ArrayLike, value: ArrayLike, key_padding_mask: Optional[ArrayLike] = None,
         need_weights: bool = True, attn_mask: Optional[ArrayLike] = None, average_attn_weights: bool = True,
@@ -336,7 +336,7 @@ class MultiheadAttention(Layer):
 class TransformerEncoderLayer(Layer):
     def __init__(
         self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
-        activation: str = "relu", layer_norm_eps: float = 1e-5, batch_first: bool = True,
+        activation: str = "relu", layer_norm_eps: float = 1e-5, batch_first: bool = False,
         norm_first: bool = False, bias: bool = True,
     ) -> None: ...
     def forward(  # type: ignore[override]
