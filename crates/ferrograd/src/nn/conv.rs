@@ -254,13 +254,17 @@ macro_rules! pool_layer {
             /// Square windows of `kernel`, `stride` apart, no padding; panics unless both are
             /// positive.
             pub fn new(kernel: usize, stride: usize) -> Self {
+                assert!(
+                    kernel > 0 && stride > 0,
+                    concat!(stringify!($name), ": kernel {} and stride {} must be positive"),
+                    kernel,
+                    stride
+                );
                 $name {
-                    kernel: [1, 1],
-                    stride: [1, 1],
+                    kernel: [kernel; 2],
+                    stride: [stride; 2],
                     padding: [0, 0],
                 }
-                .kernel_hw(kernel, kernel)
-                .stride_hw(stride, stride)
             }
 
             /// Windows of `h × w` (PyTorch's `kernel_size=(h, w)`); panics unless positive.
