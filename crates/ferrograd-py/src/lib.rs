@@ -303,8 +303,7 @@ fn take_rows(
     array: &Bound<'_, PyAny>,
     index: numpy::PyReadonlyArray1<'_, i64>,
 ) -> PyResult<Option<PyTensor>> {
-    let index = index.as_slice()?.to_vec();
-    Ok(convert::take_rows(array, &index)?.map(PyTensor::new))
+    Ok(convert::take_rows(array, index.as_slice()?)?.map(PyTensor::new))
 }
 
 /// `multinomial(input, num_samples, replacement=False)`: class indices (int64) drawn per

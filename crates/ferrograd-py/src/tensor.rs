@@ -138,6 +138,22 @@ impl PyTensor {
         self.map(py, f).map(|r| self.like(r.tensor()))
     }
 
+    /// `all` (`fold` the minimum) or `any` (the maximum) of the non-zero test over `dim`.
+    fn truth(
+        &self,
+        py: Python<'_>,
+        dim: Option<&Bound<'_, PyAny>>,
+        keepdim: bool,
+        fold: Reduction,
+    ) -> PyResult<PyTensor> {
+        let axes = axes_arg(dim)?;
+        let nonzero = PyTensor::mask(self.tensor()).tensor().to_dtype(DType::F32);
+        guard::run_heavy(py, nonzero.numel() >= HEAVY, || {
+            reduce(&nonzero, axes, keepdim, fold)
+        })
+        .map(PyTensor::mask)
+    }
+
     /// Element-wise logic on masks (`&`, `|`, `^`), refused for other tensors.
     fn logic(
         &self,
@@ -723,10 +739,7 @@ impl PyTensor {
         dim: Option<&Bound<'_, PyAny>>,
         keepdim: bool,
     ) -> PyResult<PyTensor> {
-        let axes = axes_arg(dim)?;
-        let nonzero = PyTensor::mask(self.tensor()).tensor().to_dtype(DType::F32);
-        self.map(py, |_| reduce(&nonzero, axes, keepdim, Tensor::min_axes))
-            .map(|r| PyTensor::mask(r.tensor()))
+        self.truth(py, dim, keepdim, Tensor::min_axes)
     }
 
     /// Whether any element (along `dim`, when given) is non-zero, as a boolean tensor.
@@ -737,10 +750,7 @@ impl PyTensor {
         dim: Option<&Bound<'_, PyAny>>,
         keepdim: bool,
     ) -> PyResult<PyTensor> {
-        let axes = axes_arg(dim)?;
-        let nonzero = PyTensor::mask(self.tensor()).tensor().to_dtype(DType::F32);
-        self.map(py, |_| reduce(&nonzero, axes, keepdim, Tensor::max_axes))
-            .map(|r| PyTensor::mask(r.tensor()))
+        self.truth(py, dim, keepdim, Tensor::max_axes)
     }
 
     /// Logical not of a boolean tensor.

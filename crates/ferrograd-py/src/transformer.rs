@@ -153,11 +153,12 @@ impl PyMultiheadAttention {
         let (inner, mode) = (slf.inner.clone(), slf.as_super().mode());
         let need = call.need_weights;
         let (y, w) = guard::run_heavy(slf.py(), q.numel() >= HEAVY, || {
-            let y = inner.attend_in(&q, &k, &v, &opts, mode);
-            (
-                y,
-                need.then(|| inner.attend_with_weights(&q, &k, &v, &opts).1),
-            )
+            if need {
+                let (y, w) = inner.attend_with_weights_in(&q, &k, &v, &opts, mode);
+                (y, Some(w))
+            } else {
+                (inner.attend_in(&q, &k, &v, &opts, mode), None)
+            }
         })?;
         Ok((PyTensor::new(batch_major(y, first)), w.map(PyTensor::new)))
     }

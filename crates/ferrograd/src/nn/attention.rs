@@ -122,9 +122,27 @@ impl MultiheadAttention {
         value: &Tensor,
         opts: &Attention,
     ) -> (Tensor, Tensor) {
+        self.attend_with_weights_in(query, key, value, opts, Mode::Eval)
+    }
+
+    /// [`MultiheadAttention::attend_with_weights`] in `mode`: in training the output has
+    /// dropout on the probabilities, the weights are those before it. One projection and
+    /// one softmax serve both.
+    pub fn attend_with_weights_in(
+        &self,
+        query: &Tensor,
+        key: &Tensor,
+        value: &Tensor,
+        opts: &Attention,
+        mode: Mode,
+    ) -> (Tensor, Tensor) {
         let (q, k, v) = self.heads_of(query, key, value);
         let p = self.probabilities(&q, &k, opts);
-        (self.merge(&p.matmul(&v), query), p.mean_axes(&[1], false))
+        let dropped = Layer::forward(&self.dropout, &p, mode);
+        (
+            self.merge(&dropped.matmul(&v), query),
+            p.mean_axes(&[1], false),
+        )
     }
 
     /// The checked inputs projected and split into heads.
