@@ -108,22 +108,28 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
         param.bounds.push(parse_quote!(::ferrograd::nn::Module));
     }
     let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
-    let gather = |list: Tokens| {
+    // Parameters and buffers pass through `distinct`: a tied parameter is listed once.
+    let gather = |list: Tokens, once: bool| {
         let parts = fields.iter().map(|(path, access)| {
             quote! {
                 out.extend(::ferrograd::nn::prefixed(#path, ::ferrograd::nn::Module::#list(&#access)));
             }
         });
+        let result = if once {
+            quote!(::ferrograd::nn::distinct(out))
+        } else {
+            quote!(out)
+        };
         quote! {
             let mut out = ::std::vec::Vec::new();
             #(#parts)*
-            out
+            #result
         }
     };
-    let params = gather(quote!(params));
-    let buffers = gather(quote!(buffers));
-    let streams = gather(quote!(rng_streams));
-    let state = gather(quote!(state_params));
+    let params = gather(quote!(params), true);
+    let buffers = gather(quote!(buffers), true);
+    let streams = gather(quote!(rng_streams), false);
+    let state = gather(quote!(state_params), true);
     Ok(quote! {
         impl #impl_generics ::ferrograd::nn::Module for #name #ty_generics #where_clause {
             fn params(&self) -> ::std::vec::Vec<(::std::string::String, ::ferrograd::autograd::Param)> {

@@ -13,7 +13,10 @@ use crate::graph::PyNode;
 use crate::tensor::PyTensor;
 
 /// One entry of the table: a method on each class for a primitive without constants.
+/// `gelu` takes PyTorch's `approximate` argument: written by hand in `tensor.rs` and
+/// `graph.rs`.
 macro_rules! python_method {
+    ($(#[$doc:meta])* gelu) => {};
     ($(#[$doc:meta])* $name:ident) => {
         #[pymethods]
         impl PyTensor {

@@ -81,8 +81,9 @@ pub mod prelude {
     pub use crate::graph::{Feed, GradientDescentOptimizer, Graph, GraphOptimizer, Node, Session};
     pub use crate::io::{load_checkpoint, save_checkpoint};
     pub use crate::loss::{
-        Huber, HuberLoss, Loss, Mae, MaeLoss, Mse, MseLoss, Nll, NllLoss, SigmoidCrossEntropy,
-        SigmoidCrossEntropyLoss, SoftmaxCrossEntropy, SoftmaxCrossEntropyLoss,
+        CrossEntropy, CrossEntropyLoss, Huber, HuberLoss, Loss, Mae, MaeLoss, Mse, MseLoss, Nll,
+        NllLoss, SigmoidCrossEntropy, SigmoidCrossEntropyLoss, SoftmaxCrossEntropy,
+        SoftmaxCrossEntropyLoss,
     };
     pub use crate::metrics::accuracy;
     pub use crate::model::{Model, Net};

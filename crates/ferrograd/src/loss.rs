@@ -1,6 +1,5 @@
 //! Losses: each returns a differentiable 0-d tensor, the mean over the batch (axis 0).
 
-use crate::data::one_hot;
 use crate::ops::same_shape;
 use crate::tensor::Tensor;
 
@@ -25,29 +24,117 @@ fn batch_mean(per_element: &Tensor) -> Tensor {
     per_element.sum_axes(&rest, false).mean()
 }
 
-/// The target as rows over the class axis (the last of `scores`): one-hot from `I64` class
-/// indices shaped as `scores` without that axis (PyTorch's `cross_entropy` targets), or the
-/// one-hot / soft rows themselves, which must match `scores`' shape.
-fn class_rows(op: &str, scores: &Tensor, target: &Tensor) -> Tensor {
+/// The negative log-likelihood of `log_probs` (classes on the last axis) against `target`:
+/// `I64` class indices shaped as `log_probs` without that axis (PyTorch's `cross_entropy`
+/// targets), or one-hot / soft rows of `log_probs`' shape. The mean over every position (every
+/// row of classes), leaving out the positions whose index is `ignore_index`, as PyTorch's
+/// `reduction="mean"`; `smoothing` mixes each target with the uniform distribution.
+fn class_loss(op: &str, log_probs: &Tensor, target: &Tensor, ce: &CrossEntropy) -> Tensor {
+    let last = log_probs.ndim().saturating_sub(1);
+    let classes = log_probs.shape().get(last).copied().unwrap_or(0);
+    let uniform = || {
+        log_probs
+            .sum_axes(&[last], false)
+            .div_scalar(-(classes as f64))
+    };
     if target.dtype().is_float() {
-        same_shape(op, scores, target);
-        return target.clone();
+        same_shape(op, log_probs, target);
+        let nll = -&(log_probs * target).sum_axes(&[last], false);
+        let e = ce.label_smoothing;
+        if e == 0.0 {
+            return nll.mean();
+        }
+        return (&nll.mul_scalar(1.0 - e) + &uniform().mul_scalar(e)).mean();
     }
-    let (batch, classes) = scores.shape().split_at(scores.ndim().saturating_sub(1));
+    let batch = &log_probs.shape()[..last];
     assert!(
         target.shape() == batch,
         "{op}: class indices of shape {:?} do not fit scores of shape {:?} (expected {batch:?})",
         target.shape(),
-        scores.shape()
+        log_probs.shape()
     );
-    let classes = classes.first().copied().unwrap_or(0);
-    let labels = target.to_vec::<i64>();
-    if let Some(c) = labels.iter().find(|&&c| !(0..classes as i64).contains(&c)) {
-        panic!("{op}: class index {c} is not a class of 0..{classes}");
+    let mut rows = Vec::new();
+    let mut picks = Vec::new();
+    for (row, c) in target.to_vec::<i64>().into_iter().enumerate() {
+        if Some(c) == ce.ignore_index {
+            continue;
+        }
+        if !(0..classes as i64).contains(&c) {
+            panic!("{op}: class index {c} is not a class of 0..{classes}");
+        }
+        rows.push(row);
+        picks.push(row * classes + c as usize);
     }
-    one_hot(&labels, classes)
-        .reshape(scores.shape())
-        .to_dtype(scores.dtype())
+    // Picking each row's entry from the flat log-probabilities (index_select, whose derivative
+    // scatters back) costs one read per row where a one-hot product would read all classes.
+    // With every position ignored the mean is 0/0 = NaN, as PyTorch's.
+    let count = rows.len() as f64;
+    let nll = log_probs
+        .reshape(&[log_probs.numel()])
+        .index_select(0, &picks);
+    let nll = nll.sum().div_scalar(-count);
+    let e = ce.label_smoothing;
+    if e == 0.0 {
+        return nll;
+    }
+    let smooth = uniform().reshape(&[batch.iter().product::<usize>()]);
+    let smooth = smooth.index_select(0, &rows).sum().div_scalar(count);
+    &nll.mul_scalar(1.0 - e) + &smooth.mul_scalar(e)
+}
+
+/// Cross-entropy of softmax(logits) over the last axis, PyTorch's `cross_entropy` with the
+/// classes last: logits `[.., C]` against `I64` class indices `[..]` or class probabilities
+/// `[.., C]`, averaged over every position; positions whose index is `ignore_index` are left
+/// out of the sum and the count, and `label_smoothing` mixes each target with the uniform
+/// distribution. Computed through log_softmax: finite for any logits.
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let logits = Tensor::zeros(&[2, 3, 5], DType::F32); // [N, T, V]
+/// let targets = Tensor::from_vec(vec![1i64, 4, -100, 0, 2, 3], &[2, 3]);
+/// let loss = CrossEntropy::new().ignore_index(-100).loss(&logits, &targets);
+/// assert!((loss.item() - 5f64.ln()).abs() < 1e-6); // uniform over 5 classes, 5 counted
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CrossEntropy {
+    ignore_index: Option<i64>,
+    label_smoothing: f64,
+}
+
+impl CrossEntropy {
+    /// No ignored index, no smoothing.
+    pub fn new() -> Self {
+        CrossEntropy::default()
+    }
+
+    /// Positions whose target is `index` count for nothing (PyTorch's default is −100).
+    pub fn ignore_index(self, index: i64) -> Self {
+        CrossEntropy {
+            ignore_index: Some(index),
+            ..self
+        }
+    }
+
+    /// Mixes every target with the uniform distribution: (1 − e)·target + e/C; panics
+    /// unless `e` is in [0, 1].
+    pub fn label_smoothing(self, e: f64) -> Self {
+        assert!(
+            (0.0..=1.0).contains(&e),
+            "CrossEntropy: label_smoothing {e} is not in [0, 1]"
+        );
+        CrossEntropy {
+            label_smoothing: e,
+            ..self
+        }
+    }
+}
+
+impl Loss for CrossEntropy {
+    fn loss(&self, logits: &Tensor, target: &Tensor) -> Tensor {
+        let last = logits.ndim().saturating_sub(1);
+        class_loss("CrossEntropy", &logits.log_softmax(last), target, self)
+    }
 }
 
 /// Losses without settings: a unit struct, `new()`, and the formula.
@@ -70,13 +157,14 @@ losses! {
     /// Cross-entropy of softmax(logits) over the last axis, against one-hot or soft targets
     /// of the logits' shape or `I64` class indices (`[N]` for logits `[N, C]`), computed
     /// through log_softmax: finite for any logits. The gradient is (softmax − target) / N.
+    /// The mean over every position, as [`CrossEntropy`] without settings.
     SoftmaxCrossEntropy, |op, logits, target| {
-        let rows = class_rows(op, logits, target);
-        -batch_mean(&(&logits.log_softmax(logits.ndim() - 1) * &rows))
+        let last = logits.ndim().saturating_sub(1);
+        class_loss(op, &logits.log_softmax(last), target, &CrossEntropy::new())
     };
     /// Negative log-likelihood of log-probabilities (last axis) against one-hot targets or
-    /// `I64` class indices.
-    Nll, |op, log_probs, target| -batch_mean(&(log_probs * &class_rows(op, log_probs, target)));
+    /// `I64` class indices, averaged over every position.
+    Nll, |op, log_probs, target| class_loss(op, log_probs, target, &CrossEntropy::new());
     /// Binary cross-entropy of sigmoid(logits) against targets in [0, 1], in the stable form
     /// max(x, 0) − x·t + ln(1 + e^−|x|) (which softplus(x) − x·t equals).
     SigmoidCrossEntropy, |op, logits, target| {
@@ -135,6 +223,8 @@ pub type SigmoidCrossEntropyLoss = SigmoidCrossEntropy;
 pub type MseLoss = Mse;
 /// [`Mae`] under the Python binding's name (PyTorch's `L1Loss`).
 pub type MaeLoss = Mae;
+/// [`CrossEntropy`] under PyTorch's name.
+pub type CrossEntropyLoss = CrossEntropy;
 /// [`Huber`] under PyTorch's name.
 pub type HuberLoss = Huber;
 /// [`Nll`] under PyTorch's name.

@@ -3,7 +3,7 @@
 
 use crate::autograd::{no_grad, Gradients, Param};
 use crate::loss::Loss;
-use crate::nn::{indexed, Layer, Mode, Module, RngStream};
+use crate::nn::{distinct, indexed, Layer, Mode, Module, RngStream};
 use crate::optim::{Optimizer, Schedule};
 use crate::tensor::Tensor;
 
@@ -90,11 +90,11 @@ impl std::fmt::Debug for Net {
 
 impl Module for Net {
     fn params(&self) -> Vec<(String, Param)> {
-        indexed(&self.layers, |l| l.params())
+        distinct(indexed(&self.layers, |l| l.params()))
     }
 
     fn buffers(&self) -> Vec<(String, Param)> {
-        indexed(&self.layers, |l| l.buffers())
+        distinct(indexed(&self.layers, |l| l.buffers()))
     }
 
     fn rng_streams(&self) -> Vec<(String, RngStream)> {
@@ -102,7 +102,7 @@ impl Module for Net {
     }
 
     fn state_params(&self) -> Vec<(String, Param)> {
-        indexed(&self.layers, |l| l.state_params())
+        distinct(indexed(&self.layers, |l| l.state_params()))
     }
 
     fn name(&self) -> String {

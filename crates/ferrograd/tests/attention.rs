@@ -77,6 +77,49 @@ fn values_and_gradients_are_pytorchs() {
     );
 }
 
+/// A plain backward runs the fused kernel, a backward that builds a graph the tensor-op rule:
+/// the two give the same gradients, for every operand and setting.
+#[test]
+fn the_fused_backward_is_the_differentiable_rule() {
+    for dtype in [DType::F64, DType::F32] {
+        let tol = if dtype == DType::F64 { 1e-12 } else { 2e-5 };
+        let q = wave(&[2, 3, 4, 5], 0.3, 0.0, f64::sin)
+            .to_dtype(dtype)
+            .requires_grad();
+        // Keys and values shared by the three heads (broadcast), more keys than queries.
+        let k = wave(&[2, 1, 7, 5], 0.2, 0.0, f64::cos)
+            .to_dtype(dtype)
+            .requires_grad();
+        let v = wave(&[2, 1, 7, 3], 0.7, 1.0, f64::sin)
+            .to_dtype(dtype)
+            .requires_grad();
+        let mask = wave(&[4, 7], 0.1, 0.0, f64::cos)
+            .to_dtype(dtype)
+            .requires_grad();
+        let w = wave(&[2, 3, 4, 3], 0.13, 0.5, f64::sin).to_dtype(dtype);
+        let settings = [
+            Attention::new(),
+            Attention::new().causal(true),
+            Attention::new().mask(&mask).scale(0.3),
+            Attention::new().mask(&mask).causal(true),
+        ];
+        for (i, opts) in settings.iter().enumerate() {
+            let loss = (&q.scaled_dot_product_attention(&k, &v, opts) * &w).sum();
+            let fused = loss.backward();
+            let rule = loss.backward_with_graph();
+            for (name, x) in [("q", &q), ("k", &k), ("v", &v), ("mask", &mask)] {
+                match (fused.get(x), rule.get(x)) {
+                    (Some(a), Some(b)) => {
+                        assert_close(&a, &b, tol, &format!("{dtype} setting {i}: {name}"))
+                    }
+                    (None, None) => {}
+                    _ => panic!("{dtype} setting {i}: {name} has a gradient on one path only"),
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn the_fused_forward_is_the_definition() {
     // Leading axes broadcast (k and v shared by the batch), more keys than a block, f32 too.

@@ -100,13 +100,6 @@ impl Node {
         self.graph.add(Op::Unary(op), &[self])
     }
 
-    /// GELU with the exact normal CDF, x · ½(1 + erf(x/√2)), from the primitives as
-    /// [`Tensor::gelu`] is.
-    pub fn gelu(&self) -> Node {
-        let cdf = &(&(self * std::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5;
-        self * &cdf
-    }
-
     /// x for x > 0, `alpha · (eˣ − 1)` otherwise, from the primitives as [`Tensor::elu`] is.
     pub fn elu(&self, alpha: f64) -> Node {
         let negative_part = (-&(-self).relu()).exp().add_scalar(-1.0).mul_scalar(alpha);

@@ -1,12 +1,15 @@
-//! Fused scaled dot-product attention, forward: `softmax(q kᵀ · scale + mask) v` for many
-//! heads at once, with an online softmax over blocks of keys. A thread holds one block of
+//! Fused scaled dot-product attention: `softmax(q kᵀ · scale + mask) v` for many heads at
+//! once. The forward uses an online softmax over blocks of keys: a thread holds one block of
 //! scores for the query row it computes, never the row's whole `S` scores nor the `[L, S]`
-//! matrix: the running maximum and sum rescale what is accumulated so far when a block
-//! raises the maximum.
+//! matrix; the running maximum and sum rescale what is accumulated so far when a block raises
+//! the maximum. The backward recomputes one row of probabilities at a time instead of storing
+//! them.
 
 use rayon::prelude::*;
 
-use super::gemv::{axpy, dot};
+use ferrograd_derive::isa_dispatch;
+
+use super::gemv::{axpy_inline as axpy, dot_inline as dot};
 use super::Float;
 
 /// Keys scored per block: the scores one thread holds at a time.
@@ -59,6 +62,7 @@ pub fn attention_forward<T: Float>(
 }
 
 /// One query row: `row` counts rows over all heads.
+#[isa_dispatch]
 fn attend_row<T: Float>(
     x: &AttentionInputs<'_, T>,
     d: AttentionDims,
@@ -110,6 +114,114 @@ fn attend_row<T: Float>(
     }
     let inv = T::one() / sum;
     out.iter_mut().for_each(|o| *o = *o * inv);
+}
+
+/// Where [`attention_backward`] writes, zeroed by the caller: `dq` `[heads, l, e]`, `dk`
+/// `[heads, s, e]`, `dv` `[heads, s, ev]`, and `dmask` `[heads, l, s]` when the mask's
+/// gradient is wanted.
+pub struct AttentionGrads<'a, T> {
+    pub dq: &'a mut [T],
+    pub dk: &'a mut [T],
+    pub dv: &'a mut [T],
+    pub dmask: Option<&'a mut [T]>,
+}
+
+/// The gradients of [`attention_forward`]'s inputs for the output gradient `up` `[heads, l,
+/// ev]`. With `P = softmax(S)` recomputed row by row: `dv = Pᵀ up`, `dP = up vᵀ`,
+/// `dS = P ⊙ (dP − rowsum(dP ⊙ P))`, `dq = dS k · scale`, `dk = dSᵀ q · scale`, `dmask = dS`.
+/// Heads run in parallel; each is one thread's, so no two threads write the same gradient.
+pub fn attention_backward<T: Float>(
+    x: &AttentionInputs<'_, T>,
+    up: &[T],
+    d: AttentionDims,
+    scale: T,
+    causal: bool,
+    g: AttentionGrads<'_, T>,
+) {
+    assert!(
+        d.l * d.s * d.e * d.ev > 0,
+        "attention backward: empty axes take the general path"
+    );
+    assert_eq!(up.len(), d.heads * d.l * d.ev, "attention: gradient size");
+    assert_eq!(g.dq.len(), x.q.len(), "attention: dq size");
+    assert_eq!(g.dk.len(), x.k.len(), "attention: dk size");
+    assert_eq!(g.dv.len(), x.v.len(), "attention: dv size");
+    let dmask: Vec<Option<&mut [T]>> = match g.dmask {
+        Some(m) => {
+            assert_eq!(m.len(), d.heads * d.l * d.s, "attention: dmask size");
+            m.chunks_mut(d.l * d.s).map(Some).collect()
+        }
+        None => (0..d.heads).map(|_| None).collect(),
+    };
+    g.dq.par_chunks_mut(d.l * d.e)
+        .zip(g.dk.par_chunks_mut(d.s * d.e))
+        .zip(g.dv.par_chunks_mut(d.s * d.ev))
+        .zip(dmask)
+        .enumerate()
+        .for_each(|(head, (((dq, dk), dv), dm))| {
+            let grads = AttentionGrads {
+                dq,
+                dk,
+                dv,
+                dmask: dm,
+            };
+            backward_head(x, up, d, scale, causal, head, grads);
+        });
+}
+
+/// One head of [`attention_backward`]: one query row at a time.
+#[isa_dispatch]
+fn backward_head<T: Float>(
+    x: &AttentionInputs<'_, T>,
+    up: &[T],
+    d: AttentionDims,
+    scale: T,
+    causal: bool,
+    head: usize,
+    mut g: AttentionGrads<'_, T>,
+) {
+    let keys = &x.k[head * d.s * d.e..][..d.s * d.e];
+    let values = &x.v[head * d.s * d.ev..][..d.s * d.ev];
+    let (mut p, mut dp) = (vec![T::zero(); d.s], vec![T::zero(); d.s]);
+    for i in 0..d.l {
+        let row = head * d.l + i;
+        let q = &x.q[row * d.e..][..d.e];
+        let u = &up[row * d.ev..][..d.ev];
+        let mask = x.mask.map(|m| &m[row * d.s..][..d.s]);
+        let end = if causal { d.s.min(i + 1) } else { d.s };
+        let mut max = T::neg_infinity();
+        for j in 0..end {
+            let mut v = dot(q, &keys[j * d.e..][..d.e]) * scale;
+            if let Some(m) = mask {
+                v += m[j];
+            }
+            p[j] = v;
+            max = max.max(v);
+        }
+        // A row that sees no key is NaN throughout, as its forward value.
+        let mut sum = T::zero();
+        for pj in &mut p[..end] {
+            *pj = (*pj - max).exp();
+            sum += *pj;
+        }
+        let inv = T::one() / sum;
+        let mut weighted = T::zero(); // rowsum(dP ⊙ P)
+        for j in 0..end {
+            p[j] = p[j] * inv;
+            dp[j] = dot(u, &values[j * d.ev..][..d.ev]);
+            weighted += p[j] * dp[j];
+        }
+        let dq = &mut g.dq[i * d.e..][..d.e];
+        for j in 0..end {
+            let ds = p[j] * (dp[j] - weighted);
+            axpy(&mut g.dv[j * d.ev..][..d.ev], p[j], u);
+            axpy(dq, ds * scale, &keys[j * d.e..][..d.e]);
+            axpy(&mut g.dk[j * d.e..][..d.e], ds * scale, q);
+            if let Some(dm) = g.dmask.as_deref_mut() {
+                dm[i * d.s + j] = ds;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

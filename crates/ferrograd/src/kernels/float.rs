@@ -24,6 +24,10 @@ pub trait Float:
     fn sigmoid_in_place(xs: &mut [Self]);
     /// tanh of every element, in place (vectorised for f32).
     fn tanh_in_place(xs: &mut [Self]);
+    /// GELU, x·Φ(x), of every element, in place (vectorised for f32).
+    fn gelu_in_place(xs: &mut [Self]);
+    /// `ts[i] ← ts[i]·GELU′(xs[i])`, GELU′(x) = Φ(x) + x·φ(x) (vectorised for f32).
+    fn gelu_backward(xs: &[Self], ts: &mut [Self]);
     /// `out = a @ b` with `out` row-major `[a.rows, b.cols]`.
     ///
     /// # Safety
@@ -57,6 +61,12 @@ impl Float for f32 {
     }
     fn tanh_in_place(xs: &mut [Self]) {
         super::activation::tanh_f32(xs);
+    }
+    fn gelu_in_place(xs: &mut [Self]) {
+        super::activation::gelu_f32(xs);
+    }
+    fn gelu_backward(xs: &[Self], ts: &mut [Self]) {
+        super::activation::gelu_backward_f32(xs, ts);
     }
     unsafe fn gemm_unchecked(a: MatRef<'_, f32>, b: MatRef<'_, f32>, out: &mut [f32]) {
         if super::sgemm::available() {
@@ -99,6 +109,17 @@ impl Float for f64 {
     }
     fn tanh_in_place(xs: &mut [Self]) {
         xs.iter_mut().for_each(|x| *x = x.tanh());
+    }
+    fn gelu_in_place(xs: &mut [Self]) {
+        xs.iter_mut()
+            .for_each(|x| *x = *x * 0.5 * libm::erfc(-*x * std::f64::consts::FRAC_1_SQRT_2));
+    }
+    fn gelu_backward(xs: &[Self], ts: &mut [Self]) {
+        const FRAC_1_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
+        for (t, &x) in ts.iter_mut().zip(xs) {
+            let cdf = 0.5 * libm::erfc(-x * std::f64::consts::FRAC_1_SQRT_2);
+            *t *= cdf + x * FRAC_1_SQRT_2PI * (-0.5 * x * x).exp();
+        }
     }
     unsafe fn gemm_unchecked(a: MatRef<'_, f64>, b: MatRef<'_, f64>, out: &mut [f64]) {
         // SAFETY: forwarded contract.

@@ -97,6 +97,13 @@ fn weighted_rows<T: Float>(b: &MatRef<'_, T>, y: &[T], out: &mut [MaybeUninit<T>
 /// Σ a[i]·b[i], eight accumulators.
 #[isa_dispatch]
 pub(crate) fn dot<T: Float>(a: &[T], b: &[T]) -> T {
+    dot_inline(a, b)
+}
+
+/// [`dot`] for a caller that is itself compiled per instruction set (inlined there, so short
+/// rows pay no dispatch).
+#[inline(always)]
+pub(crate) fn dot_inline<T: Float>(a: &[T], b: &[T]) -> T {
     let mut acc = [T::zero(); 8];
     let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
     let (ar, br) = (ac.remainder(), bc.remainder());
@@ -112,6 +119,12 @@ pub(crate) fn dot<T: Float>(a: &[T], b: &[T]) -> T {
 /// `acc += w · x`.
 #[isa_dispatch]
 pub(crate) fn axpy<T: Float>(acc: &mut [T], w: T, x: &[T]) {
+    axpy_inline(acc, w, x)
+}
+
+/// [`axpy`] for a caller that is itself compiled per instruction set.
+#[inline(always)]
+pub(crate) fn axpy_inline<T: Float>(acc: &mut [T], w: T, x: &[T]) {
     for (a, &x) in acc.iter_mut().zip(x) {
         *a += w * x;
     }

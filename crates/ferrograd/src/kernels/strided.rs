@@ -280,6 +280,23 @@ pub fn apply_chunks<T: Send>(xs: &mut [T], f: impl Fn(&mut [T]) + Sync + Send) {
     }
 }
 
+/// `f(xs_part, ts_part)` over matching chunks of `xs` and `ts` (equal lengths), in parallel
+/// when large: a slice function of two operands (`Float::gelu_backward`).
+pub fn apply_chunks_with<T: Sync + Send>(
+    xs: &[T],
+    ts: &mut [T],
+    f: impl Fn(&[T], &mut [T]) + Sync + Send,
+) {
+    assert_eq!(xs.len(), ts.len(), "apply_chunks_with: lengths differ");
+    if ts.len() >= PAR_THRESHOLD {
+        ts.par_chunks_mut(PAR_CHUNK)
+            .zip(xs.par_chunks(PAR_CHUNK))
+            .for_each(|(t, x)| f(x, t));
+    } else {
+        f(xs, ts);
+    }
+}
+
 /// `out[i] = f(a[i], b[i], c[i])` over the broadcast shape `shape` (used by `where_cond`).
 pub fn zip3<T: Copy + Sync, U: Send>(
     shape: &[usize],

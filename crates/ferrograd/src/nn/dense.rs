@@ -1,13 +1,13 @@
 //! Fully connected layer: `x @ weightᵀ + bias`, PyTorch's `nn.Linear` (same names, same
 //! `[out, in]` weight layout; the product reads the transposed view in place).
 
-use super::{expect_input, named, Layer, Mode, Module};
+use super::{expect_input, Layer, Mode, Module};
 use crate::autograd::Param;
 use crate::init;
 use crate::tensor::{with_default_rng, DType, Tensor};
 
 /// A fully connected layer: `y = x @ weightᵀ + bias`, with `weight` `[out, in]` and `bias`
-/// `[out]`, over the last axis of an input of any rank.
+/// `[out]` (or none, PyTorch's `bias=False`), over the last axis of an input of any rank.
 ///
 /// ```
 /// use ferrograd::prelude::*;
@@ -21,7 +21,7 @@ use crate::tensor::{with_default_rng, DType, Tensor};
 /// ```
 pub struct Dense {
     weight: Param,
-    bias: Param,
+    bias: Option<Param>,
 }
 
 impl Dense {
@@ -48,7 +48,43 @@ impl Dense {
         );
         Dense {
             weight: Param::new(weight),
-            bias: Param::new(bias),
+            bias: Some(Param::new(bias)),
+        }
+    }
+
+    /// The same layer without its bias (PyTorch's `nn.Linear(.., bias=False)`).
+    pub fn without_bias(self) -> Dense {
+        Dense { bias: None, ..self }
+    }
+
+    /// A layer without bias whose weight is `weight` itself, `[out, in]`, shared with the
+    /// module it came from (weight tying: a language model's output layer reads the token
+    /// embedding's table). The parameter is one: a container lists it once, under the name
+    /// met first, and an optimizer steps it once with the sum of both uses' gradients.
+    ///
+    /// ```
+    /// use ferrograd::prelude::*;
+    ///
+    /// #[derive(Module)]
+    /// struct Tied {
+    ///     tok: Embedding,
+    ///     head: Dense,
+    /// }
+    /// let tok = Embedding::new(10, 4);
+    /// let head = Dense::tied(tok.weight());
+    /// let m = Tied { tok, head };
+    /// let names: Vec<String> = m.params().into_iter().map(|(n, _)| n).collect();
+    /// assert_eq!(names, ["tok.weight"]);
+    /// ```
+    pub fn tied(weight: &Param) -> Dense {
+        assert!(
+            weight.shape().len() == 2,
+            "Dense::tied: weight {:?} is not a matrix [out, in]",
+            weight.shape()
+        );
+        Dense {
+            weight: weight.clone(),
+            bias: None,
         }
     }
 
@@ -57,20 +93,27 @@ impl Dense {
         &self.weight
     }
 
-    /// The bias, `[out]`.
-    pub fn bias(&self) -> &Param {
-        &self.bias
+    /// The bias, `[out]`, unless the layer has none.
+    pub fn bias(&self) -> Option<&Param> {
+        self.bias.as_ref()
     }
 }
 
 impl Module for Dense {
     fn params(&self) -> Vec<(String, Param)> {
-        named(&[("weight", &self.weight), ("bias", &self.bias)])
+        let mut out = vec![("weight".to_string(), self.weight.clone())];
+        out.extend(self.bias.iter().map(|b| ("bias".to_string(), b.clone())));
+        out
     }
 
     fn name(&self) -> String {
         let s = self.weight.shape();
-        format!("Dense({}, {})", s[1], s[0])
+        let bias = if self.bias.is_some() {
+            ""
+        } else {
+            ", bias=False"
+        };
+        format!("Dense({}, {}{bias})", s[1], s[0])
     }
 }
 
@@ -79,6 +122,10 @@ impl Layer for Dense {
         let fan_in = self.weight.shape()[1];
         let fits = x.ndim() >= 1 && x.shape()[x.ndim() - 1] == fan_in;
         expect_input(&self.name(), fits, &format!("[..., {fan_in}]"), x);
-        &x.matmul(&self.weight.tensor().t()) + &self.bias.tensor()
+        let y = x.matmul(&self.weight.tensor().t());
+        match &self.bias {
+            Some(b) => &y + &b.tensor(),
+            None => y,
+        }
     }
 }

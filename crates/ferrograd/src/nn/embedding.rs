@@ -31,6 +31,13 @@ impl Embedding {
         }
     }
 
+    /// The table, `[count, dim]` (to tie an output layer to it: [`Dense::tied`]).
+    ///
+    /// [`Dense::tied`]: super::Dense::tied
+    pub fn weight(&self) -> &Param {
+        &self.table
+    }
+
     /// The vectors of `ids`: `[ids.len(), dim]`. Gradients scatter back into the used rows.
     pub fn lookup(&self, ids: &[usize]) -> Tensor {
         self.table.tensor().index_select(0, ids)

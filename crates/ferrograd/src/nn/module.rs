@@ -200,6 +200,17 @@ fn short_type_name(full: &str) -> String {
     base.rsplit("::").next().unwrap_or(base).to_string()
 }
 
+/// `named` with each parameter once, under the first name it was met by: a parameter that two
+/// layers share (tied weights) is counted, trained and saved once, as PyTorch's
+/// `named_parameters` lists it. Containers pass their lists through this.
+pub fn distinct(named: Vec<(String, Param)>) -> Vec<(String, Param)> {
+    let mut seen = std::collections::HashSet::new();
+    named
+        .into_iter()
+        .filter(|(_, p)| seen.insert(p.id()))
+        .collect()
+}
+
 /// `name` prefixed by `prefix.` (what containers do to their children's names).
 pub fn prefixed<V>(prefix: &str, named: Vec<(String, V)>) -> Vec<(String, V)> {
     named
@@ -229,16 +240,16 @@ impl<M: Module + ?Sized> Module for Box<M> {
 /// A list of modules, named by index as PyTorch's `ModuleList`.
 impl<M: Module> Module for Vec<M> {
     fn params(&self) -> Vec<(String, Param)> {
-        indexed(self, |m| m.params())
+        distinct(indexed(self, |m| m.params()))
     }
     fn buffers(&self) -> Vec<(String, Param)> {
-        indexed(self, |m| m.buffers())
+        distinct(indexed(self, |m| m.buffers()))
     }
     fn rng_streams(&self) -> Vec<(String, RngStream)> {
         indexed(self, |m| m.rng_streams())
     }
     fn state_params(&self) -> Vec<(String, Param)> {
-        indexed(self, |m| m.state_params())
+        distinct(indexed(self, |m| m.state_params()))
     }
     fn name(&self) -> String {
         format!(

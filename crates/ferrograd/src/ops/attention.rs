@@ -2,16 +2,22 @@
 //! `softmax(q kᵀ · scale + mask) v` over the last two axes, leading axes broadcast.
 //!
 //! The forward pass is fused (`kernels::attention`: an online softmax over blocks of keys,
-//! never the `[L, S]` matrix). The derivative recomputes the probabilities with tensor ops
-//! instead of storing them, and, being written with tensor ops, is itself differentiable:
-//! second derivatives through attention work as through every other op.
+//! never the `[L, S]` matrix). The derivative recomputes the probabilities instead of storing
+//! them. When its result will be differentiated again (a backward that builds a graph) it is
+//! written with tensor ops, so second derivatives through attention work as through every
+//! other op; otherwise (a plain backward, whose gradients are values) the same formula runs
+//! as one fused kernel.
 
 use smallvec::smallvec;
 
-use crate::kernels::attention::{attention_forward, AttentionDims, AttentionInputs};
+use crate::kernels::attention::{
+    attention_backward as fused_backward, attention_forward, AttentionDims, AttentionGrads,
+    AttentionInputs,
+};
 use crate::kernels::Float;
 use crate::tensor::{
-    broadcast_shapes, record, with_dtype, BackwardCtx, DType, Element, InputGrads, Tensor,
+    broadcast_shapes, is_grad_enabled, record, with_dtype, BackwardCtx, DType, Element, InputGrads,
+    Tensor,
 };
 use num_traits::Zero;
 
@@ -168,8 +174,82 @@ impl Tensor {
         inputs.extend(mask.as_ref());
         let (causal, masked) = (opts.causal, mask.is_some());
         record(op, out, &inputs, move |c, up| {
-            attention_backward(c, up, scale, causal, masked)
+            if is_grad_enabled() || l * s * e * ev == 0 {
+                attention_backward(c, up, scale, causal, masked)
+            } else {
+                let fused = Fused {
+                    batch: &batch,
+                    d,
+                    dtype,
+                    scale,
+                    causal,
+                    masked,
+                };
+                with_dtype!(dtype, T => fused.backward::<T>(c, up))
+            }
         })
+    }
+}
+
+/// What the fused backward needs of the forward call.
+struct Fused<'a> {
+    batch: &'a [usize],
+    d: AttentionDims,
+    dtype: DType,
+    scale: f64,
+    causal: bool,
+    masked: bool,
+}
+
+impl Fused<'_> {
+    /// The derivative of [`attention_backward`], as values: one kernel pass over the heads,
+    /// then each gradient summed back to its input's shape (an operand broadcast over heads
+    /// gets the sum of theirs).
+    fn backward<T: Float + Element>(&self, c: &BackwardCtx<'_>, up: &Tensor) -> InputGrads {
+        let Fused {
+            d, dtype, masked, ..
+        } = *self;
+        let with = |tail: [usize; 2]| [self.batch, &tail].concat();
+        let cast = |t: &Tensor| t.to_dtype(dtype);
+        let (q, k, v) = (
+            dense::<T>(&cast(c.input(0)), &with([d.l, d.e])),
+            dense::<T>(&cast(c.input(1)), &with([d.s, d.e])),
+            dense::<T>(&cast(c.input(2)), &with([d.s, d.ev])),
+        );
+        let mask = masked.then(|| dense::<T>(&cast(c.input(3)), &with([d.l, d.s])));
+        let up = dense::<T>(&cast(up), &with([d.l, d.ev]));
+        let inputs = AttentionInputs {
+            q: &q,
+            k: &k,
+            v: &v,
+            mask: mask.as_deref(),
+        };
+        let (mut dq, mut dk, mut dv) = (
+            vec![T::zero(); q.len()],
+            vec![T::zero(); k.len()],
+            vec![T::zero(); v.len()],
+        );
+        let mut dmask = (masked && c.needs(3)).then(|| vec![T::zero(); d.heads * d.l * d.s]);
+        let grads = AttentionGrads {
+            dq: &mut dq,
+            dk: &mut dk,
+            dv: &mut dv,
+            dmask: dmask.as_deref_mut(),
+        };
+        fused_backward(&inputs, &up, d, T::from_f64(self.scale), self.causal, grads);
+        let back = |g: Vec<T>, tail: [usize; 2], i: usize| {
+            c.needs(i)
+                .then(|| Tensor::from_vec(g, &with(tail)).sum_to(c.input(i).shape()))
+        };
+        let mut out: InputGrads = smallvec![
+            back(dq, [d.l, d.e], 0),
+            back(dk, [d.s, d.e], 1),
+            back(dv, [d.s, d.ev], 2),
+        ];
+        if masked {
+            out.push(dmask.and_then(|m| back(m, [d.l, d.s], 3)));
+        }
+        out
     }
 }
 

@@ -39,6 +39,21 @@ impl Tensor {
             return Ok(out.squeeze(out.ndim() - 1));
         }
         let (ra, rb) = (a.ndim(), b.ndim());
+        if ra > 2 && rb == 2 && a.shape()[ra - 1] == b.shape()[0] {
+            // A stack of matrices times one matrix (a layer applied to [N, T, E]) is one
+            // product of all their rows: one large gemm instead of N small ones, and one
+            // product for the matrix's gradient instead of N summed.
+            let k = a.shape()[ra - 1];
+            let mut out_shape = a.shape()[..ra - 1].to_vec();
+            out_shape.push(b.shape()[1]);
+            let rows = a.numel() / k.max(1);
+            if k > 0 && rows > 0 {
+                return a
+                    .try_reshape(&[rows, k])?
+                    .try_matmul(&b)?
+                    .try_reshape(&out_shape);
+            }
+        }
         let (m, k, k2, n) = (
             a.shape()[ra - 2],
             a.shape()[ra - 1],

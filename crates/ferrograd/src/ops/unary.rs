@@ -18,8 +18,8 @@
 use super::{map_dispatch, map_slices_dispatch, zip_dispatch};
 use smallvec::smallvec;
 
-use crate::kernels::Float;
-use crate::tensor::{record, record_nondiff, DType, Tensor};
+use crate::kernels::{strided, Float};
+use crate::tensor::{is_grad_enabled, record, record_nondiff, with_dtype, DType, Tensor};
 use num_traits::{One, Zero};
 
 /// The table of element-wise primitives, handed to `$callback` (a macro that receives every
@@ -142,6 +142,13 @@ macro_rules! elementwise_primitives {
                 smooth_on: Real,
                 forward: |x| map_dispatch!(x, |v| v.max(T::zero()) + (-v.abs()).exp().ln_1p()),
                 derivative: |c, t| t * &c.input(0).sigmoid(),
+            }
+            /// GELU with the exact normal CDF, PyTorch's default `gelu`: x · Φ(x) with
+            /// Φ(x) = ½(1 + erf(x/√2)).
+            gelu Gelu {
+                smooth_on: Real,
+                forward: |x| map_slices_dispatch!(x, gelu_in_place),
+                derivative: |c, t| gelu_derivative(c.input(0), t),
             }
             /// The Gauss error function.
             erf Erf {
@@ -371,14 +378,29 @@ fn sign_of(x: &Tensor) -> Tensor {
 /// 2 / √π, the scale of erf's derivative.
 const TWO_OVER_SQRT_PI: f64 = std::f64::consts::FRAC_2_SQRT_PI;
 
+/// 1/√(2π), the normal density's scale.
+const FRAC_1_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
+
+/// `t · GELU′(x)`, GELU′(x) = Φ(x) + x·φ(x). A backward that builds a graph gets it from
+/// primitives (differentiable again); a plain one, whose gradients are values, from one fused
+/// pass.
+fn gelu_derivative(x: &Tensor, t: &Tensor) -> Tensor {
+    if is_grad_enabled() {
+        let cdf = &(&(x * std::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5;
+        let density = &x.square().mul_scalar(-0.5).exp() * FRAC_1_SQRT_2PI;
+        return t * &(&cdf + &(x * &density));
+    }
+    with_dtype!(x.dtype(), T => {
+        let xs = x.contiguous_data::<T>();
+        let t = t.to_dtype(x.dtype()).broadcast_to(x.shape());
+        let mut ts = t.contiguous_data::<T>().into_owned();
+        strided::apply_chunks_with(&xs, &mut ts, T::gelu_backward);
+        Tensor::from_data(ts, x.shape())
+    })
+}
+
 /// Composites: written from the primitives above, so they need no rule of their own.
 impl Tensor {
-    /// GELU with the exact normal CDF: x · Φ(x) = x · ½(1 + erf(x/√2)).
-    pub fn gelu(&self) -> Tensor {
-        let cdf = &(&(self * std::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5;
-        self * &cdf
-    }
-
     /// GELU with PyTorch's tanh approximation (`approximate="tanh"`):
     /// `½x(1 + tanh(√(2/π)(x + 0.044715x³)))`.
     pub fn gelu_tanh(&self) -> Tensor {

@@ -1,0 +1,587 @@
+//! A character-level GPT trained on Shakespeare's plays: the model, optimizer, schedule and data
+//! split of `bench/torch_gpt.py` (nanoGPT's configuration for a CPU), so that the two can be
+//! run side by side.
+//!
+//! Pre-norm blocks `x + proj(causal_attention(LayerNorm(x)))`, `x + fc_proj(GELU(fc(LayerNorm(x))))`,
+//! learned token and position embeddings, a final LayerNorm and an output layer tied to the
+//! token embedding; weights N(0, 0.02), the residual projections N(0, 0.02/√(2·layers)).
+//! AdamW with weight decay on matrices only, gradient norm clipped, linear warm-up then cosine.
+//!
+//! ```text
+//! scripts/fetch-data.sh
+//! cargo run --release --features ferrograd/pictures --example gpt -- --out-dir target
+//! ```
+//!
+//! Prints the train and validation loss at intervals, the median time per step and the peak
+//! memory, draws the loss curves (`gpt_loss.svg`), saves a checkpoint that `--resume` continues
+//! bit for bit, and samples text (temperature, top-k) with a key/value cache.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clap::Parser;
+use ferrograd::init;
+use ferrograd::io::{load_tensors, save_tensors};
+use ferrograd::prelude::*;
+use indicatif::{ProgressBar, ProgressStyle};
+use plotters::prelude::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+mod common;
+
+#[derive(Parser)]
+#[command(about = "Trains a character-level GPT on Shakespeare and samples from it")]
+struct Args {
+    /// The text to learn (one file; the first 90% trains, the rest validates).
+    #[arg(long, default_value = "data/shakespeare/shakespeare.txt")]
+    text: PathBuf,
+    /// Training steps.
+    #[arg(long, default_value_t = 2000)]
+    iters: u64,
+    /// Sequences per step.
+    #[arg(long, default_value_t = 12)]
+    batch: usize,
+    /// Characters of context.
+    #[arg(long, default_value_t = 64)]
+    context: usize,
+    /// Width of the residual stream.
+    #[arg(long, default_value_t = 128)]
+    width: usize,
+    /// Attention heads per block.
+    #[arg(long, default_value_t = 4)]
+    heads: usize,
+    /// Transformer blocks.
+    #[arg(long, default_value_t = 4)]
+    layers: usize,
+    /// Peak learning rate (AdamW).
+    #[arg(long, default_value_t = 1e-3)]
+    lr: f64,
+    /// Learning rate at the last step, reached along a half cosine.
+    #[arg(long, default_value_t = 1e-4)]
+    min_lr: f64,
+    /// Steps of linear warm-up.
+    #[arg(long, default_value_t = 100)]
+    warmup: u64,
+    /// AdamW's β₂ (β₁ is 0.9).
+    #[arg(long, default_value_t = 0.99)]
+    beta2: f64,
+    /// Decoupled weight decay, on matrices only.
+    #[arg(long, default_value_t = 0.1)]
+    weight_decay: f64,
+    /// Largest global gradient norm; larger gradients are scaled down to it.
+    #[arg(long, default_value_t = 1.0)]
+    clip: f64,
+    /// Steps between loss evaluations.
+    #[arg(long, default_value_t = 250)]
+    eval_interval: u64,
+    /// Batches per loss evaluation.
+    #[arg(long, default_value_t = 20)]
+    eval_iters: usize,
+    /// Seed of the weights, the batches and the sampling.
+    #[arg(long, default_value_t = 1337)]
+    seed: u64,
+    /// Characters to generate at the end.
+    #[arg(long, default_value_t = 300)]
+    sample: usize,
+    /// Sampling temperature.
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f64,
+    /// Sample among the `top_k` likeliest characters only (0: all).
+    #[arg(long, default_value_t = 20)]
+    top_k: usize,
+    /// Save a checkpoint (weights, optimizer state, step) here at every evaluation.
+    #[arg(long)]
+    checkpoint: Option<PathBuf>,
+    /// Continue from `--checkpoint` where it stopped.
+    #[arg(long)]
+    resume: bool,
+    /// Where to write the loss curves.
+    #[arg(long, default_value = ".")]
+    out_dir: PathBuf,
+}
+
+/// One pre-norm transformer block, with PyTorch `torch_gpt.py`'s names.
+#[derive(Module)]
+struct Block {
+    ln_1: LayerNorm,
+    attn: Dense,
+    attn_proj: Dense,
+    ln_2: LayerNorm,
+    fc: Dense,
+    fc_proj: Dense,
+    #[module(skip)]
+    heads: usize,
+}
+
+/// Keys and values of the positions seen so far, `[N, heads, S, width/heads]` each.
+#[derive(Default)]
+struct KvCache {
+    k: Option<Tensor>,
+    v: Option<Tensor>,
+}
+
+impl Block {
+    fn new(width: usize, heads: usize) -> Block {
+        Block {
+            ln_1: LayerNorm::new(width),
+            attn: Dense::new(width, 3 * width),
+            attn_proj: Dense::new(width, width),
+            ln_2: LayerNorm::new(width),
+            fc: Dense::new(width, 4 * width),
+            fc_proj: Dense::new(4 * width, width),
+            heads,
+        }
+    }
+
+    /// `x` `[N, T, width]`. With a cache, the new positions' keys and values join those
+    /// already there: either the cache is empty (causal attention over `x`) or `T` is 1 (one
+    /// new position, which sees every cached one).
+    fn forward(&self, x: &Tensor, cache: Option<&mut KvCache>) -> Tensor {
+        let (n, t, c) = (x.shape()[0], x.shape()[1], x.shape()[2]);
+        let h = self.heads;
+        let qkv = self
+            .attn
+            .forward(&self.ln_1.forward(x, Mode::Train), Mode::Train);
+        let split = |i: usize| {
+            qkv.narrow(2, i * c, c)
+                .reshape(&[n, t, h, c / h])
+                .transpose(1, 2)
+        };
+        let (q, mut k, mut v) = (split(0), split(1), split(2));
+        let mut causal = true;
+        if let Some(cache) = cache {
+            if let (Some(ck), Some(cv)) = (&cache.k, &cache.v) {
+                assert_eq!(t, 1, "a cache takes one new position at a time");
+                k = Tensor::cat(&[ck, &k], 2);
+                v = Tensor::cat(&[cv, &v], 2);
+                causal = false;
+            }
+            cache.k = Some(k.clone());
+            cache.v = Some(v.clone());
+        }
+        let y = q.scaled_dot_product_attention(&k, &v, &Attention::new().causal(causal));
+        let y = y.transpose(1, 2).reshape(&[n, t, c]);
+        let x = x + &self.attn_proj.forward(&y, Mode::Train);
+        let hidden = self
+            .fc
+            .forward(&self.ln_2.forward(&x, Mode::Train), Mode::Train);
+        &x + &self.fc_proj.forward(&hidden.gelu(), Mode::Train)
+    }
+}
+
+/// The GPT of `torch_gpt.py`: its parameter names are PyTorch's (`head.weight` is
+/// `tok.weight`, listed once).
+#[derive(Module)]
+struct Gpt {
+    tok: Embedding,
+    pos: Embedding,
+    blocks: Vec<Block>,
+    ln_f: LayerNorm,
+    head: Dense,
+    #[module(skip)]
+    context: usize,
+}
+
+impl Gpt {
+    fn new(vocab: usize, args: &Args) -> Gpt {
+        let tok = Embedding::new(vocab, args.width);
+        let head = Dense::tied(tok.weight());
+        let gpt = Gpt {
+            tok,
+            pos: Embedding::new(args.context, args.width),
+            blocks: (0..args.layers)
+                .map(|_| Block::new(args.width, args.heads))
+                .collect(),
+            ln_f: LayerNorm::new(args.width),
+            head,
+            context: args.context,
+        };
+        // torch_gpt.py's initialisation: residual projections narrower, other matrices
+        // N(0, 0.02), norms' scales 1, everything else 0.
+        let mut rng = StdRng::seed_from_u64(args.seed);
+        let proj_std = 0.02 / (2.0 * args.layers as f64).sqrt();
+        for (name, p) in gpt.params() {
+            let shape = p.shape();
+            let value = if name.ends_with("proj.weight") {
+                init::normal(&shape, 0.0, proj_std, DType::F32, &mut rng)
+            } else if shape.len() == 2 {
+                init::normal(&shape, 0.0, 0.02, DType::F32, &mut rng)
+            } else if name.contains("ln_") && name.ends_with(".weight") {
+                Tensor::ones(&shape, DType::F32)
+            } else {
+                Tensor::zeros(&shape, DType::F32)
+            };
+            p.set(&value);
+        }
+        gpt
+    }
+
+    /// Logits `[N, T, vocab]` of ids `[N, T]` at positions `start..start + T`, with one
+    /// cache per block when sampling.
+    fn logits(&self, ids: &Tensor, start: usize, caches: Option<&mut [KvCache]>) -> Tensor {
+        let t = ids.shape()[1];
+        let positions: Vec<usize> = (start..start + t).collect();
+        let mut x = &self.tok.forward(ids, Mode::Train) + &self.pos.lookup(&positions);
+        match caches {
+            Some(caches) => {
+                for (block, cache) in self.blocks.iter().zip(caches) {
+                    x = block.forward(&x, Some(cache));
+                }
+            }
+            None => {
+                for block in &self.blocks {
+                    x = block.forward(&x, None);
+                }
+            }
+        }
+        self.head
+            .forward(&self.ln_f.forward(&x, Mode::Train), Mode::Train)
+    }
+
+    fn loss(&self, x: &Tensor, y: &Tensor) -> Tensor {
+        CrossEntropy::new().loss(&self.logits(x, 0, None), y)
+    }
+
+    /// `count` more characters after `prompt`, each drawn from the softmax of the logits
+    /// divided by `temperature`, among the `top_k` likeliest (all with 0). Within the context
+    /// every new position costs one step through the cache; beyond it the window slides and
+    /// the positions are those of the last `context` characters, as `torch_gpt.py`'s
+    /// `generate` computes them.
+    fn generate(
+        &self,
+        prompt: &[usize],
+        count: usize,
+        args: &Args,
+        rng: &mut StdRng,
+    ) -> Vec<usize> {
+        no_grad(|| {
+            let mut ids = prompt.to_vec();
+            let mut caches: Vec<KvCache> = Vec::new();
+            let mut cached = 0;
+            for _ in 0..count {
+                let logits = if cached == 0 || cached == self.context {
+                    let window = &ids[ids.len().saturating_sub(self.context)..];
+                    caches = self.blocks.iter().map(|_| KvCache::default()).collect();
+                    cached = window.len();
+                    self.logits(&row(window), 0, Some(&mut caches))
+                } else {
+                    let last = &ids[ids.len() - 1..];
+                    cached += 1;
+                    self.logits(&row(last), cached - 1, Some(&mut caches))
+                };
+                let vocab = logits.shape()[2];
+                let last = logits.narrow(1, logits.shape()[1] - 1, 1).reshape(&[vocab]);
+                let mut scaled = last.div_scalar(args.temperature);
+                if args.top_k > 0 && args.top_k < vocab {
+                    let kth = scaled.topk(args.top_k).0.to_vec::<f64>()[args.top_k - 1];
+                    scaled = scaled.masked_fill(&scaled.lt_scalar(kth), f64::NEG_INFINITY);
+                }
+                let next = scaled.softmax(0).multinomial(1, false, rng);
+                ids.push(next.to_vec::<i64>()[0] as usize);
+            }
+            ids
+        })
+    }
+}
+
+/// Ids as a `[1, T]` tensor.
+fn row(ids: &[usize]) -> Tensor {
+    Tensor::from_vec(ids.iter().map(|&i| i as i64).collect(), &[1, ids.len()])
+}
+
+/// The text as character codes, and the sorted characters (the vocabulary).
+struct Corpus {
+    chars: Vec<char>,
+    train: Vec<i64>,
+    val: Vec<i64>,
+}
+
+impl Corpus {
+    fn read(path: &Path) -> Result<Corpus, Box<dyn std::error::Error>> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            format!(
+                "{}: {e} (scripts/fetch-data.sh brings Shakespeare's plays)",
+                path.display()
+            )
+        })?;
+        let mut chars: Vec<char> = text.chars().collect();
+        chars.sort_unstable();
+        chars.dedup();
+        let code: HashMap<char, i64> = chars
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| (c, i as i64))
+            .collect();
+        let data: Vec<i64> = text.chars().map(|c| code[&c]).collect();
+        let split = data.len() * 9 / 10;
+        Ok(Corpus {
+            chars,
+            val: data[split..].to_vec(),
+            train: data[..split].to_vec(),
+        })
+    }
+
+    /// `batch` random windows of `context` characters and the same windows one later, as
+    /// `[batch, context]` ids.
+    fn batch(&self, val: bool, batch: usize, context: usize, rng: &mut StdRng) -> (Tensor, Tensor) {
+        let data = if val { &self.val } else { &self.train };
+        assert!(
+            data.len() > context + 1,
+            "the text is too short for a context of {context}"
+        );
+        let (mut x, mut y) = (Vec::new(), Vec::new());
+        for _ in 0..batch {
+            let s = rng.gen_range(0..data.len() - context - 1);
+            x.extend_from_slice(&data[s..s + context]);
+            y.extend_from_slice(&data[s + 1..s + 1 + context]);
+        }
+        (
+            Tensor::from_vec(x, &[batch, context]),
+            Tensor::from_vec(y, &[batch, context]),
+        )
+    }
+}
+
+/// `torch_gpt.py`'s schedule: linear warm-up to `lr`, then a half cosine to `min_lr` at the
+/// last step.
+fn lr_at(it: u64, args: &Args) -> f64 {
+    if it < args.warmup {
+        return args.lr * (it + 1) as f64 / (args.warmup + 1) as f64;
+    }
+    let ratio = (it - args.warmup) as f64 / args.iters.saturating_sub(args.warmup).max(1) as f64;
+    let cos = 0.5 * (1.0 + (std::f64::consts::PI * ratio.min(1.0)).cos());
+    args.min_lr + cos * (args.lr - args.min_lr)
+}
+
+/// AdamW for the matrices (decayed) and for the rest (not decayed), as `torch_gpt.py`'s two
+/// parameter groups.
+struct Optimizers {
+    groups: Vec<(AdamW, Vec<(String, Param)>)>,
+}
+
+impl Optimizers {
+    fn new(gpt: &Gpt, args: &Args) -> Optimizers {
+        let (matrices, rest): (Vec<_>, Vec<_>) = gpt
+            .params()
+            .into_iter()
+            .partition(|(_, p)| p.shape().len() >= 2);
+        let adamw = |wd: f64| AdamW::new(args.lr).betas(0.9, args.beta2).weight_decay(wd);
+        Optimizers {
+            groups: vec![(adamw(args.weight_decay), matrices), (adamw(0.0), rest)],
+        }
+    }
+
+    fn step(&mut self, lr: f64, grads: &Gradients) {
+        for (opt, params) in &mut self.groups {
+            opt.set_lr(lr);
+            opt.step(params, grads);
+        }
+    }
+}
+
+/// Saves weights, optimizer state and the step reached.
+fn save(path: &Path, gpt: &Gpt, opts: &Optimizers, step: u64) -> ferrograd::Result<()> {
+    let mut tensors: Vec<(String, Tensor)> = gpt
+        .state()
+        .into_iter()
+        .map(|(n, t)| (format!("model.{n}"), t))
+        .collect();
+    let mut metadata = HashMap::from([("step".to_string(), step.to_string())]);
+    for (i, (opt, params)) in opts.groups.iter().enumerate() {
+        let (steps, state) = opt.state(params)?;
+        metadata.insert(format!("optim{i}.steps"), steps.to_string());
+        tensors.extend(state.into_iter().map(|(n, t)| (format!("optim{i}.{n}"), t)));
+    }
+    save_tensors(path, &tensors, metadata)
+}
+
+/// Restores what [`save`] wrote; returns the step to continue from.
+fn restore(
+    path: &Path,
+    gpt: &Gpt,
+    opts: &mut Optimizers,
+) -> Result<u64, Box<dyn std::error::Error>> {
+    let (mut tensors, metadata) = load_tensors(path)?;
+    let number = |key: &str| -> Result<u64, String> {
+        metadata
+            .get(key)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("{}: no {key} in the checkpoint", path.display()))
+    };
+    let mut take = |prefix: &str| -> Vec<(String, Tensor)> {
+        let keys: Vec<String> = tensors
+            .keys()
+            .filter(|k| k.starts_with(prefix))
+            .cloned()
+            .collect();
+        keys.into_iter()
+            .map(|k| (k[prefix.len()..].to_string(), tensors.remove(&k).unwrap()))
+            .collect()
+    };
+    let model: HashMap<String, Tensor> = take("model.").into_iter().collect();
+    gpt.check_state(&model)?;
+    let mut states = Vec::new();
+    for (i, (opt, params)) in opts.groups.iter().enumerate() {
+        let state = take(&format!("optim{i}."));
+        opt.check_state(params, &state)?;
+        states.push((number(&format!("optim{i}.steps"))?, state));
+    }
+    let step = number("step")?;
+    gpt.load_state(&model)?;
+    for ((opt, params), (steps, state)) in opts.groups.iter_mut().zip(states) {
+        opt.load_state(params, steps, state)?;
+    }
+    Ok(step)
+}
+
+/// Mean loss over `args.eval_iters` batches of each part; the batches are drawn from a
+/// generator seeded by the step, so an evaluation does not move the training batches.
+fn evaluate(gpt: &Gpt, corpus: &Corpus, args: &Args, step: u64) -> (f64, f64) {
+    no_grad(|| {
+        let mut rng = StdRng::seed_from_u64(args.seed ^ 0x5eed_0000_0000 ^ step);
+        let mut mean = |val: bool| {
+            (0..args.eval_iters)
+                .map(|_| {
+                    let (x, y) = corpus.batch(val, args.batch, args.context, &mut rng);
+                    gpt.loss(&x, &y).item()
+                })
+                .sum::<f64>()
+                / args.eval_iters.max(1) as f64
+        };
+        (mean(false), mean(true))
+    })
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    run(Args::parse())
+}
+
+fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let corpus = Corpus::read(&args.text)?;
+    let gpt = Gpt::new(corpus.chars.len(), &args);
+    let mut opts = Optimizers::new(&gpt, &args);
+    println!(
+        "ferrograd GPT: {} characters, vocabulary {}, {} parameters, isa {}",
+        corpus.train.len() + corpus.val.len(),
+        corpus.chars.len(),
+        gpt.num_params(),
+        ferrograd::Isa::active().name()
+    );
+    let mut start = 0;
+    if args.resume {
+        let path = args
+            .checkpoint
+            .as_ref()
+            .ok_or("--resume needs --checkpoint")?;
+        start = restore(path, &gpt, &mut opts)?;
+        println!("resumed from {} at step {start}", path.display());
+    }
+    let bar = ProgressBar::new(args.iters);
+    bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")?);
+    bar.set_position(start);
+    let mut curves = Vec::new();
+    let mut times = Vec::new();
+    let clock = Instant::now();
+    for it in start..=args.iters {
+        if it % args.eval_interval.max(1) == 0 || it == args.iters {
+            let (train, val) = evaluate(&gpt, &corpus, &args, it);
+            bar.suspend(|| {
+                println!(
+                    "iter {it}: train loss {train:.4}, val loss {val:.4}, {:.1} s",
+                    clock.elapsed().as_secs_f64()
+                )
+            });
+            curves.push((it, train, val));
+            if let Some(path) = &args.checkpoint {
+                save(path, &gpt, &opts, it)?;
+            }
+        }
+        if it == args.iters {
+            break;
+        }
+        // Each step's batch comes from a generator seeded by the step: a resumed run draws
+        // the batches the uninterrupted one would have.
+        let (x, y) = corpus.batch(
+            false,
+            args.batch,
+            args.context,
+            &mut StdRng::seed_from_u64(args.seed.wrapping_add(it)),
+        );
+        let t0 = Instant::now();
+        let loss = gpt.loss(&x, &y);
+        let grads = loss.backward();
+        let norm = grads.norm();
+        let grads = if norm > args.clip {
+            grads.scale(args.clip / (norm + 1e-6))
+        } else {
+            grads
+        };
+        opts.step(lr_at(it, &args), &grads);
+        times.push(t0.elapsed().as_secs_f64());
+        bar.inc(1);
+        bar.set_message(format!("loss {:.3}", loss.item()));
+    }
+    bar.finish_and_clear();
+    report(&times, clock.elapsed().as_secs_f64());
+    if curves.len() > 1 {
+        let path = args.out_dir.join("gpt_loss.svg");
+        plot(&path, &curves)?;
+        println!("loss curves: {}", path.display());
+    }
+    let newline = corpus.chars.iter().position(|&c| c == '\n').unwrap_or(0);
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let sample = gpt.generate(&[newline], args.sample, &args, &mut rng);
+    println!(
+        "sample:\n{}",
+        sample.iter().map(|&i| corpus.chars[i]).collect::<String>()
+    );
+    Ok(())
+}
+
+/// Median step time (the first 10 excluded, as `torch_gpt.py` does) and peak memory.
+fn report(times: &[f64], total: f64) {
+    let mut timed: Vec<f64> = times.iter().skip(10).copied().collect();
+    timed.sort_by(f64::total_cmp);
+    if let Some(median) = timed.get(timed.len() / 2) {
+        println!(
+            "ms per iteration (median): {:.2}; total {total:.1} s",
+            1000.0 * median
+        );
+    }
+    if let Some(mib) = common::peak_rss_mib() {
+        println!("peak memory: {mib:.0} MiB");
+    }
+}
+
+/// Train and validation loss against the step.
+fn plot(path: &Path, curves: &[(u64, f64, f64)]) -> Result<(), Box<dyn std::error::Error>> {
+    let root = SVGBackend::new(path, (640, 400)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let last = curves.last().map_or(1, |c| c.0.max(1));
+    let top = curves.iter().map(|c| c.1.max(c.2)).fold(0.0, f64::max) * 1.05;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("character-level GPT on Shakespeare", ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0..last, 0.0..top.max(1e-3))?;
+    chart
+        .configure_mesh()
+        .x_desc("step")
+        .y_desc("cross-entropy")
+        .draw()?;
+    for (label, colour, val) in [("train", BLUE, false), ("validation", RED, true)] {
+        let points = curves
+            .iter()
+            .map(move |c| (c.0, if val { c.2 } else { c.1 }));
+        chart
+            .draw_series(LineSeries::new(points, colour.stroke_width(2)))?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
+    }
+    chart.configure_series_labels().border_style(BLACK).draw()?;
+    root.present()?;
+    Ok(())
+}

@@ -1,0 +1,170 @@
+//! What a language model needs beyond attention: cross-entropy over `[N, T, V]` logits with
+//! class-index targets and an ignore index (PyTorch's numbers), an output layer tied to the
+//! token embedding (one parameter: listed, stepped and saved once), and layers applied to
+//! `[N, T, E]` inputs as one product.
+
+mod common;
+
+use common::{check, randn};
+use ferrograd::prelude::*;
+
+/// `sin(0.37·i)` over `[2, 3, 5]`, in f64.
+fn logits() -> Tensor {
+    Tensor::from_vec(
+        (0..30).map(|i| (0.37 * i as f64).sin()).collect(),
+        &[2, 3, 5],
+    )
+}
+
+fn targets() -> Tensor {
+    Tensor::from_vec(vec![1i64, 4, -100, 0, 2, 3], &[2, 3])
+}
+
+/// From PyTorch 2.15: `F.cross_entropy(x.reshape(-1, 5), y.reshape(-1), ignore_index=-100,
+/// label_smoothing=s)` for the inputs above, the loss and the first seven entries of its
+/// gradient.
+const TORCH: [(f64, f64, [f64; 7]); 2] = [
+    (
+        0.0,
+        2.032124065903422,
+        [
+            0.020932685574892,
+            -0.169948058363611,
+            0.041083219443348,
+            0.051265116269698,
+            0.056667037075673,
+            0.061178038348076,
+            0.051887532713834,
+        ],
+    ),
+    (
+        0.1,
+        1.997030167616507,
+        [
+            0.016932685574892,
+            -0.153948058363611,
+            0.037083219443348,
+            0.047265116269698,
+            0.052667037075673,
+            0.057178038348076,
+            0.047887532713834,
+        ],
+    ),
+];
+
+#[test]
+fn cross_entropy_over_positions_is_pytorchs() {
+    for (smoothing, loss, grad7) in TORCH {
+        let x = logits().requires_grad();
+        let ce = CrossEntropy::new()
+            .ignore_index(-100)
+            .label_smoothing(smoothing);
+        let l = ce.loss(&x, &targets());
+        assert!((l.item() - loss).abs() < 1e-13, "{} vs {loss}", l.item());
+        let g = grad(&l, &[&x]).remove(0).to_vec::<f64>();
+        for (a, b) in g.iter().zip(grad7) {
+            assert!((a - b).abs() < 1e-13, "{a} vs {b}");
+        }
+        // The ignored position gets no gradient at all.
+        assert!(g[10..15].iter().all(|&v| v == 0.0));
+        check("cross-entropy", |t| ce.loss(&t[0], &targets()), &[logits()]);
+    }
+}
+
+#[test]
+fn class_indices_and_one_hot_rows_give_the_same_mean() {
+    // Without ignored positions, indices and their one-hot rows are the same target, and both
+    // average over every position of [N, T] (not over N alone).
+    let y = Tensor::from_vec(vec![1i64, 4, 2, 0, 2, 3], &[2, 3]);
+    let hot = one_hot(&y.to_vec::<i64>(), 5)
+        .reshape(&[2, 3, 5])
+        .to_dtype(DType::F64);
+    let by_index = SoftmaxCrossEntropy::new().loss(&logits(), &y).item();
+    let by_rows = SoftmaxCrossEntropy::new().loss(&logits(), &hot).item();
+    assert!((by_index - by_rows).abs() < 1e-14);
+    let rows = logits().reshape(&[6, 5]);
+    let flat = CrossEntropy::new().loss(&rows, &y.reshape(&[6])).item();
+    assert!((by_index - flat).abs() < 1e-14);
+    // Every position ignored: 0/0, as PyTorch's mean.
+    let none = Tensor::from_vec(vec![-1i64; 6], &[2, 3]);
+    assert!(CrossEntropy::new()
+        .ignore_index(-1)
+        .loss(&logits(), &none)
+        .item()
+        .is_nan());
+}
+
+#[derive(Module)]
+struct Tied {
+    tok: Embedding,
+    head: Dense,
+}
+
+#[test]
+fn a_tied_output_layer_shares_one_parameter() {
+    manual_seed(3);
+    let tok = Embedding::new(6, 4);
+    let head = Dense::tied(tok.weight());
+    let m = Tied { tok, head };
+    let names: Vec<String> = m.params().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["tok.weight"]);
+    assert_eq!(m.num_params(), 24);
+    assert_eq!(m.state().len(), 1);
+    assert_eq!(m.head.name(), "Dense(4, 6, bias=False)");
+    // The gradient is the sum of both uses', and one step moves the table once.
+    let ids = Tensor::from_vec(vec![0i64, 5, 2], &[3]);
+    let before = m.tok.weight().tensor().detach();
+    let loss = CrossEntropy::new().loss(
+        &m.head
+            .forward(&m.tok.forward(&ids, Mode::Train), Mode::Train),
+        &Tensor::from_vec(vec![1i64, 1, 3], &[3]),
+    );
+    let grads = loss.backward();
+    let g = grads.get_param(m.tok.weight()).unwrap();
+    let mut opt = Sgd::new(0.5);
+    opt.step(&m.params(), &grads);
+    let moved = &before - &m.tok.weight().tensor().detach();
+    assert!(moved.allclose(&(&g * 0.5), 1e-6, 1e-7));
+    // A list that names the shared parameter twice still holds it once after `distinct`.
+    let twice = [m.params(), m.head.params()].concat();
+    assert_eq!(twice.len(), 2);
+    assert_eq!(ferrograd::nn::distinct(twice).len(), 1);
+    // Saved once, loaded back.
+    let dir = std::env::temp_dir().join("ferrograd-tied-weights");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tied.safetensors");
+    m.save_safetensors(&path).unwrap();
+    m.tok.weight().set(&Tensor::zeros(&[6, 4], DType::F32));
+    m.load_safetensors(&path).unwrap();
+    assert!(m
+        .head
+        .weight()
+        .tensor()
+        .allclose(&(&before - &moved), 0.0, 0.0));
+}
+
+#[test]
+fn a_layer_over_a_sequence_is_one_product_with_the_same_gradients() {
+    // [N, T, E] @ [E, F] folds to one [N·T, E] product; values and derivatives to second
+    // order are those of the batched definition.
+    let x = randn(&[2, 3, 4], 1);
+    let w = randn(&[4, 5], 2);
+    let per_item = Tensor::cat(
+        &[
+            &x.narrow(0, 0, 1).reshape(&[3, 4]).matmul(&w).unsqueeze(0),
+            &x.narrow(0, 1, 1).reshape(&[3, 4]).matmul(&w).unsqueeze(0),
+        ],
+        0,
+    );
+    assert!(x.matmul(&w).allclose(&per_item, 1e-14, 1e-14));
+    check(
+        "[N, T, E] @ [E, F]",
+        |t| t[0].matmul(&t[1]),
+        &[x.clone(), w.clone()],
+    );
+    check(
+        "a transposed view @ a transposed weight",
+        |t| t[0].transpose(0, 1).matmul(&t[1].t()),
+        &[x, randn(&[5, 4], 3)],
+    );
+}
