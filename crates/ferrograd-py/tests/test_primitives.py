@@ -37,6 +37,7 @@ NUMPY = {
     "leaky_relu": lambda x, s: np.where(x > 0, x, s * x),
     "softplus": lambda x: np.logaddexp(0, x),
     "erf": np.vectorize(math.erf),
+    "gelu": lambda x: 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2))),
     "clamp": np.clip,
     "add_scalar": lambda x, s: x + s,
     "mul_scalar": lambda x, s: x * s,

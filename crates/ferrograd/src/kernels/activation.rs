@@ -266,7 +266,9 @@ mod tests {
                 t[0]
             }
         };
-        let forms: [(fn(&mut [f32]), fn(&[f32], &mut [f32])); 2] = [
+        // GELU over a slice and its derivative applied to a gradient, in one form.
+        type Pair = (fn(&mut [f32]), fn(&[f32], &mut [f32]));
+        let forms: [Pair; 2] = [
             (gelu_f32, gelu_backward_f32),
             (
                 |xs| xs.iter_mut().for_each(|x| *x = gelu::<false>(*x)),
