@@ -158,21 +158,36 @@ fn rand(
     )
 }
 
-/// `arange(start, end, step=1.0)` (or `arange(end)`), float32 unless `dtype` says.
+/// `arange(start, end, step=1)` (or `arange(end)`): int64 when every argument is an int,
+/// as PyTorch's, else float32, unless `dtype` says.
 #[pyfunction]
-#[pyo3(signature = (start, end=None, step=1.0, dtype=None))]
+#[pyo3(signature = (start, end=None, step=None, dtype=None))]
 fn arange(
-    start: f64,
-    end: Option<f64>,
-    step: f64,
+    start: &Bound<'_, PyAny>,
+    end: Option<&Bound<'_, PyAny>>,
+    step: Option<&Bound<'_, PyAny>>,
     dtype: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyTensor> {
+    // As PyTorch: whole-number arguments give int64 positions unless a dtype is named.
+    let ints = [Some(start), end, step]
+        .into_iter()
+        .flatten()
+        .all(|v| v.is_instance_of::<pyo3::types::PyInt>());
     let (a, b) = match end {
-        Some(e) => (start, e),
-        None => (0.0, start),
+        Some(e) => (start.extract::<f64>()?, e.extract::<f64>()?),
+        None => (0.0, start.extract::<f64>()?),
     };
-    let dtype = dtype_or_f32(dtype)?;
-    guard::run(|| Tensor::arange(a, b, step, dtype)).map(PyTensor::new)
+    let step: f64 = step.map_or(Ok(1.0), |s| s.extract())?;
+    let target = match dtype {
+        None if ints => DType::I64,
+        _ => dtype_or_f32(dtype)?,
+    };
+    let work = if target.is_float() {
+        target
+    } else {
+        DType::F64
+    };
+    guard::run(|| Tensor::arange(a, b, step, work).to_dtype(target)).map(PyTensor::new)
 }
 
 #[pyfunction]

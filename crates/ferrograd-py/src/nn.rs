@@ -418,9 +418,14 @@ macro_rules! layer_class {
 }
 
 layer_class!(
-    /// `Dense(in_features, out_features)`: `x @ weight.T + bias`, weight `[out, in]`.
-    PyDense, "Dense", (in_features, out_features), (in_features: usize, out_features: usize)
-        => Dense::new(in_features, out_features)
+    /// `Dense(in_features, out_features, bias=True)`: `x @ weight.T + bias`, weight
+    /// `[out, in]` (PyTorch's `nn.Linear`; `bias=False` leaves the bias out).
+    PyDense, "Dense", (in_features, out_features, bias=true),
+    (in_features: usize, out_features: usize, bias: bool)
+        => {
+            let d = Dense::new(in_features, out_features);
+            if bias { d } else { d.without_bias() }
+        }
 );
 layer_class!(
     /// `Conv2D(in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,

@@ -374,14 +374,8 @@ impl PyTensor {
         match dim {
             None => Ok(PyTuple::new(py, t.shape())?.into_any()),
             Some(d) => {
-                let n = t.ndim() as isize;
-                let i = if d < 0 { d + n } else { d };
-                if !(0..n).contains(&i) {
-                    return Err(pyo3::exceptions::PyIndexError::new_err(format!(
-                        "size: axis {d} out of range for {n} axes"
-                    )));
-                }
-                Ok(t.shape()[i as usize].into_pyobject(py)?.into_any())
+                let i = norm_axis("size", d, t.ndim())?;
+                Ok(t.shape()[i].into_pyobject(py)?.into_any())
             }
         }
     }
@@ -1252,6 +1246,58 @@ impl PyTensor {
         self.view_map(py, |t| t.narrow(dim, start, length))
     }
 
+    /// PyTorch's `split`: pieces of `split_size` along `dim` (the last may be shorter), or of
+    /// the sizes listed, which must add up to the axis' length. Each piece is a view.
+    #[pyo3(signature = (split_size_or_sections, dim=0))]
+    fn split(
+        &self,
+        py: Python<'_>,
+        split_size_or_sections: &Bound<'_, PyAny>,
+        dim: isize,
+    ) -> PyResult<Vec<PyTensor>> {
+        let t = self.tensor();
+        let axis = norm_axis("split", dim, t.ndim())?;
+        let len = t.shape()[axis];
+        let sizes: Vec<usize> = match split_size_or_sections.extract::<usize>() {
+            Ok(0) if len > 0 => {
+                return Err(PyValueError::new_err("split: split_size must be positive"))
+            }
+            Ok(0) => vec![0],
+            Ok(size) => (0..len.div_ceil(size))
+                .map(|i| size.min(len - i * size))
+                .collect(),
+            Err(_) => {
+                let sizes: Vec<usize> = split_size_or_sections.extract()?;
+                if sizes.iter().sum::<usize>() != len {
+                    return Err(PyValueError::new_err(format!(
+                        "split: sizes {sizes:?} do not add up to the length {len} of dim {dim}"
+                    )));
+                }
+                sizes
+            }
+        };
+        let mut start = 0;
+        let mut out = Vec::with_capacity(sizes.len());
+        for size in sizes {
+            out.push(self.view_map(py, |t| t.narrow(axis, start, size))?);
+            start += size;
+        }
+        Ok(out)
+    }
+
+    /// PyTorch's `chunk`: `chunks` pieces along `dim` of ⌈length / chunks⌉ each (fewer when
+    /// the length runs out first).
+    #[pyo3(signature = (chunks, dim=0))]
+    fn chunk(&self, py: Python<'_>, chunks: usize, dim: isize) -> PyResult<Vec<PyTensor>> {
+        if chunks == 0 {
+            return Err(PyValueError::new_err("chunk: chunks must be positive"));
+        }
+        let axis = norm_axis("chunk", dim, self.tensor().ndim())?;
+        let size = self.tensor().shape()[axis].div_ceil(chunks).max(1);
+        let size = size.into_pyobject(py)?.into_any();
+        self.split(py, &size, dim)
+    }
+
     fn index_select(
         &self,
         py: Python<'_>,
@@ -1663,4 +1709,16 @@ pub fn with_grad(py: Python<'_>, t: Tensor, requires_grad: bool) -> PyResult<Py<
             .into_any()
             .unbind()),
     }
+}
+
+/// Axis `dim` of `ndim` (negative counts from the end), or an `IndexError` naming `op`.
+fn norm_axis(op: &str, dim: isize, ndim: usize) -> PyResult<usize> {
+    let n = ndim as isize;
+    let i = if dim < 0 { dim + n } else { dim };
+    if !(0..n).contains(&i) {
+        return Err(pyo3::exceptions::PyIndexError::new_err(format!(
+            "{op}: axis {dim} out of range for {n} axes"
+        )));
+    }
+    Ok(i as usize)
 }

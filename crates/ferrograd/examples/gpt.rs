@@ -18,6 +18,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
@@ -101,6 +102,10 @@ struct Args {
     /// continues it.
     #[arg(long)]
     stop_at: Option<u64>,
+    /// Keep only each block's input for backward and compute the block again there
+    /// (gradient checkpointing): less memory, one more forward pass of the blocks.
+    #[arg(long)]
+    grad_checkpoint: bool,
     /// Where to write the loss curves.
     #[arg(long, default_value = ".")]
     out_dir: PathBuf,
@@ -181,11 +186,13 @@ impl Block {
 struct Gpt {
     tok: Embedding,
     pos: Embedding,
-    blocks: Vec<Block>,
+    blocks: Vec<Arc<Block>>,
     ln_f: LayerNorm,
     head: Dense,
     #[module(skip)]
     context: usize,
+    #[module(skip)]
+    grad_checkpoint: bool,
 }
 
 impl Gpt {
@@ -196,11 +203,12 @@ impl Gpt {
             tok,
             pos: Embedding::new(args.context, args.width),
             blocks: (0..args.layers)
-                .map(|_| Block::new(args.width, args.heads))
+                .map(|_| Arc::new(Block::new(args.width, args.heads)))
                 .collect(),
             ln_f: LayerNorm::new(args.width),
             head,
             context: args.context,
+            grad_checkpoint: args.grad_checkpoint,
         };
         // torch_gpt.py's initialisation: residual projections narrower, other matrices
         // N(0, 0.02), norms' scales 1, everything else 0.
@@ -232,6 +240,12 @@ impl Gpt {
             Some(caches) => {
                 for (block, cache) in self.blocks.iter().zip(caches) {
                     x = block.forward(&x, Some(cache));
+                }
+            }
+            None if self.grad_checkpoint => {
+                for block in &self.blocks {
+                    let block = Arc::clone(block);
+                    x = checkpoint(move |xs: &[Tensor]| block.forward(&xs[0], None), &[&x]);
                 }
             }
             None => {

@@ -70,8 +70,8 @@ pub struct ReadmeExamples;
 /// The names most programs need.
 pub mod prelude {
     pub use crate::autograd::{
-        custom_gradient, custom_gradient_n, custom_gradient_named, custom_gradient_with_variables,
-        grad_with_graph, try_grad,
+        checkpoint, custom_gradient, custom_gradient_n, custom_gradient_named,
+        custom_gradient_with_variables, grad_with_graph, try_grad,
     };
     pub use crate::autograd::{
         detect_anomaly, enable_grad, grad, gradcheck, gradgradcheck, no_grad, GradcheckOptions,

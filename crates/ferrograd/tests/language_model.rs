@@ -1,7 +1,7 @@
 //! What a language model needs beyond attention: cross-entropy over `[N, T, V]` logits with
 //! class-index targets and an ignore index (PyTorch's numbers), an output layer tied to the
 //! token embedding (one parameter: listed, stepped and saved once), and layers applied to
-//! `[N, T, E]` inputs as one product.
+//! `[N, T, E]` inputs as one product, rotary position embeddings and gradient checkpointing.
 
 mod common;
 
@@ -167,4 +167,86 @@ fn a_layer_over_a_sequence_is_one_product_with_the_same_gradients() {
         |t| t[0].transpose(0, 1).matmul(&t[1].t()),
         &[x, randn(&[5, 4], 3)],
     );
+}
+
+/// RoPE written out pair by pair: feature `i` and `i + D/2` turned by `p·base^(−2i/D)`.
+fn rope_by_pairs(x: &Tensor, start: usize, base: f64) -> Vec<f64> {
+    let (t, d) = (x.shape()[x.ndim() - 2], x.shape()[x.ndim() - 1]);
+    let v = x.to_vec::<f64>();
+    let mut out = v.clone();
+    for row in 0..v.len() / d {
+        let p = (start + row % t) as f64;
+        for i in 0..d / 2 {
+            let a = p * base.powf(-2.0 * i as f64 / d as f64);
+            let (x1, x2) = (v[row * d + i], v[row * d + i + d / 2]);
+            out[row * d + i] = x1 * a.cos() - x2 * a.sin();
+            out[row * d + i + d / 2] = x2 * a.cos() + x1 * a.sin();
+        }
+    }
+    out
+}
+
+#[test]
+fn rotary_embeddings_turn_pairs_by_position() {
+    let x = randn(&[2, 3, 5, 6], 4);
+    for (start, base) in [(0, 10000.0), (7, 100.0)] {
+        let got = x.rope(start, base).to_vec::<f64>();
+        for (a, b) in got.iter().zip(rope_by_pairs(&x, start, base)) {
+            assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+        }
+    }
+    // A cache continues where it left off: position 4 alone is the fifth row of the whole.
+    let whole = x.rope(0, 10000.0).narrow(2, 4, 1);
+    assert!(x
+        .narrow(2, 4, 1)
+        .rope(4, 10000.0)
+        .allclose(&whole, 1e-14, 1e-14));
+    // q·k after RoPE depends on the distance between the positions only.
+    let (q, k) = (randn(&[1, 6], 5), randn(&[1, 6], 6));
+    let dot = |pq: usize, pk: usize| (&q.rope(pq, 10000.0) * &k.rope(pk, 10000.0)).sum().item();
+    assert!((dot(3, 1) - dot(9, 7)).abs() < 1e-12);
+    check("rope", |t| t[0].rope(2, 500.0), &[randn(&[2, 4, 4], 7)]);
+    assert_eq!(x.to_dtype(DType::F32).rope(0, 10.0).dtype(), DType::F32);
+}
+
+#[test]
+fn checkpointed_blocks_give_the_same_values_and_gradients() {
+    manual_seed(11);
+    let block = std::sync::Arc::new(
+        TransformerEncoderLayer::new(8, 2)
+            .dim_feedforward(16)
+            .dropout(0.0),
+    );
+    let x = randn(&[2, 3, 8], 8).to_dtype(DType::F32).requires_grad();
+    let inner = block.clone();
+    let y = checkpoint(
+        move |xs: &[Tensor]| Layer::forward(&*inner, &xs[0], Mode::Train).tanh(),
+        &[&x],
+    );
+    let plain = Layer::forward(&*block, &x, Mode::Train).tanh();
+    assert_eq!(y.to_vec::<f32>(), plain.to_vec::<f32>());
+    let w = randn(&[2, 3, 8], 9).to_dtype(DType::F32);
+    let (a, b) = ((&y * &w).sum().backward(), (&plain * &w).sum().backward());
+    assert_eq!(a.len(), b.len());
+    for (name, p) in block.params() {
+        let (ga, gb) = (a.get_param(&p).unwrap(), b.get_param(&p).unwrap());
+        assert!(ga.allclose(&gb, 1e-5, 1e-6), "{name}");
+    }
+    assert!(a.get(&x).unwrap().allclose(&b.get(&x).unwrap(), 1e-5, 1e-6));
+    // To second order, in f64, through the recomputation.
+    let v = randn(&[3], 10);
+    check(
+        "checkpoint",
+        move |t| {
+            let v = v.clone();
+            checkpoint(
+                move |xs: &[Tensor]| &(&xs[0] * &v).sin() * &xs[1],
+                &[&t[0], &t[1]],
+            )
+        },
+        &[randn(&[2, 3], 11), randn(&[2, 3], 12)],
+    );
+    // Under no_grad it is the function itself.
+    let z = no_grad(|| checkpoint(|xs: &[Tensor]| xs[0].exp(), &[&x]));
+    assert!(z.allclose(&x.exp(), 0.0, 0.0));
 }

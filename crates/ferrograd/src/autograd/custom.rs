@@ -15,7 +15,7 @@ use crate::tensor::record::record_impl;
 use crate::tensor::{record, DType, InputGrads, NodeKind, Tensor};
 
 /// The stand-in `f` receives for `input`: same value, tracked back to it through an identity.
-fn stand_in(input: &Tensor) -> Tensor {
+pub(super) fn stand_in(input: &Tensor) -> Tensor {
     record(
         "custom_gradient input",
         input.detach(),
@@ -168,7 +168,7 @@ where
 }
 
 /// The tracked leaves `y` depends on other than through `stand_ins`, in the order first reached.
-fn captured_leaves(y: &Tensor, stand_ins: &[Tensor]) -> Vec<Tensor> {
+pub(super) fn captured_leaves(y: &Tensor, stand_ins: &[Tensor]) -> Vec<Tensor> {
     let mut seen: IdSet = stand_ins.iter().filter_map(Tensor::id).collect();
     let mut stack = vec![y.clone()];
     let mut leaves = Vec::new();

@@ -6,6 +6,7 @@
 //! the ops it runs: the engine sums contributions with `+` and rules are tensor ops.
 
 mod anomaly;
+mod checkpoint;
 mod custom;
 mod engine;
 pub mod gradcheck;
@@ -17,6 +18,7 @@ mod param;
 pub use crate::tensor::{enable_grad, is_grad_enabled, live_nodes, no_grad, set_grad_enabled};
 pub(crate) use anomaly::anomaly_reported;
 pub use anomaly::detect_anomaly;
+pub use checkpoint::checkpoint;
 pub use custom::{
     custom_gradient, custom_gradient_n, custom_gradient_named, custom_gradient_with_variables,
 };

@@ -237,6 +237,25 @@ impl<M: Module + ?Sized> Module for Box<M> {
     }
 }
 
+/// A shared module (one that a closure also holds: a checkpointed block, say) is the module.
+impl<M: Module + ?Sized> Module for std::sync::Arc<M> {
+    fn params(&self) -> Vec<(String, Param)> {
+        (**self).params()
+    }
+    fn buffers(&self) -> Vec<(String, Param)> {
+        (**self).buffers()
+    }
+    fn rng_streams(&self) -> Vec<(String, RngStream)> {
+        (**self).rng_streams()
+    }
+    fn name(&self) -> String {
+        (**self).name()
+    }
+    fn state_params(&self) -> Vec<(String, Param)> {
+        (**self).state_params()
+    }
+}
+
 /// A list of modules, named by index as PyTorch's `ModuleList`.
 impl<M: Module> Module for Vec<M> {
     fn params(&self) -> Vec<(String, Param)> {

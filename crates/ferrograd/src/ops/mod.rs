@@ -15,6 +15,7 @@ mod pool;
 mod random;
 pub(crate) mod recurrent;
 mod reduce;
+mod rope;
 mod select;
 mod softmax;
 pub(crate) mod unary;
