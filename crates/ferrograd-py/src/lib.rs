@@ -190,6 +190,14 @@ fn arange(
     guard::run(|| Tensor::arange(a, b, step, work).to_dtype(target)).map(PyTensor::new)
 }
 
+/// The L2 norm of all `tensors` together, in f64 (`nn.utils.clip_grad_norm_`'s figure): one
+/// pass over each, without a tensor per step.
+#[pyfunction]
+fn _global_norm(py: Python<'_>, tensors: Vec<PyRef<'_, PyTensor>>) -> f64 {
+    let ts: Vec<Tensor> = tensors.iter().map(|t| t.tensor()).collect();
+    py.detach(|| ferrograd::autograd::global_norm(&ts))
+}
+
 #[pyfunction]
 #[pyo3(signature = (start, end, steps, dtype=None))]
 fn linspace(
@@ -365,6 +373,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(randn, m)?)?;
     m.add_function(wrap_pyfunction!(rand, m)?)?;
     m.add_function(wrap_pyfunction!(arange, m)?)?;
+    m.add_function(wrap_pyfunction!(_global_norm, m)?)?;
     m.add_function(wrap_pyfunction!(linspace, m)?)?;
     m.add_function(wrap_pyfunction!(cat, m)?)?;
     m.add_function(wrap_pyfunction!(stack, m)?)?;

@@ -5,7 +5,8 @@ use std::ops::{Add, AddAssign};
 
 use super::ids::IdMap;
 use super::param::Param;
-use crate::tensor::Tensor;
+use crate::kernels::optim::sum_squares;
+use crate::tensor::{with_dtype, Tensor};
 
 /// Gradients from one backward pass. Fresh on every call; add two to accumulate explicitly
 /// (over micro-batches, say).
@@ -58,11 +59,7 @@ impl Gradients {
     /// The global L2 norm of every gradient held here together, accumulated in f64 (clipping
     /// by norm compares the same figure, over the parameters it updates).
     pub fn norm(&self) -> f64 {
-        self.map
-            .values()
-            .map(|g| g.to_vec::<f64>().iter().map(|v| v * v).sum::<f64>())
-            .sum::<f64>()
-            .sqrt()
+        global_norm(self.map.values())
     }
 
     /// Every gradient scaled by `factor` (averaging accumulated micro-batches, say).
@@ -71,6 +68,16 @@ impl Gradients {
             map: self.map.iter().map(|(&k, g)| (k, g * factor)).collect(),
         }
     }
+}
+
+/// The L2 norm of all `tensors` together, as if they were one vector, accumulated in f64
+/// (what `clip_grad_norm_` compares with its bound).
+pub fn global_norm<'a>(tensors: impl IntoIterator<Item = &'a Tensor>) -> f64 {
+    tensors
+        .into_iter()
+        .map(|t| with_dtype!(t.dtype(), T => sum_squares(&t.contiguous_data::<T>())))
+        .sum::<f64>()
+        .sqrt()
 }
 
 impl std::fmt::Debug for Gradients {

@@ -24,5 +24,5 @@ pub use custom::{
 };
 pub use engine::{grad, grad_with_graph, try_grad};
 pub use gradcheck::{gradcheck, gradgradcheck, GradcheckOptions};
-pub use gradients::Gradients;
+pub use gradients::{global_norm, Gradients};
 pub use param::Param;

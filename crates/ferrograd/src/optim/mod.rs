@@ -19,9 +19,8 @@ pub use schedule::{
     WarmupThen,
 };
 
-use crate::autograd::{anomaly_reported, Gradients, Param};
+use crate::autograd::{anomaly_reported, global_norm, Gradients, Param};
 use crate::error::{Error, Result};
-use crate::kernels::optim::sum_squares;
 use crate::tensor::{with_dtype, FloatElement, Tensor};
 
 /// Plain gradient descent.
@@ -367,11 +366,7 @@ impl<R: UpdateRule> Optimizer for Optim<R> {
             .collect();
         let gscale = match self.clip {
             Some(Clip::Norm(max)) => {
-                let total: f64 = found
-                    .iter()
-                    .map(|(_, g)| with_dtype!(g.dtype(), T => sum_squares(&g.contiguous_data::<T>())))
-                    .sum();
-                let norm = total.sqrt();
+                let norm = global_norm(found.iter().map(|(_, g)| g));
                 self.last_norm = Some(norm);
                 if norm > max {
                     max / (norm + 1e-6)

@@ -18,6 +18,8 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     norm_type = float(norm_type)
     if norm_type == float("inf"):
         total = max(float(p.grad.abs().max()) for p in params)
+    elif norm_type == 2.0:
+        total = _core._global_norm([p.grad for p in params])
     else:
         total = sum(float((p.grad.abs() ** norm_type).sum()) for p in params) ** (1.0 / norm_type)
     if error_if_nonfinite and not (total == total and total != float("inf")):
