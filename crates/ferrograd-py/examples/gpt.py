@@ -3,21 +3,29 @@ model, optimizer, schedule and data split of bench/torch_gpt.py, with `import fe
 fg` where that script imports torch.
 
     python crates/ferrograd-py/examples/gpt.py [--text data/shakespeare/shakespeare.txt]
+    python crates/ferrograd-py/examples/gpt.py --framework torch [--threads 2]
 
 Prints the train and validation loss every --eval-interval steps, the median time per step
-(the first 10 excluded) and a sample of generated text.
+(the first 10 excluded) and a sample of generated text. With `--framework torch` the same
+lines run on PyTorch (the names are the same), the side-by-side comparison of the README.
 """
 
 import argparse
 import math
 import statistics
+import sys
 import time
 
 import numpy as np
 
-import ferrograd as fg
-import ferrograd.nn as nn
-import ferrograd.nn.functional as F
+if "--framework" in sys.argv and sys.argv[sys.argv.index("--framework") + 1 :][:1] == ["torch"]:
+    import torch as fg
+    import torch.nn as nn
+    import torch.nn.functional as F
+else:
+    import ferrograd as fg
+    import ferrograd.nn as nn
+    import ferrograd.nn.functional as F
 
 
 class Block(nn.Module):
@@ -101,7 +109,11 @@ def main(argv=None):
     ap.add_argument("--eval-iters", type=int, default=20)
     ap.add_argument("--sample", type=int, default=300)
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--framework", choices=["ferrograd", "torch"], default="ferrograd")
+    ap.add_argument("--threads", type=int, default=2, help="PyTorch's threads")
     args = ap.parse_args(argv)
+    if args.framework == "torch":
+        fg.set_num_threads(args.threads)
     fg.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
 
@@ -126,7 +138,7 @@ def main(argv=None):
     opt = fg.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                           {"params": no_decay, "weight_decay": 0.0}],
                          lr=1e-3, betas=(0.9, 0.99))
-    print(f"ferrograd {fg.__version__} chars={len(text)} vocab={len(chars)} params={n_params}")
+    print(f"{args.framework} {fg.__version__} chars={len(text)} vocab={len(chars)} params={n_params}")
 
     @fg.no_grad()
     def evaluate():

@@ -147,3 +147,27 @@ def test_pytorchs_mask_idioms_and_layouts():
     padded[0, 4] = True
     y, w = b(x, x, x, key_padding_mask=padded, is_causal=True)  # causal beside padding
     assert np.abs(np.triu(w.numpy()[1], 1)).max() == 0.0 and np.abs(w.numpy()[0, :, 4]).max() == 0.0
+
+
+def test_the_gpt_example_trains_and_samples(tmp_path, capsys):
+    """examples/gpt.py, the PyTorch GPT with `fg` for `torch`, on a short text: the loss falls
+    from about ln(vocabulary) and it writes a sample."""
+    import importlib.util
+    import pathlib
+
+    script = pathlib.Path(__file__).resolve().parents[1] / "examples" / "gpt.py"
+    spec = importlib.util.spec_from_file_location("gpt_example", script)
+    gpt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpt)
+    text = tmp_path / "text.txt"
+    text.write_text("Shall I compare thee to a summer's day?\nThou art more lovely.\n" * 30)
+    args = ["--text", str(text), "--iters", "30", "--eval-interval", "15", "--eval-iters", "3",
+            "--batch", "4", "--context", "16", "--width", "32", "--heads", "2", "--layers", "2",
+            "--sample", "40"]
+    losses = gpt.main(args)
+    out = capsys.readouterr().out
+    vocab = len(set(text.read_text()))
+    first = float(out.split("iter 0: train loss ")[1].split(",")[0])
+    assert abs(first - np.log(vocab)) < 0.3
+    assert losses["train"] < first - 0.1 and np.isfinite(losses["val"])
+    assert "ms per iteration" in out and "sample:\n" in out
