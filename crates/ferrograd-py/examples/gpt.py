@@ -1,6 +1,6 @@
 """A character-level GPT on Shakespeare from Python, written as a PyTorch user writes it: the
-model, optimizer, schedule and data split of bench/torch_gpt.py, with `import ferrograd as
-fg` where that script imports torch.
+model, optimizer, schedule and data split of nanoGPT's configuration for a CPU, with `import
+ferrograd as fg` where a PyTorch script imports torch.
 
     python crates/ferrograd-py/examples/gpt.py [--text data/shakespeare/shakespeare.txt]
     python crates/ferrograd-py/examples/gpt.py --framework torch [--threads 2]

@@ -169,10 +169,11 @@ fn arange(
     dtype: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyTensor> {
     // As PyTorch: whole-number arguments give int64 positions unless a dtype is named.
+    // An integer is what `__index__` accepts (numpy's too), bool aside.
     let ints = [Some(start), end, step]
         .into_iter()
         .flatten()
-        .all(|v| v.is_instance_of::<pyo3::types::PyInt>());
+        .all(|v| !v.is_instance_of::<pyo3::types::PyBool>() && v.call_method0("__index__").is_ok());
     let (a, b) = match end {
         Some(e) => (start.extract::<f64>()?, e.extract::<f64>()?),
         None => (0.0, start.extract::<f64>()?),
@@ -193,9 +194,9 @@ fn arange(
 /// The L2 norm of all `tensors` together, in f64 (`nn.utils.clip_grad_norm_`'s figure): one
 /// pass over each, without a tensor per step.
 #[pyfunction]
-fn _global_norm(py: Python<'_>, tensors: Vec<PyRef<'_, PyTensor>>) -> f64 {
+fn _global_norm(tensors: Vec<PyRef<'_, PyTensor>>) -> PyResult<f64> {
     let ts: Vec<Tensor> = tensors.iter().map(|t| t.tensor()).collect();
-    py.detach(|| ferrograd::autograd::global_norm(&ts))
+    guard::run(|| ferrograd::autograd::global_norm(&ts))
 }
 
 #[pyfunction]

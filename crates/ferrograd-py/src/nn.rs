@@ -226,13 +226,15 @@ impl PyLayer {
         guard::run(|| self.layer.num_params())
     }
 
-    /// A parameter by name (`dense.weight`).
+    /// A parameter by name (`dense.weight`); `bias` is None for a layer without one.
     fn __getattr__(&self, py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
-        match guard::run(|| self.layer.params())?
-            .into_iter()
-            .find(|(n, _)| n == name)
-        {
+        let params = guard::run(|| self.layer.params())?;
+        let has_weight = params.iter().any(|(n, _)| n == "weight");
+        match params.into_iter().find(|(n, _)| n == name) {
             Some((_, p)) => wrap_param(py, &p),
+            // A weighted layer built without a bias (`Linear(.., bias=False)`): None, as
+            // PyTorch's attribute is.
+            None if name == "bias" && has_weight => Ok(py.None()),
             None => Err(PyAttributeError::new_err(format!(
                 "{} has no parameter or attribute {name:?}",
                 guard::run(|| self.layer.name())?

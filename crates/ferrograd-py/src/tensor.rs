@@ -129,6 +129,23 @@ impl PyTensor {
         }
     }
 
+    /// Consecutive views of `sizes` along `dim` (which adds up to its length), as a tuple.
+    fn pieces<'py>(
+        &self,
+        py: Python<'py>,
+        dim: isize,
+        sizes: &[usize],
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let axis = norm_axis("split", dim, self.tensor().ndim())?;
+        let mut start = 0;
+        let mut out = Vec::with_capacity(sizes.len());
+        for &size in sizes {
+            out.push(self.view_map(py, |t| t.narrow(axis, start, size))?);
+            start += size;
+        }
+        PyTuple::new(py, out)
+    }
+
     /// As `map`, for a view or selection, which keeps a mask a mask.
     fn view_map(
         &self,
@@ -1246,26 +1263,30 @@ impl PyTensor {
         self.view_map(py, |t| t.narrow(dim, start, length))
     }
 
-    /// PyTorch's `split`: pieces of `split_size` along `dim` (the last may be shorter), or of
-    /// the sizes listed, which must add up to the axis' length. Each piece is a view.
+    /// PyTorch's `split`: pieces of `split_size` along `dim` (the last may be shorter; an
+    /// empty axis gives one empty piece), or of the sizes listed, which must add up to the
+    /// axis' length. A tuple of views.
     #[pyo3(signature = (split_size_or_sections, dim=0))]
-    fn split(
+    fn split<'py>(
         &self,
-        py: Python<'_>,
-        split_size_or_sections: &Bound<'_, PyAny>,
+        py: Python<'py>,
+        split_size_or_sections: &Bound<'py, PyAny>,
         dim: isize,
-    ) -> PyResult<Vec<PyTensor>> {
-        let t = self.tensor();
-        let axis = norm_axis("split", dim, t.ndim())?;
-        let len = t.shape()[axis];
-        let sizes: Vec<usize> = match split_size_or_sections.extract::<usize>() {
-            Ok(0) if len > 0 => {
-                return Err(PyValueError::new_err("split: split_size must be positive"))
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let len = self.tensor().shape()[norm_axis("split", dim, self.tensor().ndim())?];
+        let sizes: Vec<usize> = match split_size_or_sections.extract::<i64>() {
+            Ok(size) if size < 0 || (size == 0 && len > 0) => {
+                return Err(PyValueError::new_err(format!(
+                    "split: split_size must be positive, got {size}"
+                )))
             }
-            Ok(0) => vec![0],
-            Ok(size) => (0..len.div_ceil(size))
-                .map(|i| size.min(len - i * size))
-                .collect(),
+            Ok(_) if len == 0 => vec![0],
+            Ok(size) => {
+                let size = size as usize;
+                (0..len.div_ceil(size))
+                    .map(|i| size.min(len - i * size))
+                    .collect()
+            }
             Err(_) => {
                 let sizes: Vec<usize> = split_size_or_sections.extract()?;
                 if sizes.iter().sum::<usize>() != len {
@@ -1276,26 +1297,38 @@ impl PyTensor {
                 sizes
             }
         };
-        let mut start = 0;
-        let mut out = Vec::with_capacity(sizes.len());
-        for size in sizes {
-            out.push(self.view_map(py, |t| t.narrow(axis, start, size))?);
-            start += size;
-        }
-        Ok(out)
+        self.pieces(py, dim, &sizes)
     }
 
     /// PyTorch's `chunk`: `chunks` pieces along `dim` of ⌈length / chunks⌉ each (fewer when
-    /// the length runs out first).
+    /// the length runs out first; `chunks` empty pieces of an empty axis).
     #[pyo3(signature = (chunks, dim=0))]
-    fn chunk(&self, py: Python<'_>, chunks: usize, dim: isize) -> PyResult<Vec<PyTensor>> {
+    fn chunk<'py>(
+        &self,
+        py: Python<'py>,
+        chunks: usize,
+        dim: isize,
+    ) -> PyResult<Bound<'py, PyTuple>> {
         if chunks == 0 {
             return Err(PyValueError::new_err("chunk: chunks must be positive"));
         }
-        let axis = norm_axis("chunk", dim, self.tensor().ndim())?;
-        let size = self.tensor().shape()[axis].div_ceil(chunks).max(1);
-        let size = size.into_pyobject(py)?.into_any();
-        self.split(py, &size, dim)
+        let len = self.tensor().shape()[norm_axis("chunk", dim, self.tensor().ndim())?];
+        let sizes: Vec<usize> = if len == 0 {
+            let mut empty = Vec::new();
+            empty.try_reserve_exact(chunks).map_err(|_| {
+                pyo3::exceptions::PyMemoryError::new_err(format!(
+                    "chunk: cannot hold {chunks} empty pieces"
+                ))
+            })?;
+            empty.resize(chunks, 0);
+            empty
+        } else {
+            let size = len.div_ceil(chunks);
+            (0..len.div_ceil(size))
+                .map(|i| size.min(len - i * size))
+                .collect()
+        };
+        self.pieces(py, dim, &sizes)
     }
 
     fn index_select(

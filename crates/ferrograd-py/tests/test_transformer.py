@@ -171,3 +171,28 @@ def test_the_gpt_example_trains_and_samples(tmp_path, capsys):
     assert abs(first - np.log(vocab)) < 0.3
     assert losses["train"] < first - 0.1 and np.isfinite(losses["val"])
     assert "ms per iteration" in out and "sample:\n" in out
+
+
+def test_split_chunk_arange_and_a_linear_without_bias():
+    x = fg.arange(10).reshape(2, 5)
+    parts = x.split(2, dim=1)
+    assert isinstance(parts, tuple) and [p.shape for p in parts] == [(2, 2), (2, 2), (2, 1)]
+    assert [p.shape for p in x.chunk(4, 1)] == [(2, 2), (2, 2), (2, 1)]
+    assert [p.shape for p in x.split([1, 4], 1)] == [(2, 1), (2, 4)]
+    assert parts[2].tolist() == [[4], [9]]
+    empty = fg.zeros(0)
+    assert len(empty.split(2)) == 1 and len(empty.chunk(3)) == 3
+    with pytest.raises(ValueError):
+        x.split(-1, 1)
+    with pytest.raises(ValueError):
+        x.split([1, 1], 1)
+    # arange as PyTorch's: integers (numpy's too) give int64, a float gives float32.
+    assert fg.arange(5).dtype == fg.int64 and fg.arange(np.int64(3)).dtype == fg.int64
+    assert fg.arange(2.5).dtype == fg.float32 and fg.arange(0, 1, 0.5).dtype == fg.float32
+    lin = nn.Linear(3, 2, bias=False)
+    assert lin.bias is None and [n for n, _ in lin.named_parameters()] == ["weight"]
+    assert lin(fg.ones(4, 3)).shape == (4, 2)
+    w = fg.tensor([3.0, 4.0], requires_grad=True)
+    (w * w).sum().backward()
+    assert abs(float(nn.utils.clip_grad_norm_([w], 1.0)) - 10.0) < 1e-5
+    np.testing.assert_allclose(w.grad.numpy(), [0.6, 0.8], rtol=1e-5)

@@ -1,5 +1,6 @@
 //! A character-level GPT trained on Shakespeare's plays: the model, optimizer, schedule and data
-//! split of `bench/torch_gpt.py` (nanoGPT's configuration for a CPU), so that the two can be
+//! split of the PyTorch GPT `crates/ferrograd-py/examples/gpt.py --framework torch` (nanoGPT's
+//! configuration for a CPU), so that the two can be
 //! run side by side.
 //!
 //! Pre-norm blocks `x + proj(causal_attention(LayerNorm(x)))`, `x + fc_proj(GELU(fc(LayerNorm(x))))`,
@@ -111,7 +112,7 @@ struct Args {
     out_dir: PathBuf,
 }
 
-/// One pre-norm transformer block, with PyTorch `torch_gpt.py`'s names.
+/// One pre-norm transformer block, with PyTorch the PyTorch script's names.
 #[derive(Module)]
 struct Block {
     ln_1: LayerNorm,
@@ -180,7 +181,7 @@ impl Block {
     }
 }
 
-/// The GPT of `torch_gpt.py`: its parameter names are PyTorch's (`head.weight` is
+/// The GPT of the PyTorch script: its parameter names are PyTorch's (`head.weight` is
 /// `tok.weight`, listed once).
 #[derive(Module)]
 struct Gpt {
@@ -210,7 +211,7 @@ impl Gpt {
             context: args.context,
             grad_checkpoint: args.grad_checkpoint,
         };
-        // torch_gpt.py's initialisation: residual projections narrower, other matrices
+        // The PyTorch script's initialisation: residual projections narrower, other matrices
         // N(0, 0.02), norms' scales 1, everything else 0.
         let mut rng = StdRng::seed_from_u64(args.seed);
         let proj_std = 0.02 / (2.0 * args.layers as f64).sqrt();
@@ -265,7 +266,7 @@ impl Gpt {
     /// `count` more characters after `prompt`, each drawn from the softmax of the logits
     /// divided by `temperature`, among the `top_k` likeliest (all with 0). Within the context
     /// every new position costs one step through the cache; beyond it the window slides and
-    /// the positions are those of the last `context` characters, as `torch_gpt.py`'s
+    /// the positions are those of the last `context` characters, as the PyTorch script's
     /// `generate` computes them.
     fn generate(
         &self,
@@ -362,7 +363,7 @@ impl Corpus {
     }
 }
 
-/// `torch_gpt.py`'s schedule: linear warm-up to `lr`, then a half cosine to `min_lr` at the
+/// the PyTorch script's schedule: linear warm-up to `lr`, then a half cosine to `min_lr` at the
 /// last step.
 fn lr_at(it: u64, args: &Args) -> f64 {
     if it < args.warmup {
@@ -373,7 +374,7 @@ fn lr_at(it: u64, args: &Args) -> f64 {
     args.min_lr + cos * (args.lr - args.min_lr)
 }
 
-/// AdamW for the matrices (decayed) and for the rest (not decayed), as `torch_gpt.py`'s two
+/// AdamW for the matrices (decayed) and for the rest (not decayed), as the PyTorch script's two
 /// parameter groups.
 struct Optimizers {
     groups: Vec<(AdamW, Vec<(String, Param)>)>,
@@ -576,7 +577,7 @@ fn train(
     Ok(Some(curves))
 }
 
-/// Median step time (the first 10 excluded, as `torch_gpt.py` does) and peak memory.
+/// Median step time (the first 10 excluded, as the PyTorch script does) and peak memory.
 fn report(times: &[f64], total: f64) {
     let mut timed: Vec<f64> = times.iter().skip(10).copied().collect();
     timed.sort_by(f64::total_cmp);
@@ -626,11 +627,13 @@ fn plot(path: &Path, curves: &[Losses]) -> Result<(), Box<dyn std::error::Error>
 mod tests {
     use super::*;
 
-    /// A small model on a short text: trains, samples, and a run stopped half-way and resumed
-    /// ends with the same bits (weights and optimizer state) as the uninterrupted one.
+    /// A small model on a short text: trains, samples, and a run stopped half-way and resumed,
+    /// or one that recomputes its blocks in backward, ends with the same bits (weights and
+    /// optimizer state) as the plain uninterrupted one.
     #[test]
     fn trains_samples_and_resumes_bit_for_bit() {
-        let dir = std::env::temp_dir().join("ferrograd-gpt-example");
+        let dir =
+            std::env::temp_dir().join(format!("ferrograd-gpt-example-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let text = dir.join("text.txt");
         let verse =
@@ -663,15 +666,21 @@ mod tests {
             argv.extend(extra);
             run(Args::parse_from(argv)).unwrap();
         };
-        let (whole, parts) = (dir.join("whole.safetensors"), dir.join("parts.safetensors"));
+        let whole = dir.join("whole.safetensors");
         run_with(&[], &whole);
+        let a = load_tensors(&whole).unwrap();
+        // Interrupted and resumed, or with checkpointed blocks: the same bits.
+        let (parts, recomputed) = (dir.join("parts.safetensors"), dir.join("ckpt.safetensors"));
         run_with(&["--stop-at", "4"], &parts);
         run_with(&["--resume"], &parts);
-        let (a, b) = (load_tensors(&whole).unwrap(), load_tensors(&parts).unwrap());
-        assert_eq!(a.1, b.1, "metadata");
-        assert_eq!(a.0.len(), b.0.len());
-        for (name, t) in &a.0 {
-            assert_eq!(t.to_vec::<f64>(), b.0[name].to_vec::<f64>(), "{name}");
+        run_with(&["--grad-checkpoint"], &recomputed);
+        for other in [&parts, &recomputed] {
+            let b = load_tensors(other).unwrap();
+            assert_eq!(a.1, b.1, "metadata");
+            assert_eq!(a.0.len(), b.0.len());
+            for (name, t) in &a.0 {
+                assert_eq!(t.to_vec::<f64>(), b.0[name].to_vec::<f64>(), "{name}");
+            }
         }
         assert!(a.0.contains_key("model.tok.weight") && !a.0.contains_key("model.head.weight"));
         assert!(dir.join("gpt_loss.svg").exists());

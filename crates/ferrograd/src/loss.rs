@@ -1,4 +1,6 @@
-//! Losses: each returns a differentiable 0-d tensor, the mean over the batch (axis 0).
+//! Losses: each returns a differentiable 0-d tensor, a mean: over every position for the
+//! cross-entropies (each row of classes), over the batch (axis 0) for the sigmoid
+//! cross-entropy, over every element for the regression losses.
 
 use crate::ops::same_shape;
 use crate::tensor::Tensor;
@@ -156,7 +158,8 @@ macro_rules! losses {
 losses! {
     /// Cross-entropy of softmax(logits) over the last axis, against one-hot or soft targets
     /// of the logits' shape or `I64` class indices (`[N]` for logits `[N, C]`), computed
-    /// through log_softmax: finite for any logits. The gradient is (softmax − target) / N.
+    /// through log_softmax: finite for any logits. The gradient is (softmax − target) / M, M
+    /// the number of positions (rows of classes).
     /// The mean over every position, as [`CrossEntropy`] without settings.
     SoftmaxCrossEntropy, |op, logits, target| {
         let last = logits.ndim().saturating_sub(1);

@@ -77,6 +77,22 @@ fn values_and_gradients_are_pytorchs() {
     );
 }
 
+/// Operands of two float types compute in the wider one; each gradient comes back in its
+/// operand's type, on both paths.
+#[test]
+fn mixed_float_types_get_gradients_in_their_own_types() {
+    let q = wave(&[2, 3, 4], 0.3, 0.0, f64::sin)
+        .to_dtype(DType::F32)
+        .requires_grad();
+    let mask = wave(&[3, 3], 0.1, 0.0, f64::cos).requires_grad();
+    let y = q.scaled_dot_product_attention(&q, &q, &Attention::new().mask(&mask));
+    assert_eq!(y.dtype(), DType::F64);
+    for g in [y.sum().backward(), y.sum().backward_with_graph()] {
+        assert_eq!(g.get(&q).unwrap().dtype(), DType::F32);
+        assert_eq!(g.get(&mask).unwrap().dtype(), DType::F64);
+    }
+}
+
 /// A plain backward runs the fused kernel, a backward that builds a graph the tensor-op rule:
 /// the two give the same gradients, for every operand and setting.
 #[test]

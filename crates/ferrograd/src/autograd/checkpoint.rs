@@ -40,7 +40,7 @@ where
     }
     // One run with a graph, to learn which leaves `f` reads besides its inputs; the graph is
     // dropped with `y` at the end of this call, and only its value is kept.
-    let leaves: Vec<Tensor> = inputs.iter().map(|t| t.detach().requires_grad()).collect();
+    let leaves: Vec<Tensor> = inputs.iter().map(|t| leaf(t)).collect();
     let y = f(&leaves);
     let weights = captured_leaves(&y, &leaves);
     let n = inputs.len();
@@ -68,10 +68,10 @@ fn recompute(
     let xs: Vec<Tensor> = recorded[..n]
         .iter()
         .map(|x| {
-            if graph {
+            if graph && x.dtype().is_float() {
                 stand_in(x)
             } else {
-                x.detach().requires_grad()
+                leaf(x)
             }
         })
         .collect();
@@ -82,6 +82,16 @@ fn recompute(
     grads
         .into_iter()
         .zip(recorded)
-        .map(|(g, x)| Some(g.to_dtype(x.dtype())))
+        .map(|(g, x)| x.dtype().is_float().then(|| g.to_dtype(x.dtype())))
         .collect()
+}
+
+/// `x` cut from its graph, as a tracked leaf when it is a float (integer inputs, token ids
+/// say, pass through untracked and get no gradient).
+fn leaf(x: &Tensor) -> Tensor {
+    if x.dtype().is_float() {
+        x.detach().requires_grad()
+    } else {
+        x.detach()
+    }
 }

@@ -112,9 +112,13 @@ fn update_chunk<T: Float, const K: usize>(
 /// Σ g² over a gradient (for clipping by global norm), accumulated in f64.
 pub fn sum_squares<T: Float>(g: &[T]) -> f64 {
     if g.len() >= PAR_THRESHOLD {
-        g.par_chunks(PAR_CHUNK)
+        // The chunks' sums added in chunk order: rayon's own `sum` combines them in an order
+        // that depends on the scheduling, and the norm must be the same bits every run.
+        let parts: Vec<f64> = g
+            .par_chunks(PAR_CHUNK)
             .map(|c| c.iter().map(|v| v.as_f64() * v.as_f64()).sum::<f64>())
-            .sum()
+            .collect();
+        parts.iter().sum()
     } else {
         g.iter().map(|v| v.as_f64() * v.as_f64()).sum()
     }

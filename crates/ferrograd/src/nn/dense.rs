@@ -59,8 +59,9 @@ impl Dense {
 
     /// A layer without bias whose weight is `weight` itself, `[out, in]`, shared with the
     /// module it came from (weight tying: a language model's output layer reads the token
-    /// embedding's table). The parameter is one: a container lists it once, under the name
-    /// met first, and an optimizer steps it once with the sum of both uses' gradients.
+    /// embedding's table). The parameter is one: `Net`, `Vec` and `#[derive(Module)]`
+    /// containers list (and save) it once, under the name met first, and an optimizer steps it
+    /// once with the sum of both uses' gradients (it steps a parameter listed twice once).
     ///
     /// ```
     /// use ferrograd::prelude::*;

@@ -238,8 +238,12 @@ impl Fused<'_> {
         };
         fused_backward(&inputs, &up, d, T::from_f64(self.scale), self.causal, grads);
         let back = |g: Vec<T>, tail: [usize; 2], i: usize| {
-            c.needs(i)
-                .then(|| Tensor::from_vec(g, &with(tail)).sum_to(c.input(i).shape()))
+            let x = c.input(i);
+            c.needs(i).then(|| {
+                Tensor::from_vec(g, &with(tail))
+                    .sum_to(x.shape())
+                    .to_dtype(x.dtype())
+            })
         };
         let mut out: InputGrads = smallvec![
             back(dq, [d.l, d.e], 0),
@@ -276,16 +280,24 @@ fn attention_backward(
     let p = scores.softmax(-1);
     let dp = up.matmul(&v.transpose(-2, -1));
     let ds = &p * &(&dp - &(&dp * &p).sum_axes(&[-1], true));
+    // Each gradient in its input's dtype (the computation ran in the promoted one).
     let mut grads: InputGrads = smallvec![
-        c.needs(0)
-            .then(|| (&ds.matmul(k) * scale).sum_to(q.shape())),
-        c.needs(1)
-            .then(|| (&ds.transpose(-2, -1).matmul(q) * scale).sum_to(k.shape())),
-        c.needs(2)
-            .then(|| p.transpose(-2, -1).matmul(up).sum_to(v.shape())),
+        c.needs(0).then(|| (&ds.matmul(k) * scale)
+            .sum_to(q.shape())
+            .to_dtype(q.dtype())),
+        c.needs(1).then(|| {
+            let dk = &ds.transpose(-2, -1).matmul(q) * scale;
+            dk.sum_to(k.shape()).to_dtype(k.dtype())
+        }),
+        c.needs(2).then(|| p
+            .transpose(-2, -1)
+            .matmul(up)
+            .sum_to(v.shape())
+            .to_dtype(v.dtype())),
     ];
     if masked {
-        grads.push(c.needs(3).then(|| ds.sum_to(c.input(3).shape())));
+        let m = c.input(3);
+        grads.push(c.needs(3).then(|| ds.sum_to(m.shape()).to_dtype(m.dtype())));
     }
     grads
 }

@@ -1,5 +1,7 @@
 //! Matrix product: 2-D, batched N-D with broadcast batch axes, and 1-D operands promoted as in
-//! numpy. Transposed views go to the kernel as strides, never copied.
+//! numpy. Transposed views go to the kernel as strides, never copied; a stack of matrices
+//! times one matrix is one product of all their rows (a copy only when the stack's rows are
+//! not already one matrix).
 
 use super::binary_promote;
 use smallvec::smallvec;
