@@ -25,8 +25,9 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     if error_if_nonfinite and not (total == total and total != float("inf")):
         raise RuntimeError(f"the total norm of order {norm_type} of the gradients is non-finite")
     coef = min(float(max_norm) / (total + 1e-6), 1.0)
-    for p in params:
-        p.grad = p.grad * coef
+    if not coef >= 1.0:  # a factor of 1 changes no bit (a NaN factor still spreads, as in PyTorch)
+        for p in params:
+            p.grad = p.grad * coef
     return _core.tensor(total)
 
 
