@@ -5,7 +5,6 @@
 //!
 //! `scripts/fetch-data.sh && cargo run --release --features pictures --example autoencoder -- --out-dir docs`
 
-use std::path::Path;
 use std::time::Instant;
 
 use clap::Parser;
@@ -13,7 +12,6 @@ use ferrograd::data::Mnist;
 use ferrograd::prelude::*;
 use image::{imageops, GrayImage, Luma};
 use indicatif::{ProgressBar, ProgressStyle};
-use plotters::prelude::*;
 
 mod common;
 
@@ -128,7 +126,17 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let grid = out.out_dir.join(format!("{name}.png"));
     digits_and_reconstructions(&model, &test.images, 10).save(&grid)?;
     let curve = out.out_dir.join(format!("{name}_loss.svg"));
-    plot(&curve, &curves)?;
+    let points: Vec<(f64, f64, f64)> = (1..)
+        .zip(&curves)
+        .map(|(e, c)| (e as f64, c.0, c.1))
+        .collect();
+    common::plot_curves(
+        &curve,
+        "reconstruction MSE per epoch",
+        ["epoch", "MSE"],
+        ["train", "test"],
+        &points,
+    )?;
     println!("wrote {} and {}", grid.display(), curve.display());
     if let Some(path) = &out.save {
         model.net().save_safetensors(path)?;
@@ -164,33 +172,6 @@ fn digits_and_reconstructions(model: &Model, images: &Tensor, count: usize) -> G
         grid.height() * 3,
         imageops::FilterType::Nearest,
     )
-}
-
-/// Train and test MSE per epoch.
-fn plot(path: &Path, curves: &[(f64, f64)]) -> Result<(), Box<dyn std::error::Error>> {
-    let root = SVGBackend::new(path, (640, 400)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let top = curves.iter().map(|c| c.0.max(c.1)).fold(0.0, f64::max) * 1.1;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("reconstruction MSE per epoch", ("sans-serif", 20))
-        .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(60)
-        .build_cartesian_2d(1usize..curves.len().max(2), 0.0..top.max(1e-3))?;
-    chart.configure_mesh().x_desc("epoch").draw()?;
-    for (label, colour, pick) in [("train", BLUE, 0usize), ("test", RED, 1)] {
-        let points = curves
-            .iter()
-            .enumerate()
-            .map(move |(e, c)| (e + 1, if pick == 0 { c.0 } else { c.1 }));
-        chart
-            .draw_series(LineSeries::new(points, colour.stroke_width(2)))?
-            .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
-    }
-    chart.configure_series_labels().border_style(BLACK).draw()?;
-    root.present()?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -27,7 +27,6 @@ use ferrograd::init;
 use ferrograd::io::{load_tensors, save_tensors};
 use ferrograd::prelude::*;
 use indicatif::{ProgressBar, ProgressStyle};
-use plotters::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -502,7 +501,14 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     };
     if curves.len() > 1 {
         let path = args.out_dir.join("gpt_loss.svg");
-        plot(&path, &curves)?;
+        let points: Vec<(f64, f64, f64)> = curves.iter().map(|c| (c.0 as f64, c.1, c.2)).collect();
+        common::plot_curves(
+            &path,
+            "character-level GPT on Shakespeare",
+            ["step", "cross-entropy"],
+            ["train", "validation"],
+            &points,
+        )?;
         println!("loss curves: {}", path.display());
     }
     let newline = corpus.chars.iter().position(|&c| c == '\n').unwrap_or(0);
@@ -592,37 +598,6 @@ fn report(times: &[f64], total: f64) {
     }
 }
 
-/// Train and validation loss against the step.
-fn plot(path: &Path, curves: &[Losses]) -> Result<(), Box<dyn std::error::Error>> {
-    let root = SVGBackend::new(path, (640, 400)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let last = curves.last().map_or(1, |c| c.0.max(1));
-    let top = curves.iter().map(|c| c.1.max(c.2)).fold(0.0, f64::max) * 1.05;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("character-level GPT on Shakespeare", ("sans-serif", 20))
-        .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0..last, 0.0..top.max(1e-3))?;
-    chart
-        .configure_mesh()
-        .x_desc("step")
-        .y_desc("cross-entropy")
-        .draw()?;
-    for (label, colour, val) in [("train", BLUE, false), ("validation", RED, true)] {
-        let points = curves
-            .iter()
-            .map(move |c| (c.0, if val { c.2 } else { c.1 }));
-        chart
-            .draw_series(LineSeries::new(points, colour.stroke_width(2)))?
-            .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
-    }
-    chart.configure_series_labels().border_style(BLACK).draw()?;
-    root.present()?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -632,9 +607,7 @@ mod tests {
     /// optimizer state) as the plain uninterrupted one.
     #[test]
     fn trains_samples_and_resumes_bit_for_bit() {
-        let dir =
-            std::env::temp_dir().join(format!("ferrograd-gpt-example-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = common::scratch("gpt-example");
         let text = dir.join("text.txt");
         let verse =
             "Shall I compare thee to a summer's day?\nThou art more lovely and more temperate.\n";

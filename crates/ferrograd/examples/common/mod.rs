@@ -125,3 +125,44 @@ pub fn scratch(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// A training curve and a held-out one against the step or epoch (`points`: x, train,
+/// held out), written as an SVG file; `labels` names the two.
+#[cfg(feature = "pictures")]
+pub fn plot_curves(
+    path: &std::path::Path,
+    caption: &str,
+    axes: [&str; 2],
+    labels: [&str; 2],
+    points: &[(f64, f64, f64)],
+) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+    let root = SVGBackend::new(path, (640, 400)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let first = points.first().map_or(0.0, |p| p.0);
+    let last = points.last().map_or(1.0, |p| p.0).max(first + 1.0);
+    let top = points.iter().map(|p| p.1.max(p.2)).fold(0.0, f64::max) * 1.1;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(caption, ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(first..last, 0.0..top.max(1e-3))?;
+    chart
+        .configure_mesh()
+        .x_desc(axes[0])
+        .y_desc(axes[1])
+        .draw()?;
+    for (k, colour) in [BLUE, RED].into_iter().enumerate() {
+        let series = points
+            .iter()
+            .map(move |p| (p.0, if k == 0 { p.1 } else { p.2 }));
+        chart
+            .draw_series(LineSeries::new(series, colour.stroke_width(2)))?
+            .label(labels[k])
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
+    }
+    chart.configure_series_labels().border_style(BLACK).draw()?;
+    root.present()?;
+    Ok(())
+}

@@ -219,42 +219,32 @@ pub fn prefixed<V>(prefix: &str, named: Vec<(String, V)>) -> Vec<(String, V)> {
         .collect()
 }
 
-impl<M: Module + ?Sized> Module for Box<M> {
-    fn params(&self) -> Vec<(String, Param)> {
-        (**self).params()
-    }
-    fn buffers(&self) -> Vec<(String, Param)> {
-        (**self).buffers()
-    }
-    fn rng_streams(&self) -> Vec<(String, RngStream)> {
-        (**self).rng_streams()
-    }
-    fn name(&self) -> String {
-        (**self).name()
-    }
-    fn state_params(&self) -> Vec<(String, Param)> {
-        (**self).state_params()
-    }
+/// A boxed or shared module (one that a closure also holds: a checkpointed block, say) is the
+/// module.
+macro_rules! module_behind_pointer {
+    ($($pointer:ident)::+) => {
+        impl<M: Module + ?Sized> Module for $($pointer)::+<M> {
+            fn params(&self) -> Vec<(String, Param)> {
+                (**self).params()
+            }
+            fn buffers(&self) -> Vec<(String, Param)> {
+                (**self).buffers()
+            }
+            fn rng_streams(&self) -> Vec<(String, RngStream)> {
+                (**self).rng_streams()
+            }
+            fn name(&self) -> String {
+                (**self).name()
+            }
+            fn state_params(&self) -> Vec<(String, Param)> {
+                (**self).state_params()
+            }
+        }
+    };
 }
 
-/// A shared module (one that a closure also holds: a checkpointed block, say) is the module.
-impl<M: Module + ?Sized> Module for std::sync::Arc<M> {
-    fn params(&self) -> Vec<(String, Param)> {
-        (**self).params()
-    }
-    fn buffers(&self) -> Vec<(String, Param)> {
-        (**self).buffers()
-    }
-    fn rng_streams(&self) -> Vec<(String, RngStream)> {
-        (**self).rng_streams()
-    }
-    fn name(&self) -> String {
-        (**self).name()
-    }
-    fn state_params(&self) -> Vec<(String, Param)> {
-        (**self).state_params()
-    }
-}
+module_behind_pointer!(Box);
+module_behind_pointer!(std::sync::Arc);
 
 /// A list of modules, named by index as PyTorch's `ModuleList`.
 impl<M: Module> Module for Vec<M> {
