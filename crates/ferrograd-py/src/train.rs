@@ -30,6 +30,41 @@ fn as_target(t: &Bound<'_, PyAny>, dtype: DType) -> PyResult<Tensor> {
 #[pyclass(name = "Loss", module = "ferrograd.nn", subclass)]
 pub struct PyLoss {
     pub loss: Arc<dyn Loss>,
+    /// PyTorch's `reduction` (always the mean for the losses without that argument).
+    reduction: Reduction,
+}
+
+/// A per-element loss with PyTorch's `reduction`, as a [`Loss`] (whose value, with
+/// `"none"`, is not 0-d: a `Model` refuses that).
+struct Reduced<L> {
+    loss: L,
+    reduction: Reduction,
+}
+
+impl<L: PerElement> Reduced<L> {
+    /// `loss` reduced as PyTorch's `reduction` string says; panics on another string.
+    fn new(loss: L, reduction: &str) -> Self {
+        let reduction = match reduction {
+            "mean" => Reduction::Mean,
+            "sum" => Reduction::Sum,
+            "none" => Reduction::None,
+            other => panic!("{other:?} is not a valid value for reduction"),
+        };
+        Reduced { loss, reduction }
+    }
+}
+
+impl<L: PerElement> Loss for Reduced<L> {
+    fn loss(&self, pred: &Tensor, target: &Tensor) -> Tensor {
+        self.loss.reduced(pred, target, self.reduction)
+    }
+
+    fn name(&self) -> String {
+        match self.reduction {
+            Reduction::Mean => self.loss.name(),
+            r => format!("{}(reduction={r:?})", self.loss.name()),
+        }
+    }
 }
 
 #[pymethods]
@@ -78,7 +113,13 @@ impl PyLoss {
 }
 
 macro_rules! loss_class {
-    ($(#[$doc:meta])* $rust:ident, $py:literal, $sig:tt, ($($arg:ident: $ty:ty),*) => $build:expr) => {
+    ($(#[$doc:meta])* $rust:ident, $py:literal, $sig:tt, ($($arg:ident: $ty:ty),*) => reduced($red:ident) $build:expr) => {
+        loss_class!($(#[$doc])* $rust, $py, $sig, ($($arg: $ty),*) => pair {
+            let r = Reduced::new($build, $red);
+            (r.reduction, r)
+        });
+    };
+    ($(#[$doc:meta])* $rust:ident, $py:literal, $sig:tt, ($($arg:ident: $ty:ty),*) => pair $pair:expr) => {
         $(#[$doc])*
         #[pyclass(name = $py, module = "ferrograd.nn", extends = PyLoss)]
         pub struct $rust;
@@ -89,10 +130,16 @@ macro_rules! loss_class {
             #[pyo3(signature = $sig)]
             fn new($($arg: $ty),*) -> PyResult<PyClassInitializer<Self>> {
                 // Settings are validated by the core (a panic there is a ValueError here).
-                let loss = guard::run(|| Arc::new($build))?;
-                Ok(PyClassInitializer::from(PyLoss { loss }).add_subclass($rust))
+                let (reduction, loss) = guard::run(|| {
+                    let (reduction, loss) = $pair;
+                    (reduction, Arc::new(loss) as Arc<dyn Loss>)
+                })?;
+                Ok(PyClassInitializer::from(PyLoss { loss, reduction }).add_subclass($rust))
             }
         }
+    };
+    ($(#[$doc:meta])* $rust:ident, $py:literal, $sig:tt, ($($arg:ident: $ty:ty),*) => $build:expr) => {
+        loss_class!($(#[$doc])* $rust, $py, $sig, ($($arg: $ty),*) => pair (Reduction::Mean, $build));
     };
 }
 
@@ -104,14 +151,55 @@ loss_class!(
     /// Sigmoid cross-entropy of logits against targets in [0, 1] (stable form).
     PySigmoidCE, "SigmoidCrossEntropyLoss", (), () => SigmoidCrossEntropy::new()
 );
-loss_class!(/// Mean squared error.
-    PyMse, "MSELoss", (), () => Mse::new());
-loss_class!(/// Mean absolute error.
-    PyMae, "MAELoss", (), () => Mae::new());
-loss_class!(/// Huber loss with threshold `delta`.
-    PyHuber, "HuberLoss", (delta=1.0), (delta: f64) => Huber::new(delta));
-loss_class!(/// Negative log-likelihood of log-probabilities.
-    PyNll, "NLLLoss", (), () => Nll::new());
+loss_class!(/// Squared error, `reduction` "mean" (PyTorch's `MSELoss`), "sum" or "none".
+    PyMse, "MSELoss", (reduction="mean"), (reduction: &str) => reduced(reduction) Mse::new());
+loss_class!(/// Absolute error, `reduction` "mean" (PyTorch's `L1Loss`), "sum" or "none".
+    PyMae, "MAELoss", (reduction="mean"), (reduction: &str) => reduced(reduction) Mae::new());
+loss_class!(/// Huber loss with threshold `delta`, `reduction` "mean", "sum" or "none" (PyTorch's
+/// `HuberLoss(reduction="mean", delta=1.0)`); a number first is tinynn's `Huber(delta)`.
+PyHuber, "HuberLoss", (reduction=None, delta=None),
+    (reduction: Option<Bound<'_, PyAny>>, delta: Option<f64>) => pair {
+        let (reduction, delta) = huber_args(reduction.as_ref(), delta);
+        let r = Reduced::new(Huber::new(delta), &reduction);
+        (r.reduction, r)
+    });
+
+/// `HuberLoss`'s settings from PyTorch's arguments or tinynn's (the threshold first);
+/// panics (a ValueError in Python) when they contradict each other.
+fn huber_args(first: Option<&Bound<'_, PyAny>>, delta: Option<f64>) -> (String, f64) {
+    match first.map(|f| (f.extract::<String>(), f.extract::<f64>())) {
+        None => ("mean".into(), delta.unwrap_or(1.0)),
+        Some((Ok(reduction), _)) => (reduction, delta.unwrap_or(1.0)),
+        Some((_, Ok(d))) if delta.is_none() => ("mean".into(), d),
+        Some(_) => panic!("HuberLoss takes (reduction, delta) or (delta): got both or neither"),
+    }
+}
+loss_class!(/// Negative log-likelihood of log-probabilities, PyTorch's `NLLLoss` without `weight`:
+/// `ignore_index` (−100) and `reduction` "mean", "sum" or "none".
+PyNll, "NLLLoss", (weight=None, ignore_index=-100, reduction="mean"),
+    (weight: Option<Bound<'_, PyAny>>, ignore_index: i64, reduction: &str) => reduced(reduction) {
+        assert!(weight.is_none(), "NLLLoss: class weights are not supported here: \
+                use ferrograd.nn.functional.nll_loss(..., weight=w)");
+        NllWith(CrossEntropy::new().ignore_index(ignore_index))
+    });
+
+/// PyTorch's `NLLLoss` with an ignored index: [`CrossEntropy::nll`].
+struct NllWith(CrossEntropy);
+
+impl Loss for NllWith {
+    fn loss(&self, log_probs: &Tensor, target: &Tensor) -> Tensor {
+        self.0.nll(log_probs, target)
+    }
+    fn name(&self) -> String {
+        "Nll".into()
+    }
+}
+
+impl PerElement for NllWith {
+    fn per_element(&self, log_probs: &Tensor, target: &Tensor) -> Tensor {
+        self.0.nll_per_element(log_probs, target)
+    }
+}
 
 /// Base class of the optimizers. Built with `params` (PyTorch's way: `step()` then uses each
 /// parameter's `.grad`, or the `Gradients` passed) or without (tinynn's way: a `Model` gives
@@ -192,19 +280,23 @@ fn group_dicts<'py>(
 
 /// The keys a parameter group may hold: what the optimizers read per group, and what the
 /// schedulers write into it.
-const GROUP_KEYS: [&str; 6] = [
+const GROUP_KEYS: [&str; 10] = [
     "params",
     "lr",
     "weight_decay",
+    "momentum",
+    "betas",
     "initial_lr",
     "max_lr",
     "min_lr",
+    "base_momentum",
+    "max_momentum",
 ];
 
 /// A group from its dict: its parameters, and an optimizer of its own built with the
 /// constructor's settings; the dict's `"params"` becomes the list of parameters and a
-/// missing `"lr"` or `"weight_decay"` the constructor's. A key no group setting reads is an
-/// error, not a silent no-op.
+/// missing `"lr"`, `"weight_decay"`, `"momentum"` (momentum SGD) or `"betas"` (the Adam
+/// family) the constructor's. A key no group setting reads is an error, not a silent no-op.
 fn group_of<'py>(
     py: Python<'py>,
     d: Bound<'py, PyDict>,
@@ -214,8 +306,8 @@ fn group_of<'py>(
         let name: String = key.extract()?;
         if !GROUP_KEYS.contains(&name.as_str()) {
             return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                "parameter group setting {name:?} is not supported per group (only lr and \
-                 weight_decay are)"
+                "parameter group setting {name:?} is not supported per group (lr, \
+                 weight_decay, momentum and betas are)"
             )));
         }
     }
@@ -231,6 +323,15 @@ fn group_of<'py>(
     }
     if d.get_item("weight_decay")?.is_none() {
         d.set_item("weight_decay", opt.weight_decay_rate())?;
+    }
+    match opt.momentum_setting() {
+        Some(MomentumSetting::Momentum(m)) if d.get_item("momentum")?.is_none() => {
+            d.set_item("momentum", m)?
+        }
+        Some(MomentumSetting::Betas(b1, b2)) if d.get_item("betas")?.is_none() => {
+            d.set_item("betas", (b1, b2))?
+        }
+        _ => {}
     }
     Ok((d, Group { params, opt }))
 }
@@ -257,7 +358,7 @@ impl PyOptimizer {
         Ok(this)
     }
 
-    /// Gives each group's optimizer the `"lr"` and `"weight_decay"` of its dict.
+    /// Gives each group's optimizer the `"lr"`, `"weight_decay"` and momentum of its dict.
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
         let dicts = self.param_groups.bind(py);
         let mut groups = lock(&self.groups);
@@ -265,9 +366,19 @@ impl PyOptimizer {
             let d = dicts.get_item(k)?;
             let lr: f64 = d.get_item("lr")?.extract()?;
             let wd: f64 = d.get_item("weight_decay")?.extract()?;
+            let momentum = match (d.get_item("momentum"), d.get_item("betas")) {
+                (Ok(m), _) => Some(MomentumSetting::Momentum(m.extract()?)),
+                (_, Ok(b)) => b
+                    .extract::<(f64, f64)>()
+                    .map(|(b1, b2)| Some(MomentumSetting::Betas(b1, b2)))?,
+                _ => None,
+            };
             guard::run(|| {
                 g.opt.set_lr(lr);
                 g.opt.set_weight_decay(wd);
+                if let Some(m) = momentum.filter(|&m| g.opt.momentum_setting() != Some(m)) {
+                    g.opt.set_momentum(m);
+                }
             })?;
         }
         Ok(())
@@ -465,12 +576,23 @@ pub struct PyModel {
 #[pymethods]
 impl PyModel {
     #[new]
-    fn new(net: Py<PyLayer>, loss: Py<PyLoss>, optimizer: Py<PyOptimizer>) -> PyModel {
-        PyModel {
+    fn new(
+        py: Python<'_>,
+        net: Py<PyLayer>,
+        loss: Py<PyLoss>,
+        optimizer: Py<PyOptimizer>,
+    ) -> PyResult<PyModel> {
+        if loss.bind(py).borrow().reduction == Reduction::None {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "Model: the loss must reduce to one number to train on; reduction='none' \
+                 gives one per element",
+            ));
+        }
+        Ok(PyModel {
             net,
             loss,
             optimizer,
-        }
+        })
     }
 
     /// The network's output, recorded for backward.

@@ -114,6 +114,52 @@ def test_cross_entropy_with_class_indices(key, kwargs):
     close(x.grad.numpy().ravel(), REF[key][1], atol=1e-14)
 
 
+@pytest.mark.parametrize("reduction", ["sum", "none"])
+@pytest.mark.parametrize(
+    "key,make",
+    [
+        ("mse", lambda r: nn.MSELoss(reduction=r)),
+        ("l1", lambda r: nn.L1Loss(reduction=r)),
+        ("l1", lambda r: nn.MAELoss(reduction=r)),
+        ("huber", lambda r: nn.HuberLoss(reduction=r, delta=0.5)),
+    ],
+)
+def test_element_wise_losses_take_pytorchs_reductions(key, make, reduction):
+    x = fg.tensor(np.sin(np.arange(6).reshape(2, 3) * 1.3) * 2, requires_grad=True)
+    loss = make(reduction)(x, fg.tensor(np.cos(np.arange(6).reshape(2, 3))))
+    assert loss.shape == (() if reduction == "sum" else (2, 3))
+    loss.sum().backward()
+    close(loss.numpy().ravel(), REF[f"{key}_{reduction}"][0])
+    close(x.grad.numpy().ravel(), REF[f"{key}_{reduction}"][1])
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_nll_loss_ignores_minus_100_and_takes_reductions(reduction):
+    x = fg.tensor(F.log_softmax(fg.tensor(LOGITS), 1).numpy(), requires_grad=True)
+    loss = nn.NLLLoss(reduction=reduction)(x, fg.tensor(TARGET))
+    loss.sum().backward()
+    close(np.ravel(loss.numpy()), REF[f"nll_{reduction}"][0])
+    close(x.grad.numpy().ravel(), REF[f"nll_{reduction}"][1])
+
+
+def test_a_loss_left_unreduced_cannot_train_a_model():
+    net = nn.Net([nn.Dense(2, 1)])
+    with pytest.raises(ValueError, match="reduction='none'"):
+        fg.Model(net, nn.MSELoss(reduction="none"), fg.optim.SGD(lr=0.1))
+    with pytest.raises(ValueError, match="reduction"):
+        nn.MSELoss(reduction="average")
+    # With "sum" the model trains on the sum: twice the mean's gradient for two elements.
+    x, y = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32), np.array([[1.0], [0.0]], np.float32)
+    grads = {}
+    for r in ("mean", "sum"):
+        fg.manual_seed(0)
+        model = fg.Model(nn.Net([nn.Dense(2, 1)]), nn.MSELoss(reduction=r), fg.optim.SGD(lr=0.1))
+        _, g = model.backward(model.forward(x), y)
+        grads[r] = g[dict(model.net.named_parameters())["0.weight"]].numpy()
+    assert np.abs(grads["mean"]).sum() > 0
+    np.testing.assert_array_equal(grads["sum"], 2 * grads["mean"])
+
+
 def test_cross_entropy_over_a_spatial_axis_and_with_probabilities():
     x = fg.tensor(np.sin(np.arange(24).reshape(2, 3, 4) * 0.3), requires_grad=True)
     loss = F.cross_entropy(x, fg.tensor(np.arange(8).reshape(2, 4) % 3))
@@ -198,10 +244,38 @@ def test_schedulers_give_pytorchs_learning_rates(key, n, make):
     close(schedule(make, n), REF[key], rtol=1e-12, atol=1e-17)
 
 
-def test_one_cycle_refuses_momentum_cycling_it_cannot_do():
-    opt = fg.optim.Adam([fg.tensor([0.0], requires_grad=True)], lr=0.1)
-    with pytest.raises(ValueError, match="cycle_momentum=False"):
+@pytest.mark.parametrize(
+    "key,make,slot",
+    [
+        ("onecycle_sgd", lambda ps: fg.optim.SGD(ps, lr=0.1, momentum=0.9), "momentum"),
+        ("onecycle_adam", lambda ps: fg.optim.Adam(ps, lr=0.1), "betas"),
+    ],
+)
+def test_one_cycle_cycles_the_momentum_the_optimizer_then_uses(key, make, slot):
+    p = fg.tensor(np.array([1.0, -2.0]), requires_grad=True)
+    opt = make([p])
+    sched = S.OneCycleLR(opt, 0.5, total_steps=10)  # cycle_momentum=True, PyTorch's default
+    rows = []
+    for _ in range(10):
+        g = opt.param_groups[0]
+        rows.append([g["lr"], g[slot] if slot == "momentum" else g[slot][0]])
+        opt.zero_grad()
+        (p * p * fg.tensor(np.array([1.0, 3.0]))).sum().backward()
+        opt.step()
+        sched.step()
+    close(rows, REF[key][0])
+    close(p.numpy(), REF[key][1], rtol=1e-12)
+
+
+def test_one_cycle_momentum_needs_an_optimizer_that_has_one():
+    opt = fg.optim.Adagrad([fg.tensor([0.0], requires_grad=True)], lr=0.1)
+    with pytest.raises(ValueError, match="momentum or beta1"):
         S.OneCycleLR(opt, 0.5, total_steps=10)
+    # Plain SGD shows momentum 0, as PyTorch's, but keeps no buffer to cycle one with.
+    opt = fg.optim.SGD([fg.tensor([0.0], requires_grad=True)], lr=0.1)
+    S.OneCycleLR(opt, 0.5, total_steps=10)
+    with pytest.raises(ValueError, match="no momentum buffer"):
+        opt.step()
 
 
 # ---- modules ----

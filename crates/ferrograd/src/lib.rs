@@ -82,8 +82,8 @@ pub mod prelude {
     pub use crate::io::{load_checkpoint, save_checkpoint};
     pub use crate::loss::{
         CrossEntropy, CrossEntropyLoss, Huber, HuberLoss, Loss, Mae, MaeLoss, Mse, MseLoss, Nll,
-        NllLoss, SigmoidCrossEntropy, SigmoidCrossEntropyLoss, SoftmaxCrossEntropy,
-        SoftmaxCrossEntropyLoss,
+        NllLoss, PerElement, Reduction, SigmoidCrossEntropy, SigmoidCrossEntropyLoss,
+        SoftmaxCrossEntropy, SoftmaxCrossEntropyLoss,
     };
     pub use crate::metrics::accuracy;
     pub use crate::model::{Model, Net};
@@ -99,7 +99,7 @@ pub mod prelude {
     };
     pub use crate::optim::{
         Adagrad, Adam, AdamW, ConstantLr, CosineAnnealing, ExponentialLr, LinearWarmup, Momentum,
-        MultiStepLr, Optimizer, RAdam, RmsProp, Schedule, Sgd, StepLr, WarmupThen,
+        MomentumSetting, MultiStepLr, Optimizer, RAdam, RmsProp, Schedule, Sgd, StepLr, WarmupThen,
     };
     pub use crate::tensor::{manual_seed, with_default_rng, DType, Tensor};
     pub use crate::{Attention, ConvOpts};

@@ -1,6 +1,8 @@
 //! Losses: each returns a differentiable 0-d tensor, a mean: over every position for the
 //! cross-entropies (each row of classes), over the batch (axis 0) for the sigmoid
-//! cross-entropy, over every element for the regression losses.
+//! cross-entropy, over every element for the regression losses. Those that are a mean of
+//! per-element values ([`PerElement`]) also give the values and their sum, PyTorch's other
+//! reductions.
 
 use crate::ops::same_shape;
 use crate::tensor::Tensor;
@@ -17,6 +19,43 @@ pub trait Loss: Send + Sync {
     }
 }
 
+/// PyTorch's `reduction`: how a loss's values per element (per position for the class
+/// losses) become its result.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Reduction {
+    /// Their mean (over the positions that count): what [`Loss::loss`] gives.
+    #[default]
+    Mean,
+    /// Their sum.
+    Sum,
+    /// No reduction: one value per element (position).
+    None,
+}
+
+/// A loss that is the mean of one value per element (per position, a row of classes, for the
+/// class losses), so that PyTorch's other reductions exist too.
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let pred = Tensor::from_vec(vec![1.0f32, 2.0, 4.0], &[3]);
+/// let target = Tensor::from_vec(vec![1.0f32, 1.0, 1.0], &[3]);
+/// assert_eq!(Mse::new().per_element(&pred, &target).to_vec::<f32>(), vec![0.0, 1.0, 9.0]);
+/// assert_eq!(Mse::new().reduced(&pred, &target, Reduction::Sum).item(), 10.0);
+/// ```
+pub trait PerElement: Loss {
+    /// The loss of every element (position), unreduced; an ignored position gives 0.
+    fn per_element(&self, pred: &Tensor, target: &Tensor) -> Tensor;
+    /// The loss reduced as `reduction` says.
+    fn reduced(&self, pred: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor {
+        match reduction {
+            Reduction::Mean => self.loss(pred, target),
+            Reduction::Sum => self.per_element(pred, target).sum(),
+            Reduction::None => self.per_element(pred, target),
+        }
+    }
+}
+
 /// Mean over the batch of the per-sample sums over the remaining axes.
 fn batch_mean(per_element: &Tensor) -> Tensor {
     if per_element.ndim() <= 1 {
@@ -26,62 +65,66 @@ fn batch_mean(per_element: &Tensor) -> Tensor {
     per_element.sum_axes(&rest, false).mean()
 }
 
-/// The negative log-likelihood of `log_probs` (classes on the last axis) against `target`:
-/// `I64` class indices shaped as `log_probs` without that axis (PyTorch's `cross_entropy`
-/// targets), or one-hot / soft rows of `log_probs`' shape. The mean over every position (every
-/// row of classes), leaving out the positions whose index is `ignore_index`, as PyTorch's
-/// `reduction="mean"`; `smoothing` mixes each target with the uniform distribution.
-fn class_loss(op: &str, log_probs: &Tensor, target: &Tensor, ce: &CrossEntropy) -> Tensor {
+/// The negative log-likelihood of `log_probs` (classes on the last axis) at every position
+/// (every row of classes): against `target`, `I64` class indices shaped as `log_probs` without
+/// that axis (PyTorch's `cross_entropy` targets), or one-hot / soft rows of `log_probs`'
+/// shape; `smoothing` mixes each target with the uniform distribution. Positions whose index
+/// is `ignore_index` give 0. Returns the values and how many positions count.
+fn class_nll(op: &str, log_probs: &Tensor, target: &Tensor, ce: &CrossEntropy) -> (Tensor, usize) {
     let last = log_probs.ndim().saturating_sub(1);
     let classes = log_probs.shape().get(last).copied().unwrap_or(0);
-    let uniform = || {
-        log_probs
+    let batch = &log_probs.shape()[..last];
+    let smoothed = |nll: Tensor| {
+        let e = ce.label_smoothing;
+        if e == 0.0 {
+            return nll;
+        }
+        let uniform = log_probs
             .sum_axes(&[last], false)
-            .div_scalar(-(classes as f64))
+            .div_scalar(-(classes as f64));
+        &nll.mul_scalar(1.0 - e) + &uniform.mul_scalar(e)
     };
     if target.dtype().is_float() {
         same_shape(op, log_probs, target);
         let nll = -&(log_probs * target).sum_axes(&[last], false);
-        let e = ce.label_smoothing;
-        if e == 0.0 {
-            return nll.mean();
-        }
-        return (&nll.mul_scalar(1.0 - e) + &uniform().mul_scalar(e)).mean();
+        return (smoothed(nll), batch.iter().product());
     }
-    let batch = &log_probs.shape()[..last];
     assert!(
         target.shape() == batch,
         "{op}: class indices of shape {:?} do not fit scores of shape {:?} (expected {batch:?})",
         target.shape(),
         log_probs.shape()
     );
-    let mut rows = Vec::new();
     let mut picks = Vec::new();
+    let mut kept = Vec::new();
     for (row, c) in target.to_vec::<i64>().into_iter().enumerate() {
-        if Some(c) == ce.ignore_index {
-            continue;
-        }
-        if !(0..classes as i64).contains(&c) {
+        let ignored = Some(c) == ce.ignore_index;
+        if !ignored && !(0..classes as i64).contains(&c) {
             panic!("{op}: class index {c} is not a class of 0..{classes}");
         }
-        rows.push(row);
-        picks.push(row * classes + c as usize);
+        picks.push(row * classes + if ignored { 0 } else { c as usize });
+        kept.push(if ignored { 0.0 } else { 1.0 });
     }
     // Picking each row's entry from the flat log-probabilities (index_select, whose derivative
     // scatters back) costs one read per row where a one-hot product would read all classes.
-    // With every position ignored the mean is 0/0 = NaN, as PyTorch's.
-    let count = rows.len() as f64;
-    let nll = log_probs
+    let picked = log_probs
         .reshape(&[log_probs.numel()])
-        .index_select(0, &picks);
-    let nll = nll.sum().div_scalar(-count);
-    let e = ce.label_smoothing;
-    if e == 0.0 {
-        return nll;
+        .index_select(0, &picks)
+        .reshape(batch);
+    let nll = smoothed(-&picked);
+    let count = kept.iter().filter(|&&k| k == 1.0).count();
+    if count == kept.len() {
+        return (nll, count);
     }
-    let smooth = uniform().reshape(&[batch.iter().product::<usize>()]);
-    let smooth = smooth.index_select(0, &rows).sum().div_scalar(count);
-    &nll.mul_scalar(1.0 - e) + &smooth.mul_scalar(e)
+    let kept = Tensor::from_vec(kept, batch).to_dtype(log_probs.dtype());
+    (&nll * &kept, count)
+}
+
+/// [`class_nll`] averaged over the positions that count, as PyTorch's `reduction="mean"`.
+/// With every position ignored the mean is 0/0 = NaN, as PyTorch's.
+fn class_loss(op: &str, log_probs: &Tensor, target: &Tensor, ce: &CrossEntropy) -> Tensor {
+    let (nll, count) = class_nll(op, log_probs, target, ce);
+    nll.sum().div_scalar(count as f64)
 }
 
 /// Cross-entropy of softmax(logits) over the last axis, PyTorch's `cross_entropy` with the
@@ -139,6 +182,26 @@ impl Loss for CrossEntropy {
     }
 }
 
+impl PerElement for CrossEntropy {
+    fn per_element(&self, logits: &Tensor, target: &Tensor) -> Tensor {
+        let last = logits.ndim().saturating_sub(1);
+        class_nll("CrossEntropy", &logits.log_softmax(last), target, self).0
+    }
+}
+
+impl CrossEntropy {
+    /// The same loss on log-probabilities rather than logits: PyTorch's `nll_loss` with
+    /// these settings (what [`Nll`] is without them).
+    pub fn nll(&self, log_probs: &Tensor, target: &Tensor) -> Tensor {
+        class_loss("Nll", log_probs, target, self)
+    }
+
+    /// [`CrossEntropy::nll`] at every position, unreduced (an ignored position gives 0).
+    pub fn nll_per_element(&self, log_probs: &Tensor, target: &Tensor) -> Tensor {
+        class_nll("Nll", log_probs, target, self).0
+    }
+}
+
 /// Losses without settings: a unit struct, `new()`, and the formula.
 macro_rules! losses {
     ($($(#[$doc:meta])* $name:ident, |$op:ident, $pred:ident, $target:ident| $body:expr;)*) => {
@@ -166,7 +229,8 @@ losses! {
         class_loss(op, &logits.log_softmax(last), target, &CrossEntropy::new())
     };
     /// Negative log-likelihood of log-probabilities (last axis) against one-hot targets or
-    /// `I64` class indices, averaged over every position.
+    /// `I64` class indices, averaged over every position ([`CrossEntropy::nll`] takes an
+    /// ignored index and smoothing).
     Nll, |op, log_probs, target| class_loss(op, log_probs, target, &CrossEntropy::new());
     /// Binary cross-entropy of sigmoid(logits) against targets in [0, 1], in the stable form
     /// max(x, 0) − x·t + ln(1 + e^−|x|) (which softplus(x) − x·t equals).
@@ -174,15 +238,60 @@ losses! {
         same_shape(op, logits, target);
         batch_mean(&(&logits.softplus() - &(logits * target)))
     };
+}
+
+/// Losses without settings that are a mean of per-element (per-position) values: a unit
+/// struct, `new()`, and the values.
+macro_rules! per_element_losses {
+    ($($(#[$doc:meta])* $name:ident, |$op:ident, $pred:ident, $target:ident| $body:expr;)*) => {
+        $(
+            unit_struct!($(#[$doc])* $name);
+
+            impl PerElement for $name {
+                fn per_element(&self, $pred: &Tensor, $target: &Tensor) -> Tensor {
+                    let $op = stringify!($name);
+                    $body
+                }
+            }
+
+            impl Loss for $name {
+                fn loss(&self, pred: &Tensor, target: &Tensor) -> Tensor {
+                    self.per_element(pred, target).mean()
+                }
+            }
+        )*
+    };
+}
+
+impl PerElement for SoftmaxCrossEntropy {
+    fn per_element(&self, logits: &Tensor, target: &Tensor) -> Tensor {
+        let last = logits.ndim().saturating_sub(1);
+        class_nll(
+            "SoftmaxCrossEntropy",
+            &logits.log_softmax(last),
+            target,
+            &CrossEntropy::new(),
+        )
+        .0
+    }
+}
+
+impl PerElement for Nll {
+    fn per_element(&self, log_probs: &Tensor, target: &Tensor) -> Tensor {
+        class_nll("Nll", log_probs, target, &CrossEntropy::new()).0
+    }
+}
+
+per_element_losses! {
     /// Mean squared error over all elements (PyTorch's `MSELoss`).
     Mse, |op, pred, target| {
         same_shape(op, pred, target);
-        (pred - target).square().mean()
+        (pred - target).square()
     };
     /// Mean absolute error over all elements.
     Mae, |op, pred, target| {
         same_shape(op, pred, target);
-        (pred - target).abs().mean()
+        (pred - target).abs()
     };
 }
 
@@ -201,14 +310,20 @@ impl Huber {
     }
 }
 
-impl Loss for Huber {
-    fn loss(&self, pred: &Tensor, target: &Tensor) -> Tensor {
+impl PerElement for Huber {
+    fn per_element(&self, pred: &Tensor, target: &Tensor) -> Tensor {
         same_shape("Huber", pred, target);
         let d = (pred - target).abs();
         // min(|d|, delta) is the quadratic part; the rest grows linearly.
         let quad = d.clamp(0.0, self.delta);
         let lin = &d - &quad;
-        (&quad.square().mul_scalar(0.5) + &lin.mul_scalar(self.delta)).mean()
+        &quad.square().mul_scalar(0.5) + &lin.mul_scalar(self.delta)
+    }
+}
+
+impl Loss for Huber {
+    fn loss(&self, pred: &Tensor, target: &Tensor) -> Tensor {
+        self.per_element(pred, target).mean()
     }
 
     fn name(&self) -> String {

@@ -39,8 +39,11 @@ impl Net {
     ///
     /// To pass a mode, call the [`Layer`] form by its path: `Layer::forward(&net, &x,
     /// Mode::Train)`. (`net.forward(&x, Mode::Train)` does not compile: this one-argument
-    /// method takes the name, and Rust does not choose methods by their argument count.)
-    pub fn forward(&self, x: &Tensor) -> Tensor {
+    /// method takes the name, and Rust does not choose methods by their argument count. The
+    /// comment on the signature's line is there for the compiler's error, which quotes that
+    /// line.)
+    #[rustfmt::skip]
+    pub fn forward(&self, x: &Tensor) -> Tensor { // with a mode: Layer::forward(&net, &x, mode)
         Layer::forward(self, x, self.mode)
     }
 

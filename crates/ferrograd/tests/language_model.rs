@@ -94,6 +94,36 @@ fn class_indices_and_one_hot_rows_give_the_same_mean() {
         .is_nan());
 }
 
+#[test]
+fn class_losses_per_position_sum_to_the_mean_times_the_count() {
+    for smoothing in [0.0, 0.1] {
+        let ce = CrossEntropy::new()
+            .ignore_index(-100)
+            .label_smoothing(smoothing);
+        let per = ce.per_element(&logits(), &targets());
+        assert_eq!(per.shape(), &[2, 3]);
+        let v = per.to_vec::<f64>();
+        assert_eq!(v[2], 0.0, "the ignored position");
+        let mean = ce.loss(&logits(), &targets()).item();
+        let sum = ce.reduced(&logits(), &targets(), Reduction::Sum).item();
+        assert!((sum - 5.0 * mean).abs() < 1e-13, "{sum} vs 5 × {mean}");
+        check(
+            "per-position cross-entropy",
+            |t| ce.per_element(&t[0], &targets()),
+            &[logits()],
+        );
+        // On log-probabilities, the same values through nll.
+        let lp = logits().log_softmax(2);
+        if smoothing == 0.0 {
+            let nll = ce.nll_per_element(&lp, &targets()).to_vec::<f64>();
+            v.iter()
+                .zip(&nll)
+                .for_each(|(a, b)| assert!((a - b).abs() < 1e-14));
+            assert!((ce.nll(&lp, &targets()).item() - mean).abs() < 1e-14);
+        }
+    }
+}
+
 #[derive(Module)]
 struct Tied {
     tok: Embedding,

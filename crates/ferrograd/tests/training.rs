@@ -227,6 +227,87 @@ fn losses_pass_gradcheck() {
     }
 }
 
+#[test]
+fn element_wise_losses_give_pytorchs_other_reductions() {
+    let pred = Tensor::from_vec(vec![1.0f64, 2.0, 5.0, -1.0], &[2, 2]);
+    let target = Tensor::from_vec(vec![0.0f64, 2.0, 2.0, 1.0], &[2, 2]);
+    let cases: [(&dyn PerElement, [f64; 4]); 3] = [
+        (&Mse::new(), [1.0, 0.0, 9.0, 4.0]),
+        (&Mae::new(), [1.0, 0.0, 3.0, 2.0]),
+        (&Huber::new(1.0), [0.5, 0.0, 2.5, 1.5]),
+    ];
+    for (loss, want) in cases {
+        let none = loss.reduced(&pred, &target, Reduction::None);
+        assert_eq!(none.shape(), &[2, 2]);
+        assert_eq!(none.to_vec::<f64>(), want);
+        let sum: f64 = want.iter().sum();
+        assert_eq!(loss.reduced(&pred, &target, Reduction::Sum).item(), sum);
+        assert_eq!(
+            loss.reduced(&pred, &target, Reduction::Mean).item(),
+            sum / 4.0
+        );
+    }
+}
+
+#[test]
+fn a_schedule_can_set_the_momentum_of_the_optimizers_that_have_one() {
+    let mut sgd = Momentum::new(0.1);
+    assert_eq!(sgd.momentum_setting(), Some(MomentumSetting::Momentum(0.9)));
+    sgd.set_momentum(MomentumSetting::Momentum(0.85));
+    assert_eq!(
+        sgd.momentum_setting(),
+        Some(MomentumSetting::Momentum(0.85))
+    );
+    let mut adam = AdamW::new(0.1).betas(0.9, 0.99);
+    adam.set_momentum(MomentumSetting::Betas(0.95, 0.99));
+    assert_eq!(
+        adam.momentum_setting(),
+        Some(MomentumSetting::Betas(0.95, 0.99))
+    );
+    assert_eq!(
+        Sgd::new(0.1).momentum_setting(),
+        Some(MomentumSetting::Momentum(0.0))
+    );
+    assert_eq!(Adagrad::new(0.1).momentum_setting(), None);
+    // One step at the new β₁ is what a fresh optimizer built with it takes.
+    let run = |mut opt: AdamW| {
+        let w = Param::new(Tensor::from_vec(vec![1.0f64, -2.0], &[2]));
+        let params = [("w".to_string(), w.clone())];
+        for _ in 0..2 {
+            opt.step(&params, &(&w.tensor() * &w.tensor()).sum().backward());
+        }
+        w.tensor().to_vec::<f64>()
+    };
+    assert_eq!(run(adam), run(AdamW::new(0.1).betas(0.95, 0.99)));
+    for (mut opt, m, msg) in [
+        (
+            Box::new(Sgd::new(0.1)) as Box<dyn Optimizer>,
+            MomentumSetting::Momentum(0.9),
+            "no momentum buffer",
+        ),
+        (
+            Box::new(Adam::new(0.1)),
+            MomentumSetting::Momentum(0.9),
+            "takes Betas",
+        ),
+        (
+            Box::new(Adam::new(0.1)),
+            MomentumSetting::Betas(1.0, 0.9),
+            "must be in [0, 1)",
+        ),
+        (
+            Box::new(Adagrad::new(0.1)),
+            MomentumSetting::Momentum(0.9),
+            "no momentum to set",
+        ),
+    ] {
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| opt.set_momentum(m)))
+            .expect_err(msg);
+        let text = err.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(text.contains(msg), "{text}");
+    }
+}
+
 /// Positions after three steps on f(x) = ½x² (gradient x) from x = 1.
 fn three_steps(mut opt: impl Optimizer) -> Vec<f64> {
     let p = Param::new(Tensor::from_vec(vec![1.0f64], &[1]));

@@ -148,6 +148,17 @@ pub trait Optimizer: Send + Sync {
     /// Sets the weight decay; panics unless it is finite and not negative. With the learning
     /// rate, what PyTorch's parameter groups set per group.
     fn set_weight_decay(&mut self, wd: f64);
+    /// The momentum as PyTorch's parameter groups hold it (`momentum` for momentum SGD,
+    /// `betas` for the Adam family), so that a schedule can cycle it (`OneCycleLR`);
+    /// `None` for an optimizer without one.
+    fn momentum_setting(&self) -> Option<MomentumSetting> {
+        None
+    }
+    /// Sets the momentum; panics when the optimizer has none, when `m` is of the other kind
+    /// (`Betas` for momentum SGD), or when a value is out of its range.
+    fn set_momentum(&mut self, m: MomentumSetting) {
+        panic!("set_momentum: this optimizer has no momentum to set (given {m:?})")
+    }
     /// With clipping by norm: the gradients' global norm before clipping, at the last step
     /// (PyTorch's `clip_grad_norm_` return value); `None` otherwise.
     fn last_grad_norm(&self) -> Option<f64> {
@@ -185,6 +196,23 @@ pub trait UpdateRule: Send + Sync {
     fn decoupled(&self) -> bool {
         false
     }
+    /// The rule's momentum, as [`Optimizer::momentum`].
+    fn momentum_setting(&self) -> Option<MomentumSetting> {
+        None
+    }
+    /// Sets the rule's momentum, as [`Optimizer::set_momentum`].
+    fn set_momentum(&mut self, m: MomentumSetting) {
+        panic!("set_momentum: this optimizer has no momentum to set (given {m:?})")
+    }
+}
+
+/// An optimizer's momentum in the two forms PyTorch's parameter groups hold it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum MomentumSetting {
+    /// The momentum factor μ of momentum SGD (`group["momentum"]`; 0 for plain SGD).
+    Momentum(f64),
+    /// The Adam family's decay rates (β₁, β₂) (`group["betas"]`); β₁ is the momentum.
+    Betas(f64, f64),
 }
 
 /// What a rule updates one parameter from.
@@ -405,6 +433,14 @@ impl<R: UpdateRule> Optimizer for Optim<R> {
 
     fn last_grad_norm(&self) -> Option<f64> {
         self.last_norm
+    }
+
+    fn momentum_setting(&self) -> Option<MomentumSetting> {
+        self.rule.momentum_setting()
+    }
+
+    fn set_momentum(&mut self, m: MomentumSetting) {
+        self.rule.set_momentum(m)
     }
 
     fn state(&self, params: &[(String, Param)]) -> Result<(u64, Vec<(String, Tensor)>)> {

@@ -1,6 +1,6 @@
 //! The update rules (PyTorch's formulations) and their constructors.
 
-use super::{Optim, Step, UpdateRule};
+use super::{MomentumSetting, Optim, Step, UpdateRule};
 use crate::kernels::optim::update;
 use crate::kernels::Float;
 use crate::tensor::{FloatElement, Tensor};
@@ -20,6 +20,18 @@ impl UpdateRule for SgdRule {
     fn apply<T: FloatElement>(&self, s: Step<'_, T>) {
         let lr = T::from_f64(s.lr);
         update(s.w, s.g, s.prep, [], |w, g, st| (w - lr * g, st));
+    }
+    /// Momentum 0, as PyTorch's `SGD(momentum=0)` shows in its parameter groups.
+    fn momentum_setting(&self) -> Option<MomentumSetting> {
+        Some(MomentumSetting::Momentum(0.0))
+    }
+    fn set_momentum(&mut self, m: MomentumSetting) {
+        // Plain SGD keeps no buffer to carry a momentum with.
+        assert!(
+            m == MomentumSetting::Momentum(0.0),
+            "set_momentum: plain SGD has no momentum buffer ({m:?} given): build momentum SGD \
+             (Momentum::new, or SGD(momentum=...) in Python) to let a schedule set it"
+        );
     }
 }
 
@@ -55,16 +67,42 @@ impl UpdateRule for MomentumRule {
             (w - lr * d, [b])
         });
     }
+    fn momentum_setting(&self) -> Option<MomentumSetting> {
+        Some(MomentumSetting::Momentum(self.momentum))
+    }
+    fn set_momentum(&mut self, m: MomentumSetting) {
+        match m {
+            MomentumSetting::Momentum(mu) => self.momentum = checked_momentum(mu),
+            other => panic!("set_momentum: momentum SGD takes Momentum(μ), not {other:?}"),
+        }
+    }
+}
+
+/// `mu` when it is a usable momentum factor; panics otherwise.
+fn checked_momentum(mu: f64) -> f64 {
+    assert!(
+        mu.is_finite() && mu >= 0.0,
+        "momentum: {mu} must be finite and not negative"
+    );
+    mu
+}
+
+/// `(beta1, beta2)` when each is in [0, 1), as PyTorch requires (β = 1 leaves the bias
+/// correction dividing by zero); panics otherwise.
+fn checked_betas(beta1: f64, beta2: f64) -> (f64, f64) {
+    for (name, b) in [("beta1", beta1), ("beta2", beta2)] {
+        assert!(
+            (0.0..1.0).contains(&b),
+            "Adam: {name} {b} must be in [0, 1)"
+        );
+    }
+    (beta1, beta2)
 }
 
 impl Optim<MomentumRule> {
     /// Sets the momentum factor μ (0.9 by default); panics unless finite and not negative.
     pub fn momentum(mut self, momentum: f64) -> Self {
-        assert!(
-            momentum.is_finite() && momentum >= 0.0,
-            "momentum: {momentum} must be finite and not negative"
-        );
-        self.rule.momentum = momentum;
+        self.rule.momentum = checked_momentum(momentum);
         self
     }
     /// Switches Nesterov momentum on or off (off by default).
@@ -199,6 +237,15 @@ impl UpdateRule for AdamRule {
             (w - step * m / (v.sqrt() * inv_sqrt_bc2 + eps), [m, v])
         });
     }
+    fn momentum_setting(&self) -> Option<MomentumSetting> {
+        Some(MomentumSetting::Betas(self.beta1, self.beta2))
+    }
+    fn set_momentum(&mut self, m: MomentumSetting) {
+        match m {
+            MomentumSetting::Betas(b1, b2) => (self.beta1, self.beta2) = checked_betas(b1, b2),
+            other => panic!("set_momentum: the Adam family takes Betas(β₁, β₂), not {other:?}"),
+        }
+    }
 }
 
 /// AdamW: the Adam step after a decoupled decay w ← w·(1 − lr·wd).
@@ -214,6 +261,12 @@ impl UpdateRule for AdamWRule {
     }
     fn apply<T: FloatElement>(&self, s: Step<'_, T>) {
         self.0.apply(s)
+    }
+    fn momentum_setting(&self) -> Option<MomentumSetting> {
+        self.0.momentum_setting()
+    }
+    fn set_momentum(&mut self, m: MomentumSetting) {
+        self.0.set_momentum(m)
     }
 }
 
@@ -249,16 +302,27 @@ impl UpdateRule for RAdamRule {
             (w - step * d, [m, v])
         });
     }
+    fn momentum_setting(&self) -> Option<MomentumSetting> {
+        self.0.momentum_setting()
+    }
+    fn set_momentum(&mut self, m: MomentumSetting) {
+        self.0.set_momentum(m)
+    }
 }
 
 /// The rules of the Adam family, whose optimizers share the `betas` and `eps` setters.
 pub trait AdamFamily: UpdateRule {
     /// The Adam hyper-parameters inside the rule.
     fn adam_mut(&mut self) -> &mut AdamRule;
+    /// The Adam hyper-parameters inside the rule, to read.
+    fn adam(&self) -> &AdamRule;
 }
 
 impl AdamFamily for AdamRule {
     fn adam_mut(&mut self) -> &mut AdamRule {
+        self
+    }
+    fn adam(&self) -> &AdamRule {
         self
     }
 }
@@ -267,11 +331,17 @@ impl AdamFamily for AdamWRule {
     fn adam_mut(&mut self) -> &mut AdamRule {
         &mut self.0
     }
+    fn adam(&self) -> &AdamRule {
+        &self.0
+    }
 }
 
 impl AdamFamily for RAdamRule {
     fn adam_mut(&mut self) -> &mut AdamRule {
         &mut self.0
+    }
+    fn adam(&self) -> &AdamRule {
+        &self.0
     }
 }
 
@@ -280,15 +350,7 @@ impl<R: AdamFamily> Optim<R> {
     /// by default); panics unless each is in [0, 1), as PyTorch requires (β = 1 leaves the
     /// bias correction dividing by zero).
     pub fn betas(mut self, beta1: f64, beta2: f64) -> Self {
-        for (name, b) in [("beta1", beta1), ("beta2", beta2)] {
-            assert!(
-                (0.0..1.0).contains(&b),
-                "Adam: {name} {b} must be in [0, 1)"
-            );
-        }
-        let adam = self.rule.adam_mut();
-        adam.beta1 = beta1;
-        adam.beta2 = beta2;
+        self.rule.set_momentum(MomentumSetting::Betas(beta1, beta2));
         self
     }
 

@@ -242,8 +242,8 @@ class SequentialLR(LRScheduler):
 class OneCycleLR(LRScheduler):
     """The one-cycle policy: from ``max_lr / div_factor`` up to ``max_lr`` over ``pct_start``
     of ``total_steps``, then down to ``initial / final_div_factor`` (cosine or linear), as
-    PyTorch's. Momentum cycling needs an optimizer whose momentum a schedule can set, which
-    ferrograd's do not offer yet: pass ``cycle_momentum=False``."""
+    PyTorch's. With ``cycle_momentum`` the momentum (SGD's ``momentum``, the Adam family's
+    ``betas[0]``) moves the other way, between ``max_momentum`` and ``base_momentum``."""
 
     def __init__(
         self,
@@ -262,11 +262,6 @@ class OneCycleLR(LRScheduler):
         three_phase=False,
         last_epoch=-1,
     ):
-        if cycle_momentum:
-            raise ValueError(
-                "OneCycleLR: cycle_momentum=True needs the optimizer's momentum or beta1 to follow "
-                "the schedule, which ferrograd's optimizers cannot yet: pass cycle_momentum=False"
-            )
         if total_steps is None:
             if epochs is None or steps_per_epoch is None:
                 raise ValueError("You must define either total_steps OR (epochs AND steps_per_epoch)")
@@ -284,16 +279,40 @@ class OneCycleLR(LRScheduler):
                 group["initial_lr"] = top / div_factor
                 group["max_lr"] = top
                 group["min_lr"] = group["initial_lr"] / final_div_factor
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            self._start_momentum(optimizer, base_momentum, max_momentum, last_epoch)
         end = float(pct_start * total_steps) - 1
+        lo, hi = "base_momentum", "max_momentum"
         if three_phase:
             self._phases = [
-                (end, "initial_lr", "max_lr"),
-                (float(2 * pct_start * total_steps) - 2, "max_lr", "initial_lr"),
-                (total_steps - 1, "initial_lr", "min_lr"),
+                (end, "initial_lr", "max_lr", hi, lo),
+                (float(2 * pct_start * total_steps) - 2, "max_lr", "initial_lr", lo, hi),
+                (total_steps - 1, "initial_lr", "min_lr", hi, hi),
             ]
         else:
-            self._phases = [(end, "initial_lr", "max_lr"), (total_steps - 1, "max_lr", "min_lr")]
+            self._phases = [(end, "initial_lr", "max_lr", hi, lo), (total_steps - 1, "max_lr", "min_lr", lo, hi)]
         super().__init__(optimizer, last_epoch)
+
+    def _start_momentum(self, optimizer, base_momentum, max_momentum, last_epoch):
+        groups = optimizer.param_groups
+        if not all("momentum" in g or "betas" in g for g in groups):
+            raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
+        self._use_beta1 = "betas" in groups[0]
+        n = len(groups)
+        tops = list(max_momentum) if isinstance(max_momentum, (list, tuple)) else [max_momentum] * n
+        bases = list(base_momentum) if isinstance(base_momentum, (list, tuple)) else [base_momentum] * n
+        if last_epoch == -1:
+            for group, top, base in zip(groups, tops, bases):
+                self._set_momentum(group, top)
+                group["max_momentum"] = top
+                group["base_momentum"] = base
+
+    def _set_momentum(self, group, m):
+        if self._use_beta1:
+            group["betas"] = (m, *group["betas"][1:])
+        else:
+            group["momentum"] = m
 
     @staticmethod
     def _cos(start, end, pct):
@@ -312,10 +331,12 @@ class OneCycleLR(LRScheduler):
         lrs = []
         for group in self.optimizer.param_groups:
             start_step = 0.0
-            for i, (end_step, start_key, end_key) in enumerate(self._phases):
+            for i, (end_step, start_lr, end_lr, start_m, end_m) in enumerate(self._phases):
                 if step <= end_step or i == len(self._phases) - 1:
                     pct = (step - start_step) / (end_step - start_step)
-                    lrs.append(self._anneal(group[start_key], group[end_key], pct))
+                    lrs.append(self._anneal(group[start_lr], group[end_lr], pct))
+                    if self.cycle_momentum:
+                        self._set_momentum(group, self._anneal(group[start_m], group[end_m], pct))
                     break
                 start_step = end_step
         return lrs
