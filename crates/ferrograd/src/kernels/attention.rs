@@ -1,18 +1,22 @@
 //! Fused scaled dot-product attention: `softmax(q kᵀ · scale + mask) v` for many heads at
-//! once. The forward uses an online softmax over blocks of keys: a thread holds one block of
-//! scores for the query row it computes, never the row's whole `S` scores nor the `[L, S]`
-//! matrix; the running maximum and sum rescale what is accumulated so far when a block raises
-//! the maximum. The backward recomputes one row of probabilities at a time instead of storing
-//! them.
+//! once, as FlashAttention computes it. Each thread takes a block of query rows of one head
+//! and walks the keys in blocks: a block's scores and its weighted values are small matrix
+//! products (the gemm kernels), and an online softmax (a running maximum and sum per row,
+//! which rescale what is accumulated so far when a block raises the maximum) means a thread
+//! never holds more than one block of the `[L, S]` scores. The backward recomputes the
+//! probabilities block by block instead of storing them.
 
 use rayon::prelude::*;
 
 use ferrograd_derive::isa_dispatch;
 
-use super::gemv::{axpy_inline as axpy, dot_inline as dot};
+use super::gemv::dot_inline as dot;
+use super::matmul::{gemm_into, MatRef};
 use super::Float;
 
-/// Keys scored per block: the scores one thread holds at a time.
+/// Query rows per block: the rows one thread scores together.
+const QUERY_BLOCK: usize = 64;
+/// Keys per block: a thread holds `QUERY_BLOCK × KEY_BLOCK` scores at a time.
 const KEY_BLOCK: usize = 64;
 
 /// One attention problem: `heads` independent heads, each with `l` queries and `s` keys of
@@ -35,6 +39,68 @@ pub struct AttentionInputs<'a, T> {
     pub mask: Option<&'a [T]>,
 }
 
+/// Rows `first..first + rows` of a row-major matrix of width `width`, as a gemm operand.
+fn rows_of<T>(data: &[T], first: usize, rows: usize, width: usize) -> MatRef<'_, T> {
+    MatRef {
+        data,
+        offset: first * width,
+        rows,
+        cols: width,
+        rs: width,
+        cs: 1,
+    }
+}
+
+/// Query rows `i0..i0 + qb` of one head against its keys `j0..j0 + kb`.
+#[derive(Clone, Copy)]
+struct Block {
+    head: usize,
+    i0: usize,
+    qb: usize,
+    j0: usize,
+    kb: usize,
+}
+
+/// The block's scores `q kᵀ · scale + mask` into `scores` (`qb × kb`, row-major), −∞ where
+/// `causal` hides a key from a row (row `i` sees keys `0..=i`).
+fn block_scores<T: Float>(
+    x: &AttentionInputs<'_, T>,
+    d: AttentionDims,
+    at: Block,
+    (scale, causal): (T, bool),
+    scores: &mut [T],
+) {
+    let q = rows_of(x.q, at.head * d.l + at.i0, at.qb, d.e);
+    let k = rows_of(x.k, at.head * d.s + at.j0, at.kb, d.e).t();
+    gemm_into(q, k, scores);
+    for (r, row) in scores.chunks_exact_mut(at.kb).enumerate() {
+        let i = at.i0 + r;
+        match x.mask {
+            Some(m) => {
+                let m = &m[(at.head * d.l + i) * d.s + at.j0..][..at.kb];
+                row.iter_mut()
+                    .zip(m)
+                    .for_each(|(v, &m)| *v = *v * scale + m);
+            }
+            None => row.iter_mut().for_each(|v| *v = *v * scale),
+        }
+        if causal {
+            let seen = (i + 1).saturating_sub(at.j0).min(at.kb);
+            row[seen..].fill(T::neg_infinity());
+        }
+    }
+}
+
+/// The keys the rows `i0..i0 + qb` see, together: all `s`, or with `causal` up to the last
+/// row's.
+fn keys_seen(d: AttentionDims, i0: usize, qb: usize, causal: bool) -> usize {
+    if causal {
+        d.s.min(i0 + qb)
+    } else {
+        d.s
+    }
+}
+
 /// Writes `out` `[heads, l, ev]`. With `causal`, query `i` sees keys `0..=i` (PyTorch's
 /// top-left `is_causal`). A row whose every score is −∞ gets NaN, as the softmax of its
 /// definition does; with no keys at all (`s` = 0) the output is 0.
@@ -55,65 +121,103 @@ pub fn attention_forward<T: Float>(
     if d.ev == 0 {
         return;
     }
-    out.par_chunks_mut(d.ev).enumerate().for_each_init(
-        || vec![T::zero(); KEY_BLOCK],
-        |scores, (row, o)| attend_row(x, d, scale, causal, row, scores, o),
-    );
+    out.par_chunks_mut(d.l * d.ev)
+        .enumerate()
+        .flat_map(|(head, o)| {
+            o.par_chunks_mut(QUERY_BLOCK * d.ev)
+                .enumerate()
+                .map(move |(b, o)| (head, b * QUERY_BLOCK, o))
+        })
+        .for_each_init(
+            || Scratch::new(d),
+            |w, (head, i0, o)| attend_block(x, d, (scale, causal), (head, i0), o, w),
+        );
 }
 
-/// One query row: `row` counts rows over all heads.
+/// A thread's working memory: one block of scores and one of their derivatives, a product
+/// block, and per-row statistics.
+struct Scratch<T> {
+    scores: Vec<T>,
+    grads: Vec<T>,
+    product: Vec<T>,
+    max: Vec<T>,
+    sum: Vec<T>,
+}
+
+impl<T: Float> Scratch<T> {
+    fn new(d: AttentionDims) -> Self {
+        let width = d.e.max(d.ev);
+        Scratch {
+            scores: vec![T::zero(); QUERY_BLOCK * KEY_BLOCK],
+            grads: vec![T::zero(); QUERY_BLOCK * KEY_BLOCK],
+            product: vec![T::zero(); QUERY_BLOCK.max(KEY_BLOCK) * width],
+            max: vec![T::zero(); QUERY_BLOCK],
+            sum: vec![T::zero(); QUERY_BLOCK],
+        }
+    }
+}
+
+/// Query rows `i0..` of `head` (as many as `out`, `[qb, ev]`, holds), through every block of
+/// the keys they see.
 #[isa_dispatch]
-fn attend_row<T: Float>(
+fn attend_block<T: Float>(
     x: &AttentionInputs<'_, T>,
     d: AttentionDims,
-    scale: T,
-    causal: bool,
-    row: usize,
-    scores: &mut [T],
+    settings: (T, bool),
+    (head, i0): (usize, usize),
     out: &mut [T],
+    w: &mut Scratch<T>,
 ) {
-    let (head, i) = (row / d.l, row % d.l);
-    let q = &x.q[row * d.e..][..d.e];
-    let keys = &x.k[head * d.s * d.e..][..d.s * d.e];
-    let values = &x.v[head * d.s * d.ev..][..d.s * d.ev];
-    let mask = x.mask.map(|m| &m[row * d.s..][..d.s]);
-    let end = if causal { d.s.min(i + 1) } else { d.s };
-    out.iter_mut().for_each(|o| *o = T::zero());
-    let (mut max, mut sum) = (T::neg_infinity(), T::zero());
+    let qb = out.len() / d.ev;
+    let end = keys_seen(d, i0, qb, settings.1);
+    out.fill(T::zero());
+    let (max, sum) = (&mut w.max[..qb], &mut w.sum[..qb]);
+    max.fill(T::neg_infinity());
+    sum.fill(T::zero());
     for j0 in (0..end).step_by(KEY_BLOCK) {
-        let block = &mut scores[..KEY_BLOCK.min(end - j0)];
-        let mut block_max = T::neg_infinity();
-        for (jj, sc) in block.iter_mut().enumerate() {
-            let j = j0 + jj;
-            let mut v = dot(q, &keys[j * d.e..][..d.e]) * scale;
-            if let Some(m) = mask {
-                v += m[j];
+        let kb = KEY_BLOCK.min(end - j0);
+        let at = Block {
+            head,
+            i0,
+            qb,
+            j0,
+            kb,
+        };
+        let scores = &mut w.scores[..qb * kb];
+        block_scores(x, d, at, settings, scores);
+        for (r, row) in scores.chunks_exact_mut(kb).enumerate() {
+            let block_max = row.iter().fold(T::neg_infinity(), |m, &v| m.max(v));
+            if block_max == T::neg_infinity() {
+                row.fill(T::zero()); // every key of the block hidden from this row
+                continue;
             }
-            *sc = v;
-            block_max = block_max.max(v);
+            if block_max > max[r] {
+                // Rescales what the earlier blocks accumulated to the new maximum (0 at first).
+                let shrink = (max[r] - block_max).exp();
+                sum[r] = sum[r] * shrink;
+                out[r * d.ev..][..d.ev]
+                    .iter_mut()
+                    .for_each(|o| *o = *o * shrink);
+                max[r] = block_max;
+            }
+            row.iter_mut().for_each(|v| *v = *v - max[r]);
+            T::exp_in_place(row);
+            sum[r] += row.iter().fold(T::zero(), |a, &p| a + p);
         }
-        if block_max == T::neg_infinity() {
-            continue; // every key of the block masked out: it adds nothing
-        }
-        let new_max = max.max(block_max);
-        if new_max > max {
-            // Rescales what the earlier blocks accumulated to the new maximum (0 at first).
-            let shrink = (max - new_max).exp();
-            sum = sum * shrink;
-            out.iter_mut().for_each(|o| *o = *o * shrink);
-            max = new_max;
-        }
-        for (jj, &sc) in block.iter().enumerate() {
-            let p = (sc - max).exp();
-            sum += p;
-            axpy(out, p, &values[(j0 + jj) * d.ev..][..d.ev]);
-        }
+        let weighted = &mut w.product[..qb * d.ev];
+        let v = rows_of(x.v, head * d.s + j0, kb, d.ev);
+        gemm_into(rows_of(scores, 0, qb, kb), v, weighted);
+        out.iter_mut()
+            .zip(weighted.iter())
+            .for_each(|(o, &p)| *o += p);
     }
     if end == 0 {
         return; // no key at all: the empty sum is 0, as `[L, 0] @ [0, Ev]` is
     }
-    let inv = T::one() / sum;
-    out.iter_mut().for_each(|o| *o = *o * inv);
+    for (o, &total) in out.chunks_exact_mut(d.ev).zip(sum.iter()) {
+        let inv = T::one() / total;
+        o.iter_mut().for_each(|o| *o = *o * inv);
+    }
 }
 
 /// Where [`attention_backward`] writes, zeroed by the caller: `dq` `[heads, l, e]`, `dk`
@@ -127,12 +231,13 @@ pub struct AttentionGrads<'a, T> {
 }
 
 /// The gradients of [`attention_forward`]'s inputs for the output gradient `up` `[heads, l,
-/// ev]`. With `P = softmax(S)` recomputed row by row: `dv = Pᵀ up`, `dP = up vᵀ`,
-/// `dS = P ⊙ (dP − rowsum(dP ⊙ P))`, `dq = dS k · scale`, `dk = dSᵀ q · scale`, `dmask = dS`.
-/// Heads run in parallel; each is one thread's, so no two threads write the same gradient.
+/// ev]`, given that forward's output `out`. With `P = softmax(S)` recomputed block by block:
+/// `dv = Pᵀ up`, `dP = up vᵀ`, `dS = P ⊙ (dP − rowsum(up ⊙ out))` (the row sum equals
+/// `rowsum(dP ⊙ P)`), `dq = dS k · scale`, `dk = dSᵀ q · scale`, `dmask = dS`. Heads run in
+/// parallel; each is one thread's, so no two threads write the same gradient.
 pub fn attention_backward<T: Float>(
     x: &AttentionInputs<'_, T>,
-    up: &[T],
+    (out, up): (&[T], &[T]),
     d: AttentionDims,
     scale: T,
     causal: bool,
@@ -143,6 +248,7 @@ pub fn attention_backward<T: Float>(
         "attention backward: empty axes take the general path"
     );
     assert_eq!(up.len(), d.heads * d.l * d.ev, "attention: gradient size");
+    assert_eq!(out.len(), up.len(), "attention: output size");
     assert_eq!(g.dq.len(), x.q.len(), "attention: dq size");
     assert_eq!(g.dk.len(), x.k.len(), "attention: dk size");
     assert_eq!(g.dv.len(), x.v.len(), "attention: dv size");
@@ -159,68 +265,143 @@ pub fn attention_backward<T: Float>(
         .zip(dmask)
         .enumerate()
         .for_each(|(head, (((dq, dk), dv), dm))| {
-            let grads = AttentionGrads {
+            let mut grads = AttentionGrads {
                 dq,
                 dk,
                 dv,
                 dmask: dm,
             };
-            backward_head(x, up, d, scale, causal, head, grads);
+            let mut w = Scratch::new(d);
+            for i0 in (0..d.l).step_by(QUERY_BLOCK) {
+                let at = (head, i0, QUERY_BLOCK.min(d.l - i0));
+                backward_block(x, (out, up), d, (scale, causal), at, &mut grads, &mut w);
+            }
         });
 }
 
-/// One head of [`attention_backward`]: one query row at a time.
-#[isa_dispatch]
-fn backward_head<T: Float>(
+/// Each of the rows' largest score (`w.max`) and sum of exponentials relative to it
+/// (`w.sum`) over the keys `0..end`, block by block. With one block (`single`), `w.scores`
+/// is left holding the exponentials; a row that sees no key then holds NaN (0/0 to come), as
+/// its probabilities are.
+fn row_statistics<T: Float>(
     x: &AttentionInputs<'_, T>,
-    up: &[T],
     d: AttentionDims,
-    scale: T,
-    causal: bool,
-    head: usize,
-    mut g: AttentionGrads<'_, T>,
+    settings: (T, bool),
+    (head, i0, qb): (usize, usize, usize),
+    (end, single): (usize, bool),
+    w: &mut Scratch<T>,
 ) {
-    let keys = &x.k[head * d.s * d.e..][..d.s * d.e];
-    let values = &x.v[head * d.s * d.ev..][..d.s * d.ev];
-    let (mut p, mut dp) = (vec![T::zero(); d.s], vec![T::zero(); d.s]);
-    for i in 0..d.l {
-        let row = head * d.l + i;
-        let q = &x.q[row * d.e..][..d.e];
-        let u = &up[row * d.ev..][..d.ev];
-        let mask = x.mask.map(|m| &m[row * d.s..][..d.s]);
-        let end = if causal { d.s.min(i + 1) } else { d.s };
-        let mut max = T::neg_infinity();
-        for j in 0..end {
-            let mut v = dot(q, &keys[j * d.e..][..d.e]) * scale;
-            if let Some(m) = mask {
-                v += m[j];
+    let (max, sum) = (&mut w.max[..qb], &mut w.sum[..qb]);
+    max.fill(T::neg_infinity());
+    sum.fill(T::zero());
+    for j0 in (0..end).step_by(KEY_BLOCK) {
+        let kb = KEY_BLOCK.min(end - j0);
+        let scores = &mut w.scores[..qb * kb];
+        let at = Block {
+            head,
+            i0,
+            qb,
+            j0,
+            kb,
+        };
+        block_scores(x, d, at, settings, scores);
+        for (r, row) in scores.chunks_exact_mut(kb).enumerate() {
+            let block_max = row.iter().fold(T::neg_infinity(), |m, &v| m.max(v));
+            if block_max == T::neg_infinity() && !single {
+                continue; // every key of the block hidden: it adds nothing
             }
-            p[j] = v;
-            max = max.max(v);
+            if block_max > max[r] {
+                sum[r] = sum[r] * (max[r] - block_max).exp();
+                max[r] = block_max;
+            }
+            row.iter_mut().for_each(|v| *v = *v - max[r]);
+            T::exp_in_place(row);
+            sum[r] += row.iter().fold(T::zero(), |a, &p| a + p);
         }
-        // A row that sees no key is NaN throughout, as its forward value.
-        let mut sum = T::zero();
-        for pj in &mut p[..end] {
-            *pj = (*pj - max).exp();
-            sum += *pj;
-        }
-        let inv = T::one() / sum;
-        let mut weighted = T::zero(); // rowsum(dP ⊙ P)
-        for j in 0..end {
-            p[j] = p[j] * inv;
-            dp[j] = dot(u, &values[j * d.ev..][..d.ev]);
-            weighted += p[j] * dp[j];
-        }
-        let dq = &mut g.dq[i * d.e..][..d.e];
-        for j in 0..end {
-            let ds = p[j] * (dp[j] - weighted);
-            axpy(&mut g.dv[j * d.ev..][..d.ev], p[j], u);
-            axpy(dq, ds * scale, &keys[j * d.e..][..d.e]);
-            axpy(&mut g.dk[j * d.e..][..d.e], ds * scale, q);
-            if let Some(dm) = g.dmask.as_deref_mut() {
-                dm[i * d.s + j] = ds;
+    }
+}
+
+/// `acc += add`, element by element.
+fn add_to<T: Float>(acc: &mut [T], add: &[T]) {
+    acc.iter_mut().zip(add).for_each(|(a, &b)| *a += b);
+}
+
+/// The gradients from query rows `i0..i0 + qb` of `head`: their `dq` rows, and their share of
+/// the `dk`, `dv` rows (and `dmask` entries) of every key they see. `g` holds this head's
+/// gradients.
+#[isa_dispatch]
+fn backward_block<T: Float>(
+    x: &AttentionInputs<'_, T>,
+    (out, up): (&[T], &[T]),
+    d: AttentionDims,
+    settings: (T, bool),
+    (head, i0, qb): (usize, usize, usize),
+    g: &mut AttentionGrads<'_, T>,
+    w: &mut Scratch<T>,
+) {
+    let end = keys_seen(d, i0, qb, settings.1);
+    let single = end <= KEY_BLOCK;
+    row_statistics(x, d, settings, (head, i0, qb), (end, single), w);
+    let first = head * d.l + i0;
+    // rowsum(dP ⊙ P) = rowsum(up ⊙ out): one dot product per row, from the forward's output.
+    let delta: Vec<T> = (first..first + qb)
+        .map(|row| dot(&up[row * d.ev..][..d.ev], &out[row * d.ev..][..d.ev]))
+        .collect();
+    let (u, q) = (rows_of(up, first, qb, d.ev), rows_of(x.q, first, qb, d.e));
+    let Scratch {
+        scores,
+        grads,
+        product,
+        max,
+        sum,
+    } = w;
+    for j0 in (0..end).step_by(KEY_BLOCK) {
+        let kb = KEY_BLOCK.min(end - j0);
+        let p = &mut scores[..qb * kb];
+        if !single {
+            let at = Block {
+                head,
+                i0,
+                qb,
+                j0,
+                kb,
+            };
+            block_scores(x, d, at, settings, p);
+            for (row, &m) in p.chunks_exact_mut(kb).zip(max.iter()) {
+                row.iter_mut().for_each(|v| *v = *v - m);
+                T::exp_in_place(row);
             }
         }
+        for (row, &total) in p.chunks_exact_mut(kb).zip(sum.iter()) {
+            let inv = T::one() / total;
+            row.iter_mut().for_each(|v| *v = *v * inv);
+        }
+        let (k, v) = (
+            rows_of(x.k, head * d.s + j0, kb, d.e),
+            rows_of(x.v, head * d.s + j0, kb, d.ev),
+        );
+        let ds = &mut grads[..qb * kb];
+        gemm_into(u, v.t(), ds); // dP
+        for ((row, pr), &dl) in ds.chunks_exact_mut(kb).zip(p.chunks_exact(kb)).zip(&delta) {
+            row.iter_mut()
+                .zip(pr)
+                .for_each(|(g, &p)| *g = p * (*g - dl));
+        }
+        if let Some(dm) = g.dmask.as_deref_mut() {
+            for (r, row) in ds.chunks_exact(kb).enumerate() {
+                dm[(i0 + r) * d.s + j0..][..kb].copy_from_slice(row);
+            }
+        }
+        let dv = &mut product[..kb * d.ev];
+        gemm_into(rows_of(p, 0, qb, kb).t(), u, dv);
+        add_to(&mut g.dv[j0 * d.ev..][..kb * d.ev], dv);
+        ds.iter_mut().for_each(|v| *v = *v * settings.0);
+        let dq = &mut product[..qb * d.e];
+        gemm_into(rows_of(ds, 0, qb, kb), k, dq);
+        add_to(&mut g.dq[i0 * d.e..][..qb * d.e], dq);
+        let dk = &mut product[..kb * d.e];
+        gemm_into(rows_of(ds, 0, qb, kb).t(), q, dk);
+        add_to(&mut g.dk[j0 * d.e..][..kb * d.e], dk);
     }
 }
 

@@ -112,6 +112,18 @@ pub fn gemm_batch_append<T: Float>(pairs: &[Pair<'_, T>], m: usize, n: usize, ou
     unsafe { out.set_len(len) };
 }
 
+/// `out = a @ b` into an initialised buffer (row-major `[a.rows, b.cols]`); a product too
+/// small to share between threads runs on the calling thread (kernels that parallelise
+/// around many small products call this from their workers).
+pub fn gemm_into<T: Float>(a: MatRef<'_, T>, b: MatRef<'_, T>, out: &mut [T]) {
+    // SAFETY: MaybeUninit<T> has T's layout; writing through it into initialised memory is
+    // sound, and `gemm_uninit` writes every element.
+    let out = unsafe {
+        std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<MaybeUninit<T>>(), out.len())
+    };
+    gemm_uninit(a, b, out)
+}
+
 /// Below this many multiply-adds per matrix, a batch runs its matrices on separate threads
 /// instead of threading inside each product.
 const SMALL_GEMM: usize = 1 << 18;

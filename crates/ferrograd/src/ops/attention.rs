@@ -218,6 +218,7 @@ impl Fused<'_> {
         );
         let mask = masked.then(|| dense::<T>(&cast(c.input(3)), &with([d.l, d.s])));
         let up = dense::<T>(&cast(up), &with([d.l, d.ev]));
+        let out = dense::<T>(c.out(), &with([d.l, d.ev]));
         let inputs = AttentionInputs {
             q: &q,
             k: &k,
@@ -236,7 +237,14 @@ impl Fused<'_> {
             dv: &mut dv,
             dmask: dmask.as_deref_mut(),
         };
-        fused_backward(&inputs, &up, d, T::from_f64(self.scale), self.causal, grads);
+        fused_backward(
+            &inputs,
+            (&out, &up),
+            d,
+            T::from_f64(self.scale),
+            self.causal,
+            grads,
+        );
         let back = |g: Vec<T>, tail: [usize; 2], i: usize| {
             let x = c.input(i);
             c.needs(i).then(|| {
