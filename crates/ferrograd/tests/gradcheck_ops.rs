@@ -328,6 +328,64 @@ fn batch_norm_matches_composite(inputs: &[Tensor; 3], mix: &Tensor) {
 }
 
 #[test]
+fn layer_norm_fused() {
+    // Rows of 5, of 7 over two leading axes, and (for the thread pool) 1,100 rows of 130: the
+    // fused value and gradient against the composite formula, and gradcheck to second order.
+    for (shape, seed) in [
+        (vec![4, 5], 400),
+        (vec![2, 3, 7], 410),
+        (vec![1100, 130], 420),
+    ] {
+        let d = shape[shape.len() - 1];
+        let mix = randn(&shape, seed + 3);
+        let inputs = [
+            &randn(&shape, seed) * 2.0 + 1.5,
+            uniform(&[d], 0.5, 2.0, seed + 1),
+            randn(&[d], seed + 2),
+        ];
+        let f = |t: &[Tensor]| &t[0].layer_norm(&t[1], &t[2], 1e-5) * &mix;
+        if shape[0] < 100 {
+            check("layer_norm", f, &inputs);
+        }
+        let composite = |t: &[Tensor]| {
+            let centered = &t[0] - &t[0].mean_axes(&[-1], true);
+            let var = centered.square().mean_axes(&[-1], true);
+            let xhat = &centered / &var.add_scalar(1e-5).sqrt();
+            &(&(&xhat * &t[1]) + &t[2]) * &mix
+        };
+        let tracked: Vec<Tensor> = inputs.iter().map(|t| t.requires_grad()).collect();
+        let refs: Vec<&Tensor> = tracked.iter().collect();
+        let (fused_y, plain_y) = (f(&tracked), composite(&tracked));
+        assert!(fused_y.allclose(&plain_y, 1e-12, 1e-12));
+        let fused_g = grad(&fused_y.sum(), &refs);
+        let plain_g = grad(&plain_y.sum(), &refs);
+        for (a, b) in fused_g.iter().zip(&plain_g) {
+            assert!(a.allclose(b, 1e-10, 1e-10), "{a} vs {b}");
+        }
+    }
+}
+
+#[test]
+fn layer_norm_refuses_what_does_not_fit_by_name() {
+    let x = Tensor::zeros(&[2, 3], DType::F32);
+    let (w, b) = (
+        Tensor::ones(&[3], DType::F32),
+        Tensor::zeros(&[3], DType::F32),
+    );
+    let msg = |f: &dyn Fn()| {
+        let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("refused");
+        e.downcast_ref::<String>().cloned().unwrap_or_default()
+    };
+    assert!(
+        msg(&|| drop(x.layer_norm(&w.narrow(0, 0, 2), &b, 1e-5))).contains("layer_norm: expected")
+    );
+    assert!(
+        msg(&|| drop(x.layer_norm(&w.to_dtype(DType::F64), &b, 1e-5)))
+            .contains("share a float dtype")
+    );
+}
+
+#[test]
 fn batch_norm_statistics_keep_their_digits_far_from_zero() {
     // f32 values around 10,000 with a spread of 1: the variance must come out near 1.
     let x = &(randn(&[64, 4, 16, 16], 330) + 1e4).to_dtype(DType::F32);

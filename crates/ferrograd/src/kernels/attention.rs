@@ -6,12 +6,11 @@
 //! never holds more than one block of the `[L, S]` scores. The backward recomputes the
 //! probabilities block by block instead of storing them.
 
-use rayon::prelude::*;
-
 use ferrograd_derive::isa_dispatch;
 
 use super::gemv::dot_inline as dot;
 use super::matmul::{gemm_into, MatRef};
+use super::parallel::run_tasks;
 use super::Float;
 
 /// Query rows per block: the rows one thread scores together.
@@ -121,17 +120,33 @@ pub fn attention_forward<T: Float>(
     if d.ev == 0 {
         return;
     }
-    out.par_chunks_mut(d.l * d.ev)
+    let blocks: Vec<(usize, usize, &mut [T])> = out
+        .chunks_mut(d.l * d.ev)
         .enumerate()
         .flat_map(|(head, o)| {
-            o.par_chunks_mut(QUERY_BLOCK * d.ev)
+            o.chunks_mut(QUERY_BLOCK * d.ev)
                 .enumerate()
                 .map(move |(b, o)| (head, b * QUERY_BLOCK, o))
         })
-        .for_each_init(
-            || Scratch::new(d),
-            |w, (head, i0, o)| attend_block(x, d, (scale, causal), (head, i0), o, w),
-        );
+        .collect();
+    // Blocks in groups, so that the scratch memory is allocated once per group.
+    let per = blocks
+        .len()
+        .div_ceil(4 * rayon::current_num_threads())
+        .max(1);
+    let mut groups: Vec<Vec<(usize, usize, &mut [T])>> = Vec::new();
+    for (i, b) in blocks.into_iter().enumerate() {
+        if i % per == 0 {
+            groups.push(Vec::with_capacity(per));
+        }
+        groups.last_mut().expect("a group was pushed").push(b);
+    }
+    run_tasks(groups, |group| {
+        let mut w = Scratch::new(d);
+        for (head, i0, o) in group {
+            attend_block(x, d, (scale, causal), (head, i0), o, &mut w);
+        }
+    });
 }
 
 /// A thread's working memory: one block of scores and one of their derivatives, a product
@@ -259,24 +274,26 @@ pub fn attention_backward<T: Float>(
         }
         None => (0..d.heads).map(|_| None).collect(),
     };
-    g.dq.par_chunks_mut(d.l * d.e)
-        .zip(g.dk.par_chunks_mut(d.s * d.e))
-        .zip(g.dv.par_chunks_mut(d.s * d.ev))
-        .zip(dmask)
-        .enumerate()
-        .for_each(|(head, (((dq, dk), dv), dm))| {
-            let mut grads = AttentionGrads {
-                dq,
-                dk,
-                dv,
-                dmask: dm,
-            };
-            let mut w = Scratch::new(d);
-            for i0 in (0..d.l).step_by(QUERY_BLOCK) {
-                let at = (head, i0, QUERY_BLOCK.min(d.l - i0));
-                backward_block(x, (out, up), d, (scale, causal), at, &mut grads, &mut w);
-            }
-        });
+    let heads: Vec<_> =
+        g.dq.chunks_mut(d.l * d.e)
+            .zip(g.dk.chunks_mut(d.s * d.e))
+            .zip(g.dv.chunks_mut(d.s * d.ev))
+            .zip(dmask)
+            .enumerate()
+            .collect();
+    run_tasks(heads, |(head, (((dq, dk), dv), dm))| {
+        let mut grads = AttentionGrads {
+            dq,
+            dk,
+            dv,
+            dmask: dm,
+        };
+        let mut w = Scratch::new(d);
+        for i0 in (0..d.l).step_by(QUERY_BLOCK) {
+            let at = (head, i0, QUERY_BLOCK.min(d.l - i0));
+            backward_block(x, (out, up), d, (scale, causal), at, &mut grads, &mut w);
+        }
+    });
 }
 
 /// Each of the rows' largest score (`w.max`) and sum of exponentials relative to it

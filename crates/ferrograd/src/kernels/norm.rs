@@ -305,3 +305,144 @@ pub fn batch_norm_backward<T: Float>(
     unsafe { write_runs(dx, rows, long, short) };
     (dweight, dbias)
 }
+
+/// Rows per task of layer normalisation: fixed by the shape, so the order in which the
+/// affine parameters' gradients are summed is too, whatever the thread count.
+const LAYER_ROWS: usize = 64;
+
+/// One task's share of a layer normalisation: its rows of the output, of the input (and of
+/// the upstream gradient), and of the per-row statistics.
+type LayerTask<'a, T> = (&'a mut [MaybeUninit<T>], &'a [T], &'a [T], &'a mut [(T, T)]);
+
+/// Runs `task` on blocks of [`LAYER_ROWS`] rows of width `d`, on several threads when the
+/// input is large, and returns its results in the blocks' order. `out` is empty with room for
+/// `x.len()`; `task` must write every slot of its block.
+fn layer_blocks<T: Float, R: Send>(
+    out: &mut Vec<T>,
+    [x, up]: [&[T]; 2],
+    d: usize,
+    stats: &mut [(T, T)],
+    task: impl Fn(LayerTask<'_, T>) -> R + Sync + Send,
+) -> Vec<R> {
+    assert!(d > 0 && x.len() == stats.len() * d && up.len() == x.len());
+    assert!(out.is_empty() && out.capacity() >= x.len());
+    let block = LAYER_ROWS * d;
+    let parts: Vec<LayerTask<'_, T>> = out.spare_capacity_mut()[..x.len()]
+        .chunks_mut(block)
+        .zip(x.chunks(block))
+        .zip(up.chunks(block))
+        .zip(stats.chunks_mut(LAYER_ROWS))
+        .map(|(((o, x), u), s)| (o, x, u, s))
+        .collect();
+    let results = if 2 * x.len() >= PAR_THRESHOLD {
+        super::parallel::run_tasks(parts, task)
+    } else {
+        parts.into_iter().map(task).collect()
+    };
+    let len = x.len();
+    // SAFETY: the blocks cover `out`'s first `len` slots and `task` writes every slot of its
+    // block (the caller's contract); `out` has room for `len`.
+    unsafe { out.set_len(len) };
+    results
+}
+
+/// One row normalised: `out = (x − mean)·rstd·w + b`; returns `(mean, rstd)`.
+#[isa_dispatch]
+fn normalise_row<T: Float>(
+    out: &mut [MaybeUninit<T>],
+    x: &[T],
+    [w, b]: [&[T]; 2],
+    eps: T,
+) -> (T, T) {
+    let n = T::from_f64(x.len() as f64);
+    let mean = sum_terms(x, x, T::zero(), &|a, _, _| a) / n;
+    let var = sum_terms(x, x, mean, &|a, _, m| (a - m) * (a - m)) / n;
+    let rstd = T::one() / (var + eps).sqrt();
+    let (w, b) = (&w[..x.len()], &b[..x.len()]);
+    for (((o, &x), &w), &b) in out.iter_mut().zip(x).zip(w).zip(b) {
+        o.write((x - mean) * rstd * w + b);
+    }
+    (mean, rstd)
+}
+
+/// Layer normalisation of every row of `x` (`[rows, d]`, row-major), PyTorch's `layer_norm`
+/// over the last axis: `out` (empty, with room for `x.len()`) gets `(x − mean)·rstd·w + b`
+/// with the row's mean and biased variance, rstd = 1/√(var + eps). Returns each row's
+/// `(mean, rstd)` for the backward.
+pub fn layer_norm<T: Float>(
+    x: &[T],
+    d: usize,
+    wb: [&[T]; 2],
+    eps: T,
+    out: &mut Vec<T>,
+) -> Vec<(T, T)> {
+    assert!(
+        wb.iter().all(|v| v.len() == d),
+        "layer_norm: weight and bias of {d}"
+    );
+    let mut stats = vec![(T::zero(), T::zero()); x.len() / d.max(1)];
+    layer_blocks(out, [x, x], d, &mut stats, |(o, x, _, st)| {
+        for ((o, x), s) in o.chunks_exact_mut(d).zip(x.chunks_exact(d)).zip(st) {
+            *s = normalise_row(o, x, wb, eps);
+        }
+    });
+    stats
+}
+
+/// One row's input gradient `dx = rstd·(g − mean(g) − x̂·mean(g·x̂))`, g = up·w, and its
+/// terms of the parameters' gradients: `dw += up·x̂`, `db += up`.
+#[isa_dispatch]
+fn layer_row_grad<T: Float>(
+    dx: &mut [MaybeUninit<T>],
+    [up, x, w]: [&[T]; 3],
+    (mean, rstd): (T, T),
+    [dw, db]: [&mut [T]; 2],
+) {
+    let d = x.len();
+    let (up, w, dw, db) = (&up[..d], &w[..d], &mut dw[..d], &mut db[..d]);
+    let (mut sg, mut sgx) = ([T::zero(); 8], [T::zero(); 8]);
+    for (j, (&u, &w)) in up.iter().zip(w).enumerate() {
+        let g = u * w;
+        sg[j % 8] += g;
+        sgx[j % 8] += g * (x[j] - mean);
+    }
+    let total = |a: [T; 8]| ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+    let n = T::from_f64(d as f64);
+    let (mg, mgx) = (total(sg) / n, total(sgx) * rstd / n);
+    for j in 0..d {
+        let xhat = (x[j] - mean) * rstd;
+        dx[j].write(rstd * (up[j] * w[j] - mg - xhat * mgx));
+        dw[j] += up[j] * xhat;
+        db[j] += up[j];
+    }
+}
+
+/// The gradients of [`layer_norm`] given `up`: `dx` written into `dx` (empty, with room for
+/// `x.len()`), `(dweight, dbias)` returned (sums over the rows, block by block in order).
+pub fn layer_norm_backward<T: Float>(
+    [up, x]: [&[T]; 2],
+    d: usize,
+    weight: &[T],
+    stats: &[(T, T)],
+    dx: &mut Vec<T>,
+) -> (Vec<T>, Vec<T>) {
+    assert_eq!(weight.len(), d, "layer_norm backward: weight of {d}");
+    let mut st = stats.to_vec();
+    let partial = layer_blocks(dx, [x, up], d, &mut st, |(o, x, up, st)| {
+        let (mut dw, mut db) = (vec![T::zero(); d], vec![T::zero(); d]);
+        let rows = o
+            .chunks_exact_mut(d)
+            .zip(x.chunks_exact(d))
+            .zip(up.chunks_exact(d));
+        for (((o, x), u), &s) in rows.zip(st.iter()) {
+            layer_row_grad(o, [u, x, weight], s, [&mut dw, &mut db]);
+        }
+        (dw, db)
+    });
+    let (mut dw, mut db) = (vec![T::zero(); d], vec![T::zero(); d]);
+    for (pw, pb) in partial {
+        dw.iter_mut().zip(&pw).for_each(|(a, &b)| *a += b);
+        db.iter_mut().zip(&pb).for_each(|(a, &b)| *a += b);
+    }
+    (dw, db)
+}

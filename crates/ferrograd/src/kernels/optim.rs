@@ -1,8 +1,8 @@
 //! Fused optimizer updates: one pass over a parameter, its gradient and its state slots,
 //! in place, threaded for large parameters. Each optimizer supplies the per-element rule.
 
+use super::parallel::run_tasks;
 use ferrograd_derive::isa_dispatch;
-use rayon::prelude::*;
 
 use super::{Float, PAR_CHUNK, PAR_THRESHOLD};
 
@@ -65,7 +65,7 @@ pub fn update<T: Float, const K: usize>(
             )
         })
         .collect();
-    tasks.into_par_iter().for_each(run);
+    run_tasks(tasks, run);
 }
 
 /// One chunk of `update`. A function of its own so that the slices arrive as distinct
@@ -112,12 +112,11 @@ fn update_chunk<T: Float, const K: usize>(
 /// Σ g² over a gradient (for clipping by global norm), accumulated in f64.
 pub fn sum_squares<T: Float>(g: &[T]) -> f64 {
     if g.len() >= PAR_THRESHOLD {
-        // The chunks' sums added in chunk order: rayon's own `sum` combines them in an order
-        // that depends on the scheduling, and the norm must be the same bits every run.
-        let parts: Vec<f64> = g
-            .par_chunks(PAR_CHUNK)
-            .map(|c| c.iter().map(|v| v.as_f64() * v.as_f64()).sum::<f64>())
-            .collect();
+        // The chunks' sums added in chunk order: a parallel `sum` would combine them in an
+        // order that depends on the scheduling, and the norm must be the same bits every run.
+        let parts: Vec<f64> = run_tasks(g.chunks(PAR_CHUNK).collect(), |c: &[T]| {
+            c.iter().map(|v| v.as_f64() * v.as_f64()).sum::<f64>()
+        });
         parts.iter().sum()
     } else {
         g.iter().map(|v| v.as_f64() * v.as_f64()).sum()

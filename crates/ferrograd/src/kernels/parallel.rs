@@ -9,6 +9,7 @@
 //! last part by spinning for a short while before it falls back to a blocking wait.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
@@ -18,7 +19,7 @@ use rayon::prelude::*;
 const SPIN: Duration = Duration::from_micros(200);
 
 /// Runs `part(0..parts)`, each index once, on the calling thread and the rayon pool.
-pub(crate) fn run_parts(parts: usize, part: impl Fn(usize) + Sync + Send) {
+pub(crate) fn run_parts(parts: usize, part: impl Fn(usize) + Sync) {
     if parts <= 1 {
         (0..parts).for_each(part);
         return;
@@ -26,7 +27,7 @@ pub(crate) fn run_parts(parts: usize, part: impl Fn(usize) + Sync + Send) {
     if rayon::current_thread_index().is_some() {
         // Inside the pool, rayon's own wait runs other work meanwhile: nothing to gain, and a
         // spinning worker could hold up the very part it waits for.
-        (0..parts).into_par_iter().for_each(part);
+        (0..parts).into_par_iter().for_each(&part);
         return;
     }
     let next = AtomicUsize::new(0);
@@ -54,6 +55,42 @@ pub(crate) fn run_parts(parts: usize, part: impl Fn(usize) + Sync + Send) {
         }
         // Leaving the scope waits (blocking) for whatever is still running.
     });
+}
+
+/// Runs `task` once on each part (parts carry their own borrows, such as disjoint chunks of
+/// an output) on the calling thread and the pool, as [`run_parts`] does, and returns the
+/// results in the parts' order. The kernels' parallel loops go through this rather than a
+/// rayon iterator, which from a thread outside the pool would put the caller to sleep until
+/// the workers had woken and finished.
+pub(crate) fn run_tasks<P: Send, R: Send>(parts: Vec<P>, task: impl Fn(P) -> R + Sync) -> Vec<R> {
+    let slots: Vec<Mutex<(Option<P>, Option<R>)>> = parts
+        .into_iter()
+        .map(|p| Mutex::new((Some(p), None)))
+        .collect();
+    run_parts(slots.len(), |i| {
+        let mut slot = slots[i].lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = slot.0.take() {
+            slot.1 = Some(task(p));
+        }
+    });
+    slots
+        .into_iter()
+        .map(|s| {
+            let (_, r) = s.into_inner().unwrap_or_else(|e| e.into_inner());
+            r.expect("run_parts runs every part")
+        })
+        .collect()
+}
+
+/// `f(i, chunk)` for every `size`-element chunk of `xs` (the last may be shorter), through
+/// [`run_tasks`].
+pub(crate) fn for_each_chunk<T: Send>(
+    xs: &mut [T],
+    size: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
+    let parts: Vec<(usize, &mut [T])> = xs.chunks_mut(size.max(1)).enumerate().collect();
+    run_tasks(parts, |(i, c)| f(i, c));
 }
 
 #[cfg(test)]

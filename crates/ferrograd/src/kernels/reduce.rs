@@ -2,8 +2,8 @@
 //! a contiguous block of axes has this form (the ops layer permutes other axis sets into it).
 
 use ferrograd_derive::isa_dispatch;
-use rayon::prelude::*;
 
+use super::parallel::{for_each_chunk, run_tasks};
 use super::{Float, Rows, PAR_CHUNK, PAR_THRESHOLD};
 
 /// Sum of a contiguous run with eight independent accumulators: vectorisable, and the error
@@ -47,9 +47,15 @@ fn per_block<T: Send + Sync, U: Send>(
 ) {
     let (out_block, x_block) = (out_block.max(1), x_block.max(1));
     if x.len() >= PAR_THRESHOLD && several {
-        out.par_chunks_mut(out_block)
-            .zip(x.par_chunks(x_block))
-            .for_each(f);
+        // Parts of about PAR_CHUNK inputs each, of whole blocks.
+        let per = (PAR_CHUNK / x_block).max(1);
+        let parts: Vec<(&mut [U], &[T])> = out
+            .chunks_mut(out_block * per)
+            .zip(x.chunks(x_block * per))
+            .collect();
+        run_tasks(parts, |(o, x)| {
+            o.chunks_mut(out_block).zip(x.chunks(x_block)).for_each(&f)
+        });
     } else {
         out.chunks_mut(out_block).zip(x.chunks(x_block)).for_each(f);
     }
@@ -58,7 +64,7 @@ fn per_block<T: Send + Sync, U: Send>(
 /// Sum of a whole buffer; parallel (and pairwise across chunks) when large.
 pub fn sum_all<T: Float>(xs: &[T]) -> T {
     if xs.len() >= PAR_THRESHOLD {
-        let partial: Vec<T> = xs.par_chunks(PAR_CHUNK).map(sum_run).collect();
+        let partial: Vec<T> = run_tasks(xs.chunks(PAR_CHUNK).collect(), sum_run);
         sum_run(&partial)
     } else {
         sum_run(xs)
@@ -80,16 +86,14 @@ pub fn sum<T: Float>(x: &[T], rows: Rows, out: &mut [T]) {
     } else if outer == 1 && x.len() >= PAR_THRESHOLD {
         // One outer block: split the kept columns across threads instead.
         let cols = (PAR_CHUNK / mid).max(64);
-        out.par_chunks_mut(cols)
-            .enumerate()
-            .for_each(|(ci, o_cols)| {
-                let j0 = ci * cols;
-                o_cols.iter_mut().for_each(|v| *v = T::zero());
-                for r in 0..mid {
-                    let x_row = &x[r * inner + j0..r * inner + j0 + o_cols.len()];
-                    accumulate(o_cols, x_row, &|v, x| v + x);
-                }
-            });
+        for_each_chunk(out, cols, |ci, o_cols| {
+            let j0 = ci * cols;
+            o_cols.iter_mut().for_each(|v| *v = T::zero());
+            for r in 0..mid {
+                let x_row = &x[r * inner + j0..r * inner + j0 + o_cols.len()];
+                accumulate(o_cols, x_row, &|v, x| v + x);
+            }
+        });
     } else {
         let block = |(o_row, x_block): (&mut [T], &[T])| {
             o_row.iter_mut().for_each(|v| *v = T::zero());

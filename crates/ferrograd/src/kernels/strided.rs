@@ -5,8 +5,8 @@
 //! of `M`. The innermost run is then specialised on its strides (1 = contiguous, 0 = broadcast
 //! scalar) so the compiler can vectorise it; only genuinely strided runs index one by one.
 
+use super::parallel::for_each_chunk;
 use ferrograd_derive::isa_dispatch;
-use rayon::prelude::*;
 
 use std::mem::MaybeUninit;
 
@@ -110,9 +110,7 @@ impl<const K: usize> MergedAxes<K> {
             }
         };
         if out.len() >= PAR_THRESHOLD {
-            out.par_chunks_mut(PAR_CHUNK)
-                .enumerate()
-                .for_each(|(i, chunk)| run_chunk(chunk, i * PAR_CHUNK));
+            for_each_chunk(out, PAR_CHUNK, |i, chunk| run_chunk(chunk, i * PAR_CHUNK));
         } else {
             run_chunk(out, 0);
         }
@@ -197,9 +195,9 @@ pub fn map_flat_into<T: Copy + Sync, U: Send>(
     assert!(out.is_empty(), "map_flat_into: the output is not empty");
     let dst = &mut out.spare_capacity_mut()[..a.len()];
     if a.len() >= PAR_THRESHOLD {
-        dst.par_chunks_mut(PAR_CHUNK)
-            .enumerate()
-            .for_each(|(i, o)| run_map(o, &a[i * PAR_CHUNK..i * PAR_CHUNK + o.len()], &f));
+        for_each_chunk(dst, PAR_CHUNK, |i, o| {
+            run_map(o, &a[i * PAR_CHUNK..i * PAR_CHUNK + o.len()], &f)
+        });
     } else {
         run_map(dst, a, &f);
     }
@@ -221,15 +219,15 @@ pub fn zip_flat_into<T: Copy + Sync, U: Send>(
         "zip_flat_into: the output is not empty or the operands' lengths differ"
     );
     let dst = &mut out.spare_capacity_mut()[..a.len()];
-    let run = |(i, o): (usize, &mut [MaybeUninit<U>])| {
+    let run = |i: usize, o: &mut [MaybeUninit<U>]| {
         let start = i * PAR_CHUNK;
         let end = start + o.len();
         run_zip(o, &a[start..end], &b[start..end], &f);
     };
     if a.len() >= PAR_THRESHOLD {
-        dst.par_chunks_mut(PAR_CHUNK).enumerate().for_each(run);
+        for_each_chunk(dst, PAR_CHUNK, run);
     } else {
-        run((0, dst));
+        run(0, dst);
     }
     // SAFETY: the chunks cover the first a.len() spare slots, and run_zip wrote each (a
     // panic in `f` unwinds before this, leaving `out` empty).
@@ -243,7 +241,7 @@ pub fn fill_into<T: Copy + Send + Sync>(out: &mut Vec<T>, n: usize, value: T) {
     let dst = &mut out.spare_capacity_mut()[..n];
     let fill = |o: &mut [MaybeUninit<T>]| o.iter_mut().for_each(|d| _ = d.write(value));
     if n >= PAR_THRESHOLD {
-        dst.par_chunks_mut(PAR_CHUNK).for_each(fill);
+        for_each_chunk(dst, PAR_CHUNK, |_, o| fill(o));
     } else {
         fill(dst);
     }
@@ -274,7 +272,7 @@ fn run_zip<T: Copy, U>(dst: &mut [MaybeUninit<U>], xa: &[T], xb: &[T], f: &impl 
 /// as `Float::tanh_in_place`).
 pub fn apply_chunks<T: Send>(xs: &mut [T], f: impl Fn(&mut [T]) + Sync + Send) {
     if xs.len() >= PAR_THRESHOLD {
-        xs.par_chunks_mut(PAR_CHUNK).for_each(f);
+        for_each_chunk(xs, PAR_CHUNK, |_, o| f(o));
     } else {
         f(xs);
     }
@@ -289,9 +287,7 @@ pub fn apply_chunks_with<T: Sync + Send>(
 ) {
     assert_eq!(xs.len(), ts.len(), "apply_chunks_with: lengths differ");
     if ts.len() >= PAR_THRESHOLD {
-        ts.par_chunks_mut(PAR_CHUNK)
-            .zip(xs.par_chunks(PAR_CHUNK))
-            .for_each(|(t, x)| f(x, t));
+        for_each_chunk(ts, PAR_CHUNK, |i, t| f(&xs[i * PAR_CHUNK..][..t.len()], t));
     } else {
         f(xs, ts);
     }

@@ -235,11 +235,6 @@ impl Layer for LayerNorm {
         let features = self.weight.numel();
         let fits = x.ndim() >= 1 && x.shape()[x.ndim() - 1] == features;
         expect_input(&self.name(), fits, &format!("[..., {features}]"), x);
-        let last = x.ndim() - 1;
-        let mean = x.mean_axes(&[last], true);
-        let centered = x - &mean;
-        let var = centered.square().mean_axes(&[last], true);
-        let xhat = &centered / &var.add_scalar(self.eps).sqrt();
-        &(&xhat * &self.weight.tensor()) + &self.bias.tensor()
+        x.layer_norm(&self.weight.tensor(), &self.bias.tensor(), self.eps)
     }
 }

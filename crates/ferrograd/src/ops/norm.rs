@@ -1,5 +1,5 @@
-//! Batch normalisation with the batch's own statistics, fused (`kernels/norm.rs`): one rule for
-//! the whole normalisation instead of a dozen composite ops.
+//! Batch normalisation with the batch's own statistics and layer normalisation, fused
+//! (`kernels/norm.rs`): one rule for the whole normalisation instead of a dozen composite ops.
 //!
 //! The rule takes the fused kernel when no graph is being built (an ordinary backward), and
 //! writes the same derivative with tensor ops when it is (`backward_with_graph`), so that
@@ -8,7 +8,7 @@
 use smallvec::smallvec;
 
 use crate::kernels::norm as kn;
-use crate::kernels::Rows;
+use crate::kernels::{Float, Rows};
 use crate::tensor::{is_grad_enabled, record, reserved, with_dtype, DType, FloatElement, Tensor};
 
 /// `[outer, channels, inner]` of an `[N, C, ...]` input.
@@ -145,6 +145,114 @@ impl Tensor {
         });
         (y, mean, var)
     }
+}
+
+/// Layer normalisation's derivative in tensor ops on the (tracked) inputs, differentiable
+/// again: `(dx, dweight, dbias)` for `y = x̂·w + b` over the last axis.
+fn layer_norm_composite(up: &Tensor, x: &Tensor, weight: &Tensor, eps: f64) -> [Tensor; 3] {
+    let centered = x - &x.mean_axes(&[-1], true);
+    let rstd = centered
+        .square()
+        .mean_axes(&[-1], true)
+        .add_scalar(eps)
+        .powf(-0.5);
+    let xhat = &centered * &rstd;
+    let g = up * weight;
+    let dx = &rstd
+        * &(&(&g - &g.mean_axes(&[-1], true)) - &(&xhat * &(&g * &xhat).mean_axes(&[-1], true)));
+    let rows: Vec<usize> = (0..x.ndim() - 1).collect();
+    [
+        dx,
+        (up * &xhat).sum_axes(&rows, false),
+        up.sum_axes(&rows, false),
+    ]
+}
+
+impl Tensor {
+    /// Layer normalisation over the last axis, PyTorch's `F.layer_norm(x, (D,), weight, bias,
+    /// eps)`: each row normalised by its mean and biased variance, `(x − mean)/√(var + eps)`,
+    /// then times `weight` and plus `bias` (`[D]` each, same dtype). One fused kernel each way;
+    /// a backward that builds a graph takes the same derivative in tensor ops.
+    ///
+    /// ```
+    /// use ferrograd::prelude::*;
+    /// let x = Tensor::from_vec(vec![1.0f64, 3.0, 10.0, 30.0], &[2, 2]);
+    /// let (w, b) = (Tensor::ones(&[2], DType::F64), Tensor::zeros(&[2], DType::F64));
+    /// let y = x.layer_norm(&w, &b, 0.0);
+    /// assert_eq!(y.to_vec::<f64>(), vec![-1.0, 1.0, -1.0, 1.0]);
+    /// ```
+    pub fn layer_norm(&self, weight: &Tensor, bias: &Tensor, eps: f64) -> Tensor {
+        let d = self.shape().last().copied().unwrap_or(0);
+        assert!(
+            self.ndim() >= 1 && d > 0 && weight.shape() == [d] && bias.shape() == [d],
+            "layer_norm: expected input [..., D] with weight and bias [D], got input {:?}, \
+             weight {:?}, bias {:?}",
+            self.shape(),
+            weight.shape(),
+            bias.shape()
+        );
+        assert!(
+            self.dtype().is_float()
+                && weight.dtype() == self.dtype()
+                && bias.dtype() == self.dtype(),
+            "layer_norm: input, weight and bias must share a float dtype, got {:?}, {:?}, {:?}",
+            self.dtype(),
+            weight.dtype(),
+            bias.dtype()
+        );
+        let (y, stats) = with_dtype!(self.dtype(), T => {
+            let x = self.contiguous_data::<T>();
+            let (w, b) = (weight.contiguous_data::<T>(), bias.contiguous_data::<T>());
+            let mut out = reserved("layer_norm", x.len());
+            let stats = kn::layer_norm(&x, d, [&w, &b], T::from_f64(eps), &mut out);
+            let (mean, rstd): (Vec<T>, Vec<T>) = stats.into_iter().unzip();
+            let rows = [mean.len()];
+            (Tensor::from_data(out, self.shape()), [Tensor::from_data(mean, &rows), Tensor::from_data(rstd, &rows)])
+        });
+        record("layer_norm", y, &[self, weight, bias], move |c, up| {
+            let (x, w) = (c.input(0), c.input(1));
+            let [dx, dw, db] = if is_grad_enabled() {
+                layer_norm_composite(up, x, w, eps)
+            } else {
+                with_dtype!(x.dtype(), T => layer_norm_fused::<T>(up, x, w, &stats))
+            };
+            smallvec![
+                c.needs(0).then_some(dx),
+                c.needs(1).then_some(dw),
+                c.needs(2).then_some(db)
+            ]
+        })
+    }
+}
+
+/// Layer normalisation's derivative by the fused kernel: `(dx, dweight, dbias)`.
+fn layer_norm_fused<T: FloatElement>(
+    up: &Tensor,
+    x: &Tensor,
+    weight: &Tensor,
+    [mean, rstd]: &[Tensor; 2],
+) -> [Tensor; 3] {
+    let d = weight.numel();
+    let xs = x.contiguous_data::<T>();
+    let stats: Vec<(T, T)> = mean
+        .contiguous_data::<T>()
+        .iter()
+        .copied()
+        .zip(rstd.contiguous_data::<T>().iter().copied())
+        .collect();
+    let mut dx = reserved("layer_norm backward", xs.len());
+    let (dw, db) = kn::layer_norm_backward(
+        [&up.contiguous_data::<T>(), &xs],
+        d,
+        &weight.contiguous_data::<T>(),
+        &stats,
+        &mut dx,
+    );
+    [
+        Tensor::from_data(dx, x.shape()),
+        Tensor::from_data(dw, &[d]),
+        Tensor::from_data(db, &[d]),
+    ]
 }
 
 impl Tensor {
