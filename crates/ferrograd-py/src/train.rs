@@ -336,6 +336,18 @@ fn group_of<'py>(
     Ok((d, Group { params, opt }))
 }
 
+/// A group's `"betas"`: any sequence of two numbers (a tuple or a list).
+fn betas_of(b: &Bound<'_, PyAny>) -> PyResult<MomentumSetting> {
+    let v: Vec<f64> = b.extract()?;
+    match v[..] {
+        [b1, b2] => Ok(MomentumSetting::Betas(b1, b2)),
+        _ => Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "betas must be two numbers, got {}",
+            v.len()
+        ))),
+    }
+}
+
 impl PyOptimizer {
     fn new(
         py: Python<'_>,
@@ -366,12 +378,18 @@ impl PyOptimizer {
             let d = dicts.get_item(k)?;
             let lr: f64 = d.get_item("lr")?.extract()?;
             let wd: f64 = d.get_item("weight_decay")?.extract()?;
-            let momentum = match (d.get_item("momentum"), d.get_item("betas")) {
-                (Ok(m), _) => Some(MomentumSetting::Momentum(m.extract()?)),
-                (_, Ok(b)) => b
-                    .extract::<(f64, f64)>()
-                    .map(|(b1, b2)| Some(MomentumSetting::Betas(b1, b2)))?,
-                _ => None,
+            // The key this optimizer's kind reads (PyTorch's SGD reads "momentum", Adam
+            // "betas"); another is left alone, as there.
+            let momentum = match g.opt.momentum_setting() {
+                Some(MomentumSetting::Momentum(_)) => match d.get_item("momentum") {
+                    Ok(m) => Some(MomentumSetting::Momentum(m.extract()?)),
+                    Err(_) => None,
+                },
+                Some(MomentumSetting::Betas(..)) => match d.get_item("betas") {
+                    Ok(b) => Some(betas_of(&b)?),
+                    Err(_) => None,
+                },
+                None => None,
             };
             guard::run(|| {
                 g.opt.set_lr(lr);
@@ -461,6 +479,13 @@ impl PyOptimizer {
         let (d, g) = group_of(py, group.copy()?, &self.build)?;
         self.param_groups.bind(py).append(d)?;
         lock(&self.groups).push(g);
+        self.sync(py)
+    }
+
+    /// Gives every group's optimizer its dict's settings now rather than at the next step, so
+    /// that a schedule that writes one the optimizer cannot take fails where it writes it.
+    #[pyo3(name = "_apply_param_groups")]
+    fn apply_param_groups(&self, py: Python<'_>) -> PyResult<()> {
         self.sync(py)
     }
 

@@ -273,9 +273,16 @@ def test_one_cycle_momentum_needs_an_optimizer_that_has_one():
         S.OneCycleLR(opt, 0.5, total_steps=10)
     # Plain SGD shows momentum 0, as PyTorch's, but keeps no buffer to cycle one with.
     opt = fg.optim.SGD([fg.tensor([0.0], requires_grad=True)], lr=0.1)
-    S.OneCycleLR(opt, 0.5, total_steps=10)
     with pytest.raises(ValueError, match="no momentum buffer"):
-        opt.step()
+        S.OneCycleLR(opt, 0.5, total_steps=10)
+    opt = fg.optim.SGD([fg.tensor([0.0], requires_grad=True)], lr=0.1, momentum=0.9)
+    with pytest.raises(ValueError, match="expected 1 values for max_momentum"):
+        S.OneCycleLR(opt, 0.5, total_steps=10, max_momentum=[0.9, 0.95])
+    # Betas as a list, and a "momentum" key on an Adam group left alone, as PyTorch does.
+    opt = fg.optim.Adam([fg.tensor([0.0], requires_grad=True)], lr=0.1)
+    opt.param_groups[0]["betas"] = [0.8, 0.99]
+    opt.param_groups[0]["momentum"] = 0.5
+    opt.step()
 
 
 # ---- modules ----

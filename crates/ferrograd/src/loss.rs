@@ -65,29 +65,42 @@ fn batch_mean(per_element: &Tensor) -> Tensor {
     per_element.sum_axes(&rest, false).mean()
 }
 
-/// The negative log-likelihood of `log_probs` (classes on the last axis) at every position
-/// (every row of classes): against `target`, `I64` class indices shaped as `log_probs` without
-/// that axis (PyTorch's `cross_entropy` targets), or one-hot / soft rows of `log_probs`'
-/// shape; `smoothing` mixes each target with the uniform distribution. Positions whose index
-/// is `ignore_index` give 0. Returns the values and how many positions count.
-fn class_nll(op: &str, log_probs: &Tensor, target: &Tensor, ce: &CrossEntropy) -> (Tensor, usize) {
+/// The negative log-likelihood of `log_probs` (classes on the last axis) at the positions
+/// (rows of classes) that count: against `target`, `I64` class indices shaped as `log_probs`
+/// without that axis (PyTorch's `cross_entropy` targets), or one-hot / soft rows of
+/// `log_probs`' shape; `smoothing` mixes each target with the uniform distribution. Positions
+/// whose index is `ignore_index` are left out, never read (a −∞ or NaN there changes nothing,
+/// as in PyTorch). Returns the values `[count]` and, when some positions were left out, the
+/// positions of the values.
+fn class_nll(
+    op: &str,
+    log_probs: &Tensor,
+    target: &Tensor,
+    ce: &CrossEntropy,
+) -> (Tensor, Option<Vec<usize>>) {
     let last = log_probs.ndim().saturating_sub(1);
     let classes = log_probs.shape().get(last).copied().unwrap_or(0);
     let batch = &log_probs.shape()[..last];
-    let smoothed = |nll: Tensor| {
+    let positions: usize = batch.iter().product();
+    let smoothed = |nll: Tensor, rows: Option<&[usize]>| {
         let e = ce.label_smoothing;
         if e == 0.0 {
             return nll;
         }
         let uniform = log_probs
             .sum_axes(&[last], false)
-            .div_scalar(-(classes as f64));
+            .div_scalar(-(classes as f64))
+            .reshape(&[positions]);
+        let uniform = match rows {
+            Some(r) => uniform.index_select(0, r),
+            None => uniform,
+        };
         &nll.mul_scalar(1.0 - e) + &uniform.mul_scalar(e)
     };
     if target.dtype().is_float() {
         same_shape(op, log_probs, target);
         let nll = -&(log_probs * target).sum_axes(&[last], false);
-        return (smoothed(nll), batch.iter().product());
+        return (smoothed(nll.reshape(&[positions]), None), None);
     }
     assert!(
         target.shape() == batch,
@@ -95,36 +108,52 @@ fn class_nll(op: &str, log_probs: &Tensor, target: &Tensor, ce: &CrossEntropy) -
         target.shape(),
         log_probs.shape()
     );
+    let mut rows = Vec::new();
     let mut picks = Vec::new();
-    let mut kept = Vec::new();
     for (row, c) in target.to_vec::<i64>().into_iter().enumerate() {
-        let ignored = Some(c) == ce.ignore_index;
-        if !ignored && !(0..classes as i64).contains(&c) {
+        if Some(c) == ce.ignore_index {
+            continue;
+        }
+        if !(0..classes as i64).contains(&c) {
             panic!("{op}: class index {c} is not a class of 0..{classes}");
         }
-        picks.push(row * classes + if ignored { 0 } else { c as usize });
-        kept.push(if ignored { 0.0 } else { 1.0 });
+        rows.push(row);
+        picks.push(row * classes + c as usize);
     }
     // Picking each row's entry from the flat log-probabilities (index_select, whose derivative
     // scatters back) costs one read per row where a one-hot product would read all classes.
     let picked = log_probs
         .reshape(&[log_probs.numel()])
-        .index_select(0, &picks)
-        .reshape(batch);
-    let nll = smoothed(-&picked);
-    let count = kept.iter().filter(|&&k| k == 1.0).count();
-    if count == kept.len() {
-        return (nll, count);
+        .index_select(0, &picks);
+    let kept = (rows.len() < positions).then_some(rows);
+    (smoothed(-&picked, kept.as_deref()), kept)
+}
+
+/// [`class_nll`] at every position, `[..]` as the scores without the classes; a position
+/// left out gives 0.
+fn class_nll_per_position(
+    op: &str,
+    log_probs: &Tensor,
+    target: &Tensor,
+    ce: &CrossEntropy,
+) -> Tensor {
+    let batch = &log_probs.shape()[..log_probs.ndim().saturating_sub(1)];
+    let (values, rows) = class_nll(op, log_probs, target, ce);
+    match rows {
+        None => values.reshape(batch),
+        Some(rows) => {
+            let zeros = Tensor::zeros(&[batch.iter().product()], values.dtype());
+            zeros.index_add(0, &rows, &values).reshape(batch)
+        }
     }
-    let kept = Tensor::from_vec(kept, batch).to_dtype(log_probs.dtype());
-    (&nll * &kept, count)
 }
 
 /// [`class_nll`] averaged over the positions that count, as PyTorch's `reduction="mean"`.
 /// With every position ignored the mean is 0/0 = NaN, as PyTorch's.
 fn class_loss(op: &str, log_probs: &Tensor, target: &Tensor, ce: &CrossEntropy) -> Tensor {
-    let (nll, count) = class_nll(op, log_probs, target, ce);
-    nll.sum().div_scalar(count as f64)
+    let (values, _) = class_nll(op, log_probs, target, ce);
+    let count = values.numel() as f64;
+    values.sum().div_scalar(count)
 }
 
 /// Cross-entropy of softmax(logits) over the last axis, PyTorch's `cross_entropy` with the
@@ -185,20 +214,21 @@ impl Loss for CrossEntropy {
 impl PerElement for CrossEntropy {
     fn per_element(&self, logits: &Tensor, target: &Tensor) -> Tensor {
         let last = logits.ndim().saturating_sub(1);
-        class_nll("CrossEntropy", &logits.log_softmax(last), target, self).0
+        class_nll_per_position("CrossEntropy", &logits.log_softmax(last), target, self)
     }
 }
 
 impl CrossEntropy {
-    /// The same loss on log-probabilities rather than logits: PyTorch's `nll_loss` with
-    /// these settings (what [`Nll`] is without them).
+    /// The same loss on log-probabilities rather than logits: PyTorch's `nll_loss` with this
+    /// ignored index (label smoothing, which `nll_loss` lacks, applies too); what [`Nll`] is
+    /// without settings.
     pub fn nll(&self, log_probs: &Tensor, target: &Tensor) -> Tensor {
         class_loss("Nll", log_probs, target, self)
     }
 
     /// [`CrossEntropy::nll`] at every position, unreduced (an ignored position gives 0).
     pub fn nll_per_element(&self, log_probs: &Tensor, target: &Tensor) -> Tensor {
-        class_nll("Nll", log_probs, target, self).0
+        class_nll_per_position("Nll", log_probs, target, self)
     }
 }
 
@@ -266,19 +296,18 @@ macro_rules! per_element_losses {
 impl PerElement for SoftmaxCrossEntropy {
     fn per_element(&self, logits: &Tensor, target: &Tensor) -> Tensor {
         let last = logits.ndim().saturating_sub(1);
-        class_nll(
+        class_nll_per_position(
             "SoftmaxCrossEntropy",
             &logits.log_softmax(last),
             target,
             &CrossEntropy::new(),
         )
-        .0
     }
 }
 
 impl PerElement for Nll {
     fn per_element(&self, log_probs: &Tensor, target: &Tensor) -> Tensor {
-        class_nll("Nll", log_probs, target, &CrossEntropy::new()).0
+        class_nll_per_position("Nll", log_probs, target, &CrossEntropy::new())
     }
 }
 

@@ -170,6 +170,22 @@ fn the_fused_backward_walks_blocks_of_queries_and_keys() {
 }
 
 #[test]
+fn no_queries_and_f64_layers_work() {
+    // L = 0: an empty result, and an empty gradient.
+    let q = Tensor::zeros(&[2, 0, 4], DType::F32).requires_grad();
+    let kv = Tensor::ones(&[2, 3, 4], DType::F32).requires_grad();
+    let y = q.scaled_dot_product_attention(&kv, &kv, &Attention::new());
+    assert_eq!(y.shape(), &[2, 0, 4]);
+    assert_eq!(grad(&y.sum(), &[&kv])[0].to_vec::<f32>(), vec![0.0; 24]);
+    // An f64 input through layers whose parameters are f32: LayerNorm follows the input.
+    let x = wave(&[2, 3, 8], 0.3, 0.0, f64::sin);
+    let y = Layer::forward(&LayerNorm::new(8), &x, Mode::Eval);
+    assert_eq!(y.dtype(), DType::F64);
+    let row = &y.to_vec::<f64>()[..8];
+    assert!(row.iter().sum::<f64>().abs() < 1e-12);
+}
+
+#[test]
 fn the_fused_forward_is_the_definition() {
     // Leading axes broadcast (k and v shared by the batch), more keys than a block, f32 too.
     let q = randn(&[2, 3, 5, 8], 1);

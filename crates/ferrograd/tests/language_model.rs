@@ -124,6 +124,35 @@ fn class_losses_per_position_sum_to_the_mean_times_the_count() {
     }
 }
 
+#[test]
+fn an_ignored_position_is_never_read() {
+    // −∞ and NaN in the ignored row (padding often holds either): the loss and the gradient
+    // of every other position are as if the row were not there.
+    let mut v = logits().to_vec::<f64>();
+    v[10] = f64::NEG_INFINITY; // position 2 (ignored), class 0
+    v[11] = f64::NAN;
+    let dirty = Tensor::from_vec(v, &[2, 3, 5]);
+    for smoothing in [0.0, 0.1] {
+        let ce = CrossEntropy::new()
+            .ignore_index(-100)
+            .label_smoothing(smoothing);
+        let clean = ce.loss(&logits(), &targets()).item();
+        let x = dirty.requires_grad();
+        let l = ce.loss(&x, &targets());
+        assert!((l.item() - clean).abs() < 1e-14, "{} vs {clean}", l.item());
+        let g = grad(&l, &[&x]).remove(0).to_vec::<f64>();
+        // (The ignored row's own entries are NaN: log_softmax's derivative of a NaN row, as
+        // in PyTorch; every other row's are finite.)
+        let others = g[..10].iter().chain(&g[15..]);
+        assert!(others.into_iter().all(|v| v.is_finite()), "{g:?}");
+        let per = ce.per_element(&dirty, &targets()).to_vec::<f64>();
+        assert_eq!(per[2], 0.0);
+        assert!(per.iter().all(|v| v.is_finite()));
+        let sum = ce.reduced(&dirty, &targets(), Reduction::Sum).item();
+        assert!((sum - 5.0 * clean).abs() < 1e-13);
+    }
+}
+
 #[derive(Module)]
 struct Tied {
     tok: Embedding,

@@ -103,6 +103,9 @@ fn keys_seen(d: AttentionDims, i0: usize, qb: usize, causal: bool) -> usize {
 /// Writes `out` `[heads, l, ev]`. With `causal`, query `i` sees keys `0..=i` (PyTorch's
 /// top-left `is_causal`). A row whose every score is −∞ gets NaN, as the softmax of its
 /// definition does; with no keys at all (`s` = 0) the output is 0.
+///
+/// (In the backward such a row's gradients are NaN over the keys it could see; the
+/// definition's are NaN for every key, as its 0/0 spreads through the whole product.)
 pub fn attention_forward<T: Float>(
     x: &AttentionInputs<'_, T>,
     d: AttentionDims,
@@ -117,8 +120,8 @@ pub fn attention_forward<T: Float>(
     if let Some(m) = x.mask {
         assert_eq!(m.len(), d.heads * d.l * d.s, "attention: mask size");
     }
-    if d.ev == 0 {
-        return;
+    if d.heads * d.l * d.ev == 0 {
+        return; // nothing to write
     }
     let blocks: Vec<(usize, usize, &mut [T])> = out
         .chunks_mut(d.l * d.ev)

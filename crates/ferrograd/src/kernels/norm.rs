@@ -315,9 +315,13 @@ const LAYER_ROWS: usize = 64;
 type LayerTask<'a, T> = (&'a mut [MaybeUninit<T>], &'a [T], &'a [T], &'a mut [(T, T)]);
 
 /// Runs `task` on blocks of [`LAYER_ROWS`] rows of width `d`, on several threads when the
-/// input is large, and returns its results in the blocks' order. `out` is empty with room for
-/// `x.len()`; `task` must write every slot of its block.
-fn layer_blocks<T: Float, R: Send>(
+/// input is large, and returns its results in the blocks' order; `out` (empty, with room for
+/// `x.len()`) then holds `x.len()` elements.
+///
+/// # Safety
+/// `task` must write every slot of the output block it is given (`out` is set to its full
+/// length afterwards).
+unsafe fn layer_blocks<T: Float, R: Send>(
     out: &mut Vec<T>,
     [x, up]: [&[T]; 2],
     d: usize,
@@ -340,8 +344,8 @@ fn layer_blocks<T: Float, R: Send>(
         parts.into_iter().map(task).collect()
     };
     let len = x.len();
-    // SAFETY: the blocks cover `out`'s first `len` slots and `task` writes every slot of its
-    // block (the caller's contract); `out` has room for `len`.
+    // SAFETY: the blocks cover `out`'s first `len` slots and `task` wrote every slot of its
+    // block (this function's contract); `out` has room for `len`.
     unsafe { out.set_len(len) };
     results
 }
@@ -381,11 +385,15 @@ pub fn layer_norm<T: Float>(
         "layer_norm: weight and bias of {d}"
     );
     let mut stats = vec![(T::zero(), T::zero()); x.len() / d.max(1)];
-    layer_blocks(out, [x, x], d, &mut stats, |(o, x, _, st)| {
-        for ((o, x), s) in o.chunks_exact_mut(d).zip(x.chunks_exact(d)).zip(st) {
-            *s = normalise_row(o, x, wb, eps);
-        }
-    });
+    // SAFETY: `normalise_row` writes every slot of each row (it zips the row with x, w and b,
+    // sliced to its length), and the rows cover the block (its length is a multiple of d).
+    unsafe {
+        layer_blocks(out, [x, x], d, &mut stats, |(o, x, _, st)| {
+            for ((o, x), s) in o.chunks_exact_mut(d).zip(x.chunks_exact(d)).zip(st) {
+                *s = normalise_row(o, x, wb, eps);
+            }
+        })
+    };
     stats
 }
 
@@ -428,17 +436,21 @@ pub fn layer_norm_backward<T: Float>(
 ) -> (Vec<T>, Vec<T>) {
     assert_eq!(weight.len(), d, "layer_norm backward: weight of {d}");
     let mut st = stats.to_vec();
-    let partial = layer_blocks(dx, [x, up], d, &mut st, |(o, x, up, st)| {
-        let (mut dw, mut db) = (vec![T::zero(); d], vec![T::zero(); d]);
-        let rows = o
-            .chunks_exact_mut(d)
-            .zip(x.chunks_exact(d))
-            .zip(up.chunks_exact(d));
-        for (((o, x), u), &s) in rows.zip(st.iter()) {
-            layer_row_grad(o, [u, x, weight], s, [&mut dw, &mut db]);
-        }
-        (dw, db)
-    });
+    // SAFETY: `layer_row_grad` writes every slot of each row (j in 0..d), and the rows cover
+    // the block.
+    let partial = unsafe {
+        layer_blocks(dx, [x, up], d, &mut st, |(o, x, up, st)| {
+            let (mut dw, mut db) = (vec![T::zero(); d], vec![T::zero(); d]);
+            let rows = o
+                .chunks_exact_mut(d)
+                .zip(x.chunks_exact(d))
+                .zip(up.chunks_exact(d));
+            for (((o, x), u), &s) in rows.zip(st.iter()) {
+                layer_row_grad(o, [u, x, weight], s, [&mut dw, &mut db]);
+            }
+            (dw, db)
+        })
+    };
     let (mut dw, mut db) = (vec![T::zero(); d], vec![T::zero(); d]);
     for (pw, pb) in partial {
         dw.iter_mut().zip(&pw).for_each(|(a, &b)| *a += b);

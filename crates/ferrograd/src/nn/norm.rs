@@ -235,6 +235,8 @@ impl Layer for LayerNorm {
         let features = self.weight.numel();
         let fits = x.ndim() >= 1 && x.shape()[x.ndim() - 1] == features;
         expect_input(&self.name(), fits, &format!("[..., {features}]"), x);
-        x.layer_norm(&self.weight.tensor(), &self.bias.tensor(), self.eps)
+        // The parameters follow the input's float type (an f64 input is not refused).
+        let [w, b] = [&self.weight, &self.bias].map(|p| p.tensor().to_dtype(x.dtype()));
+        x.layer_norm(&w, &b, self.eps)
     }
 }

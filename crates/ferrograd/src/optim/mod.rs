@@ -196,7 +196,7 @@ pub trait UpdateRule: Send + Sync {
     fn decoupled(&self) -> bool {
         false
     }
-    /// The rule's momentum, as [`Optimizer::momentum`].
+    /// The rule's momentum, as [`Optimizer::momentum_setting`].
     fn momentum_setting(&self) -> Option<MomentumSetting> {
         None
     }

@@ -314,15 +314,10 @@ impl UpdateRule for RAdamRule {
 pub trait AdamFamily: UpdateRule {
     /// The Adam hyper-parameters inside the rule.
     fn adam_mut(&mut self) -> &mut AdamRule;
-    /// The Adam hyper-parameters inside the rule, to read.
-    fn adam(&self) -> &AdamRule;
 }
 
 impl AdamFamily for AdamRule {
     fn adam_mut(&mut self) -> &mut AdamRule {
-        self
-    }
-    fn adam(&self) -> &AdamRule {
         self
     }
 }
@@ -331,17 +326,11 @@ impl AdamFamily for AdamWRule {
     fn adam_mut(&mut self) -> &mut AdamRule {
         &mut self.0
     }
-    fn adam(&self) -> &AdamRule {
-        &self.0
-    }
 }
 
 impl AdamFamily for RAdamRule {
     fn adam_mut(&mut self) -> &mut AdamRule {
         &mut self.0
-    }
-    fn adam(&self) -> &AdamRule {
-        &self.0
     }
 }
 

@@ -239,6 +239,16 @@ class SequentialLR(LRScheduler):
         self._last_lr = scheduler.get_last_lr()
 
 
+def _per_group(name, groups, value):
+    """One value per parameter group: a list or tuple as given (its length checked), else
+    ``value`` for every group, as PyTorch's ``_format_param``."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != len(groups):
+            raise ValueError(f"expected {len(groups)} values for {name}, got {len(value)}")
+        return list(value)
+    return [value] * len(groups)
+
+
 class OneCycleLR(LRScheduler):
     """The one-cycle policy: from ``max_lr / div_factor`` up to ``max_lr`` over ``pct_start``
     of ``total_steps``, then down to ``initial / final_div_factor`` (cosine or linear), as
@@ -272,8 +282,7 @@ class OneCycleLR(LRScheduler):
             raise ValueError(f"anneal_strategy must be 'cos' or 'linear', got {anneal_strategy!r}")
         self.total_steps = total_steps
         self._anneal = self._cos if anneal_strategy == "cos" else self._linear
-        n = len(optimizer.param_groups)
-        max_lrs = list(max_lr) if isinstance(max_lr, (list, tuple)) else [max_lr] * n
+        max_lrs = _per_group("max_lr", optimizer.param_groups, max_lr)
         for group, top in zip(optimizer.param_groups, max_lrs):
             if last_epoch == -1:
                 group["initial_lr"] = top / div_factor
@@ -299,14 +308,18 @@ class OneCycleLR(LRScheduler):
         if not all("momentum" in g or "betas" in g for g in groups):
             raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
         self._use_beta1 = "betas" in groups[0]
-        n = len(groups)
-        tops = list(max_momentum) if isinstance(max_momentum, (list, tuple)) else [max_momentum] * n
-        bases = list(base_momentum) if isinstance(base_momentum, (list, tuple)) else [base_momentum] * n
+        tops = _per_group("max_momentum", groups, max_momentum)
+        bases = _per_group("base_momentum", groups, base_momentum)
         if last_epoch == -1:
             for group, top, base in zip(groups, tops, bases):
                 self._set_momentum(group, top)
                 group["max_momentum"] = top
                 group["base_momentum"] = base
+            # An optimizer that cannot take the momentum (plain SGD keeps no buffer) says so
+            # here rather than at its next step.
+            apply = getattr(optimizer, "_apply_param_groups", None)
+            if apply is not None:
+                apply()
 
     def _set_momentum(self, group, m):
         if self._use_beta1:
