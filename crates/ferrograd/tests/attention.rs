@@ -93,6 +93,20 @@ fn mixed_float_types_get_gradients_in_their_own_types() {
     }
 }
 
+/// `loss`'s plain gradients (the fused kernel's) against those of a backward that builds a
+/// graph (the tensor-op rule), input by input: equal within `tol`, and present on both paths or
+/// neither.
+fn fused_is_the_rule(loss: &Tensor, inputs: &[(&str, &Tensor)], tol: f64, what: &str) {
+    let (fused, rule) = (loss.backward(), loss.backward_with_graph());
+    for &(name, x) in inputs {
+        match (fused.get(x), rule.get(x)) {
+            (Some(a), Some(b)) => assert_close(&a, &b, tol, &format!("{what}: {name}")),
+            (None, None) => {}
+            _ => panic!("{what}: {name} has a gradient on one path only"),
+        }
+    }
+}
+
 /// A plain backward runs the fused kernel, a backward that builds a graph the tensor-op rule:
 /// the two give the same gradients, for every operand and setting.
 #[test]
@@ -121,17 +135,8 @@ fn the_fused_backward_is_the_differentiable_rule() {
         ];
         for (i, opts) in settings.iter().enumerate() {
             let loss = (&q.scaled_dot_product_attention(&k, &v, opts) * &w).sum();
-            let fused = loss.backward();
-            let rule = loss.backward_with_graph();
-            for (name, x) in [("q", &q), ("k", &k), ("v", &v), ("mask", &mask)] {
-                match (fused.get(x), rule.get(x)) {
-                    (Some(a), Some(b)) => {
-                        assert_close(&a, &b, tol, &format!("{dtype} setting {i}: {name}"))
-                    }
-                    (None, None) => {}
-                    _ => panic!("{dtype} setting {i}: {name} has a gradient on one path only"),
-                }
-            }
+            let inputs = [("q", &q), ("k", &k), ("v", &v), ("mask", &mask)];
+            fused_is_the_rule(&loss, &inputs, tol, &format!("{dtype} setting {i}"));
         }
     }
 }
@@ -159,12 +164,8 @@ fn the_fused_backward_walks_blocks_of_queries_and_keys() {
         let w = wave(&[1, 2, 70, 3], 0.13, 0.5, f64::sin).to_dtype(dtype);
         for opts in [Attention::new().mask(&mask), Attention::new().causal(true)] {
             let loss = (&q.scaled_dot_product_attention(&k, &v, &opts) * &w).sum();
-            let (fused, rule) = (loss.backward(), loss.backward_with_graph());
-            for (name, x) in [("q", &q), ("k", &k), ("v", &v), ("mask", &mask)] {
-                if let (Some(a), Some(b)) = (fused.get(x), rule.get(x)) {
-                    assert_close(&a, &b, tol, &format!("{dtype}: {name}"));
-                }
-            }
+            let inputs = [("q", &q), ("k", &k), ("v", &v), ("mask", &mask)];
+            fused_is_the_rule(&loss, &inputs, tol, &format!("{dtype}"));
         }
     }
 }

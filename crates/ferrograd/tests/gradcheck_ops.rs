@@ -315,15 +315,7 @@ fn batch_norm_matches_composite(inputs: &[Tensor; 3], mix: &Tensor) {
             let xhat = &centered / &var.add_scalar(1e-5).sqrt();
             &(&(&xhat * &t[1].reshape(&keep)) + &t[2].reshape(&keep)) * mix
         };
-        let tracked: Vec<Tensor> = inputs.iter().map(|t| t.requires_grad()).collect();
-        let refs: Vec<&Tensor> = tracked.iter().collect();
-        let (fused_y, plain_y) = (f(&tracked), composite(&tracked));
-        assert!(fused_y.allclose(&plain_y, 1e-12, 1e-12));
-        let fused_g = grad(&fused_y.sum(), &refs);
-        let plain_g = grad(&plain_y.sum(), &refs);
-        for (a, b) in fused_g.iter().zip(&plain_g) {
-            assert!(a.allclose(b, 1e-10, 1e-10), "{a} vs {b}");
-        }
+        same_values_and_gradients(f, composite, inputs);
     }
 }
 
@@ -353,15 +345,7 @@ fn layer_norm_fused() {
             let xhat = &centered / &var.add_scalar(1e-5).sqrt();
             &(&(&xhat * &t[1]) + &t[2]) * &mix
         };
-        let tracked: Vec<Tensor> = inputs.iter().map(|t| t.requires_grad()).collect();
-        let refs: Vec<&Tensor> = tracked.iter().collect();
-        let (fused_y, plain_y) = (f(&tracked), composite(&tracked));
-        assert!(fused_y.allclose(&plain_y, 1e-12, 1e-12));
-        let fused_g = grad(&fused_y.sum(), &refs);
-        let plain_g = grad(&plain_y.sum(), &refs);
-        for (a, b) in fused_g.iter().zip(&plain_g) {
-            assert!(a.allclose(b, 1e-10, 1e-10), "{a} vs {b}");
-        }
+        same_values_and_gradients(f, composite, &inputs);
     }
 }
 
@@ -383,6 +367,24 @@ fn layer_norm_refuses_what_does_not_fit_by_name() {
         msg(&|| drop(x.layer_norm(&w.to_dtype(DType::F64), &b, 1e-5)))
             .contains("share a float dtype")
     );
+}
+
+/// A fused op (`fused`) against its composite formula: the same values, and the same plain
+/// gradients (which the fused kernel computes).
+fn same_values_and_gradients(
+    fused: impl Fn(&[Tensor]) -> Tensor,
+    composite: impl Fn(&[Tensor]) -> Tensor,
+    inputs: &[Tensor],
+) {
+    let tracked: Vec<Tensor> = inputs.iter().map(|t| t.requires_grad()).collect();
+    let refs: Vec<&Tensor> = tracked.iter().collect();
+    let (fused_y, plain_y) = (fused(&tracked), composite(&tracked));
+    assert!(fused_y.allclose(&plain_y, 1e-12, 1e-12));
+    let fused_g = grad(&fused_y.sum(), &refs);
+    let plain_g = grad(&plain_y.sum(), &refs);
+    for (a, b) in fused_g.iter().zip(&plain_g) {
+        assert!(a.allclose(b, 1e-10, 1e-10), "{a} vs {b}");
+    }
 }
 
 #[test]

@@ -100,6 +100,41 @@ fn keys_seen(d: AttentionDims, i0: usize, qb: usize, causal: bool) -> usize {
     }
 }
 
+/// The blocks of keys `0..end` for query rows `i0..i0 + qb` of `head`.
+fn key_blocks(head: usize, (i0, qb): (usize, usize), end: usize) -> impl Iterator<Item = Block> {
+    (0..end).step_by(KEY_BLOCK).map(move |j0| Block {
+        head,
+        i0,
+        qb,
+        j0,
+        kb: KEY_BLOCK.min(end - j0),
+    })
+}
+
+/// Folds one row of a block's scores into the row's running maximum and sum: the row becomes
+/// e^(score − max). Returns the factor by which what earlier blocks accumulated shrinks (the
+/// maximum rose; 1 when it did not). A row whose every key in the block is hidden adds
+/// nothing and is left as zeros, unless it is the row's only block (`single`): then it holds
+/// NaN (e^(−∞ + ∞)), as the row's probabilities are.
+fn fold_row<T: Float>(row: &mut [T], max: &mut T, sum: &mut T, single: bool) -> T {
+    let block_max = row.iter().fold(T::neg_infinity(), |m, &v| m.max(v));
+    if block_max == T::neg_infinity() && !single {
+        row.fill(T::zero());
+        return T::one();
+    }
+    let mut shrink = T::one();
+    if block_max > *max {
+        shrink = (*max - block_max).exp(); // 0 at first (max −∞)
+        *sum = *sum * shrink;
+        *max = block_max;
+    }
+    let m = *max;
+    row.iter_mut().for_each(|v| *v = *v - m);
+    T::exp_in_place(row);
+    *sum += row.iter().fold(T::zero(), |a, &p| a + p);
+    shrink
+}
+
 /// Writes `out` `[heads, l, ev]`. With `causal`, query `i` sees keys `0..=i` (PyTorch's
 /// top-left `is_causal`). A row whose every score is −∞ gets NaN, as the softmax of its
 /// definition does; with no keys at all (`s` = 0) the output is 0.
@@ -132,23 +167,8 @@ pub fn attention_forward<T: Float>(
                 .map(move |(b, o)| (head, b * QUERY_BLOCK, o))
         })
         .collect();
-    // Blocks in groups, so that the scratch memory is allocated once per group.
-    let per = blocks
-        .len()
-        .div_ceil(4 * rayon::current_num_threads())
-        .max(1);
-    let mut groups: Vec<Vec<(usize, usize, &mut [T])>> = Vec::new();
-    for (i, b) in blocks.into_iter().enumerate() {
-        if i % per == 0 {
-            groups.push(Vec::with_capacity(per));
-        }
-        groups.last_mut().expect("a group was pushed").push(b);
-    }
-    run_tasks(groups, |group| {
-        let mut w = Scratch::new(d);
-        for (head, i0, o) in group {
-            attend_block(x, d, (scale, causal), (head, i0), o, &mut w);
-        }
+    run_tasks(blocks, |(head, i0, o)| {
+        attend_block(x, d, (scale, causal), (head, i0), o, &mut Scratch::new(d))
     });
 }
 
@@ -192,38 +212,21 @@ fn attend_block<T: Float>(
     let (max, sum) = (&mut w.max[..qb], &mut w.sum[..qb]);
     max.fill(T::neg_infinity());
     sum.fill(T::zero());
-    for j0 in (0..end).step_by(KEY_BLOCK) {
-        let kb = KEY_BLOCK.min(end - j0);
-        let at = Block {
-            head,
-            i0,
-            qb,
-            j0,
-            kb,
-        };
+    for at in key_blocks(head, (i0, qb), end) {
+        let kb = at.kb;
         let scores = &mut w.scores[..qb * kb];
         block_scores(x, d, at, settings, scores);
         for (r, row) in scores.chunks_exact_mut(kb).enumerate() {
-            let block_max = row.iter().fold(T::neg_infinity(), |m, &v| m.max(v));
-            if block_max == T::neg_infinity() {
-                row.fill(T::zero()); // every key of the block hidden from this row
-                continue;
-            }
-            if block_max > max[r] {
-                // Rescales what the earlier blocks accumulated to the new maximum (0 at first).
-                let shrink = (max[r] - block_max).exp();
-                sum[r] = sum[r] * shrink;
+            let shrink = fold_row(row, &mut max[r], &mut sum[r], false);
+            if shrink != T::one() {
+                // What the earlier blocks accumulated, rescaled to the new maximum.
                 out[r * d.ev..][..d.ev]
                     .iter_mut()
                     .for_each(|o| *o = *o * shrink);
-                max[r] = block_max;
             }
-            row.iter_mut().for_each(|v| *v = *v - max[r]);
-            T::exp_in_place(row);
-            sum[r] += row.iter().fold(T::zero(), |a, &p| a + p);
         }
         let weighted = &mut w.product[..qb * d.ev];
-        let v = rows_of(x.v, head * d.s + j0, kb, d.ev);
+        let v = rows_of(x.v, head * d.s + at.j0, kb, d.ev);
         gemm_into(rows_of(scores, 0, qb, kb), v, weighted);
         out.iter_mut()
             .zip(weighted.iter())
@@ -314,29 +317,11 @@ fn row_statistics<T: Float>(
     let (max, sum) = (&mut w.max[..qb], &mut w.sum[..qb]);
     max.fill(T::neg_infinity());
     sum.fill(T::zero());
-    for j0 in (0..end).step_by(KEY_BLOCK) {
-        let kb = KEY_BLOCK.min(end - j0);
-        let scores = &mut w.scores[..qb * kb];
-        let at = Block {
-            head,
-            i0,
-            qb,
-            j0,
-            kb,
-        };
+    for at in key_blocks(head, (i0, qb), end) {
+        let scores = &mut w.scores[..qb * at.kb];
         block_scores(x, d, at, settings, scores);
-        for (r, row) in scores.chunks_exact_mut(kb).enumerate() {
-            let block_max = row.iter().fold(T::neg_infinity(), |m, &v| m.max(v));
-            if block_max == T::neg_infinity() && !single {
-                continue; // every key of the block hidden: it adds nothing
-            }
-            if block_max > max[r] {
-                sum[r] = sum[r] * (max[r] - block_max).exp();
-                max[r] = block_max;
-            }
-            row.iter_mut().for_each(|v| *v = *v - max[r]);
-            T::exp_in_place(row);
-            sum[r] += row.iter().fold(T::zero(), |a, &p| a + p);
+        for (r, row) in scores.chunks_exact_mut(at.kb).enumerate() {
+            fold_row(row, &mut max[r], &mut sum[r], single);
         }
     }
 }
@@ -375,17 +360,10 @@ fn backward_block<T: Float>(
         max,
         sum,
     } = w;
-    for j0 in (0..end).step_by(KEY_BLOCK) {
-        let kb = KEY_BLOCK.min(end - j0);
+    for at in key_blocks(head, (i0, qb), end) {
+        let (j0, kb) = (at.j0, at.kb);
         let p = &mut scores[..qb * kb];
         if !single {
-            let at = Block {
-                head,
-                i0,
-                qb,
-                j0,
-                kb,
-            };
             block_scores(x, d, at, settings, p);
             for (row, &m) in p.chunks_exact_mut(kb).zip(max.iter()) {
                 row.iter_mut().for_each(|v| *v = *v - m);

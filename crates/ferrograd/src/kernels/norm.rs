@@ -310,9 +310,9 @@ pub fn batch_norm_backward<T: Float>(
 /// affine parameters' gradients are summed is too, whatever the thread count.
 const LAYER_ROWS: usize = 64;
 
-/// One task's share of a layer normalisation: its rows of the output, of the input (and of
-/// the upstream gradient), and of the per-row statistics.
-type LayerTask<'a, T> = (&'a mut [MaybeUninit<T>], &'a [T], &'a [T], &'a mut [(T, T)]);
+/// One task's share of a layer normalisation: its block's index, and its rows of the output,
+/// of the input and of the upstream gradient.
+type LayerTask<'a, T> = (usize, &'a mut [MaybeUninit<T>], &'a [T], &'a [T]);
 
 /// Runs `task` on blocks of [`LAYER_ROWS`] rows of width `d`, on several threads when the
 /// input is large, and returns its results in the blocks' order; `out` (empty, with room for
@@ -325,18 +325,17 @@ unsafe fn layer_blocks<T: Float, R: Send>(
     out: &mut Vec<T>,
     [x, up]: [&[T]; 2],
     d: usize,
-    stats: &mut [(T, T)],
     task: impl Fn(LayerTask<'_, T>) -> R + Sync + Send,
 ) -> Vec<R> {
-    assert!(d > 0 && x.len() == stats.len() * d && up.len() == x.len());
+    assert!(d > 0 && x.len().is_multiple_of(d) && up.len() == x.len());
     assert!(out.is_empty() && out.capacity() >= x.len());
     let block = LAYER_ROWS * d;
     let parts: Vec<LayerTask<'_, T>> = out.spare_capacity_mut()[..x.len()]
         .chunks_mut(block)
         .zip(x.chunks(block))
         .zip(up.chunks(block))
-        .zip(stats.chunks_mut(LAYER_ROWS))
-        .map(|(((o, x), u), s)| (o, x, u, s))
+        .enumerate()
+        .map(|(i, ((o, x), u))| (i, o, x, u))
         .collect();
     let results = if 2 * x.len() >= PAR_THRESHOLD {
         super::parallel::run_tasks(parts, task)
@@ -371,30 +370,23 @@ fn normalise_row<T: Float>(
 
 /// Layer normalisation of every row of `x` (`[rows, d]`, row-major), PyTorch's `layer_norm`
 /// over the last axis: `out` (empty, with room for `x.len()`) gets `(x − mean)·rstd·w + b`
-/// with the row's mean and biased variance, rstd = 1/√(var + eps). Returns each row's
-/// `(mean, rstd)` for the backward.
-pub fn layer_norm<T: Float>(
-    x: &[T],
-    d: usize,
-    wb: [&[T]; 2],
-    eps: T,
-    out: &mut Vec<T>,
-) -> Vec<(T, T)> {
+/// with the row's mean and biased variance, rstd = 1/√(var + eps). Returns each row's mean
+/// and rstd, one pair after the other (`[rows, 2]`), for the backward.
+pub fn layer_norm<T: Float>(x: &[T], d: usize, wb: [&[T]; 2], eps: T, out: &mut Vec<T>) -> Vec<T> {
     assert!(
         wb.iter().all(|v| v.len() == d),
         "layer_norm: weight and bias of {d}"
     );
-    let mut stats = vec![(T::zero(), T::zero()); x.len() / d.max(1)];
     // SAFETY: `normalise_row` writes every slot of each row (it zips the row with x, w and b,
     // sliced to its length), and the rows cover the block (its length is a multiple of d).
-    unsafe {
-        layer_blocks(out, [x, x], d, &mut stats, |(o, x, _, st)| {
-            for ((o, x), s) in o.chunks_exact_mut(d).zip(x.chunks_exact(d)).zip(st) {
-                *s = normalise_row(o, x, wb, eps);
-            }
+    let stats = unsafe {
+        layer_blocks(out, [x, x], d, |(_, o, x, _)| {
+            let rows = o.chunks_exact_mut(d).zip(x.chunks_exact(d));
+            rows.flat_map(|(o, x)| <[T; 2]>::from(normalise_row(o, x, wb, eps)))
+                .collect::<Vec<T>>()
         })
     };
-    stats
+    stats.concat()
 }
 
 /// One row's input gradient `dx = rstd·(g − mean(g) − x̂·mean(g·x̂))`, g = up·w, and its
@@ -425,28 +417,33 @@ fn layer_row_grad<T: Float>(
     }
 }
 
-/// The gradients of [`layer_norm`] given `up`: `dx` written into `dx` (empty, with room for
-/// `x.len()`), `(dweight, dbias)` returned (sums over the rows, block by block in order).
+/// The gradients of [`layer_norm`] given `up` and its statistics: `dx` written into `dx`
+/// (empty, with room for `x.len()`), `(dweight, dbias)` returned (sums over the rows, block by block in order).
 pub fn layer_norm_backward<T: Float>(
     [up, x]: [&[T]; 2],
     d: usize,
     weight: &[T],
-    stats: &[(T, T)],
+    stats: &[T],
     dx: &mut Vec<T>,
 ) -> (Vec<T>, Vec<T>) {
     assert_eq!(weight.len(), d, "layer_norm backward: weight of {d}");
-    let mut st = stats.to_vec();
+    assert_eq!(
+        stats.len() * d,
+        2 * x.len(),
+        "layer_norm backward: statistics"
+    );
     // SAFETY: `layer_row_grad` writes every slot of each row (j in 0..d), and the rows cover
     // the block.
     let partial = unsafe {
-        layer_blocks(dx, [x, up], d, &mut st, |(o, x, up, st)| {
+        layer_blocks(dx, [x, up], d, |(i, o, x, up)| {
             let (mut dw, mut db) = (vec![T::zero(); d], vec![T::zero(); d]);
+            let st = stats[2 * i * LAYER_ROWS..].chunks_exact(2);
             let rows = o
                 .chunks_exact_mut(d)
                 .zip(x.chunks_exact(d))
                 .zip(up.chunks_exact(d));
-            for (((o, x), u), &s) in rows.zip(st.iter()) {
-                layer_row_grad(o, [u, x, weight], s, [&mut dw, &mut db]);
+            for (((o, x), u), s) in rows.zip(st) {
+                layer_row_grad(o, [u, x, weight], (s[0], s[1]), [&mut dw, &mut db]);
             }
             (dw, db)
         })

@@ -205,9 +205,8 @@ impl Tensor {
             let (w, b) = (weight.contiguous_data::<T>(), bias.contiguous_data::<T>());
             let mut out = reserved("layer_norm", x.len());
             let stats = kn::layer_norm(&x, d, [&w, &b], T::from_f64(eps), &mut out);
-            let (mean, rstd): (Vec<T>, Vec<T>) = stats.into_iter().unzip();
-            let rows = [mean.len()];
-            (Tensor::from_data(out, self.shape()), [Tensor::from_data(mean, &rows), Tensor::from_data(rstd, &rows)])
+            let rows = stats.len() / 2;
+            (Tensor::from_data(out, self.shape()), Tensor::from_data(stats, &[rows, 2]))
         });
         record("layer_norm", y, &[self, weight, bias], move |c, up| {
             let (x, w) = (c.input(0), c.input(1));
@@ -225,27 +224,22 @@ impl Tensor {
     }
 }
 
-/// Layer normalisation's derivative by the fused kernel: `(dx, dweight, dbias)`.
+/// Layer normalisation's derivative by the fused kernel, from the forward's per-row mean
+/// and rstd (`stats`, `[rows, 2]`): `(dx, dweight, dbias)`.
 fn layer_norm_fused<T: FloatElement>(
     up: &Tensor,
     x: &Tensor,
     weight: &Tensor,
-    [mean, rstd]: &[Tensor; 2],
+    stats: &Tensor,
 ) -> [Tensor; 3] {
     let d = weight.numel();
     let xs = x.contiguous_data::<T>();
-    let stats: Vec<(T, T)> = mean
-        .contiguous_data::<T>()
-        .iter()
-        .copied()
-        .zip(rstd.contiguous_data::<T>().iter().copied())
-        .collect();
     let mut dx = reserved("layer_norm backward", xs.len());
     let (dw, db) = kn::layer_norm_backward(
         [&up.contiguous_data::<T>(), &xs],
         d,
         &weight.contiguous_data::<T>(),
-        &stats,
+        &stats.contiguous_data::<T>(),
         &mut dx,
     );
     [
