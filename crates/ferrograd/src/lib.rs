@@ -81,9 +81,9 @@ pub mod prelude {
     pub use crate::graph::{Feed, GradientDescentOptimizer, Graph, GraphOptimizer, Node, Session};
     pub use crate::io::{load_checkpoint, save_checkpoint};
     pub use crate::loss::{
-        CrossEntropy, CrossEntropyLoss, Huber, HuberLoss, Loss, Mae, MaeLoss, Mse, MseLoss, Nll,
-        NllLoss, PerElement, Reduction, SigmoidCrossEntropy, SigmoidCrossEntropyLoss,
-        SoftmaxCrossEntropy, SoftmaxCrossEntropyLoss,
+        CrossEntropy, CrossEntropyLoss, Huber, HuberLoss, Loss, MAELoss, MSELoss, Mae, MaeLoss,
+        Mse, MseLoss, NLLLoss, Nll, NllLoss, PerElement, Reduction, SigmoidCrossEntropy,
+        SigmoidCrossEntropyLoss, SoftmaxCrossEntropy, SoftmaxCrossEntropyLoss,
     };
     pub use crate::metrics::accuracy;
     pub use crate::model::{Model, Net};
@@ -93,13 +93,14 @@ pub mod prelude {
     };
     pub use crate::nn::{
         AvgPool2d, BatchNorm1d, BatchNorm2d, Conv2d, ConvTranspose2d, Dense, Dropout, Dropout2d,
-        Elu, Embedding, Flatten, Gelu, Gru, Layer, LayerNorm, LeakyRelu, Lstm, MaxPool2d, Mode,
-        Module, MultiheadAttention, RMSNorm, Relu, Reshape, Rnn, Sigmoid, Softmax, Softplus, Tanh,
-        TransformerEncoderLayer,
+        Elu, Embedding, Flatten, Gelu, GeluTanh, Gru, Identity, Layer, LayerNorm, LeakyRelu, Lstm,
+        MaxPool2d, Mode, Module, MultiheadAttention, RMSNorm, Relu, Reshape, Rnn, Sigmoid, Silu,
+        Softmax, Softplus, Tanh, TransformerEncoderLayer,
     };
     pub use crate::optim::{
         Adagrad, Adam, AdamW, ConstantLr, CosineAnnealing, ExponentialLr, LinearWarmup, Momentum,
-        MomentumSetting, MultiStepLr, Optimizer, RAdam, RmsProp, Schedule, Sgd, StepLr, WarmupThen,
+        MomentumSetting, MultiStepLr, Optimizer, RAdam, RMSprop, RmsProp, Schedule, Sgd, StepLr,
+        WarmupThen, SGD,
     };
     pub use crate::tensor::{manual_seed, with_default_rng, DType, Tensor};
     pub use crate::{Attention, ConvOpts};

@@ -376,3 +376,9 @@ pub type CrossEntropyLoss = CrossEntropy;
 pub type HuberLoss = Huber;
 /// [`Nll`] under PyTorch's name.
 pub type NllLoss = Nll;
+/// [`Mse`] under the Python binding's (PyTorch's) spelling.
+pub type MSELoss = Mse;
+/// [`Mae`] under the Python binding's spelling.
+pub type MAELoss = Mae;
+/// [`Nll`] under the Python binding's (PyTorch's) spelling.
+pub type NLLLoss = Nll;

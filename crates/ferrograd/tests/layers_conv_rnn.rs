@@ -236,6 +236,32 @@ fn stacked_recurrent_layers_shapes_and_state() {
 }
 
 #[test]
+fn time_first_recurrent_layers_read_and_write_pytorchs_default_layout() {
+    let x = Tensor::randn(&[3, 5, 4], DType::F64, &mut StdRng::seed_from_u64(8));
+    let gru = Gru::new(4, 6).num_layers(2);
+    to_f64(&gru);
+    let (out, h) = gru.forward_seq(&x, None);
+    // The same weights reading [T, N, F]: the outputs transposed, the state unchanged.
+    let gru = gru.batch_first(false);
+    let (out_t, h_t) = gru.forward_seq(&x.transpose(0, 1), None);
+    assert_eq!(out_t.shape(), &[5, 3, 6]);
+    assert_close(&out_t.transpose(0, 1), &out, 0.0);
+    assert_close(&h_t, &h, 0.0);
+    let lstm = Lstm::new(4, 6).batch_first(false);
+    to_f64(&lstm);
+    let (seq, (h, _)) = lstm.forward_seq(&x, None);
+    assert_eq!((seq.shape(), h.shape()), (&[3, 5, 6][..], &[1, 5, 6][..]));
+    assert_close(&Layer::forward(&lstm, &x, Mode::Eval), &seq, 0.0);
+    // Stacking keeps the layout; a wrong input names it.
+    let rnn = Rnn::new(4, 2).batch_first(false).num_layers(2);
+    let msg =
+        std::panic::catch_unwind(|| rnn.forward_seq(&Tensor::zeros(&[3, 5], DType::F32), None))
+            .expect_err("a 2-d input is refused");
+    let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("[T, N, 4] (time first)"), "{msg}");
+}
+
+#[test]
 fn recurrent_layers_have_first_and_second_derivatives() {
     let opts = GradcheckOptions::default();
     let x = randn(&[2, 3, 3], 20);

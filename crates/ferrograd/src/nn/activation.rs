@@ -49,6 +49,27 @@ activation!(
     /// x Φ(x), with the exact normal CDF.
     Gelu, |x| x.gelu()
 );
+activation!(
+    /// GELU with Φ approximated through tanh (PyTorch's `GELU(approximate="tanh")`, GPT-2's).
+    GeluTanh, |x| x.gelu_tanh()
+);
+activation!(
+    /// x · sigmoid(x) (SiLU, also called swish).
+    ///
+    /// ```
+    /// use ferrograd::prelude::*;
+    ///
+    /// let x = Tensor::from_vec(vec![0.0f32, 2.0], &[2]);
+    /// let y = Layer::forward(&Silu::new(), &x, Mode::Eval).to_vec::<f32>();
+    /// assert_eq!(y[0], 0.0);
+    /// assert!((y[1] - 2.0 / (1.0 + (-2.0f32).exp())).abs() < 1e-6);
+    /// ```
+    Silu, |x| x * &x.sigmoid()
+);
+activation!(
+    /// The input itself (PyTorch's `Identity`, a placeholder in a sequence of layers).
+    Identity, |x| x.clone()
+);
 
 /// An activation with one parameter, shown in its name (`LeakyRelu(0.01)`).
 macro_rules! activation_with {

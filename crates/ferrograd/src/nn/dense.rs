@@ -38,6 +38,30 @@ impl Dense {
         Dense::from_tensors(weight, Tensor::zeros(&[out_features], DType::F32))
     }
 
+    /// `in_features → out_features` initialised as PyTorch's `nn.Linear` is: weight and bias
+    /// both from U(±1/√in), f32, from the generator seeded by `manual_seed`. (`new` keeps
+    /// tinynn's Xavier weights and zero bias, which the seed's MNIST figures come from.)
+    ///
+    /// ```
+    /// use ferrograd::prelude::*;
+    ///
+    /// let layer = Dense::linear(400, 300);
+    /// let bound = 1.0 / 400f32.sqrt();
+    /// let b = layer.bias().unwrap().tensor().to_vec::<f32>();
+    /// assert!(b.iter().all(|v| v.abs() <= bound) && b.iter().any(|&v| v != 0.0));
+    /// ```
+    pub fn linear(in_features: usize, out_features: usize) -> Dense {
+        let bound = 1.0 / (in_features.max(1) as f64).sqrt();
+        let (weight, bias) = with_default_rng(|rng| {
+            let w = init::uniform(&[out_features, in_features], -bound, bound, DType::F32, rng);
+            (
+                w,
+                init::uniform(&[out_features], -bound, bound, DType::F32, rng),
+            )
+        });
+        Dense::from_tensors(weight, bias)
+    }
+
     /// A layer with the given weight `[out, in]` and bias `[out]` (PyTorch's layout).
     pub fn from_tensors(weight: Tensor, bias: Tensor) -> Dense {
         assert!(

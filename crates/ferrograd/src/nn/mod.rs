@@ -17,7 +17,9 @@ mod recurrent;
 mod shape;
 mod stream;
 
-pub use activation::{Elu, Gelu, LeakyRelu, Relu, Sigmoid, Softmax, Softplus, Tanh};
+pub use activation::{
+    Elu, Gelu, GeluTanh, Identity, LeakyRelu, Relu, Sigmoid, Silu, Softmax, Softplus, Tanh,
+};
 pub use attention::{MultiheadAttention, RMSNorm, TransformerEncoderLayer};
 pub use conv::{AvgPool2d, Conv2d, ConvLayer, ConvTranspose2d, MaxPool2d};
 pub use dense::Dense;

@@ -218,6 +218,11 @@ impl LayerNorm {
             eps: 1e-5,
         }
     }
+
+    /// The same layer adding `eps` to the variance before its square root.
+    pub fn eps(self, eps: f64) -> LayerNorm {
+        LayerNorm { eps, ..self }
+    }
 }
 
 impl Module for LayerNorm {

@@ -1,6 +1,7 @@
 //! Recurrent layers with PyTorch's equations, gate orders, parameter names and layouts
-//! (batch-first): `Rnn` (tanh), `Lstm` (gates i, f, g, o), `Gru` (gates r, z, n). Each layer of
-//! a stack is one fused op over the whole sequence, differentiable to any order.
+//! (batch-first by default, `[T, N, F]` with `batch_first(false)`, PyTorch's default): `Rnn`
+//! (tanh), `Lstm` (gates i, f, g, o), `Gru` (gates r, z, n). Each layer of a stack is one fused
+//! op over the whole sequence, differentiable to any order.
 
 use super::{expect_input, Layer, Mode, Module};
 use crate::autograd::Param;
@@ -49,6 +50,8 @@ struct Recurrent {
     input: usize,
     hidden: usize,
     layers: Vec<LayerWeights>,
+    /// Inputs and outputs `[N, T, F]` (else `[T, N, F]`); states are `[L, N, H]` either way.
+    batch_first: bool,
 }
 
 impl Recurrent {
@@ -79,6 +82,7 @@ impl Recurrent {
             input,
             hidden,
             layers,
+            batch_first: true,
         }
     }
 
@@ -103,12 +107,26 @@ impl Recurrent {
         )
     }
 
-    /// Checks `x` `[N, T, input]` and a state `[L, N, H]`, naming the layer.
+    /// `x` in the layer's layout as `[N, T, F]`, or the outputs `[N, T, H]` back in it.
+    fn batch_major(&self, x: &Tensor) -> Tensor {
+        if self.batch_first {
+            x.clone()
+        } else {
+            x.transpose(0, 1)
+        }
+    }
+
+    /// Checks `x` (`[N, T, input]`, or `[T, N, input]` time first) and a state `[L, N, H]`,
+    /// naming the layer.
     fn check(&self, x: &Tensor, states: &[&Tensor]) {
         let fits = x.ndim() == 3 && x.shape()[2] == self.input;
-        let expected = format!("[N, T, {}] (batch first)", self.input);
+        let expected = match self.batch_first {
+            true => format!("[N, T, {}] (batch first)", self.input),
+            false => format!("[T, N, {}] (time first)", self.input),
+        };
         expect_input(&self.name(), fits, &expected, x);
-        let want = [self.layers.len(), x.shape()[0], self.hidden];
+        let batch = x.shape()[usize::from(!self.batch_first)];
+        let want = [self.layers.len(), batch, self.hidden];
         for s in states {
             assert!(
                 s.shape() == want,
@@ -176,7 +194,14 @@ macro_rules! recurrent_layer {
 
             /// `layers` stacked layers (the weights are drawn again).
             pub fn num_layers(self, layers: usize) -> Self {
-                $name(Recurrent::new($cell, self.0.input, self.0.hidden, layers))
+                let batch_first = self.0.batch_first;
+                $name(Recurrent::new($cell, self.0.input, self.0.hidden, layers)).batch_first(batch_first)
+            }
+
+            /// Inputs and outputs `[N, T, F]` (true, the default) or `[T, N, F]` (false,
+            /// PyTorch's default); the states are `[L, N, H]` either way.
+            pub fn batch_first(self, on: bool) -> Self {
+                $name(Recurrent { batch_first: on, ..self.0 })
             }
         }
 
@@ -191,7 +216,7 @@ macro_rules! recurrent_layer {
         }
 
         impl Layer for $name {
-            /// The outputs `[N, T, H]`, from a zero initial state.
+            /// The outputs `[N, T, H]` (or `[T, N, H]`), from a zero initial state.
             fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
                 self.forward_seq(x, None).0
             }
@@ -233,12 +258,12 @@ recurrent_layer!(
 macro_rules! hidden_state_forward {
     ($($name:ident),*) => {$(
         impl $name {
-            /// Outputs `[N, T, H]` and the final hidden state `[L, N, H]`; `h0` `[L, N, H]`
-            /// or zeros.
+            /// Outputs `[N, T, H]` (`[T, N, H]` time first) and the final hidden state
+            /// `[L, N, H]`; `h0` `[L, N, H]` or zeros.
             pub fn forward_seq(&self, x: &Tensor, h0: Option<Tensor>) -> (Tensor, Tensor) {
                 self.0.check(x, &h0.iter().collect::<Vec<_>>());
-                let (out, h, _) = self.0.run(x, h0.as_ref(), None);
-                (out, h)
+                let (out, h, _) = self.0.run(&self.0.batch_major(x), h0.as_ref(), None);
+                (self.0.batch_major(&out), h)
             }
         }
     )*};
@@ -247,8 +272,8 @@ macro_rules! hidden_state_forward {
 hidden_state_forward!(Rnn, Gru);
 
 impl Lstm {
-    /// Outputs `[N, T, H]` and the final `(h, c)`, `[L, N, H]` each; the initial state
-    /// `(h0, c0)` or zeros.
+    /// Outputs `[N, T, H]` (`[T, N, H]` time first) and the final `(h, c)`, `[L, N, H]`
+    /// each; the initial state `(h0, c0)` or zeros.
     pub fn forward_seq(
         &self,
         x: &Tensor,
@@ -260,7 +285,8 @@ impl Lstm {
         };
         self.0
             .check(x, &h0.iter().chain(c0.iter()).copied().collect::<Vec<_>>());
-        let (out, h, c) = self.0.run(x, h0, c0);
-        (out, (h, c.expect("an LSTM keeps its cell state")))
+        let (out, h, c) = self.0.run(&self.0.batch_major(x), h0, c0);
+        let c = c.expect("an LSTM keeps its cell state");
+        (self.0.batch_major(&out), (h, c))
     }
 }

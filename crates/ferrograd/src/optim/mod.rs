@@ -37,6 +37,8 @@ use crate::tensor::{with_dtype, FloatElement, Tensor};
 /// assert!((v[0] - 0.8).abs() < 1e-5 && (v[1] - 1.6).abs() < 1e-5);
 /// ```
 pub type Sgd = Optim<SgdRule>;
+/// [`Sgd`] under the Python binding's (PyTorch's) spelling.
+pub type SGD = Sgd;
 /// Gradient descent with (optionally Nesterov) momentum.
 ///
 /// ```
@@ -70,6 +72,8 @@ pub type Momentum = Optim<MomentumRule>;
 /// assert!((v[0] - 0.9).abs() < 1e-4 && (v[1] - 1.9).abs() < 1e-4);
 /// ```
 pub type RmsProp = Optim<RmsPropRule>;
+/// [`RmsProp`] under PyTorch's spelling.
+pub type RMSprop = RmsProp;
 /// Adagrad: each element's step is divided by the root of the sum of all its squared
 /// gradients so far, so steps shrink as gradients accumulate.
 ///
