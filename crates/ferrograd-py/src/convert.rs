@@ -378,6 +378,32 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Size2 {
     }
 }
 
+/// A normalised shape that is one last axis: an int, or a sequence of one int (PyTorch's
+/// `LayerNorm(8)` and `LayerNorm((8,))`).
+#[derive(Clone, Copy)]
+pub struct LastAxis(pub usize);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for LastAxis {
+    type Error = PyErr;
+
+    fn extract(obj: pyo3::Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        if let Ok(v) = obj.extract::<usize>() {
+            return Ok(LastAxis(v));
+        }
+        let dims: Vec<usize> = obj
+            .extract()
+            .map_err(|_| PyTypeError::new_err("expected an int or a sequence of ints"))?;
+        match dims.as_slice() {
+            [d] => Ok(LastAxis(*d)),
+            _ => Err(pyo3::exceptions::PyNotImplementedError::new_err(format!(
+                "normalising over {} trailing axes is not supported: ferrograd's LayerNorm \
+                 normalises the last axis (reshape so that one axis holds {dims:?})",
+                dims.len()
+            ))),
+        }
+    }
+}
+
 /// PyTorch's `padding` of a convolution: sizes, or `"same"` / `"valid"`.
 #[derive(Clone, Copy)]
 pub enum Padding {

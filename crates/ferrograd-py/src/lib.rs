@@ -11,6 +11,7 @@ mod elementwise;
 mod graph;
 mod guard;
 mod index;
+mod module;
 mod nn;
 mod tensor;
 mod train;

@@ -7,13 +7,16 @@ use std::sync::Arc;
 
 use ferrograd::nn::{LayerNorm, Module, RngStream};
 use ferrograd::prelude::*;
-use pyo3::exceptions::{PyAttributeError, PyIndexError, PyOSError, PyValueError};
+use pyo3::exceptions::{
+    PyAttributeError, PyIndexError, PyNotImplementedError, PyOSError, PyValueError,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::autograd::{leaf_of, wrap_param, Leaf};
-use crate::convert::{to_tensor, Padding, Size2};
+use crate::convert::{to_tensor, LastAxis, Padding, Size2};
 use crate::guard::{self, HEAVY};
+use crate::module::{py_bool, py_float, py_pair, py_size, tree_repr};
 use crate::tensor::PyTensor;
 
 /// A core error as the Python exception for it: file errors as `OSError`, the rest as
@@ -30,6 +33,9 @@ pub fn core_error(e: ferrograd::Error) -> PyErr {
 pub struct PyLayer {
     pub layer: Arc<dyn Layer>,
     training: AtomicBool,
+    /// The settings PyTorch prints after the class name, as given to the constructor (None:
+    /// the core layer's own name is printed).
+    settings: Option<String>,
     /// The parameters' leaves, held while the layer lives so that backward sets their
     /// `.grad` even when Python holds no other reference to them.
     _leaves: Vec<Arc<Leaf>>,
@@ -41,8 +47,21 @@ impl PyLayer {
         PyLayer {
             layer,
             training: AtomicBool::new(true),
+            settings: None,
             _leaves: leaves,
         }
+    }
+
+    /// The layer printed as `ClassName(settings)`, PyTorch's form.
+    pub fn with_settings(self, settings: String) -> PyLayer {
+        PyLayer {
+            settings: Some(settings),
+            ..self
+        }
+    }
+
+    pub fn settings(&self) -> Option<String> {
+        self.settings.clone()
     }
 
     pub fn set_training(&self, on: bool) {
@@ -92,6 +111,13 @@ pub fn input(x: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     }
 }
 
+/// Every entry, or with `recurse` false only the layer's own (a `Net`'s are its layers', named
+/// `"0.weight"`).
+pub fn own_or_all(named: Vec<(String, Param)>, recurse: bool) -> Vec<(String, Param)> {
+    let own = |(n, _): &(String, Param)| recurse || !n.contains('.');
+    named.into_iter().filter(own).collect()
+}
+
 fn named_params<'py>(py: Python<'py>, named: Vec<(String, Param)>) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     for (name, p) in named {
@@ -130,19 +156,29 @@ impl PyLayer {
     }
 
     /// The trainable parameters, in order (each a leaf: `.grad` is set by backward).
-    fn parameters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let ps: Vec<Py<PyAny>> = guard::run(|| self.layer.params())?
+    #[pyo3(signature = (recurse=true))]
+    fn parameters<'py>(&self, py: Python<'py>, recurse: bool) -> PyResult<Bound<'py, PyList>> {
+        let ps: Vec<Py<PyAny>> = own_or_all(guard::run(|| self.layer.params())?, recurse)
             .iter()
             .map(|(_, p)| wrap_param(py, p))
             .collect::<PyResult<_>>()?;
         PyList::new(py, ps)
     }
 
-    /// `(name, parameter)` pairs; nested layers are named `"0.weight"`, as PyTorch's.
-    fn named_parameters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let ps: Vec<(String, Py<PyAny>)> = guard::run(|| self.layer.params())?
+    /// `(name, parameter)` pairs; nested layers are named `"0.weight"`, as PyTorch's, after
+    /// `prefix`. A parameter is listed once (the core's layers never repeat one).
+    #[pyo3(signature = (prefix="", recurse=true, remove_duplicate=true))]
+    fn named_parameters<'py>(
+        &self,
+        py: Python<'py>,
+        prefix: &str,
+        recurse: bool,
+        remove_duplicate: bool,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let _ = remove_duplicate;
+        let ps: Vec<(String, Py<PyAny>)> = own_or_all(guard::run(|| self.layer.params())?, recurse)
             .into_iter()
-            .map(|(n, p)| Ok((n, wrap_param(py, &p)?)))
+            .map(|(n, p)| Ok((format!("{prefix}{n}"), wrap_param(py, &p)?)))
             .collect::<PyResult<_>>()?;
         PyList::new(py, ps)
     }
@@ -151,15 +187,6 @@ impl PyLayer {
     #[getter]
     fn params<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         named_params(py, guard::run(|| self.layer.params())?)
-    }
-
-    /// Saved but not trained (batch norm's running statistics), by name.
-    fn buffers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        for (name, p) in self.layer.buffers() {
-            d.set_item(name, PyTensor::new(p.tensor().detach()))?;
-        }
-        Ok(d)
     }
 
     /// Handles of the buffers by name, for a Python module holding this layer: a network
@@ -226,12 +253,19 @@ impl PyLayer {
         guard::run(|| self.layer.num_params())
     }
 
-    /// A parameter by name (`dense.weight`); `bias` is None for a layer without one.
+    /// A parameter or buffer by name (`dense.weight`, `bn.running_mean`); `bias` is None for
+    /// a layer without one.
     fn __getattr__(&self, py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
         let params = guard::run(|| self.layer.params())?;
         let has_weight = params.iter().any(|(n, _)| n == "weight");
-        match params.into_iter().find(|(n, _)| n == name) {
-            Some((_, p)) => wrap_param(py, &p),
+        if let Some((_, p)) = params.into_iter().find(|(n, _)| n == name) {
+            return wrap_param(py, &p);
+        }
+        let buffers = guard::run(|| self.layer.buffers())?;
+        match buffers.into_iter().find(|(n, _)| n == name) {
+            Some((_, b)) => Ok(Bound::new(py, PyTensor::new(b.tensor().detach()))?
+                .into_any()
+                .unbind()),
             // A weighted layer built without a bias (`Linear(.., bias=False)`): None, as
             // PyTorch's attribute is.
             None if name == "bias" && has_weight => Ok(py.None()),
@@ -240,10 +274,6 @@ impl PyLayer {
                 guard::run(|| self.layer.name())?
             ))),
         }
-    }
-
-    fn __repr__(&self) -> PyResult<String> {
-        guard::run(|| self.layer.name())
     }
 
     /// A table of the layers, their parameters and shapes.
@@ -396,12 +426,168 @@ impl PyNet {
         }
         Ok(self.layers[j as usize].clone_ref(py))
     }
+
+    /// `("0", layer)`, `("1", layer)`, ...: the layers under their state-dict names.
+    fn named_children(&self, py: Python<'_>) -> Vec<(String, Py<PyAny>)> {
+        let layers = self.layers.iter().enumerate();
+        layers
+            .map(|(i, l)| (i.to_string(), l.clone_ref(py)))
+            .collect()
+    }
+
+    /// The tree of layers, as PyTorch prints a `Sequential`.
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        let py = slf.py();
+        let layers: Vec<Py<PyAny>> = slf
+            .borrow()
+            .layers
+            .iter()
+            .map(|l| l.clone_ref(py))
+            .collect();
+        let mut children = Vec::new();
+        for (i, l) in layers.iter().enumerate() {
+            children.push((i.to_string(), l.bind(py).repr()?.to_string()));
+        }
+        Ok(tree_repr(
+            &slf.get_type().name()?.to_string(),
+            "",
+            &children,
+        ))
+    }
+}
+
+/// A setting PyTorch has and ferrograd's layer does not, refused by name.
+pub fn unsupported(what: &str) -> PyErr {
+    PyNotImplementedError::new_err(format!("{what} is not supported"))
+}
+
+/// A convolution's settings, printed as PyTorch prints them: channels, kernel and stride
+/// always, the rest only where they differ from the defaults.
+struct ConvSettings {
+    channels: [usize; 2],
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    padding: Padding,
+    output_padding: [usize; 2],
+    dilation: [usize; 2],
+    groups: usize,
+    bias: bool,
+}
+
+fn conv_settings(c: ConvSettings) -> String {
+    let [cin, cout] = c.channels;
+    let mut s = format!(
+        "{cin}, {cout}, kernel_size={}, stride={}",
+        py_pair(c.kernel),
+        py_pair(c.stride)
+    );
+    match c.padding {
+        Padding::Same => s.push_str(", padding=same"),
+        Padding::Sizes([0, 0]) => {}
+        Padding::Sizes(p) => s.push_str(&format!(", padding={}", py_pair(p))),
+    }
+    if c.output_padding != [0, 0] {
+        s.push_str(&format!(", output_padding={}", py_pair(c.output_padding)));
+    }
+    if c.dilation != [1, 1] {
+        s.push_str(&format!(", dilation={}", py_pair(c.dilation)));
+    }
+    if c.groups != 1 {
+        s.push_str(&format!(", groups={}", c.groups));
+    }
+    if !c.bias {
+        s.push_str(", bias=False");
+    }
+    s
+}
+
+/// Batch norm's momentum, once the settings ferrograd does not have are refused.
+fn batch_norm_momentum(momentum: Option<f64>, affine: bool, track: bool) -> PyResult<f64> {
+    match (momentum, affine, track) {
+        (Some(m), true, true) => Ok(m),
+        (None, ..) => Err(unsupported(
+            "batch norm with momentum=None (a cumulative average)",
+        )),
+        (_, false, _) => Err(unsupported("batch norm with affine=False")),
+        (_, _, false) => Err(unsupported("batch norm with track_running_stats=False")),
+    }
+}
+
+fn batch_norm_settings(features: usize, eps: f64, momentum: Option<f64>) -> String {
+    format!(
+        "{features}, eps={}, momentum={}, affine=True, bias=True, track_running_stats=True",
+        py_float(eps),
+        momentum.map_or("None".into(), py_float)
+    )
+}
+
+/// PyTorch's `Flatten(start_dim, end_dim)`: the axes from `start_dim` to `end_dim`
+/// (negative counts from the end) merged into one.
+struct FlattenAxes(isize, isize);
+
+impl Module for FlattenAxes {
+    fn name(&self) -> String {
+        format!("Flatten({}, {})", self.0, self.1)
+    }
+}
+
+impl Layer for FlattenAxes {
+    fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
+        let n = x.ndim().max(1) as isize;
+        let at = |d: isize| if d < 0 { d + n } else { d };
+        let (start, end) = (at(self.0), at(self.1));
+        assert!(
+            (0..n).contains(&start) && (0..n).contains(&end) && start <= end,
+            "Flatten: start_dim {} and end_dim {} do not fit input {:?}",
+            self.0,
+            self.1,
+            x.shape()
+        );
+        let (start, end) = (start as usize, end as usize);
+        let shape = x.shape();
+        let mut out = shape[..start.min(shape.len())].to_vec();
+        out.push(shape.get(start..=end).map_or(1, |s| s.iter().product()));
+        out.extend(shape.get(end + 1..).unwrap_or(&[]));
+        x.reshape(&out)
+    }
+}
+
+/// Softmax or log-softmax along a signed axis (PyTorch's `dim`, -1 for the last).
+struct SoftmaxAlong {
+    dim: isize,
+    log: bool,
+}
+
+impl Module for SoftmaxAlong {
+    fn name(&self) -> String {
+        let kind = if self.log { "LogSoftmax" } else { "Softmax" };
+        format!("{kind}(dim={})", self.dim)
+    }
+}
+
+impl Layer for SoftmaxAlong {
+    fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
+        let n = x.ndim() as isize;
+        assert!(
+            (-n..n).contains(&self.dim),
+            "{}: input {:?} has no axis {}",
+            self.name(),
+            x.shape(),
+            self.dim
+        );
+        if self.log {
+            x.log_softmax(self.dim)
+        } else {
+            x.softmax(self.dim)
+        }
+    }
 }
 
 /// Declares a layer class: its Python name, constructor signature and how it builds the
 /// core layer.
 macro_rules! layer_class {
-    ($(#[$doc:meta])* $rust:ident, $py:literal, $sig:tt, ($($arg:ident: $ty:ty),*) => $build:expr) => {
+    ($(#[$doc:meta])* $rust:ident, $py:literal, $sig:tt, ($($arg:ident: $ty:ty),*) => $build:expr,
+     settings: $settings:expr) => {
         $(#[$doc])*
         #[pyclass(name = $py, module = "ferrograd.nn", extends = PyLayer)]
         pub struct $rust;
@@ -412,8 +598,12 @@ macro_rules! layer_class {
             #[pyo3(signature = $sig)]
             #[allow(clippy::too_many_arguments)]
             fn new($($arg: $ty),*) -> PyResult<PyClassInitializer<Self>> {
-                let layer: Arc<dyn Layer> = guard::run(|| -> Arc<dyn Layer> { Arc::new($build) })?;
-                Ok(PyClassInitializer::from(PyLayer::new(layer)).add_subclass($rust))
+                let settings: String = $settings;
+                let layer: Arc<dyn Layer> = guard::run(|| -> PyResult<Arc<dyn Layer>> {
+                    Ok(Arc::new($build))
+                })??;
+                let base = PyLayer::new(layer).with_settings(settings);
+                Ok(PyClassInitializer::from(base).add_subclass($rust))
             }
         }
     };
@@ -421,19 +611,32 @@ macro_rules! layer_class {
 
 layer_class!(
     /// `Dense(in_features, out_features, bias=True)`: `x @ weight.T + bias`, weight
-    /// `[out, in]` (PyTorch's `nn.Linear`; `bias=False` leaves the bias out).
+    /// `[out, in]`, tinynn's initialisation (Xavier weights, zero bias); `bias=False` leaves
+    /// the bias out. `Linear` is the same layer initialised as PyTorch's.
     PyDense, "Dense", (in_features, out_features, bias=true),
     (in_features: usize, out_features: usize, bias: bool)
         => {
             let d = Dense::new(in_features, out_features);
             if bias { d } else { d.without_bias() }
-        }
+        },
+    settings: format!("in_features={in_features}, out_features={out_features}, bias={}", py_bool(bias))
+);
+layer_class!(
+    /// `Linear(in_features, out_features, bias=True)`, PyTorch's `nn.Linear`: `Dense` with
+    /// weight and bias drawn from U(±1/√in_features), as PyTorch draws them.
+    PyLinear, "Linear", (in_features, out_features, bias=true),
+    (in_features: usize, out_features: usize, bias: bool)
+        => {
+            let d = Dense::linear(in_features, out_features);
+            if bias { d } else { d.without_bias() }
+        },
+    settings: format!("in_features={in_features}, out_features={out_features}, bias={}", py_bool(bias))
 );
 layer_class!(
     /// `Conv2D(in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
     /// groups=1, bias=True)`, NCHW, weight `[out, in/groups, kh, kw]`. Sizes are an int or a
     /// pair `(height, width)`; `padding` may be `"same"` or `"valid"`, as PyTorch's.
-    PyConv2D, "Conv2D",
+    PyConv2D, "Conv2d",
     (in_channels, out_channels, kernel_size, stride=Size2([1, 1]), padding=Padding::Sizes([0, 0]),
      dilation=Size2([1, 1]), groups=1, bias=true),
     (in_channels: usize, out_channels: usize, kernel_size: Size2, stride: Size2, padding: Padding,
@@ -447,13 +650,17 @@ layer_class!(
                 Padding::Same => c.padding_same(),
             };
             if bias { c } else { c.without_bias() }
-        }
+        },
+    settings: conv_settings(ConvSettings {
+        channels: [in_channels, out_channels], kernel: kernel_size.0, stride: stride.0,
+        padding, output_padding: [0, 0], dilation: dilation.0, groups, bias,
+    })
 );
 layer_class!(
     /// `ConvTranspose2D(in_channels, out_channels, kernel_size, stride=1, padding=0,
     /// output_padding=0, dilation=1, groups=1, bias=True)`, weight `[in, out/groups, kh, kw]`;
     /// sizes are an int or a pair `(height, width)`.
-    PyConvTranspose2D, "ConvTranspose2D",
+    PyConvTranspose2D, "ConvTranspose2d",
     (in_channels, out_channels, kernel_size, stride=Size2([1, 1]), padding=Size2([0, 0]),
      output_padding=Size2([0, 0]), dilation=Size2([1, 1]), groups=1, bias=true),
     (in_channels: usize, out_channels: usize, kernel_size: Size2, stride: Size2, padding: Size2,
@@ -465,86 +672,164 @@ layer_class!(
                 .stride_hw(sh, sw).padding_hw(ph, pw).output_padding_hw(oh, ow)
                 .dilation_hw(dh, dw).groups(groups);
             if bias { c } else { c.without_bias() }
-        }
+        },
+    settings: conv_settings(ConvSettings {
+        channels: [in_channels, out_channels], kernel: kernel_size.0, stride: stride.0,
+        padding: Padding::Sizes(padding.0), output_padding: output_padding.0,
+        dilation: dilation.0, groups, bias,
+    })
 );
 layer_class!(
     /// `MaxPool2D(kernel_size, stride=kernel_size, padding=0)`; sizes an int or a pair.
-    PyMaxPool2D, "MaxPool2D", (kernel_size, stride=None, padding=Size2([0, 0])),
+    PyMaxPool2D, "MaxPool2d", (kernel_size, stride=None, padding=Size2([0, 0])),
     (kernel_size: Size2, stride: Option<Size2>, padding: Size2)
         => {
             let ([kh, kw], [sh, sw], [ph, pw]) = (kernel_size.0, stride.unwrap_or(kernel_size).0, padding.0);
             MaxPool2d::new(1, 1).kernel_hw(kh, kw).stride_hw(sh, sw).padding_hw(ph, pw)
-        }
+        },
+    settings: format!(
+        "kernel_size={}, stride={}, padding={}, dilation=1, ceil_mode=False",
+        py_size(kernel_size.0), py_size(stride.unwrap_or(kernel_size).0), py_size(padding.0)
+    )
 );
 layer_class!(
     /// `AvgPool2D(kernel_size, stride=kernel_size, padding=0)` (padding counted, as
     /// PyTorch's default); sizes an int or a pair.
-    PyAvgPool2D, "AvgPool2D", (kernel_size, stride=None, padding=Size2([0, 0])),
+    PyAvgPool2D, "AvgPool2d", (kernel_size, stride=None, padding=Size2([0, 0])),
     (kernel_size: Size2, stride: Option<Size2>, padding: Size2)
         => {
             let ([kh, kw], [sh, sw], [ph, pw]) = (kernel_size.0, stride.unwrap_or(kernel_size).0, padding.0);
             AvgPool2d::new(1, 1).kernel_hw(kh, kw).stride_hw(sh, sw).padding_hw(ph, pw)
-        }
+        },
+    settings: format!(
+        "kernel_size={}, stride={}, padding={}",
+        py_size(kernel_size.0), py_size(stride.unwrap_or(kernel_size).0), py_size(padding.0)
+    )
 );
 layer_class!(
-    /// `BatchNorm1d(num_features)`: momentum 0.1, eps 1e-5, as PyTorch.
-    PyBatchNorm1d, "BatchNorm1d", (num_features), (num_features: usize)
-        => BatchNorm1d::new(num_features)
+    /// `BatchNorm1d(num_features, eps=1e-05, momentum=0.1, affine=True,
+    /// track_running_stats=True)` over `[N, C]` or `[N, C, L]`, as PyTorch's.
+    PyBatchNorm1d, "BatchNorm1d",
+    (num_features, eps=1e-5, momentum=Some(0.1), affine=true, track_running_stats=true),
+    (num_features: usize, eps: f64, momentum: Option<f64>, affine: bool, track_running_stats: bool)
+        => BatchNorm1d::with_options(
+            num_features, batch_norm_momentum(momentum, affine, track_running_stats)?, eps),
+    settings: batch_norm_settings(num_features, eps, momentum)
 );
 layer_class!(
-    /// `BatchNorm2d(num_features)` over NCHW channels.
-    PyBatchNorm2d, "BatchNorm2d", (num_features), (num_features: usize)
-        => BatchNorm2d::new(num_features)
+    /// `BatchNorm2d(num_features, eps=1e-05, momentum=0.1, affine=True,
+    /// track_running_stats=True)` over NCHW channels, as PyTorch's.
+    PyBatchNorm2d, "BatchNorm2d",
+    (num_features, eps=1e-5, momentum=Some(0.1), affine=true, track_running_stats=true),
+    (num_features: usize, eps: f64, momentum: Option<f64>, affine: bool, track_running_stats: bool)
+        => BatchNorm2d::with_options(
+            num_features, batch_norm_momentum(momentum, affine, track_running_stats)?, eps),
+    settings: batch_norm_settings(num_features, eps, momentum)
 );
 layer_class!(
-    /// `LayerNorm(normalized_shape)` over the last axis.
-    PyLayerNorm, "LayerNorm", (normalized_shape), (normalized_shape: usize)
-        => LayerNorm::new(normalized_shape)
+    /// `LayerNorm(normalized_shape, eps=1e-05, elementwise_affine=True, bias=True)` over the
+    /// last axis (`normalized_shape` an int or a one-element tuple).
+    PyLayerNorm, "LayerNorm", (normalized_shape, eps=1e-5, elementwise_affine=true, bias=true),
+    (normalized_shape: LastAxis, eps: f64, elementwise_affine: bool, bias: bool)
+        => {
+            if !(elementwise_affine && bias) {
+                return Err(unsupported("LayerNorm without its weight and bias"));
+            }
+            LayerNorm::new(normalized_shape.0).eps(eps)
+        },
+    settings: format!(
+        "({},), eps={}, elementwise_affine={}, bias={}",
+        normalized_shape.0, py_float(eps), py_bool(elementwise_affine), py_bool(bias)
+    )
 );
 layer_class!(
-    /// `Dropout(p=0.5)`: zeroes elements with probability `p` in training mode.
-    PyDropout, "Dropout", (p=0.5), (p: f64) => Dropout::new(p)
+    /// `Dropout(p=0.5)`: zeroes elements with probability `p` in training mode (`inplace` is
+    /// accepted: tensors are values, so the result is the same).
+    PyDropout, "Dropout", (p=0.5, inplace=false), (p: f64, inplace: bool) => Dropout::new(p),
+    settings: format!("p={}, inplace={}", py_float(p), py_bool(inplace))
 );
 layer_class!(
     /// `Dropout2d(p=0.5)`: zeroes whole channels.
-    PyDropout2d, "Dropout2d", (p=0.5), (p: f64) => Dropout2d::new(p)
+    PyDropout2d, "Dropout2d", (p=0.5, inplace=false), (p: f64, inplace: bool) => Dropout2d::new(p),
+    settings: format!("p={}, inplace={}", py_float(p), py_bool(inplace))
 );
 layer_class!(
-    /// `Flatten()`: `[N, ...]` to `[N, features]`.
-    PyFlatten, "Flatten", (), () => Flatten::new()
+    /// `Flatten(start_dim=1, end_dim=-1)`: axes `start_dim..=end_dim` merged into one.
+    PyFlatten, "Flatten", (start_dim=1, end_dim=-1), (start_dim: isize, end_dim: isize)
+        => FlattenAxes(start_dim, end_dim),
+    settings: format!("start_dim={start_dim}, end_dim={end_dim}")
 );
 layer_class!(
     /// `Reshape(shape)`: each sample to `shape` (the batch axis kept).
-    PyReshape, "Reshape", (shape), (shape: Vec<usize>) => Reshape::new(&shape)
+    PyReshape, "Reshape", (shape), (shape: Vec<usize>) => Reshape::new(&shape),
+    settings: format!("{shape:?}")
 );
 layer_class!(
-    /// `Embedding(num_embeddings, embedding_dim)`: rows of a table by int64 index.
+    /// `Embedding(num_embeddings, embedding_dim)`: rows of a table by int64 index, drawn
+    /// from N(0, 1) as PyTorch's.
     PyEmbedding, "Embedding", (num_embeddings, embedding_dim),
-    (num_embeddings: usize, embedding_dim: usize) => Embedding::new(num_embeddings, embedding_dim)
+    (num_embeddings: usize, embedding_dim: usize) => Embedding::new(num_embeddings, embedding_dim),
+    settings: format!("{num_embeddings}, {embedding_dim}")
 );
 layer_class!(/// max(x, 0).
-    PyReLU, "ReLU", (), () => Relu::new());
+    PyReLU, "ReLU", (inplace=false), (inplace: bool) => Relu::new(),
+    settings: if inplace { "inplace=True".into() } else { String::new() });
 layer_class!(/// 1 / (1 + e⁻ˣ).
-    PySigmoid, "Sigmoid", (), () => Sigmoid::new());
+    PySigmoid, "Sigmoid", (), () => Sigmoid::new(), settings: String::new());
 layer_class!(/// tanh x.
-    PyTanh, "Tanh", (), () => Tanh::new());
-layer_class!(/// ln(1 + eˣ).
-    PySoftplus, "Softplus", (), () => Softplus::new());
-layer_class!(/// x Φ(x).
-    PyGelu, "GELU", (), () => Gelu::new());
+    PyTanh, "Tanh", (), () => Tanh::new(), settings: String::new());
+layer_class!(/// x · sigmoid(x).
+    PySiLU, "SiLU", (inplace=false), (inplace: bool) => Silu::new(),
+    settings: if inplace { "inplace=True".into() } else { String::new() });
+layer_class!(/// The input itself.
+    PyIdentity, "Identity", (), () => Identity::new(),
+    settings: String::new());
+layer_class!(/// ln(1 + eˣ) (PyTorch's `beta=1`; above `threshold` the value is x in float32 anyway).
+    PySoftplus, "Softplus", (beta=1.0, threshold=20.0), (beta: f64, threshold: f64)
+        => {
+            if beta != 1.0 {
+                return Err(unsupported("Softplus with beta other than 1"));
+            }
+            Softplus::new()
+        },
+    settings: format!("beta={}, threshold={}", py_float(beta), py_float(threshold)));
+layer_class!(/// x Φ(x), or its tanh approximation with `approximate="tanh"`.
+    PyGelu, "GELU", (approximate="none"), (approximate: &str)
+        => {
+            let gelu: Box<dyn Layer> = match approximate {
+                "none" => Box::new(Gelu::new()),
+                "tanh" => Box::new(GeluTanh::new()),
+                other => return Err(PyValueError::new_err(format!(
+                    "GELU: approximate={other:?}, expected 'none' or 'tanh'"))),
+            };
+            gelu
+        },
+    settings: format!("approximate={approximate:?}").replace('"', "'"));
 layer_class!(/// x for x > 0, `negative_slope`·x below.
-    PyLeakyReLU, "LeakyReLU", (negative_slope=0.01), (negative_slope: f64) => LeakyRelu::new(negative_slope));
+    PyLeakyReLU, "LeakyReLU", (negative_slope=0.01, inplace=false), (negative_slope: f64, inplace: bool)
+        => LeakyRelu::new(negative_slope),
+    settings: format!("negative_slope={}{}", py_float(negative_slope), if inplace { ", inplace=True" } else { "" }));
 layer_class!(/// x for x > 0, α(eˣ − 1) below.
-    PyElu, "ELU", (alpha=1.0), (alpha: f64) => Elu::new(alpha));
-layer_class!(/// Softmax along `axis` (non-negative).
-    PySoftmax, "Softmax", (axis=1), (axis: usize) => Softmax::new(axis));
+    PyElu, "ELU", (alpha=1.0, inplace=false), (alpha: f64, inplace: bool) => Elu::new(alpha),
+    settings: format!("alpha={}{}", py_float(alpha), if inplace { ", inplace=True" } else { "" }));
+layer_class!(/// Softmax along `dim` (negative counts from the end; `axis` is tinynn's name; 1 when
+    /// neither is given, PyTorch's choice for 2-d and 4-d input).
+    PySoftmax, "Softmax", (dim=None, axis=None), (dim: Option<isize>, axis: Option<isize>)
+        => SoftmaxAlong { dim: dim.or(axis).unwrap_or(1), log: false },
+    settings: format!("dim={}", dim.or(axis).map_or("None".into(), |d| d.to_string())));
+layer_class!(/// Log-softmax along `dim` (negative counts from the end).
+    PyLogSoftmax, "LogSoftmax", (dim=None), (dim: Option<isize>)
+        => SoftmaxAlong { dim: dim.unwrap_or(1), log: true },
+    settings: format!("dim={}", dim.map_or("None".into(), |d| d.to_string())));
 
-/// Recurrent layers: `RNN`, `LSTM`, `GRU` (batch-first, PyTorch's gate order and parameter
-/// names). Calling one returns the outputs `[N, T, H]`; `forward_seq(x, state=None)` also
-/// returns the last state (`h`, or `(h, c)` for the LSTM), each `[layers, N, H]`.
+/// Recurrent layers: `RNN`, `LSTM`, `GRU`, as PyTorch's: gate order and parameter names, the
+/// layout `[T, N, F]` unless `batch_first` (or `[T, F]` for one unbatched sequence), and what a
+/// call returns, `(output, h_n)` or, for the LSTM, `(output, (h_n, c_n))`, the states
+/// `[num_layers, N, H]`. Inside a `Net` a recurrent layer passes on its output alone.
 #[pyclass(name = "Recurrent", module = "ferrograd.nn", extends = PyLayer, subclass)]
 pub struct PyRecurrent {
     kind: RecurrentKind,
+    batch_first: bool,
 }
 
 #[derive(Clone)]
@@ -554,34 +839,153 @@ enum RecurrentKind {
     Gru(Arc<Gru>),
 }
 
+/// The constructor arguments that PyTorch's three recurrent layers share.
+struct RecurrentArgs {
+    input_size: usize,
+    hidden_size: usize,
+    num_layers: usize,
+    bias: bool,
+    batch_first: bool,
+    dropout: f64,
+    bidirectional: bool,
+}
+
+impl RecurrentArgs {
+    /// Refuses what ferrograd's layers do not have. Dropout between layers does nothing in a
+    /// single layer (PyTorch only warns), so it is accepted there.
+    fn check(&self) -> PyResult<()> {
+        if !self.bias {
+            return Err(unsupported("a recurrent layer without biases (bias=False)"));
+        }
+        if self.bidirectional {
+            return Err(unsupported("a bidirectional recurrent layer"));
+        }
+        if self.dropout != 0.0 && self.num_layers > 1 {
+            return Err(unsupported("dropout between recurrent layers"));
+        }
+        Ok(())
+    }
+
+    /// The settings as PyTorch prints them: sizes, then what differs from the defaults.
+    fn settings(&self) -> String {
+        let mut s = format!("{}, {}", self.input_size, self.hidden_size);
+        if self.num_layers != 1 {
+            s.push_str(&format!(", num_layers={}", self.num_layers));
+        }
+        if self.batch_first {
+            s.push_str(", batch_first=True");
+        }
+        if self.dropout != 0.0 {
+            s.push_str(&format!(", dropout={}", py_float(self.dropout)));
+        }
+        s
+    }
+}
+
 impl PyRecurrent {
-    fn build(
-        kind: &str,
-        input_size: usize,
-        hidden_size: usize,
-        num_layers: usize,
-    ) -> PyResult<(PyRecurrent, PyLayer)> {
+    fn build(kind: &str, a: &RecurrentArgs) -> PyResult<PyClassInitializer<PyRecurrent>> {
+        a.check()?;
+        let (n, first) = (a.num_layers, a.batch_first);
         let (kind, layer): (RecurrentKind, Arc<dyn Layer>) = guard::run(|| match kind {
             "RNN" => {
-                let l = Arc::new(Rnn::new(input_size, hidden_size).num_layers(num_layers));
+                let l = Rnn::new(a.input_size, a.hidden_size)
+                    .num_layers(n)
+                    .batch_first(first);
+                let l = Arc::new(l);
                 (RecurrentKind::Rnn(l.clone()), l as Arc<dyn Layer>)
             }
             "LSTM" => {
-                let l = Arc::new(Lstm::new(input_size, hidden_size).num_layers(num_layers));
+                let l = Lstm::new(a.input_size, a.hidden_size)
+                    .num_layers(n)
+                    .batch_first(first);
+                let l = Arc::new(l);
                 (RecurrentKind::Lstm(l.clone()), l as Arc<dyn Layer>)
             }
             _ => {
-                let l = Arc::new(Gru::new(input_size, hidden_size).num_layers(num_layers));
+                let l = Gru::new(a.input_size, a.hidden_size)
+                    .num_layers(n)
+                    .batch_first(first);
+                let l = Arc::new(l);
                 (RecurrentKind::Gru(l.clone()), l as Arc<dyn Layer>)
             }
         })?;
-        Ok((PyRecurrent { kind }, PyLayer::new(layer)))
+        let base = PyLayer::new(layer).with_settings(a.settings());
+        let rec = PyRecurrent {
+            kind,
+            batch_first: first,
+        };
+        Ok(PyClassInitializer::from(base).add_subclass(rec))
     }
+}
+
+/// A state given from Python as a tensor of a batch: `[L, H]` for an unbatched sequence
+/// becomes `[L, 1, H]`.
+fn state_in(s: &Bound<'_, PyAny>, unbatched: bool) -> PyResult<Tensor> {
+    let t = to_tensor(s, None)?;
+    Ok(if unbatched && t.ndim() == 2 {
+        t.unsqueeze(1)
+    } else {
+        t
+    })
 }
 
 #[pymethods]
 impl PyRecurrent {
-    /// The outputs for every step and the last state.
+    /// `(output, h_n)`, or `(output, (h_n, c_n))` for the LSTM, from the initial state `hx`
+    /// (`h_0`, or `(h_0, c_0)`; zeros when None).
+    #[pyo3(signature = (input, hx=None))]
+    fn forward<'py>(
+        &self,
+        py: Python<'py>,
+        input: &Bound<'py, PyAny>,
+        hx: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let x = crate::nn::input(input)?;
+        // One unbatched sequence [T, F] runs as a batch of one.
+        let unbatched = x.ndim() == 2;
+        let axis = usize::from(!self.batch_first);
+        let x = if unbatched { x.unsqueeze(axis) } else { x };
+        let out_of = |t: Tensor| if unbatched { t.squeeze(axis) } else { t };
+        let state_of = |t: Tensor| if unbatched { t.squeeze(1) } else { t };
+        let wrap = |t: Tensor| Bound::new(py, PyTensor::new(t)).map(Bound::into_any);
+        let hx = hx.filter(|s| !s.is_none());
+        let heavy = x.numel() >= HEAVY;
+        match self.kind.clone() {
+            RecurrentKind::Lstm(l) => {
+                let s = hx
+                    .map(|s| -> PyResult<(Tensor, Tensor)> {
+                        let (h, c): (Bound<'py, PyAny>, Bound<'py, PyAny>) = s.extract()?;
+                        Ok((state_in(&h, unbatched)?, state_in(&c, unbatched)?))
+                    })
+                    .transpose()?;
+                let (out, (h, c)) = guard::run_heavy(py, heavy, || l.forward_seq(&x, s))?;
+                let hc = PyTuple::new(py, [wrap(state_of(h))?, wrap(state_of(c))?])?;
+                PyTuple::new(py, [wrap(out_of(out))?, hc.into_any()])
+            }
+            RecurrentKind::Rnn(l) => {
+                let h0 = hx.map(|s| state_in(s, unbatched)).transpose()?;
+                let (out, h) = guard::run_heavy(py, heavy, || l.forward_seq(&x, h0))?;
+                PyTuple::new(py, [wrap(out_of(out))?, wrap(state_of(h))?])
+            }
+            RecurrentKind::Gru(l) => {
+                let h0 = hx.map(|s| state_in(s, unbatched)).transpose()?;
+                let (out, h) = guard::run_heavy(py, heavy, || l.forward_seq(&x, h0))?;
+                PyTuple::new(py, [wrap(out_of(out))?, wrap(state_of(h))?])
+            }
+        }
+    }
+
+    #[pyo3(signature = (input, hx=None))]
+    fn __call__<'py>(
+        &self,
+        py: Python<'py>,
+        input: &Bound<'py, PyAny>,
+        hx: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        self.forward(py, input, hx)
+    }
+
+    /// The same as calling the layer (the name earlier versions had).
     #[pyo3(signature = (x, state=None))]
     fn forward_seq<'py>(
         &self,
@@ -589,38 +993,23 @@ impl PyRecurrent {
         x: &Bound<'py, PyAny>,
         state: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let x = input(x)?;
-        let state = state.filter(|s| !s.is_none());
-        let wrap = |t: Tensor| Bound::new(py, PyTensor::new(t)).map(Bound::into_any);
-        match self.kind.clone() {
-            RecurrentKind::Lstm(l) => {
-                let s = state
-                    .map(|s| -> PyResult<(Tensor, Tensor)> {
-                        let (h, c): (Bound<'py, PyAny>, Bound<'py, PyAny>) = s.extract()?;
-                        Ok((to_tensor(&h, None)?, to_tensor(&c, None)?))
-                    })
-                    .transpose()?;
-                let (out, (h, c)) =
-                    guard::run_heavy(py, x.numel() >= HEAVY, || l.forward_seq(&x, s))?;
-                let hc = PyTuple::new(py, [wrap(h)?, wrap(c)?])?.into_any();
-                PyTuple::new(py, [wrap(out)?, hc])
-            }
-            RecurrentKind::Rnn(l) => {
-                let h0 = state.map(|s| to_tensor(s, None)).transpose()?;
-                let (out, h) = guard::run_heavy(py, x.numel() >= HEAVY, || l.forward_seq(&x, h0))?;
-                PyTuple::new(py, [wrap(out)?, wrap(h)?])
-            }
-            RecurrentKind::Gru(l) => {
-                let h0 = state.map(|s| to_tensor(s, None)).transpose()?;
-                let (out, h) = guard::run_heavy(py, x.numel() >= HEAVY, || l.forward_seq(&x, h0))?;
-                PyTuple::new(py, [wrap(out)?, wrap(h)?])
-            }
-        }
+        self.forward(py, x, state)
+    }
+}
+
+/// Refuses an RNN non-linearity other than tanh.
+fn tanh_only(nonlinearity: &str) -> PyResult<()> {
+    match nonlinearity {
+        "tanh" => Ok(()),
+        "relu" => Err(unsupported("RNN with nonlinearity='relu'")),
+        other => Err(PyValueError::new_err(format!(
+            "unknown nonlinearity {other:?}"
+        ))),
     }
 }
 
 macro_rules! recurrent_class {
-    ($(#[$doc:meta])* $rust:ident, $py:literal) => {
+    ($(#[$doc:meta])* $rust:ident, $py:literal, $sig:tt $(, $extra:ident: $ty:ty => $check:path)?) => {
         $(#[$doc])*
         #[pyclass(name = $py, module = "ferrograd.nn", extends = PyRecurrent)]
         pub struct $rust;
@@ -628,21 +1017,35 @@ macro_rules! recurrent_class {
         #[pymethods]
         impl $rust {
             #[new]
-            #[pyo3(signature = (input_size, hidden_size, num_layers=1))]
-            fn new(input_size: usize, hidden_size: usize, num_layers: usize) -> PyResult<PyClassInitializer<Self>> {
-                let (rec, base) = PyRecurrent::build($py, input_size, hidden_size, num_layers)?;
-                Ok(PyClassInitializer::from(base).add_subclass(rec).add_subclass($rust))
+            #[pyo3(signature = $sig)]
+            #[allow(clippy::too_many_arguments)]
+            fn new(
+                input_size: usize, hidden_size: usize, num_layers: usize, $($extra: $ty,)?
+                bias: bool, batch_first: bool, dropout: f64, bidirectional: bool
+            ) -> PyResult<PyClassInitializer<Self>> {
+                $($check($extra)?;)?
+                let args = RecurrentArgs {
+                    input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
+                };
+                Ok(PyRecurrent::build($py, &args)?.add_subclass($rust))
             }
         }
     };
 }
 
 recurrent_class!(/// Elman RNN with tanh.
-    PyRNN, "RNN");
+    PyRNN, "RNN",
+    (input_size, hidden_size, num_layers=1, nonlinearity="tanh", bias=true, batch_first=false,
+     dropout=0.0, bidirectional=false),
+    nonlinearity: &str => tanh_only);
 recurrent_class!(/// LSTM, gates i, f, g, o.
-    PyLSTM, "LSTM");
+    PyLSTM, "LSTM",
+    (input_size, hidden_size, num_layers=1, bias=true, batch_first=false, dropout=0.0,
+     bidirectional=false));
 recurrent_class!(/// GRU, gates r, z, n.
-    PyGRU, "GRU");
+    PyGRU, "GRU",
+    (input_size, hidden_size, num_layers=1, bias=true, batch_first=false, dropout=0.0,
+     bidirectional=false));
 
 /// Registers the layer classes on `m`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -669,6 +1072,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyLeakyReLU>()?;
     m.add_class::<PyElu>()?;
     m.add_class::<PySoftmax>()?;
+    m.add_class::<PyLogSoftmax>()?;
+    m.add_class::<PyLinear>()?;
+    m.add_class::<PySiLU>()?;
+    m.add_class::<PyIdentity>()?;
     m.add_class::<PyRecurrent>()?;
     m.add_class::<PyRNN>()?;
     m.add_class::<PyLSTM>()?;

@@ -1015,6 +1015,25 @@ impl PyTensor {
             .transpose()?;
         self.map(py, |t| t.rms_norm(w.as_ref(), eps))
     }
+    /// Layer normalisation over the last axis (PyTorch's `F.layer_norm` with one normalised
+    /// axis): scale `weight` and shift `bias` when given, ones and zeros when None.
+    #[pyo3(signature = (weight=None, bias=None, eps=1e-5))]
+    fn layer_norm(
+        &self,
+        py: Python<'_>,
+        weight: Option<&Bound<'_, PyAny>>,
+        bias: Option<&Bound<'_, PyAny>>,
+        eps: f64,
+    ) -> PyResult<PyTensor> {
+        let x = self.tensor();
+        let features = [x.shape().last().copied().unwrap_or(1)];
+        let param = |p: Option<&Bound<'_, PyAny>>, fill: f64| match p.filter(|p| !p.is_none()) {
+            Some(p) => to_tensor(p, Some(x.dtype())),
+            None => Ok(Tensor::full(&features, fill, x.dtype())),
+        };
+        let (w, b) = (param(weight, 1.0)?, param(bias, 0.0)?);
+        self.map(py, |t| t.layer_norm(&w, &b, eps))
+    }
     #[pyo3(signature = (negative_slope=0.01))]
     fn leaky_relu(&self, py: Python<'_>, negative_slope: f64) -> PyResult<PyTensor> {
         self.map(py, |t| t.leaky_relu(negative_slope))
@@ -1699,12 +1718,12 @@ fn logic_error(op: &str) -> PyErr {
 }
 
 /// Whether `name` names a device (`"cpu"`, `"cuda:0"`, `"mps"`) rather than a dtype.
-fn is_device(name: &str) -> bool {
+pub fn is_device(name: &str) -> bool {
     let kind = name.split(':').next().unwrap_or(name);
     matches!(kind, "cpu" | "cuda" | "mps" | "xpu" | "meta")
 }
 
-fn check_cpu(name: &str) -> PyResult<()> {
+pub fn check_cpu(name: &str) -> PyResult<()> {
     if name == "cpu" || name.starts_with("cpu:") {
         Ok(())
     } else {

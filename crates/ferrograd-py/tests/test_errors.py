@@ -27,7 +27,7 @@ def test_no_panic_exception_escapes():
     for bad in [
         lambda: fg.ones(2, 3).reshape(7),
         lambda: fg.ones(2).transpose(0, 3),
-        lambda: fg.nn.LSTM(3, 4)(fg.ones(2, 3)),
+        lambda: fg.nn.LSTM(3, 4)(fg.ones(2, 5)),
         lambda: fg.ones(1, 1, 4, 4).max_pool2d(5),
         lambda: fg.ones(3).narrow(0, 2, 5),
     ]:

@@ -495,3 +495,153 @@ def test_settings_no_group_reads_are_errors_and_nll_keeps_spatial_shape():
     logp = F.log_softmax(fg.tensor(np.sin(np.arange(24).reshape(2, 3, 4))), dim=1)
     per = F.nll_loss(logp, fg.tensor(np.arange(8).reshape(2, 4) % 3), reduction="none")
     assert per.shape == (2, 4)
+
+
+# ---- layers as torch.nn modules ----
+
+
+def closed_form(layer, scale):
+    """The weights torch_habits.py gives the same layer, in float64."""
+    layer.double()
+    for i, p in enumerate(layer.parameters()):
+        p.data = np.sin(np.arange(p.numel()) * scale + i).reshape(p.shape) * 0.4
+    return layer
+
+
+def test_recurrent_layers_take_pytorchs_layout_and_return_pytorchs_tuples():
+    xs = np.cos(np.arange(30).reshape(5, 2, 3) * 0.45)  # [T, N, F], PyTorch's default layout
+    out, (h, c) = closed_form(nn.LSTM(3, 4, num_layers=2), 0.37)(fg.tensor(xs))
+    for got, want in zip((out, h, c), REF["lstm_seq_first"]):
+        close(got.numpy().ravel(), want, rtol=1e-10, atol=1e-12)
+    # one unbatched sequence [T, F] with an initial state [L, H]
+    h0 = np.sin(np.arange(8).reshape(2, 4)) * 0.5
+    out, h = closed_form(nn.GRU(3, 4), 0.29)(fg.tensor(xs[:, 0]), fg.tensor(h0[:1]))
+    assert out.shape == (5, 4) and h.shape == (1, 4)
+    for got, want in zip((out, h), REF["gru_unbatched"]):
+        close(got.numpy().ravel(), want, rtol=1e-10, atol=1e-12)
+    # batch_first=True reads the same numbers from [N, T, F]; inside a Net the output alone
+    lstm = closed_form(nn.LSTM(3, 4, num_layers=2, batch_first=True), 0.37)
+    out, _ = lstm(fg.tensor(xs.transpose(1, 0, 2).copy()))
+    close(out.numpy().transpose(1, 0, 2).ravel(), REF["lstm_seq_first"][0], rtol=1e-10, atol=1e-12)
+    time_first = closed_form(nn.LSTM(3, 4, num_layers=2), 0.37)
+    close(nn.Net([time_first])(fg.tensor(xs)).numpy().ravel(), REF["lstm_seq_first"][0], rtol=1e-10, atol=1e-12)
+    for refused in (
+        lambda: nn.LSTM(3, 4, bidirectional=True),
+        lambda: nn.GRU(3, 4, bias=False),
+        lambda: nn.RNN(3, 4, num_layers=2, dropout=0.5),
+        lambda: nn.RNN(3, 4, nonlinearity="relu"),
+    ):
+        with pytest.raises(NotImplementedError):
+            refused()
+
+
+def test_print_module_shows_the_tree_as_pytorch_prints_it():
+    seq = nn.Sequential(
+        nn.Linear(4, 3), nn.Linear(3, 3, bias=False), nn.ReLU(), nn.Conv2d(1, 8, (3, 5), stride=(2, 1), padding=(1, 2)),
+        nn.Conv2d(2, 4, 3, padding="same", dilation=2, groups=2, bias=False),
+        nn.ConvTranspose2d(16, 8, 4, stride=2, padding=1, output_padding=1), nn.MaxPool2d(2), nn.AvgPool2d(3, 1, 1),
+        nn.BatchNorm1d(3, eps=1e-3, momentum=0.3), nn.BatchNorm2d(8), nn.LayerNorm((16,)), nn.LayerNorm(8, eps=1e-6),
+        nn.Dropout(0.2), nn.Dropout2d(), nn.Flatten(), nn.Flatten(0, 2), nn.Embedding(10, 4), nn.Sigmoid(), nn.Tanh(),
+        nn.Softplus(), nn.GELU(), nn.GELU(approximate="tanh"), nn.LeakyReLU(0.2), nn.ELU(), nn.Softmax(dim=-1),
+        nn.LogSoftmax(dim=1), nn.Identity(), nn.SiLU(), nn.LSTM(3, 4), nn.GRU(3, 4, num_layers=2, batch_first=True),
+        nn.RNN(2, 5),
+    )
+    assert repr(seq) == REF["repr"]
+    assert repr(nn.Net([nn.Linear(2, 3), nn.Tanh()])) == (
+        "Net(\n  (0): Linear(in_features=2, out_features=3, bias=True)\n  (1): Tanh()\n)"
+    )
+
+
+def test_core_layers_are_modules_with_pytorchs_methods():
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU())
+            self.out = nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.out(self.body(x))
+
+    m = Head()
+    assert isinstance(nn.Linear(2, 2), nn.Module) and issubclass(nn.ReLU, nn.Module)
+    assert not isinstance(fg.ones(2), nn.Module)
+    names = [n for n, _ in m.named_modules()]
+    assert names == ["", "body", "body.0", "body.1", "body.2", "out"]
+    assert [type(c).__name__ for c in m.body.children()] == ["Linear", "BatchNorm1d", "ReLU"]
+    assert [t.shape for t in m.body[1].buffers()] == [(4,), (4,), ()]
+    assert [n for n, _ in m.named_buffers()] == ["body.1.running_mean", "body.1.running_var", "body.1.num_batches_tracked"]
+    seen = []
+    m.apply(lambda mod: seen.append(type(mod).__name__))
+    assert seen == ["Linear", "BatchNorm1d", "ReLU", "Sequential", "Linear", "Head"]
+    m(fg.randn(5, 3)).sum().backward()
+    m.body.zero_grad(set_to_none=False)
+    assert m.body[0].weight.grad.abs().sum().item() == 0 and m.out.weight.grad is not None
+    m.out.zero_grad()
+    assert m.out.weight.grad is None
+    assert m.to("cpu") is m and m.body[0].cpu() is m.body[0]
+    m.body[0].to(fg.float64)
+    assert m.body[0].weight.dtype == fg.float64
+    with pytest.raises(TypeError):
+        m.body[0].to(fg.int64)
+    assert m.body[0].requires_grad_(False) is m.body[0] and not m.body[0].weight.requires_grad
+    assert [n for n, _ in nn.Net([nn.Linear(2, 2)]).named_parameters(prefix="net.")] == ["net.0.weight", "net.0.bias"]
+    assert list(nn.Net([nn.Linear(2, 2)]).parameters(recurse=False)) == []
+
+
+def test_sequential_is_a_module_that_indexes_slices_and_grows():
+    seq = nn.Sequential(nn.Linear(3, 4), nn.ReLU())
+    seq.append(nn.Linear(4, 2))
+    assert len(seq) == 3 and isinstance(seq[-1], nn.Linear)
+    head = seq[1:]
+    assert isinstance(head, nn.Sequential) and [n for n, _ in head.named_children()] == ["1", "2"]
+    assert head[1] is seq[2]
+    seq.insert(0, nn.Identity())
+    assert [type(m).__name__ for m in seq] == ["Identity", "Linear", "ReLU", "Linear"]
+    del seq[0]  # the rest numbered again, as PyTorch's
+    assert [n for n, _ in seq.named_parameters()] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    x = fg.randn(5, 3)
+    close(seq(x).numpy(), seq[2](seq[1](seq[0](x))).numpy())
+
+
+def test_linear_draws_pytorchs_initialisation_and_dense_keeps_tinynns():
+    fg.manual_seed(0)
+    lin = nn.Linear(400, 300)
+    bound = 1 / np.sqrt(400)
+    for p in (lin.weight.numpy(), lin.bias.numpy()):
+        assert np.abs(p).max() <= bound and np.abs(p).max() > 0.9 * bound
+        assert abs(p.std() - bound / np.sqrt(3)) < 0.1 * bound  # U(±b) has std b/√3
+    dense = nn.Dense(400, 300)
+    assert np.abs(dense.bias.numpy()).max() == 0 and np.abs(dense.weight.numpy()).max() > bound
+
+
+def test_layers_take_pytorchs_arguments():
+    bn = nn.BatchNorm1d(2, eps=1e-3, momentum=0.3)
+    bn(fg.tensor(np.array([[1.0, 2.0], [3.0, 6.0]], dtype=np.float32)))
+    close(bn.running_mean.numpy(), [0.6, 1.2], rtol=1e-6)
+    x = fg.randn(2, 3, 4)
+    assert nn.Flatten(0, 1)(x).shape == (6, 4) and nn.Flatten()(x).shape == (2, 12)
+    close(nn.Softmax(dim=-1)(x).numpy(), F.softmax(x, dim=2).numpy())
+    close(nn.LogSoftmax(dim=-1)(x).numpy(), F.log_softmax(x, dim=-1).numpy(), atol=1e-6)
+    close(nn.GELU(approximate="tanh")(x).numpy(), x.gelu("tanh").numpy())
+    close(nn.SiLU()(x).numpy(), (x * x.sigmoid()).numpy())
+    ln = nn.LayerNorm([4], eps=0.5)
+    close(ln(x).numpy(), F.layer_norm(x, (4,), eps=0.5).numpy())
+    xn = x.numpy().astype(np.float64)
+    want = (xn - xn.mean(-1, keepdims=True)) / np.sqrt(xn.var(-1, keepdims=True) + 0.5)
+    close(F.layer_norm(x, 4, eps=0.5).numpy(), want, rtol=1e-5, atol=1e-6)
+    for refused in (
+        lambda: nn.BatchNorm2d(3, affine=False),
+        lambda: nn.BatchNorm1d(3, momentum=None),
+        lambda: nn.LayerNorm((2, 3)),
+        lambda: nn.Softplus(beta=2.0),
+    ):
+        with pytest.raises(NotImplementedError):
+            refused()
+    with pytest.raises(ValueError):
+        nn.GELU(approximate="erf")
+
+
+def test_either_languages_spelling_names_the_same_class():
+    assert nn.MseLoss is nn.MSELoss and nn.NllLoss is nn.NLLLoss and nn.CrossEntropy is nn.CrossEntropyLoss
+    assert nn.Lstm is nn.LSTM and nn.Relu is nn.ReLU and nn.Conv2D is nn.Conv2d
+    assert fg.optim.RMSprop is fg.optim.RMSProp and fg.optim.Sgd is fg.optim.SGD

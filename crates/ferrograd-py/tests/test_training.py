@@ -113,13 +113,13 @@ def test_layers_run_in_both_modes():
     assert 300 < (drop(x) == 0).sum().item() < 700
     drop.eval()
     assert (drop(x) == 0).sum().item() == 0
-    lstm = fg.nn.LSTM(3, 5, num_layers=2)
-    out, (h, c) = lstm.forward_seq(fg.randn(4, 7, 3))
+    lstm = fg.nn.LSTM(3, 5, num_layers=2, batch_first=True)
+    out, (h, c) = lstm(fg.randn(4, 7, 3))
     assert out.shape == (4, 7, 5) and h.shape == (2, 4, 5) and c.shape == (2, 4, 5)
-    assert lstm(fg.randn(4, 7, 3)).shape == (4, 7, 5)
+    assert fg.nn.Net([lstm])(fg.randn(4, 7, 3)).shape == (4, 7, 5)
     assert [n for n, _ in lstm.named_parameters()][:2] == ["weight_ih_l0", "weight_hh_l0"]
-    out, h = fg.nn.GRU(3, 4).forward_seq(fg.randn(2, 5, 3), fg.zeros(1, 2, 4))
-    assert out.shape == (2, 5, 4) and h.shape == (1, 2, 4)
+    out, h = fg.nn.GRU(3, 4).forward_seq(fg.randn(5, 2, 3), fg.zeros(1, 2, 4))
+    assert out.shape == (5, 2, 4) and h.shape == (1, 2, 4)
     y = fg.nn.ConvTranspose2D(2, 3, 4, stride=2, padding=1)(fg.randn(1, 2, 5, 5))
     assert y.shape == (1, 3, 10, 10)
     assert fg.nn.MaxPool2D(2)(fg.randn(1, 1, 4, 6)).shape == (1, 1, 2, 3)

@@ -18,23 +18,26 @@ from .._core import (  # noqa: F401
     GRU,
     LSTM,
     RNN,
-    AvgPool2D,
+    AvgPool2d,
     BatchNorm1d,
     BatchNorm2d,
-    Conv2D,
-    ConvTranspose2D,
+    Conv2d,
+    ConvTranspose2d,
     Dense,
     Dropout,
     Dropout2d,
     Embedding,
     Flatten,
     HuberLoss,
+    Identity,
     Layer,
     LayerNorm,
     LeakyReLU,
+    Linear,
+    LogSoftmax,
     Loss,
     MAELoss,
-    MaxPool2D,
+    MaxPool2d,
     MSELoss,
     MultiheadAttention,
     Net,
@@ -45,6 +48,7 @@ from .._core import (  # noqa: F401
     RMSNorm,
     Sigmoid,
     SigmoidCrossEntropyLoss,
+    SiLU,
     Softmax,
     SoftmaxCrossEntropyLoss,
     Softplus,
@@ -52,20 +56,28 @@ from .._core import (  # noqa: F401
     TransformerEncoderLayer,
 )
 
-# The Rust crate's names of the losses, so either spelling works in either language.
+# The Rust crate's names, so either spelling works in either language.
 SoftmaxCrossEntropy = SoftmaxCrossEntropyLoss
 SigmoidCrossEntropy = SigmoidCrossEntropyLoss
-Mse = MSELoss
-Mae = MAELoss
+Mse = MseLoss = MSELoss
+Mae = MaeLoss = MAELoss
 Huber = HuberLoss
-Nll = NLLLoss
+Nll = NllLoss = NLLLoss
+Relu = ReLU
+LeakyRelu = LeakyReLU
+Elu = ELU
+Gelu = GELU
+Silu = SiLU
+Rnn = RNN
+Lstm = LSTM
+Gru = GRU
 
-# PyTorch's spellings of the same classes.
-Linear = Dense
-Conv2d = Conv2D
-ConvTranspose2d = ConvTranspose2D
-MaxPool2d = MaxPool2D
-AvgPool2d = AvgPool2D
+# PyTorch's spellings of the same classes (``Linear`` is its own class: ``Dense`` keeps
+# tinynn's initialisation, ``Linear`` draws PyTorch's).
+Conv2D = Conv2d
+ConvTranspose2D = ConvTranspose2d
+MaxPool2D = MaxPool2d
+AvgPool2D = AvgPool2d
 
 
 from ._module import Module, ModuleDict, ModuleList, Sequential  # noqa: E402,F401
@@ -76,4 +88,6 @@ from .losses import (  # noqa: E402,F401
     L1Loss,
     SmoothL1Loss,
 )
+
+CrossEntropy = CrossEntropyLoss
 from . import functional, init, utils  # noqa: E402,F401

@@ -20,17 +20,28 @@ IncompatibleKeys = _collections.namedtuple("IncompatibleKeys", ["missing_keys", 
 
 
 def _is_module(value):
-    return isinstance(value, (Layer, Module))
+    return isinstance(value, Module)
 
 
 def _child_state(child, prefix):
     """A child's state dict under ``prefix`` (core layers include their buffers)."""
-    if isinstance(child, Module):
-        return child.state_dict(prefix=prefix)
-    return {prefix + k: v for k, v in child.state_dict().items()}
+    if isinstance(child, Layer):
+        return {prefix + k: v for k, v in child.state_dict().items()}
+    return child.state_dict(prefix=prefix)
 
 
-class Module:
+class _ModuleType(type):
+    """``Module``'s type: the core's layers count as modules too (``isinstance(nn.Linear(2, 2),
+    nn.Module)``), as every layer is one in PyTorch; they have the same methods."""
+
+    def __instancecheck__(cls, obj):
+        return super().__instancecheck__(obj) or (cls is Module and isinstance(obj, Layer))
+
+    def __subclasscheck__(cls, sub):
+        return super().__subclasscheck__(sub) or (cls is Module and issubclass(sub, Layer))
+
+
+class Module(metaclass=_ModuleType):
     """Base class of layers written in Python, as PyTorch's ``nn.Module``: assign trainable
     tensors (``requires_grad=True``) and layers as attributes, define ``forward``.
 
@@ -124,12 +135,12 @@ class Module:
                 return
             seen.add(id(m))
             out.append((name, m))
-            if isinstance(m, Module):
-                for n, child in m.named_children():
-                    walk(child, f"{name}.{n}" if name else n)
+            for n, child in m.named_children():
+                walk(child, f"{name}.{n}" if name else n)
 
         walk(self, prefix)
         return iter(out)
+
 
     def modules(self):
         return iter([m for _, m in self.named_modules()])
@@ -150,11 +161,7 @@ class Module:
             add(prefix + n, p)
         if recurse:
             for n, child in self.named_children():
-                if isinstance(child, Module):
-                    items = child.named_parameters(prefix=f"{prefix}{n}.", remove_duplicate=False)
-                else:
-                    items = [(f"{prefix}{n}.{k}", v) for k, v in child.named_parameters()]
-                for name, p in items:
+                for name, p in child.named_parameters(prefix=f"{prefix}{n}.", remove_duplicate=False):
                     add(name, p)
         return iter(out)
 
@@ -166,10 +173,7 @@ class Module:
         out = [(prefix + n, b) for n, b in self._buffers.items() if b is not None]
         if recurse:
             for n, child in self.named_children():
-                if isinstance(child, Module):
-                    out.extend(child.named_buffers(prefix=f"{prefix}{n}."))
-                else:
-                    out.extend((f"{prefix}{n}.{k}", v) for k, v in child.buffers().items())
+                out.extend(child.named_buffers(prefix=f"{prefix}{n}."))
         return iter(out)
 
     def buffers(self, recurse=True):
@@ -233,10 +237,10 @@ class Module:
                 object.__setattr__(self, n, value)
         for n, child in self.named_children():
             sub = f"{prefix}{n}."
-            if isinstance(child, Module):
-                child._load_checked(state, sub)
-            else:
+            if isinstance(child, Layer):
                 child.load_state_dict({k[len(sub):]: v for k, v in state.items() if k.startswith(sub)})
+            else:
+                child._load_checked(state, sub)
 
     def save(self, path):
         """Writes ``state_dict()`` to a safetensors file (PyTorch reads it with
@@ -275,10 +279,7 @@ class Module:
     def apply(self, fn):
         """Calls ``fn`` on every sub-module, then on this one (as for custom initialisation)."""
         for m in self.children():
-            if isinstance(m, Module):
-                m.apply(fn)
-            else:
-                fn(m)
+            m.apply(fn)
         fn(self)
         return self
 
@@ -311,10 +312,10 @@ class Module:
                 self._buffers[n] = _tensor(b.numpy(), dtype=dtype)
                 object.__setattr__(self, n, self._buffers[n])
         for m in self.children():
-            if isinstance(m, Module):
-                m._convert(dtype)
-            else:
+            if isinstance(m, Layer):
                 m.double() if dtype.name == "float64" else m.float()
+            else:
+                m._convert(dtype)
 
     def double(self):
         """Parameters and buffers converted to float64 in place, as PyTorch's."""
@@ -438,30 +439,62 @@ class ModuleDict(Module):
         raise NotImplementedError("ModuleDict has no forward: call its layers")
 
 
-class _NamedSequential(Module):
-    """``Sequential(OrderedDict(...))``: the layers in order, under the names given."""
+class Sequential(Module):
+    """The layers applied in order, as PyTorch's ``nn.Sequential``: named ``"0"``, ``"1"``,
+    ... or, given one ``OrderedDict``, by its names. Indexing, slicing (a new ``Sequential``
+    of the same layers), ``append``, ``extend``, ``insert``, ``len`` and iteration work as in
+    PyTorch. (tinynn's ``Net`` is the same sequence run by the core in one call.)"""
 
-    def __init__(self, named):
+    def __init__(self, *layers):
         super().__init__()
-        for k, m in named.items():
-            self.add_module(k, m)
+        if len(layers) == 1 and isinstance(layers[0], dict):
+            for k, m in layers[0].items():
+                self.add_module(k, m)
+        else:
+            for i, m in enumerate(layers):
+                self.add_module(str(i), m)
 
     def forward(self, x):
-        for m in self.children():
+        for m in self._modules.values():
             x = m(x)
         return x
 
     def __getitem__(self, idx):
-        items = list(self._modules.values())
-        return _NamedSequential(dict(list(self._modules.items())[idx])) if isinstance(idx, slice) else items[idx]
+        if isinstance(idx, slice):
+            return Sequential(_collections.OrderedDict(list(self._modules.items())[idx]))
+        return list(self._modules.values())[idx]
+
+    def __setitem__(self, idx, module):
+        self.add_module(list(self._modules)[idx], module)
+
+    def __delitem__(self, idx):
+        """Removes layers and numbers the rest ``"0"``, ``"1"``, ... again, as PyTorch does."""
+        keys = list(self._modules)
+        gone = set(keys[idx] if isinstance(idx, slice) else [keys[idx]])
+        kept = [m for k, m in self._modules.items() if k not in gone]
+        for k in keys:
+            delattr(self, k)
+        self.extend(kept)
 
     def __len__(self):
         return len(self._modules)
 
+    def __iter__(self):
+        return iter(self._modules.values())
 
-def Sequential(*layers):  # noqa: N802 (PyTorch's name)
-    """The layers applied in order: a ``Net`` named ``"0"``, ``"1"``, ... as PyTorch's, or,
-    given one ``OrderedDict``, a module with the layers under those names."""
-    if len(layers) == 1 and isinstance(layers[0], dict):
-        return _NamedSequential(layers[0])
-    return Net(list(layers))
+    def append(self, module):
+        self.add_module(str(len(self._modules)), module)
+        return self
+
+    def extend(self, modules):
+        for m in modules:
+            self.append(m)
+        return self
+
+    def insert(self, index, module):
+        items = list(self._modules.values())
+        items.insert(index, module)
+        for k in list(self._modules):
+            delattr(self, k)
+        self.extend(items)
+        return self

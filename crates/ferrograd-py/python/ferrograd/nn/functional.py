@@ -99,6 +99,15 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     return x.rms_norm(weight, eps)
 
 
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """``(x − mean) / √(var + eps) · weight + bias`` over the last axis, one fused op."""
+    x = _t(input)
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if len(shape) != 1 or x.shape[-1] != shape[0]:
+        raise ValueError(f"layer_norm: normalized_shape {shape} must be the last axis of {tuple(x.shape)}")
+    return x.layer_norm(weight, bias, eps)
+
+
 # ---- linear maps, convolution, pooling ----
 
 

@@ -7,3 +7,7 @@ is how ``lr_scheduler`` sets the rates."""
 
 from .._core import SGD, Adagrad, Adam, AdamW, Momentum, Optimizer, RAdam, RMSProp  # noqa: F401
 from . import lr_scheduler  # noqa: E402,F401
+
+# PyTorch's spelling of RMSProp, and the Rust crate's names.
+RMSprop = RmsProp = RMSProp
+Sgd = SGD

@@ -1,0 +1,257 @@
+//! PyTorch's `nn.Module` protocol on the core's layers: the walks over the tree of layers
+//! (`children`, `modules`, `apply`), `zero_grad`, `requires_grad_`, `to`, the buffers as
+//! tensors and the printed form (`Linear(in_features=4, out_features=2, bias=True)`). With
+//! these, and `ferrograd.nn.Module` counting the core's layers as its instances, code written
+//! for `torch.nn` modules runs on them unchanged.
+
+use std::collections::HashSet;
+
+use ferrograd::prelude::*;
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{IntoPyDict, PyList, PyString, PyTuple};
+
+use crate::autograd::{leaf_of, wrap_param};
+use crate::convert::{dtype_arg, is_bool_dtype, PyDType};
+use crate::guard;
+use crate::nn::{own_or_all, PyLayer};
+use crate::tensor::{check_cpu, is_device, PyTensor};
+
+/// `x` as Python's `repr` writes a float (`1e-05`, `0.1`, `1.0`): Rust's shortest form with
+/// Python's exponent (a sign and at least two digits).
+pub fn py_float(x: f64) -> String {
+    let s = format!("{x:?}");
+    match s.split_once('e') {
+        Some((mantissa, exp)) => {
+            let (sign, digits) = exp.strip_prefix('-').map_or(("+", exp), |d| ("-", d));
+            format!("{mantissa}e{sign}{digits:0>2}")
+        }
+        None => s,
+    }
+}
+
+/// Python's `True` / `False`.
+pub fn py_bool(b: bool) -> &'static str {
+    if b {
+        "True"
+    } else {
+        "False"
+    }
+}
+
+/// A pair of sizes as PyTorch prints a convolution's: `(3, 5)`.
+pub fn py_pair([h, w]: [usize; 2]) -> String {
+    format!("({h}, {w})")
+}
+
+/// A pair as PyTorch prints a pooling layer's, which keeps what it was given: `2` for a
+/// square, `(2, 3)` otherwise.
+pub fn py_size([h, w]: [usize; 2]) -> String {
+    if h == w {
+        h.to_string()
+    } else {
+        py_pair([h, w])
+    }
+}
+
+/// A module's name followed by its children, one per line, as PyTorch prints a tree.
+pub fn tree_repr(name: &str, settings: &str, children: &[(String, String)]) -> String {
+    if children.is_empty() {
+        return format!("{name}({settings})");
+    }
+    let mut out = format!("{name}(");
+    if !settings.is_empty() {
+        out.push_str(&format!("\n  {settings}"));
+    }
+    for (n, body) in children {
+        out.push_str(&format!("\n  ({n}): {}", body.replace('\n', "\n  ")));
+    }
+    out + "\n)"
+}
+
+#[pymethods]
+impl PyLayer {
+    /// `(name, layer)` for each direct sub-layer: none for a single layer (a `Net` lists
+    /// its layers).
+    fn named_children<'py>(&self, py: Python<'py>) -> Bound<'py, PyList> {
+        PyList::empty(py)
+    }
+
+    /// The direct sub-layers.
+    fn children<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyList>> {
+        let items = slf.call_method0("named_children")?;
+        let mut out = Vec::new();
+        for item in items.try_iter()? {
+            out.push(item?.cast_into::<PyTuple>()?.get_item(1)?);
+        }
+        PyList::new(slf.py(), out)
+    }
+
+    /// `(name, module)` for this layer and every one inside it, each once, as PyTorch's.
+    #[pyo3(signature = (memo=None, prefix="", remove_duplicate=true))]
+    fn named_modules<'py>(
+        slf: &Bound<'py, Self>,
+        memo: Option<&Bound<'py, PyAny>>,
+        prefix: &str,
+        remove_duplicate: bool,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let _ = memo;
+        let py = slf.py();
+        let mut out = vec![(prefix.to_string(), slf.clone().into_any())];
+        for item in slf.call_method0("named_children")?.try_iter()? {
+            let (name, child): (String, Bound<'py, PyAny>) = item?.extract()?;
+            let path = if prefix.is_empty() {
+                name
+            } else {
+                format!("{prefix}.{name}")
+            };
+            let kwargs = [("prefix", path)].into_py_dict(py)?;
+            for sub in child
+                .call_method("named_modules", (), Some(&kwargs))?
+                .try_iter()?
+            {
+                out.push(sub?.extract()?);
+            }
+        }
+        let mut seen = HashSet::new();
+        out.retain(|(_, m)| !remove_duplicate || seen.insert(m.as_ptr() as usize));
+        PyList::new(py, out)
+    }
+
+    /// This layer and every one inside it.
+    fn modules<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyList>> {
+        let mut out = Vec::new();
+        for item in slf.call_method0("named_modules")?.try_iter()? {
+            out.push(item?.cast_into::<PyTuple>()?.get_item(1)?);
+        }
+        PyList::new(slf.py(), out)
+    }
+
+    /// Calls `fn` on every sub-layer, then on this one (custom initialisation), and returns
+    /// the layer.
+    fn apply<'py>(slf: &Bound<'py, Self>, func: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
+        for child in Self::children(slf)?.iter() {
+            child.call_method1("apply", (func,))?;
+        }
+        func.call1((slf,))?;
+        Ok(slf.clone())
+    }
+
+    /// Clears every parameter's `.grad`: to None, or to zeros with `set_to_none=False`.
+    #[pyo3(signature = (set_to_none=true))]
+    fn zero_grad(&self, set_to_none: bool) -> PyResult<()> {
+        for (_, p) in guard::run(|| self.layer.params())? {
+            let leaf = leaf_of(&p);
+            let cleared = match leaf.grad() {
+                Some(g) if !set_to_none => Some(guard::run(|| g.zeros_like())?),
+                _ => None,
+            };
+            leaf.set_grad(cleared);
+        }
+        Ok(())
+    }
+
+    /// Turns gradient tracking of every parameter on or off; returns the layer.
+    #[pyo3(signature = (requires_grad=true))]
+    fn requires_grad_<'py>(
+        slf: &Bound<'py, Self>,
+        requires_grad: bool,
+    ) -> PyResult<Bound<'py, Self>> {
+        let layer = slf.borrow().layer.clone();
+        let params = guard::run(|| layer.params())?;
+        for (_, p) in params {
+            wrap_param(slf.py(), &p)?
+                .bind(slf.py())
+                .call_method1("requires_grad_", (requires_grad,))?;
+        }
+        Ok(slf.clone())
+    }
+
+    /// `to(dtype)`, `to("cpu")`, `to(device, dtype)`, as PyTorch's: the parameters and buffers
+    /// converted in place to a float dtype; the device can only be the CPU. Returns the layer.
+    #[pyo3(signature = (*args, dtype=None, device=None, non_blocking=false))]
+    fn to<'py>(
+        slf: &Bound<'py, Self>,
+        args: &Bound<'py, PyTuple>,
+        dtype: Option<&Bound<'py, PyAny>>,
+        device: Option<&Bound<'py, PyAny>>,
+        non_blocking: bool,
+    ) -> PyResult<Bound<'py, Self>> {
+        let _ = non_blocking;
+        for a in args.iter().chain(dtype.cloned()).chain(device.cloned()) {
+            if a.is_none() {
+                continue;
+            }
+            if let Ok(t) = a.cast::<PyTensor>() {
+                slf.borrow().convert(t.get().tensor().dtype())?;
+            } else if a.is_instance_of::<PyString>() && is_device(&a.extract::<String>()?) {
+                check_cpu(&a.extract::<String>()?)?;
+            } else if a.cast::<PyDType>().is_err()
+                && a.hasattr("type")?
+                && !a.hasattr("itemsize")?
+            {
+                check_cpu(&a.getattr("type")?.extract::<String>()?)?;
+            } else {
+                let d = dtype_arg(Some(&a))?;
+                match d {
+                    Some(d) if d.is_float() && !is_bool_dtype(Some(&a))? => {
+                        slf.borrow().convert(d)?
+                    }
+                    _ => {
+                        return Err(PyTypeError::new_err(format!(
+                            "Module.to only accepts floating point dtypes, got {a}"
+                        )))
+                    }
+                }
+            }
+        }
+        Ok(slf.clone())
+    }
+
+    /// The layer itself: ferrograd computes on the CPU.
+    fn cpu<'py>(slf: &Bound<'py, Self>) -> Bound<'py, Self> {
+        slf.clone()
+    }
+
+    /// `(name, buffer)` pairs: saved, not trained (batch norm's running statistics).
+    #[pyo3(signature = (prefix="", recurse=true, remove_duplicate=true))]
+    fn named_buffers(
+        &self,
+        prefix: &str,
+        recurse: bool,
+        remove_duplicate: bool,
+    ) -> PyResult<Vec<(String, PyTensor)>> {
+        let _ = remove_duplicate;
+        Ok(own_or_all(guard::run(|| self.layer.buffers())?, recurse)
+            .into_iter()
+            .map(|(n, p)| (format!("{prefix}{n}"), PyTensor::new(p.tensor().detach())))
+            .collect())
+    }
+
+    /// The buffers, in order.
+    #[pyo3(signature = (recurse=true))]
+    fn buffers(&self, recurse: bool) -> PyResult<Vec<PyTensor>> {
+        Ok(self
+            .named_buffers("", recurse, true)?
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect())
+    }
+
+    /// The settings PyTorch prints after the class name (`in_features=4, out_features=2,
+    /// bias=True`).
+    fn extra_repr(&self) -> String {
+        self.settings().unwrap_or_default()
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        let (settings, layer) = {
+            let this = slf.borrow();
+            (this.settings(), this.layer.clone())
+        };
+        match settings {
+            Some(s) => Ok(format!("{}({s})", slf.get_type().name()?)),
+            None => guard::run(|| layer.name()),
+        }
+    }
+}
