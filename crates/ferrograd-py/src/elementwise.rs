@@ -22,7 +22,7 @@ macro_rules! python_method {
         impl PyTensor {
             $(#[$doc])*
             fn $name(&self, py: Python<'_>) -> PyResult<PyTensor> {
-                self.map(py, Tensor::$name)
+                self.map_unary(py, Tensor::$name, stringify!($name))
             }
         }
 

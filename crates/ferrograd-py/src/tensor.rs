@@ -4,7 +4,7 @@
 use std::sync::{Arc, RwLock};
 
 use ferrograd::prelude::*;
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError, PyZeroDivisionError};
 use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyList, PyString, PyTuple};
 
@@ -87,8 +87,31 @@ fn promoted(
                 };
                 both_int(t, Operand::Tensor(o.to_dtype(to)))
             }
+            // A 0-d tensor beside a tensor with axes takes its float type, as PyTorch's
+            // promotion lets dimensioned operands decide within a category.
+            (false, false) if t.ndim() == 0 && o.ndim() > 0 => {
+                (t.to_dtype(o.dtype()), Operand::Tensor(o), None)
+            }
+            (false, false) if o.ndim() == 0 && t.ndim() > 0 => {
+                let d = t.dtype();
+                (t, Operand::Tensor(o.to_dtype(d)), None)
+            }
             (false, false) => (t, Operand::Tensor(o), None),
         },
+    }
+}
+
+/// The element-wise primitives whose result on an integer tensor is an integer tensor, as in
+/// PyTorch; the others (`exp`, `sqrt`, ...) give float32 there.
+const INTEGER_CLOSED: [&str; 5] = ["neg", "abs", "sign", "floor", "relu"];
+
+/// `f` on `t` keeping PyTorch's result type: a float tensor as it is; an integer tensor
+/// computed in float64 and converted back to int64 (exact while the values stay below 2⁵³).
+pub(crate) fn int_exact(t: &Tensor, f: impl FnOnce(&Tensor) -> Tensor) -> Tensor {
+    if t.dtype().is_float() {
+        f(t)
+    } else {
+        f(&t.to_dtype(DType::F64)).to_dtype(DType::I64)
     }
 }
 
@@ -245,6 +268,50 @@ impl PyTensor {
         let t = self.tensor();
         let heavy = t.numel() >= HEAVY;
         guard::run_heavy(py, heavy, || f(&t)).map(PyTensor::new)
+    }
+
+    /// An element-wise primitive by name, typed as PyTorch types it on integers (above).
+    pub(crate) fn map_unary(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&Tensor) -> Tensor + Send,
+        name: &str,
+    ) -> PyResult<PyTensor> {
+        let closed = INTEGER_CLOSED.contains(&name);
+        self.map(py, |t| match t.dtype() {
+            d if d.is_float() => f(t),
+            _ if closed => int_exact(t, f),
+            _ => f(&t.to_dtype(DType::F32)),
+        })
+    }
+
+    /// Integer floor division or remainder by zero is an error, as in PyTorch (a float one
+    /// gives inf or NaN). `other_divides`: `self // other` rather than `other // self`.
+    fn int_divisor_check(&self, other: &Bound<'_, PyAny>, other_divides: bool) -> PyResult<()> {
+        let t = self.tensor();
+        if t.dtype().is_float() || other.is_instance_of::<PyFloat>() {
+            return Ok(());
+        }
+        let o = to_tensor(other, None)?;
+        if o.dtype().is_float() {
+            return Ok(());
+        }
+        let divisor = if other_divides { o } else { t };
+        if divisor.to_vec::<i64>().contains(&0) {
+            return Err(PyZeroDivisionError::new_err(
+                "integer division or remainder by zero",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `f` on the tensor, an integer one staying integer (`int_exact`).
+    fn map_int(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&Tensor) -> Tensor + Send,
+    ) -> PyResult<PyTensor> {
+        self.map(py, |t| int_exact(t, f))
     }
 
     fn binary(
@@ -844,6 +911,46 @@ impl PyTensor {
         self.binary(py, other, Promote::ToFloat, |a, b| b / a, |a, s| s / a)
     }
 
+    /// `x // y`: the quotient rounded down (PyTorch's `floor_divide`); integers stay integers.
+    fn __floordiv__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.int_divisor_check(other, true)?;
+        self.binary(
+            py,
+            other,
+            Promote::KeepInt,
+            |a, b| (a / b).floor(),
+            |a, s| (a / s).floor(),
+        )
+    }
+
+    fn __rfloordiv__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.int_divisor_check(other, false)?;
+        self.binary(
+            py,
+            other,
+            Promote::KeepInt,
+            |a, b| (b / a).floor(),
+            |a, s| (s / a).floor(),
+        )
+    }
+
+    /// `x % y` with the divisor's sign, as Python's and PyTorch's `remainder`.
+    fn __mod__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.int_divisor_check(other, true)?;
+        let rem = |a: &Tensor, b: &Tensor| a - &(&(a / b).floor() * b);
+        self.binary(py, other, Promote::KeepInt, rem, |a, s| {
+            a - &((a / s).floor() * s)
+        })
+    }
+
+    fn __rmod__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.int_divisor_check(other, false)?;
+        let rem = |a: &Tensor, b: &Tensor| b - &(&(b / a).floor() * a);
+        self.binary(py, other, Promote::KeepInt, rem, |a, s| {
+            s - &(&(s / a).floor() * a)
+        })
+    }
+
     fn __matmul__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
         let o = to_tensor(other, Some(self.tensor().dtype()))?;
         self.map(py, |t| t.matmul(&o))
@@ -866,10 +973,17 @@ impl PyTensor {
                 "pow with a modulo is not defined for tensors",
             ));
         }
+        // An integer tensor to a whole power >= 0 stays an integer, as in PyTorch.
+        let whole = exponent.extract::<u32>().is_ok() && !exponent.is_instance_of::<PyFloat>();
+        let promote = if whole {
+            Promote::KeepInt
+        } else {
+            Promote::ToFloat
+        };
         self.binary(
             py,
             exponent,
-            Promote::ToFloat,
+            promote,
             |a, p| (p * &a.log()).exp(),
             |a, s| a.powf(s),
         )
@@ -897,7 +1011,7 @@ impl PyTensor {
     }
 
     fn __neg__(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        self.map(py, |t| -t)
+        self.map_unary(py, |t| -t, "neg")
     }
 
     fn __pos__(&self) -> PyTensor {
@@ -905,7 +1019,7 @@ impl PyTensor {
     }
 
     fn __abs__(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        self.map(py, Tensor::abs)
+        self.map_unary(py, Tensor::abs, "abs")
     }
 
     fn __iadd__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -1052,15 +1166,32 @@ impl PyTensor {
             min.unwrap_or(f64::NEG_INFINITY),
             max.unwrap_or(f64::INFINITY),
         );
-        self.map(py, |t| t.clamp(lo, hi))
+        // Whole bounds keep an integer tensor integer; a fractional one makes it float32.
+        if [lo, hi].iter().all(|b| b.fract() == 0.0 || b.is_infinite()) {
+            self.map_int(py, |t| t.clamp(lo, hi))
+        } else {
+            self.map_unary(py, |t| t.clamp(lo, hi), "clamp")
+        }
     }
+    /// The larger of each pair of elements (a number compares with every element).
     fn maximum(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        let o = to_tensor(other, Some(self.tensor().dtype()))?;
-        self.map(py, |t| t.maximum(&o))
+        self.binary(
+            py,
+            other,
+            Promote::KeepInt,
+            |a, b| a.maximum(b),
+            |a, s| a.clamp(s, f64::INFINITY),
+        )
     }
+    /// The smaller of each pair of elements (a number compares with every element).
     fn minimum(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        let o = to_tensor(other, Some(self.tensor().dtype()))?;
-        self.map(py, |t| t.minimum(&o))
+        self.binary(
+            py,
+            other,
+            Promote::KeepInt,
+            |a, b| a.minimum(b),
+            |a, s| a.clamp(f64::NEG_INFINITY, s),
+        )
     }
     fn matmul(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
         self.__matmul__(py, other)
@@ -1084,11 +1215,7 @@ impl PyTensor {
         let (axes, keepdim) = numpy_reduction(dim, keepdim, axis, keepdims, out, dtype)?;
         // Integers (and booleans, which count) sum to int64 as in PyTorch, computed in float64:
         // exact while the sum stays below 2⁵³.
-        self.map(py, |t| match t.dtype() {
-            DType::I64 => reduce(&t.to_dtype(DType::F64), axes, keepdim, Tensor::sum_axes)
-                .to_dtype(DType::I64),
-            _ => reduce(t, axes, keepdim, Tensor::sum_axes),
-        })
+        self.map_int(py, |t| reduce(t, axes, keepdim, Tensor::sum_axes))
     }
 
     #[pyo3(signature = (dim=None, keepdim=false, *, axis=None, keepdims=None, out=None, dtype=None))]
@@ -1121,7 +1248,7 @@ impl PyTensor {
         dtype: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyTensor> {
         let (axes, keepdim) = numpy_reduction(dim, keepdim, axis, keepdims, out, dtype)?;
-        self.map(py, |t| reduce(t, axes, keepdim, Tensor::max_axes))
+        self.map_int(py, |t| reduce(t, axes, keepdim, Tensor::max_axes))
     }
 
     #[pyo3(signature = (dim=None, keepdim=false, *, axis=None, keepdims=None, out=None, dtype=None))]
@@ -1137,7 +1264,7 @@ impl PyTensor {
         dtype: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyTensor> {
         let (axes, keepdim) = numpy_reduction(dim, keepdim, axis, keepdims, out, dtype)?;
-        self.map(py, |t| reduce(t, axes, keepdim, Tensor::min_axes))
+        self.map_int(py, |t| reduce(t, axes, keepdim, Tensor::min_axes))
     }
 
     /// The largest element; with `dim`, the pair `(values, indices)` along it, as PyTorch.
@@ -1182,14 +1309,14 @@ impl PyTensor {
     /// The index of the largest element along `dim` (of the flattened tensor when None).
     #[pyo3(signature = (dim=None, keepdim=false))]
     fn argmax(&self, py: Python<'_>, dim: Option<isize>, keepdim: bool) -> PyResult<PyTensor> {
-        self.map(py, |t| {
+        self.map_int(py, |t| {
             arg_extreme(t, dim, keepdim, Tensor::argmax::<isize>)
         })
     }
 
     #[pyo3(signature = (dim=None, keepdim=false))]
     fn argmin(&self, py: Python<'_>, dim: Option<isize>, keepdim: bool) -> PyResult<PyTensor> {
-        self.map(py, |t| {
+        self.map_int(py, |t| {
             arg_extreme(t, dim, keepdim, Tensor::argmin::<isize>)
         })
     }
@@ -1389,6 +1516,12 @@ impl PyTensor {
     ) -> PyResult<PyTensor> {
         // Each branch keeps its dtype; where_cond promotes them by the one rule.
         let (a, b) = (to_tensor(on_true, None)?, to_tensor(on_false, None)?);
+        if !a.dtype().is_float() && !b.dtype().is_float() {
+            // Two integer branches give an integer tensor, as in PyTorch.
+            let (a, b) = (a.to_dtype(DType::F64), b.to_dtype(DType::F64));
+            let picked = self.map(py, |c| c.where_cond(&a, &b))?;
+            return Ok(PyTensor::new(picked.tensor().to_dtype(DType::I64)));
+        }
         self.map(py, |c| c.where_cond(&a, &b))
     }
 
@@ -1683,12 +1816,12 @@ fn extreme<'py>(
     };
     match dim {
         None => Ok(x
-            .map(py, |t| reduce(t, None, false, values))?
+            .map_int(py, |t| reduce(t, None, false, values))?
             .into_pyobject(py)?
             .into_any()),
         Some(d) => {
-            let v = x.map(py, |t| values(t, &[d], keepdim))?;
-            let i = x.map(py, |t| arg_extreme(t, Some(d), keepdim, arg))?;
+            let v = x.map_int(py, |t| values(t, &[d], keepdim))?;
+            let i = x.map_int(py, |t| arg_extreme(t, Some(d), keepdim, arg))?;
             Ok(PyTuple::new(py, [v.into_pyobject(py)?, i.into_pyobject(py)?])?.into_any())
         }
     }

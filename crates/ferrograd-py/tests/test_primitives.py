@@ -29,6 +29,7 @@ NUMPY = {
     "square": np.square,
     "abs": np.abs,
     "sign": np.sign,
+    "floor": np.floor,
     "sin": np.sin,
     "cos": np.cos,
     "tanh": np.tanh,

@@ -645,3 +645,15 @@ def test_either_languages_spelling_names_the_same_class():
     assert nn.MseLoss is nn.MSELoss and nn.NllLoss is nn.NLLLoss and nn.CrossEntropy is nn.CrossEntropyLoss
     assert nn.Lstm is nn.LSTM and nn.Relu is nn.ReLU and nn.Conv2D is nn.Conv2d
     assert fg.optim.RMSprop is fg.optim.RMSProp and fg.optim.Sgd is fg.optim.SGD
+
+
+def test_type_promotion_of_integers_and_0d_tensors_follows_pytorchs():
+    a, f = fg.tensor([1, -2, 3]), fg.tensor([5.5, -5.5, 0.25])
+    names = {"T": fg, "a": a, "f": f}
+    for expr, (dtype, values) in REF["promotion"].items():
+        got = eval(expr, names)
+        assert got.dtype.name == dtype, f"{expr}: {got.dtype.name}, PyTorch {dtype}"
+        close(np.asarray(got.tolist(), dtype=np.float64), np.asarray(values, dtype=np.float64), rtol=1e-6, atol=0)
+    for zero in (lambda: a // 0, lambda: a % fg.tensor([1, 0, 1]), lambda: 5 // fg.tensor([0])):
+        with pytest.raises(ZeroDivisionError):
+            zero()

@@ -96,6 +96,13 @@ macro_rules! elementwise_primitives {
                 forward: |x| sign_of(x),
                 derivative: none,
             }
+            /// The largest integer not above each element (`x // 1`, what floor division and
+            /// the remainder round with). Has no derivative: it is flat or undefined everywhere.
+            floor Floor {
+                smooth_on: NonZero,
+                forward: |x| map_dispatch!(x, |v| v.floor()),
+                derivative: none,
+            }
             /// Element-wise sine (radians).
             sin Sin {
                 smooth_on: Real,
