@@ -13,6 +13,7 @@ mod guard;
 mod index;
 mod module;
 mod nn;
+mod spellings;
 mod tensor;
 mod train;
 mod transformer;
@@ -26,7 +27,7 @@ use pyo3::types::{PyDict, PyTuple};
 use convert::{dtype_arg, to_numpy, to_tensor, PyDType};
 use tensor::PyTensor;
 
-fn shape_of(args: &Bound<'_, PyTuple>) -> PyResult<Vec<usize>> {
+pub(crate) fn shape_of(args: &Bound<'_, PyTuple>) -> PyResult<Vec<usize>> {
     if args.len() == 1 {
         if let Ok(v) = args.get_item(0)?.extract::<Vec<usize>>() {
             return Ok(v);

@@ -343,7 +343,7 @@ impl PyTensor {
     /// `op=` on this object: a trainable leaf is updated in place (only under `no_grad`, as in
     /// PyTorch, since the old value may be needed by a recorded graph); a plain tensor is
     /// replaced by the result.
-    fn in_place(&self, result: PyTensor, op: &str) -> PyResult<()> {
+    pub(crate) fn in_place(&self, result: PyTensor, op: &str) -> PyResult<()> {
         match &self.value() {
             Value::Leaf(leaf) => {
                 if ferrograd::autograd::is_grad_enabled() {
@@ -832,7 +832,7 @@ impl PyTensor {
     }
 
     /// Logical not of a boolean tensor.
-    fn __invert__(&self) -> PyResult<PyTensor> {
+    pub(crate) fn __invert__(&self) -> PyResult<PyTensor> {
         if !self.boolean {
             return Err(logic_error("~"));
         }
@@ -873,13 +873,13 @@ impl PyTensor {
         self.map(py, |t| t.to_dtype(DType::F64))
     }
 
-    fn long(&self, py: Python<'_>) -> PyResult<PyTensor> {
+    pub(crate) fn long(&self, py: Python<'_>) -> PyResult<PyTensor> {
         self.map(py, |t| t.to_dtype(DType::I64))
     }
 
     // ---- operators ----
 
-    fn __add__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    pub(crate) fn __add__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
         self.binary(py, other, Promote::KeepInt, |a, b| a + b, |a, s| a + s)
     }
 
@@ -887,7 +887,7 @@ impl PyTensor {
         self.binary(py, other, Promote::KeepInt, |a, b| b + a, |a, s| a + s)
     }
 
-    fn __sub__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    pub(crate) fn __sub__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
         self.binary(py, other, Promote::KeepInt, |a, b| a - b, |a, s| a - s)
     }
 
@@ -895,7 +895,7 @@ impl PyTensor {
         self.binary(py, other, Promote::KeepInt, |a, b| b - a, |a, s| s - a)
     }
 
-    fn __mul__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    pub(crate) fn __mul__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
         self.binary(py, other, Promote::KeepInt, |a, b| a * b, |a, s| a * s)
     }
 
@@ -903,7 +903,11 @@ impl PyTensor {
         self.binary(py, other, Promote::KeepInt, |a, b| b * a, |a, s| a * s)
     }
 
-    fn __truediv__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    pub(crate) fn __truediv__(
+        &self,
+        py: Python<'_>,
+        other: &Bound<'_, PyAny>,
+    ) -> PyResult<PyTensor> {
         self.binary(py, other, Promote::ToFloat, |a, b| a / b, |a, s| a / s)
     }
 
@@ -951,7 +955,11 @@ impl PyTensor {
         })
     }
 
-    fn __matmul__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    pub(crate) fn __matmul__(
+        &self,
+        py: Python<'_>,
+        other: &Bound<'_, PyAny>,
+    ) -> PyResult<PyTensor> {
         let o = to_tensor(other, Some(self.tensor().dtype()))?;
         self.map(py, |t| t.matmul(&o))
     }
@@ -1043,29 +1051,29 @@ impl PyTensor {
     }
 
     // Comparisons give boolean tensors, with no derivative.
-    fn __lt__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    pub(crate) fn __lt__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
         self.binary(py, other, Promote::AsIs, Tensor::lt, Tensor::lt_scalar)
             .map(|r| PyTensor::mask(r.tensor()))
     }
 
-    fn __le__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    pub(crate) fn __le__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
         self.binary(py, other, Promote::AsIs, Tensor::le, Tensor::le_scalar)
             .map(|r| PyTensor::mask(r.tensor()))
     }
 
-    fn __gt__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    pub(crate) fn __gt__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
         self.binary(py, other, Promote::AsIs, Tensor::gt, Tensor::gt_scalar)
             .map(|r| PyTensor::mask(r.tensor()))
     }
 
-    fn __ge__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    pub(crate) fn __ge__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
         self.binary(py, other, Promote::AsIs, Tensor::ge, Tensor::ge_scalar)
             .map(|r| PyTensor::mask(r.tensor()))
     }
 
     /// Element-wise `==`; against None (or anything that is not a number or an array) Python's
     /// identity comparison applies, so `t == None` is False.
-    fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    pub(crate) fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         if other.is_none() {
             return Ok(py.NotImplemented());
         }
@@ -1076,7 +1084,7 @@ impl PyTensor {
         Ok(Bound::new(py, r)?.into_any().unbind())
     }
 
-    fn __ne__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    pub(crate) fn __ne__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         if other.is_none() {
             return Ok(py.NotImplemented());
         }
@@ -1161,7 +1169,12 @@ impl PyTensor {
         self.__pow__(py, exponent, &py.None().into_bound(py))
     }
     #[pyo3(signature = (min=None, max=None))]
-    fn clamp(&self, py: Python<'_>, min: Option<f64>, max: Option<f64>) -> PyResult<PyTensor> {
+    pub(crate) fn clamp(
+        &self,
+        py: Python<'_>,
+        min: Option<f64>,
+        max: Option<f64>,
+    ) -> PyResult<PyTensor> {
         let (lo, hi) = (
             min.unwrap_or(f64::NEG_INFINITY),
             max.unwrap_or(f64::INFINITY),

@@ -657,3 +657,48 @@ def test_type_promotion_of_integers_and_0d_tensors_follows_pytorchs():
     for zero in (lambda: a // 0, lambda: a % fg.tensor([1, 0, 1]), lambda: 5 // fg.tensor([0])):
         with pytest.raises(ZeroDivisionError):
             zero()
+
+
+def test_pytorchs_other_spellings_and_in_place_methods():
+    a, b = fg.tensor([1.0, float("nan"), float("inf")]), fg.tensor([2.0, 2.0, 2.0])
+    assert a.isnan().tolist() == [False, True, False] and fg.isinf(a).tolist() == [False, False, True]
+    assert fg.isfinite(a).tolist() == [True, False, False] and fg.isnan(fg.tensor([1, 2])).tolist() == [False, False]
+    assert b.eq(2).all() and b.ne(1).all() and b.gt(1).all() and b.le(2).all()
+    close(b.add(1).numpy(), [3, 3, 3]) and close(b.mul(b).numpy(), [4, 4, 4])
+    assert fg.logical_not(b > 2).all() and fg.equal(b, fg.full_like(b, 2.0)) and not fg.equal(b, b[:2])
+    m = fg.randn(2, 3)
+    close(m.t().numpy(), m.numpy().T) and close(m.mm(m.t()).numpy(), (m @ m.t()).numpy())
+    assert m.new_zeros(4, 1).shape == (4, 1) and m.new_ones((2,), dtype=fg.int64).dtype == fg.int64
+    t = fg.ones(3)
+    assert t.zero_() is t and t.tolist() == [0, 0, 0]
+    t.fill_(2.5).add_(1).mul_(2).sub_(1).div_(2)
+    assert t.tolist() == [3.0, 3.0, 3.0]
+    t.copy_(fg.tensor([1.0, -5.0, 9.0])).clamp_(min=0, max=4)
+    assert t.tolist() == [1.0, 0.0, 4.0]
+    w = fg.zeros(2, requires_grad=True)
+    with pytest.raises(RuntimeError):
+        w.add_(1)  # a trainable leaf changes in place only under no_grad, as in PyTorch
+    with fg.no_grad():
+        w.add_(1)
+    assert w.tolist() == [1.0, 1.0] and w.requires_grad
+
+
+def test_pytorchs_creation_functions_and_parameter():
+    x = fg.randn(2, 3, dtype=fg.float64)
+    assert fg.zeros_like(x).dtype == fg.float64 and fg.ones_like(x).sum().item() == 6
+    assert fg.randn_like(x).shape == (2, 3) and fg.rand_like(x, dtype=fg.float32).dtype == fg.float32
+    fg.manual_seed(3)
+    r = fg.randint(2, 5, (1000,))
+    assert r.dtype == fg.int64 and r.min().item() == 2 and r.max().item() == 4
+    fg.manual_seed(3)
+    assert fg.randint(2, 5, (1000,)).tolist() == r.tolist()  # the seed fixes the draws
+    assert sorted(fg.randperm(10).tolist()) == list(range(10)) and fg.randint(3, (2, 2)).max().item() < 3
+    close(fg.eye(3).numpy(), np.eye(3)) and fg.is_tensor(x) and not fg.is_tensor(x.numpy())
+    assert fg.as_tensor(x) is x and fg.as_tensor([1, 2]).dtype == fg.int64
+
+    class Scale(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.s = nn.Parameter(fg.ones(2))
+
+    assert [n for n, _ in Scale().named_parameters()] == ["s"] and Scale().s.requires_grad

@@ -244,6 +244,97 @@ def reshape(x, shape):
     return _as_tensor(x).reshape(tuple(shape))
 
 
+# ---- PyTorch's other creation functions and predicates ----
+
+
+def zeros_like(x, dtype=None, requires_grad=False):
+    """Zeros of ``x``'s shape and dtype (or ``dtype``)."""
+    x = _as_tensor(x)
+    return zeros(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
+
+
+def ones_like(x, dtype=None, requires_grad=False):
+    """Ones of ``x``'s shape and dtype (or ``dtype``)."""
+    x = _as_tensor(x)
+    return ones(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
+
+
+def full_like(x, fill_value, dtype=None, requires_grad=False):
+    """``fill_value`` in ``x``'s shape and dtype (or ``dtype``)."""
+    x = _as_tensor(x)
+    return full(x.shape, fill_value, dtype=dtype or x.dtype, requires_grad=requires_grad)
+
+
+def randn_like(x, dtype=None, requires_grad=False):
+    """N(0, 1) draws in ``x``'s shape, from the generator ``manual_seed`` sets."""
+    x = _as_tensor(x)
+    return randn(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
+
+
+def rand_like(x, dtype=None, requires_grad=False):
+    """U[0, 1) draws in ``x``'s shape, from the generator ``manual_seed`` sets."""
+    x = _as_tensor(x)
+    return rand(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
+
+
+def randint(low, high=None, size=None, dtype=None):
+    """Integers drawn uniformly from ``[low, high)`` (``randint(high, size)`` from 0), int64
+    unless ``dtype`` says otherwise, from the generator ``manual_seed`` sets."""
+    if size is None:  # randint(high, size)
+        low, high, size = 0, low, high
+    if high <= low:
+        raise ValueError(f"randint: empty range [{low}, {high})")
+    size = (size,) if isinstance(size, int) else tuple(size)
+    u = rand(*size, dtype=float64)
+    drawn = (u * (high - low)).floor().clamp(max=high - low - 1) + low
+    return drawn.to(dtype or int64)
+
+
+def randperm(n, dtype=None):
+    """A random permutation of ``0 .. n-1`` (int64), from the generator ``manual_seed`` sets."""
+    return _core.shuffle(arange(n, dtype=int64)).to(dtype or int64)
+
+
+def eye(n, m=None, dtype=None, requires_grad=False):
+    """The ``n × m`` identity matrix (``m = n`` when None)."""
+    import numpy as _np
+
+    return tensor(_np.eye(n, m), dtype=dtype or float32, requires_grad=requires_grad)
+
+
+def is_tensor(obj):
+    return isinstance(obj, Tensor)
+
+
+def as_tensor(data, dtype=None):
+    """``data`` itself when it is a tensor of that dtype, else a new tensor of it."""
+    if isinstance(data, Tensor) and (dtype is None or data.dtype == dtype):
+        return data
+    return tensor(data, dtype=dtype) if not isinstance(data, Tensor) else data.to(dtype)
+
+
+def isnan(x):
+    return _as_tensor(x).isnan()
+
+
+def isinf(x):
+    return _as_tensor(x).isinf()
+
+
+def isfinite(x):
+    return _as_tensor(x).isfinite()
+
+
+def logical_not(x):
+    return _as_tensor(x).logical_not()
+
+
+def equal(a, b):
+    """Whether ``a`` and ``b`` have the same shape and the same values."""
+    a, b = _as_tensor(a), _as_tensor(b)
+    return tuple(a.shape) == tuple(b.shape) and _builtin_bool((a == b).all())
+
+
 # TensorFlow's names, so that code written for tf.custom_gradient and tf.GradientTape
 # (seed 003) runs with `tf.` replaced by `fg.`.
 from ._tape import GradientTape, Variable, constant, function  # noqa: E402

@@ -90,4 +90,16 @@ from .losses import (  # noqa: E402,F401
 )
 
 CrossEntropy = CrossEntropyLoss
+
+
+def Parameter(data=None, requires_grad=True):  # noqa: N802 (PyTorch's name)
+    """A trainable leaf holding ``data``'s values (PyTorch's ``nn.Parameter(tensor)``): a
+    module that assigns it to an attribute registers it. (A ferrograd tensor that requires
+    gradients is a parameter; there is no separate class.)"""
+    from .. import tensor as _tensor, zeros as _zeros
+
+    base = _zeros(0) if data is None else data
+    value = base.detach().numpy() if isinstance(base, Tensor) else base
+    dtype = base.dtype if isinstance(base, Tensor) else None
+    return _tensor(value, dtype=dtype, requires_grad=requires_grad)
 from . import functional, init, utils  # noqa: E402,F401

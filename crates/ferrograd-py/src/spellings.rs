@@ -1,0 +1,198 @@
+//! PyTorch's other spellings of what `Tensor` already does: the named forms of the operators
+//! (`add`, `eq`, `mm`, ...), the in-place updates (`zero_`, `add_`, `copy_`, ...), the
+//! predicates (`isnan`, `isinf`, `logical_not`) and `new_zeros` / `new_ones`. Each is one
+//! call to the operator or op it names, so the two spellings cannot differ.
+
+use ferrograd::prelude::*;
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::convert::to_tensor;
+use crate::guard;
+use crate::tensor::PyTensor;
+
+/// The result of an in-place method: the same Python object, its value replaced.
+fn updated<'py>(
+    slf: &Bound<'py, PyTensor>,
+    result: PyTensor,
+    op: &str,
+) -> PyResult<Bound<'py, PyTensor>> {
+    slf.get().in_place(result, op)?;
+    Ok(slf.clone())
+}
+
+impl PyTensor {
+    /// `value` in a new tensor of `size`, of this tensor's dtype unless `dtype` is given.
+    fn new_filled(
+        &self,
+        size: &Bound<'_, PyTuple>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        value: f64,
+    ) -> PyResult<PyTensor> {
+        let shape = crate::shape_of(size)?;
+        let d = crate::convert::dtype_arg(dtype)?.unwrap_or(self.tensor().dtype());
+        guard::run(|| Tensor::full(&shape, value, d)).map(PyTensor::new)
+    }
+
+    /// A boolean tensor from `test` on a float tensor; `on_integers` everywhere for an
+    /// integer one (integers are finite).
+    fn float_test(
+        &self,
+        py: Python<'_>,
+        test: impl FnOnce(&Tensor) -> Tensor + Send,
+        on_integers: bool,
+    ) -> PyResult<PyTensor> {
+        let t = self.tensor().detach();
+        if !t.dtype().is_float() {
+            let fill = if on_integers {
+                t.ones_like()
+            } else {
+                t.zeros_like()
+            };
+            return Ok(PyTensor::mask(fill));
+        }
+        self.map(py, test).map(|r| PyTensor::mask(r.tensor()))
+    }
+}
+
+#[pymethods]
+impl PyTensor {
+    fn add(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.__add__(py, other)
+    }
+    fn sub(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.__sub__(py, other)
+    }
+    fn mul(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.__mul__(py, other)
+    }
+    fn div(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.__truediv__(py, other)
+    }
+    fn lt(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.__lt__(py, other)
+    }
+    fn le(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.__le__(py, other)
+    }
+    fn gt(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.__gt__(py, other)
+    }
+    fn ge(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.__ge__(py, other)
+    }
+    fn eq(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.__eq__(py, other)
+    }
+    fn ne(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.__ne__(py, other)
+    }
+    /// The product of two matrices (`@`).
+    fn mm(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.__matmul__(py, other)
+    }
+    /// The products of two batches of matrices (`@`).
+    fn bmm(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.__matmul__(py, other)
+    }
+    /// A matrix transposed (a vector as it is), as PyTorch's `t()`.
+    fn t(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.map(py, |x| {
+            if x.ndim() < 2 {
+                x.clone()
+            } else {
+                x.transpose(0, 1)
+            }
+        })
+    }
+    /// True where an element is NaN.
+    fn isnan(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.__ne__(
+            py,
+            &Bound::new(py, PyTensor::new(self.tensor()))?.into_any(),
+        )
+    }
+    /// True where an element is +inf or -inf (never for integers).
+    fn isinf(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.float_test(py, |x| x.abs().eq_scalar(f64::INFINITY), false)
+    }
+    /// True where an element is neither NaN nor infinite (always for integers).
+    fn isfinite(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.float_test(py, |x| x.abs().lt_scalar(f64::INFINITY), true)
+    }
+    /// True where an element is zero (`~` of a boolean tensor).
+    fn logical_not(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.map(py, |x| x.eq_scalar(0.0))
+            .map(|r| PyTensor::mask(r.tensor()))
+    }
+    /// Zeros of `size` (ints or one sequence), of this tensor's dtype unless `dtype` is given.
+    #[pyo3(signature = (*size, dtype=None))]
+    fn new_zeros(
+        &self,
+        size: &Bound<'_, PyTuple>,
+        dtype: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
+        self.new_filled(size, dtype, 0.0)
+    }
+    /// Ones of `size` (ints or one sequence), of this tensor's dtype unless `dtype` is given.
+    #[pyo3(signature = (*size, dtype=None))]
+    fn new_ones(
+        &self,
+        size: &Bound<'_, PyTuple>,
+        dtype: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
+        self.new_filled(size, dtype, 1.0)
+    }
+    /// The values as int64 (truncated toward zero), as PyTorch's `int()` is for its int32.
+    fn int(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.long(py)
+    }
+
+    // ---- in place: a plain tensor's value is replaced, a trainable leaf is updated under
+    // no_grad (see `+=`); each returns the tensor itself ----
+
+    fn zero_<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
+        let zeros = PyTensor::new(slf.get().tensor().detach().zeros_like());
+        updated(slf, zeros, "zero_")
+    }
+    fn fill_<'py>(slf: &Bound<'py, Self>, value: f64) -> PyResult<Bound<'py, Self>> {
+        let t = slf.get().tensor();
+        updated(
+            slf,
+            PyTensor::new(Tensor::full(t.shape(), value, t.dtype())),
+            "fill_",
+        )
+    }
+    /// Copies `src`'s values (broadcast to this shape, converted to this dtype).
+    fn copy_<'py>(slf: &Bound<'py, Self>, src: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
+        let t = slf.get().tensor();
+        let s = to_tensor(src, Some(t.dtype()))?.detach();
+        let s = guard::run(|| s.try_broadcast_to(t.shape()))?.map_err(crate::nn::core_error)?;
+        updated(slf, PyTensor::new(s.to_dtype(t.dtype())), "copy_")
+    }
+    fn add_<'py>(slf: &Bound<'py, Self>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
+        let r = slf.get().__add__(slf.py(), other)?;
+        updated(slf, r, "add_")
+    }
+    fn sub_<'py>(slf: &Bound<'py, Self>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
+        let r = slf.get().__sub__(slf.py(), other)?;
+        updated(slf, r, "sub_")
+    }
+    fn mul_<'py>(slf: &Bound<'py, Self>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
+        let r = slf.get().__mul__(slf.py(), other)?;
+        updated(slf, r, "mul_")
+    }
+    fn div_<'py>(slf: &Bound<'py, Self>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
+        let r = slf.get().__truediv__(slf.py(), other)?;
+        updated(slf, r, "div_")
+    }
+    #[pyo3(signature = (min=None, max=None))]
+    fn clamp_<'py>(
+        slf: &Bound<'py, Self>,
+        min: Option<f64>,
+        max: Option<f64>,
+    ) -> PyResult<Bound<'py, Self>> {
+        let r = slf.get().clamp(slf.py(), min, max)?;
+        updated(slf, r, "clamp_")
+    }
+}
