@@ -205,6 +205,17 @@ impl PyNode {
     fn stop_gradient(&self) -> PyResult<PyNode> {
         self.unary(Node::stop_gradient)
     }
+    /// Layer normalisation over the last axis, scaled by `weight` and shifted by `bias`
+    /// (nodes of shape `[D]`), as `Tensor.layer_norm`.
+    #[pyo3(signature = (weight, bias, eps=1e-5))]
+    fn layer_norm(
+        &self,
+        weight: PyRef<'_, PyNode>,
+        bias: PyRef<'_, PyNode>,
+        eps: f64,
+    ) -> PyResult<PyNode> {
+        self.unary(|a| a.layer_norm(&weight.node, &bias.node, eps))
+    }
     /// GELU with the exact normal CDF.
     fn gelu(&self) -> PyResult<PyNode> {
         self.unary(Node::gelu)

@@ -14,7 +14,7 @@ use pyo3::types::{IntoPyDict, PyList, PyString, PyTuple};
 use crate::autograd::{leaf_of, wrap_param};
 use crate::convert::{dtype_arg, is_bool_dtype, PyDType};
 use crate::guard;
-use crate::nn::{own_or_all, PyLayer};
+use crate::nn::{buffer_tensor, joined, PyLayer};
 use crate::tensor::{check_cpu, is_device, PyTensor};
 
 /// `x` as Python's `repr` writes a float (`1e-05`, `0.1`, `1.0`): Rust's shortest form with
@@ -222,9 +222,10 @@ impl PyLayer {
         remove_duplicate: bool,
     ) -> PyResult<Vec<(String, PyTensor)>> {
         let _ = remove_duplicate;
-        Ok(own_or_all(guard::run(|| self.layer.buffers())?, recurse)
+        Ok(self
+            .own_or_all(guard::run(|| self.layer.buffers())?, recurse)
             .into_iter()
-            .map(|(n, p)| (format!("{prefix}{n}"), PyTensor::new(p.tensor().detach())))
+            .map(|(n, p)| (joined(prefix, &n), buffer_tensor(p)))
             .collect())
     }
 

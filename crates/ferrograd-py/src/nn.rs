@@ -17,7 +17,7 @@ use crate::autograd::{leaf_of, wrap_param, Leaf};
 use crate::convert::{to_tensor, LastAxis, Padding, Size2};
 use crate::guard::{self, HEAVY};
 use crate::module::{py_bool, py_float, py_pair, py_size, tree_repr};
-use crate::tensor::PyTensor;
+use crate::tensor::{PyTensor, WriteBack};
 
 /// A core error as the Python exception for it: file errors as `OSError`, the rest as
 /// `ValueError`, each with the core's message (which names the file or the key).
@@ -36,6 +36,10 @@ pub struct PyLayer {
     /// The settings PyTorch prints after the class name, as given to the constructor (None:
     /// the core layer's own name is printed).
     settings: Option<String>,
+    /// Whether its sub-layers are Python objects of their own (a `Net`'s), so that the
+    /// dotted names belong to them; a built-in layer made of parts (`MultiheadAttention`)
+    /// owns all of its parameters.
+    lists_children: bool,
     /// The parameters' leaves, held while the layer lives so that backward sets their
     /// `.grad` even when Python holds no other reference to them.
     _leaves: Vec<Arc<Leaf>>,
@@ -48,6 +52,7 @@ impl PyLayer {
             layer,
             training: AtomicBool::new(true),
             settings: None,
+            lists_children: false,
             _leaves: leaves,
         }
     }
@@ -62,6 +67,12 @@ impl PyLayer {
 
     pub fn settings(&self) -> Option<String> {
         self.settings.clone()
+    }
+
+    /// Every entry, or with `recurse` false only this layer's own.
+    pub fn own_or_all(&self, named: Vec<(String, Param)>, recurse: bool) -> Vec<(String, Param)> {
+        let own = |(n, _): &(String, Param)| recurse || !self.lists_children || !n.contains('.');
+        named.into_iter().filter(own).collect()
     }
 
     pub fn set_training(&self, on: bool) {
@@ -111,11 +122,20 @@ pub fn input(x: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     }
 }
 
-/// Every entry, or with `recurse` false only the layer's own (a `Net`'s are its layers', named
-/// `"0.weight"`).
-pub fn own_or_all(named: Vec<(String, Param)>, recurse: bool) -> Vec<(String, Param)> {
-    let own = |(n, _): &(String, Param)| recurse || !n.contains('.');
-    named.into_iter().filter(own).collect()
+/// A layer's buffer as Python sees it: its value, updated in place through `zero_()` and
+/// the other in-place methods (`bn.running_mean.zero_()`), as PyTorch's buffers are.
+pub fn buffer_tensor(b: Param) -> PyTensor {
+    PyTensor::new(b.tensor().detach()).writing_to(WriteBack::Buffer(b))
+}
+
+/// `name` under `prefix`, joined with a dot as PyTorch joins them (`"fc"` and `"weight"` give
+/// `"fc.weight"`).
+pub fn joined(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() {
+        name.to_string()
+    } else {
+        format!("{prefix}.{name}")
+    }
 }
 
 fn named_params<'py>(py: Python<'py>, named: Vec<(String, Param)>) -> PyResult<Bound<'py, PyDict>> {
@@ -158,7 +178,8 @@ impl PyLayer {
     /// The trainable parameters, in order (each a leaf: `.grad` is set by backward).
     #[pyo3(signature = (recurse=true))]
     fn parameters<'py>(&self, py: Python<'py>, recurse: bool) -> PyResult<Bound<'py, PyList>> {
-        let ps: Vec<Py<PyAny>> = own_or_all(guard::run(|| self.layer.params())?, recurse)
+        let ps: Vec<Py<PyAny>> = self
+            .own_or_all(guard::run(|| self.layer.params())?, recurse)
             .iter()
             .map(|(_, p)| wrap_param(py, p))
             .collect::<PyResult<_>>()?;
@@ -176,9 +197,10 @@ impl PyLayer {
         remove_duplicate: bool,
     ) -> PyResult<Bound<'py, PyList>> {
         let _ = remove_duplicate;
-        let ps: Vec<(String, Py<PyAny>)> = own_or_all(guard::run(|| self.layer.params())?, recurse)
+        let ps: Vec<(String, Py<PyAny>)> = self
+            .own_or_all(guard::run(|| self.layer.params())?, recurse)
             .into_iter()
-            .map(|(n, p)| Ok((format!("{prefix}{n}"), wrap_param(py, &p)?)))
+            .map(|(n, p)| Ok((joined(prefix, &n), wrap_param(py, &p)?)))
             .collect::<PyResult<_>>()?;
         PyList::new(py, ps)
     }
@@ -263,9 +285,7 @@ impl PyLayer {
         }
         let buffers = guard::run(|| self.layer.buffers())?;
         match buffers.into_iter().find(|(n, _)| n == name) {
-            Some((_, b)) => Ok(Bound::new(py, PyTensor::new(b.tensor().detach()))?
-                .into_any()
-                .unbind()),
+            Some((_, b)) => Ok(Bound::new(py, buffer_tensor(b))?.into_any().unbind()),
             // A weighted layer built without a bias (`Linear(.., bias=False)`): None, as
             // PyTorch's attribute is.
             None if name == "bias" && has_weight => Ok(py.None()),
@@ -345,6 +365,19 @@ impl Layer for PythonLayer {
     }
 }
 
+/// A `ferrograd.nn.Module` written in Python as a core layer of its own (what `Model` trains
+/// when it is given one), its parameters under the module's own names.
+pub fn python_module_layer(module: &Bound<'_, PyAny>) -> PyResult<PyLayer> {
+    if !(module.hasattr("forward")? && module.hasattr("named_parameters")?) {
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "expected a ferrograd layer or a ferrograd.nn.Module, got {}",
+            module.get_type().name()?
+        )));
+    }
+    let layer = PythonLayer(module.clone().unbind());
+    guard::run(|| PyLayer::new(Arc::new(layer)))
+}
+
 /// A layer shared between its Python object and the networks it is part of.
 pub struct Shared(pub Arc<dyn Layer>);
 
@@ -404,7 +437,8 @@ impl PyNet {
             layers: layers.into_iter().map(Bound::unbind).collect(),
         };
         // A Python layer's parameters are read here, and it may raise.
-        let base = guard::run(|| PyLayer::new(Arc::new(Net::new(shared))))?;
+        let mut base = guard::run(|| PyLayer::new(Arc::new(Net::new(shared))))?;
+        base.lists_children = true;
         Ok(PyClassInitializer::from(base).add_subclass(net))
     }
 
@@ -552,33 +586,36 @@ impl Layer for FlattenAxes {
     }
 }
 
-/// Softmax or log-softmax along a signed axis (PyTorch's `dim`, -1 for the last).
+/// Softmax or log-softmax along a signed axis (PyTorch's `dim`, -1 for the last); without
+/// one, PyTorch's old choice by the input's rank (axis 0 for 0-, 1- and 3-d input, else 1).
 struct SoftmaxAlong {
-    dim: isize,
+    dim: Option<isize>,
     log: bool,
 }
 
 impl Module for SoftmaxAlong {
     fn name(&self) -> String {
         let kind = if self.log { "LogSoftmax" } else { "Softmax" };
-        format!("{kind}(dim={})", self.dim)
+        format!("{kind}(dim={:?})", self.dim)
     }
 }
 
 impl Layer for SoftmaxAlong {
     fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
         let n = x.ndim() as isize;
+        let dim = self
+            .dim
+            .unwrap_or(if matches!(n, 0 | 1 | 3) { 0 } else { 1 });
         assert!(
-            (-n..n).contains(&self.dim),
-            "{}: input {:?} has no axis {}",
+            (-n..n).contains(&dim),
+            "{}: input {:?} has no axis {dim}",
             self.name(),
-            x.shape(),
-            self.dim
+            x.shape()
         );
         if self.log {
-            x.log_softmax(self.dim)
+            x.log_softmax(dim)
         } else {
-            x.softmax(self.dim)
+            x.softmax(dim)
         }
     }
 }
@@ -815,11 +852,11 @@ layer_class!(/// x for x > 0, α(eˣ − 1) below.
 layer_class!(/// Softmax along `dim` (negative counts from the end; `axis` is tinynn's name; 1 when
     /// neither is given, PyTorch's choice for 2-d and 4-d input).
     PySoftmax, "Softmax", (dim=None, axis=None), (dim: Option<isize>, axis: Option<isize>)
-        => SoftmaxAlong { dim: dim.or(axis).unwrap_or(1), log: false },
+        => SoftmaxAlong { dim: dim.or(axis), log: false },
     settings: format!("dim={}", dim.or(axis).map_or("None".into(), |d| d.to_string())));
 layer_class!(/// Log-softmax along `dim` (negative counts from the end).
     PyLogSoftmax, "LogSoftmax", (dim=None), (dim: Option<isize>)
-        => SoftmaxAlong { dim: dim.unwrap_or(1), log: true },
+        => SoftmaxAlong { dim, log: true },
     settings: format!("dim={}", dim.map_or("None".into(), |d| d.to_string())));
 
 /// Recurrent layers: `RNN`, `LSTM`, `GRU`, as PyTorch's: gate order and parameter names, the

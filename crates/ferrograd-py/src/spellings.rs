@@ -189,8 +189,8 @@ impl PyTensor {
     #[pyo3(signature = (min=None, max=None))]
     fn clamp_<'py>(
         slf: &Bound<'py, Self>,
-        min: Option<f64>,
-        max: Option<f64>,
+        min: Option<&Bound<'py, PyAny>>,
+        max: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, Self>> {
         let r = slf.get().clamp(slf.py(), min, max)?;
         updated(slf, r, "clamp_")

@@ -6,7 +6,7 @@ use std::sync::{Arc, RwLock};
 use ferrograd::prelude::*;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError, PyZeroDivisionError};
 use pyo3::prelude::*;
-use pyo3::types::{PyFloat, PyList, PyString, PyTuple};
+use pyo3::types::{IntoPyDict, PyFloat, PyList, PyString, PyTuple};
 
 use crate::autograd::{self, Leaf};
 use crate::convert::{
@@ -39,6 +39,22 @@ pub struct PyTensor {
     /// A comparison's result: stored as int64 0/1, seen from Python as dtype `bool` (numpy
     /// bool arrays, a mask when indexing, `~`, `&`, `|`), as PyTorch's bool tensors.
     boolean: bool,
+    /// Where an in-place update of this object lands besides itself (`w.grad`, `w.data`, a
+    /// layer's buffer: in PyTorch these are the storage itself).
+    writes_to: Option<WriteBack>,
+}
+
+/// The storage behind a tensor handed out by `.grad`, `.data` or a layer's buffer, so that
+/// `w.grad.zero_()`, `lin.weight.data.copy_(t)` and `bn.running_mean.zero_()` change it, as in
+/// PyTorch, rather than a copy.
+#[derive(Clone)]
+pub enum WriteBack {
+    /// A leaf's value (its `.data`), written whether or not gradients are recorded.
+    Data(Arc<Leaf>),
+    /// A leaf's `.grad`.
+    Grad(Arc<Leaf>),
+    /// A layer's buffer.
+    Buffer(Param),
 }
 
 /// How an arithmetic op treats integer operands, as PyTorch's type promotion does: an integer
@@ -103,7 +119,7 @@ fn promoted(
 
 /// The element-wise primitives whose result on an integer tensor is an integer tensor, as in
 /// PyTorch; the others (`exp`, `sqrt`, ...) give float32 there.
-const INTEGER_CLOSED: [&str; 5] = ["neg", "abs", "sign", "floor", "relu"];
+const INTEGER_CLOSED: [&str; 6] = ["neg", "abs", "sign", "floor", "relu", "square"];
 
 /// `f` on `t` keeping PyTorch's result type: a float tensor as it is; an integer tensor
 /// computed in float64 and converted back to int64 (exact while the values stay below 2⁵³).
@@ -125,6 +141,7 @@ impl PyTensor {
         PyTensor {
             value: RwLock::new(value),
             boolean: false,
+            writes_to: None,
         }
     }
 
@@ -135,6 +152,15 @@ impl PyTensor {
         PyTensor {
             value: RwLock::new(Value::Plain(t)),
             boolean: true,
+            writes_to: None,
+        }
+    }
+
+    /// The same tensor, its in-place updates also written to `target`.
+    pub fn writing_to(self, target: WriteBack) -> PyTensor {
+        PyTensor {
+            writes_to: Some(target),
+            ..self
         }
     }
 
@@ -305,6 +331,86 @@ impl PyTensor {
         Ok(())
     }
 
+    /// numpy's `ufunc` (`floor_divide`, `remainder`, `power`) of this tensor and `other`
+    /// (swapped when `reflected`), in PyTorch's result dtype: exact for integers of any size,
+    /// and with Python's rounding for floats, where `floor(a / b)` would round the quotient
+    /// first (`1.0 // 0.1` is 9). On tracked operands the result carries PyTorch's derivative:
+    /// the remainder's is `a − q·b` with the quotient `q` constant, the quotient has none (its
+    /// backward stops at `floor`, naming it), and so has an integer power.
+    fn by_numpy(
+        &self,
+        py: Python<'_>,
+        other: &Bound<'_, PyAny>,
+        reflected: bool,
+        ufunc: &str,
+    ) -> PyResult<PyTensor> {
+        let t = self.tensor();
+        let o = operand(other, t.dtype())?;
+        let py_float = other.is_instance_of::<PyFloat>();
+        let ints = !t.dtype().is_float()
+            && match &o {
+                Operand::Scalar(_) => !py_float,
+                Operand::Tensor(o) => !o.dtype().is_float(),
+            };
+        let (t, o) = if ints {
+            (t, o)
+        } else {
+            let (t, o, _) = promoted(t, o, py_float, Promote::ToFloat);
+            (t, o)
+        };
+        if ints && ufunc != "power" {
+            self.int_divisor_check(other, !reflected)?;
+        }
+        let np = py.import("numpy")?;
+        let mine = to_numpy(py, &t.detach())?;
+        let theirs = match &o {
+            Operand::Scalar(v) if ints => (*v as i64).into_pyobject(py)?.into_any(),
+            Operand::Scalar(v) => v.into_pyobject(py)?.into_any(),
+            Operand::Tensor(o) => to_numpy(py, &o.detach())?,
+        };
+        let (a, b) = if reflected {
+            (theirs, mine)
+        } else {
+            (mine, theirs)
+        };
+        let quiet = np.call_method("errstate", (), Some(&[("all", "ignore")].into_py_dict(py)?))?;
+        quiet.call_method0("__enter__")?;
+        let r = np.call_method1(ufunc, (a, b));
+        quiet.call_method1("__exit__", (py.None(), py.None(), py.None()))?;
+        let dtype = if ints { DType::I64 } else { t.dtype() };
+        let value = to_tensor(&np.call_method1("asarray", (r?,))?, Some(dtype))?;
+        let other_t = match o {
+            Operand::Tensor(o) => Some(o),
+            Operand::Scalar(_) => None,
+        };
+        let tracked = t.is_tracked() || other_t.as_ref().is_some_and(Tensor::is_tracked);
+        if !tracked {
+            return Ok(PyTensor::new(value));
+        }
+        let b = other_t.unwrap_or_else(|| Tensor::full(&[], 0.0, t.dtype()));
+        let (num, den) = if reflected { (b, t) } else { (t, b) };
+        let zero = |x: &Tensor| x - &x.detach();
+        guard::run(|| match ufunc {
+            "remainder" => {
+                let q = (&num.detach() / &den.detach()).floor();
+                &(&value + &zero(&num)) - &(&q * &zero(&den))
+            }
+            _ => &value + &zero(&(&num / &den).floor()),
+        })
+        .map(PyTensor::new)
+    }
+
+    /// Whether this tensor and `other` (a Python int or a tensor) are both integers.
+    fn int_with_int(&self, other: &Bound<'_, PyAny>) -> PyResult<bool> {
+        if self.tensor().dtype().is_float() || other.is_instance_of::<PyFloat>() {
+            return Ok(false);
+        }
+        Ok(match other.cast::<PyTensor>() {
+            Ok(o) => !o.get().tensor().dtype().is_float(),
+            Err(_) => other.is_instance_of::<pyo3::types::PyInt>(),
+        })
+    }
+
     /// `f` on the tensor, an integer one staying integer (`int_exact`).
     fn map_int(
         &self,
@@ -344,6 +450,10 @@ impl PyTensor {
     /// PyTorch, since the old value may be needed by a recorded graph); a plain tensor is
     /// replaced by the result.
     pub(crate) fn in_place(&self, result: PyTensor, op: &str) -> PyResult<()> {
+        let result = self.in_place_result(result, op)?;
+        if let Some(target) = &self.writes_to {
+            write_back(target, &result.tensor())?;
+        }
         match &self.value() {
             Value::Leaf(leaf) => {
                 if ferrograd::autograd::is_grad_enabled() {
@@ -358,6 +468,59 @@ impl PyTensor {
                 self.replace(result.value());
                 Ok(())
             }
+        }
+    }
+}
+
+impl PyTensor {
+    /// What an in-place `op` leaves in this tensor, as PyTorch allows it: the same shape,
+    /// a float result in the tensor's own float type; an integer or boolean tensor cannot take a
+    /// float or integer result.
+    fn in_place_result(&self, result: PyTensor, op: &str) -> PyResult<PyTensor> {
+        let (old, new) = (self.tensor(), result.tensor());
+        let kind = |t: &Tensor, mask: bool| {
+            if mask {
+                "bool".to_string()
+            } else {
+                t.dtype().to_string()
+            }
+        };
+        let widened = (self.boolean && !result.boolean)
+            || (!old.dtype().is_float() && new.dtype().is_float());
+        if widened {
+            return Err(PyRuntimeError::new_err(format!(
+                "{op}: result type {} can't be cast to the desired output type {}",
+                kind(&new, result.boolean),
+                kind(&old, self.boolean)
+            )));
+        }
+        if new.shape() != old.shape() {
+            return Err(PyRuntimeError::new_err(format!(
+                "{op}: output with shape {:?} doesn't match the broadcast shape {:?}",
+                old.shape(),
+                new.shape()
+            )));
+        }
+        Ok(if new.dtype() == old.dtype() {
+            result
+        } else {
+            self.like(new.to_dtype(old.dtype()))
+        })
+    }
+}
+
+/// Writes an in-place update through to the storage a tensor was handed out from.
+fn write_back(target: &WriteBack, value: &Tensor) -> PyResult<()> {
+    match target {
+        WriteBack::Data(leaf) => set_leaf(leaf, value),
+        WriteBack::Grad(leaf) => {
+            let dtype = leaf.param.dtype();
+            leaf.set_grad(Some(value.detach().to_dtype(dtype)));
+            Ok(())
+        }
+        WriteBack::Buffer(p) => {
+            let value = value.detach().to_dtype(p.dtype());
+            guard::run(|| p.set(&value))
         }
     }
 }
@@ -587,7 +750,9 @@ impl PyTensor {
     #[getter]
     fn grad(&self) -> Option<PyTensor> {
         match &self.value() {
-            Value::Leaf(l) => l.grad().map(PyTensor::new),
+            Value::Leaf(l) => l
+                .grad()
+                .map(|g| PyTensor::new(g).writing_to(WriteBack::Grad(l.clone()))),
             Value::Plain(_) => None,
         }
     }
@@ -619,7 +784,11 @@ impl PyTensor {
     /// The value cut from the graph (shares the data).
     #[getter]
     fn data(&self) -> PyTensor {
-        PyTensor::new(self.tensor().detach())
+        let values = self.like(self.tensor().detach());
+        match &self.value() {
+            Value::Leaf(l) => values.writing_to(WriteBack::Data(l.clone())),
+            Value::Plain(_) => values,
+        }
     }
 
     /// Sets the value: a trainable leaf keeps its identity (the shape must stay).
@@ -917,42 +1086,20 @@ impl PyTensor {
 
     /// `x // y`: the quotient rounded down (PyTorch's `floor_divide`); integers stay integers.
     fn __floordiv__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.int_divisor_check(other, true)?;
-        self.binary(
-            py,
-            other,
-            Promote::KeepInt,
-            |a, b| (a / b).floor(),
-            |a, s| (a / s).floor(),
-        )
+        self.by_numpy(py, other, false, "floor_divide")
     }
 
     fn __rfloordiv__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.int_divisor_check(other, false)?;
-        self.binary(
-            py,
-            other,
-            Promote::KeepInt,
-            |a, b| (b / a).floor(),
-            |a, s| (s / a).floor(),
-        )
+        self.by_numpy(py, other, true, "floor_divide")
     }
 
     /// `x % y` with the divisor's sign, as Python's and PyTorch's `remainder`.
     fn __mod__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.int_divisor_check(other, true)?;
-        let rem = |a: &Tensor, b: &Tensor| a - &(&(a / b).floor() * b);
-        self.binary(py, other, Promote::KeepInt, rem, |a, s| {
-            a - &((a / s).floor() * s)
-        })
+        self.by_numpy(py, other, false, "remainder")
     }
 
     fn __rmod__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.int_divisor_check(other, false)?;
-        let rem = |a: &Tensor, b: &Tensor| b - &(&(b / a).floor() * a);
-        self.binary(py, other, Promote::KeepInt, rem, |a, s| {
-            s - &(&(s / a).floor() * a)
-        })
+        self.by_numpy(py, other, true, "remainder")
     }
 
     pub(crate) fn __matmul__(
@@ -981,17 +1128,15 @@ impl PyTensor {
                 "pow with a modulo is not defined for tensors",
             ));
         }
-        // An integer tensor to a whole power >= 0 stays an integer, as in PyTorch.
-        let whole = exponent.extract::<u32>().is_ok() && !exponent.is_instance_of::<PyFloat>();
-        let promote = if whole {
-            Promote::KeepInt
-        } else {
-            Promote::ToFloat
-        };
+        // An integer to an integer power stays an integer, as in PyTorch (numpy refuses a
+        // negative power, as PyTorch does).
+        if self.int_with_int(exponent)? {
+            return self.by_numpy(py, exponent, false, "power");
+        }
         self.binary(
             py,
             exponent,
-            promote,
+            Promote::ToFloat,
             |a, p| (p * &a.log()).exp(),
             |a, s| a.powf(s),
         )
@@ -1008,6 +1153,9 @@ impl PyTensor {
             return Err(PyTypeError::new_err(
                 "pow with a modulo is not defined for tensors",
             ));
+        }
+        if self.int_with_int(base)? {
+            return self.by_numpy(py, base, true, "power");
         }
         self.binary(
             py,
@@ -1172,18 +1320,23 @@ impl PyTensor {
     pub(crate) fn clamp(
         &self,
         py: Python<'_>,
-        min: Option<f64>,
-        max: Option<f64>,
+        min: Option<&Bound<'_, PyAny>>,
+        max: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyTensor> {
-        let (lo, hi) = (
-            min.unwrap_or(f64::NEG_INFINITY),
-            max.unwrap_or(f64::INFINITY),
-        );
-        // Whole bounds keep an integer tensor integer; a fractional one makes it float32.
-        if [lo, hi].iter().all(|b| b.fract() == 0.0 || b.is_infinite()) {
-            self.map_int(py, |t| t.clamp(lo, hi))
-        } else {
+        let bound = |b: Option<&Bound<'_, PyAny>>, none: f64| -> PyResult<f64> {
+            b.filter(|b| !b.is_none()).map_or(Ok(none), |b| b.extract())
+        };
+        let (lo, hi) = (bound(min, f64::NEG_INFINITY)?, bound(max, f64::INFINITY)?);
+        // Integer bounds keep an integer tensor integer; a float bound makes it float32, as
+        // PyTorch's promotion does.
+        let float_bound = [min, max]
+            .into_iter()
+            .flatten()
+            .any(|b| b.is_instance_of::<PyFloat>());
+        if float_bound {
             self.map_unary(py, |t| t.clamp(lo, hi), "clamp")
+        } else {
+            self.map_int(py, |t| t.clamp(lo, hi))
         }
     }
     /// The larger of each pair of elements (a number compares with every element).

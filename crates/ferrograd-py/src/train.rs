@@ -600,13 +600,19 @@ pub struct PyModel {
 
 #[pymethods]
 impl PyModel {
+    /// `net` is a core layer (a `Net`) or a `ferrograd.nn.Module` (a `Sequential`, a module
+    /// written in Python), which runs as one layer with its own parameter names.
     #[new]
     fn new(
         py: Python<'_>,
-        net: Py<PyLayer>,
+        net: &Bound<'_, PyAny>,
         loss: Py<PyLoss>,
         optimizer: Py<PyOptimizer>,
     ) -> PyResult<PyModel> {
+        let net: Py<PyLayer> = match net.cast::<PyLayer>() {
+            Ok(layer) => layer.clone().unbind(),
+            Err(_) => Py::new(py, crate::nn::python_module_layer(net)?)?,
+        };
         if loss.bind(py).borrow().reduction == Reduction::None {
             return Err(pyo3::exceptions::PyValueError::new_err(
                 "Model: the loss must reduce to one number to train on; reduction='none' \

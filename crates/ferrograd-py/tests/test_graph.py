@@ -65,3 +65,20 @@ def test_missing_feed_and_foreign_nodes_are_clear_errors():
         with pytest.raises(TypeError):
             x + "a"
         assert sess.run(y, {x: [1.0, 2.0]}).tolist() == [2.0, 4.0]
+
+
+def test_layer_norm_node_matches_the_tensor_op():
+    xs = np.sin(np.arange(12).reshape(3, 4) * 0.7).astype(np.float32)
+    w0 = np.array([1.0, 0.5, -2.0, 3.0], dtype=np.float32)
+    b0 = np.array([0.1, 0.0, -0.3, 0.2], dtype=np.float32)
+    with sf.Graph().as_default():
+        x = sf.placeholder("x")
+        w, b = sf.Variable(w0, name="w"), sf.Variable(b0, name="b")
+        y = x.layer_norm(w, b, eps=1e-5)
+        (dw,) = sf.gradients(sf.reduce_sum(y * y), [w])
+        got, got_dw = sf.Session().run([y, dw], {x: xs})
+    wl = fg.tensor(w0, requires_grad=True)
+    eager = fg.tensor(xs).layer_norm(wl, fg.tensor(b0), 1e-5)
+    (eager * eager).sum().backward()
+    np.testing.assert_array_equal(got, eager.numpy())
+    np.testing.assert_array_equal(got_dw, wl.grad.numpy())

@@ -584,7 +584,13 @@ def test_core_layers_are_modules_with_pytorchs_methods():
     with pytest.raises(TypeError):
         m.body[0].to(fg.int64)
     assert m.body[0].requires_grad_(False) is m.body[0] and not m.body[0].weight.requires_grad
-    assert [n for n, _ in nn.Net([nn.Linear(2, 2)]).named_parameters(prefix="net.")] == ["net.0.weight", "net.0.bias"]
+    assert [n for n, _ in nn.Net([nn.Linear(2, 2)]).named_parameters(prefix="net")] == ["net.0.weight", "net.0.bias"]
+    assert [n for n, _ in m.named_parameters(prefix="head")][:2] == ["head.body.0.weight", "head.body.0.bias"]
+    enc = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16)
+    own = sum(len(list(sub.parameters(recurse=False))) for sub in enc.modules())
+    assert own == len(list(enc.parameters())) == 12  # a built-in layer owns its parts' parameters
+    seq = nn.Sequential(nn.Linear(2, 2))
+    assert seq.to("float64") is seq and seq[0].weight.dtype == fg.float64
     assert list(nn.Net([nn.Linear(2, 2)]).parameters(recurse=False)) == []
 
 
@@ -653,7 +659,10 @@ def test_type_promotion_of_integers_and_0d_tensors_follows_pytorchs():
     for expr, (dtype, values) in REF["promotion"].items():
         got = eval(expr, names)
         assert got.dtype.name == dtype, f"{expr}: {got.dtype.name}, PyTorch {dtype}"
-        close(np.asarray(got.tolist(), dtype=np.float64), np.asarray(values, dtype=np.float64), rtol=1e-6, atol=0)
+        if dtype == "int64":
+            assert got.tolist() == values, expr  # integers exactly, beyond 2^53 too
+        else:
+            close(np.asarray(got.tolist(), dtype=np.float64), np.asarray(values, dtype=np.float64), rtol=1e-6, atol=0)
     for zero in (lambda: a // 0, lambda: a % fg.tensor([1, 0, 1]), lambda: 5 // fg.tensor([0])):
         with pytest.raises(ZeroDivisionError):
             zero()
@@ -664,10 +673,12 @@ def test_pytorchs_other_spellings_and_in_place_methods():
     assert a.isnan().tolist() == [False, True, False] and fg.isinf(a).tolist() == [False, False, True]
     assert fg.isfinite(a).tolist() == [True, False, False] and fg.isnan(fg.tensor([1, 2])).tolist() == [False, False]
     assert b.eq(2).all() and b.ne(1).all() and b.gt(1).all() and b.le(2).all()
-    close(b.add(1).numpy(), [3, 3, 3]) and close(b.mul(b).numpy(), [4, 4, 4])
+    close(b.add(1).numpy(), [3, 3, 3])
+    close(b.mul(b).numpy(), [4, 4, 4])
     assert fg.logical_not(b > 2).all() and fg.equal(b, fg.full_like(b, 2.0)) and not fg.equal(b, b[:2])
     m = fg.randn(2, 3)
-    close(m.t().numpy(), m.numpy().T) and close(m.mm(m.t()).numpy(), (m @ m.t()).numpy())
+    close(m.t().numpy(), m.numpy().T)
+    close(m.mm(m.t()).numpy(), (m @ m.t()).numpy())
     assert m.new_zeros(4, 1).shape == (4, 1) and m.new_ones((2,), dtype=fg.int64).dtype == fg.int64
     t = fg.ones(3)
     assert t.zero_() is t and t.tolist() == [0, 0, 0]
@@ -693,7 +704,8 @@ def test_pytorchs_creation_functions_and_parameter():
     fg.manual_seed(3)
     assert fg.randint(2, 5, (1000,)).tolist() == r.tolist()  # the seed fixes the draws
     assert sorted(fg.randperm(10).tolist()) == list(range(10)) and fg.randint(3, (2, 2)).max().item() < 3
-    close(fg.eye(3).numpy(), np.eye(3)) and fg.is_tensor(x) and not fg.is_tensor(x.numpy())
+    close(fg.eye(3).numpy(), np.eye(3))
+    assert fg.is_tensor(x) and not fg.is_tensor(x.numpy())
     assert fg.as_tensor(x) is x and fg.as_tensor([1, 2]).dtype == fg.int64
 
     class Scale(nn.Module):
@@ -702,3 +714,59 @@ def test_pytorchs_creation_functions_and_parameter():
             self.s = nn.Parameter(fg.ones(2))
 
     assert [n for n, _ in Scale().named_parameters()] == ["s"] and Scale().s.requires_grad
+
+
+def test_in_place_methods_reach_grad_data_and_buffers_as_in_pytorch():
+    w = fg.ones(3, requires_grad=True)
+    (w * w).sum().backward()
+    w.grad.zero_()  # the old idiom: clears the accumulated gradient itself
+    (w * 3).sum().backward()
+    assert w.grad.tolist() == [3.0, 3.0, 3.0]
+    lin = nn.Linear(2, 2)
+    lin.bias.data.zero_()  # custom initialisation through .data, with gradients recorded
+    lin.weight.data.copy_(fg.ones(2, 2))
+    assert lin.bias.tolist() == [0.0, 0.0] and lin.weight.tolist() == [[1.0, 1.0], [1.0, 1.0]]
+    bn = nn.BatchNorm1d(2)
+    bn.running_mean.fill_(3.0)
+    for b in bn.buffers():
+        if b.dtype.is_floating_point:
+            b.mul_(2)
+    assert bn.state_dict()["running_mean"].tolist() == [6.0, 6.0] and bn.running_var.tolist() == [2.0, 2.0]
+    # what PyTorch refuses: a result that does not fit the tensor's dtype or shape
+    for bad in (
+        lambda: (fg.tensor([1, 2]) > 1).add_(1),
+        lambda: fg.tensor([1, 2]).add_(0.5),
+        lambda: fg.ones(2).add_(fg.ones(3, 2)),
+    ):
+        with pytest.raises(RuntimeError):
+            bad()
+    t = fg.ones(2)
+    t.add_(fg.tensor([1.0, 2.0], dtype=fg.float64))
+    assert t.dtype == fg.float32 and t.tolist() == [2.0, 3.0]
+
+
+def test_remainder_has_pytorchs_derivative_and_floor_division_none():
+    x = fg.tensor([5.5, -3.0], requires_grad=True)
+    y = fg.tensor([2.0, 2.0], requires_grad=True)
+    (x % y).sum().backward()
+    assert x.grad.tolist() == [1.0, 1.0] and y.grad.tolist() == [-2.0, 2.0]  # -floor(x / y)
+    with pytest.raises(ValueError, match="floor"):
+        (x // y).sum().backward()
+
+
+def test_model_trains_a_sequential_and_modules_take_pytorchs_forms():
+    fg.manual_seed(0)
+    seq = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 1))
+    model = fg.Model(seq, nn.MSELoss(), fg.optim.Adam(lr=0.05))
+    x = fg.tensor([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
+    y = fg.tensor([[0.0], [1.0], [1.0], [0.0]])
+    first = None
+    for _ in range(200):
+        loss, grads = model.backward(model.forward(x), y)
+        model.apply_grads(grads)
+        first = loss if first is None else first
+    assert loss < 0.5 * first
+    assert fg.randint(10, size=(4,)).shape == (4,) and fg.randint(3, 5, size=(2,)).min().item() >= 3
+    # PyTorch's implicit softmax axis: 0 for 0-, 1- and 3-d input, 1 otherwise
+    x3 = fg.randn(2, 3, 4)
+    close(nn.Softmax()(x3).numpy(), F.softmax(x3, dim=0).numpy())

@@ -624,3 +624,33 @@ fn graphs_nodes_and_sessions_move_between_threads() {
         "one step of 0.5 × 3 from 2"
     );
 }
+
+#[test]
+fn layer_norm_is_one_node_with_the_eager_values_and_gradients() {
+    let xs = Tensor::from_vec((0..12).map(|i| (i as f64 * 0.7).sin()).collect(), &[3, 4]);
+    let (w0, b0) = (
+        Tensor::from_vec(vec![1.0, 0.5, -2.0, 3.0], &[4]),
+        Tensor::from_vec(vec![0.1, 0.0, -0.3, 0.2], &[4]),
+    );
+    let g = Graph::new();
+    let x = g.placeholder("x");
+    let (w, b) = (g.variable("w", w0.clone()), g.variable("b", b0.clone()));
+    let y = x.layer_norm(&w, &b, 1e-5);
+    let loss = (&y * &y).sum();
+    let dw = g.gradients(&loss, &[&w]).remove(0);
+    assert!(format!("{y:?}").contains("layer_norm"), "{y:?}");
+    let mut sess = Session::new(&g);
+    let feed = Feed::new().with(&x, xs.clone());
+    let got = sess.run_many(&[&y, &dw], &feed).unwrap();
+    // The same op run eagerly, its gradient by backward.
+    let wl = w0.requires_grad();
+    let eager = xs.layer_norm(&wl, &b0, 1e-5);
+    let eager_dw = (&eager * &eager).sum().backward().get(&wl).unwrap();
+    assert_eq!(got[0].to_vec::<f64>(), eager.to_vec::<f64>());
+    assert_eq!(got[1].to_vec::<f64>(), eager_dw.to_vec::<f64>());
+    // A weight that does not fit the last axis is refused when the shapes are known.
+    let short = g.variable("short", Tensor::ones(&[3], DType::F64));
+    let bad = x.layer_norm(&short, &b, 1e-5);
+    let err = sess.run(&bad, &feed).unwrap_err().to_string();
+    assert!(err.contains("layer_norm needs input [..., D]"), "{err}");
+}

@@ -280,8 +280,12 @@ def rand_like(x, dtype=None, requires_grad=False):
 def randint(low, high=None, size=None, dtype=None):
     """Integers drawn uniformly from ``[low, high)`` (``randint(high, size)`` from 0), int64
     unless ``dtype`` says otherwise, from the generator ``manual_seed`` sets."""
-    if size is None:  # randint(high, size)
+    if high is None:  # randint(high, size=...)
+        low, high = 0, low
+    elif size is None:  # randint(high, size)
         low, high, size = 0, low, high
+    if size is None:
+        raise TypeError("randint: a size is needed")
     if high <= low:
         raise ValueError(f"randint: empty range [{low}, {high})")
     size = (size,) if isinstance(size, int) else tuple(size)

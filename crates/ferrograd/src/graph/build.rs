@@ -162,6 +162,12 @@ impl Node {
         self.graph.add(Op::WhereCond, &[self, on_true, on_false])
     }
 
+    /// Layer normalisation over the last axis, scaled by `weight` and shifted by `bias`
+    /// (`[D]` each): `Tensor::layer_norm`, PyTorch's `F.layer_norm`.
+    pub fn layer_norm(&self, weight: &Node, bias: &Node, eps: f64) -> Node {
+        self.graph.add(Op::LayerNorm(eps), &[self, weight, bias])
+    }
+
     /// The same values, cut from differentiation (`detach`, TensorFlow's `stop_gradient`).
     pub fn stop_gradient(&self) -> Node {
         self.graph.add(Op::StopGradient, &[self])

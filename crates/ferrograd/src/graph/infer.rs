@@ -76,6 +76,7 @@ impl Op {
                 let d = float(da.promote(*db), "where_cond")?;
                 Ok((broadcast(&broadcast(c, a)?, b)?, d))
             }
+            Op::LayerNorm(_) => layer_norm(inputs),
             Op::ArgExtremum { axis, .. } => {
                 let (s, d) = first();
                 float(d, "argmax and argmin")?;
@@ -344,6 +345,28 @@ fn index_add((s, d): &(Shape, DType), src: &Shape, axis: usize, indices: &[usize
         ));
     }
     Ok((s.clone(), float(*d, "index_add")?))
+}
+
+/// Layer normalisation's rule, the eager op's: input `[..., D]`, weight and bias `[D]`, one
+/// float dtype for the three.
+fn layer_norm(inputs: &[(Shape, DType)]) -> Inferred {
+    let ((x, dx), (w, dw), (b, db)) = (&inputs[0], &inputs[1], &inputs[2]);
+    let d = x.last().copied().flatten();
+    let fits = |p: &Shape| p.len() == 1 && (d.is_none() || p[0].is_none() || p[0] == d);
+    if x.is_empty() || d == Some(0) || !fits(w) || !fits(b) {
+        return Err(format!(
+            "layer_norm needs input [..., D] with weight and bias [D], got {}, {} and {}",
+            show(x),
+            show(w),
+            show(b)
+        ));
+    }
+    if dw != dx || db != dx {
+        return Err(format!(
+            "layer_norm needs one dtype for input, weight and bias, got {dx}, {dw} and {db}"
+        ));
+    }
+    Ok((x.clone(), float(*dx, "layer_norm")?))
 }
 
 fn check_axis(a: usize, s: &Shape) -> Result<(), String> {

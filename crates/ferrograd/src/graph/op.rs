@@ -149,6 +149,9 @@ pub enum Op {
     IndexSelect(usize, Vec<usize>),
     /// Input 1 where input 0 is non-zero, input 2 elsewhere (broadcast).
     WhereCond,
+    /// Input 0 normalised over its last axis with this `eps`, scaled by input 1 and shifted
+    /// by input 2 (both `[D]`): the fused `Tensor::layer_norm`.
+    LayerNorm(f64),
     /// The same values, cut from differentiation.
     StopGradient,
     /// The same values in another dtype.
@@ -222,6 +225,7 @@ impl Op {
             Op::Pad(p, v) => format!("pad({p:?}, {v})"),
             Op::IndexSelect(a, i) => format!("index_select({a}, {i:?})"),
             Op::WhereCond => "where_cond".into(),
+            Op::LayerNorm(eps) => format!("layer_norm(eps={eps})"),
             Op::StopGradient => "stop_gradient".into(),
             Op::ToDtype(d) => format!("to_dtype({d})"),
             Op::SumTo(s) => format!("sum_to({s:?})"),
@@ -341,6 +345,7 @@ impl Op {
             Op::Pad(p, v) => x[0].pad(p, *v),
             Op::IndexSelect(a, i) => x[0].index_select(*a, i),
             Op::WhereCond => x[0].where_cond(&x[1], &x[2]),
+            Op::LayerNorm(eps) => x[0].layer_norm(&x[1], &x[2], *eps),
             Op::StopGradient => x[0].detach(),
             Op::ToDtype(d) => x[0].to_dtype(*d),
             Op::SumTo(s) => x[0].sum_to(s),

@@ -11,12 +11,31 @@ from .._core import load_tensors as _load_tensors
 from .._core import save_tensors as _save_tensors
 
 
+_DEVICES = ("cpu", "cuda", "mps", "xpu", "meta")
+
+
+def _dtype_named(name):
+    """The dtype a string such as ``"float64"`` names."""
+    from .. import dtype as _dtype
+
+    name = {"double": "float64", "float": "float32", "long": "int64"}.get(name, name)
+    found = getattr(_dtype, name, None)
+    if not isinstance(found, _dtype):
+        raise TypeError(f"Module.to: {name!r} names neither a device nor a dtype")
+    return found
+
+
 class StateDictError(RuntimeError, ValueError):
     """``load_state_dict`` found names or shapes that do not fit; nothing was changed.
     (PyTorch raises ``RuntimeError``; earlier ferrograd raised ``ValueError``: both catch it.)"""
 
 
 IncompatibleKeys = _collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+
+def _join(prefix, name):
+    """``name`` under ``prefix``, with a dot between them, as PyTorch names nested entries."""
+    return f"{prefix}.{name}" if prefix else name
 
 
 def _is_module(value):
@@ -158,10 +177,10 @@ class Module(metaclass=_ModuleType):
             out.append((name, p))
 
         for n, p in self._parameters.items():
-            add(prefix + n, p)
+            add(_join(prefix, n), p)
         if recurse:
             for n, child in self.named_children():
-                for name, p in child.named_parameters(prefix=f"{prefix}{n}.", remove_duplicate=False):
+                for name, p in child.named_parameters(prefix=_join(prefix, n), remove_duplicate=False):
                     add(name, p)
         return iter(out)
 
@@ -170,10 +189,10 @@ class Module(metaclass=_ModuleType):
 
     def named_buffers(self, prefix="", recurse=True):
         """``(name, buffer)`` pairs, the core layers' inside included."""
-        out = [(prefix + n, b) for n, b in self._buffers.items() if b is not None]
+        out = [(_join(prefix, n), b) for n, b in self._buffers.items() if b is not None]
         if recurse:
             for n, child in self.named_children():
-                out.extend(child.named_buffers(prefix=f"{prefix}{n}."))
+                out.extend(child.named_buffers(prefix=_join(prefix, n)))
         return iter(out)
 
     def buffers(self, recurse=True):
@@ -293,6 +312,9 @@ class Module(metaclass=_ModuleType):
                 if not a.is_floating_point:
                     raise TypeError(f"Module.to only accepts floating point dtypes, got {a}")
                 self._convert(a)
+                continue
+            if isinstance(a, str) and not a.split(":")[0] in _DEVICES:
+                self.to(_dtype_named(a))
                 continue
             name = a if isinstance(a, str) else getattr(a, "type", None)
             if not isinstance(name, str):
