@@ -247,34 +247,26 @@ def reshape(x, shape):
 # ---- PyTorch's other creation functions and predicates ----
 
 
-def zeros_like(x, dtype=None, requires_grad=False):
-    """Zeros of ``x``'s shape and dtype (or ``dtype``)."""
-    x = _as_tensor(x)
-    return zeros(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
+def _like(make, what):
+    def like(x, dtype=None, requires_grad=False):
+        x = _as_tensor(x)
+        return make(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
+
+    like.__name__ = f"{make.__name__}_like"
+    like.__doc__ = f"{what} in ``x``'s shape, of ``x``'s dtype unless ``dtype`` is given."
+    return like
 
 
-def ones_like(x, dtype=None, requires_grad=False):
-    """Ones of ``x``'s shape and dtype (or ``dtype``)."""
-    x = _as_tensor(x)
-    return ones(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
+zeros_like = _like(zeros, "Zeros")
+ones_like = _like(ones, "Ones")
+randn_like = _like(randn, "N(0, 1) draws from the generator ``manual_seed`` sets")
+rand_like = _like(rand, "U[0, 1) draws from the generator ``manual_seed`` sets")
 
 
 def full_like(x, fill_value, dtype=None, requires_grad=False):
     """``fill_value`` in ``x``'s shape and dtype (or ``dtype``)."""
     x = _as_tensor(x)
     return full(x.shape, fill_value, dtype=dtype or x.dtype, requires_grad=requires_grad)
-
-
-def randn_like(x, dtype=None, requires_grad=False):
-    """N(0, 1) draws in ``x``'s shape, from the generator ``manual_seed`` sets."""
-    x = _as_tensor(x)
-    return randn(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
-
-
-def rand_like(x, dtype=None, requires_grad=False):
-    """U[0, 1) draws in ``x``'s shape, from the generator ``manual_seed`` sets."""
-    x = _as_tensor(x)
-    return rand(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
 
 
 def randint(low, high=None, size=None, dtype=None):

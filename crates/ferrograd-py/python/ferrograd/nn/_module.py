@@ -373,13 +373,9 @@ class Module(metaclass=_ModuleType):
         return name + "(\n  " + "\n  ".join(lines) + "\n)"
 
 
-class ModuleList(Module):
-    """Layers in a list, registered so their parameters are found (named ``"0.weight"``)."""
-
-    def __init__(self, modules=None):
-        super().__init__()
-        for m in modules or []:
-            self.append(m)
+class _ModuleSequence(Module):
+    """Layers in order, named ``"0"``, ``"1"``, ...: what ``ModuleList`` and ``Sequential``
+    share."""
 
     def append(self, module):
         self.add_module(str(len(self._modules)), module)
@@ -395,23 +391,30 @@ class ModuleList(Module):
         items.insert(index, module)
         for k in list(self._modules):
             delattr(self, k)
-        self.extend(items)
-
-    def __getitem__(self, idx):
-        items = list(self._modules.values())
-        if isinstance(idx, slice):
-            return ModuleList(items[idx])
-        return items[idx]
+        return self.extend(items)
 
     def __setitem__(self, idx, module):
-        key = list(self._modules)[idx]
-        self.add_module(key, module)
+        self.add_module(list(self._modules)[idx], module)
 
     def __len__(self):
         return len(self._modules)
 
     def __iter__(self):
         return iter(self._modules.values())
+
+
+class ModuleList(_ModuleSequence):
+    """Layers in a list, registered so their parameters are found (named ``"0.weight"``)."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        self.extend(modules or [])
+
+    def __getitem__(self, idx):
+        items = list(self._modules.values())
+        if isinstance(idx, slice):
+            return ModuleList(items[idx])
+        return items[idx]
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError("ModuleList has no forward: call its layers")
@@ -461,7 +464,7 @@ class ModuleDict(Module):
         raise NotImplementedError("ModuleDict has no forward: call its layers")
 
 
-class Sequential(Module):
+class Sequential(_ModuleSequence):
     """The layers applied in order, as PyTorch's ``nn.Sequential``: named ``"0"``, ``"1"``,
     ... or, given one ``OrderedDict``, by its names. Indexing, slicing (a new ``Sequential``
     of the same layers), ``append``, ``extend``, ``insert``, ``len`` and iteration work as in
@@ -473,8 +476,7 @@ class Sequential(Module):
             for k, m in layers[0].items():
                 self.add_module(k, m)
         else:
-            for i, m in enumerate(layers):
-                self.add_module(str(i), m)
+            self.extend(layers)
 
     def forward(self, x):
         for m in self._modules.values():
@@ -486,9 +488,6 @@ class Sequential(Module):
             return Sequential(_collections.OrderedDict(list(self._modules.items())[idx]))
         return list(self._modules.values())[idx]
 
-    def __setitem__(self, idx, module):
-        self.add_module(list(self._modules)[idx], module)
-
     def __delitem__(self, idx):
         """Removes layers and numbers the rest ``"0"``, ``"1"``, ... again, as PyTorch does."""
         keys = list(self._modules)
@@ -497,26 +496,3 @@ class Sequential(Module):
         for k in keys:
             delattr(self, k)
         self.extend(kept)
-
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
-
-    def append(self, module):
-        self.add_module(str(len(self._modules)), module)
-        return self
-
-    def extend(self, modules):
-        for m in modules:
-            self.append(m)
-        return self
-
-    def insert(self, index, module):
-        items = list(self._modules.values())
-        items.insert(index, module)
-        for k in list(self._modules):
-            delattr(self, k)
-        self.extend(items)
-        return self
