@@ -100,12 +100,7 @@ impl PyLayer {
         let mut out = vec![(prefix.to_string(), slf.clone().into_any())];
         for item in slf.call_method0("named_children")?.try_iter()? {
             let (name, child): (String, Bound<'py, PyAny>) = item?.extract()?;
-            let path = if prefix.is_empty() {
-                name
-            } else {
-                format!("{prefix}.{name}")
-            };
-            let kwargs = [("prefix", path)].into_py_dict(py)?;
+            let kwargs = [("prefix", joined(prefix, &name))].into_py_dict(py)?;
             for sub in child
                 .call_method("named_modules", (), Some(&kwargs))?
                 .try_iter()?

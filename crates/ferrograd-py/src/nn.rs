@@ -596,16 +596,19 @@ struct SoftmaxAlong {
 impl Module for SoftmaxAlong {
     fn name(&self) -> String {
         let kind = if self.log { "LogSoftmax" } else { "Softmax" };
-        format!("{kind}(dim={:?})", self.dim)
+        let dim = self.dim.map_or("None".to_string(), |d| d.to_string());
+        format!("{kind}(dim={dim})")
     }
 }
 
 impl Layer for SoftmaxAlong {
     fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
+        if x.ndim() == 0 {
+            // One element: its softmax is 1 (its log 0), as PyTorch's.
+            return self.forward(&x.unsqueeze(0), Mode::Eval).squeeze(0);
+        }
         let n = x.ndim() as isize;
-        let dim = self
-            .dim
-            .unwrap_or(if matches!(n, 0 | 1 | 3) { 0 } else { 1 });
+        let dim = self.dim.unwrap_or(if matches!(n, 1 | 3) { 0 } else { 1 });
         assert!(
             (-n..n).contains(&dim),
             "{}: input {:?} has no axis {dim}",

@@ -152,23 +152,27 @@ impl PyTensor {
     // no_grad (see `+=`); each returns the tensor itself ----
 
     fn zero_<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
-        let zeros = PyTensor::new(slf.get().tensor().detach().zeros_like());
+        let zeros = slf.get().like(slf.get().tensor().detach().zeros_like());
         updated(slf, zeros, "zero_")
     }
+    /// Every element set to `value` (converted to the tensor's dtype: a mask takes its truth).
     fn fill_<'py>(slf: &Bound<'py, Self>, value: f64) -> PyResult<Bound<'py, Self>> {
         let t = slf.get().tensor();
-        updated(
-            slf,
-            PyTensor::new(Tensor::full(t.shape(), value, t.dtype())),
-            "fill_",
-        )
+        if !t.dtype().is_float() && !value.is_finite() {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+                "fill_: {value} cannot be converted to {} without overflow",
+                t.dtype()
+            )));
+        }
+        let filled = slf.get().like(Tensor::full(t.shape(), value, t.dtype()));
+        updated(slf, filled, "fill_")
     }
     /// Copies `src`'s values (broadcast to this shape, converted to this dtype).
     fn copy_<'py>(slf: &Bound<'py, Self>, src: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
         let t = slf.get().tensor();
         let s = to_tensor(src, Some(t.dtype()))?.detach();
         let s = guard::run(|| s.try_broadcast_to(t.shape()))?.map_err(crate::nn::core_error)?;
-        updated(slf, PyTensor::new(s.to_dtype(t.dtype())), "copy_")
+        updated(slf, slf.get().like(s.to_dtype(t.dtype())), "copy_")
     }
     fn add_<'py>(slf: &Bound<'py, Self>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
         let r = slf.get().__add__(slf.py(), other)?;

@@ -170,7 +170,7 @@ impl PyTensor {
     }
 
     /// `t` as a tensor of this one's kind: what views and selections of a mask give.
-    fn like(&self, t: Tensor) -> PyTensor {
+    pub(crate) fn like(&self, t: Tensor) -> PyTensor {
         if self.boolean {
             PyTensor::mask(t)
         } else {
@@ -261,6 +261,9 @@ impl PyTensor {
 
     /// The current value (a leaf's is tracked, with the leaf's identity).
     pub fn tensor(&self) -> Tensor {
+        if let Some(live) = self.writes_to.as_ref().and_then(WriteBack::current) {
+            return live;
+        }
         match self.value() {
             Value::Plain(t) => t,
             Value::Leaf(l) => l.param.tensor(),
@@ -361,41 +364,53 @@ impl PyTensor {
         if ints && ufunc != "power" {
             self.int_divisor_check(other, !reflected)?;
         }
-        let np = py.import("numpy")?;
-        let mine = to_numpy(py, &t.detach())?;
-        let theirs = match &o {
-            Operand::Scalar(v) if ints => (*v as i64).into_pyobject(py)?.into_any(),
-            Operand::Scalar(v) => v.into_pyobject(py)?.into_any(),
-            Operand::Tensor(o) => to_numpy(py, &o.detach())?,
+        let other_t = match o {
+            Operand::Tensor(o) => Some(o),
+            Operand::Scalar(_) => None,
         };
+        let dtype = match &other_t {
+            _ if ints => DType::I64,
+            Some(o) => t.dtype().promote(o.dtype()),
+            None => t.dtype(),
+        };
+        // A Python number goes to numpy as it is (an int of any size stays exact).
+        let theirs = match &other_t {
+            Some(o) => to_numpy(py, &o.detach())?,
+            None => other.clone(),
+        };
+        let mine = to_numpy(py, &t.detach())?;
         let (a, b) = if reflected {
             (theirs, mine)
         } else {
             (mine, theirs)
         };
-        let quiet = np.call_method("errstate", (), Some(&[("all", "ignore")].into_py_dict(py)?))?;
-        quiet.call_method0("__enter__")?;
-        let r = np.call_method1(ufunc, (a, b));
-        quiet.call_method1("__exit__", (py.None(), py.None(), py.None()))?;
-        let dtype = if ints { DType::I64 } else { t.dtype() };
-        let value = to_tensor(&np.call_method1("asarray", (r?,))?, Some(dtype))?;
-        let other_t = match o {
-            Operand::Tensor(o) => Some(o),
-            Operand::Scalar(_) => None,
+        let value = numpy_call(py, ufunc, (&a, &b), dtype)?;
+        let (num, den) = if reflected {
+            (other_t, Some(t))
+        } else {
+            (Some(t), other_t)
         };
-        let tracked = t.is_tracked() || other_t.as_ref().is_some_and(Tensor::is_tracked);
-        if !tracked {
+        // x − x.detach(): zero, carrying x's graph when x is tracked.
+        let graph_of = |x: &Option<Tensor>| {
+            x.as_ref()
+                .filter(|x| x.is_tracked())
+                .map(|x| x - &x.detach())
+        };
+        let (dnum, dden) = (graph_of(&num), graph_of(&den));
+        if dnum.is_none() && dden.is_none() {
             return Ok(PyTensor::new(value));
         }
-        let b = other_t.unwrap_or_else(|| Tensor::full(&[], 0.0, t.dtype()));
-        let (num, den) = if reflected { (b, t) } else { (t, b) };
-        let zero = |x: &Tensor| x - &x.detach();
-        guard::run(|| match ufunc {
-            "remainder" => {
-                let q = (&num.detach() / &den.detach()).floor();
-                &(&value + &zero(&num)) - &(&q * &zero(&den))
+        let q = if ufunc == "remainder" {
+            Some(numpy_call(py, "floor_divide", (&a, &b), dtype)?)
+        } else {
+            None
+        };
+        guard::run(|| match q {
+            Some(q) => {
+                let plus = dnum.map_or(value.clone(), |d| &value + &d);
+                dden.map_or(plus.clone(), |d| &plus - &(&q * &d))
             }
-            _ => &value + &zero(&(&num / &den).floor()),
+            None => &value + &dnum.or(dden).expect("a tracked operand").floor(),
         })
         .map(PyTensor::new)
     }
@@ -451,8 +466,9 @@ impl PyTensor {
     /// replaced by the result.
     pub(crate) fn in_place(&self, result: PyTensor, op: &str) -> PyResult<()> {
         let result = self.in_place_result(result, op)?;
-        if let Some(target) = &self.writes_to {
-            write_back(target, &result.tensor())?;
+        // A cleared `.grad` is no longer this tensor's storage: nothing to write to.
+        if let Some(target) = self.writes_to.as_ref().filter(|w| w.current().is_some()) {
+            target.write(&result.tensor())?;
         }
         match &self.value() {
             Value::Leaf(leaf) => {
@@ -509,18 +525,48 @@ impl PyTensor {
     }
 }
 
-/// Writes an in-place update through to the storage a tensor was handed out from.
-fn write_back(target: &WriteBack, value: &Tensor) -> PyResult<()> {
-    match target {
-        WriteBack::Data(leaf) => set_leaf(leaf, value),
-        WriteBack::Grad(leaf) => {
-            let dtype = leaf.param.dtype();
-            leaf.set_grad(Some(value.detach().to_dtype(dtype)));
-            Ok(())
+/// numpy's `ufunc(a, b)` (warnings of division by zero silenced, as PyTorch gives inf and NaN
+/// without one) as a tensor of `dtype`.
+fn numpy_call(
+    py: Python<'_>,
+    ufunc: &str,
+    (a, b): (&Bound<'_, PyAny>, &Bound<'_, PyAny>),
+    dtype: DType,
+) -> PyResult<Tensor> {
+    let np = py.import("numpy")?;
+    let quiet = np.call_method("errstate", (), Some(&[("all", "ignore")].into_py_dict(py)?))?;
+    quiet.call_method0("__enter__")?;
+    let r = np.call_method1(ufunc, (a, b));
+    quiet.call_method1("__exit__", (py.None(), py.None(), py.None()))?;
+    to_tensor(&np.call_method1("asarray", (r?,))?, Some(dtype))
+}
+
+impl WriteBack {
+    /// The storage's value now: what the handed-out tensor reads, as a PyTorch view of the
+    /// same storage would (an optimizer step or a forward pass since is seen). None once a
+    /// `.grad` was cleared: the tensor then keeps its own values, as PyTorch's old gradient does.
+    fn current(&self) -> Option<Tensor> {
+        match self {
+            WriteBack::Data(leaf) => Some(leaf.param.tensor().detach()),
+            WriteBack::Grad(leaf) => leaf.grad(),
+            WriteBack::Buffer(p) => Some(p.tensor().detach()),
         }
-        WriteBack::Buffer(p) => {
-            let value = value.detach().to_dtype(p.dtype());
-            guard::run(|| p.set(&value))
+    }
+
+    /// Writes an in-place update through to the storage (a `.grad` keeps its graph, as one
+    /// built with `create_graph` must).
+    fn write(&self, value: &Tensor) -> PyResult<()> {
+        match self {
+            WriteBack::Data(leaf) => set_leaf(leaf, value),
+            WriteBack::Grad(leaf) => {
+                let dtype = leaf.param.dtype();
+                leaf.set_grad(Some(value.to_dtype(dtype)));
+                Ok(())
+            }
+            WriteBack::Buffer(p) => {
+                let value = value.detach().to_dtype(p.dtype());
+                guard::run(|| p.set(&value))
+            }
         }
     }
 }
@@ -784,11 +830,7 @@ impl PyTensor {
     /// The value cut from the graph (shares the data).
     #[getter]
     fn data(&self) -> PyTensor {
-        let values = self.like(self.tensor().detach());
-        match &self.value() {
-            Value::Leaf(l) => values.writing_to(WriteBack::Data(l.clone())),
-            Value::Plain(_) => values,
-        }
+        self.detach()
     }
 
     /// Sets the value: a trainable leaf keeps its identity (the shape must stay).
@@ -804,9 +846,18 @@ impl PyTensor {
         }
     }
 
-    /// The same values cut from the graph: no gradient flows through the result.
+    /// The same values cut from the graph; in-place updates of it reach the same storage,
+    /// as PyTorch's `detach()` and `.data` share it (a leaf's value, a `.grad`, a buffer).
     fn detach(&self) -> PyTensor {
-        self.like(self.tensor().detach())
+        let values = self.like(self.tensor().detach());
+        let target = match &self.value() {
+            Value::Leaf(l) => Some(WriteBack::Data(l.clone())),
+            Value::Plain(_) => self.writes_to.clone(),
+        };
+        match target {
+            Some(t) => values.writing_to(t),
+            None => values,
+        }
     }
 
     /// A plain copy (tracked like any op: gradients flow through it).
@@ -1323,10 +1374,28 @@ impl PyTensor {
         min: Option<&Bound<'_, PyAny>>,
         max: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyTensor> {
+        let (min, max) = (min.filter(|b| !b.is_none()), max.filter(|b| !b.is_none()));
+        // Tensor bounds: max(x, min) then min(·, max), broadcast, as PyTorch's.
+        if [min, max]
+            .into_iter()
+            .flatten()
+            .any(|b| b.cast::<PyTensor>().is_ok())
+        {
+            let low = match min {
+                Some(lo) => self.maximum(py, lo)?,
+                None => PyTensor::new(self.tensor()),
+            };
+            return match max {
+                Some(hi) => low.minimum(py, hi),
+                None => Ok(low),
+            };
+        }
         let bound = |b: Option<&Bound<'_, PyAny>>, none: f64| -> PyResult<f64> {
-            b.filter(|b| !b.is_none()).map_or(Ok(none), |b| b.extract())
+            b.map_or(Ok(none), |b| b.extract())
         };
         let (lo, hi) = (bound(min, f64::NEG_INFINITY)?, bound(max, f64::INFINITY)?);
+        // min(max(x, lo), hi): every element is hi when the bounds cross.
+        let lo = lo.min(hi);
         // Integer bounds keep an integer tensor integer; a float bound makes it float32, as
         // PyTorch's promotion does.
         let float_bound = [min, max]
@@ -1340,7 +1409,7 @@ impl PyTensor {
         }
     }
     /// The larger of each pair of elements (a number compares with every element).
-    fn maximum(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    pub(crate) fn maximum(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
         self.binary(
             py,
             other,
@@ -1350,7 +1419,7 @@ impl PyTensor {
         )
     }
     /// The smaller of each pair of elements (a number compares with every element).
-    fn minimum(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    pub(crate) fn minimum(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
         self.binary(
             py,
             other,

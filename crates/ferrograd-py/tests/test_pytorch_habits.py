@@ -761,3 +761,63 @@ def test_model_trains_a_sequential_and_modules_take_pytorchs_forms():
     # PyTorch's implicit softmax axis: 0 for 0-, 1- and 3-d input, 1 otherwise
     x3 = fg.randn(2, 3, 4)
     close(nn.Softmax()(x3).numpy(), F.softmax(x3, dim=0).numpy())
+
+
+def test_what_grad_data_and_buffers_hand_out_reads_and_writes_the_storage():
+    w = fg.tensor([1.0, 2.0], requires_grad=True)
+    d = w.data
+    opt = fg.optim.SGD([w], lr=0.1)
+    (w * w).sum().backward()
+    g = w.grad
+    (w * w).sum().backward()  # accumulates: g sees it, as a view of the same storage would
+    assert g.tolist() == [4.0, 8.0]
+    opt.step()
+    d.add_(100)  # the value after the step, not a stale copy
+    close(w.numpy(), [100.6, 101.2], rtol=1e-6)
+    opt.zero_grad()
+    g.zero_()  # no longer w's gradient: w.grad stays None
+    assert w.grad is None
+    w.grad = fg.ones(2)
+    w.grad.data.zero_()  # one level down still writes through
+    assert w.grad.tolist() == [0.0, 0.0]
+    bn = nn.BatchNorm1d(2)
+    rm = bn.running_mean
+    bn(fg.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    rm.mul_(1.0)
+    close(bn.running_mean.numpy(), [0.2, 0.3], rtol=1e-6)
+    mask = fg.tensor([1.0, -1.0]) > 0
+    assert mask.zero_().tolist() == [False, False] and mask.fill_(1).tolist() == [True, True]
+    with pytest.raises(RuntimeError):
+        fg.tensor([1, 2]).fill_(float("nan"))
+    # a gradient built with create_graph stays differentiable through in-place updates
+    v = fg.tensor([1.0, 2.0], requires_grad=True)
+    (v ** 3).sum().backward(create_graph=True)
+    v.grad.mul_(2)
+    (dv2,) = fg.grad(v.grad.sum(), [v])
+    assert dv2.tolist() == [12.0, 24.0]
+
+
+def test_floor_division_and_remainder_on_tracked_tensors_and_big_integers():
+    x = fg.tensor([3.0, -3.0], requires_grad=True)
+    assert (x % 2).tolist() == [1.0, 1.0] and (x // 2).tolist() == [1.0, -2.0]
+    y = fg.tensor([0.1], dtype=fg.float64, requires_grad=True)
+    one = fg.tensor([1.0], dtype=fg.float64, requires_grad=True)
+    (one % y).sum().backward()
+    assert y.grad.tolist() == [-9.0] and one.grad.tolist() == [1.0]  # numpy's quotient, 9
+    assert (fg.tensor([5.0]) // fg.tensor([2.0], dtype=fg.float64)).dtype == fg.float64
+    big = fg.tensor([2**60 + 1, -(2**60 + 1), 7])
+    assert (big // (2**60 + 1)).tolist() == [1, -1, 0] and (big % (2**60 + 3)).tolist() == [2**60 + 1, 2, 7]
+
+
+def test_clamp_takes_tensor_and_crossed_bounds_and_softmax_its_implicit_axis():
+    a = fg.tensor([1, 2, 3])
+    assert a.clamp(min=fg.tensor(1.5)).tolist() == [1.5, 2.0, 3.0]
+    assert a.clamp(fg.tensor([2, 0, 0]), fg.tensor([5, 5, 2])).tolist() == [2, 2, 2]
+    assert a.clamp(2, 1).tolist() == [1, 1, 1]  # min(max(x, 2), 1), as PyTorch
+    x = fg.ones(2, 3, 4)
+    assert F.softmax(x).sum().item() == pytest.approx(12.0) and nn.Softmax()(fg.tensor(3.0)).item() == 1.0
+    seq = nn.ModuleList([nn.Linear(1, 1), nn.ReLU(), nn.Tanh()])
+    assert isinstance(seq.pop(1), nn.ReLU) and [type(m).__name__ for m in seq] == ["Linear", "Tanh"]
+    del seq[0]
+    assert [n for n, _ in seq.named_children()] == ["0"]
+    assert fg.randint(high=5, size=(3,)).max().item() < 5

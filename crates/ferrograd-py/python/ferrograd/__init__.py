@@ -269,7 +269,7 @@ def full_like(x, fill_value, dtype=None, requires_grad=False):
     return full(x.shape, fill_value, dtype=dtype or x.dtype, requires_grad=requires_grad)
 
 
-def randint(low, high=None, size=None, dtype=None):
+def randint(low=0, high=None, size=None, dtype=None):
     """Integers drawn uniformly from ``[low, high)`` (``randint(high, size)`` from 0), int64
     unless ``dtype`` says otherwise, from the generator ``manual_seed`` sets."""
     if high is None:  # randint(high, size=...)

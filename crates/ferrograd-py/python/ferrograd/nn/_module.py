@@ -396,6 +396,21 @@ class _ModuleSequence(Module):
     def __setitem__(self, idx, module):
         self.add_module(list(self._modules)[idx], module)
 
+    def __delitem__(self, idx):
+        """Removes layers and numbers the rest ``"0"``, ``"1"``, ... again, as PyTorch does."""
+        keys = list(self._modules)
+        gone = set(keys[idx] if isinstance(idx, slice) else [keys[idx]])
+        kept = [m for k, m in self._modules.items() if k not in gone]
+        for k in keys:
+            delattr(self, k)
+        self.extend(kept)
+
+    def pop(self, idx=-1):
+        """Removes the layer at ``idx`` and returns it."""
+        module = list(self._modules.values())[idx]
+        del self[idx]
+        return module
+
     def __len__(self):
         return len(self._modules)
 
@@ -487,12 +502,3 @@ class Sequential(_ModuleSequence):
         if isinstance(idx, slice):
             return Sequential(_collections.OrderedDict(list(self._modules.items())[idx]))
         return list(self._modules.values())[idx]
-
-    def __delitem__(self, idx):
-        """Removes layers and numbers the rest ``"0"``, ``"1"``, ... again, as PyTorch does."""
-        keys = list(self._modules)
-        gone = set(keys[idx] if isinstance(idx, slice) else [keys[idx]])
-        kept = [m for k, m in self._modules.items() if k not in gone]
-        for k in keys:
-            delattr(self, k)
-        self.extend(kept)

@@ -58,14 +58,19 @@ def softplus(input, beta=1.0, threshold=20.0):
     return (x * beta).softplus() / beta
 
 
+def _softmax_dim(x, dim):
+    """``dim``, or without one PyTorch's implicit choice: 0 for 0-, 1- and 3-d input, else 1."""
+    return dim if dim is not None else (0 if len(x.shape) in (0, 1, 3) else 1)
+
+
 def softmax(input, dim=None, dtype=None):
     x = _t(input) if dtype is None else _t(input).to(dtype)
-    return x.softmax(-1 if dim is None else dim)
+    return x.reshape(1).softmax(0).reshape(()) if len(x.shape) == 0 else x.softmax(_softmax_dim(x, dim))
 
 
 def log_softmax(input, dim=None, dtype=None):
     x = _t(input) if dtype is None else _t(input).to(dtype)
-    return x.log_softmax(-1 if dim is None else dim)
+    return x.reshape(1).log_softmax(0).reshape(()) if len(x.shape) == 0 else x.log_softmax(_softmax_dim(x, dim))
 
 
 def dropout(input, p=0.5, training=True, inplace=False):
