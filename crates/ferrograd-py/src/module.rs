@@ -9,13 +9,13 @@ use std::collections::HashSet;
 use ferrograd::prelude::*;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{IntoPyDict, PyList, PyString, PyTuple};
+use pyo3::types::{IntoPyDict, PyList, PyTuple};
 
 use crate::autograd::{leaf_of, wrap_param};
-use crate::convert::{dtype_arg, is_bool_dtype, PyDType};
+use crate::convert::{dtype_arg, is_bool_dtype};
 use crate::guard;
 use crate::nn::{buffer_tensor, joined, PyLayer};
-use crate::tensor::{check_cpu, is_device, PyTensor};
+use crate::tensor::{to_target, PyTensor};
 
 /// `x` as Python's `repr` writes a float (`1e-05`, `0.1`, `1.0`): Rust's shortest form with
 /// Python's exponent (a sign and at least two digits).
@@ -173,30 +173,13 @@ impl PyLayer {
         non_blocking: bool,
     ) -> PyResult<Bound<'py, Self>> {
         let _ = non_blocking;
-        for a in args.iter().chain(dtype.cloned()).chain(device.cloned()) {
-            if a.is_none() {
-                continue;
-            }
-            if let Ok(t) = a.cast::<PyTensor>() {
-                slf.borrow().convert(t.get().tensor().dtype())?;
-            } else if a.is_instance_of::<PyString>() && is_device(&a.extract::<String>()?) {
-                check_cpu(&a.extract::<String>()?)?;
-            } else if a.cast::<PyDType>().is_err()
-                && a.hasattr("type")?
-                && !a.hasattr("itemsize")?
-            {
-                check_cpu(&a.getattr("type")?.extract::<String>()?)?;
-            } else {
-                let d = dtype_arg(Some(&a))?;
-                match d {
-                    Some(d) if d.is_float() && !is_bool_dtype(Some(&a))? => {
-                        slf.borrow().convert(d)?
-                    }
-                    _ => {
-                        return Err(PyTypeError::new_err(format!(
-                            "Module.to only accepts floating point dtypes, got {a}"
-                        )))
-                    }
+        if let Some(a) = to_target(args.iter().chain(dtype.cloned()).chain(device.cloned()))? {
+            match dtype_arg(Some(&a))? {
+                Some(d) if d.is_float() && !is_bool_dtype(Some(&a))? => slf.borrow().convert(d)?,
+                _ => {
+                    return Err(PyTypeError::new_err(format!(
+                        "Module.to only accepts floating point dtypes, got {a}"
+                    )))
                 }
             }
         }

@@ -55,46 +55,55 @@ impl PyTensor {
     }
 }
 
+/// PyTorch's named forms of the operators: `x.add(y)` is `x + y`, `x.eq(y)` is `x == y`, ...
+macro_rules! named_forms {
+    ($($name:ident => $op:ident -> $ret:ty;)*) => {
+        #[pymethods]
+        impl PyTensor {
+            $(fn $name(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<$ret> {
+                self.$op(py, other)
+            })*
+        }
+    };
+}
+
+named_forms! {
+    add => __add__ -> PyTensor;
+    sub => __sub__ -> PyTensor;
+    mul => __mul__ -> PyTensor;
+    div => __truediv__ -> PyTensor;
+    lt => __lt__ -> PyTensor;
+    le => __le__ -> PyTensor;
+    gt => __gt__ -> PyTensor;
+    ge => __ge__ -> PyTensor;
+    eq => __eq__ -> Py<PyAny>;
+    ne => __ne__ -> Py<PyAny>;
+    mm => __matmul__ -> PyTensor;
+    bmm => __matmul__ -> PyTensor;
+}
+
+/// The in-place forms: `x.add_(y)` is `x += y` and returns `x`.
+macro_rules! in_place_forms {
+    ($($name:ident => $op:ident;)*) => {
+        #[pymethods]
+        impl PyTensor {
+            $(fn $name<'py>(slf: &Bound<'py, Self>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
+                let r = slf.get().$op(slf.py(), other)?;
+                updated(slf, r, stringify!($name))
+            })*
+        }
+    };
+}
+
+in_place_forms! {
+    add_ => __add__;
+    sub_ => __sub__;
+    mul_ => __mul__;
+    div_ => __truediv__;
+}
+
 #[pymethods]
 impl PyTensor {
-    fn add(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.__add__(py, other)
-    }
-    fn sub(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.__sub__(py, other)
-    }
-    fn mul(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.__mul__(py, other)
-    }
-    fn div(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.__truediv__(py, other)
-    }
-    fn lt(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.__lt__(py, other)
-    }
-    fn le(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.__le__(py, other)
-    }
-    fn gt(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.__gt__(py, other)
-    }
-    fn ge(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.__ge__(py, other)
-    }
-    fn eq(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.__eq__(py, other)
-    }
-    fn ne(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.__ne__(py, other)
-    }
-    /// The product of two matrices (`@`).
-    fn mm(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.__matmul__(py, other)
-    }
-    /// The products of two batches of matrices (`@`).
-    fn bmm(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.__matmul__(py, other)
-    }
     /// A matrix transposed (a vector as it is), as PyTorch's `t()`.
     fn t(&self, py: Python<'_>) -> PyResult<PyTensor> {
         self.map(py, |x| {
@@ -173,22 +182,6 @@ impl PyTensor {
         let s = to_tensor(src, Some(t.dtype()))?.detach();
         let s = guard::run(|| s.try_broadcast_to(t.shape()))?.map_err(crate::nn::core_error)?;
         updated(slf, slf.get().like(s.to_dtype(t.dtype())), "copy_")
-    }
-    fn add_<'py>(slf: &Bound<'py, Self>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
-        let r = slf.get().__add__(slf.py(), other)?;
-        updated(slf, r, "add_")
-    }
-    fn sub_<'py>(slf: &Bound<'py, Self>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
-        let r = slf.get().__sub__(slf.py(), other)?;
-        updated(slf, r, "sub_")
-    }
-    fn mul_<'py>(slf: &Bound<'py, Self>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
-        let r = slf.get().__mul__(slf.py(), other)?;
-        updated(slf, r, "mul_")
-    }
-    fn div_<'py>(slf: &Bound<'py, Self>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
-        let r = slf.get().__truediv__(slf.py(), other)?;
-        updated(slf, r, "div_")
     }
     #[pyo3(signature = (min=None, max=None))]
     fn clamp_<'py>(

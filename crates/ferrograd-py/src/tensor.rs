@@ -306,32 +306,11 @@ impl PyTensor {
         f: impl FnOnce(&Tensor) -> Tensor + Send,
         name: &str,
     ) -> PyResult<PyTensor> {
-        let closed = INTEGER_CLOSED.contains(&name);
         self.map(py, |t| match t.dtype() {
             d if d.is_float() => f(t),
-            _ if closed => int_exact(t, f),
+            _ if INTEGER_CLOSED.contains(&name) => int_exact(t, f),
             _ => f(&t.to_dtype(DType::F32)),
         })
-    }
-
-    /// Integer floor division or remainder by zero is an error, as in PyTorch (a float one
-    /// gives inf or NaN). `other_divides`: `self // other` rather than `other // self`.
-    fn int_divisor_check(&self, other: &Bound<'_, PyAny>, other_divides: bool) -> PyResult<()> {
-        let t = self.tensor();
-        if t.dtype().is_float() || other.is_instance_of::<PyFloat>() {
-            return Ok(());
-        }
-        let o = to_tensor(other, None)?;
-        if o.dtype().is_float() {
-            return Ok(());
-        }
-        let divisor = if other_divides { o } else { t };
-        if divisor.to_vec::<i64>().contains(&0) {
-            return Err(PyZeroDivisionError::new_err(
-                "integer division or remainder by zero",
-            ));
-        }
-        Ok(())
     }
 
     /// numpy's `ufunc` (`floor_divide`, `remainder`, `power`) of this tensor and `other`
@@ -349,25 +328,30 @@ impl PyTensor {
     ) -> PyResult<PyTensor> {
         let t = self.tensor();
         let o = operand(other, t.dtype())?;
-        let py_float = other.is_instance_of::<PyFloat>();
-        let ints = !t.dtype().is_float()
-            && match &o {
-                Operand::Scalar(_) => !py_float,
-                Operand::Tensor(o) => !o.dtype().is_float(),
-            };
+        let ints = self.int_with_int(other)?;
         let (t, o) = if ints {
             (t, o)
         } else {
-            let (t, o, _) = promoted(t, o, py_float, Promote::ToFloat);
+            let (t, o, _) = promoted(t, o, other.is_instance_of::<PyFloat>(), Promote::ToFloat);
             (t, o)
         };
-        if ints && ufunc != "power" {
-            self.int_divisor_check(other, !reflected)?;
-        }
         let other_t = match o {
             Operand::Tensor(o) => Some(o),
             Operand::Scalar(_) => None,
         };
+        // An integer division by zero is an error, as in PyTorch (a float one gives inf or NaN).
+        if ints && ufunc != "power" {
+            let by_zero = match (reflected, &other_t) {
+                (true, _) => t.to_vec::<i64>().contains(&0),
+                (false, Some(o)) => o.to_vec::<i64>().contains(&0),
+                (false, None) => other.extract::<i64>().is_ok_and(|v| v == 0),
+            };
+            if by_zero {
+                return Err(PyZeroDivisionError::new_err(
+                    "integer division or remainder by zero",
+                ));
+            }
+        }
         let dtype = match &other_t {
             _ if ints => DType::I64,
             Some(o) => t.dtype().promote(o.dtype()),
@@ -984,18 +968,7 @@ impl PyTensor {
     ) -> PyResult<Py<PyAny>> {
         let _ = (non_blocking, copy);
         let py = slf.py();
-        let mut target: Option<Bound<'_, PyAny>> = dtype.cloned();
-        for a in args.iter().chain(device.cloned()) {
-            if let Ok(t) = a.cast::<PyTensor>() {
-                target = Some(t.get().dtype().into_pyobject(py)?.into_any());
-            } else if a.is_instance_of::<PyString>() && is_device(&a.extract::<String>()?) {
-                check_cpu(&a.extract::<String>()?)?;
-            } else if a.hasattr("type")? && !a.hasattr("itemsize")? {
-                check_cpu(&a.getattr("type")?.extract::<String>()?)?;
-            } else {
-                target = Some(a);
-            }
-        }
+        let target = to_target(args.iter().chain(dtype.cloned()).chain(device.cloned()))?;
         let this = slf.get();
         match target {
             None => Ok(slf.clone().into_any().unbind()),
@@ -2083,6 +2056,27 @@ fn logic_error(op: &str) -> PyErr {
     PyTypeError::new_err(format!(
         "{op} is logic on boolean tensors (comparisons' results); convert with .bool() first"
     ))
+}
+
+/// The dtype that PyTorch's `to(...)` arguments ask for (a dtype, its name, another tensor's
+/// dtype), once every device among them is checked to be the CPU; None when they name only
+/// devices.
+pub fn to_target<'py>(
+    args: impl Iterator<Item = Bound<'py, PyAny>>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let mut target = None;
+    for a in args.filter(|a| !a.is_none()) {
+        if let Ok(t) = a.cast::<PyTensor>() {
+            target = Some(t.get().dtype().into_pyobject(a.py())?.into_any());
+        } else if a.is_instance_of::<PyString>() && is_device(&a.extract::<String>()?) {
+            check_cpu(&a.extract::<String>()?)?;
+        } else if a.cast::<PyDType>().is_err() && a.hasattr("type")? && !a.hasattr("itemsize")? {
+            check_cpu(&a.getattr("type")?.extract::<String>()?)?;
+        } else {
+            target = Some(a);
+        }
+    }
+    Ok(target)
 }
 
 /// Whether `name` names a device (`"cpu"`, `"cuda:0"`, `"mps"`) rather than a dtype.
