@@ -1,7 +1,7 @@
 //! CPU compute on slices: no tensors, no autodiff. Every speed trick of the crate lives here.
 //!
-//! Element-wise kernels run on rayon above [`PAR_THRESHOLD`] elements; below it the cost of
-//! waking threads outweighs the work.
+//! Element-wise maps run on several threads above [`MAP_THRESHOLD`] elements, reductions above
+//! [`PAR_THRESHOLD`]; below them handing out the parts costs more than it saves.
 
 pub mod activation;
 pub(crate) mod alloc;
@@ -91,6 +91,12 @@ pub fn contiguous_strides(shape: &[usize]) -> Dims {
 
 /// Element count above which element-wise and reduction kernels split work across threads.
 pub const PAR_THRESHOLD: usize = 1 << 17;
+
+/// Element count above which the element-wise kernels that write each element from its own
+/// inputs (maps, zips, fills; not reductions, whose sums depend on how they are split) split
+/// work across threads. Lower than [`PAR_THRESHOLD`]: the kernels' helper threads stay warm
+/// between calls (`parallel`), so a split costs little more than the two halves.
+pub(crate) const MAP_THRESHOLD: usize = 1 << 15;
 
 /// Elements per parallel task: large enough to amortise scheduling, small enough to balance.
 pub(crate) const PAR_CHUNK: usize = 1 << 14;

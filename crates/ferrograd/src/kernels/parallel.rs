@@ -4,23 +4,190 @@
 //! A plain rayon `for_each` from a thread outside the pool hands every part to the pool's
 //! workers and puts the caller to sleep until they are done: the workers must first be woken,
 //! and the caller woken again at the end. On a virtual machine each wake-up can cost tens of
-//! microseconds, as much as a whole matrix product of the MLP's size. Here the caller starts
-//! on the parts at once, the pool's workers join in as they wake, and the caller waits for the
-//! last part by spinning for a short while before it falls back to a blocking wait.
+//! microseconds, as much as a whole matrix product of the MLP's size, and a training step
+//! makes a hundred such calls with short serial stretches between them, after each of which a
+//! worker would have gone back to sleep. So, as OpenMP runtimes do, the workers stay warm: a
+//! call enlists a pool worker as a *helper* that, between calls, keeps looking for the next
+//! call's parts for a few milliseconds (running any other rayon work meanwhile) before it gives
+//! the worker back. The caller publishes its parts in one slot, starts on them at once, and
+//! the helpers take the rest as they come.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::any::Any;
+use std::cell::Cell;
+use std::panic::{self, AssertUnwindSafe};
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 
-/// How long the caller spins for the parts still running on other threads before it blocks.
-/// They started at about the same time as its own, so they end soon after it.
+/// How long the caller spins for the parts still running on other threads before it blocks,
+/// on the path without helpers. They started at about the same time as its own, so they end
+/// soon after it.
 const SPIN: Duration = Duration::from_micros(200);
+
+/// How long a helper keeps looking for parts after the last call before it gives its worker
+/// back to the pool (OpenMP's "block time"): longer than the serial stretches between the
+/// kernel calls of a training step, short enough that an idle process goes quiet at once.
+const KEEP_WARM: Duration = Duration::from_millis(5);
+
+/// One call's parts, on the calling thread's stack while it is published.
+struct Job<'a> {
+    part: &'a (dyn Fn(usize) + Sync),
+    parts: usize,
+    next: AtomicUsize,
+    done: AtomicUsize,
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+}
+
+impl<'a> Job<'a> {
+    fn new(part: &'a (dyn Fn(usize) + Sync), parts: usize) -> Self {
+        Job {
+            part,
+            parts,
+            next: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            panic: Mutex::new(None),
+        }
+    }
+
+    /// Claims and runs parts until none is left; a panicking part is kept for the caller to
+    /// raise. Returns whether it ran any.
+    fn work(&self) -> bool {
+        let _inside = InPart::enter();
+        let mut ran = false;
+        loop {
+            let t = self.next.fetch_add(1, Ordering::Relaxed);
+            if t >= self.parts {
+                return ran;
+            }
+            if let Err(e) = panic::catch_unwind(AssertUnwindSafe(|| (self.part)(t))) {
+                let mut slot = self.panic.lock().unwrap_or_else(|e| e.into_inner());
+                slot.get_or_insert(e);
+            }
+            self.done.fetch_add(1, Ordering::Release);
+            ran = true;
+        }
+    }
+}
+
+/// The slot through which one calling thread at a time offers its parts to the helpers.
+struct Slot {
+    /// Held by the thread whose job is (or is about to be) published.
+    owner: AtomicBool,
+    /// The published job, or null.
+    job: AtomicPtr<Job<'static>>,
+    /// Helpers between reading `job` and being done with it: the caller waits for none
+    /// before its job goes out of scope.
+    users: AtomicUsize,
+    /// Helpers running.
+    helpers: AtomicUsize,
+}
+
+static SLOT: Slot = Slot {
+    owner: AtomicBool::new(false),
+    job: AtomicPtr::new(ptr::null_mut()),
+    users: AtomicUsize::new(0),
+    helpers: AtomicUsize::new(0),
+};
+
+thread_local! {
+    /// Whether this thread is running a part: a call made from inside one runs serially, as
+    /// the cores are already busy with the parts of the outer call.
+    static IN_PART: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks this thread as running parts until dropped (also when a part unwinds).
+struct InPart(bool);
+
+impl InPart {
+    fn enter() -> InPart {
+        InPart(IN_PART.with(|c| c.replace(true)))
+    }
+}
+
+impl Drop for InPart {
+    fn drop(&mut self) {
+        IN_PART.with(|c| c.set(self.0));
+    }
+}
+
+impl Slot {
+    /// Runs parts of the published job, if there is one with parts left. Returns whether it
+    /// ran any.
+    fn help(&self) -> bool {
+        let p = self.job.load(Ordering::Acquire);
+        if p.is_null() {
+            return false;
+        }
+        self.users.fetch_add(1, Ordering::SeqCst);
+        // Read again after registering: the caller withdraws its job before it waits for the
+        // users to leave, so a job still published now stays alive until `users` drops.
+        let ran = if self.job.load(Ordering::SeqCst) == p {
+            // SAFETY: `p` is published, and its caller keeps it alive until `users` is back
+            // to zero (see `Published::drop`).
+            unsafe { &*p }.work()
+        } else {
+            false
+        };
+        self.users.fetch_sub(1, Ordering::Release);
+        ran
+    }
+
+    /// A helper's life: parts of published jobs, else other rayon work, until nothing has
+    /// come for [`KEEP_WARM`].
+    fn helper(&'static self) {
+        let mut last = Instant::now();
+        loop {
+            let busy = self.help() || matches!(rayon::yield_now(), Some(rayon::Yield::Executed));
+            if busy {
+                last = Instant::now();
+                continue;
+            }
+            if last.elapsed() < KEEP_WARM {
+                for _ in 0..64 {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            self.helpers.fetch_sub(1, Ordering::SeqCst);
+            // A job published just before that may have counted on this helper.
+            if self.job.load(Ordering::SeqCst).is_null() {
+                return;
+            }
+            self.helpers.fetch_add(1, Ordering::SeqCst);
+            last = Instant::now();
+        }
+    }
+
+    /// Starts helpers until `want` are running.
+    fn enlist(&'static self, want: usize) {
+        while self.helpers.load(Ordering::SeqCst) < want {
+            self.helpers.fetch_add(1, Ordering::SeqCst);
+            rayon::spawn(|| SLOT.helper());
+        }
+    }
+}
+
+/// A job in the slot; dropping it (also on unwinding) withdraws the job, waits until no
+/// helper still reads it, and frees the slot.
+struct Published;
+
+impl Drop for Published {
+    fn drop(&mut self) {
+        SLOT.job.store(ptr::null_mut(), Ordering::SeqCst);
+        while SLOT.users.load(Ordering::SeqCst) != 0 {
+            std::hint::spin_loop();
+        }
+        SLOT.owner.store(false, Ordering::Release);
+    }
+}
 
 /// Runs `part(0..parts)`, each index once, on the calling thread and the rayon pool.
 pub(crate) fn run_parts(parts: usize, part: impl Fn(usize) + Sync) {
-    if parts <= 1 {
+    let threads = rayon::current_num_threads();
+    if parts <= 1 || threads <= 1 || IN_PART.with(Cell::get) {
         (0..parts).for_each(part);
         return;
     }
@@ -30,31 +197,58 @@ pub(crate) fn run_parts(parts: usize, part: impl Fn(usize) + Sync) {
         (0..parts).into_par_iter().for_each(&part);
         return;
     }
-    let next = AtomicUsize::new(0);
-    let done = AtomicUsize::new(0);
-    // Claims and runs parts until none is left: whoever comes first takes the next one, so a
-    // worker that wakes late finds less to do (or nothing) instead of delaying the end.
-    let work = || loop {
-        let t = next.fetch_add(1, Ordering::Relaxed);
-        if t >= parts {
-            break;
+    if SLOT
+        .owner
+        .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        // Another thread's call holds the helpers.
+        return run_parts_in_scope(parts, &part);
+    }
+    let job = Job::new(&part, parts);
+    SLOT.enlist(parts.min(threads) - 1);
+    let published = Published;
+    // Only the lifetime is erased: `published` withdraws the job and waits for its helpers
+    // before `job` goes out of scope, also when a part panics on this thread.
+    let erased = &job as *const Job<'_> as *mut Job<'static>;
+    SLOT.job.store(erased, Ordering::Release);
+    job.work();
+    let start = Instant::now();
+    while job.done.load(Ordering::Acquire) < parts {
+        if start.elapsed() < SPIN {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
         }
-        part(t);
-        done.fetch_add(1, Ordering::Release);
-    };
+    }
+    drop(published);
+    if let Some(e) = job.panic.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        panic::resume_unwind(e);
+    }
+}
+
+/// [`run_parts`] through a rayon scope, for a caller that finds the helpers taken: it starts
+/// on the parts at once and the pool's workers join in as they wake.
+fn run_parts_in_scope(parts: usize, part: &(dyn Fn(usize) + Sync)) {
+    let job = Job::new(part, parts);
     rayon::in_place_scope(|scope| {
         for _ in 1..parts.min(rayon::current_num_threads()) {
-            scope.spawn(|_| work());
+            scope.spawn(|_| {
+                job.work();
+            });
         }
-        work();
+        job.work();
         let start = Instant::now();
-        while done.load(Ordering::Acquire) < parts && start.elapsed() < SPIN {
+        while job.done.load(Ordering::Acquire) < parts && start.elapsed() < SPIN {
             for _ in 0..64 {
                 std::hint::spin_loop();
             }
         }
         // Leaving the scope waits (blocking) for whatever is still running.
     });
+    if let Some(e) = job.panic.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        panic::resume_unwind(e);
+    }
 }
 
 /// Runs `task` once on each part (parts carry their own borrows, such as disjoint chunks of
@@ -106,6 +300,62 @@ mod tests {
             });
             assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 1));
         }
+    }
+
+    #[test]
+    fn callers_on_several_threads_each_run_every_part_once() {
+        // One of them holds the helpers at a time; the others take the scope path.
+        std::thread::scope(|s| {
+            for caller in 0..4 {
+                s.spawn(move || {
+                    for round in 0..200 {
+                        let parts = 2 + (caller + round) % 7;
+                        let counts: Vec<AtomicUsize> =
+                            (0..parts).map(|_| AtomicUsize::new(0)).collect();
+                        run_parts(parts, |t| {
+                            counts[t].fetch_add(1, Ordering::Relaxed);
+                        });
+                        assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 1));
+                    }
+                });
+            }
+        });
+    }
+
+    #[test]
+    fn a_call_inside_a_part_runs_every_inner_part_once() {
+        let total = AtomicUsize::new(0);
+        run_parts(4, |_| {
+            run_parts(3, |t| {
+                total.fetch_add(t + 1, Ordering::Relaxed);
+            });
+        });
+        assert_eq!(total.load(Ordering::Relaxed), 4 * 6);
+    }
+
+    #[test]
+    fn a_panicking_part_reaches_the_caller_and_the_helpers_stay_usable() {
+        // Whichever thread runs part 3 (the caller or a helper), its panic is the caller's.
+        for _ in 0..20 {
+            let caught = std::panic::catch_unwind(|| {
+                run_parts(8, |t| {
+                    std::thread::sleep(Duration::from_micros(50));
+                    assert!(t != 3, "part three fails");
+                })
+            });
+            let message = caught.expect_err("the panic propagates");
+            let text = message
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| message.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("");
+            assert!(text.contains("part three fails"), "{text}");
+        }
+        let counts: Vec<AtomicUsize> = (0..5).map(|_| AtomicUsize::new(0)).collect();
+        run_parts(5, |t| {
+            counts[t].fetch_add(1, Ordering::Relaxed);
+        });
+        assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 1));
     }
 
     #[test]

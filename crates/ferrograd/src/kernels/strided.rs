@@ -10,7 +10,7 @@ use ferrograd_derive::isa_dispatch;
 
 use std::mem::MaybeUninit;
 
-use super::{Dims, PAR_CHUNK, PAR_THRESHOLD};
+use super::{Dims, MAP_THRESHOLD, PAR_CHUNK};
 
 /// A read-only operand: `data[offset + Σ index[i] * strides[i]]`, strides already expressed in
 /// the output's shape (0 along broadcast axes).
@@ -109,7 +109,7 @@ impl<const K: usize> MergedAxes<K> {
                 pos += len;
             }
         };
-        if out.len() >= PAR_THRESHOLD {
+        if out.len() >= MAP_THRESHOLD {
             for_each_chunk(out, PAR_CHUNK, |i, chunk| run_chunk(chunk, i * PAR_CHUNK));
         } else {
             run_chunk(out, 0);
@@ -194,7 +194,7 @@ pub fn map_flat_into<T: Copy + Sync, U: Send>(
 ) {
     assert!(out.is_empty(), "map_flat_into: the output is not empty");
     let dst = &mut out.spare_capacity_mut()[..a.len()];
-    if a.len() >= PAR_THRESHOLD {
+    if a.len() >= MAP_THRESHOLD {
         for_each_chunk(dst, PAR_CHUNK, |i, o| {
             run_map(o, &a[i * PAR_CHUNK..i * PAR_CHUNK + o.len()], &f)
         });
@@ -224,7 +224,7 @@ pub fn zip_flat_into<T: Copy + Sync, U: Send>(
         let end = start + o.len();
         run_zip(o, &a[start..end], &b[start..end], &f);
     };
-    if a.len() >= PAR_THRESHOLD {
+    if a.len() >= MAP_THRESHOLD {
         for_each_chunk(dst, PAR_CHUNK, run);
     } else {
         run(0, dst);
@@ -240,7 +240,7 @@ pub fn fill_into<T: Copy + Send + Sync>(out: &mut Vec<T>, n: usize, value: T) {
     assert!(out.is_empty(), "fill_into: the output is not empty");
     let dst = &mut out.spare_capacity_mut()[..n];
     let fill = |o: &mut [MaybeUninit<T>]| o.iter_mut().for_each(|d| _ = d.write(value));
-    if n >= PAR_THRESHOLD {
+    if n >= MAP_THRESHOLD {
         for_each_chunk(dst, PAR_CHUNK, |_, o| fill(o));
     } else {
         fill(dst);
@@ -271,7 +271,7 @@ fn run_zip<T: Copy, U>(dst: &mut [MaybeUninit<U>], xa: &[T], xb: &[T], f: &impl 
 /// `f` over `xs` in place, in chunks on the thread pool when large (for slice functions such
 /// as `Float::tanh_in_place`).
 pub fn apply_chunks<T: Send>(xs: &mut [T], f: impl Fn(&mut [T]) + Sync + Send) {
-    if xs.len() >= PAR_THRESHOLD {
+    if xs.len() >= MAP_THRESHOLD {
         for_each_chunk(xs, PAR_CHUNK, |_, o| f(o));
     } else {
         f(xs);
@@ -286,7 +286,7 @@ pub fn apply_chunks_with<T: Sync + Send>(
     f: impl Fn(&[T], &mut [T]) + Sync + Send,
 ) {
     assert_eq!(xs.len(), ts.len(), "apply_chunks_with: lengths differ");
-    if ts.len() >= PAR_THRESHOLD {
+    if ts.len() >= MAP_THRESHOLD {
         for_each_chunk(ts, PAR_CHUNK, |i, t| f(&xs[i * PAR_CHUNK..][..t.len()], t));
     } else {
         f(xs, ts);
