@@ -268,29 +268,42 @@ fn run_zip<T: Copy, U>(dst: &mut [MaybeUninit<U>], xa: &[T], xb: &[T], f: &impl 
     }
 }
 
-/// `f` over `xs` in place, in chunks on the thread pool when large (for slice functions such
-/// as `Float::tanh_in_place`).
-pub fn apply_chunks<T: Send>(xs: &mut [T], f: impl Fn(&mut [T]) + Sync + Send) {
-    if xs.len() >= MAP_THRESHOLD {
-        for_each_chunk(xs, PAR_CHUNK, |_, o| f(o));
-    } else {
-        f(xs);
-    }
+/// A copy of `src` with the slice function `f` applied to it (such as
+/// `Float::tanh_in_place`): each chunk is copied and transformed while it is in cache, on the
+/// thread pool when large, rather than the whole copied first on one thread.
+pub fn applied_copy<T: Copy + Send + Sync>(src: &[T], f: impl Fn(&mut [T]) + Sync) -> Vec<T> {
+    applied_copy_with(src, src, |_, t| f(t))
 }
 
-/// `f(xs_part, ts_part)` over matching chunks of `xs` and `ts` (equal lengths), in parallel
-/// when large: a slice function of two operands (`Float::gelu_backward`).
-pub fn apply_chunks_with<T: Sync + Send>(
+/// A copy of `ts` with `f(xs_part, ts_part)` applied to matching chunks (`xs` as long as
+/// `ts`): a slice function of two operands (`Float::gelu_backward`), as [`applied_copy`].
+pub fn applied_copy_with<T: Copy + Send + Sync>(
     xs: &[T],
-    ts: &mut [T],
-    f: impl Fn(&[T], &mut [T]) + Sync + Send,
-) {
-    assert_eq!(xs.len(), ts.len(), "apply_chunks_with: lengths differ");
+    ts: &[T],
+    f: impl Fn(&[T], &mut [T]) + Sync,
+) -> Vec<T> {
+    assert_eq!(xs.len(), ts.len(), "applied_copy_with: lengths differ");
+    let mut out = Vec::with_capacity(ts.len());
+    let run = |i: usize, dst: &mut [MaybeUninit<T>]| {
+        let start = i * PAR_CHUNK;
+        for (d, &t) in dst.iter_mut().zip(&ts[start..]) {
+            d.write(t);
+        }
+        // SAFETY: every element of `dst` was written just above, and MaybeUninit<T> has T's
+        // layout.
+        let dst = unsafe { &mut *(dst as *mut [MaybeUninit<T>] as *mut [T]) };
+        f(&xs[start..][..dst.len()], dst);
+    };
+    let dst = &mut out.spare_capacity_mut()[..ts.len()];
     if ts.len() >= MAP_THRESHOLD {
-        for_each_chunk(ts, PAR_CHUNK, |i, t| f(&xs[i * PAR_CHUNK..][..t.len()], t));
+        for_each_chunk(dst, PAR_CHUNK, run);
     } else {
-        f(xs, ts);
+        run(0, dst);
     }
+    // SAFETY: the chunks cover the first ts.len() spare slots and each was written (a panic
+    // in `f` unwinds before this, leaving `out` empty).
+    unsafe { out.set_len(ts.len()) };
+    out
 }
 
 /// `out[i] = f(a[i], b[i], c[i])` over the broadcast shape `shape` (used by `where_cond`).
@@ -358,6 +371,27 @@ pub fn copy_into_block<T: Copy>(
                 break;
             }
             idx[a] = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn applied_copies_pair_each_chunk_with_its_own_operand() {
+        // Below the threshold, at it, and over several chunks with a short last one.
+        for n in [0, 5, MAP_THRESHOLD, 3 * PAR_CHUNK + 17] {
+            let xs: Vec<f64> = (0..n).map(|i| i as f64).collect();
+            let ts: Vec<f64> = (0..n).map(|i| (i % 7) as f64).collect();
+            let got = applied_copy_with(&xs, &ts, |x, t| {
+                t.iter_mut().zip(x).for_each(|(t, &x)| *t = 2.0 * *t + x)
+            });
+            let want: Vec<f64> = xs.iter().zip(&ts).map(|(&x, &t)| 2.0 * t + x).collect();
+            assert_eq!(got, want, "n = {n}");
+            let doubled = applied_copy(&ts, |t| t.iter_mut().for_each(|t| *t *= 2.0));
+            assert_eq!(doubled, ts.iter().map(|t| 2.0 * t).collect::<Vec<_>>());
         }
     }
 }

@@ -64,8 +64,7 @@ pub(crate) fn map_slices<T: FloatElement>(x: &Tensor, f: fn(&mut [T])) -> Tensor
             one[0]
         });
     }
-    let mut out = x.contiguous_data::<T>().into_owned();
-    strided::apply_chunks(&mut out, f);
+    let out = strided::applied_copy(&x.contiguous_data::<T>(), f);
     Tensor::from_data(out, x.shape())
 }
 
