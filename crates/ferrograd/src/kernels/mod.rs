@@ -1,7 +1,8 @@
 //! CPU compute on slices: no tensors, no autodiff. Every speed trick of the crate lives here.
 //!
-//! Element-wise maps run on several threads above [`MAP_THRESHOLD`] elements, reductions above
-//! [`PAR_THRESHOLD`]; below them handing out the parts costs more than it saves.
+//! Element-wise maps run on several threads above [`MAP_THRESHOLD`] elements, reductions and
+//! the other kernels above [`PAR_THRESHOLD`]; below them handing out the parts costs more than
+//! it saves.
 
 pub mod activation;
 pub(crate) mod alloc;
@@ -89,7 +90,8 @@ pub fn contiguous_strides(shape: &[usize]) -> Dims {
     strides
 }
 
-/// Element count above which element-wise and reduction kernels split work across threads.
+/// Element count above which reductions, optimizer updates and vector products split work
+/// across threads (element-wise maps: [`MAP_THRESHOLD`]).
 pub const PAR_THRESHOLD: usize = 1 << 17;
 
 /// Element count above which the element-wise kernels that write each element from its own

@@ -7,10 +7,14 @@
 //! microseconds, as much as a whole matrix product of the MLP's size, and a training step
 //! makes a hundred such calls with short serial stretches between them, after each of which a
 //! worker would have gone back to sleep. So, as OpenMP runtimes do, the workers stay warm: a
-//! call enlists a pool worker as a *helper* that, between calls, keeps looking for the next
-//! call's parts for a few milliseconds (running any other rayon work meanwhile) before it gives
-//! the worker back. The caller publishes its parts in one slot, starts on them at once, and
-//! the helpers take the rest as they come.
+//! call enlists pool workers as *helpers* that, between calls, keep looking for the next
+//! call's parts for a few milliseconds (running any other rayon work meanwhile) before they
+//! give their workers back. The caller publishes its parts in one slot, starts on them at
+//! once, and the helpers take the rest as they come.
+//!
+//! One calling thread holds the slot at a time; another that finds it taken runs its parts
+//! through a rayon scope, as before. A call made while a thread runs a part is run serially
+//! there (the cores are busy with the outer call's parts).
 
 use std::any::Any;
 use std::cell::Cell;
@@ -22,9 +26,9 @@ use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 
-/// How long the caller spins for the parts still running on other threads before it blocks,
-/// on the path without helpers. They started at about the same time as its own, so they end
-/// soon after it.
+/// How long a caller spins for the parts still running on other threads before it starts
+/// yielding its core (or, on the scope path, blocks). They started at about the same time as
+/// its own, so they end soon after it.
 const SPIN: Duration = Duration::from_micros(200);
 
 /// How long a helper keeps looking for parts after the last call before it gives its worker
@@ -55,19 +59,43 @@ impl<'a> Job<'a> {
     /// Claims and runs parts until none is left; a panicking part is kept for the caller to
     /// raise. Returns whether it ran any.
     fn work(&self) -> bool {
-        let _inside = InPart::enter();
+        let _inside = Flag::raise(&IN_PART);
         let mut ran = false;
-        loop {
+        // A plain load first: helpers that find nothing left do not write the shared line
+        // (nor can the count run past `parts` by more than one claim per thread).
+        while self.next.load(Ordering::Relaxed) < self.parts {
             let t = self.next.fetch_add(1, Ordering::Relaxed);
             if t >= self.parts {
-                return ran;
+                break;
             }
             if let Err(e) = panic::catch_unwind(AssertUnwindSafe(|| (self.part)(t))) {
                 let mut slot = self.panic.lock().unwrap_or_else(|e| e.into_inner());
-                slot.get_or_insert(e);
+                if slot.is_none() {
+                    *slot = Some(e);
+                }
             }
             self.done.fetch_add(1, Ordering::Release);
             ran = true;
+        }
+        ran
+    }
+
+    /// Raises the panic of a part, if one panicked (once every part has finished).
+    fn finish(self) {
+        if let Some(e) = self.panic.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            panic::resume_unwind(e);
+        }
+    }
+}
+
+/// Waits until `finished()`: spinning for [`SPIN`], then yielding the core between looks.
+fn wait_until(finished: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !finished() {
+        if start.elapsed() < SPIN {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
         }
     }
 }
@@ -81,7 +109,7 @@ struct Slot {
     /// Helpers between reading `job` and being done with it: the caller waits for none
     /// before its job goes out of scope.
     users: AtomicUsize,
-    /// Helpers running.
+    /// Helpers spawned and not yet gone (queued in the pool or running).
     helpers: AtomicUsize,
 }
 
@@ -96,95 +124,108 @@ thread_local! {
     /// Whether this thread is running a part: a call made from inside one runs serially, as
     /// the cores are already busy with the parts of the outer call.
     static IN_PART: Cell<bool> = const { Cell::new(false) };
+    /// Whether this thread is a helper. A worker that waits inside rayon (a part's parallel
+    /// iterator) may pick up another queued helper: that one leaves at once, so that helpers
+    /// never stack on one thread (which would spin on top of the part it waits for).
+    static HELPING: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Marks this thread as running parts until dropped (also when a part unwinds).
-struct InPart(bool);
+/// Sets a thread-local flag until dropped (also when a part unwinds), then restores it.
+struct Flag(&'static std::thread::LocalKey<Cell<bool>>, bool);
 
-impl InPart {
-    fn enter() -> InPart {
-        InPart(IN_PART.with(|c| c.replace(true)))
+impl Flag {
+    fn raise(key: &'static std::thread::LocalKey<Cell<bool>>) -> Flag {
+        Flag(key, key.with(|c| c.replace(true)))
     }
 }
 
-impl Drop for InPart {
+impl Drop for Flag {
     fn drop(&mut self) {
-        IN_PART.with(|c| c.set(self.0));
+        self.0.with(|c| c.set(self.1));
+    }
+}
+
+/// A helper registered as reading the published job; dropping it (also on unwinding)
+/// deregisters it.
+struct User(&'static Slot);
+
+impl Drop for User {
+    fn drop(&mut self) {
+        self.0.users.fetch_sub(1, Ordering::Release);
     }
 }
 
 impl Slot {
     /// Runs parts of the published job, if there is one with parts left. Returns whether it
     /// ran any.
-    fn help(&self) -> bool {
+    fn help(&'static self) -> bool {
         let p = self.job.load(Ordering::Acquire);
         if p.is_null() {
             return false;
         }
         self.users.fetch_add(1, Ordering::SeqCst);
+        let _user = User(self);
         // Read again after registering: the caller withdraws its job before it waits for the
-        // users to leave, so a job still published now stays alive until `users` drops.
-        let ran = if self.job.load(Ordering::SeqCst) == p {
-            // SAFETY: `p` is published, and its caller keeps it alive until `users` is back
-            // to zero (see `Published::drop`).
-            unsafe { &*p }.work()
-        } else {
-            false
-        };
-        self.users.fetch_sub(1, Ordering::Release);
-        ran
+        // users to leave, so a job still published now stays alive until `_user` drops. (A
+        // newer job at the same address passes too, and is just as published.)
+        if self.job.load(Ordering::SeqCst) != p {
+            return false;
+        }
+        // SAFETY: `p` is published, and its caller keeps it alive until `users` is back to
+        // zero (see `Published::drop`).
+        unsafe { &*p }.work()
     }
 
     /// A helper's life: parts of published jobs, else other rayon work, until nothing has
     /// come for [`KEEP_WARM`].
     fn helper(&'static self) {
+        if HELPING.with(Cell::get) || IN_PART.with(Cell::get) {
+            // Picked up by a thread already helping or inside a part; the next call enlists
+            // a helper again.
+            self.helpers.fetch_sub(1, Ordering::SeqCst);
+            return;
+        }
+        let _helping = Flag::raise(&HELPING);
         let mut last = Instant::now();
         loop {
             let busy = self.help() || matches!(rayon::yield_now(), Some(rayon::Yield::Executed));
             if busy {
                 last = Instant::now();
-                continue;
-            }
-            if last.elapsed() < KEEP_WARM {
+            } else if last.elapsed() < KEEP_WARM {
                 for _ in 0..64 {
                     std::hint::spin_loop();
                 }
-                continue;
-            }
-            self.helpers.fetch_sub(1, Ordering::SeqCst);
-            // A job published just before that may have counted on this helper.
-            if self.job.load(Ordering::SeqCst).is_null() {
+            } else {
+                self.helpers.fetch_sub(1, Ordering::SeqCst);
                 return;
             }
-            self.helpers.fetch_add(1, Ordering::SeqCst);
-            last = Instant::now();
         }
     }
 
-    /// Starts helpers until `want` are running.
+    /// Spawns helpers until `want` are about (a call published after a helper's last look
+    /// runs with one fewer; the caller takes any part nobody does).
     fn enlist(&'static self, want: usize) {
         while self.helpers.load(Ordering::SeqCst) < want {
             self.helpers.fetch_add(1, Ordering::SeqCst);
-            rayon::spawn(|| SLOT.helper());
+            rayon::spawn(move || self.helper());
         }
     }
 }
 
-/// A job in the slot; dropping it (also on unwinding) withdraws the job, waits until no
-/// helper still reads it, and frees the slot.
+/// The slot held by this thread; dropping it (also on unwinding) withdraws any published
+/// job, waits until no helper still reads it, and frees the slot.
 struct Published;
 
 impl Drop for Published {
     fn drop(&mut self) {
         SLOT.job.store(ptr::null_mut(), Ordering::SeqCst);
-        while SLOT.users.load(Ordering::SeqCst) != 0 {
-            std::hint::spin_loop();
-        }
+        wait_until(|| SLOT.users.load(Ordering::SeqCst) == 0);
         SLOT.owner.store(false, Ordering::Release);
     }
 }
 
-/// Runs `part(0..parts)`, each index once, on the calling thread and the rayon pool.
+/// Runs `part(0..parts)`, each index once, on the calling thread and the rayon pool. A part
+/// may itself use rayon, but must not wait for work that only another part would do.
 pub(crate) fn run_parts(parts: usize, part: impl Fn(usize) + Sync) {
     let threads = rayon::current_num_threads();
     if parts <= 1 || threads <= 1 || IN_PART.with(Cell::get) {
@@ -205,26 +246,17 @@ pub(crate) fn run_parts(parts: usize, part: impl Fn(usize) + Sync) {
         // Another thread's call holds the helpers.
         return run_parts_in_scope(parts, &part);
     }
-    let job = Job::new(&part, parts);
-    SLOT.enlist(parts.min(threads) - 1);
     let published = Published;
+    let job = Job::new(&part, parts);
     // Only the lifetime is erased: `published` withdraws the job and waits for its helpers
     // before `job` goes out of scope, also when a part panics on this thread.
     let erased = &job as *const Job<'_> as *mut Job<'static>;
-    SLOT.job.store(erased, Ordering::Release);
+    SLOT.job.store(erased, Ordering::SeqCst);
+    SLOT.enlist(parts.min(threads) - 1);
     job.work();
-    let start = Instant::now();
-    while job.done.load(Ordering::Acquire) < parts {
-        if start.elapsed() < SPIN {
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
-        }
-    }
+    // Every part is claimed now; once no helper reads the job, every part has finished.
     drop(published);
-    if let Some(e) = job.panic.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        panic::resume_unwind(e);
-    }
+    job.finish();
 }
 
 /// [`run_parts`] through a rayon scope, for a caller that finds the helpers taken: it starts
@@ -246,9 +278,7 @@ fn run_parts_in_scope(parts: usize, part: &(dyn Fn(usize) + Sync)) {
         }
         // Leaving the scope waits (blocking) for whatever is still running.
     });
-    if let Some(e) = job.panic.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        panic::resume_unwind(e);
-    }
+    job.finish();
 }
 
 /// Runs `task` once on each part (parts carry their own borrows, such as disjoint chunks of
@@ -356,6 +386,26 @@ mod tests {
             counts[t].fetch_add(1, Ordering::Relaxed);
         });
         assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 1));
+    }
+
+    #[test]
+    fn helpers_take_parts_and_a_part_may_use_rayon() {
+        let threads: Mutex<std::collections::HashSet<std::thread::ThreadId>> = Mutex::default();
+        let total = AtomicUsize::new(0);
+        run_parts(8, |t| {
+            // Long enough parts that a helper wakes in time to take some.
+            std::thread::sleep(Duration::from_millis(2));
+            let sum: usize = (0..100).into_par_iter().map(|i| i * t).sum();
+            total.fetch_add(sum, Ordering::Relaxed);
+            let mut seen = threads.lock().unwrap();
+            seen.insert(std::thread::current().id());
+        });
+        assert_eq!(total.load(Ordering::Relaxed), 4950 * 28);
+        let seen = threads.lock().unwrap().len();
+        assert!(
+            seen >= rayon::current_num_threads().min(2),
+            "{seen} threads ran parts"
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@
 use super::parallel::for_each_chunk;
 use ferrograd_derive::isa_dispatch;
 
+use std::borrow::Cow;
 use std::mem::MaybeUninit;
 
 use super::{Dims, MAP_THRESHOLD, PAR_CHUNK};
@@ -268,23 +269,56 @@ fn run_zip<T: Copy, U>(dst: &mut [MaybeUninit<U>], xa: &[T], xb: &[T], f: &impl 
     }
 }
 
-/// A copy of `src` with the slice function `f` applied to it (such as
-/// `Float::tanh_in_place`): each chunk is copied and transformed while it is in cache, on the
-/// thread pool when large, rather than the whole copied first on one thread.
-pub fn applied_copy<T: Copy + Send + Sync>(src: &[T], f: impl Fn(&mut [T]) + Sync) -> Vec<T> {
-    applied_copy_with(src, src, |_, t| f(t))
+/// `src` with the slice function `f` applied to it (such as `Float::tanh_in_place`), on the
+/// thread pool when large: in place if `src` is already a copy of its own, else each chunk is
+/// copied and transformed while it is in cache (rather than the whole copied first on one
+/// thread).
+pub fn applied<T: Copy + Send + Sync>(src: Cow<'_, [T]>, f: impl Fn(&mut [T]) + Sync) -> Vec<T> {
+    match src {
+        Cow::Owned(mut own) => {
+            apply_chunks(&mut own, |_, t| f(t));
+            own
+        }
+        Cow::Borrowed(src) => applied_copy_with(src, src, |_, t| f(t)),
+    }
 }
 
-/// A copy of `ts` with `f(xs_part, ts_part)` applied to matching chunks (`xs` as long as
-/// `ts`): a slice function of two operands (`Float::gelu_backward`), as [`applied_copy`].
-pub fn applied_copy_with<T: Copy + Send + Sync>(
+/// `ts` with `f(xs_part, ts_part)` applied to matching chunks (`xs` as long as `ts`): a slice
+/// function of two operands (`Float::gelu_backward`), as [`applied`].
+pub fn applied_with<T: Copy + Send + Sync>(
+    xs: &[T],
+    ts: Cow<'_, [T]>,
+    f: impl Fn(&[T], &mut [T]) + Sync,
+) -> Vec<T> {
+    assert_eq!(xs.len(), ts.len(), "applied_with: lengths differ");
+    match ts {
+        Cow::Owned(mut own) => {
+            apply_chunks(&mut own, |i, t| f(&xs[i * PAR_CHUNK..][..t.len()], t));
+            own
+        }
+        Cow::Borrowed(ts) => applied_copy_with(xs, ts, f),
+    }
+}
+
+/// `f(i, chunk)` over the `PAR_CHUNK`-element chunks of `xs`, on the thread pool when large.
+fn apply_chunks<T: Send>(xs: &mut [T], f: impl Fn(usize, &mut [T]) + Sync) {
+    if xs.len() >= MAP_THRESHOLD {
+        for_each_chunk(xs, PAR_CHUNK, f);
+    } else {
+        f(0, xs);
+    }
+}
+
+/// A copy of `ts` with `f(xs_part, ts_part)` applied to matching chunks, each copied into
+/// fresh memory and transformed in one go.
+fn applied_copy_with<T: Copy + Send + Sync>(
     xs: &[T],
     ts: &[T],
     f: impl Fn(&[T], &mut [T]) + Sync,
 ) -> Vec<T> {
-    assert_eq!(xs.len(), ts.len(), "applied_copy_with: lengths differ");
     let mut out = Vec::with_capacity(ts.len());
-    let run = |i: usize, dst: &mut [MaybeUninit<T>]| {
+    let dst = &mut out.spare_capacity_mut()[..ts.len()];
+    apply_chunks(dst, |i, dst| {
         let start = i * PAR_CHUNK;
         for (d, &t) in dst.iter_mut().zip(&ts[start..]) {
             d.write(t);
@@ -293,13 +327,7 @@ pub fn applied_copy_with<T: Copy + Send + Sync>(
         // layout.
         let dst = unsafe { &mut *(dst as *mut [MaybeUninit<T>] as *mut [T]) };
         f(&xs[start..][..dst.len()], dst);
-    };
-    let dst = &mut out.spare_capacity_mut()[..ts.len()];
-    if ts.len() >= MAP_THRESHOLD {
-        for_each_chunk(dst, PAR_CHUNK, run);
-    } else {
-        run(0, dst);
-    }
+    });
     // SAFETY: the chunks cover the first ts.len() spare slots and each was written (a panic
     // in `f` unwinds before this, leaving `out` empty).
     unsafe { out.set_len(ts.len()) };
@@ -385,13 +413,17 @@ mod tests {
         for n in [0, 5, MAP_THRESHOLD, 3 * PAR_CHUNK + 17] {
             let xs: Vec<f64> = (0..n).map(|i| i as f64).collect();
             let ts: Vec<f64> = (0..n).map(|i| (i % 7) as f64).collect();
-            let got = applied_copy_with(&xs, &ts, |x, t| {
-                t.iter_mut().zip(x).for_each(|(t, &x)| *t = 2.0 * *t + x)
-            });
             let want: Vec<f64> = xs.iter().zip(&ts).map(|(&x, &t)| 2.0 * t + x).collect();
-            assert_eq!(got, want, "n = {n}");
-            let doubled = applied_copy(&ts, |t| t.iter_mut().for_each(|t| *t *= 2.0));
-            assert_eq!(doubled, ts.iter().map(|t| 2.0 * t).collect::<Vec<_>>());
+            let twice: Vec<f64> = ts.iter().map(|t| 2.0 * t).collect();
+            // Borrowed (copied chunk by chunk) and owned (transformed in place).
+            for src in [Cow::Borrowed(&ts[..]), Cow::Owned(ts.clone())] {
+                let got = applied_with(&xs, src.clone(), |x, t| {
+                    t.iter_mut().zip(x).for_each(|(t, &x)| *t = 2.0 * *t + x)
+                });
+                assert_eq!(got, want, "n = {n}");
+                let doubled = applied(src, |t| t.iter_mut().for_each(|t| *t *= 2.0));
+                assert_eq!(doubled, twice, "n = {n}");
+            }
         }
     }
 }

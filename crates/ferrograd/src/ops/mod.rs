@@ -64,7 +64,7 @@ pub(crate) fn map_slices<T: FloatElement>(x: &Tensor, f: fn(&mut [T])) -> Tensor
             one[0]
         });
     }
-    let out = strided::applied_copy(&x.contiguous_data::<T>(), f);
+    let out = strided::applied(x.contiguous_data::<T>(), f);
     Tensor::from_data(out, x.shape())
 }
 

@@ -400,7 +400,7 @@ fn gelu_derivative(x: &Tensor, t: &Tensor) -> Tensor {
     with_dtype!(x.dtype(), T => {
         let xs = x.contiguous_data::<T>();
         let t = t.to_dtype(x.dtype()).broadcast_to(x.shape());
-        let ts = strided::applied_copy_with(&xs, &t.contiguous_data::<T>(), T::gelu_backward);
+        let ts = strided::applied_with(&xs, t.contiguous_data::<T>(), T::gelu_backward);
         Tensor::from_data(ts, x.shape())
     })
 }
