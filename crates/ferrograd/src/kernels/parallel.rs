@@ -238,18 +238,18 @@ pub(crate) fn run_parts(parts: usize, part: impl Fn(usize) + Sync) {
         (0..parts).into_par_iter().for_each(&part);
         return;
     }
+    let job = Job::new(&part, parts);
     if SLOT
         .owner
         .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
         .is_err()
     {
         // Another thread's call holds the helpers.
-        return run_parts_in_scope(parts, &part);
+        return run_parts_in_scope(job);
     }
+    // Declared after `job`, so dropped before it even when unwinding: the job is withdrawn
+    // and no helper reads it by the time it goes out of scope. Only its lifetime is erased.
     let published = Published;
-    let job = Job::new(&part, parts);
-    // Only the lifetime is erased: `published` withdraws the job and waits for its helpers
-    // before `job` goes out of scope, also when a part panics on this thread.
     let erased = &job as *const Job<'_> as *mut Job<'static>;
     SLOT.job.store(erased, Ordering::SeqCst);
     SLOT.enlist(parts.min(threads) - 1);
@@ -261,8 +261,8 @@ pub(crate) fn run_parts(parts: usize, part: impl Fn(usize) + Sync) {
 
 /// [`run_parts`] through a rayon scope, for a caller that finds the helpers taken: it starts
 /// on the parts at once and the pool's workers join in as they wake.
-fn run_parts_in_scope(parts: usize, part: &(dyn Fn(usize) + Sync)) {
-    let job = Job::new(part, parts);
+fn run_parts_in_scope(job: Job<'_>) {
+    let parts = job.parts;
     rayon::in_place_scope(|scope| {
         for _ in 1..parts.min(rayon::current_num_threads()) {
             scope.spawn(|_| {
