@@ -12,10 +12,9 @@
 
 use std::ops::Range;
 
-use rayon::prelude::*;
-
 use super::conv::{images_per_run, sum_over_runs, Geom};
 use super::lined::Lined;
+use super::parallel::run_tasks_with;
 use super::sgemm::{self, Gathered};
 use super::Float;
 
@@ -475,6 +474,10 @@ fn zero_border(dst: &mut [f32], pad: &Pad, (h, w): (usize, usize)) {
     }
 }
 
+/// A chunk's buffers in [`run_plan`]: its padded channels-last images, one pass's gathered
+/// positions and output rows, and the product's channels-last output.
+type Scratch = (Vec<f32>, Vec<usize>, Vec<usize>, Vec<f32>);
+
 /// Convolution (`conv`) or transposed convolution of every image through `plan`: `x` is
 /// `[N, C, h, w]` (C the plan's channels), `weights` one per pass, `y` `[N, O, ho, wo]`
 /// (overwritten; outputs no tap reaches are zero). Chunks of images run in parallel: the
@@ -497,35 +500,34 @@ fn run_plan(
     let n = x.len() / image;
     // Fewer images a chunk when there are too few chunks for the threads.
     let per = (n / rayon::current_num_threads()).clamp(1, IMAGES_PER_CHUNK);
-    y.par_chunks_mut((per * o * plane).max(1))
-        .zip(x.par_chunks((per * image).max(1)))
-        .for_each_init(
-            || (Vec::new(), Vec::new(), Vec::new(), Vec::new()),
-            |(padded, at, outputs, prod), (y, x)| {
-                let images = x.len() / image.max(1);
-                pad_channels_last(x, (h, w), &plan.pad, padded);
-                prod.clear();
-                prod.resize(images * plane * o, 0.0);
-                for (pass, weight) in plan.passes.iter().zip(weights) {
-                    if pass.count(images) == 0 {
-                        continue;
-                    }
-                    pass.positions(&plan.pad, images, at);
-                    pass.outputs(images, (ho, wo, o), outputs);
-                    let sizes = (&plan.pad, h, images);
-                    pass.for_groups(sizes, (padded, at), |first, a| {
-                        let c = (&mut prod[..], &outputs[first..]);
-                        sgemm::gathered_rows_product(a, weight.data(), o, c);
-                    });
-                }
-                for (src, dst) in prod
-                    .chunks_exact((plane * o).max(1))
-                    .zip(y.chunks_exact_mut((o * plane).max(1)))
-                {
-                    sgemm::transpose(src, (plane, o), o, dst, plane);
-                }
-            },
-        );
+    let chunks = y
+        .chunks_mut((per * o * plane).max(1))
+        .zip(x.chunks((per * image).max(1)));
+    run_tasks_with(chunks.collect(), |scratch: &mut Scratch, (y, x)| {
+        let (padded, at, outputs, prod) = scratch;
+        let images = x.len() / image.max(1);
+        pad_channels_last(x, (h, w), &plan.pad, padded);
+        prod.clear();
+        prod.resize(images * plane * o, 0.0);
+        for (pass, weight) in plan.passes.iter().zip(weights) {
+            if pass.count(images) == 0 {
+                continue;
+            }
+            pass.positions(&plan.pad, images, at);
+            pass.outputs(images, (ho, wo, o), outputs);
+            let sizes = (&plan.pad, h, images);
+            pass.for_groups(sizes, (padded, at), |first, a| {
+                let c = (&mut prod[..], &outputs[first..]);
+                sgemm::gathered_rows_product(a, weight.data(), o, c);
+            });
+        }
+        for (src, dst) in prod
+            .chunks_exact((plane * o).max(1))
+            .zip(y.chunks_exact_mut((o * plane).max(1)))
+        {
+            sgemm::transpose(src, (plane, o), o, dst, plane);
+        }
+    });
 }
 
 /// Convolution of every image over channels-last copies: `x` `[N, C, h, w]`, `w`

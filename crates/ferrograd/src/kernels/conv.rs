@@ -9,8 +9,8 @@
 use std::ops::Range;
 
 use ferrograd_derive::isa_dispatch;
-use rayon::prelude::*;
 
+use super::parallel::{for_each_chunk, run_tasks};
 use super::Float;
 
 /// The geometry of a 2-D convolution: input `h × w`, kernel `kh × kw`, strides, padding,
@@ -151,14 +151,12 @@ pub(crate) fn im2col<'a, T: Float + 'a>(
     cols: &mut [T],
 ) {
     let out = g.ho * g.wo;
-    cols.par_chunks_mut((images * out).max(1))
-        .enumerate()
-        .for_each(|(row, dst)| {
-            let (c, tap) = (row / g.taps(), row % g.taps());
-            for (n, seg) in dst.chunks_exact_mut(out.max(1)).enumerate() {
-                tap_row(plane_of(n, c), g, tap / g.kw, tap % g.kw, seg);
-            }
-        });
+    for_each_chunk(cols, images * out, |row, dst| {
+        let (c, tap) = (row / g.taps(), row % g.taps());
+        for (n, seg) in dst.chunks_exact_mut(out.max(1)).enumerate() {
+            tap_row(plane_of(n, c), g, tap / g.kw, tap % g.kw, seg);
+        }
+    });
 }
 
 /// The adjoint of [`im2col`] for one image (`img` is its `[channels, h, w]`, accumulated
@@ -198,9 +196,9 @@ pub(crate) fn direct_width(o: usize) -> usize {
 /// copies of the input, and this reads the input in place instead.
 pub(crate) fn direct_conv<T: Float>(x: &[T], c: usize, g: &Geom, wt: &[T], o: usize, y: &mut [T]) {
     let (image, out) = (c * g.h * g.w, o * g.ho * g.wo);
-    y.par_chunks_mut(out.max(1))
-        .zip(x.par_chunks(image.max(1)))
-        .for_each(|(y, x)| direct_conv_image(x, c, g, wt, o, y));
+    for_each_chunk(y, out, |i, y| {
+        direct_conv_image(&x[i * image..][..image], c, g, wt, o, y);
+    });
 }
 
 /// [`direct_conv`] of one image, compiled for each instruction set.
@@ -275,28 +273,24 @@ pub(super) fn sum_over_runs<T: Float>(
     add_run: impl Fn(&[T], &[T], &mut [T]) + Sync,
 ) -> Vec<T> {
     let per_run = per_run.max(1);
-    let partials: Vec<Vec<T>> = x
-        .par_chunks((image * per_run).max(1))
-        .zip(dy.par_chunks((out * per_run).max(1)))
-        .map(|(xs, dys)| {
-            let mut acc = vec![T::zero(); len];
-            add_run(xs, dys, &mut acc);
-            acc
-        })
-        .collect();
+    let runs = x
+        .chunks((image * per_run).max(1))
+        .zip(dy.chunks((out * per_run).max(1)));
+    let partials: Vec<Vec<T>> = run_tasks(runs.collect(), |(xs, dys)| {
+        let mut acc = vec![T::zero(); len];
+        add_run(xs, dys, &mut acc);
+        acc
+    });
     let mut parts = partials.into_iter();
     let mut total = parts.next().unwrap_or_else(|| vec![T::zero(); len]);
     let rest: Vec<Vec<T>> = parts.collect();
     // Each element adds the runs in order, whichever thread takes its block.
-    total
-        .par_chunks_mut(SUM_BLOCK)
-        .enumerate()
-        .for_each(|(b, block)| {
-            for part in &rest {
-                let part = &part[b * SUM_BLOCK..][..block.len()];
-                block.iter_mut().zip(part).for_each(|(t, &p)| *t += p);
-            }
-        });
+    for_each_chunk(&mut total, SUM_BLOCK, |b, block| {
+        for part in &rest {
+            let part = &part[b * SUM_BLOCK..][..block.len()];
+            block.iter_mut().zip(part).for_each(|(t, &p)| *t += p);
+        }
+    });
     total
 }
 

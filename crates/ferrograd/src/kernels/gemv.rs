@@ -6,14 +6,17 @@
 use std::mem::MaybeUninit;
 
 use ferrograd_derive::isa_dispatch;
-use rayon::prelude::*;
 
 use super::matmul::MatRef;
+use super::parallel::for_each_chunk;
 use super::{Float, PAR_THRESHOLD};
 
 /// Columns of the output a task of the row-vector product sums at a time (its sums stay in
 /// L1 while it walks the rows of `b`).
 const COLUMN_BLOCK: usize = 1024;
+
+/// Rows of `out` a thread takes at a time in [`rows_dot`].
+const ROW_BLOCK: usize = 64;
 
 /// Whether [`vector_product`] serves an `m × n` output.
 pub(super) fn applies(m: usize, n: usize) -> bool {
@@ -57,7 +60,11 @@ fn rows_dot<T: Float>(a: &MatRef<'_, T>, x: &[T], out: &mut [MaybeUninit<T>]) {
         });
     };
     if a.rows * k >= PAR_THRESHOLD {
-        out.par_iter_mut().enumerate().for_each(one);
+        for_each_chunk(out, ROW_BLOCK, |q, o| {
+            o.iter_mut()
+                .enumerate()
+                .for_each(|(i, o)| one((q * ROW_BLOCK + i, o)));
+        });
     } else {
         out.iter_mut().enumerate().for_each(one);
     }
@@ -88,7 +95,7 @@ fn weighted_rows<T: Float>(b: &MatRef<'_, T>, y: &[T], out: &mut [MaybeUninit<T>
         }
     };
     if b.rows * b.cols >= PAR_THRESHOLD {
-        out.par_chunks_mut(COLUMN_BLOCK).enumerate().for_each(block);
+        for_each_chunk(out, COLUMN_BLOCK, |q, o| block((q, o)));
     } else {
         out.chunks_mut(COLUMN_BLOCK).enumerate().for_each(block);
     }

@@ -5,9 +5,8 @@
 //! the weight gradient). The stride-1 transposed convolution, an input gradient, is the
 //! same product by the flipped kernel (see `ops/conv.rs`).
 
-use rayon::prelude::*;
-
 use super::conv::{images_per_run, sum_over_runs, Geom};
+use super::parallel::run_tasks_with;
 use super::sgemm::Runs;
 use super::Float;
 
@@ -178,29 +177,30 @@ pub(crate) fn implicit_conv<T: Float>(x: &[T], c: usize, g: &Geom, w: &[T], o: u
     }
     let (image, plane) = (c * g.h * g.w, g.ho * g.wo);
     let group = images_per_product(g, y.len() / (o * plane).max(1));
-    y.par_chunks_mut((group * o * plane).max(1))
-        .zip(x.par_chunks((group * image).max(1)))
-        .for_each_init(
-            || (Vec::new(), Vec::new()),
-            |(padded, out), (y, x)| {
-                pad_into(x, image, g, len, padded);
-                let count = y.len() / (o * plane).max(1);
-                let runs = runs_of(g, count, len);
-                if count == 1 {
-                    super::sgemm::offset_rows_product((&w4, lda), o, &offsets, padded, runs, y);
-                    return;
+    let chunks = y
+        .chunks_mut((group * o * plane).max(1))
+        .zip(x.chunks((group * image).max(1)));
+    run_tasks_with(
+        chunks.collect(),
+        |(padded, out): &mut (Vec<f32>, Vec<f32>), (y, x)| {
+            pad_into(x, image, g, len, padded);
+            let count = y.len() / (o * plane).max(1);
+            let runs = runs_of(g, count, len);
+            if count == 1 {
+                super::sgemm::offset_rows_product((&w4, lda), o, &offsets, padded, runs, y);
+                return;
+            }
+            // The product's output is [O, images·plane]: each image's planes back to NCHW.
+            out.clear();
+            out.resize(o * count * plane, 0.0);
+            super::sgemm::offset_rows_product((&w4, lda), o, &offsets, padded, runs, out);
+            for (oc, row) in out.chunks_exact(count * plane).enumerate() {
+                for (i, src) in row.chunks_exact(plane).enumerate() {
+                    y[(i * o + oc) * plane..][..plane].copy_from_slice(src);
                 }
-                // The product's output is [O, images·plane]: each image's planes back to NCHW.
-                out.clear();
-                out.resize(o * count * plane, 0.0);
-                super::sgemm::offset_rows_product((&w4, lda), o, &offsets, padded, runs, out);
-                for (oc, row) in out.chunks_exact(count * plane).enumerate() {
-                    for (i, src) in row.chunks_exact(plane).enumerate() {
-                        y[(i * o + oc) * plane..][..plane].copy_from_slice(src);
-                    }
-                }
-            },
-        );
+            }
+        },
+    );
 }
 
 /// The weight gradient of [`implicit_conv`] summed over the images: `x` `[N, C, h, w]`, `dy`

@@ -2,8 +2,7 @@
 //! middle axis and added back, blocks joined along an axis, and the per-plane gather and
 //! scatter of max pooling. Every index is bounds-checked by slice indexing.
 
-use rayon::prelude::*;
-
+use super::parallel::for_each_chunk;
 use super::{Float, Rows};
 
 /// Rows `indices` (in order, repeats allowed) of `x`, seen as `[outer, mid, inner]`:
@@ -62,14 +61,12 @@ pub(crate) fn scatter_add_planes<T: Float>(
     (from, to): (usize, usize),
 ) -> Vec<T> {
     let mut out = vec![T::zero(); planes * to];
-    out.par_chunks_mut(to.max(1))
-        .enumerate()
-        .for_each(|(p, plane)| {
-            let (vals, at) = (&src[p * from..][..from], &arg[p * from..][..from]);
-            for (&v, &i) in vals.iter().zip(at) {
-                plane[i] += v;
-            }
-        });
+    for_each_chunk(&mut out, to, |p, plane| {
+        let (vals, at) = (&src[p * from..][..from], &arg[p * from..][..from]);
+        for (&v, &i) in vals.iter().zip(at) {
+            plane[i] += v;
+        }
+    });
     out
 }
 

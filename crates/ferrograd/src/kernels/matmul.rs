@@ -4,8 +4,7 @@
 
 use std::mem::MaybeUninit;
 
-use rayon::prelude::*;
-
+use super::parallel::run_tasks;
 use super::Float;
 
 /// A strided matrix inside a slice: element (i, j) is `data[offset + i * rs + j * cs]`.
@@ -101,7 +100,7 @@ pub fn gemm_batch_append<T: Float>(pairs: &[Pair<'_, T>], m: usize, n: usize, ou
             .first()
             .is_some_and(|(a, _)| a.rows.saturating_mul(a.cols).saturating_mul(n) < SMALL_GEMM);
         if pairs.len() > 1 && small {
-            spare.par_chunks_mut(block).zip(pairs).for_each(run);
+            run_tasks(spare.chunks_mut(block).zip(pairs).collect(), run);
         } else {
             spare.chunks_mut(block).zip(pairs).for_each(run);
         }

@@ -19,7 +19,7 @@ mod lined;
 pub mod matmul;
 pub mod norm;
 pub mod optim;
-mod parallel;
+pub(crate) mod parallel;
 pub mod reduce;
 pub mod sequence;
 mod sgemm;

@@ -13,11 +13,10 @@
 //! Either way the statistics of a large batch keep their digits.
 
 use std::mem::MaybeUninit;
-use std::ops::Range;
 
 use ferrograd_derive::isa_dispatch;
-use rayon::prelude::*;
 
+use super::parallel::{for_each_chunk, run_tasks};
 use super::{Float, Rows, PAR_THRESHOLD};
 
 /// Runs shorter than this are walked by rows: a dispatched call per run would cost more than
@@ -124,7 +123,7 @@ fn channel_sums<T: Float>(
                 .sum()
         };
         return if parallel {
-            (0..mid).into_par_iter().map(channel).collect()
+            run_tasks((0..mid).collect(), channel)
         } else {
             (0..mid).map(channel).collect()
         };
@@ -136,31 +135,25 @@ fn channel_sums<T: Float>(
     let centre = by_column(centre, inner);
     // Each block of rows sums each block of columns; then the row blocks add up in order.
     let mut partial = vec![0.0; outer.div_ceil(ROW_BLOCK) * width];
-    let block = |rows: Range<usize>, (i, acc): (usize, &mut [f64])| {
-        let j = i * COLUMN_BLOCK;
+    let blocks = partial.chunks_mut(width).enumerate().flat_map(|(r, part)| {
+        let blocks = part.chunks_mut(COLUMN_BLOCK).enumerate();
+        blocks.map(move |(i, acc)| (r, i, acc))
+    });
+    let block = |(r, i, acc): (usize, usize, &mut [f64])| {
+        let (rows, j) = (
+            r * ROW_BLOCK..((r + 1) * ROW_BLOCK).min(outer),
+            i * COLUMN_BLOCK,
+        );
         let m = &centre[j..][..acc.len()];
         for o in rows {
             let at = o * width + j;
             add_terms(acc, [&a[at..][..m.len()], &b[at..][..m.len()], m], &term);
         }
     };
-    let row_block = |(r, part): (usize, &mut [f64])| {
-        let rows = r * ROW_BLOCK..((r + 1) * ROW_BLOCK).min(outer);
-        if parallel {
-            let blocks = part.par_chunks_mut(COLUMN_BLOCK).enumerate();
-            blocks.for_each(|b| block(rows.clone(), b));
-        } else {
-            let blocks = part.chunks_mut(COLUMN_BLOCK).enumerate();
-            blocks.for_each(|b| block(rows.clone(), b));
-        }
-    };
     if parallel {
-        partial
-            .par_chunks_mut(width)
-            .enumerate()
-            .for_each(row_block);
+        run_tasks(blocks.collect(), block);
     } else {
-        partial.chunks_mut(width).enumerate().for_each(row_block);
+        blocks.for_each(block);
     }
     let mut parts = partial.chunks_exact(width);
     let first = parts.next().map(<[f64]>::to_vec);
@@ -211,9 +204,7 @@ unsafe fn write_runs<T: Float>(
     };
     if len > 0 {
         if len >= PAR_THRESHOLD {
-            dst.par_chunks_mut(piece)
-                .enumerate()
-                .for_each(|(r, o)| run(o, r));
+            for_each_chunk(dst, piece, |r, o| run(o, r));
         } else {
             dst.chunks_mut(piece)
                 .enumerate()

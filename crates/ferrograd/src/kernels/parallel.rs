@@ -16,6 +16,11 @@
 //! through a rayon scope. A call made inside a part that the caller or a helper runs is run
 //! serially there (the cores are busy with the outer call's parts); one made from inside the
 //! pool goes through rayon's own join.
+//!
+//! Every parallel loop of the kernels and ops goes through here, and the closures cross into
+//! this machinery as trait objects: rayon's join and iterator plumbing is then compiled once,
+//! not once per loop, element type and instruction set (that had been about half of the
+//! library's generated code, and of its compile time).
 
 use std::any::Any;
 use std::cell::Cell;
@@ -233,6 +238,12 @@ impl Drop for Published {
 /// Runs `part(0..parts)`, each index once, on the calling thread and the rayon pool. A part
 /// may itself use rayon, but must not wait for work that only another part would do.
 pub(crate) fn run_parts(parts: usize, part: impl Fn(usize) + Sync) {
+    run_dyn_parts(parts, &part);
+}
+
+/// [`run_parts`] behind one vtable, so that the machinery below (and rayon's, which it
+/// instantiates) is compiled once rather than once per calling closure.
+fn run_dyn_parts(parts: usize, part: &(dyn Fn(usize) + Sync)) {
     let threads = rayon::current_num_threads();
     if parts <= 1 || threads <= 1 || IN_PART.with(Cell::get) {
         (0..parts).for_each(part);
@@ -241,10 +252,10 @@ pub(crate) fn run_parts(parts: usize, part: impl Fn(usize) + Sync) {
     if rayon::current_thread_index().is_some() {
         // Inside the pool, rayon's own wait runs other work meanwhile: nothing to gain, and a
         // spinning worker could hold up the very part it waits for.
-        (0..parts).into_par_iter().for_each(&part);
+        (0..parts).into_par_iter().for_each(part);
         return;
     }
-    let job = Job::new(&part, parts);
+    let job = Job::new(part, parts);
     if SLOT
         .owner
         .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -293,6 +304,11 @@ fn run_parts_in_scope(job: Job<'_>) {
 /// rayon iterator, which from a thread outside the pool would put the caller to sleep until
 /// the workers had woken and finished.
 pub(crate) fn run_tasks<P: Send, R: Send>(parts: Vec<P>, task: impl Fn(P) -> R + Sync) -> Vec<R> {
+    run_dyn_tasks(parts, &task)
+}
+
+/// [`run_tasks`] behind one vtable: compiled once per part and result type, not per closure.
+fn run_dyn_tasks<P: Send, R: Send>(parts: Vec<P>, task: &(dyn Fn(P) -> R + Sync)) -> Vec<R> {
     let slots: Vec<Mutex<(Option<P>, Option<R>)>> = parts
         .into_iter()
         .map(|p| Mutex::new((Some(p), None)))
@@ -312,6 +328,23 @@ pub(crate) fn run_tasks<P: Send, R: Send>(parts: Vec<P>, task: impl Fn(P) -> R +
         .collect()
 }
 
+/// [`run_tasks`] with a scratch value for each task (buffers a part reuses rather than
+/// allocates): a task takes one that an earlier task on any thread put back, or a new one.
+/// At most as many exist as tasks ran at once.
+pub(crate) fn run_tasks_with<S: Default + Send, P: Send, R: Send>(
+    parts: Vec<P>,
+    task: impl Fn(&mut S, P) -> R + Sync,
+) -> Vec<R> {
+    let spare: Mutex<Vec<S>> = Mutex::new(Vec::new());
+    let spare = || spare.lock().unwrap_or_else(|e| e.into_inner());
+    run_tasks(parts, |p| {
+        let mut scratch = spare().pop().unwrap_or_default();
+        let r = task(&mut scratch, p);
+        spare().push(scratch);
+        r
+    })
+}
+
 /// `f(i, chunk)` for every `size`-element chunk of `xs` (the last may be shorter), through
 /// [`run_tasks`].
 pub(crate) fn for_each_chunk<T: Send>(
@@ -319,9 +352,34 @@ pub(crate) fn for_each_chunk<T: Send>(
     size: usize,
     f: impl Fn(usize, &mut [T]) + Sync,
 ) {
-    let parts: Vec<(usize, &mut [T])> = xs.chunks_mut(size.max(1)).enumerate().collect();
-    run_tasks(parts, |(i, c)| f(i, c));
+    for_each_dyn_chunk(xs, size, &f);
 }
+
+/// [`for_each_chunk`] behind one vtable: compiled once per element type, not per closure.
+/// Many small chunks (a plane each, say) go a run of them per part, enough parts to balance
+/// the threads, so that handing out a part costs nothing beside its work.
+fn for_each_dyn_chunk<T: Send>(xs: &mut [T], size: usize, f: &(dyn Fn(usize, &mut [T]) + Sync)) {
+    let size = size.max(1);
+    let per_part = chunks_per_part(xs.len().div_ceil(size));
+    let parts: Vec<(usize, &mut [T])> = xs.chunks_mut(per_part * size).enumerate().collect();
+    run_tasks(parts, |(p, part)| {
+        for (k, c) in part.chunks_mut(size).enumerate() {
+            f(p * per_part + k, c);
+        }
+    });
+}
+
+/// How many of `chunks` small pieces of work one part should take, as [`for_each_chunk`]
+/// groups them.
+pub(crate) fn chunks_per_part(chunks: usize) -> usize {
+    chunks
+        .div_ceil(PARTS_PER_THREAD * rayon::current_num_threads())
+        .max(1)
+}
+
+/// Parts per thread that [`for_each_chunk`] makes at most: the last to finish waits for one
+/// part of many, whatever the threads' speeds.
+const PARTS_PER_THREAD: usize = 8;
 
 #[cfg(test)]
 mod tests {

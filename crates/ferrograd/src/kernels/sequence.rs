@@ -17,11 +17,10 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-use rayon::prelude::*;
-
 use super::cells::{row, Cell, StepGrads, StepIn};
 use super::lined::Lined;
 use super::matmul::{gemm_batch, MatRef};
+use super::parallel::run_tasks;
 use super::Float;
 
 /// The sizes of a sequence: batch, steps, input width, hidden width.
@@ -231,14 +230,11 @@ pub fn sequence_forward<C: Cell, T: Float>(
     let hid = sz.hidden;
     let copy = StepWeights::copy::<C>(w, sz, true);
     let step_w = StepWeights::of::<C>(w, &copy);
-    let parts = rows
-        .par_iter()
-        .map(|r| {
-            let x = rows_in(x, r, sz.t * sz.input);
-            let states = [rows_in(h0, r, hid), rows_in(c0, r, hid)];
-            forward_part::<C, T>(x, states, step_w, SeqSizes { n: r.len(), ..sz })
-        })
-        .collect();
+    let parts = run_tasks(rows.iter().collect(), |r| {
+        let x = rows_in(x, r, sz.t * sz.input);
+        let states = [rows_in(h0, r, hid), rows_in(c0, r, hid)];
+        forward_part::<C, T>(x, states, step_w, SeqSizes { n: r.len(), ..sz })
+    });
     SeqForward {
         rows,
         parts,
@@ -390,17 +386,13 @@ pub fn sequence_backward<C: Cell, T: Float>(
     let hid = sz.hidden;
     let copy = StepWeights::copy::<C>(w, sz, false);
     let step_w = StepWeights::of::<C>(w, &copy);
-    let grads: Vec<SeqGrads<T>> = fwd
-        .rows
-        .par_iter()
-        .zip(&fwd.parts)
-        .map(|(r, part)| {
-            let x = rows_in(x, r, sz.t * sz.input);
-            let dout = rows_in(dout, r, sz.t * hid);
-            let ups = [dout, rows_in(dh_n, r, hid), rows_in(dc_n, r, hid)];
-            backward_part::<C, T>(x, part, step_w, SeqSizes { n: r.len(), ..sz }, ups)
-        })
-        .collect();
+    let parts = fwd.rows.iter().zip(&fwd.parts);
+    let grads: Vec<SeqGrads<T>> = run_tasks(parts.collect(), |(r, part)| {
+        let x = rows_in(x, r, sz.t * sz.input);
+        let dout = rows_in(dout, r, sz.t * hid);
+        let ups = [dout, rows_in(dh_n, r, hid), rows_in(dc_n, r, hid)];
+        backward_part::<C, T>(x, part, step_w, SeqSizes { n: r.len(), ..sz }, ups)
+    });
     merge(grads)
 }
 

@@ -17,7 +17,6 @@
 
 use std::ops::Range;
 
-use rayon::prelude::*;
 use smallvec::smallvec;
 
 use super::binary_promote;
@@ -25,6 +24,7 @@ use crate::kernels::channels_last as cl;
 use crate::kernels::conv::{self as kc, col2im, im2col, Geom};
 use crate::kernels::implicit_conv as ki;
 use crate::kernels::matmul::{gemm_batch_append, MatRef};
+use crate::kernels::parallel::{for_each_chunk, run_tasks_with};
 use crate::tensor::{
     filled, numel_or_panic, record, with_dtype, FloatElement, Tensor, INTEGER_IN_FLOAT_OP,
 };
@@ -720,15 +720,11 @@ fn columns_conv_t<T: FloatElement>((ud, wd): (&[T], &[T]), s: &Sizes<'_>, out: &
         // col2im.
         let threads = rayon::current_num_threads();
         let per = (COLS_IN_CACHE / per_image.max(1)).clamp(1, (n / threads).max(1));
-        out.par_chunks_mut((per * cout * hw).max(1))
-            .enumerate()
-            .for_each_init(
-                || (Vec::new(), Vec::new()),
-                |(us, cols), (chunk, out)| {
-                    let images = chunk * per..(chunk * per + per).min(n);
-                    conv_t_chunk((ud, wd, us, cols), s, &images, out, false);
-                },
-            );
+        let chunks = out.chunks_mut((per * cout * hw).max(1)).enumerate();
+        run_tasks_with(chunks.collect(), |(us, cols), (chunk, out)| {
+            let images = chunk * per..(chunk * per + per).min(n);
+            conv_t_chunk((ud, wd, us, cols), s, &images, out, false);
+        });
     } else {
         // Larger images: one column matrix at a time (each thread holding its own would
         // multiply the memory), the product and col2im threaded inside.
@@ -766,7 +762,7 @@ fn conv_t_chunk<T: FloatElement>(
         );
         cols.clear();
         gemm_batch_append(&[pair], k, count * plane, cols);
-        let add = |(m, img): (usize, &mut [T])| {
+        let add = |m: usize, img: &mut [T]| {
             col2im(
                 cols,
                 count,
@@ -776,11 +772,11 @@ fn conv_t_chunk<T: FloatElement>(
             );
         };
         if spread {
-            out.par_chunks_mut((c * hw).max(1))
-                .enumerate()
-                .for_each(add);
+            for_each_chunk(out, c * hw, add);
         } else {
-            out.chunks_mut((c * hw).max(1)).enumerate().for_each(add);
+            out.chunks_mut((c * hw).max(1))
+                .enumerate()
+                .for_each(|(m, img)| add(m, img));
         }
     }
 }

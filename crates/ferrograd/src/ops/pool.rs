@@ -8,11 +8,11 @@
 
 use std::sync::Arc;
 
-use rayon::prelude::*;
 use smallvec::smallvec;
 
 use crate::kernels::conv::{max_pool_plane, window_mean_plane, window_mean_plane_t, Geom, Windows};
 use crate::kernels::index;
+use crate::kernels::parallel::{chunks_per_part, for_each_chunk, run_tasks};
 use crate::tensor::{filled, numel_or_panic, record, reserved, with_dtype, FloatElement, Tensor};
 use num_traits::Zero;
 
@@ -36,9 +36,9 @@ fn map_planes<T: FloatElement>(
     let data = x.contiguous_data::<T>();
     let shape = with_hw(x, h, w);
     let mut out = filled(op, numel_or_panic(op, &shape), T::zero());
-    out.par_chunks_mut((h * w).max(1))
-        .enumerate()
-        .for_each(|(p, o)| f(&data[p * ih * iw..][..ih * iw], o));
+    for_each_chunk(&mut out, h * w, |p, o| {
+        f(&data[p * ih * iw..][..ih * iw], o)
+    });
     Tensor::from_data(out, &shape)
 }
 
@@ -129,10 +129,15 @@ impl Tensor {
         let out = with_dtype!(self.dtype(), T => {
             let x = self.contiguous_data::<T>();
             let mut out = filled("max_pool2d", np * plane, T::zero());
-            out.par_chunks_mut(plane.max(1))
-                .zip(arg.par_chunks_mut(plane.max(1)))
-                .enumerate()
-                .for_each(|(p, (o, a))| max_pool_plane(&x[p * h * w..][..h * w], &g, o, a));
+            // Runs of planes per task, as `for_each_chunk` makes them.
+            let (per, plane) = (chunks_per_part(np), plane.max(1));
+            let runs = out.chunks_mut(per * plane).zip(arg.chunks_mut(per * plane));
+            run_tasks(runs.enumerate().collect(), |(r, (o, a))| {
+                let planes = o.chunks_mut(plane).zip(a.chunks_mut(plane));
+                for (p, (o, a)) in (r * per..).zip(planes) {
+                    max_pool_plane(&x[p * h * w..][..h * w], &g, o, a);
+                }
+            });
             Tensor::from_data(out, &with_hw(self, g.ho, g.wo))
         });
         let arg: Arc<[usize]> = arg.into();
