@@ -486,4 +486,38 @@ mod tests {
         });
         assert_eq!(total.load(Ordering::Relaxed), 4 * 6);
     }
+
+    #[test]
+    fn many_small_chunks_each_reach_f_once_with_their_index() {
+        // More chunks than parts (so runs of them share a part), and a short last one.
+        for (len, size) in [(10_007, 3), (64, 64), (65, 64), (0, 5), (7, 0)] {
+            let mut xs = vec![0usize; len];
+            for_each_chunk(&mut xs, size, |i, c| {
+                assert!(c.len() <= size.max(1));
+                c.iter_mut().for_each(|x| *x += i + 1);
+            });
+            let expected: Vec<usize> = (0..len).map(|k| k / size.max(1) + 1).collect();
+            assert_eq!(xs, expected, "len {len}, size {size}");
+        }
+    }
+
+    #[test]
+    fn tasks_with_scratch_return_in_order_and_reuse_their_buffers() {
+        let made = AtomicUsize::new(0);
+        #[derive(Default)]
+        struct Scratch(Option<Vec<u64>>);
+        let out = run_tasks_with((0..200u64).collect(), |s: &mut Scratch, p| {
+            let buf = s.0.get_or_insert_with(|| {
+                made.fetch_add(1, Ordering::Relaxed);
+                Vec::new()
+            });
+            buf.clear();
+            buf.extend(0..=p);
+            buf.iter().sum::<u64>()
+        });
+        assert_eq!(out, (0..200u64).map(|p| p * (p + 1) / 2).collect::<Vec<_>>());
+        // One buffer per task running at once, never one per task.
+        let made = made.load(Ordering::Relaxed);
+        assert!(made >= 1 && made <= rayon::current_num_threads() + 1, "{made} buffers");
+    }
 }
