@@ -34,6 +34,14 @@ pub fn install_panic_hook() {
 }
 
 fn catch<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+    // Every binding goes through here: the generic part only moves `f` and its result, so
+    // that the unwinding machinery below is compiled once, not once per binding.
+    let (mut f, mut out) = (Some(f), None);
+    catch_dyn(&mut || out = f.take().map(|f| f()))?;
+    Ok(out.expect("catch_dyn ran the call or returned its panic"))
+}
+
+fn catch_dyn(f: &mut dyn FnMut()) -> Result<(), String> {
     // An exception left by an earlier call that was not guarded must not be raised for this
     // one's panic.
     PENDING.with(|p| p.borrow_mut().take());

@@ -515,9 +515,15 @@ mod tests {
             buf.extend(0..=p);
             buf.iter().sum::<u64>()
         });
-        assert_eq!(out, (0..200u64).map(|p| p * (p + 1) / 2).collect::<Vec<_>>());
+        assert_eq!(
+            out,
+            (0..200u64).map(|p| p * (p + 1) / 2).collect::<Vec<_>>()
+        );
         // One buffer per task running at once, never one per task.
         let made = made.load(Ordering::Relaxed);
-        assert!(made >= 1 && made <= rayon::current_num_threads() + 1, "{made} buffers");
+        assert!(
+            made >= 1 && made <= rayon::current_num_threads() + 1,
+            "{made} buffers"
+        );
     }
 }

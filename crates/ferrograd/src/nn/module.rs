@@ -123,15 +123,7 @@ pub trait Module: Send + Sync {
         }
         let theirs: HashMap<String, Tensor> = other.state().into_iter().collect();
         self.check_state(&theirs)?;
-        no_grad(|| {
-            for (name, p) in self.params() {
-                let mixed = &p.tensor().mul_scalar(1.0 - tau) + &theirs[&name].mul_scalar(tau);
-                p.set(&mixed);
-            }
-            for (name, p) in self.buffers() {
-                p.set(&theirs[&name]);
-            }
-        });
+        move_towards((&self.params(), &self.buffers()), &theirs, tau);
         Ok(())
     }
 
@@ -152,38 +144,62 @@ pub trait Module: Send + Sync {
 
     /// One line per parameter and buffer with its shape, then the total.
     fn summary(&self) -> String {
-        let mut out = format!("{}\n", self.name());
-        for (name, p) in self.params() {
-            out += &format!(
-                "  {name:<32} {:<16} {:>10}\n",
-                format!("{:?}", p.shape()),
-                p.numel()
-            );
-        }
-        for (name, p) in self.buffers() {
-            out += &format!("  {name:<32} {:<16} (buffer)\n", format!("{:?}", p.shape()));
-        }
-        out + &format!(
-            "  {:<32} {:<16} {:>10}\n",
-            "total parameters",
-            "",
-            self.num_params()
-        )
+        summary_text(&self.name(), &self.params(), &self.buffers())
     }
+}
+
+// The default methods above are compiled once per module type that is used through a
+// `dyn Module`; their bodies stay a few calls, and the work is in the functions below.
+
+/// [`Module::soft_update_from`] once `theirs` is checked against the module.
+fn move_towards(
+    (params, buffers): (&[(String, Param)], &[(String, Param)]),
+    theirs: &HashMap<String, Tensor>,
+    tau: f64,
+) {
+    no_grad(|| {
+        for (name, p) in params {
+            let mixed = &p.tensor().mul_scalar(1.0 - tau) + &theirs[name].mul_scalar(tau);
+            p.set(&mixed);
+        }
+        for (name, p) in buffers {
+            p.set(&theirs[name]);
+        }
+    });
+}
+
+/// [`Module::summary`]'s text.
+fn summary_text(name: &str, params: &[(String, Param)], buffers: &[(String, Param)]) -> String {
+    let mut out = format!("{name}\n");
+    for (name, p) in params {
+        out += &format!(
+            "  {name:<32} {:<16} {:>10}\n",
+            format!("{:?}", p.shape()),
+            p.numel()
+        );
+    }
+    for (name, p) in buffers {
+        out += &format!("  {name:<32} {:<16} (buffer)\n", format!("{:?}", p.shape()));
+    }
+    let total: usize = params.iter().map(|(_, p)| p.numel()).sum();
+    out + &format!("  {:<32} {:<16} {:>10}\n", "total parameters", "", total)
 }
 
 /// `state` against the module's parameters and buffers: the same dtype, or a count saved as a
 /// float (before buffers had an integer dtype) whose values are all whole.
 fn compare_state<M: Module + ?Sized>(module: &M, state: &HashMap<String, Tensor>) -> LoadReport {
-    compare(&module.state_params(), state, |t, p| {
-        if t.dtype() == p.dtype() {
-            Ok(t.clone())
-        } else if p.dtype() == DType::I64 && t.dtype().is_float() {
-            whole(t).ok_or_else(String::new)
-        } else {
-            Err(String::new())
-        }
-    })
+    compare(&module.state_params(), state, state_value)
+}
+
+/// The value `compare_state` takes for `p` from a tensor of its shape.
+fn state_value(t: &Tensor, p: &Param) -> std::result::Result<Tensor, String> {
+    if t.dtype() == p.dtype() {
+        Ok(t.clone())
+    } else if p.dtype() == DType::I64 && t.dtype().is_float() {
+        whole(t).ok_or_else(String::new)
+    } else {
+        Err(String::new())
+    }
 }
 
 /// `t`'s values as an i64 tensor when every one is whole and within i64's range.
