@@ -123,7 +123,7 @@ pub trait Module: Send + Sync {
         }
         let theirs: HashMap<String, Tensor> = other.state().into_iter().collect();
         self.check_state(&theirs)?;
-        move_towards((&self.params(), &self.buffers()), &theirs, tau);
+        move_towards(&self.params(), &self.buffers(), &theirs, tau);
         Ok(())
     }
 
@@ -153,7 +153,8 @@ pub trait Module: Send + Sync {
 
 /// [`Module::soft_update_from`] once `theirs` is checked against the module.
 fn move_towards(
-    (params, buffers): (&[(String, Param)], &[(String, Param)]),
+    params: &[(String, Param)],
+    buffers: &[(String, Param)],
     theirs: &HashMap<String, Tensor>,
     tau: f64,
 ) {
