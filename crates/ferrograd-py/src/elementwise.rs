@@ -1,12 +1,13 @@
 //! The core's element-wise primitives as methods of `Tensor` and of the graph's `Node`,
-//! generated from the core's table: a primitive added there is a Python method here with no
+//! generated from the core's tables: a primitive added there is a Python method here with no
 //! line written. Primitives with constants (`powf`, `clamp`, the scalar arithmetic) take
 //! PyTorch's spellings and defaults instead (`pow`, `clamp(min=None, max=None)`, operators),
-//! written by hand in `tensor.rs` and `graph.rs`.
+//! written by hand in `tensor.rs` and `graph.rs`; so do the `Tensor` methods of two operands,
+//! which take Python numbers and integer tensors as PyTorch's do.
 
 use ferrograd::graph::Node;
 use ferrograd::prelude::Tensor;
-use ferrograd::{Unary, UnaryDomain};
+use ferrograd::{Binary, Unary, UnaryDomain};
 use pyo3::prelude::*;
 
 use crate::graph::PyNode;
@@ -47,6 +48,40 @@ macro_rules! python_methods {
 }
 
 ferrograd::elementwise_primitives!(python_methods);
+
+/// One `Node` method per primitive of two tensors (`maximum`, `lt`, ...; the arithmetic also
+/// as operators), taking another node as PyTorch's `torch.maximum` takes another tensor.
+macro_rules! python_binary_methods {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident $Variant:ident { $($entry:tt)* }
+    )*) => {
+        #[pymethods]
+        impl PyNode {
+            $(
+                $(#[$doc])*
+                fn $name(&self, other: PyRef<'_, PyNode>) -> PyResult<PyNode> {
+                    self.unary(|a| a.$name(&other.node))
+                }
+            )*
+        }
+    };
+}
+
+ferrograd::binary_primitives!(python_binary_methods);
+
+/// Every element-wise primitive of two tensors as `(name, differentiable, divisor's domain is
+/// away from zero)`: what the Python tests walk.
+#[pyfunction]
+pub fn binary_primitives() -> Vec<(&'static str, bool, bool)> {
+    Binary::examples()
+        .into_iter()
+        .map(|op| {
+            let nonzero = op.smooth_on().1 == UnaryDomain::NonZero;
+            (op.name(), op.is_differentiable(), nonzero)
+        })
+        .collect()
+}
 
 /// Every element-wise primitive as `(name, example constants, domain)`: what the Python tests
 /// walk to check that each has its methods and functions and agrees with numpy.

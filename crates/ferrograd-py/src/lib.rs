@@ -390,6 +390,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(multinomial, m)?)?;
     m.add_function(wrap_pyfunction!(load_tensors, m)?)?;
     m.add_function(wrap_pyfunction!(elementwise::elementwise_primitives, m)?)?;
+    m.add_function(wrap_pyfunction!(elementwise::binary_primitives, m)?)?;
     m.add_function(wrap_pyfunction!(autograd::grad, m)?)?;
     m.add_function(wrap_pyfunction!(autograd::set_grad_enabled, m)?)?;
     m.add_function(wrap_pyfunction!(autograd::is_grad_enabled, m)?)?;

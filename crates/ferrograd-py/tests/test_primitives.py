@@ -121,3 +121,66 @@ def test_gradients_of_log1p_and_expm1_from_python():
     x = fg.tensor([1e-10, 0.5], dtype=fg.float64, requires_grad=True)
     (x.log1p().sum() + x.expm1().sum()).backward()
     np.testing.assert_allclose(x.grad.numpy(), 1 / (1 + x.numpy()) + np.exp(x.numpy()), rtol=1e-15)
+
+
+# The element-wise primitives of two operands: what numpy computes for each.
+BINARY = _core.binary_primitives()
+NUMPY_BINARY = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "eq": lambda a, b: (a == b).astype(a.dtype),
+    "ne": lambda a, b: (a != b).astype(a.dtype),
+    "lt": lambda a, b: (a < b).astype(a.dtype),
+    "le": lambda a, b: (a <= b).astype(a.dtype),
+    "gt": lambda a, b: (a > b).astype(a.dtype),
+    "ge": lambda a, b: (a >= b).astype(a.dtype),
+}
+
+
+def test_the_binary_table_reaches_python():
+    names = [name for name, _, _ in BINARY]
+    assert len(names) == len(set(names)) >= 12
+    assert set(names) == set(NUMPY_BINARY), "a primitive lacks its numpy reference (or one is stale)"
+    comparisons = {n for n, differentiable, _ in BINARY if not differentiable}
+    assert comparisons == {"eq", "ne", "lt", "le", "gt", "ge"}
+
+
+@pytest.mark.parametrize("name,differentiable,divisor", BINARY, ids=[p[0] for p in BINARY])
+def test_each_binary_primitive_has_every_entry_and_agrees_with_numpy(name, differentiable, divisor):
+    rng = np.random.default_rng(len(name))
+    a = rng.standard_normal((3, 4))
+    b = rng.uniform(0.2, 2.0, size=4) if divisor else rng.standard_normal(4)
+    a[0] = b  # ties, where the comparisons and max/min decide at equality
+    want = NUMPY_BINARY[name](a, b)
+
+    got = getattr(fg.tensor(a), name)(fg.tensor(b)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-15, atol=0)
+    np.testing.assert_array_equal(getattr(fg, name)(a, b).numpy(), got)
+
+    g = sf.Graph()
+    p, q = g.placeholder("a"), g.placeholder("b")
+    node = getattr(p, name)(q)
+    assert isinstance(node, sf.Node)
+    f32 = getattr(fg.tensor(a.astype(np.float32)), name)(fg.tensor(b.astype(np.float32)))
+    # A session computes in float32, the dtype numpy float64 feeds are given (simpleflow's).
+    np.testing.assert_array_equal(sf.Session(g).run(node, {p: a, q: b}), f32.numpy())
+    with sf.Graph().as_default() as g2:
+        x, y = sf.placeholder("a"), sf.placeholder("b")
+        ran = sf.Session(g2).run(getattr(sf, name)(x, y), {x: a, y: b})
+        np.testing.assert_array_equal(ran, f32.numpy())
+    for cls, ret in (("Tensor", "Tensor"), ("Node", "Node")):
+        body = STUBS.split(f"\nclass {cls}:")[1].split("\nclass ")[0]
+        assert re.search(rf"def {name}\(self, other: \w+\) -> {ret}: \.\.\.", body), f"{cls}.{name} stub"
+
+    if differentiable:
+        x = fg.tensor(a, requires_grad=True)
+        getattr(x, name)(fg.tensor(b)).sum().backward()
+        assert x.grad.shape == (3, 4)
+    else:
+        # As PyTorch's: a comparison's mask is not tracked, so nothing flows back through it.
+        y = getattr(fg.tensor(a, requires_grad=True), name)(fg.tensor(b))
+        assert not y.requires_grad

@@ -52,6 +52,7 @@ pub mod tensor;
 pub use error::{Error, Result};
 pub use kernels::Isa;
 pub use ops::attention::Attention;
+pub use ops::binary::{Binary, BinaryKind};
 pub use ops::conv::ConvOpts;
 pub use ops::recurrent::RecurrentWeights;
 pub use ops::unary::{Unary, UnaryDomain};

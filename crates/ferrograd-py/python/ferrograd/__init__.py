@@ -183,12 +183,15 @@ for _primitive, _constants, _domain in _core.elementwise_primitives():
         globals()[_primitive] = _unary(_primitive)
 del _primitive, _constants, _domain
 
+# And of two operands (torch.add, torch.maximum, torch.lt, ...).
+for _primitive, _differentiable, _divisor in _core.binary_primitives():
+    globals()[_primitive] = _unary(_primitive)
+del _primitive, _differentiable, _divisor
+
 gelu = _unary("gelu")
 softmax = _unary("softmax")
 log_softmax = _unary("log_softmax")
 matmul = _unary("matmul")
-maximum = _unary("maximum")
-minimum = _unary("minimum")
 clamp = _unary("clamp")
 pad = _unary("pad")
 index_select = _unary("index_select")

@@ -17,6 +17,7 @@ import itertools as _itertools
 import threading as _threading
 
 from ._core import GradientDescentOptimizer, Graph, Node  # noqa: F401
+from ._core import binary_primitives as _binary_primitives
 from ._core import elementwise_primitives as _elementwise_primitives
 from ._core import Session as _Session
 
@@ -112,3 +113,18 @@ for _primitive, _constants, _domain in _elementwise_primitives():
     if not _constants:
         globals()[_primitive] = _elementwise(_primitive)
 del _primitive, _constants, _domain
+
+
+def _binary(name):
+    def op(a, b):
+        return getattr(a, name)(b)
+
+    op.__name__ = name
+    op.__doc__ = f"``a.{name}(b)`` for two nodes."
+    return op
+
+
+# And one per element-wise primitive of two operands (add, maximum, lt, ...).
+for _primitive, _differentiable, _divisor in _binary_primitives():
+    globals()[_primitive] = _binary(_primitive)
+del _primitive, _differentiable, _divisor

@@ -94,36 +94,40 @@ macro_rules! node_elementwise {
 
 crate::elementwise_primitives!(node_elementwise);
 
+/// Every element-wise primitive of two tensors as a `Node` method, from the one table.
+macro_rules! node_binary {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident $Variant:ident { $($entry:tt)* }
+    )*) => {
+        impl Node {
+            $(
+                $(#[$doc])*
+                pub fn $name(&self, other: &Node) -> Node {
+                    self.binary(Binary::$Variant, other)
+                }
+            )*
+        }
+    };
+}
+
+crate::binary_primitives!(node_binary);
+
 impl Node {
     /// The element-wise primitive `op` applied to this node.
     pub fn unary(&self, op: Unary) -> Node {
         self.graph.add(Op::Unary(op), &[self])
     }
 
+    /// The element-wise primitive `op` of this node and `other` (broadcast).
+    pub fn binary(&self, op: Binary, other: &Node) -> Node {
+        self.graph.add(Op::Binary(op), &[self, other])
+    }
+
     /// x for x > 0, `alpha · (eˣ − 1)` otherwise, from the primitives as [`Tensor::elu`] is.
     pub fn elu(&self, alpha: f64) -> Node {
         let negative_part = (-&(-self).relu()).exp().add_scalar(-1.0).mul_scalar(alpha);
         &self.relu() + &negative_part
-    }
-
-    /// 1 where equal (broadcast), else 0. Has no derivative.
-    pub fn eq(&self, other: &Node) -> Node {
-        self.graph.add(Op::Binary(Binary::Eq), &[self, other])
-    }
-
-    /// 1 where not equal (broadcast), else 0. Has no derivative.
-    pub fn ne(&self, other: &Node) -> Node {
-        self.graph.add(Op::Binary(Binary::Ne), &[self, other])
-    }
-
-    /// 1 where `self <= other` (broadcast), else 0. Has no derivative.
-    pub fn le(&self, other: &Node) -> Node {
-        self.graph.add(Op::Binary(Binary::Le), &[self, other])
-    }
-
-    /// 1 where `self >= other` (broadcast), else 0. Has no derivative.
-    pub fn ge(&self, other: &Node) -> Node {
-        self.graph.add(Op::Binary(Binary::Ge), &[self, other])
     }
 
     /// The same values in `dtype` (into an integer: truncated, no derivative).
@@ -145,16 +149,6 @@ impl Node {
             self.index
         );
         self.transpose(rank - 2, rank - 1)
-    }
-
-    /// 1 where `self < other` (broadcast), else 0. Has no derivative.
-    pub fn lt(&self, other: &Node) -> Node {
-        self.graph.add(Op::Binary(Binary::Lt), &[self, other])
-    }
-
-    /// 1 where `self > other` (broadcast), else 0. Has no derivative.
-    pub fn gt(&self, other: &Node) -> Node {
-        self.graph.add(Op::Binary(Binary::Gt), &[self, other])
     }
 
     /// `on_true` where this mask is non-zero, `on_false` elsewhere (all three broadcast).
@@ -237,16 +231,6 @@ impl Node {
     /// Minimum of all elements (0-d).
     pub fn min(&self) -> Node {
         self.reduce(Reduce::Min, None, false)
-    }
-
-    /// Element-wise maximum (broadcast).
-    pub fn maximum(&self, other: &Node) -> Node {
-        self.graph.add(Op::Binary(Binary::Maximum), &[self, other])
-    }
-
-    /// Element-wise minimum (broadcast).
-    pub fn minimum(&self, other: &Node) -> Node {
-        self.graph.add(Op::Binary(Binary::Minimum), &[self, other])
     }
 
     /// The matrix product (2-D, or batched with broadcast batch axes).
@@ -475,26 +459,6 @@ impl Node {
     /// The same values (graph values are always laid out for the ops that read them).
     pub fn contiguous(&self) -> Node {
         self.clone()
-    }
-
-    /// `self + other` (broadcast), as the `+` operator.
-    pub fn add(&self, other: &Node) -> Node {
-        self + other
-    }
-
-    /// `self − other` (broadcast), as the `-` operator.
-    pub fn sub(&self, other: &Node) -> Node {
-        self - other
-    }
-
-    /// `self · other` (broadcast), as the `*` operator.
-    pub fn mul(&self, other: &Node) -> Node {
-        self * other
-    }
-
-    /// `self / other` (broadcast), as the `/` operator.
-    pub fn div(&self, other: &Node) -> Node {
-        self / other
     }
 }
 

@@ -98,13 +98,9 @@ impl Op {
     }
 }
 
-/// Arithmetic promotes to a float; comparisons give a mask in the promoted dtype, integers
-/// included.
+/// The eager op's dtype rule ([`Binary::result_dtype`]) over the broadcast shape.
 fn binary(op: Binary, (a, da): &(Shape, DType), (b, db): &(Shape, DType)) -> Inferred {
-    let d = match op {
-        c if c.is_comparison() => da.promote(*db),
-        _ => float(da.promote(*db), "arithmetic")?,
-    };
+    let d = op.result_dtype(*da, *db)?;
     Ok((broadcast(a, b)?, d))
 }
 

@@ -7,50 +7,13 @@ use std::fmt;
 
 use super::infer::one_element;
 use crate::autograd::Param;
+pub use crate::ops::binary::Binary;
 use crate::ops::conv::ConvOpts;
 pub use crate::ops::unary::Unary;
 use crate::tensor::{DType, Tensor};
 
 /// A shape known at build time, axis by axis: `None` is a free axis (a batch fed at run time).
 pub type Shape = Vec<Option<usize>>;
-
-/// Element-wise functions of two inputs, with numpy broadcasting.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Binary {
-    /// a + b.
-    Add,
-    /// a − b.
-    Sub,
-    /// a · b.
-    Mul,
-    /// a / b.
-    Div,
-    /// max(a, b).
-    Maximum,
-    /// min(a, b).
-    Minimum,
-    /// 1 where a == b, else 0 (no derivative).
-    Eq,
-    /// 1 where a < b, else 0 (no derivative).
-    Lt,
-    /// 1 where a > b, else 0 (no derivative).
-    Gt,
-    /// 1 where a ≠ b, else 0 (no derivative).
-    Ne,
-    /// 1 where a ≤ b, else 0 (no derivative).
-    Le,
-    /// 1 where a ≥ b, else 0 (no derivative).
-    Ge,
-}
-
-impl Binary {
-    pub(super) fn is_comparison(self) -> bool {
-        matches!(
-            self,
-            Binary::Eq | Binary::Lt | Binary::Gt | Binary::Ne | Binary::Le | Binary::Ge
-        )
-    }
-}
 
 /// Reductions over axes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,7 +151,7 @@ impl Op {
             Op::Variable { name, .. } => format!("variable {name:?}"),
             Op::Constant(t) => format!("constant {:?}", t.shape()),
             Op::Unary(u) => u.to_string(),
-            Op::Binary(b) => format!("{b:?}").to_lowercase(),
+            Op::Binary(b) => b.to_string(),
             Op::Matmul => "matmul".into(),
             Op::Reduce {
                 kind,
@@ -289,20 +252,7 @@ impl Op {
     pub(crate) fn eval(&self, x: &[Tensor]) -> Tensor {
         match self {
             Op::Unary(u) => u.apply(&x[0]),
-            Op::Binary(b) => match b {
-                Binary::Add => &x[0] + &x[1],
-                Binary::Sub => &x[0] - &x[1],
-                Binary::Mul => &x[0] * &x[1],
-                Binary::Div => &x[0] / &x[1],
-                Binary::Maximum => x[0].maximum(&x[1]),
-                Binary::Minimum => x[0].minimum(&x[1]),
-                Binary::Eq => x[0].eq(&x[1]),
-                Binary::Lt => x[0].lt(&x[1]),
-                Binary::Gt => x[0].gt(&x[1]),
-                Binary::Ne => x[0].ne(&x[1]),
-                Binary::Le => x[0].le(&x[1]),
-                Binary::Ge => x[0].ge(&x[1]),
-            },
+            Op::Binary(b) => b.apply(&x[0], &x[1]),
             Op::Matmul => x[0].matmul(&x[1]),
             Op::Reduce {
                 kind,

@@ -1,11 +1,28 @@
-//! Element-wise functions of two tensors with numpy broadcasting; gradients are summed back to
-//! each operand's shape.
+//! The element-wise primitives of two tensors, one declaration each, with numpy broadcasting;
+//! gradients are summed back to each operand's shape.
+//!
+//! [`binary_primitives!`](crate::binary_primitives) is the table, as
+//! [`elementwise_primitives!`](crate::elementwise_primitives) is for one tensor: each entry
+//! gives the name, the dtype rule (arithmetic or comparison), where each operand is smooth, the
+//! element function and the derivative, side by side. The `Tensor` method, the [`Binary`]
+//! value a static graph stores and evaluates, its dtype rule, the graph's `Node` method and the
+//! list the tests walk are generated from it.
+//!
+//! The derivative is one linear map per operand, `t ↦ ∂f/∂a·t` and `t ↦ ∂f/∂b·t` over the
+//! broadcast shape, written with tensor ops (so it is itself differentiable); each is summed
+//! back to its operand's shape and built only when that operand needs a gradient. An entry
+//! without a derivative does not match the table's grammar (`derivative: none` declares that
+//! there is none: the comparisons).
 
-use super::{broadcast_shape_or_panic, zip_dispatch};
+use super::unary::UnaryDomain;
+use super::{broadcast_shape_or_panic, has_rule, zip_dispatch, zip_elems};
 use smallvec::smallvec;
 
 use crate::kernels::strided;
-use crate::tensor::{filled, numel_or_panic, record, with_dtype, BackwardCtx, InputGrads, Tensor};
+use crate::tensor::{
+    filled, numel_or_panic, record, record_nondiff, with_any_dtype, with_dtype, BackwardCtx, DType,
+    Element, Tensor, INTEGER_IN_FLOAT_OP,
+};
 use num_traits::Zero;
 
 /// Both operands in one dtype: f32 meets f64 as f64 (the cast is differentiable).
@@ -14,92 +31,245 @@ pub(crate) fn promote(a: &Tensor, b: &Tensor) -> (Tensor, Tensor) {
     (a.to_dtype(to), b.to_dtype(to))
 }
 
-macro_rules! promoted {
-    ($a:expr, $b:expr, $method:ident) => {
-        if $a.dtype() != $b.dtype() {
-            let (a, b) = promote($a, $b);
-            return a.$method(&b);
+/// The table of element-wise primitives of two tensors, handed to `$callback` (a macro that
+/// receives every entry): expanded here into the ops and [`Binary`], and by the graph into its
+/// `Node` methods.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! binary_primitives {
+    ($($callback:ident)::+) => {
+        $($callback)::+! {
+            /// Element-wise `self + other` with broadcasting (the `+` operator); mixed dtypes
+            /// are promoted (f32 with f64 to f64). Panics when the shapes do not broadcast.
+            add Add {
+                kind: Arithmetic, smooth_on: (Real, Real),
+                forward: |x, y| x + y,
+                derivative: |_c, t| (t.clone(), t.clone()),
+            }
+            /// Element-wise `self - other` with broadcasting (the `-` operator); mixed dtypes
+            /// are promoted. Panics when the shapes do not broadcast.
+            sub Sub {
+                kind: Arithmetic, smooth_on: (Real, Real),
+                forward: |x, y| x - y,
+                derivative: |_c, t| (t.clone(), -t),
+            }
+            /// Element-wise `self * other` with broadcasting (the `*` operator); mixed dtypes
+            /// are promoted. Panics when the shapes do not broadcast.
+            mul Mul {
+                kind: Arithmetic, smooth_on: (Real, Real),
+                forward: |x, y| x * y,
+                derivative: |c, t| (t * c.input(1), t * c.input(0)),
+            }
+            /// Element-wise `self / other` with broadcasting (the `/` operator); mixed dtypes
+            /// are promoted. Panics when the shapes do not broadcast.
+            div Div {
+                kind: Arithmetic, smooth_on: (Real, NonZero),
+                forward: |x, y| x / y,
+                // d(a/b)/db = −a/b² = −(a/b)/b
+                derivative: |c, t| (t / c.input(1), -&(&(t * c.out()) / c.input(1))),
+            }
+            /// Element-wise maximum; at a tie each operand receives half the gradient (the
+            /// mean of the one-sided derivatives, which central differences also see).
+            maximum Maximum {
+                kind: Arithmetic, smooth_on: (Real, Real),
+                forward: |x, y| if x >= y { x } else { y },
+                derivative: |c, t| (t * &first_share(c, Tensor::gt), t * &(1.0 - &first_share(c, Tensor::gt))),
+            }
+            /// Element-wise minimum; ties split the gradient as in [`Tensor::maximum`].
+            minimum Minimum {
+                kind: Arithmetic, smooth_on: (Real, Real),
+                forward: |x, y| if x <= y { x } else { y },
+                derivative: |c, t| (t * &first_share(c, Tensor::lt), t * &(1.0 - &first_share(c, Tensor::lt))),
+            }
+            /// 1 where `self == other` (broadcast), else 0. Has no derivative.
+            eq Eq {
+                kind: Comparison, smooth_on: (Real, Real),
+                forward: |x, y| x == y,
+                derivative: none,
+            }
+            /// 1 where `self != other` (broadcast), else 0. Has no derivative.
+            ne Ne {
+                kind: Comparison, smooth_on: (Real, Real),
+                forward: |x, y| x != y,
+                derivative: none,
+            }
+            /// 1 where `self < other` (broadcast), else 0. Has no derivative.
+            lt Lt {
+                kind: Comparison, smooth_on: (Real, Real),
+                forward: |x, y| x < y,
+                derivative: none,
+            }
+            /// 1 where `self <= other` (broadcast), else 0. Has no derivative.
+            le Le {
+                kind: Comparison, smooth_on: (Real, Real),
+                forward: |x, y| x <= y,
+                derivative: none,
+            }
+            /// 1 where `self > other` (broadcast), else 0. Has no derivative.
+            gt Gt {
+                kind: Comparison, smooth_on: (Real, Real),
+                forward: |x, y| x > y,
+                derivative: none,
+            }
+            /// 1 where `self >= other` (broadcast), else 0. Has no derivative.
+            ge Ge {
+                kind: Comparison, smooth_on: (Real, Real),
+                forward: |x, y| x >= y,
+                derivative: none,
+            }
         }
     };
 }
 
+/// What a primitive of two tensors computes, and so its dtype rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinaryKind {
+    /// A float function of the promoted operands; integers are refused.
+    Arithmetic,
+    /// A 0/1 mask in the operands' promoted dtype, integers included; no derivative.
+    Comparison,
+}
+
+/// The forward of an entry: arithmetic through the float kernels, a comparison (a predicate
+/// `$body`) over any dtype, as a 0/1 mask.
+macro_rules! binary_forward {
+    (Arithmetic, $name:expr, $a:expr, $b:expr, |$x:ident, $y:ident| $body:expr) => {
+        zip_dispatch!($name, $a, $b, |$x, $y| $body)
+    };
+    (Comparison, $name:expr, $a:expr, $b:expr, |$x:ident, $y:ident| $body:expr) => {
+        with_any_dtype!($a.dtype(), T => {
+            zip_elems::<T>($name, $a, $b, |$x: T, $y: T| if $body { T::ONE } else { T::ZERO })
+        })
+    };
+}
+
+/// Records the result of a primitive with its two derivative maps, or as a node without one.
+macro_rules! record_binary {
+    ($name:expr, $out:expr, $a:expr, $b:expr, none $(,)?) => {
+        record_nondiff($name, $out, &[$a, $b])
+    };
+    ($name:expr, $out:expr, $a:expr, $b:expr, |$c:ident, $t:ident| ($da:expr, $db:expr $(,)?) $(,)?) => {
+        record($name, $out, &[$a, $b], move |$c, $t| {
+            smallvec![
+                $c.needs(0)
+                    .then(|| Tensor::sum_to(&$da, $c.input(0).shape())),
+                $c.needs(1)
+                    .then(|| Tensor::sum_to(&$db, $c.input(1).shape())),
+            ]
+        })
+    };
+}
+
+/// Expands the table into the ops, [`Binary`] and its listing.
+macro_rules! define_binary {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident $Variant:ident {
+            kind: $kind:ident, smooth_on: ($da:ident, $db:ident),
+            forward: |$x:ident, $y:ident| $forward:expr,
+            derivative: $($rule:tt)+
+        }
+    )*) => {
+        /// An element-wise primitive of two tensors: what a static graph's node stores, and
+        /// what the tests walk to check every primitive.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum Binary {
+            $($(#[$doc])* $Variant,)*
+        }
+
+        impl Binary {
+            /// The primitive's name (its method's name).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Binary::$Variant => stringify!($name),)*
+                }
+            }
+
+            /// The primitive applied to `a` and `b`: the same as calling its method.
+            pub fn apply(self, a: &Tensor, b: &Tensor) -> Tensor {
+                match self {
+                    $(Binary::$Variant => a.$name(b),)*
+                }
+            }
+
+            /// Arithmetic or comparison.
+            pub fn kind(self) -> BinaryKind {
+                match self {
+                    $(Binary::$Variant => BinaryKind::$kind,)*
+                }
+            }
+
+            /// Whether the primitive has a derivative rule.
+            pub fn is_differentiable(self) -> bool {
+                match self {
+                    $(Binary::$Variant => has_rule!($($rule)+),)*
+                }
+            }
+
+            /// Where each operand is smooth (for the other operand's every value).
+            pub fn smooth_on(self) -> (UnaryDomain, UnaryDomain) {
+                match self {
+                    $(Binary::$Variant => (UnaryDomain::$da, UnaryDomain::$db),)*
+                }
+            }
+
+            /// Every primitive once.
+            pub fn examples() -> Vec<Binary> {
+                vec![$(Binary::$Variant),*]
+            }
+        }
+
+        impl Tensor {
+            $(
+                $(#[$doc])*
+                pub fn $name(&self, other: &Tensor) -> Tensor {
+                    let op = Binary::$Variant;
+                    let (a, b) = if self.dtype() == other.dtype() {
+                        (self.clone(), other.clone())
+                    } else {
+                        promote(self, other)
+                    };
+                    if let Err(e) = op.result_dtype(a.dtype(), b.dtype()) {
+                        panic!("{e}");
+                    }
+                    let out = binary_forward!($kind, stringify!($name), &a, &b, |$x, $y| $forward);
+                    record_binary!(stringify!($name), out, &a, &b, $($rule)+)
+                }
+            )*
+        }
+    };
+}
+
+binary_primitives!(define_binary);
+
+impl Binary {
+    /// The dtype of the result for operands of dtypes `a` and `b`, or why there is none: the
+    /// one rule that the eager op and the static graph's inference both apply.
+    pub fn result_dtype(self, a: DType, b: DType) -> Result<DType, String> {
+        let d = a.promote(b);
+        match self.kind() {
+            BinaryKind::Comparison => Ok(d),
+            BinaryKind::Arithmetic if d.is_float() => Ok(d),
+            BinaryKind::Arithmetic => Err(format!("{}: {INTEGER_IN_FLOAT_OP}", self.name())),
+        }
+    }
+}
+
+/// The name, as graph listings show it.
+impl std::fmt::Display for Binary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The share of an element-wise max's or min's gradient that goes to the first operand: 1
+/// where it `wins`, 0 where it loses, ½ at a tie. A constant: the inputs are detached.
+fn first_share(c: &BackwardCtx<'_>, wins: fn(&Tensor, &Tensor) -> Tensor) -> Tensor {
+    let (a, b) = (c.input(0).detach(), c.input(1).detach());
+    &wins(&a, &b) + &(&a.eq(&b) * 0.5)
+}
+
 impl Tensor {
-    /// Element-wise `self + other` with broadcasting (the `+` operator); mixed dtypes are
-    /// promoted (f32 with f64 to f64). Panics when the shapes do not broadcast.
-    pub fn add(&self, other: &Tensor) -> Tensor {
-        promoted!(self, other, add);
-        let out = zip_dispatch!("add", self, other, |x, y| x + y);
-        record("add", out, &[self, other], |c, up| {
-            smallvec![
-                c.needs(0).then(|| up.sum_to(c.input(0).shape())),
-                c.needs(1).then(|| up.sum_to(c.input(1).shape())),
-            ]
-        })
-    }
-
-    /// Element-wise `self - other` with broadcasting (the `-` operator); mixed dtypes are
-    /// promoted (f32 with f64 to f64). Panics when the shapes do not broadcast.
-    pub fn sub(&self, other: &Tensor) -> Tensor {
-        promoted!(self, other, sub);
-        let out = zip_dispatch!("sub", self, other, |x, y| x - y);
-        record("sub", out, &[self, other], |c, up| {
-            smallvec![
-                c.needs(0).then(|| up.sum_to(c.input(0).shape())),
-                c.needs(1).then(|| (-up).sum_to(c.input(1).shape())),
-            ]
-        })
-    }
-
-    /// Element-wise `self * other` with broadcasting (the `*` operator); mixed dtypes are
-    /// promoted (f32 with f64 to f64). Panics when the shapes do not broadcast.
-    pub fn mul(&self, other: &Tensor) -> Tensor {
-        promoted!(self, other, mul);
-        let out = zip_dispatch!("mul", self, other, |x, y| x * y);
-        record("mul", out, &[self, other], |c, up| {
-            let (a, b) = (c.input(0), c.input(1));
-            smallvec![
-                c.needs(0).then(|| (up * b).sum_to(a.shape())),
-                c.needs(1).then(|| (up * a).sum_to(b.shape())),
-            ]
-        })
-    }
-
-    /// Element-wise `self / other` with broadcasting (the `/` operator); mixed dtypes are
-    /// promoted (f32 with f64 to f64). Panics when the shapes do not broadcast.
-    pub fn div(&self, other: &Tensor) -> Tensor {
-        promoted!(self, other, div);
-        let out = zip_dispatch!("div", self, other, |x, y| x / y);
-        record("div", out, &[self, other], |c, up| {
-            let (a, b) = (c.input(0), c.input(1));
-            smallvec![
-                c.needs(0).then(|| (up / b).sum_to(a.shape())),
-                c.needs(1)
-                    .then(|| (-&(&(up * c.out()) / b)).sum_to(b.shape())),
-            ]
-        })
-    }
-
-    /// Element-wise maximum; at a tie each operand receives half the gradient (the mean of the
-    /// one-sided derivatives, which central differences also see).
-    pub fn maximum(&self, other: &Tensor) -> Tensor {
-        promoted!(self, other, maximum);
-        let out = zip_dispatch!("maximum", self, other, |x, y| if x >= y { x } else { y });
-        record("maximum", out, &[self, other], |c, up| {
-            let (a, b) = (c.input(0).detach(), c.input(1).detach());
-            tie_split(c, &a.gt(&b), &a.eq(&b), up)
-        })
-    }
-
-    /// Element-wise minimum; ties split the gradient as in [`Tensor::maximum`].
-    pub fn minimum(&self, other: &Tensor) -> Tensor {
-        promoted!(self, other, minimum);
-        let out = zip_dispatch!("minimum", self, other, |x, y| if x <= y { x } else { y });
-        record("minimum", out, &[self, other], |c, up| {
-            let (a, b) = (c.input(0).detach(), c.input(1).detach());
-            tie_split(c, &a.lt(&b), &a.eq(&b), up)
-        })
-    }
-
     /// Elements of `on_true` where this mask is non-zero, of `on_false` elsewhere (all three
     /// broadcast together). The mask receives no gradient.
     pub fn where_cond(&self, on_true: &Tensor, on_false: &Tensor) -> Tensor {
@@ -131,16 +301,4 @@ impl Tensor {
             ]
         })
     }
-}
-
-/// Gradients of an element-wise max or min: to the first operand where it `wins`, to the
-/// second where it loses, half to each at a `tie`.
-fn tie_split(c: &BackwardCtx<'_>, wins: &Tensor, tie: &Tensor, up: &Tensor) -> InputGrads {
-    let first = wins + &(tie * 0.5);
-    let second = 1.0 - &first;
-    smallvec![
-        c.needs(0).then(|| (up * &first).sum_to(c.input(0).shape())),
-        c.needs(1)
-            .then(|| (up * &second).sum_to(c.input(1).shape())),
-    ]
 }

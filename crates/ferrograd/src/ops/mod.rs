@@ -2,7 +2,7 @@
 //! written with tensor ops so that the rule is itself differentiable. One file per family.
 
 pub(crate) mod attention;
-mod binary;
+pub(crate) mod binary;
 mod cast;
 mod compare;
 mod concat;
@@ -163,6 +163,17 @@ pub(crate) fn axes_in<A: Axis>(op: &str, axes: &[A], shape: &[usize]) -> Vec<usi
     }
     out
 }
+
+/// Whether a derivative clause of a primitives table declares a rule.
+macro_rules! has_rule {
+    (none $(,)?) => {
+        false
+    };
+    ($($rule:tt)+) => {
+        true
+    };
+}
+pub(crate) use has_rule;
 
 /// `f` applied elementwise to the tensor's elements, as `with_dtype` dispatch in one line.
 macro_rules! map_dispatch {

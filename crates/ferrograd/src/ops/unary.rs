@@ -15,7 +15,7 @@
 //! An entry whose derivative is not declared does not match the table's grammar: a primitive
 //! cannot be added without its rule (`derivative: none` says, explicitly, that there is none).
 
-use super::{map_dispatch, map_slices_dispatch, zip_dispatch};
+use super::{has_rule, map_dispatch, map_slices_dispatch, zip_dispatch};
 use smallvec::smallvec;
 
 use crate::kernels::{strided, Float};
@@ -229,16 +229,6 @@ macro_rules! record_elementwise {
     };
     ($name:expr, $out:expr, $x:expr, |$c:ident, $t:ident| $rule:expr $(,)?) => {
         record($name, $out, &[$x], move |$c, $t| smallvec![Some($rule)])
-    };
-}
-
-/// Whether a derivative clause declares a rule.
-macro_rules! has_rule {
-    (none $(,)?) => {
-        false
-    };
-    ($($rule:tt)+) => {
-        true
     };
 }
 
