@@ -141,12 +141,25 @@ NUMPY_BINARY = {
 }
 
 
+# ∂/∂a and ∂/∂b of each differentiable one, elementwise over the broadcast shape (at a tie,
+# max and min give each operand half).
+GRADIENTS = {
+    "add": lambda a, b: (np.ones_like(a), np.ones_like(a)),
+    "sub": lambda a, b: (np.ones_like(a), -np.ones_like(a)),
+    "mul": lambda a, b: (b, a),
+    "div": lambda a, b: (1 / b, -a / b**2),
+    "maximum": lambda a, b: ((a > b) + 0.5 * (a == b), (a < b) + 0.5 * (a == b)),
+    "minimum": lambda a, b: ((a < b) + 0.5 * (a == b), (a > b) + 0.5 * (a == b)),
+}
+
+
 def test_the_binary_table_reaches_python():
     names = [name for name, _, _ in BINARY]
     assert len(names) == len(set(names)) >= 12
     assert set(names) == set(NUMPY_BINARY), "a primitive lacks its numpy reference (or one is stale)"
     comparisons = {n for n, differentiable, _ in BINARY if not differentiable}
     assert comparisons == {"eq", "ne", "lt", "le", "gt", "ge"}
+    assert set(GRADIENTS) == set(NUMPY_BINARY) - comparisons
 
 
 @pytest.mark.parametrize("name,differentiable,divisor", BINARY, ids=[p[0] for p in BINARY])
@@ -177,9 +190,12 @@ def test_each_binary_primitive_has_every_entry_and_agrees_with_numpy(name, diffe
         assert re.search(rf"def {name}\(self, other: \w+\) -> {ret}: \.\.\.", body), f"{cls}.{name} stub"
 
     if differentiable:
-        x = fg.tensor(a, requires_grad=True)
-        getattr(x, name)(fg.tensor(b)).sum().backward()
-        assert x.grad.shape == (3, 4)
+        x, y = fg.tensor(a, requires_grad=True), fg.tensor(b, requires_grad=True)
+        getattr(x, name)(y).sum().backward()
+        da, db = GRADIENTS[name](a, np.broadcast_to(b, a.shape))
+        np.testing.assert_allclose(x.grad.numpy(), da, rtol=1e-13)
+        # The broadcast operand's gradient is summed back to its shape.
+        np.testing.assert_allclose(y.grad.numpy(), db.sum(axis=0), rtol=1e-13)
     else:
         # As PyTorch's: a comparison's mask is not tracked, so nothing flows back through it.
         y = getattr(fg.tensor(a, requires_grad=True), name)(fg.tensor(b))

@@ -15,9 +15,6 @@ use super::{Float, PAR_THRESHOLD};
 /// L1 while it walks the rows of `b`).
 const COLUMN_BLOCK: usize = 1024;
 
-/// Rows of `out` a thread takes at a time in [`rows_dot`].
-const ROW_BLOCK: usize = 64;
-
 /// Whether [`vector_product`] serves an `m × n` output.
 pub(super) fn applies(m: usize, n: usize) -> bool {
     (m == 1 || n == 1) && m * n > 0
@@ -60,11 +57,8 @@ fn rows_dot<T: Float>(a: &MatRef<'_, T>, x: &[T], out: &mut [MaybeUninit<T>]) {
         });
     };
     if a.rows * k >= PAR_THRESHOLD {
-        for_each_chunk(out, ROW_BLOCK, |q, o| {
-            o.iter_mut()
-                .enumerate()
-                .for_each(|(i, o)| one((q * ROW_BLOCK + i, o)));
-        });
+        // A row at a time: `for_each_chunk` hands them out in runs, a few per thread.
+        for_each_chunk(out, 1, |i, o| one((i, &mut o[0])));
     } else {
         out.iter_mut().enumerate().for_each(one);
     }

@@ -14,8 +14,9 @@
 //!
 //! One calling thread holds the slot at a time; another that finds it taken runs its parts
 //! through a rayon scope. A call made inside a part that the caller or a helper runs is run
-//! serially there (the cores are busy with the outer call's parts); one made from inside the
-//! pool goes through rayon's own join.
+//! serially there when the outer call has a part for every thread (the cores are busy with
+//! them); with fewer, it goes through a rayon scope too, whose idle workers join in. One made
+//! from inside the pool goes through rayon's own join.
 //!
 //! Every parallel loop of the kernels and ops goes through here, and the closures cross into
 //! this machinery as trait objects: rayon's join and iterator plumbing is then compiled once,
@@ -70,7 +71,7 @@ impl<'a> Job<'a> {
     /// Claims and runs parts until none is left; a panicking part is kept for the caller to
     /// raise. Returns whether it ran any.
     fn work(&self) -> bool {
-        let _inside = Flag::raise(&IN_PART);
+        let _inside = Flag::set(&IN_PART, self.parts);
         let mut ran = false;
         // A plain load first: helpers that find nothing left do not write the shared line
         // (nor can the count run past `parts` by more than one claim per thread).
@@ -132,25 +133,26 @@ static SLOT: Slot = Slot {
 };
 
 thread_local! {
-    /// Whether this thread is running a part: a call made from inside one runs serially, as
-    /// the cores are already busy with the parts of the outer call.
-    static IN_PART: Cell<bool> = const { Cell::new(false) };
+    /// How many parts the call has whose part this thread is running (0 outside any): a call
+    /// made from inside one runs serially when the outer call has a part for every thread,
+    /// as the cores are then busy with them.
+    static IN_PART: Cell<usize> = const { Cell::new(0) };
     /// Whether this thread is a helper. A helper that runs other rayon work may pick up
     /// another queued helper: that one leaves at once, so that helpers do not stack on one
     /// thread.
     static HELPING: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Sets a thread-local flag until dropped (also when a part unwinds), then restores it.
-struct Flag(&'static std::thread::LocalKey<Cell<bool>>, bool);
+/// Sets a thread-local value until dropped (also when a part unwinds), then restores it.
+struct Flag<T: Copy + 'static>(&'static std::thread::LocalKey<Cell<T>>, T);
 
-impl Flag {
-    fn raise(key: &'static std::thread::LocalKey<Cell<bool>>) -> Flag {
-        Flag(key, key.with(|c| c.replace(true)))
+impl<T: Copy + 'static> Flag<T> {
+    fn set(key: &'static std::thread::LocalKey<Cell<T>>, value: T) -> Flag<T> {
+        Flag(key, key.with(|c| c.replace(value)))
     }
 }
 
-impl Drop for Flag {
+impl<T: Copy + 'static> Drop for Flag<T> {
     fn drop(&mut self) {
         self.0.with(|c| c.set(self.1));
     }
@@ -190,13 +192,13 @@ impl Slot {
     /// A helper's life: parts of published jobs, else other rayon work, until no part has
     /// come for [`KEEP_WARM`] or it has lived [`LIFETIME`].
     fn helper(&'static self) {
-        if HELPING.with(Cell::get) || IN_PART.with(Cell::get) {
+        if HELPING.with(Cell::get) || IN_PART.with(Cell::get) > 0 {
             // Picked up by a thread already helping or inside a part; the next call enlists
             // a helper again.
             self.helpers.fetch_sub(1, Ordering::SeqCst);
             return;
         }
-        let _helping = Flag::raise(&HELPING);
+        let _helping = Flag::set(&HELPING, true);
         let (born, mut last) = (Instant::now(), Instant::now());
         // Only parts keep a helper warm, and it retires after a while whatever it does (the
         // next call enlists another): a worker waiting inside rayon that picked it up from
@@ -245,7 +247,7 @@ pub(crate) fn run_parts(parts: usize, part: impl Fn(usize) + Sync) {
 /// instantiates) is compiled once rather than once per calling closure.
 fn run_dyn_parts(parts: usize, part: &(dyn Fn(usize) + Sync)) {
     let threads = rayon::current_num_threads();
-    if parts <= 1 || threads <= 1 || IN_PART.with(Cell::get) {
+    if parts <= 1 || threads <= 1 || IN_PART.with(Cell::get) >= threads {
         (0..parts).for_each(part);
         return;
     }
@@ -425,6 +427,21 @@ mod tests {
             });
         });
         assert_eq!(total.load(Ordering::Relaxed), 4 * 6);
+    }
+
+    #[test]
+    fn a_call_inside_one_of_fewer_parts_than_threads_runs_every_inner_part_once() {
+        // Two outer parts: on more than two threads the inner calls spread over the idle ones
+        // (a scope from the caller, rayon's join from a helper); on two, they run serially.
+        let total = AtomicUsize::new(0);
+        for _ in 0..50 {
+            run_parts(2, |_| {
+                run_parts(5, |t| {
+                    total.fetch_add(t + 1, Ordering::Relaxed);
+                });
+            });
+        }
+        assert_eq!(total.load(Ordering::Relaxed), 50 * 2 * 15);
     }
 
     #[test]

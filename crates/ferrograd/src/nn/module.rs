@@ -144,7 +144,12 @@ pub trait Module: Send + Sync {
 
     /// One line per parameter and buffer with its shape, then the total.
     fn summary(&self) -> String {
-        summary_text(&self.name(), &self.params(), &self.buffers())
+        summary_text(
+            &self.name(),
+            &self.params(),
+            &self.buffers(),
+            self.num_params(),
+        )
     }
 }
 
@@ -170,7 +175,12 @@ fn move_towards(
 }
 
 /// [`Module::summary`]'s text.
-fn summary_text(name: &str, params: &[(String, Param)], buffers: &[(String, Param)]) -> String {
+fn summary_text(
+    name: &str,
+    params: &[(String, Param)],
+    buffers: &[(String, Param)],
+    total: usize,
+) -> String {
     let mut out = format!("{name}\n");
     for (name, p) in params {
         out += &format!(
@@ -182,7 +192,6 @@ fn summary_text(name: &str, params: &[(String, Param)], buffers: &[(String, Para
     for (name, p) in buffers {
         out += &format!("  {name:<32} {:<16} (buffer)\n", format!("{:?}", p.shape()));
     }
-    let total: usize = params.iter().map(|(_, p)| p.numel()).sum();
     out + &format!("  {:<32} {:<16} {:>10}\n", "total parameters", "", total)
 }
 
