@@ -73,13 +73,19 @@ macro_rules! binary_primitives {
             maximum Maximum {
                 kind: Arithmetic, smooth_on: (Real, Real),
                 forward: |x, y| if x >= y { x } else { y },
-                derivative: |c, t| (t * &first_share(c, Tensor::gt), t * &(1.0 - &first_share(c, Tensor::gt))),
+                derivative: |c, t| (
+                    t * &first_share(c, Tensor::gt),
+                    t * &(1.0 - &first_share(c, Tensor::gt)),
+                ),
             }
             /// Element-wise minimum; ties split the gradient as in [`Tensor::maximum`].
             minimum Minimum {
                 kind: Arithmetic, smooth_on: (Real, Real),
                 forward: |x, y| if x <= y { x } else { y },
-                derivative: |c, t| (t * &first_share(c, Tensor::lt), t * &(1.0 - &first_share(c, Tensor::lt))),
+                derivative: |c, t| (
+                    t * &first_share(c, Tensor::lt),
+                    t * &(1.0 - &first_share(c, Tensor::lt)),
+                ),
             }
             /// 1 where `self == other` (broadcast), else 0. Has no derivative.
             eq Eq {
@@ -148,7 +154,10 @@ macro_rules! record_binary {
     ($name:expr, $out:expr, $a:expr, $b:expr, none $(,)?) => {
         record_nondiff($name, $out, &[$a, $b])
     };
-    ($name:expr, $out:expr, $a:expr, $b:expr, |$c:ident, $t:ident| ($da:expr, $db:expr $(,)?) $(,)?) => {
+    (
+        $name:expr, $out:expr, $a:expr, $b:expr,
+        |$c:ident, $t:ident| ($da:expr, $db:expr $(,)?) $(,)?
+    ) => {
         record($name, $out, &[$a, $b], move |$c, $t| {
             smallvec![
                 $c.needs(0)
