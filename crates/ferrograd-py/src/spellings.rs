@@ -4,6 +4,7 @@
 //! call to the operator or op it names, so the two spellings cannot differ.
 
 use ferrograd::prelude::*;
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
@@ -56,11 +57,19 @@ impl PyTensor {
 }
 
 /// PyTorch's named forms of the operators: `x.add(y)` is `x + y`, `x.eq(y)` is `x == y`, ...
+/// Where the operator falls back on Python's identity test (`x == None` is False), the named
+/// form refuses `None`, as PyTorch's `x.eq(None)` does, rather than return `NotImplemented`.
 macro_rules! named_forms {
     ($($name:ident => $op:ident -> $ret:ty;)*) => {
         #[pymethods]
         impl PyTensor {
             $(fn $name(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<$ret> {
+                if other.is_none() {
+                    return Err(PyTypeError::new_err(concat!(
+                        stringify!($name),
+                        "(): argument 'other' must be a tensor or a number, not None"
+                    )));
+                }
                 self.$op(py, other)
             })*
         }

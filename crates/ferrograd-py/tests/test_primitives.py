@@ -200,3 +200,15 @@ def test_each_binary_primitive_has_every_entry_and_agrees_with_numpy(name, diffe
         # As PyTorch's: a comparison's mask is not tracked, so nothing flows back through it.
         y = getattr(fg.tensor(a, requires_grad=True), name)(fg.tensor(b))
         assert not y.requires_grad
+
+
+@pytest.mark.parametrize("name", [p[0] for p in BINARY])
+def test_a_named_binary_form_refuses_none_as_pytorch_does(name):
+    # `t == None` is False (Python's identity test), but `t.eq(None)` and `fg.eq(t, None)` are
+    # errors in PyTorch, never a silent NotImplemented.
+    t = fg.tensor([1.0, 2.0])
+    with pytest.raises(TypeError):
+        getattr(t, name)(None)
+    with pytest.raises(TypeError):
+        getattr(fg, name)(t, None)
+    assert (t == None) is False  # noqa: E711 (the operator's fallback is kept)
