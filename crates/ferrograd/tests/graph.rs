@@ -652,5 +652,119 @@ fn layer_norm_is_one_node_with_the_eager_values_and_gradients() {
     let short = g.variable("short", Tensor::ones(&[3], DType::F64));
     let bad = x.layer_norm(&short, &b, 1e-5);
     let err = sess.run(&bad, &feed).unwrap_err().to_string();
-    assert!(err.contains("layer_norm needs input [..., D]"), "{err}");
+    assert!(
+        err.contains("layer_norm(eps=0.00001): expected input [..., D] with weight and bias [D]"),
+        "{err}"
+    );
+}
+
+/// A graph node refuses at build time exactly what the eager op refuses, in the same words:
+/// both check with the op's one shape rule (`ops::shape`).
+#[test]
+fn graph_and_eager_ops_refuse_the_same_shapes_in_the_same_words() {
+    type Build<'a> = &'a dyn Fn(&[Tensor]) -> Tensor;
+    type Node1<'a> = &'a dyn Fn(&[Node]) -> Node;
+    let t = |s: &[usize]| Tensor::zeros(s, DType::F32);
+    let cases: Vec<(&str, Vec<Tensor>, Build, Node1)> = vec![
+        ("reshape", vec![t(&[2, 3])], &|x| x[0].reshape(&[4]), &|x| {
+            x[0].reshape(&[4])
+        }),
+        (
+            "permute",
+            vec![t(&[2, 3])],
+            &|x| x[0].permute(&[0, 0]),
+            &|x| x[0].permute(&[0, 0]),
+        ),
+        (
+            "broadcast_to",
+            vec![t(&[2, 3])],
+            &|x| x[0].broadcast_to(&[4, 3]),
+            &|x| x[0].broadcast_to(&[4, 3]),
+        ),
+        (
+            "narrow",
+            vec![t(&[2, 3])],
+            &|x| x[0].narrow(1, 2, 2),
+            &|x| x[0].narrow(1, 2, 2),
+        ),
+        ("squeeze", vec![t(&[2, 3])], &|x| x[0].squeeze(0), &|x| {
+            x[0].squeeze(0)
+        }),
+        (
+            "flatten_from",
+            vec![t(&[2, 3])],
+            &|x| x[0].flatten_from(3),
+            &|x| x[0].flatten_from(3),
+        ),
+        ("sum_to", vec![t(&[2, 3])], &|x| x[0].sum_to(&[2]), &|x| {
+            x[0].sum_to(&[2])
+        }),
+        (
+            "sum_axes",
+            vec![t(&[2, 3])],
+            &|x| x[0].sum_axes(&[1, 1], false),
+            &|x| x[0].sum_axes(&[1, 1], false),
+        ),
+        (
+            "cat",
+            vec![t(&[2, 3]), t(&[2, 4])],
+            &|x| Tensor::cat(&[&x[0], &x[1]], 0),
+            &|x| Node::cat(&[&x[0], &x[1]], 0),
+        ),
+        (
+            "pad",
+            vec![t(&[2, 3])],
+            &|x| x[0].pad(&[(1, 1)], 0.0),
+            &|x| x[0].pad(&[(1, 1)], 0.0),
+        ),
+        (
+            "index_select",
+            vec![t(&[2, 3])],
+            &|x| x[0].index_select(0, &[5]),
+            &|x| x[0].index_select(0, &[5]),
+        ),
+        (
+            "matmul",
+            vec![t(&[2, 3]), t(&[4, 2])],
+            &|x| x[0].matmul(&x[1]),
+            &|x| x[0].matmul(&x[1]),
+        ),
+        (
+            "max_pool2d",
+            vec![t(&[1, 1, 0, 4])],
+            &|x| x[0].max_pool2d(2, 2, 0),
+            &|x| x[0].max_pool2d(2, 2, 0),
+        ),
+        (
+            "avg_pool2d",
+            vec![t(&[1, 1, 4, 4])],
+            &|x| x[0].avg_pool2d(2, 2, 2),
+            &|x| x[0].avg_pool2d(2, 2, 2),
+        ),
+        (
+            "upsample_nearest2d",
+            vec![t(&[1, 1, 2, 2])],
+            &|x| x[0].upsample_nearest2d(0, 2),
+            &|x| x[0].upsample_nearest2d(0, 2),
+        ),
+        (
+            "layer_norm",
+            vec![t(&[2, 3]), t(&[2]), t(&[3])],
+            &|x| x[0].layer_norm(&x[1], &x[2], 1e-5),
+            &|x| x[0].layer_norm(&x[1], &x[2], 1e-5),
+        ),
+    ];
+    for (op, inputs, eager, graph) in cases {
+        let eager_msg = panic_message(|| drop(eager(&inputs)));
+        let reason = eager_msg
+            .strip_prefix(&format!("{op}: "))
+            .unwrap_or_else(|| panic!("{op}: the eager message names the op: {eager_msg}"));
+        let g = Graph::new();
+        let nodes: Vec<Node> = inputs.iter().map(|x| g.constant(x.clone())).collect();
+        let graph_msg = panic_message(|| drop(graph(&nodes)));
+        assert!(
+            graph_msg.contains(reason),
+            "{op}: the graph says {graph_msg:?}, the eager op {eager_msg:?}"
+        );
+    }
 }

@@ -1,10 +1,22 @@
-//! The static graph's shape and dtype rules: what each op makes of its inputs' shapes (some
-//! axes free) and dtypes, or why they do not fit. A session checks every first run's results
-//! against these rules, so they cannot drift from the eager ops unnoticed.
+//! The static graph's shape and dtype inference: what each op makes of its inputs' shapes
+//! (some axes free) and dtypes, or why they do not fit. The shape rules are the eager ops'
+//! own (`ops::shape` and the rule beside each op), so the two accept the same inputs; a
+//! session also checks every first run's results against what was inferred.
 
-use super::op::{known, show, Binary, Op, Reduce, Shape};
+use super::op::{Binary, Op};
+use crate::ops::concat::{cat_rule, pad_rule};
 use crate::ops::conv::ConvOpts;
-use crate::tensor::{checked_numel, DType};
+use crate::ops::index::{index_add_rule, index_select_rule};
+use crate::ops::matmul::matmul_rule;
+use crate::ops::norm::{layer_norm_dtype, layer_norm_rule};
+use crate::ops::pool::{pool_rule, resize_rule};
+use crate::ops::reduce::{reduce_rule, sum_to_rule};
+use crate::ops::shape::{broadcast, check_axis, known, same, show, Shape};
+use crate::ops::view::{
+    broadcast_to_rule, flatten_from_rule, narrow_rule, permute_rule, reshape_rule, squeeze_rule,
+    unsqueeze_rule,
+};
+use crate::tensor::DType;
 
 /// A rule's answer: the result's shape and dtype, or why the inputs do not fit.
 type Inferred = Result<(Shape, DType), String>;
@@ -34,41 +46,36 @@ impl Op {
             Op::Binary(op) => binary(*op, &inputs[0], &inputs[1]),
             Op::Matmul => {
                 let ((a, da), (b, db)) = (&inputs[0], &inputs[1]);
-                Ok((matmul_shape(a, b)?, float(da.promote(*db), "matmul")?))
+                Ok((matmul_rule(a, b)?, float(da.promote(*db), "matmul")?))
             }
             Op::Reduce {
                 axes,
                 keepdim,
                 kind,
-            } => reduce(first(), axes.as_deref(), *keepdim, *kind),
-            Op::Reshape(to) => reshape(first(), to),
-            Op::Permute(p) => permute(first(), p),
-            Op::BroadcastTo(to) => broadcast_to(first(), to),
-            Op::SumTo(to) => sum_to(first(), to),
-            Op::Conv2d(o) | Op::ConvTranspose2d(o) => {
-                let ((x, dx), (w, dw)) = (&inputs[0], &inputs[1]);
-                let d = float(dx.promote(*dw), "a convolution")?;
-                let transposed = matches!(self, Op::ConvTranspose2d(_));
-                Ok((conv_shape(x, w, o, transposed)?, d))
+            } => {
+                let (s, d) = first();
+                let all: Vec<usize> = (0..s.len()).collect();
+                let out = reduce_rule(s, axes.as_deref().unwrap_or(&all), *keepdim)?;
+                Ok((out, float(d, &format!("{kind:?}").to_lowercase())?))
             }
-            Op::Conv2dWeight(k, o) => conv_weight(&inputs[0], &inputs[1], *k, o),
-            Op::Pool {
-                kernel,
-                stride,
-                padding,
-                ..
-            } => pool(first(), *kernel, *stride, *padding),
-            Op::AdaptiveAvgPool2d(h, w) | Op::UpsampleNearest2d(h, w) => {
-                resize(first(), (*h, *w), matches!(self, Op::AdaptiveAvgPool2d(..)))
-            }
-            Op::Cat(axis) => cat(inputs, *axis),
-            Op::Narrow { axis, start, len } => narrow(first(), *axis, *start, *len),
-            Op::FlattenFrom(start) => flatten_from(first(), *start),
-            Op::Squeeze(axis) => squeeze(first(), *axis),
-            Op::Unsqueeze(axis) => unsqueeze(first(), *axis),
-            Op::Pad(pads, _) => pad(first(), pads),
-            Op::IndexSelect(axis, indices) => index_select(first(), *axis, indices),
-            Op::IndexAdd(axis, indices) => index_add(&inputs[0], &inputs[1].0, *axis, indices),
+            Op::SumTo(to) => Ok((sum_to_rule(first().0, to)?, float(first().1, "sum_to")?)),
+            Op::Conv2d(_)
+            | Op::ConvTranspose2d(_)
+            | Op::Conv2dWeight(..)
+            | Op::Pool { .. }
+            | Op::AdaptiveAvgPool2d(..)
+            | Op::UpsampleNearest2d(..) => self.infer_spatial(inputs),
+            Op::Reshape(_)
+            | Op::Permute(_)
+            | Op::BroadcastTo(_)
+            | Op::Cat(_)
+            | Op::Narrow { .. }
+            | Op::FlattenFrom(_)
+            | Op::Squeeze(_)
+            | Op::Unsqueeze(_)
+            | Op::Pad(..)
+            | Op::IndexSelect(..)
+            | Op::IndexAdd(..) => self.infer_layout(inputs),
             Op::StopGradient => Ok(inputs[0].clone()),
             Op::ToDtype(to) => Ok((inputs[0].0.clone(), *to)),
             Op::WhereCond => {
@@ -76,7 +83,11 @@ impl Op {
                 let d = float(da.promote(*db), "where_cond")?;
                 Ok((broadcast(&broadcast(c, a)?, b)?, d))
             }
-            Op::LayerNorm(_) => layer_norm(inputs),
+            Op::LayerNorm(_) => {
+                let shapes = [0, 1, 2].map(|i| inputs[i].0.clone());
+                let dtypes = [0, 1, 2].map(|i| inputs[i].1);
+                Ok((layer_norm_rule(&shapes)?, layer_norm_dtype(dtypes)?))
+            }
             Op::ArgExtremum { axis, .. } => {
                 let (s, d) = first();
                 float(d, "argmax and argmin")?;
@@ -96,92 +107,82 @@ impl Op {
             }
         }
     }
+
+    /// The ops over `[N, C, H, W]` planes: convolutions, pooling, resampling.
+    fn infer_spatial(&self, inputs: &[(Shape, DType)]) -> Inferred {
+        let first = || (&inputs[0].0, inputs[0].1);
+        match self {
+            Op::Conv2d(o) | Op::ConvTranspose2d(o) => {
+                let ((x, dx), (w, dw)) = (&inputs[0], &inputs[1]);
+                let d = float(dx.promote(*dw), "a convolution")?;
+                let transposed = matches!(self, Op::ConvTranspose2d(_));
+                Ok((conv_shape(x, w, o, transposed)?, d))
+            }
+            Op::Conv2dWeight(k, o) => conv_weight(&inputs[0], &inputs[1], *k, o),
+            Op::Pool {
+                kernel,
+                stride,
+                padding,
+                ..
+            } => {
+                let out = pool_rule(first().0, [*kernel; 2], [*stride; 2], [*padding; 2])?;
+                Ok((out, float(first().1, "pooling")?))
+            }
+            Op::AdaptiveAvgPool2d(h, w) | Op::UpsampleNearest2d(h, w) => {
+                let adaptive = matches!(self, Op::AdaptiveAvgPool2d(..));
+                let out = resize_rule(first().0, (*h, *w), adaptive)?;
+                Ok((out, float(first().1, "this op")?))
+            }
+            _ => unreachable!("{} is not a spatial op", self.name()),
+        }
+    }
+
+    /// The ops that rearrange, join or select elements.
+    fn infer_layout(&self, inputs: &[(Shape, DType)]) -> Inferred {
+        let first = || (&inputs[0].0, inputs[0].1);
+        match self {
+            Op::Reshape(to) => same_dtype(first(), |s| reshape_rule(s, to)),
+            Op::Permute(p) => same_dtype(first(), |s| permute_rule(s, p)),
+            Op::BroadcastTo(to) => same_dtype(first(), |s| broadcast_to_rule(s, to)),
+            Op::Cat(axis) => {
+                let shapes: Vec<Shape> = inputs.iter().map(|(s, _)| s.clone()).collect();
+                let d = inputs
+                    .iter()
+                    .fold(inputs[0].1, |acc, (_, d)| acc.promote(*d));
+                Ok((cat_rule(&shapes, *axis)?, d))
+            }
+            Op::Narrow { axis, start, len } => {
+                same_dtype(first(), |s| narrow_rule(s, *axis, *start, *len))
+            }
+            Op::FlattenFrom(start) => same_dtype(first(), |s| flatten_from_rule(s, *start)),
+            Op::Squeeze(axis) => same_dtype(first(), |s| squeeze_rule(s, *axis)),
+            Op::Unsqueeze(axis) => same_dtype(first(), |s| unsqueeze_rule(s, *axis)),
+            Op::Pad(pads, _) => same_dtype(first(), |s| pad_rule(s, pads)),
+            Op::IndexSelect(axis, indices) => {
+                same_dtype(first(), |s| index_select_rule(s, *axis, indices))
+            }
+            Op::IndexAdd(axis, indices) => {
+                let ((s, d), (src, _)) = (&inputs[0], &inputs[1]);
+                let out = index_add_rule(s, src, *axis, indices)?;
+                Ok((out, float(*d, "index_add")?))
+            }
+            _ => unreachable!("{} is not a layout op", self.name()),
+        }
+    }
+}
+
+/// An op that keeps its input's dtype, with its shape rule.
+fn same_dtype(
+    (s, d): (&Shape, DType),
+    rule: impl FnOnce(&Shape) -> Result<Shape, String>,
+) -> Inferred {
+    Ok((rule(s)?, d))
 }
 
 /// The eager op's dtype rule ([`Binary::result_dtype`]) over the broadcast shape.
 fn binary(op: Binary, (a, da): &(Shape, DType), (b, db): &(Shape, DType)) -> Inferred {
     let d = op.result_dtype(*da, *db)?;
     Ok((broadcast(a, b)?, d))
-}
-
-fn reduce(
-    (s, d): (&Shape, DType),
-    axes: Option<&[usize]>,
-    keepdim: bool,
-    kind: Reduce,
-) -> Inferred {
-    let d = float(d, &format!("{kind:?}").to_lowercase())?;
-    let all: Vec<usize> = (0..s.len()).collect();
-    let axes = axes.unwrap_or(&all);
-    for (k, &a) in axes.iter().enumerate() {
-        check_axis(a, s)?;
-        if axes[..k].contains(&a) {
-            return Err(format!("axis {a} given twice"));
-        }
-    }
-    let out = (0..s.len())
-        .filter_map(|i| match (axes.contains(&i), keepdim) {
-            (true, true) => Some(Some(1)),
-            (true, false) => None,
-            (false, _) => Some(s[i]),
-        })
-        .collect();
-    Ok((out, d))
-}
-
-/// The known sizes must divide the target's count (free axes make up the rest).
-fn reshape((s, d): (&Shape, DType), to: &[usize]) -> Inferred {
-    let fixed: Vec<usize> = s.iter().flatten().copied().collect();
-    let (Some(fixed), Some(target)) = (checked_numel(&fixed), checked_numel(to)) else {
-        return Err(format!(
-            "cannot reshape {} into {to:?}: too many elements",
-            show(s)
-        ));
-    };
-    let complete = s.iter().all(Option::is_some);
-    if (complete && fixed != target) || (!complete && fixed != 0 && !target.is_multiple_of(fixed)) {
-        return Err(format!("cannot reshape {} into {to:?}", show(s)));
-    }
-    Ok((known(to), d))
-}
-
-fn permute((s, d): (&Shape, DType), p: &[usize]) -> Inferred {
-    let mut seen = vec![false; s.len()];
-    let valid = p.len() == s.len()
-        && p.iter()
-            .all(|&i| i < s.len() && !std::mem::replace(&mut seen[i], true));
-    if !valid {
-        return Err(format!("{p:?} is not a permutation of {}", show(s)));
-    }
-    Ok((p.iter().map(|&i| s[i]).collect(), d))
-}
-
-fn broadcast_to((s, d): (&Shape, DType), to: &[usize]) -> Inferred {
-    let lead = to.len().checked_sub(s.len());
-    let fits = lead.is_some_and(|lead| {
-        s.iter()
-            .zip(&to[lead..])
-            .all(|(n, &t)| n.is_none_or(|n| n == 1 || n == t))
-    });
-    if !fits {
-        return Err(format!("cannot broadcast {} to {to:?}", show(s)));
-    }
-    Ok((known(to), d))
-}
-
-/// The adjoint of `broadcast_to`: `to` must broadcast to `s`.
-fn sum_to((s, d): (&Shape, DType), to: &[usize]) -> Inferred {
-    let lead = s.len().checked_sub(to.len());
-    let fits = lead.is_some_and(|lead| {
-        s[lead..]
-            .iter()
-            .zip(to)
-            .all(|(n, &t)| t == 1 || n.is_none_or(|n| n == t))
-    });
-    if !fits {
-        return Err(format!("{to:?} does not broadcast to {}", show(s)));
-    }
-    Ok((known(to), float(d, "sum_to")?))
 }
 
 fn conv_weight(
@@ -204,175 +205,6 @@ fn conv_weight(
     ))
 }
 
-fn pool((s, d): (&Shape, DType), kernel: usize, stride: usize, padding: usize) -> Inferred {
-    if s.len() != 4 || kernel == 0 || stride == 0 || padding > kernel / 2 {
-        return Err(format!(
-            "pooling takes [N, C, H, W], a positive kernel and stride and padding up to half \
-             the kernel, got {}",
-            show(s)
-        ));
-    }
-    let out = |n: Option<usize>| -> Result<Option<usize>, String> {
-        let Some(n) = n else { return Ok(None) };
-        (n + 2 * padding)
-            .checked_sub(kernel)
-            .map(|r| Some(r / stride + 1))
-            .ok_or_else(|| format!("a kernel of {kernel} does not fit {}", show(s)))
-    };
-    Ok((
-        vec![s[0], s[1], out(s[2])?, out(s[3])?],
-        float(d, "pooling")?,
-    ))
-}
-
-/// Adaptive pooling to `h × w`, or nearest upsampling by `h × w`.
-fn resize((s, d): (&Shape, DType), (h, w): (usize, usize), adaptive: bool) -> Inferred {
-    if s.len() != 4 || h == 0 || w == 0 {
-        return Err(format!(
-            "takes [N, C, H, W] and positive sizes, got {}",
-            show(s)
-        ));
-    }
-    let out = if adaptive {
-        vec![s[0], s[1], Some(h), Some(w)]
-    } else {
-        vec![s[0], s[1], s[2].map(|n| n * h), s[3].map(|n| n * w)]
-    };
-    Ok((out, float(d, "this op")?))
-}
-
-fn cat(inputs: &[(Shape, DType)], axis: usize) -> Inferred {
-    let (first, d) = &inputs[0];
-    check_axis(axis, first)?;
-    let mut out = first.clone();
-    for (s, _) in &inputs[1..] {
-        let fits =
-            s.len() == first.len() && (0..s.len()).all(|i| i == axis || same(s[i], first[i]));
-        if !fits {
-            return Err(format!("{} does not join {}", show(s), show(first)));
-        }
-        out[axis] = out[axis].zip(s[axis]).map(|(a, b)| a + b);
-    }
-    let d = inputs.iter().fold(*d, |acc, (_, d)| acc.promote(*d));
-    Ok((out, d))
-}
-
-fn narrow((s, d): (&Shape, DType), axis: usize, start: usize, len: usize) -> Inferred {
-    check_axis(axis, s)?;
-    if s[axis].is_some_and(|n| start + len > n) {
-        return Err(format!(
-            "{len} elements from {start} exceed axis {axis} of {}",
-            show(s)
-        ));
-    }
-    let mut out = s.clone();
-    out[axis] = Some(len);
-    Ok((out, d))
-}
-
-fn flatten_from((s, d): (&Shape, DType), start: usize) -> Inferred {
-    if start > s.len() {
-        return Err(format!("axis {start} out of range for {}", show(s)));
-    }
-    let mut out = s[..start].to_vec();
-    out.push(s[start..].iter().copied().product::<Option<usize>>());
-    Ok((out, d))
-}
-
-fn squeeze((s, d): (&Shape, DType), axis: usize) -> Inferred {
-    check_axis(axis, s)?;
-    if !same(s[axis], Some(1)) {
-        return Err(format!("axis {axis} of {} is not of size 1", show(s)));
-    }
-    let mut out = s.clone();
-    out.remove(axis);
-    Ok((out, d))
-}
-
-fn unsqueeze((s, d): (&Shape, DType), axis: usize) -> Inferred {
-    if axis > s.len() {
-        return Err(format!("axis {axis} out of range for {}", show(s)));
-    }
-    let mut out = s.clone();
-    out.insert(axis, Some(1));
-    Ok((out, d))
-}
-
-fn pad((s, d): (&Shape, DType), pads: &[(usize, usize)]) -> Inferred {
-    if pads.len() != s.len() {
-        return Err(format!(
-            "{} (before, after) pairs for {}",
-            pads.len(),
-            show(s)
-        ));
-    }
-    let out = s
-        .iter()
-        .zip(pads)
-        .map(|(n, (a, b))| n.map(|n| n + a + b))
-        .collect();
-    Ok((out, d))
-}
-
-fn index_select((s, d): (&Shape, DType), axis: usize, indices: &[usize]) -> Inferred {
-    check_axis(axis, s)?;
-    if let Some(i) = indices.iter().find(|&&i| s[axis].is_some_and(|n| i >= n)) {
-        return Err(format!(
-            "index {i} out of range for axis {axis} of {}",
-            show(s)
-        ));
-    }
-    let mut out = s.clone();
-    out[axis] = Some(indices.len());
-    Ok((out, d))
-}
-
-fn index_add((s, d): &(Shape, DType), src: &Shape, axis: usize, indices: &[usize]) -> Inferred {
-    check_axis(axis, s)?;
-    let mut expected = s.clone();
-    expected[axis] = Some(indices.len());
-    let fits = src.len() == s.len() && src.iter().zip(&expected).all(|(a, b)| same(*a, *b));
-    if !fits || indices.iter().any(|&i| s[axis].is_some_and(|n| i >= n)) {
-        return Err(format!(
-            "source {} and {} indices do not fit {} along axis {axis}",
-            show(src),
-            indices.len(),
-            show(s)
-        ));
-    }
-    Ok((s.clone(), float(*d, "index_add")?))
-}
-
-/// Layer normalisation's rule, the eager op's: input `[..., D]`, weight and bias `[D]`, one
-/// float dtype for the three.
-fn layer_norm(inputs: &[(Shape, DType)]) -> Inferred {
-    let ((x, dx), (w, dw), (b, db)) = (&inputs[0], &inputs[1], &inputs[2]);
-    let d = x.last().copied().flatten();
-    let fits = |p: &Shape| p.len() == 1 && (d.is_none() || p[0].is_none() || p[0] == d);
-    if x.is_empty() || d == Some(0) || !fits(w) || !fits(b) {
-        return Err(format!(
-            "layer_norm needs input [..., D] with weight and bias [D], got {}, {} and {}",
-            show(x),
-            show(w),
-            show(b)
-        ));
-    }
-    if dw != dx || db != dx {
-        return Err(format!(
-            "layer_norm needs one dtype for input, weight and bias, got {dx}, {dw} and {db}"
-        ));
-    }
-    Ok((x.clone(), float(*dx, "layer_norm")?))
-}
-
-fn check_axis(a: usize, s: &Shape) -> Result<(), String> {
-    if a < s.len() {
-        Ok(())
-    } else {
-        Err(format!("axis {a} out of range for {}", show(s)))
-    }
-}
-
 /// `Err(what, shape)` unless `s` holds one element.
 pub(super) fn one_element(s: &Shape, what: &str) -> Result<(), String> {
     if s.iter().all(|d| *d == Some(1)) {
@@ -380,11 +212,6 @@ pub(super) fn one_element(s: &Shape, what: &str) -> Result<(), String> {
     } else {
         Err(format!("{what}, got {}", show(s)))
     }
-}
-
-/// Whether two sizes may be equal (a free one may be anything).
-fn same(a: Option<usize>, b: Option<usize>) -> bool {
-    a.zip(b).is_none_or(|(a, b)| a == b)
 }
 
 /// The output of a convolution (or of its transpose) of `x` `[N, C, H, W]` by `w`, with
@@ -443,68 +270,4 @@ fn conv_shape(x: &Shape, w: &Shape, o: &ConvOpts, transposed: bool) -> Result<Sh
         })
     };
     Ok(vec![x[0], channels_out, size(0)?, size(1)?])
-}
-
-/// numpy broadcasting where some sizes are free: a free axis against a size above 1 takes it
-/// (anything else would fail at run time), against 1 or another free axis stays free.
-fn broadcast(a: &Shape, b: &Shape) -> Result<Shape, String> {
-    let n = a.len().max(b.len());
-    let at = |s: &Shape, i: usize| (i + s.len()).checked_sub(n).map_or(Some(1), |j| s[j]);
-    (0..n)
-        .map(|i| match (at(a, i), at(b, i)) {
-            (Some(1), d) | (d, Some(1)) => Ok(d),
-            (Some(x), Some(y)) if x == y => Ok(Some(x)),
-            (None, d) | (d, None) => Ok(d),
-            _ => Err(format!(
-                "shapes {} and {} do not broadcast",
-                show(a),
-                show(b)
-            )),
-        })
-        .collect()
-}
-
-/// numpy's matmul: a 1-D operand is a row (left) or a column (right) that the result drops.
-fn matmul_shape(a: &Shape, b: &Shape) -> Result<Shape, String> {
-    if a.is_empty() || b.is_empty() {
-        return Err(format!(
-            "matmul of a 0-d operand: {} @ {}",
-            show(a),
-            show(b)
-        ));
-    }
-    if a.len() == 1 || b.len() == 1 {
-        let a2 = if a.len() == 1 {
-            vec![Some(1), a[0]]
-        } else {
-            a.clone()
-        };
-        let b2 = if b.len() == 1 {
-            vec![b[0], Some(1)]
-        } else {
-            b.clone()
-        };
-        let mut out = matmul_shape(&a2, &b2)?;
-        if b.len() == 1 {
-            out.pop();
-        }
-        if a.len() == 1 {
-            out.remove(out.len() - usize::from(b.len() != 1) - 1);
-        }
-        return Ok(out);
-    }
-    let (ka, kb) = (a[a.len() - 1], b[b.len() - 2]);
-    if let (Some(x), Some(y)) = (ka, kb) {
-        if x != y {
-            return Err(format!(
-                "inner dimensions differ: {} @ {}",
-                show(a),
-                show(b)
-            ));
-        }
-    }
-    let mut out = broadcast(&a[..a.len() - 2].to_vec(), &b[..b.len() - 2].to_vec())?;
-    out.push(a[a.len() - 2]);
-    out.push(b[b.len() - 1]);
-    Ok(out)
 }

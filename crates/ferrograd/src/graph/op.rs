@@ -9,11 +9,12 @@ use super::infer::one_element;
 use crate::autograd::Param;
 pub use crate::ops::binary::Binary;
 use crate::ops::conv::ConvOpts;
+pub(crate) use crate::ops::shape::known;
+pub(crate) use crate::ops::shape::show;
 pub use crate::ops::unary::Unary;
 use crate::tensor::{DType, Tensor};
 
-/// A shape known at build time, axis by axis: `None` is a free axis (a batch fed at run time).
-pub type Shape = Vec<Option<usize>>;
+pub use crate::ops::shape::Shape;
 
 /// Reductions over axes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -332,21 +333,7 @@ impl fmt::Debug for Op {
     }
 }
 
-/// A shape with every axis known.
-pub(crate) fn known(s: &[usize]) -> Shape {
-    s.iter().map(|&d| Some(d)).collect()
-}
-
 /// `[?, 784]`, or `[..]` when not even the rank is known.
 pub(crate) fn show_opt(s: &Option<Shape>) -> String {
-    s.as_ref().map_or("[..]".to_string(), show)
-}
-
-/// `[?, 784]`.
-pub(crate) fn show(s: &Shape) -> String {
-    let axes: Vec<String> = s
-        .iter()
-        .map(|d| d.map_or("?".to_string(), |d| d.to_string()))
-        .collect();
-    format!("[{}]", axes.join(", "))
+    s.as_ref().map_or("[..]".to_string(), |s| show(s))
 }

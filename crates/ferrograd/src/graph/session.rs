@@ -239,7 +239,7 @@ fn fed(
     if !fits(shape, v) || dtype.is_some_and(|d| d != v.dtype()) {
         return Err(Error::Graph(format!(
             "run: placeholder {name:?} takes {} {}, fed {:?} {}",
-            shape.map_or("any shape".to_string(), show),
+            shape.map_or("any shape".to_string(), |s| show(s)),
             dtype.map_or("of any dtype".to_string(), |d| d.to_string()),
             v.shape(),
             v.dtype()

@@ -3,34 +3,17 @@
 
 use smallvec::smallvec;
 
-use super::{with_axis, Axis};
+use super::shape::{check_axis, eager, eager_or_panic, known, numel, same, show, Rule, Shape};
+use super::Axis;
 use crate::error::{Error, Result};
 use crate::kernels::{index, strided, Rows};
-use crate::tensor::{checked_numel, filled, record, with_any_dtype, Element, Tensor};
+use crate::tensor::{filled, record, with_any_dtype, Element, Tensor};
 
 impl Tensor {
     /// Padded with `value`: `pads[i] = (before, after)` elements along axis `i`.
     pub fn pad(&self, pads: &[(usize, usize)], value: f64) -> Tensor {
-        assert!(
-            pads.len() == self.ndim(),
-            "pad: {} (before, after) pairs given for shape {:?}",
-            pads.len(),
-            self.shape()
-        );
-        let padded: Option<Vec<usize>> = self
-            .shape()
-            .iter()
-            .zip(pads)
-            .map(|(&d, &(before, after))| d.checked_add(before)?.checked_add(after))
-            .collect();
-        let (out_shape, len) = padded
-            .and_then(|s| checked_numel(&s).map(|n| (s, n)))
-            .unwrap_or_else(|| {
-                panic!(
-                    "pad: padding {pads:?} makes shape {:?} larger than fits in memory",
-                    self.shape()
-                )
-            });
+        let out_shape = eager_or_panic("pad", pad_rule(&known(self.shape()), pads));
+        let len = out_shape.iter().product();
         let start: Vec<usize> = pads.iter().map(|&(before, _)| before).collect();
         let out = with_any_dtype!(self.dtype(), T => {
             let mut out = filled("pad", len, T::cast_from_f64(value));
@@ -65,35 +48,14 @@ impl Tensor {
                 first.shape()
             )));
         };
-        for t in &tensors[1..] {
-            let same_rank = t.ndim() == first.ndim();
-            if !same_rank
-                || (0..first.ndim()).any(|i| i != axis && t.shape()[i] != first.shape()[i])
-            {
-                return Err(Error::Shape(format!(
-                    "cat: shapes {:?} and {:?} differ outside axis {axis}",
-                    first.shape(),
-                    t.shape()
-                )));
-            }
-        }
+        let shapes: Vec<Shape> = tensors.iter().map(|t| known(t.shape())).collect();
+        let out_shape = eager("cat", cat_rule(&shapes, axis))?;
         // Whatever the order: f32 with f64 joins as f64, integers with floats as the float.
         let dtype = tensors
             .iter()
             .fold(first.dtype(), |d, t| d.promote(t.dtype()));
         let cast: Vec<Tensor> = tensors.iter().map(|t| t.to_dtype(dtype)).collect();
         let sizes: Vec<usize> = cast.iter().map(|t| t.shape()[axis]).collect();
-        let total = sizes.iter().try_fold(0usize, |acc, &n| acc.checked_add(n));
-        let out_shape = total
-            .map(|total| with_axis(first.shape(), axis, total))
-            .filter(|s| checked_numel(s).is_some())
-            .ok_or_else(|| {
-                Error::Shape(format!(
-                    "cat: joining {} tensors along axis {axis} gives more elements than fit \
-                     in memory",
-                    tensors.len()
-                ))
-            })?;
         let out = with_any_dtype!(dtype, T => {
             let Rows { outer, inner, .. } = Rows::around(&out_shape, axis);
             let datas: Vec<_> = cast.iter().map(|t| t.contiguous_data::<T>()).collect();
@@ -123,4 +85,55 @@ impl Tensor {
         let refs: Vec<&Tensor> = expanded.iter().collect();
         Tensor::cat(&refs, axis)
     }
+}
+
+// The joins' shape rules, which the static graph's inference shares (see `ops::shape`).
+
+/// `pads[i]` adds `(before, after)` to axis `i`; the result must fit in memory.
+pub(crate) fn pad_rule(s: &[Option<usize>], pads: &[(usize, usize)]) -> Rule {
+    if pads.len() != s.len() {
+        return Err(format!(
+            "{} (before, after) pairs given for shape {}",
+            pads.len(),
+            show(s)
+        ));
+    }
+    let out: Option<Shape> = s
+        .iter()
+        .zip(pads)
+        .map(|(n, &(a, b))| match n {
+            Some(n) => n.checked_add(a)?.checked_add(b).map(Some),
+            None => Some(None),
+        })
+        .collect();
+    let out = out.ok_or_else(|| format!("padding {pads:?} overflows shape {}", show(s)))?;
+    numel(&out)?;
+    Ok(out)
+}
+
+/// Shapes that agree outside `axis`, joined along it; the result must fit in memory.
+pub(crate) fn cat_rule(shapes: &[Shape], axis: usize) -> Rule {
+    let first = shapes.first().ok_or("no tensors given")?;
+    check_axis(axis, first)?;
+    let mut out = first.clone();
+    for s in &shapes[1..] {
+        let fits =
+            s.len() == first.len() && (0..s.len()).all(|i| i == axis || same(s[i], first[i]));
+        if !fits {
+            return Err(format!(
+                "shapes {} and {} differ outside axis {axis}",
+                show(first),
+                show(s)
+            ));
+        }
+        out[axis] = match (out[axis], s[axis]) {
+            (Some(a), Some(b)) => Some(
+                a.checked_add(b)
+                    .ok_or_else(|| format!("joining along axis {axis} overflows"))?,
+            ),
+            _ => None,
+        };
+    }
+    numel(&out)?;
+    Ok(out)
 }

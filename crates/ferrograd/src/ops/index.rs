@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use smallvec::smallvec;
 
-use super::{axis_in, with_axis, Axis};
+use super::shape::{check_axis, eager, eager_or_panic, known, same, show, Rule};
+use super::{axis_in, Axis};
 use crate::error::{Error, Result};
 use crate::kernels::{index, Rows};
 use crate::tensor::{record, with_any_dtype, with_dtype, DType, Tensor};
@@ -78,12 +79,15 @@ impl Tensor {
             )));
         };
         let indices = indices.positions("index_select")?;
-        check_indices("index_select", self.shape(), axis, &indices)?;
+        let out_shape = eager(
+            "index_select",
+            index_select_rule(&known(self.shape()), axis, &indices),
+        )?;
         let indices: Arc<[usize]> = indices.into();
         let out = with_any_dtype!(self.dtype(), T => {
             let rows = Rows::around(self.shape(), axis);
             let out = index::select(&self.contiguous_data::<T>(), rows, &indices);
-            Tensor::from_data(out, &with_axis(self.shape(), axis, indices.len()))
+            Tensor::from_data(out, &out_shape)
         });
         Ok(record("index_select", out, &[self], move |c, up| {
             smallvec![Some(c.input(0).zeros_like().index_add(axis, &indices, up))]
@@ -94,16 +98,8 @@ impl Tensor {
     /// `out[.., indices[j], ..] += source[.., j, ..]`.
     pub fn index_add<A: Axis>(&self, axis: A, indices: &[usize], source: &Tensor) -> Tensor {
         let axis = axis_in("index_add", axis, self.shape());
-        check_indices("index_add", self.shape(), axis, indices).unwrap_or_else(|e| panic!("{e}"));
-        let expected = with_axis(self.shape(), axis, indices.len());
-        assert!(
-            source.shape() == expected.as_slice(),
-            "index_add: source shape {:?} should be {:?} for {} indices into {:?}",
-            source.shape(),
-            expected,
-            indices.len(),
-            self.shape()
-        );
+        let rule = index_add_rule(&known(self.shape()), &known(source.shape()), axis, indices);
+        eager_or_panic("index_add", rule);
         let source = source.to_dtype(self.dtype());
         let indices: Arc<[usize]> = indices.into();
         let out = with_dtype!(self.dtype(), T => {
@@ -121,16 +117,51 @@ impl Tensor {
     }
 }
 
-fn check_indices(op: &str, shape: &[usize], axis: usize, indices: &[usize]) -> Result<()> {
-    if axis >= shape.len() {
-        return Err(Error::Shape(format!(
-            "{op}: axis {axis} out of range for shape {shape:?}"
-        )));
-    }
-    match indices.iter().find(|&&i| i >= shape[axis]) {
-        Some(i) => Err(Error::Shape(format!(
-            "{op}: index {i} out of range for axis {axis} of shape {shape:?}"
-        ))),
+// The shape rules of selection by index, which the static graph's inference shares (see
+// `ops::shape`).
+
+/// `Err` unless every index is a position along `axis` of `s` (a free size takes any).
+fn check_indices(
+    s: &[Option<usize>],
+    axis: usize,
+    indices: &[usize],
+) -> std::result::Result<(), String> {
+    check_axis(axis, s)?;
+    match indices.iter().find(|&&i| s[axis].is_some_and(|n| i >= n)) {
+        Some(i) => Err(format!(
+            "index {i} out of range for axis {axis} of shape {}",
+            show(s)
+        )),
         None => Ok(()),
     }
+}
+
+pub(crate) fn index_select_rule(s: &[Option<usize>], axis: usize, indices: &[usize]) -> Rule {
+    check_indices(s, axis, indices)?;
+    let mut out = s.to_vec();
+    out[axis] = Some(indices.len());
+    Ok(out)
+}
+
+/// `src` must be `s` with `indices.len()` along `axis`; the result is `s`.
+pub(crate) fn index_add_rule(
+    s: &[Option<usize>],
+    src: &[Option<usize>],
+    axis: usize,
+    indices: &[usize],
+) -> Rule {
+    check_indices(s, axis, indices)?;
+    let mut expected = s.to_vec();
+    expected[axis] = Some(indices.len());
+    let fits = src.len() == s.len() && src.iter().zip(&expected).all(|(a, b)| same(*a, *b));
+    if !fits {
+        return Err(format!(
+            "source shape {} should be {} for {} indices into {}",
+            show(src),
+            show(&expected),
+            indices.len(),
+            show(s)
+        ));
+    }
+    Ok(s.to_vec())
 }

@@ -6,10 +6,11 @@
 use super::binary_promote;
 use smallvec::smallvec;
 
+use super::shape::{broadcast, eager, known, numel, same, show, Rule};
 use crate::error::{Error, Result};
 use crate::kernels::matmul::{gemm_batch_append, MatRef};
 use crate::kernels::part_numel;
-use crate::tensor::{broadcast_shapes, checked_numel, record, with_dtype, FloatElement, Tensor};
+use crate::tensor::{checked_numel, record, with_dtype, FloatElement, Tensor};
 
 impl Tensor {
     /// Matrix product `self @ other`. Panics with both shapes when they do not fit.
@@ -21,74 +22,30 @@ impl Tensor {
     /// not fit.
     pub fn try_matmul(&self, other: &Tensor) -> Result<Tensor> {
         let (a, b) = binary_promote(self, other);
-        if a.ndim() == 0 || b.ndim() == 0 {
-            return Err(Error::Shape(format!(
-                "matmul: operands need at least one axis: {:?} @ {:?}",
-                a.shape(),
-                b.shape()
-            )));
-        }
+        let out_shape = eager("matmul", matmul_rule(&known(a.shape()), &known(b.shape())))?;
         // 1-D operands are a row (left) or a column (right) vector, removed again afterwards.
         if a.ndim() == 1 {
-            return Ok(a.unsqueeze(0).try_matmul(&b)?.squeeze(if b.ndim() == 1 {
-                0
-            } else {
-                b.ndim() - 2
-            }));
+            return Ok(a.unsqueeze(0).try_matmul(&b)?.reshape(&out_shape));
         }
         if b.ndim() == 1 {
-            let out = a.try_matmul(&b.unsqueeze(1))?;
-            return Ok(out.squeeze(out.ndim() - 1));
+            return Ok(a.try_matmul(&b.unsqueeze(1))?.reshape(&out_shape));
         }
         let (ra, rb) = (a.ndim(), b.ndim());
-        if ra > 2 && rb == 2 && a.shape()[ra - 1] == b.shape()[0] {
+        let k = a.shape()[ra - 1];
+        let rows = a.numel() / k.max(1);
+        if ra > 2 && rb == 2 && k > 0 && rows > 0 {
             // A stack of matrices times one matrix (a layer applied to [N, T, E]) is one
             // product of all their rows: one large gemm instead of N small ones, and one
             // product for the matrix's gradient instead of N summed.
-            let k = a.shape()[ra - 1];
-            let mut out_shape = a.shape()[..ra - 1].to_vec();
-            out_shape.push(b.shape()[1]);
-            let rows = a.numel() / k.max(1);
-            if k > 0 && rows > 0 {
-                return a
-                    .try_reshape(&[rows, k])?
-                    .try_matmul(&b)?
-                    .try_reshape(&out_shape);
-            }
+            return a
+                .try_reshape(&[rows, k])?
+                .try_matmul(&b)?
+                .try_reshape(&out_shape);
         }
-        let (m, k, k2, n) = (
-            a.shape()[ra - 2],
-            a.shape()[ra - 1],
-            b.shape()[rb - 2],
-            b.shape()[rb - 1],
-        );
-        if k != k2 {
-            return Err(Error::Shape(format!(
-                "matmul: inner dimensions differ: {:?} @ {:?}",
-                a.shape(),
-                b.shape()
-            )));
-        }
-        let batch =
-            broadcast_shapes(&a.shape()[..ra - 2], &b.shape()[..rb - 2]).ok_or_else(|| {
-                Error::Shape(format!(
-                    "matmul: batch dimensions do not broadcast: {:?} @ {:?}",
-                    a.shape(),
-                    b.shape()
-                ))
-            })?;
-        let mut out_shape = batch.to_vec();
-        out_shape.extend([m, n]);
-        let out = match checked_numel(&out_shape) {
-            None => {
-                return Err(Error::Shape(format!(
-                    "matmul: the product of {:?} @ {:?} has more elements than fit in memory",
-                    a.shape(),
-                    b.shape()
-                )))
-            }
-            Some(0) => Tensor::zeros(&out_shape, a.dtype()),
-            Some(_) => with_dtype!(a.dtype(), T => batched::<T>(&a, &b, &out_shape, k))?,
+        let out = if out_shape.contains(&0) {
+            Tensor::zeros(&out_shape, a.dtype())
+        } else {
+            with_dtype!(a.dtype(), T => batched::<T>(&a, &b, &out_shape, k))?
         };
         Ok(record("matmul", out, &[&a, &b], |c, up| {
             let (a, b) = (c.input(0), c.input(1));
@@ -186,4 +143,56 @@ fn batched<T: FloatElement>(
         .collect();
     gemm_batch_append(&pairs, m, n, &mut data);
     Ok(Tensor::from_data(data, out_shape))
+}
+
+/// numpy's matmul: the inner sizes agree, the batch axes broadcast; a 1-D operand is a row
+/// (left) or a column (right) that the result drops. The shape rule the static graph's
+/// inference shares (see `ops::shape`).
+pub(crate) fn matmul_rule(a: &[Option<usize>], b: &[Option<usize>]) -> Rule {
+    if a.is_empty() || b.is_empty() {
+        return Err(format!(
+            "operands need at least one axis: {} @ {}",
+            show(a),
+            show(b)
+        ));
+    }
+    let a2 = if a.len() == 1 {
+        vec![Some(1), a[0]]
+    } else {
+        a.to_vec()
+    };
+    let b2 = if b.len() == 1 {
+        vec![b[0], Some(1)]
+    } else {
+        b.to_vec()
+    };
+    let (ra, rb) = (a2.len(), b2.len());
+    if !same(a2[ra - 1], b2[rb - 2]) {
+        return Err(format!(
+            "inner dimensions differ: {} @ {}",
+            show(a),
+            show(b)
+        ));
+    }
+    let mut out = broadcast(&a2[..ra - 2], &b2[..rb - 2]).map_err(|_| {
+        format!(
+            "batch dimensions do not broadcast: {} @ {}",
+            show(a),
+            show(b)
+        )
+    })?;
+    if a.len() != 1 {
+        out.push(a2[ra - 2]);
+    }
+    if b.len() != 1 {
+        out.push(b2[rb - 1]);
+    }
+    numel(&out).map_err(|_| {
+        format!(
+            "the product of {} @ {} has more elements than fit in memory",
+            show(a),
+            show(b)
+        )
+    })?;
+    Ok(out)
 }

@@ -7,6 +7,7 @@
 
 use smallvec::smallvec;
 
+use super::shape::{eager_or_panic, known, show, Rule, Shape};
 use crate::kernels::norm as kn;
 use crate::kernels::{Float, Rows};
 use crate::tensor::{is_grad_enabled, record, reserved, with_dtype, DType, FloatElement, Tensor};
@@ -182,24 +183,11 @@ impl Tensor {
     /// assert_eq!(y.to_vec::<f64>(), vec![-1.0, 1.0, -1.0, 1.0]);
     /// ```
     pub fn layer_norm(&self, weight: &Tensor, bias: &Tensor, eps: f64) -> Tensor {
-        let d = self.shape().last().copied().unwrap_or(0);
-        assert!(
-            self.ndim() >= 1 && d > 0 && weight.shape() == [d] && bias.shape() == [d],
-            "layer_norm: expected input [..., D] with weight and bias [D], got input {:?}, \
-             weight {:?}, bias {:?}",
-            self.shape(),
-            weight.shape(),
-            bias.shape()
-        );
-        assert!(
-            self.dtype().is_float()
-                && weight.dtype() == self.dtype()
-                && bias.dtype() == self.dtype(),
-            "layer_norm: input, weight and bias must share a float dtype, got {:?}, {:?}, {:?}",
-            self.dtype(),
-            weight.dtype(),
-            bias.dtype()
-        );
+        let shapes = [self, weight, bias].map(|t| known(t.shape()));
+        eager_or_panic("layer_norm", layer_norm_rule(&shapes));
+        let dtype = layer_norm_dtype([self, weight, bias].map(Tensor::dtype));
+        dtype.unwrap_or_else(|e| panic!("layer_norm: {e}"));
+        let d = self.shape()[self.ndim() - 1];
         let (y, stats) = with_dtype!(self.dtype(), T => {
             let x = self.contiguous_data::<T>();
             let (w, b) = (weight.contiguous_data::<T>(), bias.contiguous_data::<T>());
@@ -268,5 +256,34 @@ impl Tensor {
             Some(w) => &y * w,
             None => y,
         }
+    }
+}
+
+// Layer normalisation's shape and dtype rules, which the static graph's inference shares (see
+// `ops::shape`).
+
+/// Input `[..., D]` with weight and bias `[D]`, `D > 0`; the result has the input's shape.
+pub(crate) fn layer_norm_rule([x, w, b]: &[Shape; 3]) -> Rule {
+    let d = x.last().copied().flatten();
+    let fits = |p: &Shape| p.len() == 1 && (d.is_none() || p[0].is_none() || p[0] == d);
+    if x.is_empty() || d == Some(0) || !fits(w) || !fits(b) {
+        return Err(format!(
+            "expected input [..., D] with weight and bias [D], got input {}, weight {}, bias {}",
+            show(x),
+            show(w),
+            show(b)
+        ));
+    }
+    Ok(x.clone())
+}
+
+/// One float dtype for input, weight and bias.
+pub(crate) fn layer_norm_dtype([x, w, b]: [DType; 3]) -> Result<DType, String> {
+    if x.is_float() && w == x && b == x {
+        Ok(x)
+    } else {
+        Err(format!(
+            "input, weight and bias must share a float dtype, got {x}, {w} and {b}"
+        ))
     }
 }

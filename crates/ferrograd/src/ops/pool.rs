@@ -16,6 +16,8 @@ use crate::kernels::parallel::{chunks_per_part, for_each_chunk, run_tasks};
 use crate::tensor::{filled, numel_or_panic, record, reserved, with_dtype, FloatElement, Tensor};
 use num_traits::Zero;
 
+use super::shape::{eager_or_panic, known, numel, show, Rule};
+
 /// `(planes, h, w)` of a `[N, C, H, W]` tensor, or a panic naming `op`.
 fn planes(op: &str, t: &Tensor) -> (usize, usize, usize) {
     match t.shape() {
@@ -49,17 +51,9 @@ fn with_hw(t: &Tensor, h: usize, w: usize) -> [usize; 4] {
 }
 
 /// Windows of `k` taps, `stride` apart, over an axis of `size` padded by `pad` on each side;
-/// each output divides by `k` (the padding counts).
-fn fixed_windows(op: &str, size: usize, k: usize, stride: usize, pad: usize) -> Windows {
-    assert!(
-        k > 0 && stride > 0 && pad <= k / 2,
-        "{op}: kernel {k}, stride {stride} and padding {pad} need k > 0, stride > 0 and \
-         padding ≤ kernel / 2"
-    );
-    let padded = pad.checked_mul(2).and_then(|p| p.checked_add(size));
-    let Some(padded) = padded.filter(|&p| p >= k) else {
-        panic!("{op}: a kernel of {k} does not fit an axis of {size} padded by {pad}")
-    };
+/// each output divides by `k` (the padding counts). The sizes are ones [`pool_rule`] accepted.
+fn fixed_windows(size: usize, k: usize, stride: usize, pad: usize) -> Windows {
+    let padded = size + 2 * pad;
     let out = (padded - k) / stride + 1;
     let start: Vec<usize> = (0..out).map(|o| (o * stride).saturating_sub(pad)).collect();
     let end = (0..out).map(|o| (o * stride + k - pad).min(size)).collect();
@@ -105,11 +99,10 @@ impl Tensor {
         [sh, sw]: [usize; 2],
         [ph, pw]: [usize; 2],
     ) -> Tensor {
+        let rule = pool_rule(&known(self.shape()), [kh, kw], [sh, sw], [ph, pw]);
+        eager_or_panic("max_pool2d", rule);
         let (np, h, w) = planes("max_pool2d", self);
-        let (wy, wx) = (
-            fixed_windows("max_pool2d", h, kh, sh, ph),
-            fixed_windows("max_pool2d", w, kw, sw, pw),
-        );
+        let (wy, wx) = (fixed_windows(h, kh, sh, ph), fixed_windows(w, kw, sw, pw));
         let g = Geom {
             h,
             w,
@@ -159,21 +152,20 @@ impl Tensor {
         [sh, sw]: [usize; 2],
         [ph, pw]: [usize; 2],
     ) -> Tensor {
+        let rule = pool_rule(&known(self.shape()), [kh, kw], [sh, sw], [ph, pw]);
+        eager_or_panic("avg_pool2d", rule);
         let (_, h, w) = planes("avg_pool2d", self);
-        let wy = fixed_windows("avg_pool2d", h, kh, sh, ph);
-        let wx = fixed_windows("avg_pool2d", w, kw, sw, pw);
+        let wy = fixed_windows(h, kh, sh, ph);
+        let wx = fixed_windows(w, kw, sw, pw);
         self.window_mean("avg_pool2d", Arc::new([wy, wx]))
     }
 
     /// Average pooling to an `out_h × out_w` output whatever the input size (PyTorch's
     /// `adaptive_avg_pool2d`).
     pub fn adaptive_avg_pool2d(&self, out_h: usize, out_w: usize) -> Tensor {
+        let rule = resize_rule(&known(self.shape()), (out_h, out_w), true);
+        eager_or_panic("adaptive_avg_pool2d", rule);
         let (_, h, w) = planes("adaptive_avg_pool2d", self);
-        assert!(
-            out_h > 0 && out_w > 0 && h > 0 && w > 0,
-            "adaptive_avg_pool2d: cannot pool {:?} to {out_h}x{out_w}",
-            self.shape()
-        );
         self.window_mean(
             "adaptive_avg_pool2d",
             Arc::new([adaptive_windows(h, out_h), adaptive_windows(w, out_w)]),
@@ -183,11 +175,9 @@ impl Tensor {
     /// Nearest-neighbour upsampling by integer factors: each pixel becomes a
     /// `scale_h × scale_w` block. Built from views, so its gradient sums each block.
     pub fn upsample_nearest2d(&self, scale_h: usize, scale_w: usize) -> Tensor {
+        let rule = resize_rule(&known(self.shape()), (scale_h, scale_w), false);
+        eager_or_panic("upsample_nearest2d", rule);
         let (_, h, w) = planes("upsample_nearest2d", self);
-        assert!(
-            scale_h > 0 && scale_w > 0,
-            "upsample_nearest2d: scales must be positive"
-        );
         let s = self.shape();
         self.reshape(&[s[0], s[1], h, 1, w, 1])
             .broadcast_to(&[s[0], s[1], h, scale_h, w, scale_w])
@@ -252,4 +242,70 @@ impl Tensor {
             smallvec![Some(up.scatter_planes(&arg, hw))]
         })
     }
+}
+
+// The poolings' shape rules, which the static graph's inference shares (see `ops::shape`).
+
+/// `Err` unless `s` is `[N, C, H, W]` with `H` and `W` not empty.
+fn check_planes(s: &[Option<usize>]) -> Result<(), String> {
+    if s.len() != 4 || s[2] == Some(0) || s[3] == Some(0) {
+        return Err(format!(
+            "input must be [N, C, H, W] with H, W > 0, got shape {}",
+            show(s)
+        ));
+    }
+    Ok(())
+}
+
+/// Windows of `kernel` taps, `stride` apart, over each plane padded by `padding` (at most half
+/// the kernel, as PyTorch requires), PyTorch's floor mode.
+pub(crate) fn pool_rule(
+    s: &[Option<usize>],
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    padding: [usize; 2],
+) -> Rule {
+    check_planes(s)?;
+    let mut out = s[..2].to_vec();
+    for i in 0..2 {
+        let (k, st, p) = (kernel[i], stride[i], padding[i]);
+        if k == 0 || st == 0 || p > k / 2 {
+            return Err(format!(
+                "kernel {k}, stride {st} and padding {p} need k > 0, stride > 0 and \
+                 padding ≤ kernel / 2"
+            ));
+        }
+        let Some(n) = s[2 + i] else {
+            out.push(None);
+            continue;
+        };
+        let padded = p.checked_mul(2).and_then(|p| p.checked_add(n));
+        let Some(padded) = padded.filter(|&padded| padded >= k) else {
+            return Err(format!(
+                "a kernel of {k} does not fit an axis of {n} padded by {p}"
+            ));
+        };
+        out.push(Some((padded - k) / st + 1));
+    }
+    numel(&out)?;
+    Ok(out)
+}
+
+/// Adaptive pooling to `h × w` (`adaptive`), or nearest upsampling by `h × w`.
+pub(crate) fn resize_rule(s: &[Option<usize>], (h, w): (usize, usize), adaptive: bool) -> Rule {
+    check_planes(s)?;
+    if h == 0 || w == 0 {
+        return Err(format!("sizes must be positive, got {h}x{w}"));
+    }
+    let scaled = |n: Option<usize>, f: usize| -> Result<Option<usize>, String> {
+        n.map(|n| n.checked_mul(f).ok_or("the output overflows".to_string()))
+            .transpose()
+    };
+    let out = if adaptive {
+        vec![s[0], s[1], Some(h), Some(w)]
+    } else {
+        vec![s[0], s[1], scaled(s[2], h)?, scaled(s[3], w)?]
+    };
+    numel(&out)?;
+    Ok(out)
 }

@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 
+use super::shape::{check_axis, eager_or_panic, known, show, Rule};
 use super::{axes_in, axis_in, Axis};
 use smallvec::smallvec;
 
@@ -23,8 +24,10 @@ struct Reduction {
 }
 
 impl Reduction {
-    /// `axes` are positions already resolved (and checked) by `axes_in`/`axis_in`.
-    fn new(shape: &[usize], axes: &[usize], keepdim: bool) -> Reduction {
+    /// `axes` are positions resolved by `axes_in`/`axis_in`; the shape rule refuses repeats,
+    /// naming `op`.
+    fn new(op: &str, shape: &[usize], axes: &[usize], keepdim: bool) -> Reduction {
+        let out_shape = eager_or_panic(op, reduce_rule(&known(shape), axes, keepdim));
         let mut sorted = axes.to_vec();
         sorted.sort_unstable();
         sorted.dedup();
@@ -32,14 +35,6 @@ impl Reduction {
         let keep_shape: Vec<usize> = (0..shape.len())
             .map(|i| if reduced(i) { 1 } else { shape[i] })
             .collect();
-        let out_shape = if keepdim {
-            keep_shape.clone()
-        } else {
-            (0..shape.len())
-                .filter(|&i| !reduced(i))
-                .map(|i| shape[i])
-                .collect()
-        };
         let red = checked_numel_of(sorted.iter().map(|&a| shape[a])).unwrap_or(0);
         let one_run = sorted.windows(2).all(|w| w[1] == w[0] + 1);
         let (outer, inner, permuted) = match (sorted.first(), sorted.last(), one_run) {
@@ -115,7 +110,7 @@ impl Tensor {
     /// Sum over `axes`; with `keepdim` they stay as size-1 axes.
     pub fn sum_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
         let axes = &axes_in("sum_axes", axes, self.shape());
-        let plan = Reduction::new(self.shape(), axes, keepdim);
+        let plan = Reduction::new("sum_axes", self.shape(), axes, keepdim);
         if plan.axes.is_empty() {
             return self.clone();
         }
@@ -143,7 +138,7 @@ impl Tensor {
     /// Mean over `axes`.
     pub fn mean_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
         let axes = &axes_in("mean_axes", axes, self.shape());
-        let plan = Reduction::new(self.shape(), axes, keepdim);
+        let plan = Reduction::new("mean_axes", self.shape(), axes, keepdim);
         if plan.rows.mid == 0 {
             // numpy and PyTorch give NaN for the mean of nothing.
             return &self.sum_axes(axes, keepdim) * f64::NAN;
@@ -182,7 +177,7 @@ impl Tensor {
     }
 
     fn extremum(&self, op: &'static str, axes: &[usize], keepdim: bool, is_max: bool) -> Tensor {
-        let plan = Reduction::new(self.shape(), axes, keepdim);
+        let plan = Reduction::new(op, self.shape(), axes, keepdim);
         if plan.axes.is_empty() {
             return self.clone();
         }
@@ -220,7 +215,7 @@ impl Tensor {
     }
 
     fn arg_extremum(&self, op: &'static str, axis: usize, is_max: bool) -> Tensor {
-        let plan = Reduction::new(self.shape(), &[axis], false);
+        let plan = Reduction::new(op, self.shape(), &[axis], false);
         assert!(
             plan.rows.mid > 0,
             "{op}: reduction over an empty axis of shape {:?}",
@@ -252,18 +247,47 @@ impl Tensor {
         if self.shape() == shape {
             return self.clone();
         }
+        eager_or_panic("sum_to", sum_to_rule(&known(self.shape()), shape));
         let n = self.ndim();
-        assert!(
-            shape.len() <= n
-                && super::broadcast_shapes(shape, self.shape()).as_deref() == Some(self.shape()),
-            "sum_to: shape {:?} does not broadcast to {:?}",
-            shape,
-            self.shape()
-        );
         let lead = n - shape.len();
         let axes: Vec<usize> = (0..n)
             .filter(|&i| i < lead || (shape[i - lead] == 1 && self.shape()[i] != 1))
             .collect();
         self.sum_axes(&axes, true).reshape(shape)
     }
+}
+
+// The reductions' shape rules, which the static graph's inference shares (see `ops::shape`).
+
+/// Reduced axes must be distinct axes of `s`; they leave the result, or stay as size-1 axes
+/// with `keepdim`.
+pub(crate) fn reduce_rule(s: &[Option<usize>], axes: &[usize], keepdim: bool) -> Rule {
+    for (k, &a) in axes.iter().enumerate() {
+        check_axis(a, s)?;
+        if axes[..k].contains(&a) {
+            return Err(format!("axis {a} given twice for shape {}", show(s)));
+        }
+    }
+    Ok((0..s.len())
+        .filter_map(|i| match (axes.contains(&i), keepdim) {
+            (true, true) => Some(Some(1)),
+            (true, false) => None,
+            (false, _) => Some(s[i]),
+        })
+        .collect())
+}
+
+/// The adjoint of `broadcast_to`: `to` must broadcast to `s`.
+pub(crate) fn sum_to_rule(s: &[Option<usize>], to: &[usize]) -> Rule {
+    let lead = s.len().checked_sub(to.len());
+    let fits = lead.is_some_and(|lead| {
+        s[lead..]
+            .iter()
+            .zip(to)
+            .all(|(n, &t)| t == 1 || n.is_none_or(|n| n == t))
+    });
+    if !fits {
+        return Err(format!("shape {to:?} does not broadcast to {}", show(s)));
+    }
+    Ok(known(to))
 }

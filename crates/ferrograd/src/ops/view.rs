@@ -4,11 +4,11 @@
 
 use smallvec::smallvec;
 
+use super::shape::{check_axis, eager, eager_or_panic, known, numel, same, show, Rule, Shape};
 use super::{axis_in, with_axis, Axis};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::tensor::{
-    broadcast_shapes, checked_numel, contiguous_strides, numel_or_panic, record, with_any_dtype,
-    Dims, Layout, Tensor,
+    checked_numel, contiguous_strides, record, with_any_dtype, Dims, Layout, Tensor,
 };
 
 impl Tensor {
@@ -17,21 +17,10 @@ impl Tensor {
         self.try_reshape(shape).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// [`Tensor::reshape`], returning [`Error::Shape`] instead of panicking when the element
+    /// [`Tensor::reshape`], returning [`Error::Shape`](crate::error::Error::Shape) instead of panicking when the element
     /// counts differ.
     pub fn try_reshape(&self, shape: &[usize]) -> Result<Tensor> {
-        let n = checked_numel(shape);
-        if n != Some(self.numel()) {
-            return Err(Error::Shape(format!(
-                "reshape: cannot reshape {:?} ({} elements) into {:?} ({})",
-                self.shape(),
-                self.numel(),
-                shape,
-                n.map_or("more elements than fit in memory".into(), |n| format!(
-                    "{n} elements"
-                ))
-            )));
-        }
+        eager("reshape", reshape_rule(&known(self.shape()), shape))?;
         if shape == self.shape() {
             return Ok(self.clone());
         }
@@ -53,17 +42,8 @@ impl Tensor {
 
     /// Axes reordered: axis `i` of the result is axis `perm[i]` of this tensor. A view.
     pub fn permute(&self, perm: &[usize]) -> Tensor {
+        eager_or_panic("permute", permute_rule(&known(self.shape()), perm));
         let n = self.ndim();
-        let mut seen = vec![false; n];
-        let valid = perm.len() == n
-            && perm
-                .iter()
-                .all(|&p| p < n && !std::mem::replace(&mut seen[p], true));
-        assert!(
-            valid,
-            "permute: {perm:?} is not a permutation of the axes of shape {:?}",
-            self.shape()
-        );
         let out = self.view_untracked(self.layout().permuted(perm));
         let mut inverse = vec![0; n];
         for (i, &p) in perm.iter().enumerate() {
@@ -102,22 +82,16 @@ impl Tensor {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// [`Tensor::broadcast_to`], returning [`Error::Shape`] instead of panicking when the
+    /// [`Tensor::broadcast_to`], returning [`Error::Shape`](crate::error::Error::Shape) instead of panicking when the
     /// shape cannot be broadcast to `shape`.
     pub fn try_broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
         if shape == self.shape() {
             return Ok(self.clone());
         }
-        if shape.len() < self.ndim()
-            || broadcast_shapes(self.shape(), shape).as_deref() != Some(shape)
-            || checked_numel(shape).is_none()
-        {
-            return Err(Error::Shape(format!(
-                "broadcast_to: cannot broadcast {:?} to {:?}",
-                self.shape(),
-                shape
-            )));
-        }
+        eager(
+            "broadcast_to",
+            broadcast_to_rule(&known(self.shape()), shape),
+        )?;
         let layout = Layout {
             shape: Dims::from_slice(shape),
             strides: self.layout().broadcast_strides(shape),
@@ -132,15 +106,10 @@ impl Tensor {
     /// Removes axis `axis`, which must have size 1.
     pub fn squeeze<A: Axis>(&self, axis: A) -> Tensor {
         let axis = axis_in("squeeze", axis, self.shape());
-        assert!(
-            self.shape()[axis] == 1,
-            "squeeze: axis {axis} of shape {:?} has size {}, not 1",
-            self.shape(),
-            self.shape()[axis]
-        );
-        let mut shape = self.shape().to_vec();
-        shape.remove(axis);
-        self.reshape(&shape)
+        self.reshape(&eager_or_panic(
+            "squeeze",
+            squeeze_rule(&known(self.shape()), axis),
+        ))
     }
 
     /// Inserts a size-1 axis at position `axis` (0..=ndim).
@@ -152,32 +121,28 @@ impl Tensor {
                 self.shape()
             )
         });
-        let mut shape = self.shape().to_vec();
-        shape.insert(axis, 1);
-        self.reshape(&shape)
+        self.reshape(&eager_or_panic(
+            "unsqueeze",
+            unsqueeze_rule(&known(self.shape()), axis),
+        ))
     }
 
     /// Axes from `start` on merged into one: `[N, C, H, W].flatten_from(1)` is `[N, C*H*W]`.
     pub fn flatten_from(&self, start: usize) -> Tensor {
-        assert!(
-            start <= self.ndim(),
-            "flatten_from: axis {start} out of range for shape {:?}",
-            self.shape()
-        );
-        let mut shape = self.shape()[..start].to_vec();
-        shape.push(numel_or_panic("flatten_from", &self.shape()[start..]));
-        self.reshape(&shape)
+        self.reshape(&eager_or_panic(
+            "flatten_from",
+            flatten_from_rule(&known(self.shape()), start),
+        ))
     }
 
     /// Elements `start..start + len` along `axis`. A view.
     pub fn narrow<A: Axis>(&self, axis: A, start: usize, len: usize) -> Tensor {
         let axis = axis_in("narrow", axis, self.shape());
-        let size = self.shape()[axis];
-        assert!(
-            start.checked_add(len).is_some_and(|end| end <= size),
-            "narrow: {len} elements from {start} out of bounds for axis {axis} of shape {:?}",
-            self.shape()
+        eager_or_panic(
+            "narrow",
+            narrow_rule(&known(self.shape()), axis, start, len),
         );
+        let size = self.shape()[axis];
         let l = self.layout();
         let layout = Layout {
             shape: with_axis(&l.shape, axis, len),
@@ -191,4 +156,100 @@ impl Tensor {
             smallvec![Some(up.pad(&pads, 0.0))]
         })
     }
+}
+
+// The views' shape rules, which the static graph's inference shares (see `ops::shape`).
+
+/// The known sizes must make the target's count (free axes must be able to make up the rest).
+pub(crate) fn reshape_rule(s: &[Option<usize>], to: &[usize]) -> Rule {
+    let target =
+        checked_numel(to).ok_or_else(|| format!("{to:?} has more elements than fit in memory"))?;
+    let fixed: Vec<usize> = s.iter().flatten().copied().collect();
+    let fixed = checked_numel(&fixed)
+        .ok_or_else(|| format!("{} has more elements than fit in memory", show(s)))?;
+    let fits = if s.iter().all(Option::is_some) {
+        fixed == target
+    } else if fixed == 0 {
+        target == 0
+    } else {
+        target.is_multiple_of(fixed)
+    };
+    if !fits {
+        return Err(format!(
+            "cannot reshape {} ({fixed} elements) into {to:?} ({target} elements)",
+            show(s)
+        ));
+    }
+    Ok(known(to))
+}
+
+/// `p` must name every axis once.
+pub(crate) fn permute_rule(s: &[Option<usize>], p: &[usize]) -> Rule {
+    let mut seen = vec![false; s.len()];
+    let valid = p.len() == s.len()
+        && p.iter()
+            .all(|&i| i < s.len() && !std::mem::replace(&mut seen[i], true));
+    if !valid {
+        return Err(format!(
+            "{p:?} is not a permutation of the axes of {}",
+            show(s)
+        ));
+    }
+    Ok(p.iter().map(|&i| s[i]).collect())
+}
+
+/// numpy's rule: new axes in front, size-1 axes repeated.
+pub(crate) fn broadcast_to_rule(s: &[Option<usize>], to: &[usize]) -> Rule {
+    let lead = to.len().checked_sub(s.len());
+    let fits = lead.is_some_and(|lead| {
+        s.iter()
+            .zip(&to[lead..])
+            .all(|(n, &t)| n.is_none_or(|n| n == 1 || n == t))
+    });
+    if !fits || checked_numel(to).is_none() {
+        return Err(format!("cannot broadcast {} to {to:?}", show(s)));
+    }
+    Ok(known(to))
+}
+
+pub(crate) fn squeeze_rule(s: &[Option<usize>], axis: usize) -> Rule {
+    check_axis(axis, s)?;
+    if !same(s[axis], Some(1)) {
+        return Err(format!("axis {axis} of {} is not of size 1", show(s)));
+    }
+    let mut out = s.to_vec();
+    out.remove(axis);
+    Ok(out)
+}
+
+pub(crate) fn unsqueeze_rule(s: &[Option<usize>], axis: usize) -> Rule {
+    if axis > s.len() {
+        return Err(format!("axis {axis} out of range for shape {}", show(s)));
+    }
+    let mut out: Shape = s.to_vec();
+    out.insert(axis, Some(1));
+    Ok(out)
+}
+
+pub(crate) fn flatten_from_rule(s: &[Option<usize>], start: usize) -> Rule {
+    if start > s.len() {
+        return Err(format!("axis {start} out of range for shape {}", show(s)));
+    }
+    let mut out = s[..start].to_vec();
+    out.push(numel(&s[start..])?);
+    Ok(out)
+}
+
+pub(crate) fn narrow_rule(s: &[Option<usize>], axis: usize, start: usize, len: usize) -> Rule {
+    check_axis(axis, s)?;
+    let end = start.checked_add(len);
+    if end.is_none() || s[axis].is_some_and(|n| end.is_some_and(|end| end > n)) {
+        return Err(format!(
+            "{len} elements from {start} out of bounds for axis {axis} of {}",
+            show(s)
+        ));
+    }
+    let mut out = s.to_vec();
+    out[axis] = Some(len);
+    Ok(out)
 }
