@@ -754,7 +754,45 @@ fn graph_and_eager_ops_refuse_the_same_shapes_in_the_same_words() {
             &|x| x[0].layer_norm(&x[1], &x[2], 1e-5),
         ),
     ];
-    for (op, inputs, eager, graph) in cases {
+    let convs: Vec<(&str, Vec<Tensor>, Build, Node1)> = vec![
+        (
+            "conv2d",
+            vec![t(&[1, 3, 4, 4]), t(&[2, 3, 5, 5])],
+            &|x| x[0].conv2d(&x[1], &ConvOpts::new()),
+            &|x| x[0].conv2d(&x[1], &ConvOpts::new()),
+        ),
+        (
+            "conv2d",
+            vec![t(&[1, 3, 4, 4]), t(&[2, 2, 3, 3])],
+            &|x| x[0].conv2d(&x[1], &ConvOpts::new()),
+            &|x| x[0].conv2d(&x[1], &ConvOpts::new()),
+        ),
+        (
+            "conv_transpose2d",
+            vec![t(&[1, 3, 0, 4]), t(&[3, 2, 3, 3])],
+            &|x| x[0].conv_transpose2d(&x[1], &ConvOpts::new()),
+            &|x| x[0].conv_transpose2d(&x[1], &ConvOpts::new()),
+        ),
+        (
+            "conv_transpose2d",
+            vec![t(&[1, 3, 4, 4]), t(&[3, 2, 3, 3])],
+            &|x| x[0].conv_transpose2d(&x[1], &ConvOpts::new().output_padding(1)),
+            &|x| x[0].conv_transpose2d(&x[1], &ConvOpts::new().output_padding(1)),
+        ),
+        (
+            "conv2d_weight",
+            vec![t(&[2, 3, 4, 4]), t(&[1, 2, 2, 2])],
+            &|x| x[0].conv2d_weight(&x[1], (3, 3), &ConvOpts::new()),
+            &|x| x[0].conv2d_weight(&x[1], (3, 3), &ConvOpts::new()),
+        ),
+        (
+            "conv2d_weight",
+            vec![t(&[1, 3, 4, 4]), t(&[1, 2, 3, 3])],
+            &|x| x[0].conv2d_weight(&x[1], (3, 3), &ConvOpts::new()),
+            &|x| x[0].conv2d_weight(&x[1], (3, 3), &ConvOpts::new()),
+        ),
+    ];
+    for (op, inputs, eager, graph) in cases.into_iter().chain(convs) {
         let eager_msg = panic_message(|| drop(eager(&inputs)));
         let reason = eager_msg
             .strip_prefix(&format!("{op}: "))

@@ -5,13 +5,13 @@
 
 use super::op::{Binary, Op};
 use crate::ops::concat::{cat_rule, pad_rule};
-use crate::ops::conv::ConvOpts;
+use crate::ops::conv::{conv_rule, conv_weight_rule};
 use crate::ops::index::{index_add_rule, index_select_rule};
 use crate::ops::matmul::matmul_rule;
 use crate::ops::norm::{layer_norm_dtype, layer_norm_rule};
 use crate::ops::pool::{pool_rule, resize_rule};
 use crate::ops::reduce::{reduce_rule, sum_to_rule};
-use crate::ops::shape::{broadcast, check_axis, known, same, show, Shape};
+use crate::ops::shape::{broadcast, check_axis, known, show, Shape};
 use crate::ops::view::{
     broadcast_to_rule, flatten_from_rule, narrow_rule, permute_rule, reshape_rule, squeeze_rule,
     unsqueeze_rule,
@@ -116,9 +116,13 @@ impl Op {
                 let ((x, dx), (w, dw)) = (&inputs[0], &inputs[1]);
                 let d = float(dx.promote(*dw), "a convolution")?;
                 let transposed = matches!(self, Op::ConvTranspose2d(_));
-                Ok((conv_shape(x, w, o, transposed)?, d))
+                Ok((conv_rule(x, w, o, transposed)?, d))
             }
-            Op::Conv2dWeight(k, o) => conv_weight(&inputs[0], &inputs[1], *k, o),
+            Op::Conv2dWeight(k, o) => {
+                let ((x, dx), (dy, ddy)) = (&inputs[0], &inputs[1]);
+                let d = float(dx.promote(*ddy), "conv2d_weight")?;
+                Ok((conv_weight_rule(x, dy, *k, o)?, d))
+            }
             Op::Pool {
                 kernel,
                 stride,
@@ -185,26 +189,6 @@ fn binary(op: Binary, (a, da): &(Shape, DType), (b, db): &(Shape, DType)) -> Inf
     Ok((broadcast(a, b)?, d))
 }
 
-fn conv_weight(
-    (x, dx): &(Shape, DType),
-    (dy, ddy): &(Shape, DType),
-    (kh, kw): (usize, usize),
-    o: &ConvOpts,
-) -> Inferred {
-    if x.len() != 4 || dy.len() != 4 || o.groups == 0 {
-        return Err(format!(
-            "takes [N, C, H, W] twice, got {} and {}",
-            show(x),
-            show(dy)
-        ));
-    }
-    let cg = x[1].map(|c| c / o.groups);
-    Ok((
-        vec![dy[1], cg, Some(kh), Some(kw)],
-        float(dx.promote(*ddy), "conv2d_weight")?,
-    ))
-}
-
 /// `Err(what, shape)` unless `s` holds one element.
 pub(super) fn one_element(s: &Shape, what: &str) -> Result<(), String> {
     if s.iter().all(|d| *d == Some(1)) {
@@ -212,62 +196,4 @@ pub(super) fn one_element(s: &Shape, what: &str) -> Result<(), String> {
     } else {
         Err(format!("{what}, got {}", show(s)))
     }
-}
-
-/// The output of a convolution (or of its transpose) of `x` `[N, C, H, W]` by `w`, with
-/// PyTorch's size formulas; known sizes are checked against the weight and the groups.
-fn conv_shape(x: &Shape, w: &Shape, o: &ConvOpts, transposed: bool) -> Result<Shape, String> {
-    if x.len() != 4 || w.len() != 4 || o.groups == 0 {
-        return Err(format!(
-            "convolution takes [N, C, H, W] and a 4-D weight, got {} and {}",
-            show(x),
-            show(w)
-        ));
-    }
-    let positive = o.stride.iter().chain(&o.dilation).all(|&v| v > 0)
-        && w[2..].iter().all(|k| k.is_none_or(|k| k > 0));
-    let output_padding_fits =
-        !transposed || (0..2).all(|i| o.output_padding[i] < o.stride[i].max(o.dilation[i]));
-    if !positive || !output_padding_fits {
-        return Err(format!(
-            "stride, dilation and kernel must be positive (and a transposed convolution's \
-             output padding below the stride or the dilation), got {o:?} and weight {}",
-            show(w)
-        ));
-    }
-    let g = o.groups;
-    if transposed && w[0].is_some_and(|c| c % g != 0) {
-        return Err(format!("weight {} does not fit {g} group(s)", show(w)));
-    }
-    let (channels_in, channels_out) = if transposed {
-        (w[0], w[1].map(|c| c * g))
-    } else {
-        (w[1].map(|c| c * g), w[0])
-    };
-    if !same(x[1], channels_in) || channels_out.is_some_and(|c| c % g != 0) {
-        return Err(format!(
-            "input {} and weight {} do not fit {g} group(s)",
-            show(x),
-            show(w)
-        ));
-    }
-    let size = |i: usize| -> Result<Option<usize>, String> {
-        let (Some(n), Some(k)) = (x[2 + i], w[2 + i]) else {
-            return Ok(None);
-        };
-        let (s, p, d) = (o.stride[i], o.padding[i], o.dilation[i]);
-        let span = d * (k - 1) + 1;
-        let out = if transposed {
-            ((n.max(1) - 1) * s + span + o.output_padding[i]).checked_sub(2 * p)
-        } else {
-            (n + 2 * p).checked_sub(span).map(|r| r / s + 1)
-        };
-        out.filter(|&v| v > 0).map(Some).ok_or_else(|| {
-            format!(
-                "a {k}-wide kernel with {o:?} leaves no output of {}",
-                show(x)
-            )
-        })
-    };
-    Ok(vec![x[0], channels_out, size(0)?, size(1)?])
 }

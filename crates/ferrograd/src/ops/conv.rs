@@ -20,6 +20,7 @@ use std::ops::Range;
 use smallvec::smallvec;
 
 use super::binary_promote;
+use super::shape::{eager_or_panic, known, numel, same, show, Rule};
 use crate::kernels::channels_last as cl;
 use crate::kernels::conv::{self as kc, col2im, im2col, Geom};
 use crate::kernels::implicit_conv as ki;
@@ -161,28 +162,6 @@ fn dims4(op: &str, what: &str, t: &Tensor) -> [usize; 4] {
     }
 }
 
-/// Checks the channel counts of a convolution with `groups`: `c_in` input channels against a
-/// weight whose per-group input axis is `w_in`, `c_out` outputs divisible by the groups.
-fn check_groups(
-    op: &str,
-    groups: usize,
-    c_in: usize,
-    w_in: usize,
-    c_out: usize,
-    x: &Tensor,
-    w: &Tensor,
-) {
-    assert!(
-        groups > 0
-            && c_in.is_multiple_of(groups)
-            && c_out.is_multiple_of(groups)
-            && w_in * groups == c_in,
-        "{op}: input {:?} and weight {:?} do not fit {groups} group(s)",
-        x.shape(),
-        w.shape()
-    );
-}
-
 /// Panics naming `op` when an operand is an integer tensor: a convolution computes in floating
 /// point, and an integer input is refused (as PyTorch does) rather than promoted.
 fn floats(op: &str, x: &Tensor, w: &Tensor) {
@@ -226,9 +205,10 @@ impl Tensor {
     pub fn conv2d(&self, w: &Tensor, opts: &ConvOpts) -> Tensor {
         floats("conv2d", self, w);
         let (x, w) = binary_promote(self, w);
+        let rule = conv_rule(&known(x.shape()), &known(w.shape()), opts, false);
+        eager_or_panic("conv2d", rule);
         let [n, c, h, wd] = dims4("conv2d", "input", &x);
-        let [o, ci, kh, kw] = dims4("conv2d", "weight", &w);
-        check_groups("conv2d", opts.groups, c, ci, o, &x, &w);
+        let [o, _, kh, kw] = dims4("conv2d", "weight", &w);
         let g = opts.geom("conv2d", (h, wd), (kh, kw));
         let sizes = Sizes::new(&g, opts.groups, [n, c, o]);
         let out = with_dtype!(x.dtype(), T => conv_forward::<T>(&x, &w, &sizes));
@@ -249,45 +229,9 @@ impl Tensor {
     /// `(H − 1)·stride − 2·padding + dilation·(k − 1) + output_padding + 1`.
     pub fn conv_transpose2d(&self, w: &Tensor, opts: &ConvOpts) -> Tensor {
         floats("conv_transpose2d", self, w);
-        let [_, _, h, wd] = dims4("conv_transpose2d", "input", self);
-        let [_, _, kh, kw] = dims4("conv_transpose2d", "weight", w);
-        assert!(
-            opts.stride.iter().chain(&opts.dilation).all(|&v| v > 0) && h > 0 && wd > 0,
-            "conv_transpose2d: stride and dilation must be positive and the input not empty, \
-             got {opts:?} on {:?}",
-            self.shape()
-        );
-        let size = |i: usize, n: usize, k: usize| -> usize {
-            let (s, p, d, op) = (
-                opts.stride[i],
-                opts.padding[i],
-                opts.dilation[i],
-                opts.output_padding[i],
-            );
-            assert!(
-                op < s.max(d),
-                "conv_transpose2d: output padding {op} must be below the stride or the dilation"
-            );
-            let full = (n - 1)
-                .checked_mul(s)
-                .zip(d.checked_mul(k.saturating_sub(1)))
-                .and_then(|(a, b)| a.checked_add(b)?.checked_add(op + 1));
-            full.and_then(|f| f.checked_sub(p.checked_mul(2)?))
-                .filter(|&out| out > 0)
-                .unwrap_or_else(|| {
-                    panic!(
-                        "conv_transpose2d: padding {p} leaves no output for an input of {n} \
-                         (or the output size overflows)"
-                    )
-                })
-        };
-        let (oh, ow) = (size(0, h, kh), size(1, wd, kw));
-        // The kernels index within one output plane: it must be addressable even when the
-        // batch is empty.
-        assert!(
-            oh.checked_mul(ow).is_some(),
-            "conv_transpose2d: an output plane of {oh}x{ow} has more elements than fit in memory"
-        );
+        let rule = conv_rule(&known(self.shape()), &known(w.shape()), opts, true);
+        let out = eager_or_panic("conv_transpose2d", rule);
+        let (oh, ow) = (out[2], out[3]);
         self.conv_transpose2d_to(w, opts, (oh, ow))
     }
 
@@ -338,24 +282,14 @@ impl Tensor {
     /// `dy`, and differentiable again.
     pub fn conv2d_weight(&self, dy: &Tensor, (kh, kw): (usize, usize), opts: &ConvOpts) -> Tensor {
         let (x, dy) = binary_promote(self, dy);
+        let rule = conv_weight_rule(&known(x.shape()), &known(dy.shape()), (kh, kw), opts);
+        eager_or_panic("conv2d_weight", rule);
         let [n, c, h, wd] = dims4("conv2d_weight", "input", &x);
-        let [n2, o, ho, wo] = dims4("conv2d_weight", "output gradient", &dy);
+        let [_, o, ho, wo] = dims4("conv2d_weight", "output gradient", &dy);
         let groups = opts.groups;
-        assert!(
-            groups > 0 && n == n2 && c.is_multiple_of(groups) && o.is_multiple_of(groups),
-            "conv2d_weight: input {:?} and output gradient {:?} do not fit {groups} group(s)",
-            x.shape(),
-            dy.shape()
-        );
-        let mut g = opts.geom("conv2d_weight", (h, wd), (kh, kw));
         // `dy` may cover only the first rows and columns of the convolution's output (the
         // transposed convolution's output padding): the rest count as zero.
-        assert!(
-            g.ho >= ho && g.wo >= wo,
-            "conv2d_weight: output gradient {:?} does not match the convolution of {:?}",
-            dy.shape(),
-            x.shape()
-        );
+        let mut g = opts.geom("conv2d_weight", (h, wd), (kh, kw));
         (g.ho, g.wo) = (ho, wo);
         let sizes = Sizes::new(&g, groups, [n, c, o]);
         let v = with_dtype!(x.dtype(), T => conv_weight::<T>(&x, &dy, &sizes));
@@ -832,4 +766,142 @@ fn columns_conv_weight<T: FloatElement>((xd, dyd): (&[T], &[T]), s: &Sizes<'_>) 
         }
     }
     sum
+}
+
+// The convolutions' shape rules, which the static graph's inference shares (see `ops::shape`).
+
+/// PyTorch's output size along one axis of `n` with a `k`-wide kernel: of the convolution, or
+/// with `output_padding` of its transpose. `None` when the kernel does not fit, no output
+/// remains or the arithmetic overflows.
+fn conv_size(
+    n: usize,
+    k: usize,
+    (s, p, d): (usize, usize, usize),
+    output_padding: Option<usize>,
+) -> Option<usize> {
+    let span = d.checked_mul(k.checked_sub(1)?)?.checked_add(1)?;
+    let two_p = p.checked_mul(2)?;
+    match output_padding {
+        None => Some(n.checked_add(two_p)?.checked_sub(span)? / s + 1),
+        Some(op) => (n.checked_sub(1)?.checked_mul(s)?)
+            .checked_add(span)?
+            .checked_add(op)?
+            .checked_sub(two_p)
+            .filter(|&v| v > 0),
+    }
+}
+
+/// `Err` unless stride, dilation, groups and the kernel's known sizes are positive (and a
+/// transposed convolution's output padding is below the stride or the dilation).
+fn check_conv_opts(kernel: &[Option<usize>], o: &ConvOpts, transposed: bool) -> Result<(), String> {
+    let positive = o.groups > 0
+        && o.stride.iter().chain(&o.dilation).all(|&v| v > 0)
+        && kernel.iter().all(|&k| k != Some(0));
+    let output_padding_fits =
+        !transposed || (0..2).all(|i| o.output_padding[i] < o.stride[i].max(o.dilation[i]));
+    if !positive || !output_padding_fits {
+        return Err(format!(
+            "stride, dilation, groups and kernel must be positive (and a transposed \
+             convolution's output padding below the stride or the dilation), got {o:?} and \
+             kernel {}",
+            show(kernel)
+        ));
+    }
+    Ok(())
+}
+
+/// A convolution of `x` `[N, C, H, W]` by `w` (`[O, C/groups, kh, kw]`), or its transpose
+/// (`w` `[C, O/groups, kh, kw]`), with PyTorch's size formulas; the output plane must be
+/// addressable even for an empty batch.
+pub(crate) fn conv_rule(
+    x: &[Option<usize>],
+    w: &[Option<usize>],
+    o: &ConvOpts,
+    transposed: bool,
+) -> Rule {
+    if x.len() != 4 || w.len() != 4 {
+        return Err(format!(
+            "input must be [N, C, H, W] and the weight 4-D, got {} and {}",
+            show(x),
+            show(w)
+        ));
+    }
+    check_conv_opts(&w[2..], o, transposed)?;
+    let g = o.groups;
+    let grouped = w[1].map(|c| c.checked_mul(g).ok_or("the channel count overflows"));
+    let grouped = grouped.transpose()?;
+    let (c_in, c_out) = if transposed {
+        (w[0], grouped)
+    } else {
+        (grouped, w[0])
+    };
+    let divides = |c: Option<usize>| c.is_none_or(|c| c.is_multiple_of(g));
+    if !same(x[1], c_in) || !divides(c_in) || !divides(c_out) {
+        return Err(format!(
+            "input {} and weight {} do not fit {g} group(s)",
+            show(x),
+            show(w)
+        ));
+    }
+    let size = |i: usize| -> Result<Option<usize>, String> {
+        let (Some(n), Some(k)) = (x[2 + i], w[2 + i]) else {
+            return Ok(None);
+        };
+        let geometry = (o.stride[i], o.padding[i], o.dilation[i]);
+        let output_padding = transposed.then_some(o.output_padding[i]);
+        conv_size(n, k, geometry, output_padding)
+            .map(Some)
+            .ok_or_else(|| {
+                format!(
+                    "a {k}-wide kernel with {o:?} does not fit an input of {}",
+                    show(x)
+                )
+            })
+    };
+    let out = vec![x[0], c_out, size(0)?, size(1)?];
+    numel(&out[2..])?;
+    numel(&out)?;
+    Ok(out)
+}
+
+/// The weight gradient of a convolution of `x` `[N, C, H, W]` for an output gradient `dy`
+/// `[N, O, Ho, Wo]`: `[O, C/groups, kh, kw]`. `dy` may cover only the first rows and columns
+/// of the convolution's output (a transposed convolution's output padding).
+pub(crate) fn conv_weight_rule(
+    x: &[Option<usize>],
+    dy: &[Option<usize>],
+    (kh, kw): (usize, usize),
+    o: &ConvOpts,
+) -> Rule {
+    if x.len() != 4 || dy.len() != 4 {
+        return Err(format!(
+            "input and output gradient must be [N, C, H, W], got {} and {}",
+            show(x),
+            show(dy)
+        ));
+    }
+    let kernel = [Some(kh), Some(kw)];
+    check_conv_opts(&kernel, o, false)?;
+    let g = o.groups;
+    let divides = |c: Option<usize>| c.is_none_or(|c| c.is_multiple_of(g));
+    if !same(x[0], dy[0]) || !divides(x[1]) || !divides(dy[1]) {
+        return Err(format!(
+            "input {} and output gradient {} do not fit {g} group(s)",
+            show(x),
+            show(dy)
+        ));
+    }
+    for (i, k) in [kh, kw].into_iter().enumerate() {
+        let Some(n) = x[2 + i] else { continue };
+        let geometry = (o.stride[i], o.padding[i], o.dilation[i]);
+        let full = conv_size(n, k, geometry, None);
+        if full.is_none() || dy[2 + i].is_some_and(|m| full.is_some_and(|full| m > full)) {
+            return Err(format!(
+                "output gradient {} does not match the convolution of {} by a {kh}x{kw} kernel",
+                show(dy),
+                show(x)
+            ));
+        }
+    }
+    Ok(vec![dy[1], x[1].map(|c| c / g), Some(kh), Some(kw)])
 }
