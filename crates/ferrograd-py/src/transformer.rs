@@ -40,6 +40,8 @@ fn refuse(what: &str) -> PyErr {
 /// `scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
 /// is_causal=False, scale=None)`, PyTorch's: `softmax(q kᵀ · scale + mask) v` over the last
 /// two axes, leading axes broadcast. A boolean `attn_mask` is True where a key takes part.
+/// With `dropout_p` > 0 the weights are dropped (whatever the mode, as PyTorch's function
+/// does) in a pattern keyed by a draw from the generator `manual_seed` sets.
 #[pyfunction]
 #[pyo3(signature = (query, key, value, attn_mask=None, dropout_p=0.0, is_causal=false, scale=None))]
 #[allow(clippy::too_many_arguments)]
@@ -53,9 +55,6 @@ pub fn scaled_dot_product_attention(
     is_causal: bool,
     scale: Option<f64>,
 ) -> PyResult<PyTensor> {
-    if dropout_p != 0.0 {
-        return Err(refuse("dropout_p > 0 in scaled_dot_product_attention"));
-    }
     let q = to_tensor(query, None)?;
     let (k, v) = (
         to_tensor(key, Some(q.dtype()))?,
@@ -67,6 +66,10 @@ pub fn scaled_dot_product_attention(
     }
     if let Some(s) = scale {
         opts = guard::run(|| opts.clone().scale(s))?;
+    }
+    if dropout_p != 0.0 {
+        let key = with_default_rng(rng::RngCore::next_u64);
+        opts = guard::run(|| opts.clone().dropout(dropout_p, key))?;
     }
     let heavy = q.numel().max(k.numel()) >= HEAVY;
     guard::run_heavy(py, heavy, || q.scaled_dot_product_attention(&k, &v, &opts)).map(PyTensor::new)

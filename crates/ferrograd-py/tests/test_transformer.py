@@ -45,8 +45,25 @@ def test_scaled_dot_product_attention_and_its_gradients():
     allowed = np.tril(np.ones((4, 4), dtype=bool))  # True: the key takes part, as PyTorch's
     as_mask = F.scaled_dot_product_attention(q, k[:, :, :4], v[:, :, :4], attn_mask=allowed)
     np.testing.assert_allclose(as_mask.numpy(), causal.numpy(), rtol=1e-14)
+
+
+def test_attention_dropout_drops_weights_as_pytorchs_dropout_p():
+    # Identity values make the output the weights: each one kept and scaled by 1 / (1 - p),
+    # or zeroed; the generator manual_seed sets fixes which.
+    q = fg.tensor(wave((2, 40, 8), 0.3))
+    k = fg.tensor(wave((2, 60, 8), 0.2, f=np.cos))
+    eye = fg.tensor(np.broadcast_to(np.eye(60), (2, 60, 60)).copy())
+    full = F.scaled_dot_product_attention(q, k, eye).numpy()
+    fg.manual_seed(0)
+    dropped = F.scaled_dot_product_attention(q, k, eye, dropout_p=0.25).numpy()
+    kept = dropped != 0
+    np.testing.assert_allclose(dropped[kept], full[kept] / 0.75, rtol=1e-12)
+    assert abs(1 - kept.mean() - 0.25) < 0.03
+    fg.manual_seed(0)
+    np.testing.assert_array_equal(F.scaled_dot_product_attention(q, k, eye, dropout_p=0.25).numpy(), dropped)
+    assert not np.array_equal(F.scaled_dot_product_attention(q, k, eye, dropout_p=0.25).numpy(), dropped)
     with pytest.raises(ValueError, match="dropout"):
-        F.scaled_dot_product_attention(q, k, v, dropout_p=0.1)
+        F.scaled_dot_product_attention(q, k, eye, dropout_p=1.5)
 
 
 def test_multihead_attention_loads_pytorchs_weights():

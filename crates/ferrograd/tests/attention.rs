@@ -490,3 +490,136 @@ fn dropout_masks_and_edges() {
         .iter()
         .any(|(n, _)| n == "self_attn.dropout.rng"));
 }
+
+/// The weights dropout left, read through identity values: row `i` of the output is row `i`
+/// of `P ⊙ D` for values `[S, S]` = I.
+fn dropped_weights(q: &Tensor, k: &Tensor, opts: &Attention) -> Tensor {
+    let s = k.shape()[k.ndim() - 2];
+    let mut lead = k.shape()[..k.ndim() - 2].to_vec();
+    lead.extend([s, s]);
+    let eye: Vec<f64> = (0..s * s)
+        .map(|x| if x % (s + 1) == 0 { 1.0 } else { 0.0 })
+        .collect();
+    let eye = Tensor::from_vec(eye, &[s, s]).broadcast_to(&lead);
+    q.scaled_dot_product_attention(k, &eye, opts)
+}
+
+/// Dropout on the weights (PyTorch's `dropout_p`): each weight kept or zeroed, the kept ones
+/// scaled by 1 / (1 − p), about a fraction p dropped; the key fixes the pattern, and the
+/// forward and both backward paths drop the same weights.
+#[test]
+fn attention_dropout_drops_weights_in_a_pattern_its_key_fixes() {
+    let (q, k) = (randn(&[2, 3, 40, 8], 1), randn(&[2, 3, 90, 8], 2));
+    let p = 0.3;
+    let full = dropped_weights(&q, &k, &Attention::new().causal(true)).to_vec::<f64>();
+    let opts = Attention::new().causal(true).dropout(p, 42);
+    let dropped = dropped_weights(&q, &k, &opts).to_vec::<f64>();
+    let (mut kept, mut seen) = (0, 0);
+    for (&w, &d) in full.iter().zip(&dropped) {
+        if w == 0.0 {
+            assert_eq!(d, 0.0, "a hidden key stays hidden");
+            continue;
+        }
+        seen += 1;
+        if d != 0.0 {
+            kept += 1;
+            assert!(
+                (d - w / (1.0 - p)).abs() < 1e-12 * (1.0 + d),
+                "{d} vs {w} / (1 − p)"
+            );
+        }
+    }
+    let rate = 1.0 - kept as f64 / seen as f64;
+    assert!(
+        (rate - p).abs() < 0.03,
+        "dropped {rate} of {seen} weights, want about {p}"
+    );
+    // The key fixes the pattern: the same one repeats it, another differs.
+    assert_eq!(dropped_weights(&q, &k, &opts).to_vec::<f64>(), dropped);
+    let other = Attention::new().causal(true).dropout(p, 43);
+    assert_ne!(dropped_weights(&q, &k, &other).to_vec::<f64>(), dropped);
+    // p = 0 is no dropout, p = 1 drops everything.
+    assert_eq!(
+        dropped_weights(&q, &k, &Attention::new().causal(true).dropout(0.0, 42)).to_vec::<f64>(),
+        full
+    );
+    let none = dropped_weights(&q, &k, &Attention::new().dropout(1.0, 42));
+    assert!(none.to_vec::<f64>().iter().all(|&w| w == 0.0));
+}
+
+#[test]
+fn attention_dropout_has_its_derivatives_on_every_path() {
+    // The fused backward against the tensor-op rule: more keys and queries than a block, a
+    // mask, f64 and f32.
+    for dtype in [DType::F64, DType::F32] {
+        let tol = if dtype == DType::F64 { 1e-11 } else { 5e-5 };
+        let q = wave(&[1, 2, 70, 5], 0.3, 0.0, f64::sin)
+            .to_dtype(dtype)
+            .requires_grad();
+        let k = wave(&[1, 2, 150, 5], 0.2, 0.0, f64::cos)
+            .to_dtype(dtype)
+            .requires_grad();
+        let v = wave(&[1, 2, 150, 3], 0.7, 1.0, f64::sin)
+            .to_dtype(dtype)
+            .requires_grad();
+        let mask = wave(&[70, 150], 0.1, 0.0, f64::cos)
+            .to_dtype(dtype)
+            .requires_grad();
+        let w = wave(&[1, 2, 70, 3], 0.13, 0.5, f64::sin).to_dtype(dtype);
+        for opts in [
+            Attention::new().mask(&mask).dropout(0.4, 9),
+            Attention::new().causal(true).dropout(0.2, 10),
+        ] {
+            let loss = (&q.scaled_dot_product_attention(&k, &v, &opts) * &w).sum();
+            let inputs = [("q", &q), ("k", &k), ("v", &v), ("mask", &mask)];
+            fused_is_the_rule(&loss, &inputs, tol, &format!("{dtype} with dropout"));
+        }
+    }
+    // First and second derivatives against finite differences: the pattern is fixed by the
+    // key, so the function is smooth in every input.
+    let (q, k, v, m) = (
+        randn(&[2, 3, 4], 5),
+        randn(&[2, 5, 4], 6),
+        randn(&[2, 5, 3], 7),
+        randn(&[3, 5], 8),
+    );
+    check(
+        "attention with dropout",
+        |t| {
+            let opts = Attention::new().mask(&t[3]).dropout(0.5, 3);
+            t[0].scaled_dot_product_attention(&t[1], &t[2], &opts)
+        },
+        &[q, k, v, m],
+    );
+}
+
+#[test]
+fn multihead_attention_drops_in_training_from_its_stream() {
+    // Training mode draws a new pattern per call from the layer's stream; the weights that
+    // `attend_with_weights_in` returns are those before dropout, its output the dropped one's.
+    let mha = MultiheadAttention::new(8, 2).dropout(0.5);
+    let x = randn(&[2, 6, 8], 4).to_dtype(DType::F32);
+    let opts = Attention::new();
+    let first = mha
+        .attend_in(&x, &x, &x, &opts, Mode::Train)
+        .to_vec::<f32>();
+    let second = mha
+        .attend_in(&x, &x, &x, &opts, Mode::Train)
+        .to_vec::<f32>();
+    assert_ne!(first, second, "each call draws a new pattern");
+    let eval = mha.attend(&x, &x, &x, &opts).to_vec::<f32>();
+    assert_ne!(first, eval);
+    let (_, eval_weights) = mha.attend_with_weights(&x, &x, &x, &opts);
+    let state = mha.rng_streams()[0].1.state();
+    let (y, weights) = mha.attend_with_weights_in(&x, &x, &x, &opts, Mode::Train);
+    assert_eq!(weights.to_vec::<f32>(), eval_weights.to_vec::<f32>());
+    // The same draw through the fused op gives the same output.
+    mha.rng_streams()[0].1.set_state(state);
+    let fused = mha.attend_in(&x, &x, &x, &opts, Mode::Train);
+    assert_close(
+        &fused.to_dtype(DType::F64),
+        &y.to_dtype(DType::F64),
+        1e-5,
+        "fused and unfused dropout",
+    );
+}

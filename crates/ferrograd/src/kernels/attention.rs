@@ -5,6 +5,10 @@
 //! which rescale what is accumulated so far when a block raises the maximum) means a thread
 //! never holds more than one block of the `[L, S]` scores. The backward recomputes the
 //! probabilities block by block instead of storing them.
+//!
+//! Dropout on the probabilities needs no stored mask either: whether weight `(head, i, j)` is
+//! kept is a hash of a key and the weight's position ([`DropPattern`]), which the forward
+//! and the backward compute alike wherever the block is.
 
 use ferrograd_derive::isa_dispatch;
 
@@ -60,13 +64,95 @@ struct Block {
     kb: usize,
 }
 
+/// Which attention weights dropout keeps: weight `(head, i, j)` is kept when the SplitMix64
+/// hash of the key and its position `(head · l + i) · s + j` is at least `threshold` (a
+/// fraction `p` of the 2⁶⁴ hashes lies below), and a kept weight is scaled by 1 / (1 − p).
+#[derive(Clone, Copy, Debug)]
+pub struct DropPattern {
+    key: u64,
+    threshold: u64,
+    keep_scale: f64,
+}
+
+impl DropPattern {
+    /// Drops with probability `p` in [0, 1], in the pattern `key` fixes.
+    pub fn new(p: f64, key: u64) -> DropPattern {
+        assert!(
+            (0.0..=1.0).contains(&p),
+            "attention dropout: p = {p} must be in [0, 1]"
+        );
+        DropPattern {
+            key,
+            // The cast saturates: p = 1 drops every weight.
+            threshold: (p * 18_446_744_073_709_551_616.0) as u64,
+            keep_scale: if p < 1.0 { 1.0 / (1.0 - p) } else { 0.0 },
+        }
+    }
+
+    /// Whether the weight at flat position `at` is kept.
+    #[inline]
+    fn keeps(&self, at: u64) -> bool {
+        let mut z = self
+            .key
+            .wrapping_add(at.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) >= self.threshold
+    }
+
+    /// Row `i` of `head`'s weights for keys `j0..j0 + row.len()`, dropped and scaled in place.
+    fn apply<T: Float>(
+        &self,
+        d: AttentionDims,
+        (head, i, j0): (usize, usize, usize),
+        row: &mut [T],
+    ) {
+        let first = ((head * d.l + i) * d.s + j0) as u64;
+        let scale = T::from_f64(self.keep_scale);
+        for (j, v) in (first..).zip(row.iter_mut()) {
+            *v = if self.keeps(j) { *v * scale } else { T::zero() };
+        }
+    }
+
+    /// The pattern as factors `[heads, l, s]`: 1 / (1 − p) where a weight is kept, 0 where
+    /// it is dropped (for the derivative written with tensor ops).
+    pub fn factors<T: Float>(&self, d: AttentionDims) -> Vec<T> {
+        let mut out = vec![T::one(); d.heads * d.l * d.s];
+        for (r, row) in out.chunks_exact_mut(d.s.max(1)).enumerate() {
+            self.apply(d, (r / d.l.max(1), r % d.l.max(1), 0), row);
+        }
+        out
+    }
+}
+
+/// How the scores are made and the weights used: the scale on `q kᵀ`, causal masking, and
+/// dropout on the weights.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings<T> {
+    pub scale: T,
+    pub causal: bool,
+    pub dropout: Option<DropPattern>,
+}
+
+impl<T: Float> Settings<T> {
+    /// The block's normalised or unnormalised weights `p` (`qb × kb`), dropped as the pattern
+    /// says.
+    fn drop_weights(&self, d: AttentionDims, at: Block, p: &mut [T]) {
+        if let Some(pattern) = &self.dropout {
+            for (r, row) in p.chunks_exact_mut(at.kb).enumerate() {
+                pattern.apply(d, (at.head, at.i0 + r, at.j0), row);
+            }
+        }
+    }
+}
+
 /// The block's scores `q kᵀ · scale + mask` into `scores` (`qb × kb`, row-major), −∞ where
 /// `causal` hides a key from a row (row `i` sees keys `0..=i`).
 fn block_scores<T: Float>(
     x: &AttentionInputs<'_, T>,
     d: AttentionDims,
     at: Block,
-    (scale, causal): (T, bool),
+    Settings { scale, causal, .. }: Settings<T>,
     scores: &mut [T],
 ) {
     let q = rows_of(x.q, at.head * d.l + at.i0, at.qb, d.e);
@@ -137,15 +223,15 @@ fn fold_row<T: Float>(row: &mut [T], max: &mut T, sum: &mut T, single: bool) -> 
 
 /// Writes `out` `[heads, l, ev]`. With `causal`, query `i` sees keys `0..=i` (PyTorch's
 /// top-left `is_causal`). A row whose every score is −∞ gets NaN, as the softmax of its
-/// definition does; with no keys at all (`s` = 0) the output is 0.
+/// definition does; with no keys at all (`s` = 0) the output is 0. With dropout, each row's
+/// normalised weights are dropped and scaled before they weigh the values.
 ///
 /// (In the backward such a row's gradients are NaN over the keys it could see; the
 /// definition's are NaN for every key, as its 0/0 spreads through the whole product.)
 pub fn attention_forward<T: Float>(
     x: &AttentionInputs<'_, T>,
     d: AttentionDims,
-    scale: T,
-    causal: bool,
+    settings: Settings<T>,
     out: &mut [T],
 ) {
     assert_eq!(x.q.len(), d.heads * d.l * d.e, "attention: q size");
@@ -168,7 +254,7 @@ pub fn attention_forward<T: Float>(
         })
         .collect();
     run_tasks(blocks, |(head, i0, o)| {
-        attend_block(x, d, (scale, causal), (head, i0), o, &mut Scratch::new(d))
+        attend_block(x, d, settings, (head, i0), o, &mut Scratch::new(d))
     });
 }
 
@@ -201,13 +287,13 @@ impl<T: Float> Scratch<T> {
 fn attend_block<T: Float>(
     x: &AttentionInputs<'_, T>,
     d: AttentionDims,
-    settings: (T, bool),
+    settings: Settings<T>,
     (head, i0): (usize, usize),
     out: &mut [T],
     w: &mut Scratch<T>,
 ) {
     let qb = out.len() / d.ev;
-    let end = keys_seen(d, i0, qb, settings.1);
+    let end = keys_seen(d, i0, qb, settings.causal);
     out.fill(T::zero());
     let (max, sum) = (&mut w.max[..qb], &mut w.sum[..qb]);
     max.fill(T::neg_infinity());
@@ -225,6 +311,8 @@ fn attend_block<T: Float>(
                     .for_each(|o| *o = *o * shrink);
             }
         }
+        // Dropping an unnormalised weight drops the normalised one: the row's sum keeps it.
+        settings.drop_weights(d, at, scores);
         let weighted = &mut w.product[..qb * d.ev];
         let v = rows_of(x.v, head * d.s + at.j0, kb, d.ev);
         gemm_into(rows_of(scores, 0, qb, kb), v, weighted);
@@ -252,16 +340,16 @@ pub struct AttentionGrads<'a, T> {
 }
 
 /// The gradients of [`attention_forward`]'s inputs for the output gradient `up` `[heads, l,
-/// ev]`, given that forward's output `out`. With `P = softmax(S)` recomputed block by block:
-/// `dv = Pᵀ up`, `dP = up vᵀ`, `dS = P ⊙ (dP − rowsum(up ⊙ out))` (the row sum equals
-/// `rowsum(dP ⊙ P)`), `dq = dS k · scale`, `dk = dSᵀ q · scale`, `dmask = dS`. Heads run in
-/// parallel; each is one thread's, so no two threads write the same gradient.
+/// ev]`, given that forward's output `out`. With `P = softmax(S)` recomputed block by block
+/// and `D` the dropout factors (1 without dropout): `dv = (P ⊙ D)ᵀ up`, `dP = (up vᵀ) ⊙ D`,
+/// `dS = P ⊙ (dP − rowsum(up ⊙ out))` (the row sum equals `rowsum(dP ⊙ P)`),
+/// `dq = dS k · scale`, `dk = dSᵀ q · scale`, `dmask = dS`. Heads run in parallel; each is
+/// one thread's, so no two threads write the same gradient.
 pub fn attention_backward<T: Float>(
     x: &AttentionInputs<'_, T>,
     (out, up): (&[T], &[T]),
     d: AttentionDims,
-    scale: T,
-    causal: bool,
+    settings: Settings<T>,
     g: AttentionGrads<'_, T>,
 ) {
     assert!(
@@ -297,7 +385,7 @@ pub fn attention_backward<T: Float>(
         let mut w = Scratch::new(d);
         for i0 in (0..d.l).step_by(QUERY_BLOCK) {
             let at = (head, i0, QUERY_BLOCK.min(d.l - i0));
-            backward_block(x, (out, up), d, (scale, causal), at, &mut grads, &mut w);
+            backward_block(x, (out, up), d, settings, at, &mut grads, &mut w);
         }
     });
 }
@@ -309,7 +397,7 @@ pub fn attention_backward<T: Float>(
 fn row_statistics<T: Float>(
     x: &AttentionInputs<'_, T>,
     d: AttentionDims,
-    settings: (T, bool),
+    settings: Settings<T>,
     (head, i0, qb): (usize, usize, usize),
     (end, single): (usize, bool),
     w: &mut Scratch<T>,
@@ -339,12 +427,12 @@ fn backward_block<T: Float>(
     x: &AttentionInputs<'_, T>,
     (out, up): (&[T], &[T]),
     d: AttentionDims,
-    settings: (T, bool),
+    settings: Settings<T>,
     (head, i0, qb): (usize, usize, usize),
     g: &mut AttentionGrads<'_, T>,
     w: &mut Scratch<T>,
 ) {
-    let end = keys_seen(d, i0, qb, settings.1);
+    let end = keys_seen(d, i0, qb, settings.causal);
     let single = end <= KEY_BLOCK;
     row_statistics(x, d, settings, (head, i0, qb), (end, single), w);
     let first = head * d.l + i0;
@@ -379,12 +467,14 @@ fn backward_block<T: Float>(
             rows_of(x.v, head * d.s + j0, kb, d.ev),
         );
         let ds = &mut grads[..qb * kb];
-        gemm_into(u, v.t(), ds); // dP
+        gemm_into(u, v.t(), ds); // dP, before the dropout factors
+        settings.drop_weights(d, at, ds);
         for ((row, pr), &dl) in ds.chunks_exact_mut(kb).zip(p.chunks_exact(kb)).zip(&delta) {
             row.iter_mut()
                 .zip(pr)
                 .for_each(|(g, &p)| *g = p * (*g - dl));
         }
+        settings.drop_weights(d, at, p); // the weights the values saw
         if let Some(dm) = g.dmask.as_deref_mut() {
             for (r, row) in ds.chunks_exact(kb).enumerate() {
                 dm[(i0 + r) * d.s + j0..][..kb].copy_from_slice(row);
@@ -393,7 +483,7 @@ fn backward_block<T: Float>(
         let dv = &mut product[..kb * d.ev];
         gemm_into(rows_of(p, 0, qb, kb).t(), u, dv);
         add_to(&mut g.dv[j0 * d.ev..][..kb * d.ev], dv);
-        ds.iter_mut().for_each(|v| *v = *v * settings.0);
+        ds.iter_mut().for_each(|v| *v = *v * settings.scale);
         let dq = &mut product[..qb * d.e];
         gemm_into(rows_of(ds, 0, qb, kb), k, dq);
         add_to(&mut g.dq[i0 * d.e..][..qb * d.e], dq);
@@ -471,7 +561,12 @@ mod tests {
                     mask: m,
                 };
                 let mut out = vec![0.0; 40];
-                attention_forward(&x, d, 0.4, causal, &mut out);
+                let settings = Settings {
+                    scale: 0.4,
+                    causal,
+                    dropout: None,
+                };
+                attention_forward(&x, d, settings, &mut out);
                 for (a, b) in out.iter().zip(direct(&x, d, 0.4, causal)) {
                     assert!((a - b).abs() < 1e-12 * (1.0 + b.abs()), "{a} vs {b}");
                 }

@@ -7,7 +7,7 @@ use super::{
 };
 use crate::autograd::Param;
 use crate::init;
-use crate::ops::attention::{causal_mask, Attention};
+use crate::ops::attention::{causal_mask, dropout_factors, Attention};
 use crate::tensor::{with_default_rng, DType, Tensor};
 
 /// PyTorch's `nn.MultiheadAttention` with `batch_first=True`: `in_proj_weight` `[3E, E]`
@@ -94,7 +94,7 @@ impl MultiheadAttention {
     }
 
     /// [`MultiheadAttention::attend`] in `mode`: in training, with dropout on the
-    /// probabilities (then computed unfused, the probabilities being needed).
+    /// probabilities (in the fused op, the pattern's key drawn from the layer's stream).
     pub fn attend_in(
         &self,
         query: &Tensor,
@@ -104,12 +104,7 @@ impl MultiheadAttention {
         mode: Mode,
     ) -> Tensor {
         let (q, k, v) = self.heads_of(query, key, value);
-        let y = if mode == Mode::Train && self.dropout.p() > 0.0 {
-            let p = Layer::forward(&self.dropout, &self.probabilities(&q, &k, opts), mode);
-            p.matmul(&v)
-        } else {
-            q.scaled_dot_product_attention(&k, &v, opts)
-        };
+        let y = q.scaled_dot_product_attention(&k, &v, &self.dropping(opts, mode));
         self.merge(&y, query)
     }
 
@@ -138,11 +133,24 @@ impl MultiheadAttention {
     ) -> (Tensor, Tensor) {
         let (q, k, v) = self.heads_of(query, key, value);
         let p = self.probabilities(&q, &k, opts);
-        let dropped = Layer::forward(&self.dropout, &p, mode);
+        let dropped = match self.dropping(opts, mode).dropout_of() {
+            Some((rate, key)) => &p * &dropout_factors(rate, key, p.shape(), p.dtype()),
+            None => p.clone(),
+        };
         (
             self.merge(&dropped.matmul(&v), query),
             p.mean_axes(&[1], false),
         )
+    }
+
+    /// `opts` with the layer's dropout in training (a key drawn from its stream).
+    fn dropping(&self, opts: &Attention, mode: Mode) -> Attention {
+        if mode == Mode::Train && self.dropout.p() > 0.0 {
+            opts.clone()
+                .dropout(self.dropout.p(), self.dropout.next_key())
+        } else {
+            opts.clone()
+        }
     }
 
     /// The checked inputs projected and split into heads.

@@ -45,6 +45,12 @@ impl<const CHANNELS: bool> DropoutOf<CHANNELS> {
         self.p
     }
 
+    /// A key for a pattern drawn elsewhere (attention's fused dropout), taken from this
+    /// layer's stream as a mask would be.
+    pub(crate) fn next_key(&self) -> u64 {
+        self.stream.next_rng().gen()
+    }
+
     /// Drop probability `p` in [0, 1), with a generator of its own seeded by `seed`.
     pub fn with_seed(p: f64, seed: u64) -> Self {
         assert!(

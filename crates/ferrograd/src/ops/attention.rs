@@ -6,13 +6,15 @@
 //! them. When its result will be differentiated again (a backward that builds a graph) it is
 //! written with tensor ops, so second derivatives through attention work as through every
 //! other op; otherwise (a plain backward, whose gradients are values) the same formula runs
-//! as one fused kernel.
+//! as one fused kernel. Dropout on the weights is a pattern fixed by a key
+//! (`kernels::attention::DropPattern`): the forward, the fused backward and the derivative
+//! written with tensor ops all drop the same weights.
 
 use smallvec::smallvec;
 
 use crate::kernels::attention::{
     attention_backward as fused_backward, attention_forward, AttentionDims, AttentionGrads,
-    AttentionInputs,
+    AttentionInputs, DropPattern, Settings,
 };
 use crate::kernels::Float;
 use crate::tensor::{
@@ -21,7 +23,8 @@ use crate::tensor::{
 };
 use num_traits::Zero;
 
-/// The settings of an attention call: causal masking, an additive mask, the scale.
+/// The settings of an attention call: causal masking, an additive mask, the scale, dropout on
+/// the weights.
 ///
 /// ```
 /// use ferrograd::prelude::*;
@@ -35,6 +38,7 @@ pub struct Attention {
     causal: bool,
     mask: Option<Tensor>,
     scale: Option<f64>,
+    dropout: Option<(f64, u64)>,
 }
 
 impl Attention {
@@ -63,6 +67,35 @@ impl Attention {
         self
     }
 
+    /// Dropout on the attention weights (PyTorch's `dropout_p`): each weight is zeroed with
+    /// probability `p` in [0, 1] and the kept ones scaled by 1 / (1 − p), in the pattern that
+    /// `key` fixes (the same key drops the same weights, in the forward and in every
+    /// derivative). Layers draw the key from their random stream; `p = 0` is no dropout.
+    ///
+    /// ```
+    /// use ferrograd::prelude::*;
+    ///
+    /// let q = Tensor::ones(&[1, 4, 8], DType::F64);
+    /// let eye = (0..16).map(|x| if x % 5 == 0 { 1.0 } else { 0.0 }).collect();
+    /// let v = Tensor::from_vec(eye, &[1, 4, 4]);
+    /// // With identity values, the output is the weights: 1/4 each, or 0 and 1/4 · 2 at p = ½.
+    /// let w = q.scaled_dot_product_attention(&q, &v, &Attention::new().dropout(0.5, 7));
+    /// assert!(w.to_vec::<f64>().iter().all(|&x| x == 0.0 || x == 0.5));
+    /// ```
+    pub fn dropout(mut self, p: f64, key: u64) -> Attention {
+        assert!(
+            (0.0..=1.0).contains(&p),
+            "attention: dropout p = {p} must be in [0, 1]"
+        );
+        self.dropout = (p > 0.0).then_some((p, key));
+        self
+    }
+
+    /// The dropout probability and key, if dropout was asked for.
+    pub fn dropout_of(&self) -> Option<(f64, u64)> {
+        self.dropout
+    }
+
     /// Whether queries see only earlier keys.
     pub fn is_causal(&self) -> bool {
         self.causal
@@ -77,6 +110,26 @@ impl Attention {
     pub fn scale_or(&self, default: f64) -> f64 {
         self.scale.unwrap_or(default)
     }
+}
+
+/// The factors of attention dropout at rate `p` with `key` ([`Attention::dropout`]) over
+/// weights of `shape` `[.., L, S]` (the leading axes flattened as the op's heads): 1 / (1 − p)
+/// where a weight is kept, 0 where it is dropped. The op's forward drops the same weights.
+pub(crate) fn dropout_factors(p: f64, key: u64, shape: &[usize], dtype: DType) -> Tensor {
+    let n = shape.len();
+    assert!(
+        n >= 2,
+        "attention dropout: weights [.., L, S], got {shape:?}"
+    );
+    let d = AttentionDims {
+        heads: shape[..n - 2].iter().product(),
+        l: shape[n - 2],
+        s: shape[n - 1],
+        e: 0,
+        ev: 0,
+    };
+    let pattern = DropPattern::new(p, key);
+    with_dtype!(dtype, T => Tensor::from_vec(pattern.factors::<T>(d), shape))
 }
 
 /// `[L, S]` zeros with `-inf` above the diagonal: the causal mask, additive.
@@ -108,53 +161,63 @@ fn dense<T: Element>(t: &Tensor, shape: &[usize]) -> Vec<T> {
     t.broadcast_to(shape).contiguous_data::<T>().into_owned()
 }
 
+/// The checked shapes of an attention call: the broadcast leading axes, `[L, E, S, Ev]`, and
+/// the promoted float dtype (a panic naming the op where they do not fit).
+fn attention_shapes(qkv: [&Tensor; 3], mask: Option<&Tensor>) -> (Vec<usize>, [usize; 4], DType) {
+    let op = "scaled_dot_product_attention";
+    let [q, k, v] = qkv;
+    let (ql, kl, vl) = (lead("q", q), lead("k", k), lead("v", v));
+    let (l, e) = (q.shape()[q.ndim() - 2], q.shape()[q.ndim() - 1]);
+    let (s, ev) = (k.shape()[k.ndim() - 2], v.shape()[v.ndim() - 1]);
+    assert!(
+        k.shape()[k.ndim() - 1] == e && v.shape()[v.ndim() - 2] == s,
+        "{op}: q {:?}, k {:?} and v {:?} do not fit ([.., L, E], [.., S, E], [.., S, Ev])",
+        q.shape(),
+        k.shape(),
+        v.shape()
+    );
+    let mut batch = broadcast_shapes(ql, kl).and_then(|b| broadcast_shapes(&b, vl));
+    if let Some(m) = mask {
+        batch = batch.and_then(|b| broadcast_shapes(&b, lead("mask", m)));
+        let fits = broadcast_shapes(&m.shape()[m.ndim() - 2..], &[l, s]);
+        assert!(
+            fits.is_some_and(|f| f.as_slice() == [l, s]),
+            "{op}: mask {:?} does not broadcast to [.., {l}, {s}]",
+            m.shape()
+        );
+    }
+    let Some(batch) = batch else {
+        panic!(
+            "{op}: leading axes of q {:?}, k {:?}, v {:?} do not broadcast",
+            q.shape(),
+            k.shape(),
+            v.shape()
+        )
+    };
+    let mut dtype = q.dtype().promote(k.dtype()).promote(v.dtype());
+    if let Some(m) = mask {
+        dtype = dtype.promote(m.dtype());
+    }
+    assert!(dtype.is_float(), "{op}: needs float operands, got {dtype}");
+    (batch.to_vec(), [l, e, s, ev], dtype)
+}
+
 impl Tensor {
     /// `softmax(self kᵀ · scale + mask) v`: `self` (the queries) `[.., L, E]`, `k` `[.., S,
     /// E]`, `v` `[.., S, Ev]`, leading axes broadcast, the result `[.., L, Ev]`; as PyTorch's
     /// `F.scaled_dot_product_attention`. A query row that sees no key is NaN, as there.
     pub fn scaled_dot_product_attention(&self, k: &Tensor, v: &Tensor, opts: &Attention) -> Tensor {
         let op = "scaled_dot_product_attention";
-        let (ql, kl, vl) = (lead("q", self), lead("k", k), lead("v", v));
-        let (l, e) = (self.shape()[self.ndim() - 2], self.shape()[self.ndim() - 1]);
-        let (s, ev) = (k.shape()[k.ndim() - 2], v.shape()[v.ndim() - 1]);
-        assert!(
-            k.shape()[k.ndim() - 1] == e && v.shape()[v.ndim() - 2] == s,
-            "{op}: q {:?}, k {:?} and v {:?} do not fit ([.., L, E], [.., S, E], [.., S, Ev])",
-            self.shape(),
-            k.shape(),
-            v.shape()
-        );
-        let mut batch = broadcast_shapes(ql, kl).and_then(|b| broadcast_shapes(&b, vl));
-        // A mask broadcasts to [.., L, S] (a 1-d one, [S], to every row).
         let mask = opts.mask.as_ref().map(|m| match m.ndim() {
+            // A 1-d mask, [S], applies to every row.
             0 | 1 => m.reshape(&[&[1][..], m.shape()].concat()),
             _ => m.clone(),
         });
-        if let Some(m) = &mask {
-            batch = batch.and_then(|b| broadcast_shapes(&b, lead("mask", m)));
-            let fits = broadcast_shapes(&m.shape()[m.ndim() - 2..], &[l, s]);
-            assert!(
-                fits.is_some_and(|f| f.as_slice() == [l, s]),
-                "{op}: mask {:?} does not broadcast to [.., {l}, {s}]",
-                m.shape()
-            );
-        }
-        let Some(batch) = batch else {
-            panic!(
-                "{op}: leading axes of q {:?}, k {:?}, v {:?} do not broadcast",
-                self.shape(),
-                k.shape(),
-                v.shape()
-            )
-        };
-        let mut dtype = self.dtype().promote(k.dtype()).promote(v.dtype());
-        if let Some(m) = &mask {
-            dtype = dtype.promote(m.dtype());
-        }
-        assert!(dtype.is_float(), "{op}: needs float operands, got {dtype}");
+        let (batch, [l, e, s, ev], dtype) = attention_shapes([self, k, v], mask.as_ref());
         let scale = opts.scale.unwrap_or(1.0 / (e as f64).sqrt());
         let heads: usize = batch.iter().product();
         let d = AttentionDims { heads, l, s, e, ev };
+        let pattern = opts.dropout.map(|(p, key)| DropPattern::new(p, key));
         let with = |tail: [usize; 2]| [&batch[..], &tail].concat();
         let out_shape = with([l, ev]);
         let out = with_dtype!(dtype, T => {
@@ -167,15 +230,28 @@ impl Tensor {
             let dense_mask = mask.as_ref().map(|m| dense::<T>(&cast(m), &with([l, s])));
             let inputs = AttentionInputs { q: &q, k: &kk, v: &vv, mask: dense_mask.as_deref() };
             let mut out = vec![T::zero(); heads * l * ev];
-            attention_forward(&inputs, d, T::from_f64(scale), opts.causal, &mut out);
+            let settings = Settings {
+                scale: T::from_f64(scale),
+                causal: opts.causal,
+                dropout: pattern,
+            };
+            attention_forward(&inputs, d, settings, &mut out);
             Tensor::from_vec(out, &out_shape)
         });
         let mut inputs = vec![self, k, v];
         inputs.extend(mask.as_ref());
-        let (causal, masked) = (opts.causal, mask.is_some());
+        let (causal, masked, drop) = (opts.causal, mask.is_some(), opts.dropout);
         record(op, out, &inputs, move |c, up| {
             if is_grad_enabled() || l * s * e * ev == 0 {
-                attention_backward(c, up, scale, causal, masked)
+                let shape = [&batch[..], &[l, s]].concat();
+                let factors = drop.map(|(p, key)| dropout_factors(p, key, &shape, dtype));
+                let rule = Rule {
+                    scale,
+                    causal,
+                    masked,
+                    dropout: factors.as_ref(),
+                };
+                attention_backward(c, up, rule)
             } else {
                 let fused = Fused {
                     batch: &batch,
@@ -184,6 +260,7 @@ impl Tensor {
                     scale,
                     causal,
                     masked,
+                    dropout: pattern,
                 };
                 with_dtype!(dtype, T => fused.backward::<T>(c, up))
             }
@@ -199,6 +276,7 @@ struct Fused<'a> {
     scale: f64,
     causal: bool,
     masked: bool,
+    dropout: Option<DropPattern>,
 }
 
 impl Fused<'_> {
@@ -237,14 +315,12 @@ impl Fused<'_> {
             dv: &mut dv,
             dmask: dmask.as_deref_mut(),
         };
-        fused_backward(
-            &inputs,
-            (&out, &up),
-            d,
-            T::from_f64(self.scale),
-            self.causal,
-            grads,
-        );
+        let settings = Settings {
+            scale: T::from_f64(self.scale),
+            causal: self.causal,
+            dropout: self.dropout,
+        };
+        fused_backward(&inputs, (&out, &up), d, settings, grads);
         let back = |g: Vec<T>, tail: [usize; 2], i: usize| {
             let x = c.input(i);
             c.needs(i).then(|| {
@@ -265,17 +341,27 @@ impl Fused<'_> {
     }
 }
 
-/// The derivative, from the probabilities recomputed with tensor ops (so that it is itself
-/// differentiable): with `P = softmax(S)`, `S = q kᵀ · scale + mask`,
-/// `dv = Pᵀ up`, `dS = P ⊙ (up vᵀ − rowsum(up vᵀ ⊙ P))`, `dq = dS k · scale`,
-/// `dk = dSᵀ q · scale`, `dmask = dS`, each summed back to its input's shape.
-fn attention_backward(
-    c: &BackwardCtx<'_>,
-    up: &Tensor,
+/// What the derivative written with tensor ops needs of the forward call: the dropout
+/// factors `D` (1 / (1 − p) where a weight is kept, 0 where dropped) as a tensor.
+struct Rule<'a> {
     scale: f64,
     causal: bool,
     masked: bool,
-) -> InputGrads {
+    dropout: Option<&'a Tensor>,
+}
+
+/// The derivative, from the probabilities recomputed with tensor ops (so that it is itself
+/// differentiable): with `P = softmax(S)`, `S = q kᵀ · scale + mask` and the dropout factors
+/// `D` (1 without dropout), `dv = (P ⊙ D)ᵀ up`, `dS = P ⊙ (dP − rowsum(dP ⊙ P))` with
+/// `dP = (up vᵀ) ⊙ D`, `dq = dS k · scale`, `dk = dSᵀ q · scale`, `dmask = dS`, each summed
+/// back to its input's shape.
+fn attention_backward(c: &BackwardCtx<'_>, up: &Tensor, rule: Rule<'_>) -> InputGrads {
+    let Rule {
+        scale,
+        causal,
+        masked,
+        dropout,
+    } = rule;
     let (q, k, v) = (c.input(0), c.input(1), c.input(2));
     let mut scores = &q.matmul(&k.transpose(-2, -1)) * scale;
     if masked {
@@ -286,7 +372,12 @@ fn attention_backward(
         scores = &scores + &causal_mask(l, s, scores.dtype());
     }
     let p = scores.softmax(-1);
-    let dp = up.matmul(&v.transpose(-2, -1));
+    let mut dp = up.matmul(&v.transpose(-2, -1));
+    let mut weights = p.clone();
+    if let Some(factors) = dropout {
+        dp = &dp * factors;
+        weights = &p * factors;
+    }
     let ds = &p * &(&dp - &(&dp * &p).sum_axes(&[-1], true));
     // Each gradient in its input's dtype (the computation ran in the promoted one).
     let mut grads: InputGrads = smallvec![
@@ -297,7 +388,7 @@ fn attention_backward(
             let dk = &ds.transpose(-2, -1).matmul(q) * scale;
             dk.sum_to(k.shape()).to_dtype(k.dtype())
         }),
-        c.needs(2).then(|| p
+        c.needs(2).then(|| weights
             .transpose(-2, -1)
             .matmul(up)
             .sum_to(v.shape())
