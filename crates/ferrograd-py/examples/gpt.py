@@ -56,6 +56,8 @@ class GPT(nn.Module):
         self.pos = nn.Embedding(context, width)
         self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
         self.ln_f = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab, bias=False)
+        self.head.weight = self.tok.weight  # weight tying: one parameter, two layers
         for name, p in self.named_parameters():
             if name.endswith("proj.weight"):
                 nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * layers))
@@ -71,8 +73,7 @@ class GPT(nn.Module):
         x = self.tok(idx) + self.pos(fg.arange(t))
         for blk in self.blocks:
             x = blk(x)
-        # The output layer is the token embedding's table (weight tying).
-        logits = F.linear(self.ln_f(x), self.tok.weight)
+        logits = self.head(self.ln_f(x))
         if targets is None:
             return logits, None
         return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use ferrograd::nn::{LayerNorm, Module, RngStream};
 use ferrograd::prelude::*;
 use pyo3::exceptions::{
-    PyAttributeError, PyIndexError, PyNotImplementedError, PyOSError, PyValueError,
+    PyAttributeError, PyIndexError, PyNotImplementedError, PyOSError, PyTypeError, PyValueError,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -294,6 +294,46 @@ impl PyLayer {
                 guard::run(|| self.layer.name())?
             ))),
         }
+    }
+
+    /// `layer.weight = other.weight` ties the two (PyTorch's weight tying): the layer's own
+    /// parameter becomes the given one, shared from then on. A layer has no other attribute
+    /// to set.
+    fn __setattr__(
+        mut slf: PyRefMut<'_, Self>,
+        name: &str,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let owns = guard::run(|| slf.layer.params())?
+            .iter()
+            .any(|(n, _)| n == name);
+        if !owns {
+            // The layers keep no other attributes (no `__dict__`), as before this method.
+            return Err(PyAttributeError::new_err(format!(
+                "'{}' object has no attribute '{name}' to set",
+                slf.into_pyobject(value.py())?.get_type().name()?
+            )));
+        }
+        let Some(param) = value
+            .cast::<PyTensor>()
+            .ok()
+            .and_then(|t| t.get().leaf_param())
+        else {
+            return Err(PyTypeError::new_err(format!(
+                "{name} takes a parameter (a trainable tensor, such as another layer's weight), \
+                 got {}",
+                value.get_type().name()?
+            )));
+        };
+        let Some(layer) = Arc::get_mut(&mut slf.layer) else {
+            return Err(PyValueError::new_err(format!(
+                "tie {name} before the layer goes into a container (Sequential, Net): it is \
+                 shared there"
+            )));
+        };
+        layer.tie(name, &param).map_err(core_error)?;
+        slf._leaves = slf.layer.params().iter().map(|(_, p)| leaf_of(p)).collect();
+        Ok(())
     }
 
     /// A table of the layers, their parameters and shapes.

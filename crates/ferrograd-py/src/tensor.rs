@@ -246,6 +246,14 @@ impl PyTensor {
         self.value.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// The parameter behind a trainable leaf, None for any other tensor.
+    pub fn leaf_param(&self) -> Option<Param> {
+        match self.value() {
+            Value::Leaf(leaf) => Some(leaf.param.clone()),
+            Value::Plain(_) => None,
+        }
+    }
+
     /// Keeps the values and drops the graph behind them (what `Model.backward` does to its
     /// prediction once the gradients are taken).
     pub fn release_graph(&self) {

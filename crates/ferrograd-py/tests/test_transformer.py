@@ -213,3 +213,35 @@ def test_split_chunk_arange_and_a_linear_without_bias():
     (w * w).sum().backward()
     assert abs(float(nn.utils.clip_grad_norm_([w], 1.0)) - 10.0) < 1e-5
     np.testing.assert_allclose(w.grad.numpy(), [0.6, 0.8], rtol=1e-5)
+
+
+def test_weight_tying_by_assignment_shares_one_parameter():
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(10, 4)
+            self.head = nn.Linear(4, 10, bias=False)
+            self.head.weight = self.tok.weight  # as nanoGPT ties them
+
+        def forward(self, idx):
+            return self.head(self.tok(idx))
+
+    m = Tied()
+    assert m.head.weight is m.tok.weight
+    assert [n for n, _ in m.named_parameters()] == ["tok.weight"]
+    opt = fg.optim.AdamW(m.parameters(), lr=0.1)
+    idx = fg.tensor(np.array([1, 2, 3]))
+    F.cross_entropy(m(idx), fg.tensor(np.array([3, 2, 1]))).backward()
+    # Both uses of the table reach its one gradient: the lookup's rows and the head's product.
+    table, g = m.tok.weight.numpy().copy(), m.tok.weight.grad.numpy()
+    assert np.count_nonzero(np.abs(g).sum(axis=1)) == 10
+    opt.step()
+    assert not np.array_equal(m.tok.weight.numpy(), table)
+    np.testing.assert_array_equal(m.head.weight.numpy(), m.tok.weight.numpy())
+    # Only a parameter of the same shape and dtype, and only while the layer is not shared.
+    with pytest.raises(TypeError, match="parameter"):
+        m.head.weight = fg.tensor(np.zeros((10, 4), np.float32))
+    with pytest.raises(ValueError, match="cannot share"):
+        m.head.weight = nn.Embedding(11, 4).weight
+    with pytest.raises(AttributeError):
+        m.head.foo = 3

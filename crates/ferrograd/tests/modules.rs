@@ -409,3 +409,35 @@ fn copying_and_soft_updates_between_networks_of_one_structure() {
         "{err}"
     );
 }
+
+/// `Module::tie` makes a layer's own parameter another layer's (PyTorch's
+/// `head.weight = tok.weight`): one identity from then on, listed once by a container, and
+/// refused with a reason for a different shape or a name the layer does not own.
+#[test]
+fn layers_tie_their_parameters_to_another_layers() {
+    #[derive(Module)]
+    struct Tied {
+        tok: Embedding,
+        head: Dense,
+    }
+    let tok = Embedding::new(10, 4);
+    let mut head = Dense::new(4, 10);
+    head.tie("weight", tok.weight()).unwrap();
+    assert_eq!(head.weight().id(), tok.weight().id());
+    let m = Tied { tok, head };
+    let names: Vec<String> = m.params().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["tok.weight", "head.bias"]);
+    let mut other = Dense::new(4, 11);
+    let err = other.tie("weight", m.tok.weight()).unwrap_err().to_string();
+    assert!(err.contains("cannot share a [10, 4]"), "{err}");
+    let err = other.tie("scale", m.tok.weight()).unwrap_err().to_string();
+    assert!(err.contains("no parameter \"scale\""), "{err}");
+    let mut emb = Embedding::new(10, 4);
+    emb.tie("weight", m.head.weight()).unwrap();
+    assert_eq!(emb.weight().id(), m.tok.weight().id());
+    let err = ReLU::new()
+        .tie("weight", m.tok.weight())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no parameter \"weight\" of its own"), "{err}");
+}

@@ -1,8 +1,10 @@
 //! Fully connected layer: `x @ weightᵀ + bias`, PyTorch's `nn.Linear` (same names, same
 //! `[out, in]` weight layout; the product reads the transposed view in place).
 
+use super::module::tie_slot;
 use super::{expect_input, Layer, Mode, Module};
 use crate::autograd::Param;
+use crate::error::{Error, Result};
 use crate::init;
 use crate::tensor::{with_default_rng, DType, Tensor};
 
@@ -129,6 +131,17 @@ impl Module for Dense {
         let mut out = vec![("weight".to_string(), self.weight.clone())];
         out.extend(self.bias.iter().map(|b| ("bias".to_string(), b.clone())));
         out
+    }
+
+    fn tie(&mut self, name: &str, to: &Param) -> Result<()> {
+        let layer = self.name();
+        match (name, &mut self.bias) {
+            ("weight", _) => tie_slot(&layer, name, &mut self.weight, to),
+            ("bias", Some(bias)) => tie_slot(&layer, name, bias, to),
+            _ => Err(Error::Shape(format!(
+                "{layer}: no parameter {name:?} to share"
+            ))),
+        }
     }
 
     fn name(&self) -> String {

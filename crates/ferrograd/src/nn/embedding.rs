@@ -1,7 +1,9 @@
 //! Lookup table: rows of a weight matrix selected by integer ids.
 
+use super::module::tie_slot;
 use super::{Layer, Mode, Module};
 use crate::autograd::Param;
+use crate::error::{Error, Result};
 use crate::init;
 use crate::tensor::{with_default_rng, DType, Tensor};
 
@@ -47,6 +49,16 @@ impl Embedding {
 impl Module for Embedding {
     fn params(&self) -> Vec<(String, Param)> {
         vec![("weight".into(), self.table.clone())]
+    }
+
+    fn tie(&mut self, name: &str, to: &Param) -> Result<()> {
+        let layer = self.name();
+        match name {
+            "weight" => tie_slot(&layer, name, &mut self.table, to),
+            _ => Err(Error::Shape(format!(
+                "{layer}: no parameter {name:?} to share"
+            ))),
+        }
     }
 
     fn name(&self) -> String {

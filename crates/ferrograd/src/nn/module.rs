@@ -39,6 +39,19 @@ pub trait Module: Send + Sync {
         short_type_name(std::any::type_name::<Self>())
     }
 
+    /// Makes `to` this layer's own parameter `name`, shared from then on with whoever else
+    /// holds it: tied weights, PyTorch's `head.weight = tok.weight`. `to` must have the shape
+    /// and dtype of the parameter it replaces. The layers that hold their parameters
+    /// directly (`Dense`, `Embedding`) allow it; for the others, and for a name the layer
+    /// does not own, an error says so.
+    fn tie(&mut self, name: &str, to: &Param) -> Result<()> {
+        let _ = to;
+        Err(Error::Shape(format!(
+            "{}: no parameter {name:?} of its own to share",
+            self.name()
+        )))
+    }
+
     /// Parameters and buffers: everything `state` saves, in PyTorch's `state_dict` order
     /// (containers list each child's parameters and buffers together).
     fn state_params(&self) -> Vec<(String, Param)> {
@@ -430,4 +443,19 @@ fn in_file(path: &Path, e: Error) -> Error {
         path: path.to_path_buf(),
         msg: e.to_string(),
     }
+}
+
+/// `*slot = to.clone()` for [`Module::tie`], when `to` has the slot's shape and dtype.
+pub(crate) fn tie_slot(layer: &str, name: &str, slot: &mut Param, to: &Param) -> Result<()> {
+    if to.shape() != slot.shape() || to.dtype() != slot.dtype() {
+        return Err(Error::Shape(format!(
+            "{layer}: {name} is {:?} {}, cannot share a {:?} {} parameter",
+            slot.shape(),
+            slot.dtype(),
+            to.shape(),
+            to.dtype()
+        )));
+    }
+    *slot = to.clone();
+    Ok(())
 }
