@@ -327,8 +327,8 @@ impl PyLayer {
         };
         let Some(layer) = Arc::get_mut(&mut slf.layer) else {
             return Err(PyValueError::new_err(format!(
-                "tie {name} before the layer goes into a container (Sequential, Net): it is \
-                 shared there"
+                "cannot tie {name} while the layer is shared (inside a Sequential or Net, or \
+                 running): tie it before putting it into a container"
             )));
         };
         layer.tie(name, &param).map_err(core_error)?;

@@ -68,8 +68,10 @@ pub fn scaled_dot_product_attention(
         opts = guard::run(|| opts.clone().scale(s))?;
     }
     if dropout_p != 0.0 {
+        // A refused rate draws nothing from the generator.
+        guard::run(|| opts.clone().dropout(dropout_p, 0))?;
         let key = with_default_rng(rng::RngCore::next_u64);
-        opts = guard::run(|| opts.clone().dropout(dropout_p, key))?;
+        opts = opts.dropout(dropout_p, key);
     }
     let heavy = q.numel().max(k.numel()) >= HEAVY;
     guard::run_heavy(py, heavy, || q.scaled_dot_product_attention(&k, &v, &opts)).map(PyTensor::new)

@@ -112,6 +112,13 @@ fn zero_size_axes_with_huge_neighbours_stay_empty() {
         .permute(&[1, 2, 0]);
     assert_eq!(b.shape(), &[1 << 40, 1 << 40, 0]);
     assert_eq!(b.sum().item(), 0.0);
+    // The shape rules count such a tensor as empty too.
+    assert_eq!(z.flatten_from(0).shape(), &[0]);
+    assert_eq!(z.pad(&[(0, 0), (0, 0), (0, 0)], 0.0).shape(), z.shape());
+    assert_eq!(Tensor::cat(&[&z, &z], 2).shape(), &[1 << 40, 1 << 40, 0]);
+    let m = Tensor::zeros(&[1 << 40, 1 << 40, 0, 3], DType::F32);
+    let y = m.matmul(&Tensor::zeros(&[3, 2], DType::F32));
+    assert_eq!(y.shape(), &[1 << 40, 1 << 40, 0, 2]);
 }
 
 #[test]

@@ -114,14 +114,18 @@ impl DropPattern {
         }
     }
 
-    /// The pattern as factors `[heads, l, s]`: 1 / (1 − p) where a weight is kept, 0 where
-    /// it is dropped (for the derivative written with tensor ops).
-    pub fn factors<T: Float>(&self, d: AttentionDims) -> Vec<T> {
-        let mut out = vec![T::one(); d.heads * d.l * d.s];
+    /// The pattern as factors `[heads, l, s]` into `out`: 1 / (1 − p) where a weight is
+    /// kept, 0 where it is dropped (for the derivative written with tensor ops).
+    pub fn factors_into<T: Float>(&self, d: AttentionDims, out: &mut [T]) {
+        assert_eq!(
+            out.len(),
+            d.heads * d.l * d.s,
+            "attention dropout: factors size"
+        );
+        out.fill(T::one());
         for (r, row) in out.chunks_exact_mut(d.s.max(1)).enumerate() {
             self.apply(d, (r / d.l.max(1), r % d.l.max(1), 0), row);
         }
-        out
     }
 }
 
@@ -135,8 +139,8 @@ pub struct Settings<T> {
 }
 
 impl<T: Float> Settings<T> {
-    /// The block's normalised or unnormalised weights `p` (`qb × kb`), dropped as the pattern
-    /// says.
+    /// A block of `qb × kb` values, one per weight (the weights themselves, normalised or
+    /// not, or their gradients `dP`), times the weights' dropout factors.
     fn drop_weights(&self, d: AttentionDims, at: Block, p: &mut [T]) {
         if let Some(pattern) = &self.dropout {
             for (r, row) in p.chunks_exact_mut(at.kb).enumerate() {

@@ -47,7 +47,7 @@ pub trait Module: Send + Sync {
     fn tie(&mut self, name: &str, to: &Param) -> Result<()> {
         let _ = to;
         Err(Error::Shape(format!(
-            "{}: no parameter {name:?} of its own to share",
+            "{}: cannot tie {name:?} to another parameter (Dense and Embedding can tie theirs)",
             self.name()
         )))
     }

@@ -18,10 +18,10 @@ use crate::kernels::attention::{
 };
 use crate::kernels::Float;
 use crate::tensor::{
-    broadcast_shapes, is_grad_enabled, record, with_dtype, BackwardCtx, DType, Element, InputGrads,
-    Tensor,
+    broadcast_shapes, filled, is_grad_enabled, numel_or_panic, record, with_dtype, BackwardCtx,
+    DType, Element, InputGrads, Tensor,
 };
-use num_traits::Zero;
+use num_traits::{One, Zero};
 
 /// The settings of an attention call: causal masking, an additive mask, the scale, dropout on
 /// the weights.
@@ -121,6 +121,7 @@ pub(crate) fn dropout_factors(p: f64, key: u64, shape: &[usize], dtype: DType) -
         n >= 2,
         "attention dropout: weights [.., L, S], got {shape:?}"
     );
+    let op = "scaled_dot_product_attention";
     let d = AttentionDims {
         heads: shape[..n - 2].iter().product(),
         l: shape[n - 2],
@@ -129,7 +130,11 @@ pub(crate) fn dropout_factors(p: f64, key: u64, shape: &[usize], dtype: DType) -
         ev: 0,
     };
     let pattern = DropPattern::new(p, key);
-    with_dtype!(dtype, T => Tensor::from_vec(pattern.factors::<T>(d), shape))
+    with_dtype!(dtype, T => {
+        let mut factors = filled(op, numel_or_panic(op, shape), T::one());
+        pattern.factors_into(d, &mut factors);
+        Tensor::from_vec(factors, shape)
+    })
 }
 
 /// `[L, S]` zeros with `-inf` above the diagonal: the causal mask, additive.
@@ -229,7 +234,7 @@ impl Tensor {
             );
             let dense_mask = mask.as_ref().map(|m| dense::<T>(&cast(m), &with([l, s])));
             let inputs = AttentionInputs { q: &q, k: &kk, v: &vv, mask: dense_mask.as_deref() };
-            let mut out = vec![T::zero(); heads * l * ev];
+            let mut out = filled(op, numel_or_panic(op, &out_shape), T::zero());
             let settings = Settings {
                 scale: T::from_f64(scale),
                 causal: opts.causal,

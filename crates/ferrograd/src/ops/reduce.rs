@@ -30,7 +30,6 @@ impl Reduction {
         let out_shape = eager_or_panic(op, reduce_rule(&known(shape), axes, keepdim));
         let mut sorted = axes.to_vec();
         sorted.sort_unstable();
-        sorted.dedup();
         let reduced = |i: usize| sorted.binary_search(&i).is_ok();
         let keep_shape: Vec<usize> = (0..shape.len())
             .map(|i| if reduced(i) { 1 } else { shape[i] })

@@ -58,8 +58,11 @@ pub(crate) fn check_axis(a: usize, s: &[Option<usize>]) -> std::result::Result<(
 }
 
 /// The product of the sizes, `None` inside when one is free; `Err` when the known ones
-/// overflow.
+/// overflow. A known 0 makes it 0 whatever the others (`[2^40, 2^40, 0]` is empty).
 pub(crate) fn numel(s: &[Option<usize>]) -> std::result::Result<Option<usize>, String> {
+    if s.contains(&Some(0)) {
+        return Ok(Some(0));
+    }
     let fixed = s
         .iter()
         .flatten()

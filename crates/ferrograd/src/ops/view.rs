@@ -17,8 +17,8 @@ impl Tensor {
         self.try_reshape(shape).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// [`Tensor::reshape`], returning [`Error::Shape`](crate::error::Error::Shape) instead of panicking when the element
-    /// counts differ.
+    /// [`Tensor::reshape`], returning [`Error::Shape`](crate::error::Error::Shape) instead of
+    /// panicking when the element counts differ.
     pub fn try_reshape(&self, shape: &[usize]) -> Result<Tensor> {
         eager("reshape", reshape_rule(&known(self.shape()), shape))?;
         if shape == self.shape() {
@@ -82,8 +82,8 @@ impl Tensor {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// [`Tensor::broadcast_to`], returning [`Error::Shape`](crate::error::Error::Shape) instead of panicking when the
-    /// shape cannot be broadcast to `shape`.
+    /// [`Tensor::broadcast_to`], returning [`Error::Shape`](crate::error::Error::Shape) instead of
+    /// panicking when the shape cannot be broadcast to `shape`.
     pub fn try_broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
         if shape == self.shape() {
             return Ok(self.clone());
