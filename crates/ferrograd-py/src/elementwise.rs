@@ -50,7 +50,8 @@ macro_rules! python_methods {
 ferrograd::elementwise_primitives!(python_methods);
 
 /// One `Node` method per primitive of two tensors (`maximum`, `lt`, ...; the arithmetic also
-/// as operators), taking another node as PyTorch's `torch.maximum` takes another tensor.
+/// as operators), taking another node or a Python number, as PyTorch's `torch.maximum` takes
+/// a tensor and `torch.lt` a number too.
 macro_rules! python_binary_methods {
     ($(
         $(#[$doc:meta])*
@@ -60,8 +61,9 @@ macro_rules! python_binary_methods {
         impl PyNode {
             $(
                 $(#[$doc])*
-                fn $name(&self, other: PyRef<'_, PyNode>) -> PyResult<PyNode> {
-                    self.unary(|a| a.$name(&other.node))
+                fn $name(&self, other: &Bound<'_, PyAny>) -> PyResult<PyNode> {
+                    let other = self.operand_node(other)?;
+                    self.unary(|a| a.$name(&other))
                 }
             )*
         }

@@ -125,6 +125,24 @@ impl PyNode {
         }
     }
 
+    /// `other` as a node of this one's graph: a node as it is, a Python number as a 0-d
+    /// constant of this node's dtype (f32 while that is not known, which leaves an f64 input
+    /// f64), so that it never changes the result's dtype, as a number does not in PyTorch.
+    pub(crate) fn operand_node(&self, other: &Bound<'_, PyAny>) -> PyResult<Node> {
+        match operand(other)? {
+            Operand::Node(n) => Ok(n),
+            Operand::Scalar(s) => {
+                let dtype = self
+                    .node
+                    .dtype()
+                    .filter(|d| d.is_float())
+                    .unwrap_or(DType::F32);
+                let value = Tensor::full(&[], s, dtype);
+                Ok(self.node.graph().constant(value))
+            }
+        }
+    }
+
     pub(crate) fn unary(&self, f: impl FnOnce(&Node) -> Node) -> PyResult<PyNode> {
         guard::run(|| node(f(&self.node)))
     }

@@ -185,6 +185,12 @@ def test_each_binary_primitive_has_every_entry_and_agrees_with_numpy(name, diffe
         x, y = sf.placeholder("a"), sf.placeholder("b")
         ran = sf.Session(g2).run(getattr(sf, name)(x, y), {x: a, y: b})
         np.testing.assert_array_equal(ran, f32.numpy())
+    # A number as the other operand, as the operators and PyTorch's named forms take one: it
+    # keeps the node's dtype.
+    with_number = sf.Session(g).run(getattr(p, name)(1.5), {p: a})
+    np.testing.assert_array_equal(with_number, getattr(fg.tensor(a.astype(np.float32)), name)(1.5).numpy())
+    with pytest.raises(TypeError):
+        getattr(p, name)(None)
     for cls, ret in (("Tensor", "Tensor"), ("Node", "Node")):
         body = STUBS.split(f"\nclass {cls}:")[1].split("\nclass ")[0]
         assert re.search(rf"def {name}\(self, other: \w+\) -> {ret}: \.\.\.", body), f"{cls}.{name} stub"

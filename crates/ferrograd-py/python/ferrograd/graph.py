@@ -120,7 +120,7 @@ def _binary(name):
         return getattr(a, name)(b)
 
     op.__name__ = name
-    op.__doc__ = f"``a.{name}(b)`` for two nodes."
+    op.__doc__ = f"``a.{name}(b)`` for a node and a node or a number."
     return op
 
 
