@@ -7,13 +7,13 @@ use super::shape::{check_axis, eager, eager_or_panic, known, numel, same, show, 
 use super::Axis;
 use crate::error::{Error, Result};
 use crate::kernels::{index, strided, Rows};
-use crate::tensor::{filled, record, with_any_dtype, Element, Tensor};
+use crate::tensor::{checked_numel, filled, record, with_any_dtype, Element, Tensor};
 
 impl Tensor {
     /// Padded with `value`: `pads[i] = (before, after)` elements along axis `i`.
     pub fn pad(&self, pads: &[(usize, usize)], value: f64) -> Tensor {
         let out_shape = eager_or_panic("pad", pad_rule(&known(self.shape()), pads));
-        let len = out_shape.iter().product();
+        let len = checked_numel(&out_shape).expect("the rule checked the count");
         let start: Vec<usize> = pads.iter().map(|&(before, _)| before).collect();
         let out = with_any_dtype!(self.dtype(), T => {
             let mut out = filled("pad", len, T::cast_from_f64(value));
