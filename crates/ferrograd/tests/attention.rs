@@ -141,10 +141,10 @@ fn the_fused_backward_is_the_differentiable_rule() {
     }
 }
 
-#[test]
-fn the_fused_backward_walks_blocks_of_queries_and_keys() {
-    // More queries and keys than one block of each (64), a row whose first key block is
-    // masked out entirely (its keys come from the next block), causal or not.
+/// The fused backward against the tensor-op rule with more queries and keys than one block
+/// of each (64) and a row whose first key block is masked out entirely (its keys come from
+/// the next block), in f64 and f32, for each of `settings(mask)`.
+fn fused_is_the_rule_over_blocks(settings: impl Fn(&Tensor) -> Vec<Attention>, what: &str) {
     for dtype in [DType::F64, DType::F32] {
         let tol = if dtype == DType::F64 { 1e-11 } else { 5e-5 };
         let q = wave(&[1, 2, 70, 5], 0.3, 0.0, f64::sin)
@@ -162,12 +162,20 @@ fn the_fused_backward_walks_blocks_of_queries_and_keys() {
             .to_dtype(dtype)
             .requires_grad();
         let w = wave(&[1, 2, 70, 3], 0.13, 0.5, f64::sin).to_dtype(dtype);
-        for opts in [Attention::new().mask(&mask), Attention::new().causal(true)] {
+        for opts in settings(&mask) {
             let loss = (&q.scaled_dot_product_attention(&k, &v, &opts) * &w).sum();
             let inputs = [("q", &q), ("k", &k), ("v", &v), ("mask", &mask)];
-            fused_is_the_rule(&loss, &inputs, tol, &format!("{dtype}"));
+            fused_is_the_rule(&loss, &inputs, tol, &format!("{dtype} {what}"));
         }
     }
+}
+
+#[test]
+fn the_fused_backward_walks_blocks_of_queries_and_keys() {
+    fused_is_the_rule_over_blocks(
+        |mask| vec![Attention::new().mask(mask), Attention::new().causal(true)],
+        "",
+    );
 }
 
 #[test]
@@ -549,32 +557,16 @@ fn attention_dropout_drops_weights_in_a_pattern_its_key_fixes() {
 
 #[test]
 fn attention_dropout_has_its_derivatives_on_every_path() {
-    // The fused backward against the tensor-op rule: more keys and queries than a block, a
-    // mask, f64 and f32.
-    for dtype in [DType::F64, DType::F32] {
-        let tol = if dtype == DType::F64 { 1e-11 } else { 5e-5 };
-        let q = wave(&[1, 2, 70, 5], 0.3, 0.0, f64::sin)
-            .to_dtype(dtype)
-            .requires_grad();
-        let k = wave(&[1, 2, 150, 5], 0.2, 0.0, f64::cos)
-            .to_dtype(dtype)
-            .requires_grad();
-        let v = wave(&[1, 2, 150, 3], 0.7, 1.0, f64::sin)
-            .to_dtype(dtype)
-            .requires_grad();
-        let mask = wave(&[70, 150], 0.1, 0.0, f64::cos)
-            .to_dtype(dtype)
-            .requires_grad();
-        let w = wave(&[1, 2, 70, 3], 0.13, 0.5, f64::sin).to_dtype(dtype);
-        for opts in [
-            Attention::new().mask(&mask).dropout(0.4, 9),
-            Attention::new().causal(true).dropout(0.2, 10),
-        ] {
-            let loss = (&q.scaled_dot_product_attention(&k, &v, &opts) * &w).sum();
-            let inputs = [("q", &q), ("k", &k), ("v", &v), ("mask", &mask)];
-            fused_is_the_rule(&loss, &inputs, tol, &format!("{dtype} with dropout"));
-        }
-    }
+    // The fused backward against the tensor-op rule.
+    fused_is_the_rule_over_blocks(
+        |mask| {
+            vec![
+                Attention::new().mask(mask).dropout(0.4, 9),
+                Attention::new().causal(true).dropout(0.2, 10),
+            ]
+        },
+        "with dropout",
+    );
     // First and second derivatives against finite differences: the pattern is fixed by the
     // key, so the function is smooth in every input.
     let (q, k, v, m) = (

@@ -114,15 +114,14 @@ impl DropPattern {
         }
     }
 
-    /// The pattern as factors `[heads, l, s]` into `out`: 1 / (1 − p) where a weight is
-    /// kept, 0 where it is dropped (for the derivative written with tensor ops).
+    /// Ones `[heads, l, s]` in `out` made the pattern's factors: 1 / (1 − p) where a weight
+    /// is kept, 0 where it is dropped (for the derivative written with tensor ops).
     pub fn factors_into<T: Float>(&self, d: AttentionDims, out: &mut [T]) {
         assert_eq!(
             out.len(),
             d.heads * d.l * d.s,
             "attention dropout: factors size"
         );
-        out.fill(T::one());
         for (r, row) in out.chunks_exact_mut(d.s.max(1)).enumerate() {
             self.apply(d, (r / d.l.max(1), r % d.l.max(1), 0), row);
         }

@@ -122,16 +122,18 @@ pub(crate) fn dropout_factors(p: f64, key: u64, shape: &[usize], dtype: DType) -
         "attention dropout: weights [.., L, S], got {shape:?}"
     );
     let op = "scaled_dot_product_attention";
+    let len = numel_or_panic(op, shape);
+    let (l, s) = (shape[n - 2], shape[n - 1]);
     let d = AttentionDims {
-        heads: shape[..n - 2].iter().product(),
-        l: shape[n - 2],
-        s: shape[n - 1],
+        heads: len / (l * s).max(1),
+        l,
+        s,
         e: 0,
         ev: 0,
     };
     let pattern = DropPattern::new(p, key);
     with_dtype!(dtype, T => {
-        let mut factors = filled(op, numel_or_panic(op, shape), T::one());
+        let mut factors = filled(op, len, T::one());
         pattern.factors_into(d, &mut factors);
         Tensor::from_vec(factors, shape)
     })

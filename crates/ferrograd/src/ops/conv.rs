@@ -115,15 +115,11 @@ impl ConvOpts {
             self.stride.iter().chain(&self.dilation).all(|&v| v > 0) && self.groups > 0,
             "{op}: stride, dilation and groups must be positive, got {self:?}"
         );
-        let out = |size: usize, k: usize, s: usize, p: usize, d: usize| {
-            let span = d.checked_mul(k.checked_sub(1)?)?.checked_add(1)?;
-            let padded = size.checked_add(2usize.checked_mul(p)?)?;
-            Some(padded.checked_sub(span)? / s + 1)
+        let out = |i: usize, n: usize, k: usize| {
+            let geometry = (self.stride[i], self.padding[i], self.dilation[i]);
+            conv_size(n, k, geometry, None)
         };
-        let (ho, wo) = match (
-            out(h, kh, self.stride[0], self.padding[0], self.dilation[0]),
-            out(w, kw, self.stride[1], self.padding[1], self.dilation[1]),
-        ) {
+        let (ho, wo) = match (out(0, h, kh), out(1, w, kw)) {
             // The plane must fit too; batch and channels multiply it when the output is built.
             (Some(ho), Some(wo)) if kh > 0 && kw > 0 && ho.checked_mul(wo).is_some() => (ho, wo),
             _ => panic!("{op}: a {kh}x{kw} kernel with {self:?} does not fit an input of {h}x{w}"),
