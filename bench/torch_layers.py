@@ -44,8 +44,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("cases", nargs="*", choices=list(CASES), help="cases (all when none)")
+    # Checked after parsing: Python before 3.12 rejects an empty list for `nargs="*"` with
+    # `choices`, so naming no case would fail.
+    ap.add_argument("cases", nargs="*", help=f"cases, all when none: {', '.join(CASES)}")
     args = ap.parse_args()
+    unknown = [c for c in args.cases if c not in CASES]
+    if unknown:
+        ap.error(f"unknown cases {unknown}; choose from {list(CASES)}")
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     for name in args.cases or CASES:

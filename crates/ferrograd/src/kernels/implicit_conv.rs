@@ -233,11 +233,8 @@ pub(crate) fn implicit_conv_weight<T: Float>(
             pad_into(x, image, g, len, &mut padded);
             // The output gradients of the images one after another, positions by channels.
             for (i, dy) in dy.chunks_exact((o * plane).max(1)).enumerate() {
-                for (oc, channel) in dy.chunks_exact(plane.max(1)).enumerate() {
-                    for (p, &v) in channel.iter().enumerate() {
-                        dyt[(i * plane + p) * width + oc] = v;
-                    }
-                }
+                let dst = &mut dyt[i * plane * width..][..plane * width];
+                super::sgemm::transpose(dy, (o, plane), plane, dst, width);
             }
             let count = x.len() / image.max(1);
             super::sgemm::offset_runs_product_acc(

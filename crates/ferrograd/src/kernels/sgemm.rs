@@ -59,6 +59,15 @@ enum APanel {
     /// Rows contiguous over k, row `i` at `base + table[i]`: a column matrix of a convolution
     /// read out of the image, each row a run of pixels one kernel tap sees.
     Scattered(*const f32, *const usize),
+    /// A scattered panel read over several runs of `run` steps: during run `j`, row `i` is
+    /// contiguous from `base + table[i] + starts[j]` (a weight gradient's output rows, read
+    /// where they lie in the image, summed in one call instead of one call per row).
+    Runs {
+        base: *const f32,
+        table: *const usize,
+        starts: *const usize,
+        run: usize,
+    },
     /// Step k's MR values contiguous at `base + table[k]`: the transposed column matrix of a
     /// channels-last image, each step the taps one output position sees.
     Gathered(*const f32, *const usize),
@@ -73,11 +82,23 @@ impl APanel {
             APanel::Steps(p, lda) => APanel::Steps(p.wrapping_add(r0), lda),
             APanel::Rows(p, lda) => APanel::Rows(p.wrapping_add(r0 * lda), lda),
             APanel::Scattered(base, table) => APanel::Scattered(base, table.wrapping_add(r0)),
+            APanel::Runs {
+                base,
+                table,
+                starts,
+                run,
+            } => APanel::Runs {
+                base,
+                table: table.wrapping_add(r0),
+                starts,
+                run,
+            },
             APanel::Gathered(p, table) => APanel::Gathered(p.wrapping_add(r0), table),
         }
     }
 
-    /// Where row `i` of a panel read by rows starts (null for a panel read by steps).
+    /// Where row `i` of a panel read by rows starts (null for a panel read by steps; for a
+    /// panel of runs, the offset of each run's start is still to be added).
     ///
     /// # Safety
     /// A scattered panel's table has an entry `i`.
@@ -86,8 +107,10 @@ impl APanel {
         match self {
             APanel::Steps(..) | APanel::Gathered(..) => std::ptr::null(),
             APanel::Rows(p, lda) => p.wrapping_add(i * lda),
-            // SAFETY: the caller's contract.
-            APanel::Scattered(base, table) => base.wrapping_add(unsafe { *table.add(i) }),
+            APanel::Scattered(base, table) | APanel::Runs { base, table, .. } => {
+                // SAFETY: the caller's contract.
+                base.wrapping_add(unsafe { *table.add(i) })
+            }
         }
     }
 }
@@ -686,15 +709,18 @@ unsafe fn tile_kernel<B: BRows>(
             APanel::Steps(..) => sized_kernel::<BY_STEPS, B>(a, t, wide),
             APanel::Rows(..) | APanel::Scattered(..) => sized_kernel::<BY_ROWS, B>(a, t, wide),
             APanel::Gathered(..) => sized_kernel::<BY_TABLE, B>(a, t, wide),
+            APanel::Runs { .. } => sized_kernel::<BY_RUNS, B>(a, t, wide),
         }
     }
 }
 
 /// How a micro-kernel reads its A panel (a const parameter: each form compiles to its own
-/// loop): step by step a fixed stride apart, row by row, or step by step through a table.
+/// loop): step by step a fixed stride apart, row by row, step by step through a table, or
+/// row by row over several runs ([`APanel::Runs`]).
 const BY_STEPS: u8 = 0;
 const BY_ROWS: u8 = 1;
 const BY_TABLE: u8 = 2;
+const BY_RUNS: u8 = 3;
 
 /// The micro-kernel for the fewest rows (4, 8 or 12) covering `t.rows`, over one or two
 /// vectors of columns, on the active path.
@@ -754,18 +780,11 @@ unsafe fn path_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(
 
 /// Where a micro-kernel finds row `k` of its B panel.
 trait BRows: Copy {
-    /// Row `k`'s first float. For `k` up to [`PREFETCH`] past the panel's last row it only
-    /// has to be computable (it is prefetched, never read).
-    ///
-    /// # Safety
-    /// `k` is below the panel's rows plus [`PREFETCH`].
-    unsafe fn row(self, k: usize) -> *const f32;
-
-    /// A row to prefetch while row `k` is used.
+    /// Row `k`'s first float.
     ///
     /// # Safety
     /// `k` is below the panel's rows.
-    unsafe fn ahead(self, k: usize) -> *const f32;
+    unsafe fn row(self, k: usize) -> *const f32;
 }
 
 /// Rows a fixed stride apart: a packed panel (NR) or a row-major B read in place.
@@ -777,34 +796,76 @@ impl BRows for Strided {
     unsafe fn row(self, k: usize) -> *const f32 {
         self.0.wrapping_add(k * self.1)
     }
-
-    #[inline(always)]
-    unsafe fn ahead(self, k: usize) -> *const f32 {
-        // A prefetch past the end of the panel is harmless: prefetches never fault.
-        self.0.wrapping_add((k + PREFETCH) * self.1)
-    }
 }
 
-/// Row `k` at `base + offsets[k]` (a table of `len` entries): a column matrix of a
+/// Row `k` at `base + offsets[k]` (a table of one entry per row): a column matrix of a
 /// convolution read out of the image itself, each row a run of pixels one kernel tap sees.
 #[derive(Clone, Copy)]
 struct Offsets {
     base: *const f32,
     table: *const usize,
-    len: usize,
 }
 
 impl BRows for Offsets {
     #[inline(always)]
     unsafe fn row(self, k: usize) -> *const f32 {
-        // SAFETY: k < len (the caller's contract), so the entry is in the table.
+        // SAFETY: k is below the panel's rows (the caller's contract), so the entry is in the
+        // table.
         self.base.wrapping_add(unsafe { *self.table.add(k) })
     }
+}
 
-    #[inline(always)]
-    unsafe fn ahead(self, k: usize) -> *const f32 {
-        // SAFETY: clamped to the table's last entry.
-        unsafe { self.row((k + PREFETCH).min(self.len - 1)) }
+/// The k loop of the micro-kernels: `step(k)` for every k below `kc`, in order, with
+/// `prefetch(k + PREFETCH)` beside step k while that row exists (the B panel streams from
+/// L2). Two steps per trip: one step's loop bookkeeping and table lookups would otherwise
+/// crowd the 12 fused multiply-adds of an AVX2 block out of the front end.
+#[inline(always)]
+fn k_loop(kc: usize, mut prefetch: impl FnMut(usize), mut step: impl FnMut(usize)) {
+    let ahead = kc.saturating_sub(PREFETCH);
+    let mut k = 0;
+    while k + 2 <= ahead {
+        prefetch(k + PREFETCH);
+        step(k);
+        prefetch(k + 1 + PREFETCH);
+        step(k + 1);
+        k += 2;
+    }
+    while k < ahead {
+        prefetch(k + PREFETCH);
+        step(k);
+        k += 1;
+    }
+    while k + 2 <= kc {
+        step(k);
+        step(k + 1);
+        k += 2;
+    }
+    if k < kc {
+        step(k);
+    }
+}
+
+/// The k loop of a micro-kernel reading its A panel `BY`: `step(k, ka)` for every step k
+/// below `kc` in order, `ka` being where step k lies along the panel's rows (k itself, or
+/// for a panel of runs k's place in its run plus the run's start), with prefetches as in
+/// [`k_loop`].
+///
+/// # Safety
+/// A panel of runs has `starts` entries for `kc / run` runs, and `run` divides `kc`.
+#[inline(always)]
+unsafe fn panel_k_loop<const BY: u8>(
+    a: APanel,
+    kc: usize,
+    mut prefetch: impl FnMut(usize),
+    mut step: impl FnMut(usize, usize),
+) {
+    let APanel::Runs { starts, run, .. } = a else {
+        return k_loop(kc, prefetch, |k| step(k, k));
+    };
+    for j in 0..kc / run {
+        // SAFETY: j < kc / run (the caller's contract).
+        let (k0, start) = (j * run, unsafe { *starts.add(j) });
+        k_loop(run, |k| prefetch(k0 + k), |k| step(k0 + k, start + k));
     }
 }
 
@@ -948,7 +1009,6 @@ pub(crate) fn offset_rows_product(
                     let b = Offsets {
                         base: base[runs.row_start(r) + s0..].as_ptr(),
                         table: offsets[p0..].as_ptr(),
-                        len: kc,
                     };
                     let q0 = r * runs.run + s0;
                     row_panels(
@@ -1006,8 +1066,8 @@ fn row_panels<B: BRows>(
 /// `i < offsets.len()`, `j < cols` and every position `q = (r, s)` of `runs`: the product of
 /// a convolution's column matrix (read out of the image as in [`offset_rows_product`]) with
 /// `b` (an output gradient, positions by channels), that is its weight gradient for one
-/// image, taps by output channels. Long runs are read in place, one output row per product;
-/// short ones are packed, up to [`KC`] positions to a panel. Runs on the calling thread.
+/// image, taps by output channels. Long runs are read in place, short ones are packed; either
+/// way up to [`KC`] positions go to one call of the micro-kernel. Runs on the calling thread.
 ///
 /// Panics unless the own kernels are [`available`] and the operands fit: `b`'s rows are read
 /// in whole vectors, so `ldb` must cover `cols` rounded up to 16.
@@ -1039,7 +1099,17 @@ pub(crate) fn offset_runs_product_acc(
     let mut table = offsets.to_vec();
     table.resize(m.next_multiple_of(4), offsets[0]);
     let in_place = runs.fills_vectors();
-    let kc_step = if in_place { runs.run } else { KC.min(plane) };
+    // In place, a block is whole runs (output rows), as many as fit KC steps.
+    let kc_step = if in_place {
+        runs.run * (KC / runs.run).max(1)
+    } else {
+        KC.min(plane)
+    };
+    let starts: Vec<usize> = if in_place {
+        (0..plane / runs.run).map(|r| runs.row_start(r)).collect()
+    } else {
+        Vec::new()
+    };
     let mut panel = if in_place {
         Vec::new()
     } else {
@@ -1059,8 +1129,12 @@ pub(crate) fn offset_runs_product_acc(
         for (block, p0) in (0..plane).step_by(kc_step).enumerate() {
             let kc = (plane - p0).min(kc_step);
             let a_panel = if in_place {
-                let r = p0 / runs.run;
-                APanel::Scattered(base[runs.row_start(r)..].as_ptr(), table[r0..].as_ptr())
+                APanel::Runs {
+                    base: base.as_ptr(),
+                    table: table[r0..].as_ptr(),
+                    starts: starts[p0 / runs.run..].as_ptr(),
+                    run: runs.run,
+                }
             } else {
                 let four = rows.next_multiple_of(4);
                 for (i, dst) in panel.chunks_exact_mut(kc).take(four).enumerate() {
@@ -1071,8 +1145,8 @@ pub(crate) fn offset_runs_product_acc(
             for j0 in (0..cols).step_by(NR) {
                 let width = (cols - j0).min(NR);
                 // SAFETY: the panel's rows rounded up to 4 are readable for kc steps (in
-                // place: table entries padded above, each run inside `base` by the reach
-                // assert; packed: rows·kc ≤ MR·kc_step floats of `panel`); B rows
+                // place: table entries padded above, kc / run runs with their starts, each
+                // run inside `base` by the reach assert; packed: rows·kc ≤ MR·kc_step floats of `panel`); B rows
                 // p0..p0 + kc hold 16·⌈width/16⌉ ≤ ldb floats from j0 within `b` (plane·ldb
                 // asserted); the tile's rows × width at (r0, j0) lie in `c` (asserted),
                 // borrowed exclusively; an AVX path was asserted.
@@ -1338,10 +1412,12 @@ unsafe fn avx2_kernel<const M: usize, const W: usize, const BY: u8, B: BRows>(
     // SAFETY: a scattered panel's table holds M entries (the contract).
     let rows: [*const f32; M] = std::array::from_fn(|i| unsafe { a.row(i) });
     let mut acc = [[_mm256_setzero_ps(); W]; M];
-    for k in 0..t.kc {
-        // SAFETY: k < kc, so the panel reads are in bounds (a prefetch never faults).
+    // SAFETY: the loop prefetches only rows below kc (and a prefetch never faults).
+    let prefetch =
+        |k| unsafe { _mm_prefetch::<_MM_HINT_T0>(b.row(k).wrapping_add(col0) as *const i8) };
+    let step = |k, ka: usize| {
+        // SAFETY: k < kc (ka within its run), so the panel reads are in bounds.
         unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(b.ahead(k).wrapping_add(col0) as *const i8);
             let bk_row = b.row(k).add(col0);
             let bk: [__m256; W] = std::array::from_fn(|w| _mm256_loadu_ps(bk_row.add(8 * w)));
             let step = if BY == BY_TABLE {
@@ -1350,8 +1426,8 @@ unsafe fn avx2_kernel<const M: usize, const W: usize, const BY: u8, B: BRows>(
                 steps.wrapping_add(k * lda)
             };
             for (i, row) in acc.iter_mut().enumerate() {
-                let ai = _mm256_broadcast_ss(&*if BY == BY_ROWS {
-                    rows[i].add(k)
+                let ai = _mm256_broadcast_ss(&*if BY == BY_ROWS || BY == BY_RUNS {
+                    rows[i].add(ka)
                 } else {
                     step.add(i)
                 });
@@ -1360,7 +1436,9 @@ unsafe fn avx2_kernel<const M: usize, const W: usize, const BY: u8, B: BRows>(
                 }
             }
         }
-    }
+    };
+    // SAFETY: a panel of runs holds kc / run of them (the contract).
+    unsafe { panel_k_loop::<BY>(a, t.kc, prefetch, step) };
     // Lane j of a mask vector is on where bit j of the column mask is.
     let lanes = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
     for (i, row) in acc.iter().enumerate().take(t.rows) {
@@ -1426,15 +1504,16 @@ unsafe fn micro_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(
     // SAFETY: a scattered panel's table holds M entries (the contract).
     let rows: [*const f32; M] = std::array::from_fn(|i| unsafe { a.row(i) });
     let mut acc = [[_mm512_setzero_ps(); V]; M];
-    for k in 0..t.kc {
-        // SAFETY: k < kc, so the panel reads are in bounds.
+    let prefetch = |k| {
+        // SAFETY: the loop prefetches only rows below kc (and a prefetch never faults).
+        let ahead = unsafe { b.row(k) };
+        for v in 0..V {
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(16 * v) as *const i8);
+        }
+    };
+    let step = |k, ka: usize| {
+        // SAFETY: k < kc (ka within its run), so the panel reads are in bounds.
         unsafe {
-            // The B panel streams from L2: ask for it a few steps ahead. (A prefetch past the
-            // end of the panel is harmless: prefetches never fault.)
-            let ahead = b.ahead(k);
-            for v in 0..V {
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(16 * v) as *const i8);
-            }
             let bk_row = b.row(k);
             let bk: [__m512; V] = std::array::from_fn(|v| _mm512_loadu_ps(bk_row.add(16 * v)));
             // Steps: step k's values are adjacent, a stride or a table entry away.
@@ -1445,8 +1524,8 @@ unsafe fn micro_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(
             };
             for (i, row) in acc.iter_mut().enumerate() {
                 // Rows: row i of A is contiguous over k.
-                let ai = _mm512_set1_ps(if BY == BY_ROWS {
-                    *rows[i].add(k)
+                let ai = _mm512_set1_ps(if BY == BY_ROWS || BY == BY_RUNS {
+                    *rows[i].add(ka)
                 } else {
                     *step.add(i)
                 });
@@ -1455,7 +1534,9 @@ unsafe fn micro_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(
                 }
             }
         }
-    }
+    };
+    // SAFETY: a panel of runs holds kc / run of them (the contract).
+    unsafe { panel_k_loop::<BY>(a, t.kc, prefetch, step) };
     for (i, row) in acc.iter().enumerate().take(t.rows) {
         for (v, &r) in row.iter().enumerate() {
             let mask = if v + 1 == V { t.mask } else { 0xFFFF };
