@@ -780,10 +780,16 @@ unsafe fn path_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(
 
 /// Where a micro-kernel finds row `k` of its B panel.
 trait BRows: Copy {
+    /// Whether rows past the panel's last are computable and worth prefetching: packed
+    /// panels lie one after another, so the next one's first rows come in while this one
+    /// ends.
+    const PAST_END: bool;
+
     /// Row `k`'s first float.
     ///
     /// # Safety
-    /// `k` is below the panel's rows.
+    /// `k` is below the panel's rows (plus [`PREFETCH`] where `PAST_END`: such rows are
+    /// only prefetched, never read).
     unsafe fn row(self, k: usize) -> *const f32;
 }
 
@@ -792,6 +798,8 @@ trait BRows: Copy {
 struct Strided(*const f32, usize);
 
 impl BRows for Strided {
+    const PAST_END: bool = true;
+
     #[inline(always)]
     unsafe fn row(self, k: usize) -> *const f32 {
         self.0.wrapping_add(k * self.1)
@@ -807,6 +815,8 @@ struct Offsets {
 }
 
 impl BRows for Offsets {
+    const PAST_END: bool = false;
+
     #[inline(always)]
     unsafe fn row(self, k: usize) -> *const f32 {
         // SAFETY: k is below the panel's rows (the caller's contract), so the entry is in the
@@ -816,14 +826,25 @@ impl BRows for Offsets {
 }
 
 /// The k loop of the micro-kernels: `step(k)` for every k below `kc`, in order, with
-/// `prefetch(k + PREFETCH)` beside step k while that row exists (the B panel streams from
-/// L2). Two steps per trip: one step's loop bookkeeping and table lookups would otherwise
-/// crowd the 12 fused multiply-adds of an AVX2 block out of the front end.
+/// `prefetch(k + PREFETCH)` beside step k while that row exists, or beside every step where
+/// rows `past_end` may be prefetched (the B panel streams from L2). With `two`, two steps
+/// per trip: one step's loop bookkeeping and table lookups would otherwise crowd the 12
+/// fused multiply-adds of an AVX2 block out of the front end (measured: large squares and
+/// the convolutions gain; a column-major A read by steps lost 5%, so it runs one per trip).
 #[inline(always)]
-fn k_loop(kc: usize, mut prefetch: impl FnMut(usize), mut step: impl FnMut(usize)) {
-    let ahead = kc.saturating_sub(PREFETCH);
+fn k_loop(
+    kc: usize,
+    (past_end, two): (bool, bool),
+    mut prefetch: impl FnMut(usize),
+    mut step: impl FnMut(usize),
+) {
+    let ahead = if past_end {
+        kc
+    } else {
+        kc.saturating_sub(PREFETCH)
+    };
     let mut k = 0;
-    while k + 2 <= ahead {
+    while two && k + 2 <= ahead {
         prefetch(k + PREFETCH);
         step(k);
         prefetch(k + 1 + PREFETCH);
@@ -835,13 +856,14 @@ fn k_loop(kc: usize, mut prefetch: impl FnMut(usize), mut step: impl FnMut(usize
         step(k);
         k += 1;
     }
-    while k + 2 <= kc {
+    while two && k + 2 <= kc {
         step(k);
         step(k + 1);
         k += 2;
     }
-    if k < kc {
+    while k < kc {
         step(k);
+        k += 1;
     }
 }
 
@@ -853,19 +875,26 @@ fn k_loop(kc: usize, mut prefetch: impl FnMut(usize), mut step: impl FnMut(usize
 /// # Safety
 /// A panel of runs has `starts` entries for `kc / run` runs, and `run` divides `kc`.
 #[inline(always)]
-unsafe fn panel_k_loop<const BY: u8>(
+unsafe fn panel_k_loop<const BY: u8, B: BRows>(
     a: APanel,
     kc: usize,
     mut prefetch: impl FnMut(usize),
     mut step: impl FnMut(usize, usize),
 ) {
     let APanel::Runs { starts, run, .. } = a else {
-        return k_loop(kc, prefetch, |k| step(k, k));
+        return k_loop(kc, (B::PAST_END, BY != BY_STEPS), prefetch, |k| step(k, k));
     };
     for j in 0..kc / run {
         // SAFETY: j < kc / run (the caller's contract).
         let (k0, start) = (j * run, unsafe { *starts.add(j) });
-        k_loop(run, |k| prefetch(k0 + k), |k| step(k0 + k, start + k));
+        // Within the panel, a run's prefetches may reach into the next runs.
+        let past_end = B::PAST_END || k0 + run + PREFETCH <= kc;
+        k_loop(
+            run,
+            (past_end, true),
+            |k| prefetch(k0 + k),
+            |k| step(k0 + k, start + k),
+        );
     }
 }
 
@@ -1412,7 +1441,8 @@ unsafe fn avx2_kernel<const M: usize, const W: usize, const BY: u8, B: BRows>(
     // SAFETY: a scattered panel's table holds M entries (the contract).
     let rows: [*const f32; M] = std::array::from_fn(|i| unsafe { a.row(i) });
     let mut acc = [[_mm256_setzero_ps(); W]; M];
-    // SAFETY: the loop prefetches only rows below kc (and a prefetch never faults).
+    // SAFETY: the loop prefetches only rows below kc, or past it where B allows (and a
+    // prefetch never faults).
     let prefetch =
         |k| unsafe { _mm_prefetch::<_MM_HINT_T0>(b.row(k).wrapping_add(col0) as *const i8) };
     let step = |k, ka: usize| {
@@ -1438,7 +1468,7 @@ unsafe fn avx2_kernel<const M: usize, const W: usize, const BY: u8, B: BRows>(
         }
     };
     // SAFETY: a panel of runs holds kc / run of them (the contract).
-    unsafe { panel_k_loop::<BY>(a, t.kc, prefetch, step) };
+    unsafe { panel_k_loop::<BY, B>(a, t.kc, prefetch, step) };
     // Lane j of a mask vector is on where bit j of the column mask is.
     let lanes = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
     for (i, row) in acc.iter().enumerate().take(t.rows) {
@@ -1505,7 +1535,8 @@ unsafe fn micro_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(
     let rows: [*const f32; M] = std::array::from_fn(|i| unsafe { a.row(i) });
     let mut acc = [[_mm512_setzero_ps(); V]; M];
     let prefetch = |k| {
-        // SAFETY: the loop prefetches only rows below kc (and a prefetch never faults).
+        // SAFETY: the loop prefetches only rows below kc, or past it where B allows (and a
+        // prefetch never faults).
         let ahead = unsafe { b.row(k) };
         for v in 0..V {
             _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(16 * v) as *const i8);
@@ -1536,7 +1567,7 @@ unsafe fn micro_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(
         }
     };
     // SAFETY: a panel of runs holds kc / run of them (the contract).
-    unsafe { panel_k_loop::<BY>(a, t.kc, prefetch, step) };
+    unsafe { panel_k_loop::<BY, B>(a, t.kc, prefetch, step) };
     for (i, row) in acc.iter().enumerate().take(t.rows) {
         for (v, &r) in row.iter().enumerate() {
             let mask = if v + 1 == V { t.mask } else { 0xFFFF };
