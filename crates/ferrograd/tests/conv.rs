@@ -598,6 +598,9 @@ fn f32_kernels_agree_with_f64_at_every_edge() {
             ConvOpts::new().stride(2).padding(1),
         ),
         ([3, 40, 6, 37], [6, 40, 3, 3], ConvOpts::new().padding(1)),
+        // Output rows of 40 read in place: the weight gradient sums them in blocks of 6
+        // rows per call, 5 blocks per image, across images.
+        ([2, 2, 30, 40], [5, 2, 3, 3], ConvOpts::new().padding(1)),
         (
             [2, 3, 9, 30],
             [13, 3, 2, 3],

@@ -780,9 +780,9 @@ unsafe fn path_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(
 
 /// Where a micro-kernel finds row `k` of its B panel.
 trait BRows: Copy {
-    /// Whether rows past the panel's last are computable and worth prefetching: packed
-    /// panels lie one after another, so the next one's first rows come in while this one
-    /// ends.
+    /// Whether rows past the panel's last are computable (wrapping arithmetic, never read)
+    /// and so may be prefetched: where packed panels lie one after another, the next one's
+    /// first rows come in while this one ends.
     const PAST_END: bool;
 
     /// Row `k`'s first float.
@@ -830,7 +830,8 @@ impl BRows for Offsets {
 /// rows `past_end` may be prefetched (the B panel streams from L2). With `two`, two steps
 /// per trip: one step's loop bookkeeping and table lookups would otherwise crowd the 12
 /// fused multiply-adds of an AVX2 block out of the front end (measured: large squares and
-/// the convolutions gain; a column-major A read by steps lost 5%, so it runs one per trip).
+/// the convolutions gain; a column-major A read by steps in place lost 5%, so panels read
+/// by steps, packed ones included, run one per trip).
 #[inline(always)]
 fn k_loop(
     kc: usize,
@@ -884,6 +885,10 @@ unsafe fn panel_k_loop<const BY: u8, B: BRows>(
     let APanel::Runs { starts, run, .. } = a else {
         return k_loop(kc, (B::PAST_END, BY != BY_STEPS), prefetch, |k| step(k, k));
     };
+    debug_assert!(
+        run > 0 && kc.is_multiple_of(run),
+        "panel_k_loop: {kc} steps in runs of {run}"
+    );
     for j in 0..kc / run {
         // SAFETY: j < kc / run (the caller's contract).
         let (k0, start) = (j * run, unsafe { *starts.add(j) });
@@ -935,7 +940,8 @@ impl Runs {
     }
 
     /// Whether a run fills at least 3/5 of the 16-float vectors a product computes it in:
-    /// then the products read runs in place, one output row at a time; shorter runs (the
+    /// then the products read runs in place (the forward one output row at a time, the
+    /// weight gradient several rows per call); shorter runs (the
     /// 7×7 maps of a DCGAN would waste more than half of every vector) are packed several
     /// rows to a panel.
     pub(crate) fn fills_vectors(&self) -> bool {
@@ -1096,7 +1102,8 @@ fn row_panels<B: BRows>(
 /// a convolution's column matrix (read out of the image as in [`offset_rows_product`]) with
 /// `b` (an output gradient, positions by channels), that is its weight gradient for one
 /// image, taps by output channels. Long runs are read in place, short ones are packed; either
-/// way up to [`KC`] positions go to one call of the micro-kernel. Runs on the calling thread.
+/// way up to [`KC`] positions (or one run, where a run is longer) go to one call of the
+/// micro-kernel. Runs on the calling thread.
 ///
 /// Panics unless the own kernels are [`available`] and the operands fit: `b`'s rows are read
 /// in whole vectors, so `ldb` must cover `cols` rounded up to 16.
@@ -1175,7 +1182,8 @@ pub(crate) fn offset_runs_product_acc(
                 let width = (cols - j0).min(NR);
                 // SAFETY: the panel's rows rounded up to 4 are readable for kc steps (in
                 // place: table entries padded above, kc / run runs with their starts, each
-                // run inside `base` by the reach assert; packed: rows·kc ≤ MR·kc_step floats of `panel`); B rows
+                // run inside `base` by the reach assert; packed: rows·kc ≤ MR·kc_step
+                // floats of `panel`); B rows
                 // p0..p0 + kc hold 16·⌈width/16⌉ ≤ ldb floats from j0 within `b` (plane·ldb
                 // asserted); the tile's rows × width at (r0, j0) lie in `c` (asserted),
                 // borrowed exclusively; an AVX path was asserted.
@@ -1514,8 +1522,9 @@ unsafe fn avx2_kernel<const M: usize, const W: usize, const BY: u8, B: BRows>(
 ///
 /// # Safety
 /// `a` holds M rows of kc floats (`BY_ROWS`: in place `lda` apart, or scattered with M table
-/// entries), or kc steps of M adjacent floats (`BY_STEPS`: `lda` apart; `BY_TABLE`: kc table
-/// entries); `t.b` gives kc rows of 16·V floats each; `t.c` addresses `t.rows` ≤ M rows of
+/// entries; `BY_RUNS`: M table entries, `run` dividing kc, kc / run `starts` entries, and
+/// `run` floats readable from `base + table[i] + starts[j]`), or kc steps of M adjacent
+/// floats (`BY_STEPS`: `lda` apart; `BY_TABLE`: kc table entries); `t.b` gives kc rows of 16·V floats each; `t.c` addresses `t.rows` ≤ M rows of
 /// the columns that the full vectors and `t.mask` select, where `t.c_rows` puts them (a
 /// table: `t.rows` entries); the CPU supports AVX-512F (and AVX2, FMA for [`path_kernel`]).
 #[cfg(target_arch = "x86_64")]
