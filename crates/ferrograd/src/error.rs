@@ -6,7 +6,8 @@ use std::path::PathBuf;
 /// detection and file reading and writing.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Shapes that do not fit an operation; the message names the op and the shapes.
+    /// Shapes (or dtypes: an integer tensor in an op that computes in floating point) that do
+    /// not fit an operation; the message names the op and what did not fit.
     #[error("{0}")]
     Shape(String),
     /// A NaN or Inf first produced by the named op (see `autograd::detect_anomaly`).

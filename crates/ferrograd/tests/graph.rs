@@ -586,6 +586,87 @@ fn every_op_on_mixed_dtypes_gives_the_dtype_the_graph_inferred() {
 }
 
 #[test]
+fn eager_ops_and_graph_inference_refuse_integers_alike() {
+    // One dtype rule per op: an integer operand that the eager op refuses, naming itself, is
+    // refused as the node is added, with the same reason; one it promotes is promoted in both.
+    let x = Tensor::from_vec(vec![1i64, 2, 3, 4], &[1, 1, 2, 2]);
+    let w = Tensor::from_vec(vec![0.5f32], &[1, 1, 1, 1]);
+    type Case = (
+        &'static str,
+        fn(&Tensor, &Tensor) -> Tensor,
+        fn(&Node, &Node) -> Node,
+    );
+    let refused: [Case; 9] = [
+        ("softmax", |x, _| x.softmax(1), |x, _| x.softmax(1)),
+        (
+            "sum_axes",
+            |x, _| x.sum_axes(&[0], false),
+            |x, _| x.sum_axes(&[0], false),
+        ),
+        (
+            "max_axes",
+            |x, _| x.max_axes(&[2], true),
+            |x, _| x.max_axes(&[2], true),
+        ),
+        ("argmax", |x, _| x.argmax(3), |x, _| x.argmax(3)),
+        (
+            "sum_to",
+            |x, _| x.sum_to(&[1, 1, 1, 2]),
+            |x, _| x.sum_to(&[1, 1, 1, 2]),
+        ),
+        (
+            "max_pool2d",
+            |x, _| x.max_pool2d(2, 2, 0),
+            |x, _| x.max_pool2d(2, 2, 0),
+        ),
+        (
+            "upsample_nearest2d",
+            |x, _| x.upsample_nearest2d(2, 2),
+            |x, _| x.upsample_nearest2d(2, 2),
+        ),
+        (
+            "conv2d",
+            |x, w| x.conv2d(w, &ConvOpts::new()),
+            |x, w| x.conv2d(w, &ConvOpts::new()),
+        ),
+        (
+            "conv2d",
+            |x, w| w.conv2d(x, &ConvOpts::new()),
+            |x, w| w.conv2d(x, &ConvOpts::new()),
+        ),
+    ];
+    for (op, eager, graph) in refused {
+        let eager_msg = panic_message(|| drop(eager(&x, &w)));
+        let g = Graph::new();
+        let (gx, gw) = (g.constant(x.clone()), g.constant(w.clone()));
+        let graph_msg = panic_message(|| drop(graph(&gx, &gw)));
+        for msg in [&eager_msg, &graph_msg] {
+            assert!(msg.starts_with(op), "{op}: {msg}");
+            assert!(msg.contains("an i64 tensor reached"), "{op}: {msg}");
+        }
+    }
+    // matmul promotes an integer operand beside a float one, and refuses two integers.
+    let (a, b) = (x.reshape(&[2, 2]), w.reshape(&[1, 1]).broadcast_to(&[2, 2]));
+    assert_eq!(a.matmul(&b).dtype(), DType::F32);
+    assert!(a
+        .try_matmul(&a)
+        .unwrap_err()
+        .to_string()
+        .starts_with("matmul: an i64"));
+    let g = Graph::new();
+    let (ga, gb) = (g.constant(a.clone()), g.constant(b.contiguous()));
+    assert_eq!(
+        Session::new(&g)
+            .run(&ga.matmul(&gb), &Feed::new())
+            .unwrap()
+            .dtype(),
+        DType::F32
+    );
+    let err = ga.try_matmul(&ga).unwrap_err().to_string();
+    assert!(err.starts_with("matmul: an i64"), "{err}");
+}
+
+#[test]
 fn graphs_nodes_and_sessions_move_between_threads() {
     fn sendable<T: Send + Sync>(_: &T) {}
     let g = Graph::new();

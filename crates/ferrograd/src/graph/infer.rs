@@ -1,11 +1,15 @@
 //! The static graph's shape and dtype inference: what each op makes of its inputs' shapes
-//! (some axes free) and dtypes, or why they do not fit. The shape rules are the eager ops'
-//! own (`ops::shape` and the rule beside each op), so the two accept the same inputs; a
-//! session also checks every first run's results against what was inferred.
+//! (some axes free) and dtypes, or why they do not fit. The shape and dtype rules are the
+//! eager ops' own (`ops::shape`, `ops::dtype` and the rule beside each op), so the two accept
+//! the same inputs; a session also checks every first run's results against what was
+//! inferred.
 
 use super::op::{Binary, Op};
 use crate::ops::concat::{cat_rule, pad_rule};
 use crate::ops::conv::{conv_rule, conv_weight_rule};
+use crate::ops::dtype::{
+    float_rule, floats_rule, joined_rule, positions_rule, promoted_float_rule,
+};
 use crate::ops::index::{index_add_rule, index_select_rule};
 use crate::ops::matmul::matmul_rule;
 use crate::ops::norm::{layer_norm_dtype, layer_norm_rule};
@@ -21,15 +25,6 @@ use crate::tensor::DType;
 /// A rule's answer: the result's shape and dtype, or why the inputs do not fit.
 type Inferred = Result<(Shape, DType), String>;
 
-/// `d`, unless it is not a float: then an error naming `what`.
-fn float(d: DType, what: &str) -> Result<DType, String> {
-    if d.is_float() {
-        Ok(d)
-    } else {
-        Err(format!("{what} needs a float input, got {d}"))
-    }
-}
-
 impl Op {
     /// The result's shape and dtype from the inputs', or why they do not fit.
     pub(super) fn infer(&self, inputs: &[(Shape, DType)]) -> Inferred {
@@ -41,24 +36,20 @@ impl Op {
             Op::Unary(u) => Ok((inputs[0].0.clone(), u.result_dtype(inputs[0].1)?)),
             Op::Softmax(a) | Op::LogSoftmax(a) => {
                 check_axis(*a, &inputs[0].0)?;
-                Ok((inputs[0].0.clone(), float(inputs[0].1, "this op")?))
+                Ok((inputs[0].0.clone(), float_rule(inputs[0].1)?))
             }
             Op::Binary(op) => binary(*op, &inputs[0], &inputs[1]),
             Op::Matmul => {
                 let ((a, da), (b, db)) = (&inputs[0], &inputs[1]);
-                Ok((matmul_rule(a, b)?, float(da.promote(*db), "matmul")?))
+                Ok((matmul_rule(a, b)?, promoted_float_rule(*da, *db)?))
             }
-            Op::Reduce {
-                axes,
-                keepdim,
-                kind,
-            } => {
+            Op::Reduce { axes, keepdim, .. } => {
                 let (s, d) = first();
                 let all: Vec<usize> = (0..s.len()).collect();
                 let out = reduce_rule(s, axes.as_deref().unwrap_or(&all), *keepdim)?;
-                Ok((out, float(d, &format!("{kind:?}").to_lowercase())?))
+                Ok((out, float_rule(d)?))
             }
-            Op::SumTo(to) => Ok((sum_to_rule(first().0, to)?, float(first().1, "sum_to")?)),
+            Op::SumTo(to) => Ok((sum_to_rule(first().0, to)?, float_rule(first().1)?)),
             Op::Conv2d(_)
             | Op::ConvTranspose2d(_)
             | Op::Conv2dWeight(..)
@@ -80,7 +71,7 @@ impl Op {
             Op::ToDtype(to) => Ok((inputs[0].0.clone(), *to)),
             Op::WhereCond => {
                 let ((c, _), (a, da), (b, db)) = (&inputs[0], &inputs[1], &inputs[2]);
-                let d = float(da.promote(*db), "where_cond")?;
+                let d = promoted_float_rule(*da, *db)?;
                 Ok((broadcast(&broadcast(c, a)?, b)?, d))
             }
             Op::LayerNorm(_) => {
@@ -90,15 +81,15 @@ impl Op {
             }
             Op::ArgExtremum { axis, .. } => {
                 let (s, d) = first();
-                float(d, "argmax and argmin")?;
+                let d = positions_rule(d)?;
                 check_axis(*axis, s)?;
                 let out = (0..s.len()).filter(|&i| i != *axis).map(|i| s[i]).collect();
-                Ok((out, DType::I64))
+                Ok((out, d))
             }
             Op::Grad => {
                 let ((of, _), (wrt, d)) = (&inputs[0], &inputs[1]);
                 one_element(of, "gradients need a one-element value to differentiate")?;
-                Ok((wrt.clone(), float(*d, "a gradient")?))
+                Ok((wrt.clone(), float_rule(*d)?))
             }
             Op::Minimize(_) => {
                 let (of, d) = first();
@@ -114,13 +105,13 @@ impl Op {
         match self {
             Op::Conv2d(o) | Op::ConvTranspose2d(o) => {
                 let ((x, dx), (w, dw)) = (&inputs[0], &inputs[1]);
-                let d = float(dx.promote(*dw), "a convolution")?;
+                let d = floats_rule(&[("input", *dx), ("weight", *dw)])?;
                 let transposed = matches!(self, Op::ConvTranspose2d(_));
                 Ok((conv_rule(x, w, o, transposed)?, d))
             }
             Op::Conv2dWeight(k, o) => {
                 let ((x, dx), (dy, ddy)) = (&inputs[0], &inputs[1]);
-                let d = float(dx.promote(*ddy), "conv2d_weight")?;
+                let d = floats_rule(&[("input", *dx), ("output gradient", *ddy)])?;
                 Ok((conv_weight_rule(x, dy, *k, o)?, d))
             }
             Op::Pool {
@@ -130,12 +121,12 @@ impl Op {
                 ..
             } => {
                 let out = pool_rule(first().0, [*kernel; 2], [*stride; 2], [*padding; 2])?;
-                Ok((out, float(first().1, "pooling")?))
+                Ok((out, float_rule(first().1)?))
             }
             Op::AdaptiveAvgPool2d(h, w) | Op::UpsampleNearest2d(h, w) => {
                 let adaptive = matches!(self, Op::AdaptiveAvgPool2d(..));
                 let out = resize_rule(first().0, (*h, *w), adaptive)?;
-                Ok((out, float(first().1, "this op")?))
+                Ok((out, float_rule(first().1)?))
             }
             _ => unreachable!("{} is not a spatial op", self.name()),
         }
@@ -150,9 +141,7 @@ impl Op {
             Op::BroadcastTo(to) => same_dtype(first(), |s| broadcast_to_rule(s, to)),
             Op::Cat(axis) => {
                 let shapes: Vec<Shape> = inputs.iter().map(|(s, _)| s.clone()).collect();
-                let d = inputs
-                    .iter()
-                    .fold(inputs[0].1, |acc, (_, d)| acc.promote(*d));
+                let d = joined_rule(inputs.iter().map(|(_, d)| *d));
                 Ok((cat_rule(&shapes, *axis)?, d))
             }
             Op::Narrow { axis, start, len } => {
@@ -168,7 +157,7 @@ impl Op {
             Op::IndexAdd(axis, indices) => {
                 let ((s, d), (src, _)) = (&inputs[0], &inputs[1]);
                 let out = index_add_rule(s, src, *axis, indices)?;
-                Ok((out, float(*d, "index_add")?))
+                Ok((out, float_rule(*d)?))
             }
             _ => unreachable!("{} is not a layout op", self.name()),
         }

@@ -14,6 +14,7 @@
 //! without a derivative does not match the table's grammar (`derivative: none` declares that
 //! there is none: the comparisons).
 
+use super::dtype::{eager_dtype_or_panic, promoted_float_rule};
 use super::unary::UnaryDomain;
 use super::{broadcast_shape_or_panic, has_rule, zip_dispatch, zip_elems};
 use smallvec::smallvec;
@@ -282,6 +283,8 @@ impl Tensor {
     /// Elements of `on_true` where this mask is non-zero, of `on_false` elsewhere (all three
     /// broadcast together). The mask receives no gradient.
     pub fn where_cond(&self, on_true: &Tensor, on_false: &Tensor) -> Tensor {
+        let rule = promoted_float_rule(on_true.dtype(), on_false.dtype());
+        eager_dtype_or_panic("where_cond", rule);
         if on_true.dtype() != on_false.dtype() {
             let (t, f) = promote(on_true, on_false);
             return self.where_cond(&t, &f);

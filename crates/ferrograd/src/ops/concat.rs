@@ -3,6 +3,7 @@
 
 use smallvec::smallvec;
 
+use super::dtype::joined_rule;
 use super::shape::{check_axis, eager, eager_or_panic, known, numel, same, show, Rule, Shape};
 use super::Axis;
 use crate::error::{Error, Result};
@@ -50,10 +51,7 @@ impl Tensor {
         };
         let shapes: Vec<Shape> = tensors.iter().map(|t| known(t.shape())).collect();
         let out_shape = eager("cat", cat_rule(&shapes, axis))?;
-        // Whatever the order: f32 with f64 joins as f64, integers with floats as the float.
-        let dtype = tensors
-            .iter()
-            .fold(first.dtype(), |d, t| d.promote(t.dtype()));
+        let dtype = joined_rule(tensors.iter().map(|t| t.dtype()));
         let cast: Vec<Tensor> = tensors.iter().map(|t| t.to_dtype(dtype)).collect();
         let sizes: Vec<usize> = cast.iter().map(|t| t.shape()[axis]).collect();
         let out = with_any_dtype!(dtype, T => {

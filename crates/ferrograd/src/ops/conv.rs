@@ -20,15 +20,14 @@ use std::ops::Range;
 use smallvec::smallvec;
 
 use super::binary_promote;
+use super::dtype::{eager_dtype_or_panic, floats_rule};
 use super::shape::{eager_or_panic, known, numel, same, show, Rule};
 use crate::kernels::channels_last as cl;
 use crate::kernels::conv::{self as kc, col2im, im2col, Geom};
 use crate::kernels::implicit_conv as ki;
 use crate::kernels::matmul::{gemm_batch_append, MatRef};
 use crate::kernels::parallel::{for_each_chunk, run_tasks_with};
-use crate::tensor::{
-    filled, numel_or_panic, record, with_dtype, FloatElement, Tensor, INTEGER_IN_FLOAT_OP,
-};
+use crate::tensor::{filled, numel_or_panic, record, with_dtype, FloatElement, Tensor};
 
 /// Stride, padding, dilation, groups and (for the transposed convolution) output padding.
 /// Builders take `self` by value; every value applies to both spatial axes unless set per
@@ -161,13 +160,10 @@ fn dims4(op: &str, what: &str, t: &Tensor) -> [usize; 4] {
 /// Panics naming `op` when an operand is an integer tensor: a convolution computes in floating
 /// point, and an integer input is refused (as PyTorch does) rather than promoted.
 fn floats(op: &str, x: &Tensor, w: &Tensor) {
-    for (what, t) in [("input", x), ("weight", w)] {
-        assert!(
-            t.dtype().is_float(),
-            "{op}: the {what} is {}: {INTEGER_IN_FLOAT_OP}",
-            t.dtype()
-        );
-    }
+    eager_dtype_or_panic(
+        op,
+        floats_rule(&[("input", x.dtype()), ("weight", w.dtype())]),
+    );
 }
 
 impl Tensor {
@@ -277,6 +273,8 @@ impl Tensor {
     /// `[O, C/groups, kh, kw]` with `O` from `dy` `[N, O, Ho, Wo]`. Bilinear in `self` and
     /// `dy`, and differentiable again.
     pub fn conv2d_weight(&self, dy: &Tensor, (kh, kw): (usize, usize), opts: &ConvOpts) -> Tensor {
+        let operands = [("input", self.dtype()), ("output gradient", dy.dtype())];
+        eager_dtype_or_panic("conv2d_weight", floats_rule(&operands));
         let (x, dy) = binary_promote(self, dy);
         let rule = conv_weight_rule(&known(x.shape()), &known(dy.shape()), (kh, kw), opts);
         eager_or_panic("conv2d_weight", rule);

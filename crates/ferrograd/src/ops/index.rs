@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use smallvec::smallvec;
 
+use super::dtype::{eager_dtype_or_panic, float_rule};
 use super::shape::{check_axis, eager, eager_or_panic, known, same, show, Rule};
 use super::{axis_in, Axis};
 use crate::error::{Error, Result};
@@ -100,6 +101,7 @@ impl Tensor {
         let axis = axis_in("index_add", axis, self.shape());
         let rule = index_add_rule(&known(self.shape()), &known(source.shape()), axis, indices);
         eager_or_panic("index_add", rule);
+        eager_dtype_or_panic("index_add", float_rule(self.dtype()));
         let source = source.to_dtype(self.dtype());
         let indices: Arc<[usize]> = indices.into();
         let out = with_dtype!(self.dtype(), T => {

@@ -4,6 +4,7 @@
 //! not already one matrix).
 
 use super::binary_promote;
+use super::dtype::{eager_dtype, promoted_float_rule};
 use smallvec::smallvec;
 
 use super::shape::{broadcast, eager, known, numel, same, show, Rule};
@@ -21,6 +22,7 @@ impl Tensor {
     /// [`Tensor::matmul`], returning [`Error::Shape`] instead of panicking when the shapes do
     /// not fit.
     pub fn try_matmul(&self, other: &Tensor) -> Result<Tensor> {
+        eager_dtype("matmul", promoted_float_rule(self.dtype(), other.dtype()))?;
         let (a, b) = binary_promote(self, other);
         let out_shape = eager("matmul", matmul_rule(&known(a.shape()), &known(b.shape())))?;
         // 1-D operands are a row (left) or a column (right) vector, removed again afterwards.

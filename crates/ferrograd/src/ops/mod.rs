@@ -7,6 +7,7 @@ mod cast;
 mod compare;
 pub(crate) mod concat;
 pub(crate) mod conv;
+pub(crate) mod dtype;
 pub(crate) mod index;
 pub(crate) mod matmul;
 pub(crate) mod norm;

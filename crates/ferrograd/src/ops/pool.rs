@@ -16,6 +16,7 @@ use crate::kernels::parallel::{chunks_per_part, for_each_chunk, run_tasks};
 use crate::tensor::{filled, numel_or_panic, record, reserved, with_dtype, FloatElement, Tensor};
 use num_traits::Zero;
 
+use super::dtype::{eager_dtype_or_panic, float_rule};
 use super::shape::{eager_or_panic, known, numel, show, Rule};
 
 /// `(planes, h, w)` of a `[N, C, H, W]` tensor, or a panic naming `op`.
@@ -101,6 +102,7 @@ impl Tensor {
     ) -> Tensor {
         let rule = pool_rule(&known(self.shape()), [kh, kw], [sh, sw], [ph, pw]);
         eager_or_panic("max_pool2d", rule);
+        eager_dtype_or_panic("max_pool2d", float_rule(self.dtype()));
         let (np, h, w) = planes("max_pool2d", self);
         let (wy, wx) = (fixed_windows(h, kh, sh, ph), fixed_windows(w, kw, sw, pw));
         let g = Geom {
@@ -154,6 +156,7 @@ impl Tensor {
     ) -> Tensor {
         let rule = pool_rule(&known(self.shape()), [kh, kw], [sh, sw], [ph, pw]);
         eager_or_panic("avg_pool2d", rule);
+        eager_dtype_or_panic("avg_pool2d", float_rule(self.dtype()));
         let (_, h, w) = planes("avg_pool2d", self);
         let wy = fixed_windows(h, kh, sh, ph);
         let wx = fixed_windows(w, kw, sw, pw);
@@ -165,6 +168,7 @@ impl Tensor {
     pub fn adaptive_avg_pool2d(&self, out_h: usize, out_w: usize) -> Tensor {
         let rule = resize_rule(&known(self.shape()), (out_h, out_w), true);
         eager_or_panic("adaptive_avg_pool2d", rule);
+        eager_dtype_or_panic("adaptive_avg_pool2d", float_rule(self.dtype()));
         let (_, h, w) = planes("adaptive_avg_pool2d", self);
         self.window_mean(
             "adaptive_avg_pool2d",
@@ -177,6 +181,7 @@ impl Tensor {
     pub fn upsample_nearest2d(&self, scale_h: usize, scale_w: usize) -> Tensor {
         let rule = resize_rule(&known(self.shape()), (scale_h, scale_w), false);
         eager_or_panic("upsample_nearest2d", rule);
+        eager_dtype_or_panic("upsample_nearest2d", float_rule(self.dtype()));
         let (_, h, w) = planes("upsample_nearest2d", self);
         let s = self.shape();
         self.reshape(&[s[0], s[1], h, 1, w, 1])

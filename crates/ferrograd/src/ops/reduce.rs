@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 
+use super::dtype::{eager_dtype_or_panic, float_rule, positions_rule};
 use super::shape::{check_axis, eager_or_panic, known, show, Rule};
 use super::{axes_in, axis_in, Axis};
 use smallvec::smallvec;
@@ -109,6 +110,7 @@ impl Tensor {
     /// Sum over `axes`; with `keepdim` they stay as size-1 axes.
     pub fn sum_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
         let axes = &axes_in("sum_axes", axes, self.shape());
+        eager_dtype_or_panic("sum_axes", float_rule(self.dtype()));
         let plan = Reduction::new("sum_axes", self.shape(), axes, keepdim);
         if plan.axes.is_empty() {
             return self.clone();
@@ -176,6 +178,7 @@ impl Tensor {
     }
 
     fn extremum(&self, op: &'static str, axes: &[usize], keepdim: bool, is_max: bool) -> Tensor {
+        eager_dtype_or_panic(op, float_rule(self.dtype()));
         let plan = Reduction::new(op, self.shape(), axes, keepdim);
         if plan.axes.is_empty() {
             return self.clone();
@@ -214,6 +217,7 @@ impl Tensor {
     }
 
     fn arg_extremum(&self, op: &'static str, axis: usize, is_max: bool) -> Tensor {
+        eager_dtype_or_panic(op, positions_rule(self.dtype()));
         let plan = Reduction::new(op, self.shape(), &[axis], false);
         assert!(
             plan.rows.mid > 0,
@@ -243,6 +247,7 @@ impl Tensor {
     /// Sums a broadcast result back down to `shape` (the reverse of `broadcast_to`): the
     /// gradient of a broadcast operand.
     pub fn sum_to(&self, shape: &[usize]) -> Tensor {
+        eager_dtype_or_panic("sum_to", float_rule(self.dtype()));
         if self.shape() == shape {
             return self.clone();
         }

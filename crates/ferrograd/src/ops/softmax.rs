@@ -1,6 +1,7 @@
 //! Softmax and log-softmax along an axis, fused for stability (the maximum is subtracted before
 //! `exp`, so logits of 1000 give no overflow) and speed. Each has its own rule.
 
+use super::dtype::{eager_dtype_or_panic, float_rule};
 use super::{axis_in, Axis};
 use smallvec::smallvec;
 
@@ -19,6 +20,7 @@ impl Tensor {
     /// exp(x) / Σ exp(x) along `axis`.
     pub fn softmax<A: Axis>(&self, axis: A) -> Tensor {
         let axis = axis_in("softmax", axis, self.shape());
+        eager_dtype_or_panic("softmax", float_rule(self.dtype()));
         let out = with_dtype!(self.dtype(), T => fused::<T>(self, axis, false));
         record("softmax", out, &[self], move |c, up| {
             let y = c.out();
@@ -30,6 +32,7 @@ impl Tensor {
     /// x − log Σ exp(x) along `axis`.
     pub fn log_softmax<A: Axis>(&self, axis: A) -> Tensor {
         let axis = axis_in("log_softmax", axis, self.shape());
+        eager_dtype_or_panic("log_softmax", float_rule(self.dtype()));
         let out = with_dtype!(self.dtype(), T => fused::<T>(self, axis, true));
         record("log_softmax", out, &[self], move |c, up| {
             let total = up.sum_axes(&[axis], true);
