@@ -114,11 +114,28 @@ pub fn sum_squares<T: Float>(g: &[T]) -> f64 {
     if g.len() >= PAR_THRESHOLD {
         // The chunks' sums added in chunk order: a parallel `sum` would combine them in an
         // order that depends on the scheduling, and the norm must be the same bits every run.
-        let parts: Vec<f64> = run_tasks(g.chunks(PAR_CHUNK).collect(), |c: &[T]| {
-            c.iter().map(|v| v.as_f64() * v.as_f64()).sum::<f64>()
-        });
+        let parts: Vec<f64> = run_tasks(g.chunks(PAR_CHUNK).collect(), sum_squares_serial);
         parts.iter().sum()
     } else {
-        g.iter().map(|v| v.as_f64() * v.as_f64()).sum()
+        sum_squares_serial(g)
     }
 }
+
+/// [`sum_squares`] on one thread, in [`LANES`] running sums: a single sum is one chain of
+/// dependent additions, each waiting for the last, where independent sums fill the vector
+/// lanes. The order is fixed, so the result is the same bits every run.
+#[isa_dispatch]
+fn sum_squares_serial<T: Float>(g: &[T]) -> f64 {
+    let mut sums = [0.0f64; LANES];
+    let mut chunks = g.chunks_exact(LANES);
+    for c in &mut chunks {
+        for (s, v) in sums.iter_mut().zip(c) {
+            *s += v.as_f64() * v.as_f64();
+        }
+    }
+    let tail: f64 = chunks.remainder().iter().map(|v| v.as_f64() * v.as_f64()).sum();
+    sums.iter().sum::<f64>() + tail
+}
+
+/// Running sums of [`sum_squares_serial`]: two AVX-512 vectors of f64.
+const LANES: usize = 16;
