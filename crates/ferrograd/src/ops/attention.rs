@@ -163,9 +163,10 @@ fn lead<'a>(what: &str, t: &'a Tensor) -> &'a [usize] {
     &t.shape()[..t.ndim() - 2]
 }
 
-/// `t` broadcast to `shape` and laid out contiguously, as `T`.
-fn dense<T: Element>(t: &Tensor, shape: &[usize]) -> Vec<T> {
-    t.broadcast_to(shape).contiguous_data::<T>().into_owned()
+/// `t` broadcast to `shape`, untracked and laid out contiguously: `t` itself when it already
+/// is, a copy otherwise. The kernels read it through `contiguous_data`.
+fn dense(t: &Tensor, shape: &[usize]) -> Tensor {
+    t.detach().broadcast_to(shape).contiguous()
 }
 
 /// The checked shapes of an attention call: the broadcast leading axes, `[L, E, S, Ev]`, and
@@ -230,12 +231,18 @@ impl Tensor {
         let out = with_dtype!(dtype, T => {
             let cast = |t: &Tensor| t.to_dtype(dtype);
             let (q, kk, vv) = (
-                dense::<T>(&cast(self), &with([l, e])),
-                dense::<T>(&cast(k), &with([s, e])),
-                dense::<T>(&cast(v), &with([s, ev])),
+                dense(&cast(self), &with([l, e])),
+                dense(&cast(k), &with([s, e])),
+                dense(&cast(v), &with([s, ev])),
             );
-            let dense_mask = mask.as_ref().map(|m| dense::<T>(&cast(m), &with([l, s])));
-            let inputs = AttentionInputs { q: &q, k: &kk, v: &vv, mask: dense_mask.as_deref() };
+            let dense_mask = mask.as_ref().map(|m| dense(&cast(m), &with([l, s])));
+            let dense_mask = dense_mask.as_ref().map(|m| m.contiguous_data::<T>());
+            let inputs = AttentionInputs {
+                q: &q.contiguous_data::<T>(),
+                k: &kk.contiguous_data::<T>(),
+                v: &vv.contiguous_data::<T>(),
+                mask: dense_mask.as_deref(),
+            };
             let mut out = filled(op, numel_or_panic(op, &out_shape), T::zero());
             let settings = Settings {
                 scale: T::from_f64(scale),
@@ -297,13 +304,22 @@ impl Fused<'_> {
         let with = |tail: [usize; 2]| [self.batch, &tail].concat();
         let cast = |t: &Tensor| t.to_dtype(dtype);
         let (q, k, v) = (
-            dense::<T>(&cast(c.input(0)), &with([d.l, d.e])),
-            dense::<T>(&cast(c.input(1)), &with([d.s, d.e])),
-            dense::<T>(&cast(c.input(2)), &with([d.s, d.ev])),
+            dense(&cast(c.input(0)), &with([d.l, d.e])),
+            dense(&cast(c.input(1)), &with([d.s, d.e])),
+            dense(&cast(c.input(2)), &with([d.s, d.ev])),
         );
-        let mask = masked.then(|| dense::<T>(&cast(c.input(3)), &with([d.l, d.s])));
-        let up = dense::<T>(&cast(up), &with([d.l, d.ev]));
-        let out = dense::<T>(c.out(), &with([d.l, d.ev]));
+        let (q, k, v) = (
+            q.contiguous_data::<T>(),
+            k.contiguous_data::<T>(),
+            v.contiguous_data::<T>(),
+        );
+        let mask = masked.then(|| dense(&cast(c.input(3)), &with([d.l, d.s])));
+        let mask = mask.as_ref().map(|m| m.contiguous_data::<T>());
+        let (up, out) = (
+            dense(&cast(up), &with([d.l, d.ev])),
+            dense(c.out(), &with([d.l, d.ev])),
+        );
+        let (up, out) = (up.contiguous_data::<T>(), out.contiguous_data::<T>());
         let inputs = AttentionInputs {
             q: &q,
             k: &k,
