@@ -179,6 +179,37 @@ fn the_fused_backward_walks_blocks_of_queries_and_keys() {
 }
 
 #[test]
+fn operands_are_read_where_they_lie() {
+    // The queries, keys and values of a GPT block: one [N, T, 3E] projection, split along its
+    // last axis and transposed to [N, H, T, E / H] (strided views the kernel reads in place);
+    // a value that is a transposed matrix (its rows not contiguous: a copy); the same through
+    // contiguous copies of every operand.
+    let (n, t, h, e) = (2, 5, 3, 4);
+    let qkv = wave(&[n, t, 3 * h * e], 0.37, 0.1, f64::sin).requires_grad();
+    let split = |i: usize| {
+        qkv.narrow(2, i * h * e, h * e)
+            .reshape(&[n, t, h, e])
+            .transpose(1, 2)
+    };
+    let (q, k) = (split(0), split(1));
+    let vt = wave(&[n, 1, 2, t], 0.21, 0.4, f64::cos).requires_grad();
+    let v = vt.transpose(-2, -1);
+    let w = wave(&[n, h, t, 2], 0.13, 0.5, f64::sin);
+    for opts in [Attention::new(), Attention::new().causal(true).scale(0.7)] {
+        let strided = (&q.scaled_dot_product_attention(&k, &v, &opts) * &w).sum();
+        let (qc, kc, vc) = (q.contiguous(), k.contiguous(), v.contiguous());
+        let dense = (&qc.scaled_dot_product_attention(&kc, &vc, &opts) * &w).sum();
+        assert_close(&strided, &dense, 1e-13, "forward");
+        let (gs, gd) = (strided.backward(), dense.backward());
+        for (x, name) in [(&qkv, "qkv"), (&vt, "v")] {
+            let (a, b) = (gs.get(x).unwrap(), gd.get(x).unwrap());
+            assert_close(&a, &b, 1e-13, name);
+        }
+        fused_is_the_rule(&strided, &[("qkv", &qkv), ("v", &vt)], 1e-12, "strided");
+    }
+}
+
+#[test]
 fn no_queries_and_f64_layers_work() {
     // L = 0: an empty result, and an empty gradient.
     let q = Tensor::zeros(&[2, 0, 4], DType::F32).requires_grad();

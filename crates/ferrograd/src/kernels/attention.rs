@@ -33,13 +33,78 @@ pub struct AttentionDims {
     pub ev: usize,
 }
 
-/// The inputs of one forward pass, contiguous: `q` `[heads, l, e]`, `k` `[heads, s, e]`, `v`
-/// `[heads, s, ev]`, an additive `mask` `[heads, l, s]` if any.
+/// An operand of many heads read where it lies: head `h`'s row `r` starts at `starts[h] + r ·
+/// rs` in `data`, its elements contiguous. A strided view (the queries of a `[N, T, 3E]`
+/// projection, split and transposed to `[N, H, T, E / H]`) is read without a copy, and a
+/// broadcast one without repeating it.
+pub struct Heads<'a, T> {
+    pub data: &'a [T],
+    pub starts: Vec<usize>,
+    pub rs: usize,
+}
+
+impl<'a, T> Heads<'a, T> {
+    /// `heads` contiguous `[rows, width]` matrices one after the other.
+    #[cfg(test)]
+    fn dense(data: &'a [T], heads: usize, rows: usize, width: usize) -> Self {
+        Heads {
+            data,
+            starts: (0..heads).map(|h| h * rows * width).collect(),
+            rs: width,
+        }
+    }
+
+    /// Panics naming `what` unless there are `heads` heads whose `rows` rows of `width`
+    /// elements all lie in `data`.
+    fn check(&self, what: &str, heads: usize, rows: usize, width: usize) {
+        let fits = |&start: &usize| {
+            let last = (rows.saturating_sub(1).checked_mul(self.rs))
+                .and_then(|r| r.checked_add(start)?.checked_add(width));
+            rows == 0 || width == 0 || last.is_some_and(|end| end <= self.data.len())
+        };
+        assert!(
+            self.starts.len() == heads && self.starts.iter().all(fits),
+            "attention: {what} does not hold {heads} heads of [{rows}, {width}]"
+        );
+    }
+
+    /// Rows `first..first + rows` of `head`, `width` wide, as a gemm operand.
+    fn rows(&self, head: usize, first: usize, rows: usize, width: usize) -> MatRef<'a, T> {
+        MatRef {
+            data: self.data,
+            offset: self.starts[head] + first * self.rs,
+            rows,
+            cols: width,
+            rs: self.rs,
+            cs: 1,
+        }
+    }
+
+    /// Row `r` of `head`, `width` wide.
+    fn row(&self, head: usize, r: usize, width: usize) -> &'a [T] {
+        &self.data[self.starts[head] + r * self.rs..][..width]
+    }
+}
+
+/// The inputs of one forward pass: `q` `[heads, l, e]`, `k` `[heads, s, e]`, `v` `[heads,
+/// s, ev]`, and an additive `mask` `[heads, l, s]` (contiguous) if any.
 pub struct AttentionInputs<'a, T> {
-    pub q: &'a [T],
-    pub k: &'a [T],
-    pub v: &'a [T],
+    pub q: Heads<'a, T>,
+    pub k: Heads<'a, T>,
+    pub v: Heads<'a, T>,
     pub mask: Option<&'a [T]>,
+}
+
+impl<T> AttentionInputs<'_, T> {
+    /// Panics unless every operand holds what `d` says.
+    fn check(&self, d: AttentionDims) {
+        self.q.check("q", d.heads, d.l, d.e);
+        self.k.check("k", d.heads, d.s, d.e);
+        self.v.check("v", d.heads, d.s, d.ev);
+        if let Some(m) = self.mask {
+            assert_eq!(m.len(), d.heads * d.l * d.s, "attention: mask size");
+        }
+    }
 }
 
 /// Rows `first..first + rows` of a row-major matrix of width `width`, as a gemm operand.
@@ -158,8 +223,8 @@ fn block_scores<T: Float>(
     Settings { scale, causal, .. }: Settings<T>,
     scores: &mut [T],
 ) {
-    let q = rows_of(x.q, at.head * d.l + at.i0, at.qb, d.e);
-    let k = rows_of(x.k, at.head * d.s + at.j0, at.kb, d.e).t();
+    let q = x.q.rows(at.head, at.i0, at.qb, d.e);
+    let k = x.k.rows(at.head, at.j0, at.kb, d.e).t();
     gemm_into(q, k, scores);
     for (r, row) in scores.chunks_exact_mut(at.kb).enumerate() {
         let i = at.i0 + r;
@@ -237,13 +302,8 @@ pub fn attention_forward<T: Float>(
     settings: Settings<T>,
     out: &mut [T],
 ) {
-    assert_eq!(x.q.len(), d.heads * d.l * d.e, "attention: q size");
-    assert_eq!(x.k.len(), d.heads * d.s * d.e, "attention: k size");
-    assert_eq!(x.v.len(), d.heads * d.s * d.ev, "attention: v size");
+    x.check(d);
     assert_eq!(out.len(), d.heads * d.l * d.ev, "attention: output size");
-    if let Some(m) = x.mask {
-        assert_eq!(m.len(), d.heads * d.l * d.s, "attention: mask size");
-    }
     if d.heads * d.l * d.ev == 0 {
         return; // nothing to write
     }
@@ -317,7 +377,7 @@ fn attend_block<T: Float>(
         // Dropping an unnormalised weight drops the normalised one: the row's sum keeps it.
         settings.drop_weights(d, at, scores);
         let weighted = &mut w.product[..qb * d.ev];
-        let v = rows_of(x.v, head * d.s + at.j0, kb, d.ev);
+        let v = x.v.rows(head, at.j0, kb, d.ev);
         gemm_into(rows_of(scores, 0, qb, kb), v, weighted);
         out.iter_mut()
             .zip(weighted.iter())
@@ -350,7 +410,7 @@ pub struct AttentionGrads<'a, T> {
 /// one thread's, so no two threads write the same gradient.
 pub fn attention_backward<T: Float>(
     x: &AttentionInputs<'_, T>,
-    (out, up): (&[T], &[T]),
+    (out, up): (&Heads<'_, T>, &Heads<'_, T>),
     d: AttentionDims,
     settings: Settings<T>,
     g: AttentionGrads<'_, T>,
@@ -359,11 +419,12 @@ pub fn attention_backward<T: Float>(
         d.l * d.s * d.e * d.ev > 0,
         "attention backward: empty axes take the general path"
     );
-    assert_eq!(up.len(), d.heads * d.l * d.ev, "attention: gradient size");
-    assert_eq!(out.len(), up.len(), "attention: output size");
-    assert_eq!(g.dq.len(), x.q.len(), "attention: dq size");
-    assert_eq!(g.dk.len(), x.k.len(), "attention: dk size");
-    assert_eq!(g.dv.len(), x.v.len(), "attention: dv size");
+    x.check(d);
+    up.check("the output gradient", d.heads, d.l, d.ev);
+    out.check("the output", d.heads, d.l, d.ev);
+    assert_eq!(g.dq.len(), d.heads * d.l * d.e, "attention: dq size");
+    assert_eq!(g.dk.len(), d.heads * d.s * d.e, "attention: dk size");
+    assert_eq!(g.dv.len(), d.heads * d.s * d.ev, "attention: dv size");
     let dmask: Vec<Option<&mut [T]>> = match g.dmask {
         Some(m) => {
             assert_eq!(m.len(), d.heads * d.l * d.s, "attention: dmask size");
@@ -428,7 +489,7 @@ fn add_to<T: Float>(acc: &mut [T], add: &[T]) {
 #[isa_dispatch]
 fn backward_block<T: Float>(
     x: &AttentionInputs<'_, T>,
-    (out, up): (&[T], &[T]),
+    (out, up): (&Heads<'_, T>, &Heads<'_, T>),
     d: AttentionDims,
     settings: Settings<T>,
     (head, i0, qb): (usize, usize, usize),
@@ -438,12 +499,11 @@ fn backward_block<T: Float>(
     let end = keys_seen(d, i0, qb, settings.causal);
     let single = end <= KEY_BLOCK;
     row_statistics(x, d, settings, (head, i0, qb), (end, single), w);
-    let first = head * d.l + i0;
     // rowsum(dP ⊙ P) = rowsum(up ⊙ out): one dot product per row, from the forward's output.
-    let delta: Vec<T> = (first..first + qb)
-        .map(|row| dot(&up[row * d.ev..][..d.ev], &out[row * d.ev..][..d.ev]))
+    let delta: Vec<T> = (i0..i0 + qb)
+        .map(|r| dot(up.row(head, r, d.ev), out.row(head, r, d.ev)))
         .collect();
-    let (u, q) = (rows_of(up, first, qb, d.ev), rows_of(x.q, first, qb, d.e));
+    let (u, q) = (up.rows(head, i0, qb, d.ev), x.q.rows(head, i0, qb, d.e));
     let Scratch {
         scores,
         grads,
@@ -465,10 +525,7 @@ fn backward_block<T: Float>(
             let inv = T::one() / total;
             row.iter_mut().for_each(|v| *v = *v * inv);
         }
-        let (k, v) = (
-            rows_of(x.k, head * d.s + j0, kb, d.e),
-            rows_of(x.v, head * d.s + j0, kb, d.ev),
-        );
+        let (k, v) = (x.k.rows(head, j0, kb, d.e), x.v.rows(head, j0, kb, d.ev));
         let ds = &mut grads[..qb * kb];
         gemm_into(u, v.t(), ds); // dP, before the dropout factors
         settings.drop_weights(d, at, ds);
@@ -513,7 +570,10 @@ mod tests {
                 let s: Vec<f64> = (0..d.s)
                     .map(|j| {
                         let qk: f64 = (0..d.e)
-                            .map(|c| x.q[(h * d.l + i) * d.e + c] * x.k[(h * d.s + j) * d.e + c])
+                            .map(|c| {
+                                x.q.data[(h * d.l + i) * d.e + c]
+                                    * x.k.data[(h * d.s + j) * d.e + c]
+                            })
                             .sum();
                         let m = x.mask.map_or(0.0, |m| m[(h * d.l + i) * d.s + j]);
                         if causal && j > i {
@@ -528,7 +588,7 @@ mod tests {
                 let total: f64 = p.iter().sum();
                 for c in 0..d.ev {
                     out[(h * d.l + i) * d.ev + c] = (0..d.s)
-                        .map(|j| p[j] / total * x.v[(h * d.s + j) * d.ev + c])
+                        .map(|j| p[j] / total * x.v.data[(h * d.s + j) * d.ev + c])
                         .sum();
                 }
             }
@@ -558,9 +618,9 @@ mod tests {
         for causal in [false, true] {
             for m in [None, Some(&mask[..])] {
                 let x = AttentionInputs {
-                    q: &q,
-                    k: &k,
-                    v: &v,
+                    q: Heads::dense(&q, d.heads, d.l, d.e),
+                    k: Heads::dense(&k, d.heads, d.s, d.e),
+                    v: Heads::dense(&v, d.heads, d.s, d.ev),
                     mask: m,
                 };
                 let mut out = vec![0.0; 40];

@@ -133,7 +133,11 @@ fn sum_squares_serial<T: Float>(g: &[T]) -> f64 {
             *s += v.as_f64() * v.as_f64();
         }
     }
-    let tail: f64 = chunks.remainder().iter().map(|v| v.as_f64() * v.as_f64()).sum();
+    let tail: f64 = chunks
+        .remainder()
+        .iter()
+        .map(|v| v.as_f64() * v.as_f64())
+        .sum();
     sums.iter().sum::<f64>() + tail
 }
 

@@ -14,7 +14,7 @@ use smallvec::smallvec;
 
 use crate::kernels::attention::{
     attention_backward as fused_backward, attention_forward, AttentionDims, AttentionGrads,
-    AttentionInputs, DropPattern, Settings,
+    AttentionInputs, DropPattern, Heads, Settings,
 };
 use crate::kernels::Float;
 use crate::tensor::{
@@ -169,6 +169,39 @@ fn dense(t: &Tensor, shape: &[usize]) -> Tensor {
     t.detach().broadcast_to(shape).contiguous()
 }
 
+/// `t` broadcast to `shape` (`[.., rows, width]`), untracked, for [`heads_of`]: a view when the
+/// elements of each row are contiguous (the heads of a projection split and transposed, an
+/// operand broadcast over heads), a contiguous copy otherwise.
+fn operand(t: &Tensor, shape: &[usize]) -> Tensor {
+    let b = t.detach().broadcast_to(shape);
+    let unit_rows = b.layout().strides.last() == Some(&1) || shape.last() <= Some(&1);
+    if unit_rows {
+        b
+    } else {
+        b.contiguous()
+    }
+}
+
+/// The heads of an [`operand`] where they lie in its storage: one start per head (the
+/// leading axes walked in order through their strides) and the row stride.
+fn heads_of<T: Element>(t: &Tensor) -> Heads<'_, T> {
+    let l = t.layout();
+    let n = l.shape.len();
+    let mut starts = vec![l.offset];
+    for axis in 0..n - 2 {
+        let (size, stride) = (l.shape[axis], l.strides[axis]);
+        starts = starts
+            .iter()
+            .flat_map(|&s| (0..size).map(move |i| s + i * stride))
+            .collect();
+    }
+    Heads {
+        data: t.buffer::<T>(),
+        starts,
+        rs: l.strides[n - 2],
+    }
+}
+
 /// The checked shapes of an attention call: the broadcast leading axes, `[L, E, S, Ev]`, and
 /// the promoted float dtype (a panic naming the op where they do not fit).
 fn attention_shapes(qkv: [&Tensor; 3], mask: Option<&Tensor>) -> (Vec<usize>, [usize; 4], DType) {
@@ -231,16 +264,16 @@ impl Tensor {
         let out = with_dtype!(dtype, T => {
             let cast = |t: &Tensor| t.to_dtype(dtype);
             let (q, kk, vv) = (
-                dense(&cast(self), &with([l, e])),
-                dense(&cast(k), &with([s, e])),
-                dense(&cast(v), &with([s, ev])),
+                operand(&cast(self), &with([l, e])),
+                operand(&cast(k), &with([s, e])),
+                operand(&cast(v), &with([s, ev])),
             );
             let dense_mask = mask.as_ref().map(|m| dense(&cast(m), &with([l, s])));
             let dense_mask = dense_mask.as_ref().map(|m| m.contiguous_data::<T>());
             let inputs = AttentionInputs {
-                q: &q.contiguous_data::<T>(),
-                k: &kk.contiguous_data::<T>(),
-                v: &vv.contiguous_data::<T>(),
+                q: heads_of::<T>(&q),
+                k: heads_of::<T>(&kk),
+                v: heads_of::<T>(&vv),
                 mask: dense_mask.as_deref(),
             };
             let mut out = filled(op, numel_or_panic(op, &out_shape), T::zero());
@@ -304,32 +337,26 @@ impl Fused<'_> {
         let with = |tail: [usize; 2]| [self.batch, &tail].concat();
         let cast = |t: &Tensor| t.to_dtype(dtype);
         let (q, k, v) = (
-            dense(&cast(c.input(0)), &with([d.l, d.e])),
-            dense(&cast(c.input(1)), &with([d.s, d.e])),
-            dense(&cast(c.input(2)), &with([d.s, d.ev])),
-        );
-        let (q, k, v) = (
-            q.contiguous_data::<T>(),
-            k.contiguous_data::<T>(),
-            v.contiguous_data::<T>(),
+            operand(&cast(c.input(0)), &with([d.l, d.e])),
+            operand(&cast(c.input(1)), &with([d.s, d.e])),
+            operand(&cast(c.input(2)), &with([d.s, d.ev])),
         );
         let mask = masked.then(|| dense(&cast(c.input(3)), &with([d.l, d.s])));
         let mask = mask.as_ref().map(|m| m.contiguous_data::<T>());
         let (up, out) = (
-            dense(&cast(up), &with([d.l, d.ev])),
-            dense(c.out(), &with([d.l, d.ev])),
+            operand(&cast(up), &with([d.l, d.ev])),
+            operand(c.out(), &with([d.l, d.ev])),
         );
-        let (up, out) = (up.contiguous_data::<T>(), out.contiguous_data::<T>());
         let inputs = AttentionInputs {
-            q: &q,
-            k: &k,
-            v: &v,
+            q: heads_of::<T>(&q),
+            k: heads_of::<T>(&k),
+            v: heads_of::<T>(&v),
             mask: mask.as_deref(),
         };
         let (mut dq, mut dk, mut dv) = (
-            vec![T::zero(); q.len()],
-            vec![T::zero(); k.len()],
-            vec![T::zero(); v.len()],
+            vec![T::zero(); d.heads * d.l * d.e],
+            vec![T::zero(); d.heads * d.s * d.e],
+            vec![T::zero(); d.heads * d.s * d.ev],
         );
         let mut dmask = (masked && c.needs(3)).then(|| vec![T::zero(); d.heads * d.l * d.s]);
         let grads = AttentionGrads {
@@ -343,6 +370,7 @@ impl Fused<'_> {
             causal: self.causal,
             dropout: self.dropout,
         };
+        let (out, up) = (heads_of::<T>(&out), heads_of::<T>(&up));
         fused_backward(&inputs, (&out, &up), d, settings, grads);
         let back = |g: Vec<T>, tail: [usize; 2], i: usize| {
             let x = c.input(i);
