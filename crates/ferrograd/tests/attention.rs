@@ -178,34 +178,63 @@ fn the_fused_backward_walks_blocks_of_queries_and_keys() {
     );
 }
 
+/// `q`, `k`, `v` (views of the tracked `leaves`) through attention, the output consumed as
+/// a GPT block consumes it (transposed back to `[N, T, H·Ev]`, so its gradient reaches the
+/// kernel strided), against the same through contiguous copies: the same values and
+/// gradients, and the fused gradients the rule's.
+fn strided_is_contiguous(qkv: [&Tensor; 3], leaves: &[&Tensor], tol: f64, what: &str) {
+    let [q, k, v] = qkv;
+    let consume = |y: Tensor| {
+        let (n, h, t, ev) = (y.shape()[0], y.shape()[1], y.shape()[2], y.shape()[3]);
+        let y = y.transpose(1, 2).reshape(&[n, t, h * ev]);
+        let w = wave(y.shape(), 0.13, 0.5, f64::sin).to_dtype(y.dtype());
+        (&y * &w).sum()
+    };
+    for opts in [Attention::new(), Attention::new().causal(true).scale(0.7)] {
+        let strided = consume(q.scaled_dot_product_attention(k, v, &opts));
+        let (qc, kc, vc) = (q.contiguous(), k.contiguous(), v.contiguous());
+        let dense = consume(qc.scaled_dot_product_attention(&kc, &vc, &opts));
+        assert_close(&strided, &dense, tol, &format!("{what}: forward"));
+        let (gs, gd) = (strided.backward(), dense.backward());
+        for (i, x) in leaves.iter().enumerate() {
+            let (a, b) = (gs.get(x).unwrap(), gd.get(x).unwrap());
+            assert_close(&a, &b, tol, &format!("{what}: leaf {i}"));
+        }
+        let named: Vec<(&str, &Tensor)> = leaves.iter().map(|&x| ("leaf", x)).collect();
+        fused_is_the_rule(&strided, &named, 10.0 * tol, what);
+    }
+}
+
 #[test]
 fn operands_are_read_where_they_lie() {
     // The queries, keys and values of a GPT block: one [N, T, 3E] projection, split along its
-    // last axis and transposed to [N, H, T, E / H] (strided views the kernel reads in place);
-    // a value that is a transposed matrix (its rows not contiguous: a copy); the same through
-    // contiguous copies of every operand.
-    let (n, t, h, e) = (2, 5, 3, 4);
-    let qkv = wave(&[n, t, 3 * h * e], 0.37, 0.1, f64::sin).requires_grad();
-    let split = |i: usize| {
-        qkv.narrow(2, i * h * e, h * e)
-            .reshape(&[n, t, h, e])
-            .transpose(1, 2)
-    };
-    let (q, k) = (split(0), split(1));
-    let vt = wave(&[n, 1, 2, t], 0.21, 0.4, f64::cos).requires_grad();
-    let v = vt.transpose(-2, -1);
-    let w = wave(&[n, h, t, 2], 0.13, 0.5, f64::sin);
-    for opts in [Attention::new(), Attention::new().causal(true).scale(0.7)] {
-        let strided = (&q.scaled_dot_product_attention(&k, &v, &opts) * &w).sum();
-        let (qc, kc, vc) = (q.contiguous(), k.contiguous(), v.contiguous());
-        let dense = (&qc.scaled_dot_product_attention(&kc, &vc, &opts) * &w).sum();
-        assert_close(&strided, &dense, 1e-13, "forward");
-        let (gs, gd) = (strided.backward(), dense.backward());
-        for (x, name) in [(&qkv, "qkv"), (&vt, "v")] {
-            let (a, b) = (gs.get(x).unwrap(), gd.get(x).unwrap());
-            assert_close(&a, &b, 1e-13, name);
-        }
-        fused_is_the_rule(&strided, &[("qkv", &qkv), ("v", &vt)], 1e-12, "strided");
+    // last axis and transposed to [N, H, T, E / H] (strided views the kernel reads in place),
+    // with more positions than a block (64) of queries and of keys; values that are a
+    // transposed matrix (rows not contiguous: copied) broadcast over the heads; keys broadcast
+    // along their rows (a row stride of 0).
+    for dtype in [DType::F64, DType::F32] {
+        let tol = if dtype == DType::F64 { 1e-12 } else { 1e-5 };
+        let (n, t, h, e) = (2, 70, 3, 4);
+        let qkv = wave(&[n, t, 3 * h * e], 0.37, 0.1, f64::sin)
+            .to_dtype(dtype)
+            .requires_grad();
+        let split = |i: usize| {
+            qkv.narrow(2, i * h * e, h * e)
+                .reshape(&[n, t, h, e])
+                .transpose(1, 2)
+        };
+        let vt = wave(&[n, 1, 2, t], 0.21, 0.4, f64::cos)
+            .to_dtype(dtype)
+            .requires_grad();
+        let v = vt.transpose(-2, -1);
+        let what = format!("{dtype} projection");
+        strided_is_contiguous([&split(0), &split(1), &v], &[&qkv, &vt], tol, &what);
+        let k1 = wave(&[n, h, 1, e], 0.5, 0.2, f64::sin)
+            .to_dtype(dtype)
+            .requires_grad();
+        let k = k1.broadcast_to(&[n, h, t, e]);
+        let what = format!("{dtype} rows broadcast");
+        strided_is_contiguous([&split(0), &k, &v], &[&qkv, &k1, &vt], tol, &what);
     }
 }
 

@@ -620,9 +620,9 @@ fn eager_ops_and_graph_inference_refuse_integers_alike() {
             |x, _| x.max_pool2d(2, 2, 0),
         ),
         (
-            "upsample_nearest2d",
-            |x, _| x.upsample_nearest2d(2, 2),
-            |x, _| x.upsample_nearest2d(2, 2),
+            "adaptive_avg_pool2d",
+            |x, _| x.adaptive_avg_pool2d(1, 1),
+            |x, _| x.adaptive_avg_pool2d(1, 1),
         ),
         (
             "conv2d",
@@ -645,6 +645,16 @@ fn eager_ops_and_graph_inference_refuse_integers_alike() {
             assert!(msg.contains("an i64 tensor reached"), "{op}: {msg}");
         }
     }
+    // A sum of integers is refused even with nothing to add (a 0-d tensor, no axes).
+    let msg = panic_message(|| drop(x.sum_axes(&[] as &[usize], false)));
+    assert!(msg.starts_with("sum_axes: an i64 tensor"), "{msg}");
+    // Upsampling moves elements: an integer image (labels, say) upsamples in both.
+    let up = x.upsample_nearest2d(2, 1);
+    assert_eq!(up.dtype(), DType::I64);
+    let g = Graph::new();
+    let gx = g.constant(x.clone());
+    let got = Session::new(&g).run(&gx.upsample_nearest2d(2, 1), &Feed::new());
+    assert_eq!(got.unwrap().to_vec::<i64>(), up.to_vec::<i64>());
     // matmul promotes an integer operand beside a float one, and refuses two integers.
     let (a, b) = (x.reshape(&[2, 2]), w.reshape(&[1, 1]).broadcast_to(&[2, 2]));
     assert_eq!(a.matmul(&b).dtype(), DType::F32);

@@ -123,11 +123,12 @@ impl Op {
                 let out = pool_rule(first().0, [*kernel; 2], [*stride; 2], [*padding; 2])?;
                 Ok((out, float_rule(first().1)?))
             }
-            Op::AdaptiveAvgPool2d(h, w) | Op::UpsampleNearest2d(h, w) => {
-                let adaptive = matches!(self, Op::AdaptiveAvgPool2d(..));
-                let out = resize_rule(first().0, (*h, *w), adaptive)?;
+            Op::AdaptiveAvgPool2d(h, w) => {
+                let out = resize_rule(first().0, (*h, *w), true)?;
                 Ok((out, float_rule(first().1)?))
             }
+            // Built from views: it moves elements, integers included.
+            Op::UpsampleNearest2d(h, w) => same_dtype(first(), |s| resize_rule(s, (*h, *w), false)),
             _ => unreachable!("{} is not a spatial op", self.name()),
         }
     }

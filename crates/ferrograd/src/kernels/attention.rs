@@ -597,6 +597,30 @@ mod tests {
     }
 
     #[test]
+    fn operands_must_hold_their_heads() {
+        let data = [0.0f64; 20];
+        let fits = Heads {
+            data: &data,
+            starts: vec![0, 12],
+            rs: 4,
+        };
+        fits.check("q", 2, 2, 4); // the last row ends at 12 + 4 + 4 = 20
+        let short = Heads { rs: 5, ..fits };
+        let e = std::panic::catch_unwind(|| short.check("q", 2, 2, 4)).unwrap_err();
+        let msg = e.downcast_ref::<String>().unwrap();
+        assert_eq!(msg, "attention: q does not hold 2 heads of [2, 4]");
+        let few = Heads::dense(&data, 1, 2, 4);
+        assert!(std::panic::catch_unwind(|| few.check("k", 2, 2, 4)).is_err());
+        Heads::dense(&data, 0, 0, 4).check("v", 0, 0, 4);
+        let huge = Heads {
+            data: &data,
+            starts: vec![usize::MAX],
+            rs: 1,
+        };
+        assert!(std::panic::catch_unwind(|| huge.check("v", 1, 2, 1)).is_err());
+    }
+
+    #[test]
     fn blocks_of_keys_give_the_softmax_of_the_whole_row() {
         // More keys than a block, a mask with −∞ entries, scores far apart.
         let d = AttentionDims {

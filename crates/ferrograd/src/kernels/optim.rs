@@ -143,3 +143,26 @@ fn sum_squares_serial<T: Float>(g: &[T]) -> f64 {
 
 /// Running sums of [`sum_squares_serial`]: two AVX-512 vectors of f64.
 const LANES: usize = 16;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sum_squares_is_the_plain_sum_at_every_length() {
+        // Lengths around the lanes and the threading threshold; integers, so every order of
+        // summation gives the same exact value.
+        for len in [0, 1, 15, 16, 17, 33, PAR_THRESHOLD - 1, PAR_THRESHOLD + 5] {
+            let g: Vec<f32> = (0..len).map(|i| (i % 7) as f32 - 3.0).collect();
+            let want: f64 = g.iter().map(|&v| f64::from(v * v)).sum();
+            assert_eq!(sum_squares(&g), want, "length {len}");
+            let g64: Vec<f64> = g.iter().map(|&v| f64::from(v)).collect();
+            assert_eq!(sum_squares(&g64), want, "f64, length {len}");
+        }
+        // Every run the same bits, whatever the threads did.
+        let g: Vec<f32> = (0..PAR_THRESHOLD * 3)
+            .map(|i| (i as f32 * 0.37).sin())
+            .collect();
+        assert_eq!(sum_squares(&g).to_bits(), sum_squares(&g).to_bits());
+    }
+}

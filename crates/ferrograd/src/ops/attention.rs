@@ -183,10 +183,23 @@ fn operand(t: &Tensor, shape: &[usize]) -> Tensor {
 }
 
 /// The heads of an [`operand`] where they lie in its storage: one start per head (the
-/// leading axes walked in order through their strides) and the row stride.
+/// leading axes walked in order through their strides) and the row stride. An empty
+/// operand addresses nothing (its strides are never used): its heads all start at 0.
 fn heads_of<T: Element>(t: &Tensor) -> Heads<'_, T> {
     let l = t.layout();
     let n = l.shape.len();
+    debug_assert!(
+        l.strides[n - 1] == 1 || l.shape[n - 1] <= 1,
+        "rows read in place"
+    );
+    if t.numel() == 0 {
+        let heads = l.shape[..n - 2].iter().product();
+        return Heads {
+            data: t.buffer::<T>(),
+            starts: vec![0; heads],
+            rs: 0,
+        };
+    }
     let mut starts = vec![l.offset];
     for axis in 0..n - 2 {
         let (size, stride) = (l.shape[axis], l.strides[axis]);
@@ -261,28 +274,32 @@ impl Tensor {
         let pattern = opts.dropout.map(|(p, key)| DropPattern::new(p, key));
         let with = |tail: [usize; 2]| [&batch[..], &tail].concat();
         let out_shape = with([l, ev]);
+        let len = numel_or_panic(op, &out_shape);
         let out = with_dtype!(dtype, T => {
-            let cast = |t: &Tensor| t.to_dtype(dtype);
-            let (q, kk, vv) = (
-                operand(&cast(self), &with([l, e])),
-                operand(&cast(k), &with([s, e])),
-                operand(&cast(v), &with([s, ev])),
-            );
-            let dense_mask = mask.as_ref().map(|m| dense(&cast(m), &with([l, s])));
-            let dense_mask = dense_mask.as_ref().map(|m| m.contiguous_data::<T>());
-            let inputs = AttentionInputs {
-                q: heads_of::<T>(&q),
-                k: heads_of::<T>(&kk),
-                v: heads_of::<T>(&vv),
-                mask: dense_mask.as_deref(),
-            };
-            let mut out = filled(op, numel_or_panic(op, &out_shape), T::zero());
-            let settings = Settings {
-                scale: T::from_f64(scale),
-                causal: opts.causal,
-                dropout: pattern,
-            };
-            attention_forward(&inputs, d, settings, &mut out);
+            let mut out = filled(op, len, T::zero());
+            if len > 0 {
+                // (An empty output reads nothing: its operands may be any size.)
+                let cast = |t: &Tensor| t.to_dtype(dtype);
+                let (q, kk, vv) = (
+                    operand(&cast(self), &with([l, e])),
+                    operand(&cast(k), &with([s, e])),
+                    operand(&cast(v), &with([s, ev])),
+                );
+                let dense_mask = mask.as_ref().map(|m| dense(&cast(m), &with([l, s])));
+                let dense_mask = dense_mask.as_ref().map(|m| m.contiguous_data::<T>());
+                let inputs = AttentionInputs {
+                    q: heads_of::<T>(&q),
+                    k: heads_of::<T>(&kk),
+                    v: heads_of::<T>(&vv),
+                    mask: dense_mask.as_deref(),
+                };
+                let settings = Settings {
+                    scale: T::from_f64(scale),
+                    causal: opts.causal,
+                    dropout: pattern,
+                };
+                attention_forward(&inputs, d, settings, &mut out);
+            }
             Tensor::from_vec(out, &out_shape)
         });
         let mut inputs = vec![self, k, v];

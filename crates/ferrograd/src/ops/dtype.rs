@@ -14,8 +14,9 @@ use crate::tensor::{DType, INTEGER_IN_FLOAT_OP};
 /// op's name, which the caller adds).
 pub(crate) type DtypeRule = std::result::Result<DType, String>;
 
-/// An op that computes in floating point on one operand (softmax, reductions, pooling,
-/// `sum_to`, `index_add`'s target): the operand's dtype, which must be a float.
+/// An op that computes in floating point on one operand (softmax, reductions, pooling and
+/// adaptive pooling, `sum_to`, `index_add`'s target, a gradient): the operand's dtype, which
+/// must be a float.
 pub(crate) fn float_rule(d: DType) -> DtypeRule {
     if d.is_float() {
         Ok(d)

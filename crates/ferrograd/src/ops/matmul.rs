@@ -22,9 +22,12 @@ impl Tensor {
     /// [`Tensor::matmul`], returning [`Error::Shape`] instead of panicking when the shapes do
     /// not fit.
     pub fn try_matmul(&self, other: &Tensor) -> Result<Tensor> {
+        let out_shape = eager(
+            "matmul",
+            matmul_rule(&known(self.shape()), &known(other.shape())),
+        )?;
         eager_dtype("matmul", promoted_float_rule(self.dtype(), other.dtype()))?;
         let (a, b) = binary_promote(self, other);
-        let out_shape = eager("matmul", matmul_rule(&known(a.shape()), &known(b.shape())))?;
         // 1-D operands are a row (left) or a column (right) vector, removed again afterwards.
         if a.ndim() == 1 {
             return Ok(a.unsqueeze(0).try_matmul(&b)?.reshape(&out_shape));

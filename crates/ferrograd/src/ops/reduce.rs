@@ -110,8 +110,8 @@ impl Tensor {
     /// Sum over `axes`; with `keepdim` they stay as size-1 axes.
     pub fn sum_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
         let axes = &axes_in("sum_axes", axes, self.shape());
-        eager_dtype_or_panic("sum_axes", float_rule(self.dtype()));
         let plan = Reduction::new("sum_axes", self.shape(), axes, keepdim);
+        eager_dtype_or_panic("sum_axes", float_rule(self.dtype()));
         if plan.axes.is_empty() {
             return self.clone();
         }
@@ -140,6 +140,7 @@ impl Tensor {
     pub fn mean_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
         let axes = &axes_in("mean_axes", axes, self.shape());
         let plan = Reduction::new("mean_axes", self.shape(), axes, keepdim);
+        eager_dtype_or_panic("mean_axes", float_rule(self.dtype()));
         if plan.rows.mid == 0 {
             // numpy and PyTorch give NaN for the mean of nothing.
             return &self.sum_axes(axes, keepdim) * f64::NAN;
@@ -178,8 +179,8 @@ impl Tensor {
     }
 
     fn extremum(&self, op: &'static str, axes: &[usize], keepdim: bool, is_max: bool) -> Tensor {
-        eager_dtype_or_panic(op, float_rule(self.dtype()));
         let plan = Reduction::new(op, self.shape(), axes, keepdim);
+        eager_dtype_or_panic(op, float_rule(self.dtype()));
         if plan.axes.is_empty() {
             return self.clone();
         }
@@ -217,8 +218,8 @@ impl Tensor {
     }
 
     fn arg_extremum(&self, op: &'static str, axis: usize, is_max: bool) -> Tensor {
-        eager_dtype_or_panic(op, positions_rule(self.dtype()));
         let plan = Reduction::new(op, self.shape(), &[axis], false);
+        eager_dtype_or_panic(op, positions_rule(self.dtype()));
         assert!(
             plan.rows.mid > 0,
             "{op}: reduction over an empty axis of shape {:?}",
@@ -247,11 +248,11 @@ impl Tensor {
     /// Sums a broadcast result back down to `shape` (the reverse of `broadcast_to`): the
     /// gradient of a broadcast operand.
     pub fn sum_to(&self, shape: &[usize]) -> Tensor {
+        eager_or_panic("sum_to", sum_to_rule(&known(self.shape()), shape));
         eager_dtype_or_panic("sum_to", float_rule(self.dtype()));
         if self.shape() == shape {
             return self.clone();
         }
-        eager_or_panic("sum_to", sum_to_rule(&known(self.shape()), shape));
         let n = self.ndim();
         let lead = n - shape.len();
         let axes: Vec<usize> = (0..n)
