@@ -254,3 +254,46 @@ fn a_recorded_graph_names_its_ops_and_lists_at_any_depth() {
     }
     assert_eq!(z.graph_listing().lines().count(), 200_001);
 }
+
+/// A tensor read through blocks (`narrow`, overlapping ones too) beside whole-tensor
+/// consumers: a plain backward adds each block's gradient into its place, a backward that
+/// builds a graph pads it and sums, and both give the same bits, whichever contribution comes
+/// first and whatever else shares its buffer.
+#[test]
+fn gradients_of_blocks_join_their_tensor_in_place() {
+    for dtype in [DType::F64, DType::F32] {
+        let wave = |shape: &[usize], a: f64| {
+            let n: usize = shape.iter().product();
+            let v: Vec<f64> = (0..n).map(|i| (a * i as f64).sin()).collect();
+            Tensor::from_vec(v, shape).to_dtype(dtype)
+        };
+        let x = wave(&[4, 6], 0.3).requires_grad();
+        let y = wave(&[4, 6], 0.7).requires_grad();
+        // Oldest first, so their gradients arrive last: two overlapping blocks and a row block.
+        let a = x.narrow(1, 0, 3);
+        let b = x.narrow(1, 2, 4);
+        let rows = x.narrow(0, 1, 2);
+        // Newer: a sum whose gradient is a broadcast view, and an addition whose rule hands x
+        // and y the same buffer.
+        let column = x.sum_axes(&[0], true);
+        let joint = &(&x + &y) * &wave(&[4, 6], 1.1);
+        let loss = &(&(&a * &wave(&[4, 3], 0.9)).sum() + &(&b * &b).sum())
+            + &(&(&rows * 2.0).sum() + &(&(&column * &column).sum() + &joint.sum()));
+        let (plain, graph) = (loss.backward(), loss.backward_with_graph());
+        for (t, name) in [(&x, "x"), (&y, "y")] {
+            let (p, g) = (plain.get(t).unwrap(), graph.get(t).unwrap());
+            assert_eq!(p.to_vec::<f64>(), g.to_vec::<f64>(), "{dtype} {name}");
+        }
+        // y's gradient is the multiplier alone: the block added into x's did not reach it.
+        let want = wave(&[4, 6], 1.1).to_vec::<f64>();
+        assert_eq!(plain.get(&y).unwrap().to_vec::<f64>(), want, "{dtype} y");
+        // Second order through a block: d/dx Σ (d/dx Σ b²)² = 8 b in the block, 0 elsewhere.
+        let g1 = (&b * &b).sum().backward_with_graph().get(&x).unwrap();
+        let g2 = (&g1 * &g1).sum().backward().get(&x).unwrap();
+        let xs = x.to_vec::<f64>();
+        let want: Vec<f64> = (0..24)
+            .map(|i| if i % 6 >= 2 { 8.0 * xs[i] } else { 0.0 })
+            .collect();
+        assert_eq!(g2.to_vec::<f64>(), want, "{dtype} second order");
+    }
+}

@@ -12,7 +12,7 @@ use super::ids::{IdMap, IdSet};
 use crate::error::{Error, Result};
 use crate::tensor::anomaly::in_rule;
 use crate::tensor::record::OpRecord;
-use crate::tensor::{BackwardCtx, InputGrads, ModeGuard, Node, NodeKind, Tensor};
+use crate::tensor::{BackwardCtx, InputGrads, ModeGuard, Node, NodeKind, Part, Tensor};
 
 /// Which gradients a backward pass keeps.
 pub(crate) enum Targets {
@@ -185,19 +185,19 @@ pub(crate) fn run_backward(
             .iter()
             .map(|t| t.0.node.as_ref().is_some_and(wanted))
             .collect();
-        let grads = apply_rule(rec, &out, &g, &needs)?;
-        for ((input, gi), &need) in rec.inputs.iter().zip(grads).zip(&needs) {
-            if let (Some(gi), true) = (gi, need) {
-                check_gradient(rec, input, &gi);
-                // The first contribution queues the input; later ones add to it.
-                match pending.entry(node_of(input).id) {
-                    Entry::Occupied(mut acc) => {
-                        let sum = acc.get() + &gi;
-                        acc.insert(sum);
-                    }
-                    Entry::Vacant(slot) => {
-                        slot.insert(gi);
-                        queue.push(Newest::of(input));
+        match rec.part.filter(|_| !create_graph) {
+            // A block of its input (see `Part`): its gradient goes into that block as it is.
+            Some(part) if needs[0] => {
+                let share = Share::Part(part, g);
+                pass_on(&mut pending, &mut queue, &rec.inputs[0], share);
+            }
+            Some(_) => {}
+            None => {
+                let grads = apply_rule(rec, &out, &g, &needs)?;
+                for ((input, gi), &need) in rec.inputs.iter().zip(grads).zip(&needs) {
+                    if let (Some(gi), true) = (gi, need) {
+                        check_gradient(rec, input, &gi);
+                        pass_on(&mut pending, &mut queue, input, Share::Whole(gi));
                     }
                 }
             }
@@ -218,6 +218,45 @@ pub(crate) fn run_backward(
         }
     }
     Ok(results)
+}
+
+/// A contribution to an input's gradient: the whole of it, or the gradient of a block of the
+/// input (a `narrow` of it, in a pass that builds no graph).
+enum Share {
+    Whole(Tensor),
+    Part(Part, Tensor),
+}
+
+/// Adds `share` to `input`'s gradient: the first contribution queues the input, later ones
+/// add to it.
+fn pass_on(
+    pending: &mut IdMap<Tensor>,
+    queue: &mut BinaryHeap<Newest>,
+    input: &Tensor,
+    share: Share,
+) {
+    match (pending.entry(node_of(input).id), share) {
+        (Entry::Occupied(mut acc), Share::Whole(g)) => {
+            let sum = acc.get() + &g;
+            acc.insert(sum);
+        }
+        (Entry::Occupied(acc), Share::Part(part, g)) => {
+            let (id, sum) = acc.remove_entry();
+            pending.insert(id, sum.add_part(part, &g));
+        }
+        (Entry::Vacant(slot), share) => {
+            slot.insert(match share {
+                Share::Whole(g) => g,
+                Share::Part(part, g) => {
+                    let mut pads = vec![(0, 0); g.ndim()];
+                    let rest = input.shape()[part.axis] - part.start - g.shape()[part.axis];
+                    pads[part.axis] = (part.start, rest);
+                    g.pad(&pads, 0.0)
+                }
+            });
+            queue.push(Newest::of(input));
+        }
+    }
 }
 
 /// Runs `rec`'s derivative rule for the upstream gradient `g` of its output `out`: one

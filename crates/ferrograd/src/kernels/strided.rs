@@ -11,7 +11,7 @@ use ferrograd_derive::isa_dispatch;
 use std::borrow::Cow;
 use std::mem::MaybeUninit;
 
-use super::{Dims, MAP_THRESHOLD, PAR_CHUNK};
+use super::{Dims, Float, MAP_THRESHOLD, PAR_CHUNK};
 
 /// A read-only operand: `data[offset + Σ index[i] * strides[i]]`, strides already expressed in
 /// the output's shape (0 along broadcast axes).
@@ -374,8 +374,52 @@ pub fn copy_into_block<T: Copy>(
     out_shape: &[usize],
     start: &[usize],
 ) {
+    let block = Block {
+        shape,
+        out_shape,
+        start,
+    };
+    for_block_rows(src, block, out, |o, s| o.copy_from_slice(s));
+}
+
+/// Adds the row-major `src` (of `shape`) into the block of the row-major `out` (of
+/// `out_shape`) that starts at `start` along every axis.
+pub fn add_into_block<T: Float>(
+    src: &[T],
+    shape: &[usize],
+    out: &mut [T],
+    out_shape: &[usize],
+    start: &[usize],
+) {
+    let block = Block {
+        shape,
+        out_shape,
+        start,
+    };
+    for_block_rows(src, block, out, |o, s| {
+        o.iter_mut().zip(s).for_each(|(o, &s)| *o += s);
+    });
+}
+
+/// A block of `shape` inside a row-major tensor of `out_shape`, from `start` along every
+/// axis.
+#[derive(Clone, Copy)]
+struct Block<'a> {
+    shape: &'a [usize],
+    out_shape: &'a [usize],
+    start: &'a [usize],
+}
+
+/// `f(out_row, src_row)` for each row of the row-major `src` (of the block's shape) with the
+/// run of `out` it lands on.
+fn for_block_rows<T>(src: &[T], b: Block<'_>, out: &mut [T], f: impl Fn(&mut [T], &[T])) {
+    let Block {
+        shape,
+        out_shape,
+        start,
+    } = b;
     let Some((&inner, outer_axes)) = shape.split_last() else {
-        out[0] = src[0];
+        f(&mut out[..1], &src[..1]);
         return;
     };
     if src.is_empty() {
@@ -391,7 +435,7 @@ pub fn copy_into_block<T: Copy>(
             .map(|((&i, &s0), &st)| (i + s0) * st)
             .sum::<usize>()
             + start[outer_axes.len()];
-        out[at..at + inner].copy_from_slice(row);
+        f(&mut out[at..at + inner], row);
         // The next row's index, last axis fastest.
         for a in (0..idx.len()).rev() {
             idx[a] += 1;

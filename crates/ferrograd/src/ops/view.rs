@@ -7,8 +7,10 @@ use smallvec::smallvec;
 use super::shape::{check_axis, eager, eager_or_panic, known, numel, same, show, Rule, Shape};
 use super::{axis_in, with_axis, Axis};
 use crate::error::Result;
+use crate::kernels::strided;
 use crate::tensor::{
-    checked_numel, contiguous_strides, record, with_any_dtype, Dims, Layout, Tensor,
+    checked_numel, contiguous_strides, record, record_part, with_any_dtype, with_dtype, Dims,
+    Layout, Part, Tensor,
 };
 
 impl Tensor {
@@ -150,11 +152,27 @@ impl Tensor {
             offset: l.offset + start * l.strides[axis],
         };
         let out = self.view_untracked(layout);
-        record("narrow", out, &[self], move |_, up| {
+        record_part("narrow", out, self, Part { axis, start }, move |_, up| {
             let mut pads = vec![(0, 0); up.ndim()];
             pads[axis] = (start, size - start - len);
             smallvec![Some(up.pad(&pads, 0.0))]
         })
+    }
+}
+
+impl Tensor {
+    /// `self` with `g` added into its block that `part` names: the gradient of a narrowed
+    /// view joining its input's, in a pass that builds no graph (untracked). In place when
+    /// `self` alone owns its buffer, else into a copy.
+    pub(crate) fn add_part(mut self, part: Part, g: &Tensor) -> Tensor {
+        let shape = self.shape().to_vec();
+        let mut start = vec![0; shape.len()];
+        start[part.axis] = part.start;
+        with_dtype!(self.dtype(), T => {
+            let src = g.contiguous_data::<T>();
+            strided::add_into_block(&src, g.shape(), self.data_mut::<T>(), &shape, &start);
+        });
+        self
     }
 }
 

@@ -26,7 +26,9 @@ pub use crate::kernels::Dims;
 pub(crate) use mode::ModeGuard;
 pub use mode::{enable_grad, is_grad_enabled, no_grad, set_grad_enabled};
 pub use record::live_nodes;
-pub(crate) use record::{record, record_nondiff, BackwardCtx, InputGrads, Node, NodeKind};
+pub(crate) use record::{
+    record, record_nondiff, record_part, BackwardCtx, InputGrads, Node, NodeKind, Part,
+};
 
 /// An n-dimensional array of f32 or f64 (or i64 indices), possibly a view of another tensor's
 /// storage. Ops take `&self` and return new tensors; operators work on references, with numpy

@@ -49,6 +49,19 @@ pub(crate) struct OpRecord {
     /// error naming the op.
     pub(crate) rule: Option<Rule>,
     pub(crate) inputs: SmallVec<[Tensor; 2]>,
+    /// Set when the output is a block of the one input (`narrow`): see [`Part`].
+    pub(crate) part: Option<Part>,
+}
+
+/// Where an op's output lies in its one input: the block from `start` along `axis`. A pass
+/// that builds no graph adds the output's gradient into that block of the input's gradient
+/// instead of running the rule, which pads it with zeros to the input's shape: the pieces a
+/// tensor is split into (the queries, keys and values of one projection) then make up its
+/// gradient without a padded copy each and a full-size sum per piece.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Part {
+    pub(crate) axis: usize,
+    pub(crate) start: usize,
 }
 
 impl Node {
@@ -149,6 +162,29 @@ pub(crate) fn record_impl(
     inputs: &[&Tensor],
     rule: Option<Rule>,
 ) -> Tensor {
+    attach(name, out, inputs, rule, None)
+}
+
+/// [`record`] for an op whose output is the block `part` of its one `input` (see [`Part`]);
+/// `rule` serves the passes that build a graph.
+pub(crate) fn record_part(
+    name: &'static str,
+    out: Tensor,
+    input: &Tensor,
+    part: Part,
+    rule: impl Fn(&BackwardCtx<'_>, &Tensor) -> InputGrads + Send + Sync + 'static,
+) -> Tensor {
+    let rule: Rule = Box::new(rule);
+    attach(Cow::Borrowed(name), out, &[input], Some(rule), Some(part))
+}
+
+fn attach(
+    name: Cow<'static, str>,
+    out: Tensor,
+    inputs: &[&Tensor],
+    rule: Option<Rule>,
+    part: Option<Part>,
+) -> Tensor {
     anomaly::check_forward(&name, &out, inputs);
     if !is_grad_enabled() || !inputs.iter().any(|t| t.is_tracked()) {
         return out;
@@ -157,6 +193,7 @@ pub(crate) fn record_impl(
         name,
         rule,
         inputs: inputs.iter().map(|&t| t.clone()).collect(),
+        part,
     }));
     let mut out = out;
     match Arc::get_mut(&mut out.0) {
