@@ -255,10 +255,21 @@ fn a_recorded_graph_names_its_ops_and_lists_at_any_depth() {
     assert_eq!(z.graph_listing().lines().count(), 200_001);
 }
 
-/// A tensor read through blocks (`narrow`, overlapping ones too) beside whole-tensor
-/// consumers: a plain backward adds each block's gradient into its place, a backward that
-/// builds a graph pads it and sums, and both give the same bits, whichever contribution comes
-/// first and whatever else shares its buffer.
+/// `loss`'s gradients for `leaves` by a plain backward (each block's gradient added in place)
+/// and by one that builds a graph (padded and summed): the same values.
+fn blocks_agree(loss: &Tensor, leaves: &[&Tensor], what: &str) -> Gradients {
+    let (plain, graph) = (loss.backward(), loss.backward_with_graph());
+    for (i, t) in leaves.iter().enumerate() {
+        let (p, g) = (plain.get(t).unwrap(), graph.get(t).unwrap());
+        assert_eq!(p.to_vec::<f64>(), g.to_vec::<f64>(), "{what}: leaf {i}");
+    }
+    plain
+}
+
+/// A tensor read through blocks (`narrow`, overlapping ones too): a plain backward adds each
+/// block's gradient into its place, a backward that builds a graph pads it and sums, with the
+/// same values, whether the gradient it joins is fresh, shared with another input's, a
+/// broadcast view, or already handed to a hook.
 #[test]
 fn gradients_of_blocks_join_their_tensor_in_place() {
     for dtype in [DType::F64, DType::F32] {
@@ -267,26 +278,44 @@ fn gradients_of_blocks_join_their_tensor_in_place() {
             let v: Vec<f64> = (0..n).map(|i| (a * i as f64).sin()).collect();
             Tensor::from_vec(v, shape).to_dtype(dtype)
         };
-        let x = wave(&[4, 6], 0.3).requires_grad();
-        let y = wave(&[4, 6], 0.7).requires_grad();
-        // Oldest first, so their gradients arrive last: two overlapping blocks and a row block.
-        let a = x.narrow(1, 0, 3);
-        let b = x.narrow(1, 2, 4);
-        let rows = x.narrow(0, 1, 2);
-        // Newer: a sum whose gradient is a broadcast view, and an addition whose rule hands x
-        // and y the same buffer.
-        let column = x.sum_axes(&[0], true);
-        let joint = &(&x + &y) * &wave(&[4, 6], 1.1);
-        let loss = &(&(&a * &wave(&[4, 3], 0.9)).sum() + &(&b * &b).sum())
-            + &(&(&rows * 2.0).sum() + &(&(&column * &column).sum() + &joint.sum()));
-        let (plain, graph) = (loss.backward(), loss.backward_with_graph());
-        for (t, name) in [(&x, "x"), (&y, "y")] {
-            let (p, g) = (plain.get(t).unwrap(), graph.get(t).unwrap());
-            assert_eq!(p.to_vec::<f64>(), g.to_vec::<f64>(), "{dtype} {name}");
-        }
-        // y's gradient is the multiplier alone: the block added into x's did not reach it.
+        // Blocks recorded first, so their gradients arrive last: onto the one buffer that the
+        // addition's rule hands both x and y, which must not change y's.
+        let (x, y) = (
+            wave(&[4, 6], 0.3).requires_grad(),
+            wave(&[4, 6], 0.7).requires_grad(),
+        );
+        let (a, b) = (x.narrow(1, 0, 3), x.narrow(1, 2, 4));
+        let joint = (&(&x + &y) * &wave(&[4, 6], 1.1)).sum();
+        let loss = &(&(&a * &wave(&[4, 3], 0.9)).sum() + &(&b * &b).sum()) + &joint;
+        let plain = blocks_agree(&loss, &[&x, &y], &format!("{dtype} shared"));
         let want = wave(&[4, 6], 1.1).to_vec::<f64>();
         assert_eq!(plain.get(&y).unwrap().to_vec::<f64>(), want, "{dtype} y");
+        // Onto a broadcast view (a sum's gradient), along the middle axis of a 3-d tensor,
+        // with an empty block too.
+        let z = wave(&[2, 5, 3], 0.4).requires_grad();
+        let (m, none) = (z.narrow(1, 1, 3), z.narrow(1, 5, 0));
+        let column = z.sum_axes(&[1], true);
+        let loss = &(&(&m * &m).sum() + &none.sum()) + &(&column * &column).sum();
+        blocks_agree(&loss, &[&z], &format!("{dtype} broadcast"));
+        // A leaf whose gradient a hook saw when its last consumer was done: the blocks had
+        // all arrived by then, and what the hook saw is the final gradient.
+        let w = wave(&[3, 8], 0.2).requires_grad();
+        let parts: Vec<Tensor> = (0..3).map(|i| w.narrow(1, 2 * i, 4)).collect();
+        let loss = parts
+            .iter()
+            .zip([0.5, 1.5, 2.5])
+            .fold(w.sum(), |acc, (p, k)| &acc + &(&(p * p) * k).sum());
+        let mut seen = Vec::new();
+        let hooked = loss.backward_with_hook(|_, g| seen.push(g.to_vec::<f64>()));
+        let last = blocks_agree(&loss, &[&w], &format!("{dtype} hooked"));
+        assert_eq!(seen, vec![last.get(&w).unwrap().to_vec::<f64>()]);
+        assert_eq!(hooked.get(&w).unwrap().to_vec::<f64>(), seen[0]);
+        // Under anomaly detection the blocks join through the recorded rule, whose sum is
+        // checked: gradients that overflow only once added are reported.
+        let big = Tensor::from_vec(vec![1e-3f32, 0.0], &[2]).requires_grad();
+        let twice = &(&big.narrow(0, 0, 1) * 3e38).sum() + &(&big * 3e38).sum();
+        let err = detect_anomaly(|| drop(twice.backward())).unwrap_err();
+        assert!(err.to_string().contains("NaN/Inf"), "{err}");
         // Second order through a block: d/dx Σ (d/dx Σ b²)² = 8 b in the block, 0 elsewhere.
         let g1 = (&b * &b).sum().backward_with_graph().get(&x).unwrap();
         let g2 = (&g1 * &g1).sum().backward().get(&x).unwrap();

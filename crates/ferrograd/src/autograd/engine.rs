@@ -10,7 +10,7 @@ use super::anomaly;
 use super::gradients::Gradients;
 use super::ids::{IdMap, IdSet};
 use crate::error::{Error, Result};
-use crate::tensor::anomaly::in_rule;
+use crate::tensor::anomaly::{enabled as anomaly_enabled, in_rule};
 use crate::tensor::record::OpRecord;
 use crate::tensor::{BackwardCtx, InputGrads, ModeGuard, Node, NodeKind, Part, Tensor};
 
@@ -185,7 +185,8 @@ pub(crate) fn run_backward(
             .iter()
             .map(|t| t.0.node.as_ref().is_some_and(wanted))
             .collect();
-        match rec.part.filter(|_| !create_graph) {
+        // Anomaly detection takes the rule's way: its sums are recorded, so checked.
+        match rec.part.filter(|_| !create_graph && !anomaly_enabled()) {
             // A block of its input (see `Part`): its gradient goes into that block as it is.
             Some(part) if needs[0] => {
                 let share = Share::Part(part, g);
@@ -240,19 +241,11 @@ fn pass_on(
             let sum = acc.get() + &g;
             acc.insert(sum);
         }
-        (Entry::Occupied(acc), Share::Part(part, g)) => {
-            let (id, sum) = acc.remove_entry();
-            pending.insert(id, sum.add_part(part, &g));
-        }
+        (Entry::Occupied(mut acc), Share::Part(part, g)) => acc.get_mut().add_part(part, &g),
         (Entry::Vacant(slot), share) => {
             slot.insert(match share {
                 Share::Whole(g) => g,
-                Share::Part(part, g) => {
-                    let mut pads = vec![(0, 0); g.ndim()];
-                    let rest = input.shape()[part.axis] - part.start - g.shape()[part.axis];
-                    pads[part.axis] = (part.start, rest);
-                    g.pad(&pads, 0.0)
-                }
+                Share::Part(part, g) => g.pad_part(part, input.shape()[part.axis]),
             });
             queue.push(Newest::of(input));
         }

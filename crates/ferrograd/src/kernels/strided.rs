@@ -452,6 +452,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn blocks_are_added_where_they_lie() {
+        // A [2, 3] block at (1, 2) of a [3, 6] matrix, a run of a vector, a 0-d tensor.
+        let mut out: Vec<f64> = (0..18).map(f64::from).collect();
+        add_into_block(
+            &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+            &[2, 3],
+            &mut out,
+            &[3, 6],
+            &[1, 2],
+        );
+        let mut want: Vec<f64> = (0..18).map(f64::from).collect();
+        for (at, add) in [
+            (8, 1.0),
+            (9, 2.0),
+            (10, 3.0),
+            (14, 4.0),
+            (15, 5.0),
+            (16, 6.0),
+        ] {
+            want[at] += add;
+        }
+        assert_eq!(out, want);
+        let mut v = vec![1.0f32; 5];
+        add_into_block(&[2.0, 3.0], &[2], &mut v, &[5], &[3]);
+        assert_eq!(v, [1.0, 1.0, 1.0, 3.0, 4.0]);
+        copy_into_block(&[7.0f32], &[2, 0][..0], &mut v, &[], &[]);
+        assert_eq!(v[0], 7.0);
+        let mut m = vec![1.0f32; 6];
+        add_into_block(&[], &[2, 0], &mut m, &[2, 3], &[0, 1]);
+        assert_eq!(m, [1.0; 6]);
+    }
+
+    #[test]
     fn applied_copies_pair_each_chunk_with_its_own_operand() {
         // Below the threshold, at it, and over several chunks with a short last one.
         for n in [0, 5, MAP_THRESHOLD, 3 * PAR_CHUNK + 17] {

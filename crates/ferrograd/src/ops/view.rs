@@ -153,18 +153,17 @@ impl Tensor {
         };
         let out = self.view_untracked(layout);
         record_part("narrow", out, self, Part { axis, start }, move |_, up| {
-            let mut pads = vec![(0, 0); up.ndim()];
-            pads[axis] = (start, size - start - len);
-            smallvec![Some(up.pad(&pads, 0.0))]
+            smallvec![Some(up.pad_part(Part { axis, start }, size))]
         })
     }
 }
 
 impl Tensor {
-    /// `self` with `g` added into its block that `part` names: the gradient of a narrowed
-    /// view joining its input's, in a pass that builds no graph (untracked). In place when
-    /// `self` alone owns its buffer, else into a copy.
-    pub(crate) fn add_part(mut self, part: Part, g: &Tensor) -> Tensor {
+    /// `g` added into the block of `self` that `part` names: the gradient of a narrowed view
+    /// joining its input's, in a pass that builds no graph (untracked). In place when `self`
+    /// alone owns its buffer; otherwise `self` becomes a copy first, and whatever shared the
+    /// buffer keeps its values.
+    pub(crate) fn add_part(&mut self, part: Part, g: &Tensor) {
         let shape = self.shape().to_vec();
         let mut start = vec![0; shape.len()];
         start[part.axis] = part.start;
@@ -172,7 +171,15 @@ impl Tensor {
             let src = g.contiguous_data::<T>();
             strided::add_into_block(&src, g.shape(), self.data_mut::<T>(), &shape, &start);
         });
-        self
+    }
+
+    /// This gradient of the block `part` of a tensor whose axis `part.axis` is `size` long,
+    /// padded with zeros to that tensor's shape: the block's share of its gradient.
+    pub(crate) fn pad_part(&self, part: Part, size: usize) -> Tensor {
+        let mut pads = vec![(0, 0); self.ndim()];
+        let len = self.shape()[part.axis];
+        pads[part.axis] = (part.start, size - part.start - len);
+        self.pad(&pads, 0.0)
     }
 }
 
