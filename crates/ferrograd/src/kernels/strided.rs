@@ -453,7 +453,8 @@ mod tests {
 
     #[test]
     fn blocks_are_added_where_they_lie() {
-        // A [2, 3] block at (1, 2) of a [3, 6] matrix, a run of a vector, a 0-d tensor.
+        // A [2, 3] block at (1, 2) of a [3, 6] matrix, a run of a vector, a 0-d tensor, an empty
+        // block.
         let mut out: Vec<f64> = (0..18).map(f64::from).collect();
         add_into_block(
             &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
@@ -477,7 +478,7 @@ mod tests {
         let mut v = vec![1.0f32; 5];
         add_into_block(&[2.0, 3.0], &[2], &mut v, &[5], &[3]);
         assert_eq!(v, [1.0, 1.0, 1.0, 3.0, 4.0]);
-        copy_into_block(&[7.0f32], &[2, 0][..0], &mut v, &[], &[]);
+        copy_into_block(&[7.0f32], &[], &mut v, &[], &[]);
         assert_eq!(v[0], 7.0);
         let mut m = vec![1.0f32; 6];
         add_into_block(&[], &[2, 0], &mut m, &[2, 3], &[0, 1]);
