@@ -374,12 +374,9 @@ pub fn copy_into_block<T: Copy>(
     out_shape: &[usize],
     start: &[usize],
 ) {
-    let block = Block {
-        shape,
-        out_shape,
-        start,
-    };
-    for_block_rows(src, block, out, |o, s| o.copy_from_slice(s));
+    for_block_rows(src, shape, out, out_shape, start, |o, s| {
+        o.copy_from_slice(s)
+    });
 }
 
 /// Adds the row-major `src` (of `shape`) into the block of the row-major `out` (of
@@ -391,33 +388,21 @@ pub fn add_into_block<T: Float>(
     out_shape: &[usize],
     start: &[usize],
 ) {
-    let block = Block {
-        shape,
-        out_shape,
-        start,
-    };
-    for_block_rows(src, block, out, |o, s| {
+    for_block_rows(src, shape, out, out_shape, start, |o, s| {
         o.iter_mut().zip(s).for_each(|(o, &s)| *o += s);
     });
 }
 
-/// A block of `shape` inside a row-major tensor of `out_shape`, from `start` along every
-/// axis.
-#[derive(Clone, Copy)]
-struct Block<'a> {
-    shape: &'a [usize],
-    out_shape: &'a [usize],
-    start: &'a [usize],
-}
-
-/// `f(out_row, src_row)` for each row of the row-major `src` (of the block's shape) with the
-/// run of `out` it lands on.
-fn for_block_rows<T>(src: &[T], b: Block<'_>, out: &mut [T], f: impl Fn(&mut [T], &[T])) {
-    let Block {
-        shape,
-        out_shape,
-        start,
-    } = b;
+/// `f(out_row, src_row)` for each row of the row-major `src` (of `shape`) with the run of
+/// the row-major `out` (of `out_shape`) it lands on, in the block from `start`.
+fn for_block_rows<T>(
+    src: &[T],
+    shape: &[usize],
+    out: &mut [T],
+    out_shape: &[usize],
+    start: &[usize],
+    f: impl Fn(&mut [T], &[T]),
+) {
     let Some((&inner, outer_axes)) = shape.split_last() else {
         f(&mut out[..1], &src[..1]);
         return;
