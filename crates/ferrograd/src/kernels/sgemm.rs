@@ -1524,9 +1524,10 @@ unsafe fn avx2_kernel<const M: usize, const W: usize, const BY: u8, B: BRows>(
 /// `a` holds M rows of kc floats (`BY_ROWS`: in place `lda` apart, or scattered with M table
 /// entries; `BY_RUNS`: M table entries, `run` dividing kc, kc / run `starts` entries, and
 /// `run` floats readable from `base + table[i] + starts[j]`), or kc steps of M adjacent
-/// floats (`BY_STEPS`: `lda` apart; `BY_TABLE`: kc table entries); `t.b` gives kc rows of 16·V floats each; `t.c` addresses `t.rows` ≤ M rows of
-/// the columns that the full vectors and `t.mask` select, where `t.c_rows` puts them (a
-/// table: `t.rows` entries); the CPU supports AVX-512F (and AVX2, FMA for [`path_kernel`]).
+/// floats (`BY_STEPS`: `lda` apart; `BY_TABLE`: kc table entries); `t.b` gives kc rows of
+/// 16·V floats each; `t.c` addresses `t.rows` ≤ M rows of the columns that the full vectors
+/// and `t.mask` select, where `t.c_rows` puts them (a table: `t.rows` entries); the CPU
+/// supports AVX-512F (and AVX2, FMA for [`path_kernel`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn micro_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(
