@@ -1,5 +1,5 @@
 //! Kernel throughput: f32 matmul GFLOP/s (square sizes and the MLP's forward and backward
-//! shapes, transposed operands as views), element-wise add/mul and sum GB/s next to a plain
+//! shapes, transposed operands as views), the three products of two convolutions, element-wise add/mul and sum GB/s next to a plain
 //! memory copy of the same size, and one Adam step on 1M weights with ordinary, tiny and zero
 //! gradients (tiny gradients square to subnormals, which x86 computes slowly unless they are
 //! flushed: the three figures should match).
@@ -90,6 +90,8 @@ fn main() {
         println!("  {name}: {:7.1}", 2.0 * (m * k * n) as f64 / s / 1e9);
     }
 
+    conv_products(&mut rng);
+
     println!("element-wise and reductions, f32 (GB/s of data read + written, best of 5)");
     for n in [1usize << 20, 16 << 20] {
         let label = if n == 1 << 20 { "1M " } else { "16M" };
@@ -113,6 +115,30 @@ fn main() {
         );
     }
     adam_steps(&mut rng);
+}
+
+/// The three products of a convolution's training step (forward, input gradient, weight
+/// gradient) in GFLOP/s, for the 3×3 and 5×5 cases of `bench_layers`: which of them lags
+/// shows where a kernel is short of the machine's peak.
+fn conv_products(rng: &mut StdRng) {
+    println!("f32 convolution products (GFLOP/s, best of 5)");
+    for (name, x_shape, w_shape, pad) in [
+        ("conv3x3_64    ", [32, 64, 32, 32], [64, 64, 3, 3], 1),
+        ("conv5x5_lenet2", [128, 8, 14, 14], [16, 8, 5, 5], 2),
+    ] {
+        let (x, w) = (randn(&x_shape, rng), randn(&w_shape, rng));
+        let opts = ConvOpts::new().padding(pad);
+        let dy = randn(x.conv2d(&w, &opts).shape(), rng);
+        // Stride 1 and "same" padding: every product has the output's size times the taps.
+        let flop = 2.0 * (dy.numel() * w_shape[1] * w_shape[2] * w_shape[3]) as f64;
+        let rate = |f: &dyn Fn() -> Tensor| flop / time_it(|| drop(black_box(f())), 0.3) / 1e9;
+        println!(
+            "  {name}: forward {:6.1} | input gradient {:6.1} | weight gradient {:6.1}",
+            rate(&|| x.conv2d(&w, &opts)),
+            rate(&|| dy.conv_transpose2d(&w, &opts)),
+            rate(&|| x.conv2d_weight(&dy, (w_shape[2], w_shape[3]), &opts)),
+        );
+    }
 }
 
 /// Milliseconds per Adam step on 1M f32 weights, for three gradient regimes: ordinary values,
