@@ -1,8 +1,9 @@
 //! Kernel throughput: f32 matmul GFLOP/s (square sizes and the MLP's forward and backward
-//! shapes, transposed operands as views), the three products of two convolutions, element-wise add/mul and sum GB/s next to a plain
-//! memory copy of the same size, and one Adam step on 1M weights with ordinary, tiny and zero
-//! gradients (tiny gradients square to subnormals, which x86 computes slowly unless they are
-//! flushed: the three figures should match).
+//! shapes, transposed operands as views), the three products of two convolutions,
+//! element-wise add/mul and sum GB/s next to a plain memory copy of the same size, and one Adam
+//! step on 1M weights with ordinary, tiny and zero gradients (tiny gradients square to
+//! subnormals, which x86 computes slowly unless they are flushed: the three figures should
+//! match).
 //!
 //! `cargo run --release --example bench_kernels`
 
@@ -118,8 +119,8 @@ fn main() {
 }
 
 /// The three products of a convolution's training step (forward, input gradient, weight
-/// gradient) in GFLOP/s, for the 3×3 and 5×5 cases of `bench_layers`: which of them lags
-/// shows where a kernel is short of the machine's peak.
+/// gradient) in GFLOP/s, for conv3x3_64 and conv5x5_lenet2 of `bench_layers`: which of them
+/// lags shows where a kernel is short of the machine's peak.
 fn conv_products(rng: &mut StdRng) {
     println!("f32 convolution products (GFLOP/s, best of 5)");
     for (name, x_shape, w_shape, pad) in [
