@@ -143,11 +143,12 @@ fn the_fused_backward_is_the_differentiable_rule() {
 
 /// The fused backward against the tensor-op rule with more queries and keys than one block
 /// of each (64) and a row whose first key block is masked out entirely (its keys come from
-/// the next block), in f64 and f32, for each of `settings(mask)`.
+/// the next block), in f64 and f32, for each of `settings(mask)`. 70 queries under a causal
+/// mask walk the half blocks of a short sequence (32 rows), 140 the full ones.
 fn fused_is_the_rule_over_blocks(settings: impl Fn(&Tensor) -> Vec<Attention>, what: &str) {
-    for dtype in [DType::F64, DType::F32] {
+    for (dtype, l) in [(DType::F64, 70), (DType::F32, 70), (DType::F64, 140)] {
         let tol = if dtype == DType::F64 { 1e-11 } else { 5e-5 };
-        let q = wave(&[1, 2, 70, 5], 0.3, 0.0, f64::sin)
+        let q = wave(&[1, 2, l, 5], 0.3, 0.0, f64::sin)
             .to_dtype(dtype)
             .requires_grad();
         let k = wave(&[1, 2, 150, 5], 0.2, 0.0, f64::cos)
@@ -156,16 +157,16 @@ fn fused_is_the_rule_over_blocks(settings: impl Fn(&Tensor) -> Vec<Attention>, w
         let v = wave(&[1, 2, 150, 3], 0.7, 1.0, f64::sin)
             .to_dtype(dtype)
             .requires_grad();
-        let mut m = wave(&[70, 150], 0.1, 0.0, f64::cos).to_vec::<f64>();
-        m[69 * 150..69 * 150 + 64].fill(f64::NEG_INFINITY);
-        let mask = Tensor::from_vec(m, &[70, 150])
+        let mut m = wave(&[l, 150], 0.1, 0.0, f64::cos).to_vec::<f64>();
+        m[(l - 1) * 150..(l - 1) * 150 + 64].fill(f64::NEG_INFINITY);
+        let mask = Tensor::from_vec(m, &[l, 150])
             .to_dtype(dtype)
             .requires_grad();
-        let w = wave(&[1, 2, 70, 3], 0.13, 0.5, f64::sin).to_dtype(dtype);
+        let w = wave(&[1, 2, l, 3], 0.13, 0.5, f64::sin).to_dtype(dtype);
         for opts in settings(&mask) {
             let loss = (&q.scaled_dot_product_attention(&k, &v, &opts) * &w).sum();
             let inputs = [("q", &q), ("k", &k), ("v", &v), ("mask", &mask)];
-            fused_is_the_rule(&loss, &inputs, tol, &format!("{dtype} {what}"));
+            fused_is_the_rule(&loss, &inputs, tol, &format!("{dtype} {l} queries {what}"));
         }
     }
 }

@@ -14,10 +14,11 @@ use ferrograd_derive::isa_dispatch;
 
 use super::gemv::dot_inline as dot;
 use super::matmul::{gemm_into, MatRef};
-use super::parallel::run_tasks;
+use super::parallel::run_tasks_with;
+use super::reduce::{max_lanes, sum_lanes};
 use super::Float;
 
-/// Query rows per block: the rows one thread scores together.
+/// Query rows per block: the rows one thread scores together (at most; see [`query_block`]).
 const QUERY_BLOCK: usize = 64;
 /// Keys per block: a thread holds `QUERY_BLOCK × KEY_BLOCK` scores at a time.
 const KEY_BLOCK: usize = 64;
@@ -216,6 +217,7 @@ impl<T: Float> Settings<T> {
 
 /// The block's scores `q kᵀ · scale + mask` into `scores` (`qb × kb`, row-major), −∞ where
 /// `causal` hides a key from a row (row `i` sees keys `0..=i`).
+#[inline(always)]
 fn block_scores<T: Float>(
     x: &AttentionInputs<'_, T>,
     d: AttentionDims,
@@ -241,6 +243,19 @@ fn block_scores<T: Float>(
             let seen = (i + 1).saturating_sub(at.j0).min(at.kb);
             row[seen..].fill(T::neg_infinity());
         }
+    }
+}
+
+/// Query rows per block for `d`. Every row of a block scores the keys its last row sees, so
+/// under a causal mask the block on the diagonal scores up to twice what its rows use: with a
+/// short sequence that block is most of the work, and half blocks skip a quarter of it
+/// (measured: a GPT's 64 positions, 4 heads of 32, forward and backward 7–10% faster; from
+/// 256 positions on, full blocks are faster).
+fn query_block(d: AttentionDims, causal: bool) -> usize {
+    if causal && d.l <= 2 * KEY_BLOCK {
+        QUERY_BLOCK / 2
+    } else {
+        QUERY_BLOCK
     }
 }
 
@@ -270,8 +285,9 @@ fn key_blocks(head: usize, (i0, qb): (usize, usize), end: usize) -> impl Iterato
 /// maximum rose; 1 when it did not). A row whose every key in the block is hidden adds
 /// nothing and is left as zeros, unless it is the row's only block (`single`): then it holds
 /// NaN (e^(−∞ + ∞)), as the row's probabilities are.
+#[inline(always)]
 fn fold_row<T: Float>(row: &mut [T], max: &mut T, sum: &mut T, single: bool) -> T {
-    let block_max = row.iter().fold(T::neg_infinity(), |m, &v| m.max(v));
+    let block_max = max_lanes(row);
     if block_max == T::neg_infinity() && !single {
         row.fill(T::zero());
         return T::one();
@@ -285,7 +301,7 @@ fn fold_row<T: Float>(row: &mut [T], max: &mut T, sum: &mut T, single: bool) -> 
     let m = *max;
     row.iter_mut().for_each(|v| *v = *v - m);
     T::exp_in_place(row);
-    *sum += row.iter().fold(T::zero(), |a, &p| a + p);
+    *sum += sum_lanes(row);
     shrink
 }
 
@@ -307,22 +323,25 @@ pub fn attention_forward<T: Float>(
     if d.heads * d.l * d.ev == 0 {
         return; // nothing to write
     }
+    let rows = query_block(d, settings.causal);
     let blocks: Vec<(usize, usize, &mut [T])> = out
         .chunks_mut(d.l * d.ev)
         .enumerate()
         .flat_map(|(head, o)| {
-            o.chunks_mut(QUERY_BLOCK * d.ev)
+            o.chunks_mut(rows * d.ev)
                 .enumerate()
-                .map(move |(b, o)| (head, b * QUERY_BLOCK, o))
+                .map(move |(b, o)| (head, b * rows, o))
         })
         .collect();
-    run_tasks(blocks, |(head, i0, o)| {
-        attend_block(x, d, settings, (head, i0), o, &mut Scratch::new(d))
+    run_tasks_with(blocks, |w: &mut Scratch<T>, (head, i0, o)| {
+        attend_block(x, d, settings, (head, i0), o, w.fit(d))
     });
 }
 
 /// A thread's working memory: one block of scores and one of their derivatives, a product
-/// block, and per-row statistics.
+/// block, and per-row statistics. Reused from task to task (every use writes before it
+/// reads), so a block's buffers are not allocated and zeroed again.
+#[derive(Default)]
 struct Scratch<T> {
     scores: Vec<T>,
     grads: Vec<T>,
@@ -332,15 +351,20 @@ struct Scratch<T> {
 }
 
 impl<T: Float> Scratch<T> {
-    fn new(d: AttentionDims) -> Self {
+    /// The buffers, at least as long as the blocks of `d` need.
+    fn fit(&mut self, d: AttentionDims) -> &mut Self {
         let width = d.e.max(d.ev);
-        Scratch {
-            scores: vec![T::zero(); QUERY_BLOCK * KEY_BLOCK],
-            grads: vec![T::zero(); QUERY_BLOCK * KEY_BLOCK],
-            product: vec![T::zero(); QUERY_BLOCK.max(KEY_BLOCK) * width],
-            max: vec![T::zero(); QUERY_BLOCK],
-            sum: vec![T::zero(); QUERY_BLOCK],
-        }
+        let grow = |v: &mut Vec<T>, len: usize| {
+            if v.len() < len {
+                v.resize(len, T::zero());
+            }
+        };
+        grow(&mut self.scores, QUERY_BLOCK * KEY_BLOCK);
+        grow(&mut self.grads, QUERY_BLOCK * KEY_BLOCK);
+        grow(&mut self.product, QUERY_BLOCK.max(KEY_BLOCK) * width);
+        grow(&mut self.max, QUERY_BLOCK);
+        grow(&mut self.sum, QUERY_BLOCK);
+        self
     }
 }
 
@@ -439,17 +463,18 @@ pub fn attention_backward<T: Float>(
             .zip(dmask)
             .enumerate()
             .collect();
-    run_tasks(heads, |(head, (((dq, dk), dv), dm))| {
+    let rows = query_block(d, settings.causal);
+    run_tasks_with(heads, |w: &mut Scratch<T>, (head, (((dq, dk), dv), dm))| {
         let mut grads = AttentionGrads {
             dq,
             dk,
             dv,
             dmask: dm,
         };
-        let mut w = Scratch::new(d);
-        for i0 in (0..d.l).step_by(QUERY_BLOCK) {
-            let at = (head, i0, QUERY_BLOCK.min(d.l - i0));
-            backward_block(x, (out, up), d, settings, at, &mut grads, &mut w);
+        let w = w.fit(d);
+        for i0 in (0..d.l).step_by(rows) {
+            let at = (head, i0, rows.min(d.l - i0));
+            backward_block(x, (out, up), d, settings, at, &mut grads, w);
         }
     });
 }
@@ -458,6 +483,7 @@ pub fn attention_backward<T: Float>(
 /// (`w.sum`) over the keys `0..end`, block by block. With one block (`single`), `w.scores`
 /// is left holding the exponentials; a row that sees no key then holds NaN (0/0 to come), as
 /// its probabilities are.
+#[inline(always)]
 fn row_statistics<T: Float>(
     x: &AttentionInputs<'_, T>,
     d: AttentionDims,
@@ -622,24 +648,28 @@ mod tests {
 
     #[test]
     fn blocks_of_keys_give_the_softmax_of_the_whole_row() {
-        // More keys than a block, a mask with −∞ entries, scores far apart.
-        let d = AttentionDims {
-            heads: 2,
-            l: 5,
-            s: 150,
-            e: 3,
-            ev: 4,
-        };
+        // More keys than a block, a mask with −∞ entries, scores far apart; queries in one
+        // block, in half blocks (a short causal sequence) and in full ones.
         let f = |n: usize, a: f64| {
             (0..n)
                 .map(|i| (a * i as f64).sin() * 3.0)
                 .collect::<Vec<_>>()
         };
-        let (q, k, v) = (f(30, 0.7), f(900, 0.3), f(1200, 0.11));
-        let mut mask = f(1500, 0.05);
-        mask[7] = f64::NEG_INFINITY;
-        mask[200] = f64::NEG_INFINITY;
-        for causal in [false, true] {
+        for (l, causal) in [5, 70, 140]
+            .into_iter()
+            .flat_map(|l| [(l, false), (l, true)])
+        {
+            let d = AttentionDims {
+                heads: 2,
+                l,
+                s: 150,
+                e: 3,
+                ev: 4,
+            };
+            let (q, k, v) = (f(2 * l * 3, 0.7), f(900, 0.3), f(1200, 0.11));
+            let mut mask = f(2 * l * 150, 0.05);
+            mask[7] = f64::NEG_INFINITY;
+            mask[200] = f64::NEG_INFINITY;
             for m in [None, Some(&mask[..])] {
                 let x = AttentionInputs {
                     q: Heads::dense(&q, d.heads, d.l, d.e),
@@ -647,7 +677,7 @@ mod tests {
                     v: Heads::dense(&v, d.heads, d.s, d.ev),
                     mask: m,
                 };
-                let mut out = vec![0.0; 40];
+                let mut out = vec![0.0; 2 * l * 4];
                 let settings = Settings {
                     scale: 0.4,
                     causal,

@@ -10,6 +10,13 @@ use super::{Float, Rows, PAR_CHUNK, PAR_THRESHOLD};
 /// grows with n/8 rather than n. Compiled for each instruction set, chosen at run time.
 #[isa_dispatch]
 pub(crate) fn sum_run<T: Float>(xs: &[T]) -> T {
+    sum_lanes(xs)
+}
+
+/// [`sum_run`]'s arithmetic, inlined into a kernel that is itself compiled for each
+/// instruction set (a dispatched call per short row would cost as much as the row).
+#[inline(always)]
+pub(crate) fn sum_lanes<T: Float>(xs: &[T]) -> T {
     let mut acc = [T::zero(); 8];
     let chunks = xs.chunks_exact(8);
     let rest = chunks.remainder();
@@ -23,6 +30,24 @@ pub(crate) fn sum_run<T: Float>(xs: &[T]) -> T {
         s += *r;
     }
     ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + s
+}
+
+/// Largest element of a run, −∞ for an empty one, with eight independent running maxima:
+/// vectorisable, inlined as [`sum_lanes`]. NaN elements are passed over (as `max` does), so
+/// the result is the same whatever the order.
+#[inline(always)]
+pub(crate) fn max_lanes<T: Float>(xs: &[T]) -> T {
+    let mut acc = [T::neg_infinity(); 8];
+    let chunks = xs.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..8 {
+            acc[i] = acc[i].max(c[i]);
+        }
+    }
+    acc.iter()
+        .chain(rest)
+        .fold(T::neg_infinity(), |m, &v| m.max(v))
 }
 
 /// `acc[j] = op(acc[j], x[j])`: one row of a reduction over rows, compiled for each
