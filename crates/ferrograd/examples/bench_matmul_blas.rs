@@ -1,10 +1,10 @@
 //! f32 matmul against a BLAS library in the same process: the square sizes and the MLP's
-//! shapes, our product and the library's `cblas_sgemm` alternated so that both see the same
+//! shapes (or with `--gpt` a GPT block's), our product and the library's `cblas_sgemm` alternated so that both see the same
 //! machine (a shared VM drifts by tens of percent within a minute; two separate runs cannot be
 //! compared to a few percent).
 //!
 //! ```text
-//! cargo run --release --example bench_matmul_blas -- LIB [--threads 1|2] [--seconds S]
+//! cargo run --release --example bench_matmul_blas -- LIB [--threads 1|2] [--seconds S] [--gpt]
 //! ```
 //! LIB is a CBLAS shared library, e.g. the OpenBLAS inside numpy's wheel
 //! (`python -c "import numpy, glob, os; print(glob.glob(os.path.dirname(numpy.__file__) +
@@ -192,6 +192,10 @@ struct Args {
     /// Seconds of measurement per shape (default: 3 with one thread, 8 with more).
     #[arg(long)]
     seconds: Option<f64>,
+    /// The products of the GPT of `examples/gpt` (a block's, batch 12 × context 64, width
+    /// 128) instead of the squares and the MLP's shapes.
+    #[arg(long)]
+    gpt: bool,
 }
 
 fn main() {
@@ -212,7 +216,16 @@ fn main() {
     );
     let mut rng = StdRng::seed_from_u64(0);
     // name, m, k, n, A given transposed (a view of [k, m]), B given transposed.
-    let shapes = [
+    let gpt = [
+        ("qkv  768x128 @ 128x384 (Wᵀ)", 768, 128, 384, false, true),
+        ("fc   768x128 @ 128x512 (Wᵀ)", 768, 128, 512, false, true),
+        ("proj 768x512 @ 512x128 (Wᵀ)", 768, 512, 128, false, true),
+        ("dX   768x384 @ 384x128 (W)", 768, 384, 128, false, false),
+        ("dX   768x128 @ 128x512 (W)", 768, 128, 512, false, false),
+        ("dW   384x768 @ 768x128 (dYᵀ)", 384, 768, 128, true, false),
+        ("dW   128x768 @ 768x512 (dYᵀ)", 128, 768, 512, true, false),
+    ];
+    let squares_and_mlp = [
         ("128²", 128, 128, 128, false, false),
         ("1024²", 1024, 1024, 1024, false, false),
         ("2048²", 2048, 2048, 2048, false, false),
@@ -223,7 +236,8 @@ fn main() {
         ("dX2  128x100 @ 100x400 (W2ᵀ)", 128, 100, 400, false, true),
         ("dX1  128x400 @ 400x784 (W1ᵀ)", 128, 400, 784, false, true),
     ];
-    for (name, m, k, n, ta, tb) in shapes {
+    let shapes: &[_] = if args.gpt { &gpt } else { &squares_and_mlp };
+    for &(name, m, k, n, ta, tb) in shapes {
         let case = Case {
             name,
             m,
