@@ -1,9 +1,9 @@
 //! Kernel throughput: f32 matmul GFLOP/s (square sizes and the MLP's forward and backward
-//! shapes, transposed operands as views), the three products of two convolutions,
-//! element-wise add/mul and sum GB/s next to a plain memory copy of the same size, and one Adam
-//! step on 1M weights with ordinary, tiny and zero gradients (tiny gradients square to
-//! subnormals, which x86 computes slowly unless they are flushed: the three figures should
-//! match).
+//! shapes, transposed operands as views), the three products of two convolutions, fused
+//! attention forward and backward, element-wise add/mul and sum GB/s next to a plain memory
+//! copy of the same size, and one Adam step on 1M weights with ordinary, tiny and zero
+//! gradients (tiny gradients square to subnormals, which x86 computes slowly unless they are
+//! flushed: the three figures should match).
 //!
 //! `cargo run --release --example bench_kernels`
 
@@ -92,6 +92,7 @@ fn main() {
     }
 
     conv_products(&mut rng);
+    attention_timings(&mut rng);
 
     println!("element-wise and reductions, f32 (GB/s of data read + written, best of 5)");
     for n in [1usize << 20, 16 << 20] {
@@ -138,6 +139,27 @@ fn conv_products(rng: &mut StdRng) {
             rate(&|| x.conv2d(&w, &opts)),
             rate(&|| dy.conv_transpose2d(&w, &opts)),
             rate(&|| x.conv2d_weight(&dy, (w_shape[2], w_shape[3]), &opts)),
+        );
+    }
+}
+
+/// Fused attention forward, and forward plus backward, in microseconds: a GPT layer's (batch
+/// 12 × 4 heads, 64 positions of width 32, causal) and a longer sequence's without a mask.
+fn attention_timings(rng: &mut StdRng) {
+    println!("f32 scaled dot-product attention (us, best of 5)");
+    for (name, shape, causal) in [
+        ("GPT layer [12, 4, 64, 32], causal", [12, 4, 64, 32], true),
+        ("[2, 4, 512, 64], no mask        ", [2, 4, 512, 64], false),
+    ] {
+        let qkv: Vec<Tensor> = (0..3).map(|_| randn(&shape, rng).requires_grad()).collect();
+        let opts = Attention::new().causal(causal);
+        let forward = || qkv[0].scaled_dot_product_attention(&qkv[1], &qkv[2], &opts);
+        let fwd = time_it(|| drop(black_box(forward())), 0.3);
+        let both = time_it(|| drop(black_box(forward().sum().backward())), 0.3);
+        println!(
+            "  {name}: forward {:8.1} | forward + backward {:8.1}",
+            fwd * 1e6,
+            both * 1e6
         );
     }
 }
