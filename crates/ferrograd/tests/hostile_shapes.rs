@@ -119,6 +119,12 @@ fn zero_size_axes_with_huge_neighbours_stay_empty() {
     let m = Tensor::zeros(&[1 << 40, 1 << 40, 0, 3], DType::F32);
     let y = m.matmul(&Tensor::zeros(&[3, 2], DType::F32));
     assert_eq!(y.shape(), &[1 << 40, 1 << 40, 0, 2]);
+    // An empty narrow may start past the end of its (empty) storage: read, reshaped and
+    // summed, it is still nothing.
+    let past = Tensor::zeros(&[0, 3], DType::F32).narrow(1, 3, 0);
+    assert!(past.to_vec::<f32>().is_empty());
+    assert_eq!(past.reshape(&[0]).sum().item(), 0.0);
+    assert_eq!((&past + 1.0).shape(), &[0, 0]);
 }
 
 #[test]

@@ -25,6 +25,10 @@ enum Cut {
     /// A new leading axis of this size, stride 0.
     Broadcast(usize),
     Reverse,
+    /// Reshape: an axis split in two (the first part's size the smallest divisor above 1).
+    Split(usize),
+    /// Reshape: an axis merged with the next.
+    Merge(usize),
 }
 
 /// A plain row-major array: the reference the views are checked against, cut by index
@@ -104,6 +108,30 @@ fn cut(t: &Tensor, p: &Plain, c: &Cut) -> (Tensor, Plain) {
             let q = p.remap(shape, |i| i.iter().rev().copied().collect());
             (t.permute(&perm), q)
         }
+        // A reshape keeps the row-major order: the plain data stays, only its shape changes.
+        Cut::Split(axis) if n >= 1 => {
+            let axis = axis % n;
+            let size = p.shape[axis];
+            let first = (2..=size).find(|d| size % d == 0).unwrap_or(1);
+            let mut shape = p.shape.clone();
+            shape.splice(axis..=axis, [first, size / first.max(1)]);
+            let q = Plain {
+                shape: shape.clone(),
+                data: p.data.clone(),
+            };
+            (t.reshape(&shape), q)
+        }
+        Cut::Merge(axis) if n >= 2 => {
+            let axis = axis % (n - 1);
+            let mut shape = p.shape.clone();
+            let merged = shape[axis] * shape[axis + 1];
+            shape.splice(axis..=axis + 1, [merged]);
+            let q = Plain {
+                shape: shape.clone(),
+                data: p.data.clone(),
+            };
+            (t.reshape(&shape), q)
+        }
         _ => (t.clone(), p.clone()),
     }
 }
@@ -118,8 +146,10 @@ fn cuts() -> impl Strategy<Value = Vec<Cut>> {
         }),
         (0usize..3).prop_map(Cut::Broadcast),
         Just(Cut::Reverse),
+        (0usize..4).prop_map(Cut::Split),
+        (0usize..4).prop_map(Cut::Merge),
     ];
-    proptest::collection::vec(one, 0..3)
+    proptest::collection::vec(one, 0..4)
 }
 
 /// A view of a random tensor in `dtype`, and a contiguous tensor of the same elements built

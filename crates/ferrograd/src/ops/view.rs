@@ -14,7 +14,9 @@ use crate::tensor::{
 };
 
 impl Tensor {
-    /// The same elements in `shape` (same count). A view when the tensor is contiguous.
+    /// The same elements in `shape` (same count). A view wherever strides can address them in
+    /// the new shape (always for a contiguous tensor; for a strided one when only axes that
+    /// step evenly through memory are merged), else a copy: PyTorch's `reshape`.
     pub fn reshape(&self, shape: &[usize]) -> Tensor {
         self.try_reshape(shape).unwrap_or_else(|e| panic!("{e}"))
     }
@@ -26,17 +28,20 @@ impl Tensor {
             return Ok(self.clone());
         }
         eager("reshape", reshape_rule(&known(self.shape()), shape))?;
-        let base = if self.is_contiguous() {
-            self.detach()
-        } else {
-            with_any_dtype!(self.dtype(), T => self.materialize::<T>())
+        // A view where strides can address the elements in their new shape (a split axis of a
+        // strided tensor, say), as PyTorch's reshape; a copy otherwise.
+        let out = match self.layout().reshaped(shape) {
+            Some(layout) => self.detach().view_untracked(layout),
+            None => {
+                let base = with_any_dtype!(self.dtype(), T => self.materialize::<T>());
+                let layout = Layout {
+                    shape: Dims::from_slice(shape),
+                    strides: contiguous_strides(shape),
+                    offset: base.layout().offset,
+                };
+                base.view_untracked(layout)
+            }
         };
-        let layout = Layout {
-            shape: Dims::from_slice(shape),
-            strides: contiguous_strides(shape),
-            offset: base.layout().offset,
-        };
-        let out = base.view_untracked(layout);
         Ok(record("reshape", out, &[self], |c, up| {
             smallvec![Some(up.reshape(c.input(0).shape()))]
         }))

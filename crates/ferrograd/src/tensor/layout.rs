@@ -1,6 +1,6 @@
 //! Shape, strides and offset: how a tensor's elements sit in its storage. Views (transpose,
-//! permute, narrow, broadcast_to, reshape of a contiguous tensor) are new layouts over the same
-//! storage.
+//! permute, narrow, broadcast_to, and reshape wherever strides can express it) are new layouts
+//! over the same storage.
 
 use crate::kernels::Dims;
 pub use crate::kernels::{checked_numel, contiguous_strides};
@@ -100,6 +100,51 @@ impl Layout {
         true
     }
 
+    /// This layout's elements, in row-major order, seen as `shape` where they lie: the layout
+    /// of a view, or `None` when no strides address them so (two transposed axes merged into
+    /// one, say) and they must be copied first. The element counts must agree. The axes that
+    /// step evenly through memory together (each one's stride its inner neighbour's times that
+    /// neighbour's size) form a chunk, and any axes whose sizes multiply to a chunk's count can
+    /// replace it; axes of one element belong anywhere.
+    pub fn reshaped(&self, shape: &[usize]) -> Option<Layout> {
+        let view = |strides| Layout {
+            shape: Dims::from_slice(shape),
+            strides,
+            offset: self.offset,
+        };
+        match self.numel() {
+            // No element: nothing to address, and no offset to keep (it may lie past the end
+            // of the storage, where an empty narrow starts).
+            0 => return Some(Layout::contiguous(shape)),
+            1 => return Some(view(contiguous_strides(shape))),
+            _ => {}
+        }
+        // (elements, stride of the innermost axis) of each chunk, innermost chunk first.
+        let mut chunks: Vec<(usize, usize)> = Vec::new();
+        for (&d, &s) in self.shape.iter().zip(&self.strides).rev() {
+            match chunks.last_mut() {
+                _ if d == 1 => {}
+                Some((n, inner)) if n.checked_mul(*inner) == Some(s) => *n *= d,
+                _ => chunks.push((d, s)),
+            }
+        }
+        let mut strides = Dims::from_elem(1, shape.len());
+        let mut axes = (0..shape.len()).rev();
+        for (n, inner) in chunks {
+            let mut covered = 1usize;
+            while covered < n {
+                let a = axes.next()?;
+                strides[a] = covered.checked_mul(inner)?;
+                covered = covered.checked_mul(shape[a])?;
+            }
+            if covered != n {
+                return None;
+            }
+        }
+        // The axes left over have one element each (the counts agree): any stride will do.
+        Some(view(strides))
+    }
+
     /// The layout seen with axes reordered by `perm`.
     pub fn permuted(&self, perm: &[usize]) -> Layout {
         Layout {
@@ -149,4 +194,71 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Dims> {
         };
     }
     Some(out)
+}
+
+#[cfg(test)]
+mod reshape_tests {
+    use super::*;
+
+    fn layout(shape: &[usize], strides: &[usize], offset: usize) -> Layout {
+        Layout {
+            shape: Dims::from_slice(shape),
+            strides: Dims::from_slice(strides),
+            offset,
+        }
+    }
+
+    /// Every element's storage position, in row-major order of the layout's shape.
+    fn positions(l: &Layout) -> Vec<usize> {
+        let mut out = vec![l.offset];
+        for (&d, &s) in l.shape.iter().zip(&l.strides) {
+            out = out
+                .iter()
+                .flat_map(|&p| (0..d).map(move |i| p + i * s))
+                .collect();
+        }
+        out
+    }
+
+    #[test]
+    fn views_address_the_same_elements_in_the_same_order() {
+        // (layout, new shape, whether a view exists)
+        let cases = [
+            // The third of a [2, 3, 12] projection's columns, its last axis split in heads.
+            (layout(&[2, 3, 4], &[36, 12, 1], 8), vec![2, 3, 2, 2], true),
+            (layout(&[2, 3, 4], &[36, 12, 1], 8), vec![6, 4], true),
+            // Rows of a narrowed matrix cannot merge with its columns.
+            (layout(&[2, 3, 4], &[36, 12, 1], 8), vec![2, 12], false),
+            // A transposed pair merged: no strides do; split again, they do.
+            (layout(&[3, 2], &[1, 3], 0), vec![6], false),
+            (layout(&[4, 6], &[1, 4], 0), vec![2, 2, 6], true),
+            (layout(&[4, 6], &[1, 4], 0), vec![4, 2, 3], true),
+            (layout(&[4, 6], &[1, 4], 0), vec![8, 3], false),
+            // Broadcast axes, and axes of one element anywhere.
+            (layout(&[3, 4], &[0, 1], 0), vec![3, 2, 2], true),
+            (layout(&[3, 4], &[0, 1], 0), vec![12], false),
+            (
+                layout(&[1, 5, 1, 2], &[99, 4, 7, 1], 3),
+                vec![5, 1, 2, 1],
+                true,
+            ),
+            (layout(&[1, 5, 1, 2], &[99, 4, 7, 1], 3), vec![10], false),
+            (
+                layout(&[1, 5, 1, 2], &[99, 2, 7, 1], 3),
+                vec![1, 10, 1],
+                true,
+            ),
+            // One element or none: always a view.
+            (layout(&[1, 1], &[5, 9], 4), vec![1], true),
+            (layout(&[0, 3], &[1, 7], 0), vec![3, 0, 2], true),
+        ];
+        for (old, shape, viewable) in cases {
+            let got = old.reshaped(&shape);
+            assert_eq!(got.is_some(), viewable, "{old:?} as {shape:?}");
+            if let Some(new) = got {
+                assert_eq!(new.shape.as_slice(), shape.as_slice());
+                assert_eq!(positions(&new), positions(&old), "{old:?} as {shape:?}");
+            }
+        }
+    }
 }

@@ -156,10 +156,11 @@ impl Tensor {
     pub(crate) fn contiguous_data<T: Element>(&self) -> Cow<'_, [T]> {
         let l = &self.0.layout;
         let buf = self.buffer::<T>();
-        if l.is_contiguous() {
-            Cow::Borrowed(&buf[l.offset..l.offset + l.numel()])
-        } else if l.numel() == 0 {
+        if l.numel() == 0 {
+            // Checked first: an empty narrow may start past the end of its storage.
             Cow::Owned(Vec::new())
+        } else if l.is_contiguous() {
+            Cow::Borrowed(&buf[l.offset..l.offset + l.numel()])
         } else {
             let mut out = layout::reserved("gather", l.numel());
             strided::gather(
