@@ -112,7 +112,7 @@ fn cut(t: &Tensor, p: &Plain, c: &Cut) -> (Tensor, Plain) {
         Cut::Split(axis) if n >= 1 => {
             let axis = axis % n;
             let size = p.shape[axis];
-            let first = (2..=size).find(|d| size % d == 0).unwrap_or(1);
+            let first = (2..=size).find(|d| size.is_multiple_of(*d)).unwrap_or(1);
             let mut shape = p.shape.clone();
             shape.splice(axis..=axis, [first, size / first.max(1)]);
             let q = Plain {
