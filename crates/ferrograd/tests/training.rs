@@ -440,6 +440,49 @@ fn gradient_clipping() {
     close(&q.tensor().to_vec::<f64>(), &[2.0, 0.0]);
 }
 
+/// Parameters that are many together (more elements than one thread updates alone) are
+/// updated on several threads, whole parameters each: the same bits as stepping them one at
+/// a time, in f32 and f64.
+#[test]
+fn parameters_updated_together_are_updated_as_one_at_a_time() {
+    for dtype in [DType::F32, DType::F64] {
+        let shapes: [&[usize]; 4] = [&[300, 300], &[300], &[7, 11], &[600, 300]];
+        let make = || -> Vec<(String, Param)> {
+            shapes
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    (
+                        format!("p{i}"),
+                        Param::new(randn(s, i as u64).to_dtype(dtype)),
+                    )
+                })
+                .collect()
+        };
+        let (together, alone) = (make(), make());
+        let mut opt = AdamW::new(0.01).weight_decay(0.1);
+        let mut each: Vec<AdamW> = (0..shapes.len())
+            .map(|_| AdamW::new(0.01).weight_decay(0.1))
+            .collect();
+        for step in 0..3 {
+            let loss = |ps: &[(String, Param)]| {
+                ps.iter()
+                    .map(|(_, p)| (p.tensor().sin() * (step + 1) as f64).square().sum())
+                    .fold(Tensor::scalar(0.0).to_dtype(dtype), |a, b| &a + &b)
+            };
+            opt.step(&together, &loss(&together).backward());
+            let grads = loss(&alone).backward();
+            for (o, p) in each.iter_mut().zip(&alone) {
+                o.step(std::slice::from_ref(p), &grads);
+            }
+        }
+        for ((name, a), (_, b)) in together.iter().zip(&alone) {
+            let (a, b) = (a.tensor().to_vec::<f64>(), b.tensor().to_vec::<f64>());
+            assert!(a == b, "{dtype} {name}: updated together and alone differ");
+        }
+    }
+}
+
 #[test]
 fn optimizer_state_round_trips() {
     let p = Param::new(Tensor::from_vec(vec![1.0f64, -2.0], &[2]));

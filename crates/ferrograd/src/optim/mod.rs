@@ -21,6 +21,8 @@ pub use schedule::{
 
 use crate::autograd::{anomaly_reported, global_norm, Gradients, Param};
 use crate::error::{Error, Result};
+use crate::kernels::parallel::run_tasks;
+use crate::kernels::PAR_THRESHOLD;
 use crate::tensor::{with_dtype, FloatElement, Tensor};
 
 /// Plain gradient descent.
@@ -346,39 +348,74 @@ impl<R: UpdateRule> Optim<R> {
         &self.rule
     }
 
-    fn update_one<T: FloatElement>(&mut self, p: &Param, g: &Tensor, gscale: f64) {
-        let (lr, wd, t) = (self.lr, self.weight_decay, self.steps);
-        let clip_value = match self.clip {
-            Some(Clip::Value(v)) => Some(v),
-            _ => None,
-        };
-        let slots = self.state.entry(p.id()).or_insert_with(|| {
-            (0..R::SLOTS.len())
-                .map(|_| Tensor::zeros(g.shape(), T::DTYPE))
-                .collect()
-        });
-        let g = g.to_dtype(T::DTYPE);
-        let g = g.contiguous_data::<T>();
-        let decoupled = self.rule.decoupled();
-        // Clipping and weight decay happen inside the update's single pass.
-        let prep = Prep {
-            scale: T::from_f64(gscale),
-            clamp: clip_value.map(T::from_f64),
-            l2: T::from_f64(if decoupled { 0.0 } else { wd }),
-            keep: T::from_f64(if decoupled { 1.0 - lr * wd } else { 1.0 }),
-            squares: R::SQUARES_GRADIENT,
-        };
-        p.update::<T>(|w| {
-            self.rule.apply(Step {
-                w,
-                g: &g,
-                prep,
-                slots,
-                lr,
-                t,
-            })
-        });
+    /// What every parameter's update this step shares: the rule's settings and the clipping.
+    fn shared(&self, gscale: f64) -> Shared {
+        Shared {
+            lr: self.lr,
+            wd: self.weight_decay,
+            t: self.steps,
+            clip_value: match self.clip {
+                Some(Clip::Value(v)) => Some(v),
+                _ => None,
+            },
+            gscale,
+            decoupled: self.rule.decoupled(),
+        }
     }
+}
+
+/// The settings of one step, the same for every parameter.
+#[derive(Clone, Copy)]
+struct Shared {
+    lr: f64,
+    wd: f64,
+    t: u64,
+    clip_value: Option<f64>,
+    gscale: f64,
+    decoupled: bool,
+}
+
+/// The state slots of `p` (zeros, shaped as its gradient `g`, at its first update).
+fn slots_for<'a, R: UpdateRule>(
+    state: &'a mut HashMap<u64, Vec<Tensor>>,
+    p: &Param,
+    g: &Tensor,
+) -> &'a mut Vec<Tensor> {
+    state.entry(p.id()).or_insert_with(|| {
+        (0..R::SLOTS.len())
+            .map(|_| Tensor::zeros(g.shape(), p.dtype()))
+            .collect()
+    })
+}
+
+/// One parameter's update: its gradient `g`, its state `slots`, in one pass.
+fn update_one<T: FloatElement, R: UpdateRule>(
+    rule: &R,
+    s: Shared,
+    p: &Param,
+    g: &Tensor,
+    slots: &mut [Tensor],
+) {
+    let g = g.to_dtype(T::DTYPE);
+    let g = g.contiguous_data::<T>();
+    // Clipping and weight decay happen inside the update's single pass.
+    let prep = Prep {
+        scale: T::from_f64(s.gscale),
+        clamp: s.clip_value.map(T::from_f64),
+        l2: T::from_f64(if s.decoupled { 0.0 } else { s.wd }),
+        keep: T::from_f64(if s.decoupled { 1.0 - s.lr * s.wd } else { 1.0 }),
+        squares: R::SQUARES_GRADIENT,
+    };
+    p.update::<T>(|w| {
+        rule.apply(Step {
+            w,
+            g: &g,
+            prep,
+            slots,
+            lr: s.lr,
+            t: s.t,
+        })
+    });
 }
 
 impl<R: UpdateRule> Optimizer for Optim<R> {
@@ -408,9 +445,38 @@ impl<R: UpdateRule> Optimizer for Optim<R> {
             }
             _ => 1.0,
         };
-        for (p, g) in found {
-            with_dtype!(p.dtype(), T => self.update_one::<T>(p, &g, gscale));
+        let shared = self.shared(gscale);
+        let Optim { rule, state, .. } = self;
+        let total: usize = found.iter().map(|(_, g)| g.numel()).sum();
+        if found.len() < 2 || total < PAR_THRESHOLD {
+            for (p, g) in found {
+                let slots = slots_for::<R>(state, p, &g);
+                with_dtype!(p.dtype(), T => update_one::<T, R>(rule, shared, p, &g, slots));
+            }
+            return;
         }
+        // Parameters are independent: the threads take whole ones (each update the same
+        // arithmetic wherever it runs), where a model of many small parameters would otherwise
+        // update them one after another on one thread.
+        for (p, g) in &found {
+            slots_for::<R>(state, p, g);
+        }
+        let mut slots: HashMap<u64, &mut Vec<Tensor>> =
+            state.iter_mut().map(|(&id, s)| (id, s)).collect();
+        let jobs: Vec<_> = found
+            .into_iter()
+            .map(|(p, g)| {
+                let s = slots
+                    .remove(&p.id())
+                    .expect("every parameter has its slots");
+                (p, g, s)
+            })
+            .collect();
+        let rule = &*rule;
+        run_tasks(
+            jobs,
+            |(p, g, slots)| with_dtype!(p.dtype(), T => update_one::<T, R>(rule, shared, p, &g, slots)),
+        );
     }
 
     fn lr(&self) -> f64 {
