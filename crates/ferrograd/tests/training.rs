@@ -440,13 +440,13 @@ fn gradient_clipping() {
     close(&q.tensor().to_vec::<f64>(), &[2.0, 0.0]);
 }
 
-/// Parameters that are many together (more elements than one thread updates alone) are
-/// updated on several threads, whole parameters each: the same bits as stepping them one at
-/// a time, in f32 and f64.
+/// Small parameters that are many together (more elements than one thread updates alone)
+/// are updated on several threads, whole parameters each, and a large one by its own split
+/// kernel: the same bits as stepping them one at a time, in f32 and f64.
 #[test]
 fn parameters_updated_together_are_updated_as_one_at_a_time() {
     for dtype in [DType::F32, DType::F64] {
-        let shapes: [&[usize]; 4] = [&[300, 300], &[300], &[7, 11], &[600, 300]];
+        let shapes: [&[usize]; 5] = [&[300, 300], &[300], &[7, 11], &[600, 300], &[300, 300]];
         let make = || -> Vec<(String, Param)> {
             shapes
                 .iter()

@@ -447,23 +447,33 @@ impl<R: UpdateRule> Optimizer for Optim<R> {
         };
         let shared = self.shared(gscale);
         let Optim { rule, state, .. } = self;
-        let total: usize = found.iter().map(|(_, g)| g.numel()).sum();
-        if found.len() < 2 || total < PAR_THRESHOLD {
-            for (p, g) in found {
-                let slots = slots_for::<R>(state, p, &g);
-                with_dtype!(p.dtype(), T => update_one::<T, R>(rule, shared, p, &g, slots));
-            }
+        // A parameter large enough to split is updated on every thread by its own kernel. The
+        // small ones, when together they are many, are shared out whole between the threads
+        // (each update the same arithmetic wherever it runs) rather than taken one after
+        // another on this thread. (Should an update panic, the parameters shared out may be
+        // updated or not, as the threads got to them.)
+        let (large, small): (Vec<_>, Vec<_>) = found
+            .into_iter()
+            .partition(|(_, g)| g.numel() >= PAR_THRESHOLD);
+        let small_total: usize = small.iter().map(|(_, g)| g.numel()).sum();
+        let (alone, together) = if small.len() >= 2 && small_total >= PAR_THRESHOLD {
+            (large, small)
+        } else {
+            (large.into_iter().chain(small).collect(), Vec::new())
+        };
+        for (p, g) in alone {
+            let slots = slots_for::<R>(state, p, &g);
+            with_dtype!(p.dtype(), T => update_one::<T, R>(rule, shared, p, &g, slots));
+        }
+        if together.is_empty() {
             return;
         }
-        // Parameters are independent: the threads take whole ones (each update the same
-        // arithmetic wherever it runs), where a model of many small parameters would otherwise
-        // update them one after another on one thread.
-        for (p, g) in &found {
+        for (p, g) in &together {
             slots_for::<R>(state, p, g);
         }
         let mut slots: HashMap<u64, &mut Vec<Tensor>> =
             state.iter_mut().map(|(&id, s)| (id, s)).collect();
-        let jobs: Vec<_> = found
+        let jobs: Vec<_> = together
             .into_iter()
             .map(|(p, g)| {
                 let s = slots
