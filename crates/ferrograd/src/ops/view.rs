@@ -1,5 +1,5 @@
-//! Views: reshape (of a contiguous tensor), permute, transpose, broadcast_to, squeeze,
-//! unsqueeze, flatten_from and narrow share the input's storage. Each gradient maps back
+//! Views: reshape (wherever strides allow; else it copies), permute, transpose, broadcast_to,
+//! squeeze, unsqueeze, flatten_from and narrow share the input's storage. Each gradient maps back
 //! through the inverse view (broadcast sums, narrow pads).
 
 use smallvec::smallvec;

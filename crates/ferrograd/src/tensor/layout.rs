@@ -102,7 +102,7 @@ impl Layout {
 
     /// This layout's elements, in row-major order, seen as `shape` where they lie: the layout
     /// of a view, or `None` when no strides address them so (two transposed axes merged into
-    /// one, say) and they must be copied first. The element counts must agree. The axes that
+    /// one, say) and they must be copied first (or the element counts differ). The axes that
     /// step evenly through memory together (each one's stride its inner neighbour's times that
     /// neighbour's size) form a chunk, and any axes whose sizes multiply to a chunk's count can
     /// replace it; axes of one element belong anywhere.
@@ -112,6 +112,9 @@ impl Layout {
             strides,
             offset: self.offset,
         };
+        if checked_numel(shape) != Some(self.numel()) {
+            return None; // not the same elements: no view, and no copy either
+        }
         match self.numel() {
             // No element: nothing to address, and no offset to keep (it may lie past the end
             // of the storage, where an empty narrow starts).
@@ -251,6 +254,9 @@ mod reshape_tests {
             // One element or none: always a view.
             (layout(&[1, 1], &[5, 9], 4), vec![1], true),
             (layout(&[0, 3], &[1, 7], 0), vec![3, 0, 2], true),
+            // Other element counts: nothing to view.
+            (layout(&[4], &[1], 0), vec![5, 4], false),
+            (layout(&[0, 3], &[1, 7], 0), vec![2], false),
         ];
         for (old, shape, viewable) in cases {
             let got = old.reshaped(&shape);
