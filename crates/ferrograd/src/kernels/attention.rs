@@ -338,9 +338,9 @@ pub fn attention_forward<T: Float>(
     });
 }
 
-/// A thread's working memory: one block of scores and one of their derivatives, a product
-/// block, and per-row statistics. Reused from task to task (every use writes before it
-/// reads), so a block's buffers are not allocated and zeroed again.
+/// A task's working memory: one block of scores and one of their derivatives, a product
+/// block, and per-row statistics. The tasks of one call reuse each other's (every use writes
+/// before it reads), so a block's buffers are not allocated and zeroed again.
 #[derive(Default)]
 struct Scratch<T> {
     scores: Vec<T>,

@@ -1,6 +1,6 @@
 //! Views: reshape (wherever strides allow; else it copies), permute, transpose, broadcast_to,
-//! squeeze, unsqueeze, flatten_from and narrow share the input's storage. Each gradient maps back
-//! through the inverse view (broadcast sums, narrow pads).
+//! squeeze, unsqueeze, flatten_from and narrow share the input's storage. Each gradient maps
+//! back through the inverse view (broadcast sums, narrow pads).
 
 use smallvec::smallvec;
 

@@ -418,6 +418,33 @@ fn update_one<T: FloatElement, R: UpdateRule>(
     });
 }
 
+/// [`update_one`] for each of `params` (with their gradients), the parameters shared out
+/// whole between the threads, each with its own state.
+fn update_together<R: UpdateRule>(
+    rule: &R,
+    state: &mut HashMap<u64, Vec<Tensor>>,
+    shared: Shared,
+    params: Vec<(&Param, Tensor)>,
+) {
+    for (p, g) in &params {
+        slots_for::<R>(state, p, g);
+    }
+    let mut slots: HashMap<u64, &mut Vec<Tensor>> =
+        state.iter_mut().map(|(&id, s)| (id, s)).collect();
+    let jobs: Vec<_> = params
+        .into_iter()
+        .map(|(p, g)| {
+            let s = slots
+                .remove(&p.id())
+                .expect("every parameter has its slots");
+            (p, g, s)
+        })
+        .collect();
+    run_tasks(jobs, |(p, g, slots)| {
+        with_dtype!(p.dtype(), T => update_one::<T, R>(rule, shared, p, &g, slots));
+    });
+}
+
 impl<R: UpdateRule> Optimizer for Optim<R> {
     fn step(&mut self, params: &[(String, Param)], grads: &Gradients) {
         if anomaly_reported() {
@@ -465,28 +492,9 @@ impl<R: UpdateRule> Optimizer for Optim<R> {
             let slots = slots_for::<R>(state, p, &g);
             with_dtype!(p.dtype(), T => update_one::<T, R>(rule, shared, p, &g, slots));
         }
-        if together.is_empty() {
-            return;
+        if !together.is_empty() {
+            update_together(rule, state, shared, together);
         }
-        for (p, g) in &together {
-            slots_for::<R>(state, p, g);
-        }
-        let mut slots: HashMap<u64, &mut Vec<Tensor>> =
-            state.iter_mut().map(|(&id, s)| (id, s)).collect();
-        let jobs: Vec<_> = together
-            .into_iter()
-            .map(|(p, g)| {
-                let s = slots
-                    .remove(&p.id())
-                    .expect("every parameter has its slots");
-                (p, g, s)
-            })
-            .collect();
-        let rule = &*rule;
-        run_tasks(
-            jobs,
-            |(p, g, slots)| with_dtype!(p.dtype(), T => update_one::<T, R>(rule, shared, p, &g, slots)),
-        );
     }
 
     fn lr(&self) -> f64 {
