@@ -2,6 +2,7 @@
 //! in place, threaded for large parameters. Each optimizer supplies the per-element rule.
 
 use super::parallel::run_tasks;
+use super::reduce::lanes;
 use ferrograd_derive::isa_dispatch;
 
 use super::{Float, PAR_CHUNK, PAR_THRESHOLD};
@@ -126,18 +127,9 @@ pub fn sum_squares<T: Float>(g: &[T]) -> f64 {
 /// lanes. The order is fixed, so the result is the same bits every run.
 #[isa_dispatch]
 fn sum_squares_serial<T: Float>(g: &[T]) -> f64 {
-    let mut sums = [0.0f64; LANES];
-    let mut chunks = g.chunks_exact(LANES);
-    for c in &mut chunks {
-        for (s, v) in sums.iter_mut().zip(c) {
-            *s += v.as_f64() * v.as_f64();
-        }
-    }
-    let tail: f64 = chunks
-        .remainder()
-        .iter()
-        .map(|v| v.as_f64() * v.as_f64())
-        .sum();
+    let square = |s: f64, v: T| s + v.as_f64() * v.as_f64();
+    let (sums, rest) = lanes::<T, f64, LANES>(g, 0.0, square);
+    let tail: f64 = rest.iter().map(|v| v.as_f64() * v.as_f64()).sum();
     sums.iter().sum::<f64>() + tail
 }
 

@@ -17,18 +17,8 @@ pub(crate) fn sum_run<T: Float>(xs: &[T]) -> T {
 /// instruction set (a dispatched call per short row would cost as much as the row).
 #[inline(always)]
 pub(crate) fn sum_lanes<T: Float>(xs: &[T]) -> T {
-    let mut acc = [T::zero(); 8];
-    let chunks = xs.chunks_exact(8);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for i in 0..8 {
-            acc[i] += c[i];
-        }
-    }
-    let mut s = T::zero();
-    for r in rest {
-        s += *r;
-    }
+    let (acc, rest) = lanes::<T, T, 8>(xs, T::zero(), |a, v| a + v);
+    let s = rest.iter().fold(T::zero(), |s, &r| s + r);
     ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + s
 }
 
@@ -37,17 +27,31 @@ pub(crate) fn sum_lanes<T: Float>(xs: &[T]) -> T {
 /// the result is the same whatever the order.
 #[inline(always)]
 pub(crate) fn max_lanes<T: Float>(xs: &[T]) -> T {
-    let mut acc = [T::neg_infinity(); 8];
-    let chunks = xs.chunks_exact(8);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for i in 0..8 {
-            acc[i] = acc[i].max(c[i]);
-        }
-    }
+    let (acc, rest) = lanes::<T, T, 8>(xs, T::neg_infinity(), |m, v| m.max(v));
     acc.iter()
         .chain(rest)
         .fold(T::neg_infinity(), |m, &v| m.max(v))
+}
+
+/// `f` folded over `xs` in `L` independent running values from `init` (element `i` of each
+/// whole group of `L` into value `i`), and the elements after the last whole group. One fold
+/// would be a chain of dependent steps; `L` of them fill the vector lanes. Each caller
+/// combines the values in its own fixed order, so its result is the same bits every run.
+#[inline(always)]
+pub(crate) fn lanes<T: Copy, A: Copy, const L: usize>(
+    xs: &[T],
+    init: A,
+    f: impl Fn(A, T) -> A,
+) -> ([A; L], &[T]) {
+    let mut acc = [init; L];
+    let chunks = xs.chunks_exact(L);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..L {
+            acc[i] = f(acc[i], c[i]);
+        }
+    }
+    (acc, rest)
 }
 
 /// `acc[j] = op(acc[j], x[j])`: one row of a reduction over rows, compiled for each
