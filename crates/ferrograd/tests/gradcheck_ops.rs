@@ -155,6 +155,30 @@ fn matmul_forms() {
 }
 
 #[test]
+fn linear_forms() {
+    check(
+        "linear 2-d",
+        |t| t[0].linear(&t[1], Some(&t[2])),
+        &[randn(&[3, 4], 72), randn(&[5, 4], 73), randn(&[5], 74)],
+    );
+    check(
+        "linear over leading axes",
+        |t| t[0].linear(&t[1], Some(&t[2])),
+        &[randn(&[2, 3, 4], 75), randn(&[5, 4], 76), randn(&[5], 77)],
+    );
+    check(
+        "linear of a vector",
+        |t| t[0].linear(&t[1], Some(&t[2])),
+        &[randn(&[4], 78), randn(&[2, 4], 79), randn(&[2], 90)],
+    );
+    check(
+        "linear without bias, transposed input",
+        |t| t[0].transpose(0, 1).linear(&t[1], None),
+        &[randn(&[4, 3], 91), randn(&[2, 4], 92)],
+    );
+}
+
+#[test]
 fn shape_ops_and_views() {
     let x = randn(&[2, 3, 4], 80);
     check1("reshape", |t| t.reshape(&[6, 4]), &x);

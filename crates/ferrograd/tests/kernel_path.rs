@@ -53,6 +53,10 @@ fn result_digest() {
         for v in a.matmul(&b).to_vec::<f32>() {
             v.to_bits().hash(&mut h);
         }
+        let bias = Tensor::randn(&[n], DType::F32, &mut rng);
+        for v in a.linear(&b.t(), Some(&bias)).to_vec::<f32>() {
+            v.to_bits().hash(&mut h);
+        }
     }
     for g in conv_grads(2).iter().flatten() {
         g.to_bits().hash(&mut h);
@@ -109,6 +113,48 @@ proptest! {
             prop_assert!((g - w).abs() <= 1e-5 * (k as f64).sqrt() * (1.0 + w.abs()),
                 "{m}×{k}×{n} ({ta}, {tb}) at {i}: {g} against {w}");
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// `linear`'s bias joins the product as its tiles are stored: the same bits as the
+    /// product and the addition written out, on every tile edge, both layouts of the input
+    /// and the weight, and over several k blocks (where the bias must join only the last).
+    #[test]
+    fn linear_is_the_product_plus_the_bias_to_the_bit(
+        m in 1usize..80,
+        k in 1usize..600,
+        n in 1usize..90,
+        tx in any::<bool>(),
+        tw in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let (x, w) = (operand(m, k, tx, &mut rng), operand(n, k, tw, &mut rng));
+        let b = Tensor::randn(&[n], DType::F32, &mut rng);
+        let want = (&x.matmul(&w.t()) + &b).to_vec::<f32>();
+        prop_assert_eq!(x.linear(&w, Some(&b)).to_vec::<f32>(), want);
+    }
+}
+
+/// [`linear_is_the_product_plus_the_bias_to_the_bit`] on products that split over the
+/// threads by columns and by rows, with leading axes, and on the GPT's shapes.
+#[test]
+fn large_linear_products_are_the_product_plus_the_bias_to_the_bit() {
+    let mut rng = StdRng::seed_from_u64(12);
+    for (m, k, n) in [
+        (768, 128, 384),
+        (768, 512, 128),
+        (300, 600, 530),
+        (2000, 40, 24),
+    ] {
+        let x = Tensor::randn(&[2, m / 2, k], DType::F32, &mut rng);
+        let w = Tensor::randn(&[n, k], DType::F32, &mut rng);
+        let b = Tensor::randn(&[n], DType::F32, &mut rng);
+        let want = (&x.matmul(&w.t()) + &b).to_vec::<f32>();
+        assert_eq!(x.linear(&w, Some(&b)).to_vec::<f32>(), want, "{m}×{k}×{n}");
     }
 }
 

@@ -610,3 +610,44 @@ fn ops_on_several_tensors_promote_by_one_rule_in_any_order() {
     assert_eq!(three.dtype(), DType::F64);
     assert_eq!(three.to_vec::<f64>(), [3.0, 4.0, 1.5, 2.5, 0.25, 0.75]);
 }
+
+#[test]
+fn linear_is_the_product_with_the_weight_transposed_plus_the_bias() {
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
+    let w = Tensor::from_vec(vec![1.0f32, 0.0, -1.0, 0.5, 0.5, 0.5], &[2, 3]);
+    let b = Tensor::from_vec(vec![10.0f32, 20.0], &[2]);
+    assert_eq!(
+        x.linear(&w, Some(&b)).to_vec::<f32>(),
+        [8.0, 23.0, 8.0, 27.5]
+    );
+    assert_eq!(x.linear(&w, None).to_vec::<f32>(), [-2.0, 3.0, -2.0, 7.5]);
+    // Leading axes are kept; an empty batch gives an empty result.
+    assert_eq!(x.reshape(&[1, 2, 3]).linear(&w, Some(&b)).shape(), [1, 2, 2]);
+    let none = Tensor::zeros(&[0, 3], DType::F32);
+    assert_eq!(none.linear(&w, Some(&b)).shape(), [0, 2]);
+    // No inputs: the bias alone.
+    let empty_in = Tensor::zeros(&[2, 0], DType::F32);
+    let empty_w = Tensor::zeros(&[2, 0], DType::F32);
+    assert_eq!(
+        empty_in.linear(&empty_w, Some(&b)).to_vec::<f32>(),
+        [10.0, 20.0, 10.0, 20.0]
+    );
+}
+
+#[test]
+fn linear_refuses_operands_that_do_not_fit() {
+    let x = Tensor::zeros(&[2, 3], DType::F32);
+    let w = Tensor::zeros(&[4, 3], DType::F32);
+    let cases = [
+        (x.clone(), Tensor::zeros(&[4, 2], DType::F32), None),
+        (x.clone(), Tensor::zeros(&[3], DType::F32), None),
+        (Tensor::scalar(1.0f32), w.clone(), None),
+        (x.clone(), w.clone(), Some(Tensor::zeros(&[3], DType::F32))),
+        (x.clone(), w.clone(), Some(Tensor::zeros(&[1, 4], DType::F32))),
+        (x.clone(), w.to_dtype(DType::I64), None),
+    ];
+    for (x, w, b) in cases {
+        let err = x.try_linear(&w, b.as_ref()).unwrap_err().to_string();
+        assert!(err.contains("linear"), "{err}");
+    }
+}

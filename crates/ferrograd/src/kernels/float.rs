@@ -28,12 +28,19 @@ pub trait Float:
     fn gelu_in_place(xs: &mut [Self]);
     /// `ts[i] ← ts[i]·GELU′(xs[i])`, GELU′(x) = Φ(x) + x·φ(x) (vectorised for f32).
     fn gelu_backward(xs: &[Self], ts: &mut [Self]);
-    /// `out = a @ b` with `out` row-major `[a.rows, b.cols]`.
+    /// `out = a @ b` with `out` row-major `[a.rows, b.cols]`, then `row` added to every row
+    /// of it when given.
     ///
     /// # Safety
-    /// `a.cols == b.rows`, `out.len() == a.rows * b.cols`, all three non-empty, and every
-    /// element addressed through `a` and `b` in bounds (as `matmul::gemm` checks).
-    unsafe fn gemm_unchecked(a: MatRef<'_, Self>, b: MatRef<'_, Self>, out: &mut [Self]);
+    /// `a.cols == b.rows`, `out.len() == a.rows * b.cols`, all three non-empty, `row` (if
+    /// given) `b.cols` long, and every element addressed through `a` and `b` in bounds (as
+    /// `matmul::gemm` checks).
+    unsafe fn gemm_unchecked(
+        a: MatRef<'_, Self>,
+        b: MatRef<'_, Self>,
+        row: Option<&[Self]>,
+        out: &mut [Self],
+    );
     /// The slice itself when the type is f32 (for kernels written for f32 alone).
     fn as_f32(xs: &[Self]) -> Option<&[f32]>;
     /// The slice itself when the type is f32.
@@ -68,13 +75,18 @@ impl Float for f32 {
     fn gelu_backward(xs: &[Self], ts: &mut [Self]) {
         super::activation::gelu_backward_f32(xs, ts);
     }
-    unsafe fn gemm_unchecked(a: MatRef<'_, f32>, b: MatRef<'_, f32>, out: &mut [f32]) {
+    unsafe fn gemm_unchecked(
+        a: MatRef<'_, f32>,
+        b: MatRef<'_, f32>,
+        row: Option<&[f32]>,
+        out: &mut [f32],
+    ) {
         if super::sgemm::available() {
             // SAFETY: forwarded contract; the AVX check was just made.
-            return unsafe { super::sgemm::gemm(a, b, out) };
+            return unsafe { super::sgemm::gemm(a, b, row, out) };
         }
         // SAFETY: forwarded contract.
-        unsafe { portable_gemm(matrixmultiply::sgemm, a, b, out) }
+        unsafe { portable_gemm(matrixmultiply::sgemm, a, b, row, out) }
     }
     fn as_f32(xs: &[Self]) -> Option<&[f32]> {
         Some(xs)
@@ -121,9 +133,14 @@ impl Float for f64 {
             *t *= cdf + x * FRAC_1_SQRT_2PI * (-0.5 * x * x).exp();
         }
     }
-    unsafe fn gemm_unchecked(a: MatRef<'_, f64>, b: MatRef<'_, f64>, out: &mut [f64]) {
+    unsafe fn gemm_unchecked(
+        a: MatRef<'_, f64>,
+        b: MatRef<'_, f64>,
+        row: Option<&[f64]>,
+        out: &mut [f64],
+    ) {
         // SAFETY: forwarded contract.
-        unsafe { portable_gemm(matrixmultiply::dgemm, a, b, out) }
+        unsafe { portable_gemm(matrixmultiply::dgemm, a, b, row, out) }
     }
     fn as_f32(_: &[Self]) -> Option<&[f32]> {
         None
@@ -151,15 +168,17 @@ type MmGemm<T> = unsafe fn(
     isize,
 );
 
-/// `out = a @ b` by `matrixmultiply` (`gemm` is its `sgemm` or `dgemm`).
+/// `out = a @ b (+ row)` by `matrixmultiply` (`gemm` is its `sgemm` or `dgemm`), the row
+/// added afterwards.
 ///
 /// # Safety
-/// The shapes fit (`a.cols == b.rows`, `out.len() == a.rows * b.cols`) and every element
-/// `a` and `b` address lies inside their slices.
+/// The shapes fit (`a.cols == b.rows`, `out.len() == a.rows * b.cols`, `row` `b.cols` long)
+/// and every element `a` and `b` address lies inside their slices.
 unsafe fn portable_gemm<T: Float>(
     gemm: MmGemm<T>,
     a: MatRef<'_, T>,
     b: MatRef<'_, T>,
+    row: Option<&[T]>,
     out: &mut [T],
 ) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
@@ -182,5 +201,8 @@ unsafe fn portable_gemm<T: Float>(
             n as isize,
             1,
         )
+    }
+    if let Some(row) = row {
+        super::matmul::add_row(out, row);
     }
 }

@@ -95,7 +95,8 @@ pub fn gemm_batch_append<T: Float>(pairs: &[Pair<'_, T>], m: usize, n: usize, ou
     }
     if block > 0 {
         let spare = &mut out.spare_capacity_mut()[..total];
-        let run = |(c, pair): (&mut [MaybeUninit<T>], &Pair<'_, T>)| gemm_uninit(pair.0, pair.1, c);
+        let run =
+            |(c, pair): (&mut [MaybeUninit<T>], &Pair<'_, T>)| gemm_uninit(pair.0, pair.1, None, c);
         let small = pairs
             .first()
             .is_some_and(|(a, _)| a.rows.saturating_mul(a.cols).saturating_mul(n) < SMALL_GEMM);
@@ -120,33 +121,86 @@ pub fn gemm_into<T: Float>(a: MatRef<'_, T>, b: MatRef<'_, T>, out: &mut [T]) {
     let out = unsafe {
         std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<MaybeUninit<T>>(), out.len())
     };
-    gemm_uninit(a, b, out)
+    gemm_uninit(a, b, None, out)
 }
 
 /// Below this many multiply-adds per matrix, a batch runs its matrices on separate threads
 /// instead of threading inside each product.
 const SMALL_GEMM: usize = 1 << 18;
 
-/// `out = a @ b` into uninitialised memory: every element of `out` is written.
-fn gemm_uninit<T: Float>(a: MatRef<'_, T>, b: MatRef<'_, T>, out: &mut [MaybeUninit<T>]) {
-    if a.cols == 0 {
-        out.iter_mut().for_each(|v| {
-            v.write(T::zero());
-        });
+/// `a @ b + row`, `row` added to every row of the product (a layer's bias), appended to `out`
+/// as a row-major `[a.rows, b.cols]` block. Where the own f32 kernel runs, the row joins each
+/// tile of the product as it is stored (no second pass over the output); every path rounds as
+/// the product followed by the addition would.
+pub fn gemm_plus_row_append<T: Float>(
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    row: &[T],
+    out: &mut Vec<T>,
+) {
+    assert_eq!(row.len(), b.cols, "gemm: row length");
+    let total = a
+        .rows
+        .checked_mul(b.cols)
+        .expect("gemm: output size overflows");
+    // A refused allocation unwinds with the sizes instead of aborting the process.
+    if out.try_reserve(total).is_err() {
+        panic!(
+            "matmul: cannot allocate {total} elements for a product of {m} x {n}",
+            m = a.rows,
+            n = b.cols
+        );
+    }
+    gemm_uninit(a, b, Some(row), &mut out.spare_capacity_mut()[..total]);
+    let len = out.len() + total;
+    // SAFETY: `gemm_uninit` wrote every one of the `total` elements after the old length;
+    // `reserve` made room.
+    unsafe { out.set_len(len) };
+}
+
+/// `row` added to each `row.len()`-long row of `out`.
+pub(super) fn add_row<T: Float>(out: &mut [T], row: &[T]) {
+    for r in out.chunks_exact_mut(row.len()) {
+        r.iter_mut().zip(row).for_each(|(o, &b)| *o = *o + b);
+    }
+}
+
+/// `out = a @ b (+ row)` into uninitialised memory: every element of `out` is written.
+fn gemm_uninit<T: Float>(
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    row: Option<&[T]>,
+    out: &mut [MaybeUninit<T>],
+) {
+    if out.is_empty() {
+        return;
+    }
+    if a.cols == 0 || super::gemv::applies(a.rows, b.cols) {
+        if a.cols == 0 {
+            out.iter_mut().for_each(|v| {
+                v.write(T::zero());
+            });
+        } else {
+            check(&a, &b, out.len());
+            super::gemv::vector_product(&a, &b, out);
+        }
+        if let Some(row) = row {
+            // SAFETY: every element was written just above; MaybeUninit<T> has T's layout.
+            let out =
+                unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<T>(), out.len()) };
+            add_row(out, row);
+        }
         return;
     }
     check(&a, &b, out.len());
-    if super::gemv::applies(a.rows, b.cols) {
-        super::gemv::vector_product(&a, &b, out);
-        return;
-    }
-    // SAFETY: checked above; both kernels write every element of the output without reading
-    // it first (matrixmultiply with beta = 0, sgemm's first k block stores), so it may be
-    // uninitialised. MaybeUninit<T> has T's layout.
+    // SAFETY: checked above (`row`, when given, by `gemm_plus_row`); both kernels write every
+    // element of the output without reading it first (matrixmultiply with beta = 0, sgemm's
+    // first k block stores), so it may be uninitialised. MaybeUninit<T> has T's layout.
     unsafe {
         T::gemm_unchecked(
             a,
             b,
+            row,
             std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<T>(), out.len()),
         )
     }

@@ -408,18 +408,27 @@ thread_local! {
         std::cell::RefCell::new((PackBuf::default(), PackBuf::default()));
 }
 
-/// `out = a @ b` (`out` row-major `[a.rows, b.cols]`).
+/// `out = a @ b` (`out` row-major `[a.rows, b.cols]`), plus `row` added to every row of it
+/// when given (a layer's bias, added as each tile of `out` is stored for the last time:
+/// `(a @ b) + row`, the same rounding as adding it afterwards, without another pass).
 ///
 /// # Safety
 /// The caller has checked that `a.cols == b.rows > 0`, `out.len() == a.rows * b.cols`, that
-/// every element `a` and `b` address is in bounds, and that `available()` is true.
+/// `row` (if given) holds `b.cols` floats, that every element `a` and `b` address is in
+/// bounds, and that `available()` is true.
 ///
 /// Threads split the output into disjoint blocks (column ranges when there are enough columns,
 /// else row ranges) and run the blocked product independently, each packing what it
 /// reads: no synchronisation until the end.
-pub(crate) unsafe fn gemm(a: MatRef<'_, f32>, b: MatRef<'_, f32>, out: &mut [f32]) {
+pub(crate) unsafe fn gemm(
+    a: MatRef<'_, f32>,
+    b: MatRef<'_, f32>,
+    row: Option<&[f32]>,
+    out: &mut [f32],
+) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     debug_assert!(available() && out.len() == m * n && k > 0);
+    debug_assert!(row.is_none_or(|r| r.len() == n));
     let c = OutPtr(out.as_mut_ptr());
     let threads = if m * n * k < PAR_MIN_MACS {
         1
@@ -464,13 +473,15 @@ pub(crate) unsafe fn gemm(a: MatRef<'_, f32>, b: MatRef<'_, f32>, out: &mut [f32
     let block = |t: usize| {
         // SAFETY: part t writes only rows i0..i1 × columns j0..j1 of `out`, disjoint from
         // every other part (the starts increase with t); the sub-block lies inside the m × n
-        // output.
+        // output, and the row vector (n floats) from its first column on holds its columns.
         unsafe {
             let (s0, s1) = (start(t), start(t + 1));
             if split_cols {
-                serial(&a, &b.sub_cols(s0, s1 - s0), c.at(s0), n);
+                let row = row.map(|r| r[s0..].as_ptr());
+                serial(&a, &b.sub_cols(s0, s1 - s0), (c.at(s0), n), row);
             } else {
-                serial(&a.sub_rows(s0, s1 - s0), &b, c.at(s0 * n), n);
+                let row = row.map(|r| r.as_ptr());
+                serial(&a.sub_rows(s0, s1 - s0), &b, (c.at(s0 * n), n), row);
             }
         }
     };
@@ -609,12 +620,18 @@ impl<'a> APanels<'a> {
     }
 }
 
-/// The blocked product on one thread: `c[0..a.rows, 0..b.cols] = a @ b`, row stride `ldc`.
+/// The blocked product on one thread: `c[0..a.rows, 0..b.cols] = a @ b (+ row)`, row stride
+/// `ldc`.
 ///
 /// # Safety
 /// `c` must address a.rows rows of b.cols elements with row stride `ldc`, used by no one else
-/// meanwhile; the own kernels are [`available`].
-unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usize) {
+/// meanwhile, and `row` (if given) b.cols floats; the own kernels are [`available`].
+unsafe fn serial(
+    a: &MatRef<'_, f32>,
+    b: &MatRef<'_, f32>,
+    (c, ldc): (*mut f32, usize),
+    row: Option<*const f32>,
+) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     PACK.with(|cell| {
         // A re-entrant call (work stolen while this thread waits) gets fresh buffers.
@@ -650,17 +667,19 @@ unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usi
                             // rows of NR floats, ldb apart (in place: a full panel inside b;
                             // packed: kc·NR floats of bp); the A panel likewise holds MR rows
                             // of kc steps (in place: a full row panel inside a; packed:
-                            // kc·MR floats of ap).
+                            // kc·MR floats of ap); `row` holds the tile's columns.
                             unsafe {
                                 let tile = c.add((i0 + r * MR) * ldc + j0 + q * NR);
+                                // The row joins in the last k block's stores.
+                                let last = p0 + kc == k;
+                                let plus = row.filter(|_| last).map(|r| r.add(j0 + q * NR));
                                 tile_kernel(
                                     kc,
                                     a_panel,
                                     Strided(bq, ldb),
                                     (tile, CRows::Apart(ldc)),
-                                    rows,
-                                    cols,
-                                    p0 > 0,
+                                    (rows, cols),
+                                    Store::new(p0 > 0, plus),
                                 );
                             }
                         }
@@ -680,16 +699,15 @@ unsafe fn serial(a: &MatRef<'_, f32>, b: &MatRef<'_, f32>, c: *mut f32, ldc: usi
 /// holds `rows` entries), not accessed by anyone else meanwhile, and the CPU must support
 /// AVX2 and FMA (AVX-512F where that path is active). The A panel must hold `rows` rounded
 /// up to 4 rows (packed panels are zero-padded; an in-place one has them), the B panel `kc`
-/// rows of the floats its vectors cover.
+/// rows of the floats its vectors cover, and the store's row vector (if any) `cols` floats.
 #[inline]
 unsafe fn tile_kernel<B: BRows>(
     kc: usize,
     a: APanel,
     b: B,
     (c, c_rows): (*mut f32, CRows),
-    rows: usize,
-    cols: usize,
-    accumulate: bool,
+    (rows, cols): (usize, usize),
+    store: Store,
 ) {
     let wide = cols > 16;
     let last = cols - if wide { 16 } else { 0 };
@@ -701,7 +719,7 @@ unsafe fn tile_kernel<B: BRows>(
         c_rows,
         rows,
         mask,
-        accumulate,
+        store,
     };
     // SAFETY: forwarded contract.
     unsafe {
@@ -1103,7 +1121,14 @@ fn row_panels<B: BRows>(
         unsafe {
             let a_panel = APanel::Rows(a[r0 * lda + p0..].as_ptr(), lda);
             let tile = (c[r0 * ldc + q0..].as_mut_ptr(), CRows::Apart(ldc));
-            tile_kernel(kc, a_panel, b, tile, rows, width, p0 > 0);
+            tile_kernel(
+                kc,
+                a_panel,
+                b,
+                tile,
+                (rows, width),
+                Store::new(p0 > 0, None),
+            );
         }
         r0 += rows;
     }
@@ -1202,7 +1227,7 @@ pub(crate) fn offset_runs_product_acc(
                 unsafe {
                     let b_panel = Strided(b[p0 * ldb + j0..].as_ptr(), ldb);
                     let tile = (c[r0 * ldc + j0..].as_mut_ptr(), CRows::Apart(ldc));
-                    tile_kernel(kc, a_panel, b_panel, tile, rows, width, true);
+                    tile_kernel(kc, a_panel, b_panel, tile, (rows, width), Store::ADD);
                 }
             }
         }
@@ -1312,7 +1337,7 @@ pub(crate) fn gathered_rows_product(
                     unsafe {
                         let b_panel = Strided(b[(b_row + p0) * ldb + j0..].as_ptr(), ldb);
                         let tile = (c[j0..].as_mut_ptr(), c_rows);
-                        tile_kernel(kc, a_panel, b_panel, tile, rows, width, true);
+                        tile_kernel(kc, a_panel, b_panel, tile, (rows, width), Store::ADD);
                     }
                 }
                 r0 += rows;
@@ -1365,7 +1390,7 @@ pub(crate) fn gathered_steps_product_acc(
                     unsafe {
                         let b_panel = Strided(b[p0 * ldb + j0..].as_ptr(), ldb);
                         let tile = (c[(c_row + r0) * ldc + j0..].as_mut_ptr(), CRows::Apart(ldc));
-                        tile_kernel(kc, a_panel, b_panel, tile, rows, width, true);
+                        tile_kernel(kc, a_panel, b_panel, tile, (rows, width), Store::ADD);
                     }
                 }
                 r0 += rows;
@@ -1411,8 +1436,39 @@ struct Tile<B> {
     rows: usize,
     /// Columns of the last 16-wide vector stored.
     mask: u16,
-    /// Add to C instead of overwriting it.
+    store: Store,
+}
+
+/// How a tile's product reaches C: added to what C holds or in its place, and then with a row
+/// vector (a bias, one float per column of the tile) added or not.
+#[derive(Clone, Copy)]
+struct Store {
     accumulate: bool,
+    plus_row: Option<*const f32>,
+}
+
+impl Store {
+    /// Added to C, nothing else.
+    const ADD: Store = Store {
+        accumulate: true,
+        plus_row: None,
+    };
+
+    fn new(accumulate: bool, plus_row: Option<*const f32>) -> Store {
+        Store {
+            accumulate,
+            plus_row,
+        }
+    }
+
+    /// The same store for the columns from `col0` on.
+    #[inline(always)]
+    fn skip_cols(self, col0: usize) -> Store {
+        Store {
+            plus_row: self.plus_row.map(|r| r.wrapping_add(col0)),
+            ..self
+        }
+    }
 }
 
 impl<B: BRows> Tile<B> {
@@ -1430,6 +1486,7 @@ impl<B: BRows> Tile<B> {
             c_rows,
             rows,
             mask,
+            store: self.store.skip_cols(col0),
             ..self
         }
     }
@@ -1495,23 +1552,32 @@ unsafe fn avx2_kernel<const M: usize, const W: usize, const BY: u8, B: BRows>(
         for (w, &r) in row.iter().enumerate() {
             let bits = i32::from((t.mask >> (8 * w)) as u8);
             // SAFETY: row i < rows of the block holds the columns its mask bits select at
-            // c + (i·ldc or table entry i) + 8·w.
+            // c + (i·ldc or table entry i) + 8·w, and the row vector those columns.
             unsafe {
                 let ci = t.c.add(t.c_rows.offset(i) + 8 * w);
+                let plus = t.store.plus_row.map(|p| p.add(8 * w));
                 if bits == 0xFF {
-                    let r = if t.accumulate {
+                    let r = if t.store.accumulate {
                         _mm256_add_ps(r, _mm256_loadu_ps(ci))
                     } else {
                         r
+                    };
+                    let r = match plus {
+                        Some(p) => _mm256_add_ps(r, _mm256_loadu_ps(p)),
+                        None => r,
                     };
                     _mm256_storeu_ps(ci, r);
                 } else if bits != 0 {
                     let on = _mm256_and_si256(_mm256_set1_epi32(bits), lanes);
                     let mask = _mm256_cmpeq_epi32(on, lanes);
-                    let r = if t.accumulate {
+                    let r = if t.store.accumulate {
                         _mm256_add_ps(r, _mm256_maskload_ps(ci, mask))
                     } else {
                         r
+                    };
+                    let r = match plus {
+                        Some(p) => _mm256_add_ps(r, _mm256_maskload_ps(p, mask)),
+                        None => r,
                     };
                     _mm256_maskstore_ps(ci, mask, r);
                 }
@@ -1594,13 +1660,17 @@ unsafe fn micro_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(
         for (v, &r) in row.iter().enumerate() {
             let mask = if v + 1 == V { t.mask } else { 0xFFFF };
             // SAFETY: row i < rows of the tile holds the columns `mask` selects at
-            // c + (i·ldc or table entry i) + 16·v.
+            // c + (i·ldc or table entry i) + 16·v, and the row vector those columns.
             unsafe {
                 let ci = t.c.add(t.c_rows.offset(i) + 16 * v);
-                let r = if t.accumulate {
+                let r = if t.store.accumulate {
                     _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask, ci))
                 } else {
                     r
+                };
+                let r = match t.store.plus_row {
+                    Some(p) => _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask, p.add(16 * v))),
+                    None => r,
                 };
                 _mm512_mask_storeu_ps(ci, mask, r);
             }

@@ -69,7 +69,7 @@ impl MultiheadAttention {
         let e = self.width();
         let w = self.in_proj_weight.tensor().narrow(0, part * e, e);
         let b = self.in_proj_bias.tensor().narrow(0, part * e, e);
-        let y = &x.matmul(&w.t()) + &b;
+        let y = x.linear(&w, Some(&b));
         let (n, t) = (x.shape()[0], x.shape()[1]);
         y.reshape(&[n, t, self.heads, e / self.heads])
             .transpose(1, 2)

@@ -160,10 +160,7 @@ impl Layer for Dense {
         let fan_in = self.weight.shape()[1];
         let fits = x.ndim() >= 1 && x.shape()[x.ndim() - 1] == fan_in;
         expect_input(&self.name(), fits, &format!("[..., {fan_in}]"), x);
-        let y = x.matmul(&self.weight.tensor().t());
-        match &self.bias {
-            Some(b) => &y + &b.tensor(),
-            None => y,
-        }
+        let bias = self.bias.as_ref().map(Param::tensor);
+        x.linear(&self.weight.tensor(), bias.as_ref())
     }
 }

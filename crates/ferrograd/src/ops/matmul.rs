@@ -4,14 +4,14 @@
 //! not already one matrix).
 
 use super::binary_promote;
-use super::dtype::{eager_dtype, promoted_float_rule};
+use super::dtype::{eager_dtype, floats_rule, promoted_float_rule};
 use smallvec::smallvec;
 
 use super::shape::{broadcast, eager, known, numel, same, show, Rule};
 use crate::error::{Error, Result};
-use crate::kernels::matmul::{gemm_batch_append, MatRef};
+use crate::kernels::matmul::{gemm_batch_append, gemm_plus_row_append, MatRef};
 use crate::kernels::part_numel;
-use crate::tensor::{checked_numel, record, with_dtype, FloatElement, Tensor};
+use crate::tensor::{checked_numel, no_grad, record, with_dtype, FloatElement, Tensor};
 
 impl Tensor {
     /// Matrix product `self @ other`. Panics with both shapes when they do not fit.
@@ -70,6 +70,119 @@ impl Tensor {
             ]
         }))
     }
+}
+
+impl Tensor {
+    /// `self @ weightᵀ + bias`, PyTorch's `F.linear`: `self` `[.., in]`, `weight` `[out, in]`,
+    /// `bias` `[out]` (or none), giving `[.., out]`. The same values as the matmul and the
+    /// addition written out (to the bit), in one pass: where the own f32 kernel runs, the bias
+    /// joins each tile of the product as it is stored. Mixed dtypes are promoted. Panics when
+    /// the shapes do not fit.
+    pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
+        self.try_linear(weight, bias)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Tensor::linear`], returning [`Error::Shape`] instead of panicking when the shapes do
+    /// not fit.
+    pub fn try_linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        let (out_shape, k, n) = linear_shape(self, weight, bias)?;
+        let mut operands = vec![("input", self.dtype()), ("weight", weight.dtype())];
+        operands.extend(bias.map(|b| ("bias", b.dtype())));
+        let dtype = eager_dtype("linear", floats_rule(&operands))?;
+        let (x, w) = (self.to_dtype(dtype), weight.to_dtype(dtype));
+        let b = bias.map(|b| b.to_dtype(dtype));
+        let rows = x.numel() / k.max(1);
+        let out = match &b {
+            Some(b) if rows > 0 && n > 0 => {
+                with_dtype!(dtype, T => linear_forward::<T>(&x, &w, b, (rows, k), &out_shape))?
+            }
+            _ => no_grad(|| {
+                let y = x.matmul(&w.t());
+                b.as_ref().map_or(y.clone(), |b| &y + b)
+            }),
+        };
+        let mut inputs = vec![&x, &w];
+        inputs.extend(&b);
+        Ok(record("linear", out, &inputs, move |c, up| {
+            let (x, w) = (c.input(0), c.input(1));
+            let mut grads = smallvec![
+                c.needs(0).then(|| up.matmul(w)),
+                c.needs(1).then(|| {
+                    // Rows of every leading axis at once: [out, rows] @ [rows, in], row-major
+                    // like the weight, so an optimizer updates it without a copy.
+                    let n = w.shape()[0];
+                    up.reshape(&[rows, n]).t().matmul(&x.reshape(&[rows, k]))
+                }),
+            ];
+            if c.inputs.len() == 3 {
+                grads.push(c.needs(2).then(|| up.sum_to(&[n])));
+            }
+            grads
+        }))
+    }
+}
+
+/// `linear`'s output shape, with its inner and output sizes, or why the operands do not fit.
+fn linear_shape(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<(Vec<usize>, usize, usize)> {
+    let fits = match (x.shape(), w.shape()) {
+        ([.., k], [n, kw]) if k == kw => b.is_none_or(|b| b.shape() == [*n]),
+        _ => false,
+    };
+    if !fits {
+        return Err(Error::Shape(format!(
+            "linear: input {:?}, weight {:?} and bias {:?} do not fit ([.., in], [out, in] \
+             and [out])",
+            x.shape(),
+            w.shape(),
+            b.map(Tensor::shape)
+        )));
+    }
+    let (n, k) = (w.shape()[0], w.shape()[1]);
+    let mut out_shape = x.shape()[..x.ndim() - 1].to_vec();
+    out_shape.push(n);
+    Ok((out_shape, k, n))
+}
+
+/// `x @ wᵀ + b` for non-empty `rows × n`, `x` seen as `[rows, k]`.
+fn linear_forward<T: FloatElement>(
+    x: &Tensor,
+    w: &Tensor,
+    b: &Tensor,
+    (rows, k): (usize, usize),
+    out_shape: &[usize],
+) -> Result<Tensor> {
+    let numel = checked_numel(out_shape).unwrap_or(usize::MAX);
+    let mut data: Vec<T> = Vec::new();
+    if data.try_reserve_exact(numel).is_err() {
+        return Err(Error::Shape(format!(
+            "linear: cannot allocate the {numel} elements of the product of {:?} and {:?}",
+            x.shape(),
+            w.shape()
+        )));
+    }
+    // A view wherever the strides allow (a copy otherwise), read in place by the kernel.
+    let x2 = no_grad(|| x.reshape(&[rows, k]));
+    let (xs, ws) = (x2.strides(), w.strides());
+    let a = MatRef {
+        data: x2.buffer::<T>(),
+        offset: x2.layout().offset,
+        rows,
+        cols: k,
+        rs: xs[0],
+        cs: xs[1],
+    };
+    // The weight transposed, as strides.
+    let bt = MatRef {
+        data: w.buffer::<T>(),
+        offset: w.layout().offset,
+        rows: k,
+        cols: w.shape()[0],
+        rs: ws[1],
+        cs: ws[0],
+    };
+    gemm_plus_row_append(a, bt, &b.contiguous_data::<T>(), &mut data);
+    Ok(Tensor::from_data(data, out_shape))
 }
 
 /// Per-batch offsets of an operand broadcast to `batch ++ [rows, cols]`, plus its matrix
