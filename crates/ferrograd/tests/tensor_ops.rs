@@ -622,7 +622,10 @@ fn linear_is_the_product_with_the_weight_transposed_plus_the_bias() {
     );
     assert_eq!(x.linear(&w, None).to_vec::<f32>(), [-2.0, 3.0, -2.0, 7.5]);
     // Leading axes are kept; an empty batch gives an empty result.
-    assert_eq!(x.reshape(&[1, 2, 3]).linear(&w, Some(&b)).shape(), [1, 2, 2]);
+    assert_eq!(
+        x.reshape(&[1, 2, 3]).linear(&w, Some(&b)).shape(),
+        [1, 2, 2]
+    );
     let none = Tensor::zeros(&[0, 3], DType::F32);
     assert_eq!(none.linear(&w, Some(&b)).shape(), [0, 2]);
     // No inputs: the bias alone.
@@ -643,7 +646,11 @@ fn linear_refuses_operands_that_do_not_fit() {
         (x.clone(), Tensor::zeros(&[3], DType::F32), None),
         (Tensor::scalar(1.0f32), w.clone(), None),
         (x.clone(), w.clone(), Some(Tensor::zeros(&[3], DType::F32))),
-        (x.clone(), w.clone(), Some(Tensor::zeros(&[1, 4], DType::F32))),
+        (
+            x.clone(),
+            w.clone(),
+            Some(Tensor::zeros(&[1, 4], DType::F32)),
+        ),
         (x.clone(), w.to_dtype(DType::I64), None),
     ];
     for (x, w, b) in cases {

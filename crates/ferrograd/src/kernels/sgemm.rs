@@ -15,6 +15,8 @@
 
 use std::ops::Range;
 
+use ferrograd_derive::isa_dispatch;
+
 use super::isa::Isa;
 use super::matmul::MatRef;
 
@@ -409,8 +411,9 @@ thread_local! {
 }
 
 /// `out = a @ b` (`out` row-major `[a.rows, b.cols]`), plus `row` added to every row of it
-/// when given (a layer's bias, added as each tile of `out` is stored for the last time:
-/// `(a @ b) + row`, the same rounding as adding it afterwards, without another pass).
+/// when given (a layer's bias): each tile of `out` gets it right after its last store, while
+/// the tile is in L1, so `(a @ b) + row` rounds as adding it afterwards would, without another
+/// pass over `out`.
 ///
 /// # Safety
 /// The caller has checked that `a.cols == b.rows > 0`, `out.len() == a.rows * b.cols`, that
@@ -477,15 +480,20 @@ pub(crate) unsafe fn gemm(
         unsafe {
             let (s0, s1) = (start(t), start(t + 1));
             if split_cols {
-                let row = row.map(|r| r[s0..].as_ptr());
+                let row = row.map(|r| &r[s0..s1]);
                 serial(&a, &b.sub_cols(s0, s1 - s0), (c.at(s0), n), row);
             } else {
-                let row = row.map(|r| r.as_ptr());
                 serial(&a.sub_rows(s0, s1 - s0), &b, (c.at(s0 * n), n), row);
             }
         }
     };
     super::parallel::run_parts(parts, block);
+}
+
+/// `c[j] += row[j]`, compiled for each kernel path.
+#[isa_dispatch]
+fn add_row(c: &mut [f32], row: &[f32]) {
+    c.iter_mut().zip(row).for_each(|(c, &r)| *c += r);
 }
 
 /// Whether B's full panels are read in place rather than packed: a row-major B small enough
@@ -625,12 +633,12 @@ impl<'a> APanels<'a> {
 ///
 /// # Safety
 /// `c` must address a.rows rows of b.cols elements with row stride `ldc`, used by no one else
-/// meanwhile, and `row` (if given) b.cols floats; the own kernels are [`available`].
+/// meanwhile, and `row` (if given) hold b.cols floats; the own kernels are [`available`].
 unsafe fn serial(
     a: &MatRef<'_, f32>,
     b: &MatRef<'_, f32>,
     (c, ldc): (*mut f32, usize),
-    row: Option<*const f32>,
+    row: Option<&[f32]>,
 ) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     PACK.with(|cell| {
@@ -667,20 +675,30 @@ unsafe fn serial(
                             // rows of NR floats, ldb apart (in place: a full panel inside b;
                             // packed: kc·NR floats of bp); the A panel likewise holds MR rows
                             // of kc steps (in place: a full row panel inside a; packed:
-                            // kc·MR floats of ap); `row` holds the tile's columns.
+                            // kc·MR floats of ap); each of the tile's rows is `cols` floats
+                            // at `tile + i·ldc`, which no one else touches meanwhile.
                             unsafe {
                                 let tile = c.add((i0 + r * MR) * ldc + j0 + q * NR);
-                                // The row joins in the last k block's stores.
-                                let last = p0 + kc == k;
-                                let plus = row.filter(|_| last).map(|r| r.add(j0 + q * NR));
                                 tile_kernel(
                                     kc,
                                     a_panel,
                                     Strided(bq, ldb),
                                     (tile, CRows::Apart(ldc)),
-                                    (rows, cols),
-                                    Store::new(p0 > 0, plus),
+                                    rows,
+                                    cols,
+                                    p0 > 0,
                                 );
+                                // The row joins after the last k block, as the tile leaves
+                                // the kernel: a separate step, since the micro-kernels lost
+                                // their accumulator registers when the addition was written
+                                // into their stores.
+                                if let Some(row) = row.filter(|_| p0 + kc == k) {
+                                    let row = &row[j0 + q * NR..][..cols];
+                                    for i in 0..rows {
+                                        let c_row = tile.add(i * ldc);
+                                        add_row(std::slice::from_raw_parts_mut(c_row, cols), row);
+                                    }
+                                }
                             }
                         }
                     }
@@ -699,15 +717,16 @@ unsafe fn serial(
 /// holds `rows` entries), not accessed by anyone else meanwhile, and the CPU must support
 /// AVX2 and FMA (AVX-512F where that path is active). The A panel must hold `rows` rounded
 /// up to 4 rows (packed panels are zero-padded; an in-place one has them), the B panel `kc`
-/// rows of the floats its vectors cover, and the store's row vector (if any) `cols` floats.
+/// rows of the floats its vectors cover.
 #[inline]
 unsafe fn tile_kernel<B: BRows>(
     kc: usize,
     a: APanel,
     b: B,
     (c, c_rows): (*mut f32, CRows),
-    (rows, cols): (usize, usize),
-    store: Store,
+    rows: usize,
+    cols: usize,
+    accumulate: bool,
 ) {
     let wide = cols > 16;
     let last = cols - if wide { 16 } else { 0 };
@@ -719,7 +738,7 @@ unsafe fn tile_kernel<B: BRows>(
         c_rows,
         rows,
         mask,
-        store,
+        accumulate,
     };
     // SAFETY: forwarded contract.
     unsafe {
@@ -1121,14 +1140,7 @@ fn row_panels<B: BRows>(
         unsafe {
             let a_panel = APanel::Rows(a[r0 * lda + p0..].as_ptr(), lda);
             let tile = (c[r0 * ldc + q0..].as_mut_ptr(), CRows::Apart(ldc));
-            tile_kernel(
-                kc,
-                a_panel,
-                b,
-                tile,
-                (rows, width),
-                Store::new(p0 > 0, None),
-            );
+            tile_kernel(kc, a_panel, b, tile, rows, width, p0 > 0);
         }
         r0 += rows;
     }
@@ -1227,7 +1239,7 @@ pub(crate) fn offset_runs_product_acc(
                 unsafe {
                     let b_panel = Strided(b[p0 * ldb + j0..].as_ptr(), ldb);
                     let tile = (c[r0 * ldc + j0..].as_mut_ptr(), CRows::Apart(ldc));
-                    tile_kernel(kc, a_panel, b_panel, tile, (rows, width), Store::ADD);
+                    tile_kernel(kc, a_panel, b_panel, tile, rows, width, true);
                 }
             }
         }
@@ -1337,7 +1349,7 @@ pub(crate) fn gathered_rows_product(
                     unsafe {
                         let b_panel = Strided(b[(b_row + p0) * ldb + j0..].as_ptr(), ldb);
                         let tile = (c[j0..].as_mut_ptr(), c_rows);
-                        tile_kernel(kc, a_panel, b_panel, tile, (rows, width), Store::ADD);
+                        tile_kernel(kc, a_panel, b_panel, tile, rows, width, true);
                     }
                 }
                 r0 += rows;
@@ -1390,7 +1402,7 @@ pub(crate) fn gathered_steps_product_acc(
                     unsafe {
                         let b_panel = Strided(b[p0 * ldb + j0..].as_ptr(), ldb);
                         let tile = (c[(c_row + r0) * ldc + j0..].as_mut_ptr(), CRows::Apart(ldc));
-                        tile_kernel(kc, a_panel, b_panel, tile, (rows, width), Store::ADD);
+                        tile_kernel(kc, a_panel, b_panel, tile, rows, width, true);
                     }
                 }
                 r0 += rows;
@@ -1436,39 +1448,8 @@ struct Tile<B> {
     rows: usize,
     /// Columns of the last 16-wide vector stored.
     mask: u16,
-    store: Store,
-}
-
-/// How a tile's product reaches C: added to what C holds or in its place, and then with a row
-/// vector (a bias, one float per column of the tile) added or not.
-#[derive(Clone, Copy)]
-struct Store {
+    /// Add to C instead of overwriting it.
     accumulate: bool,
-    plus_row: Option<*const f32>,
-}
-
-impl Store {
-    /// Added to C, nothing else.
-    const ADD: Store = Store {
-        accumulate: true,
-        plus_row: None,
-    };
-
-    fn new(accumulate: bool, plus_row: Option<*const f32>) -> Store {
-        Store {
-            accumulate,
-            plus_row,
-        }
-    }
-
-    /// The same store for the columns from `col0` on.
-    #[inline(always)]
-    fn skip_cols(self, col0: usize) -> Store {
-        Store {
-            plus_row: self.plus_row.map(|r| r.wrapping_add(col0)),
-            ..self
-        }
-    }
 }
 
 impl<B: BRows> Tile<B> {
@@ -1486,7 +1467,6 @@ impl<B: BRows> Tile<B> {
             c_rows,
             rows,
             mask,
-            store: self.store.skip_cols(col0),
             ..self
         }
     }
@@ -1552,32 +1532,23 @@ unsafe fn avx2_kernel<const M: usize, const W: usize, const BY: u8, B: BRows>(
         for (w, &r) in row.iter().enumerate() {
             let bits = i32::from((t.mask >> (8 * w)) as u8);
             // SAFETY: row i < rows of the block holds the columns its mask bits select at
-            // c + (i·ldc or table entry i) + 8·w, and the row vector those columns.
+            // c + (i·ldc or table entry i) + 8·w.
             unsafe {
                 let ci = t.c.add(t.c_rows.offset(i) + 8 * w);
-                let plus = t.store.plus_row.map(|p| p.add(8 * w));
                 if bits == 0xFF {
-                    let r = if t.store.accumulate {
+                    let r = if t.accumulate {
                         _mm256_add_ps(r, _mm256_loadu_ps(ci))
                     } else {
                         r
-                    };
-                    let r = match plus {
-                        Some(p) => _mm256_add_ps(r, _mm256_loadu_ps(p)),
-                        None => r,
                     };
                     _mm256_storeu_ps(ci, r);
                 } else if bits != 0 {
                     let on = _mm256_and_si256(_mm256_set1_epi32(bits), lanes);
                     let mask = _mm256_cmpeq_epi32(on, lanes);
-                    let r = if t.store.accumulate {
+                    let r = if t.accumulate {
                         _mm256_add_ps(r, _mm256_maskload_ps(ci, mask))
                     } else {
                         r
-                    };
-                    let r = match plus {
-                        Some(p) => _mm256_add_ps(r, _mm256_maskload_ps(p, mask)),
-                        None => r,
                     };
                     _mm256_maskstore_ps(ci, mask, r);
                 }
@@ -1660,17 +1631,13 @@ unsafe fn micro_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(
         for (v, &r) in row.iter().enumerate() {
             let mask = if v + 1 == V { t.mask } else { 0xFFFF };
             // SAFETY: row i < rows of the tile holds the columns `mask` selects at
-            // c + (i·ldc or table entry i) + 16·v, and the row vector those columns.
+            // c + (i·ldc or table entry i) + 16·v.
             unsafe {
                 let ci = t.c.add(t.c_rows.offset(i) + 16 * v);
-                let r = if t.store.accumulate {
+                let r = if t.accumulate {
                     _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask, ci))
                 } else {
                     r
-                };
-                let r = match t.store.plus_row {
-                    Some(p) => _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask, p.add(16 * v))),
-                    None => r,
                 };
                 _mm512_mask_storeu_ps(ci, mask, r);
             }
