@@ -1413,6 +1413,24 @@ impl PyTensor {
         self.__matmul__(py, other)
     }
 
+    /// `self @ weight.T + bias` (PyTorch's `F.linear`), the bias added as the product is
+    /// stored.
+    #[pyo3(signature = (weight, bias=None))]
+    fn linear(
+        &self,
+        py: Python<'_>,
+        weight: &Bound<'_, PyAny>,
+        bias: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
+        let dtype = self.tensor().dtype();
+        let w = to_tensor(weight, Some(dtype))?;
+        let b = bias
+            .filter(|b| !b.is_none())
+            .map(|b| to_tensor(b, Some(dtype)))
+            .transpose()?;
+        self.map(py, |x| x.linear(&w, b.as_ref()))
+    }
+
     // ---- reductions ----
 
     /// The sum over `dim` (an int or a tuple; every axis when None).

@@ -821,3 +821,21 @@ def test_clamp_takes_tensor_and_crossed_bounds_and_softmax_its_implicit_axis():
     del seq[0]
     assert [n for n, _ in seq.named_children()] == ["0"]
     assert fg.randint(high=5, size=(3,)).max().item() < 5
+
+
+def test_functional_linear_with_and_without_bias_and_its_gradients():
+    rng = np.random.default_rng(3)
+    xv, wv, bv = rng.normal(size=(2, 3, 4)), rng.normal(size=(5, 4)), rng.normal(size=5)
+    x = fg.tensor(xv, requires_grad=True)
+    w = fg.tensor(wv, requires_grad=True)
+    b = fg.tensor(bv, requires_grad=True)
+    y = F.linear(x, w, b)
+    np.testing.assert_allclose(y.numpy(), xv @ wv.T + bv, rtol=1e-12)
+    np.testing.assert_allclose(F.linear(x, w).numpy(), xv @ wv.T, rtol=1e-12)
+    (y * y).sum().backward()
+    up = 2 * (xv @ wv.T + bv)
+    np.testing.assert_allclose(x.grad.numpy(), up @ wv, rtol=1e-12)
+    np.testing.assert_allclose(w.grad.numpy(), up.reshape(-1, 5).T @ xv.reshape(-1, 4), rtol=1e-12)
+    np.testing.assert_allclose(b.grad.numpy(), up.reshape(-1, 5).sum(0), rtol=1e-12)
+    with pytest.raises(Exception, match="linear"):
+        F.linear(x, fg.tensor(wv.T))

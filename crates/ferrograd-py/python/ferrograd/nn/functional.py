@@ -118,8 +118,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 def linear(input, weight, bias=None):
     """``input @ weight.T + bias``, weight ``[out, in]`` as PyTorch's."""
-    y = _t(input).matmul(_t(weight).transpose(0, 1))
-    return y if bias is None else y + bias
+    return _t(input).linear(weight, bias)
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
