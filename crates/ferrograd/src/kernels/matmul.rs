@@ -4,6 +4,8 @@
 
 use std::mem::MaybeUninit;
 
+use ferrograd_derive::isa_dispatch;
+
 use super::parallel::run_tasks;
 use super::Float;
 
@@ -158,10 +160,12 @@ pub fn gemm_plus_row_append<T: Float>(
     unsafe { out.set_len(len) };
 }
 
-/// `row` added to each `row.len()`-long row of `out`.
+/// `row` added to each `row.len()`-long row of `out` (to a tile's row of the product when
+/// `out` is as long as `row`), compiled for each kernel path.
+#[isa_dispatch]
 pub(super) fn add_row<T: Float>(out: &mut [T], row: &[T]) {
     for r in out.chunks_exact_mut(row.len()) {
-        r.iter_mut().zip(row).for_each(|(o, &b)| *o = *o + b);
+        r.iter_mut().zip(row).for_each(|(o, &b)| *o += b);
     }
 }
 

@@ -15,10 +15,8 @@
 
 use std::ops::Range;
 
-use ferrograd_derive::isa_dispatch;
-
 use super::isa::Isa;
-use super::matmul::MatRef;
+use super::matmul::{add_row, MatRef};
 
 const MR: usize = 12;
 const NR: usize = 32;
@@ -488,12 +486,6 @@ pub(crate) unsafe fn gemm(
         }
     };
     super::parallel::run_parts(parts, block);
-}
-
-/// `c[j] += row[j]`, compiled for each kernel path.
-#[isa_dispatch]
-fn add_row(c: &mut [f32], row: &[f32]) {
-    c.iter_mut().zip(row).for_each(|(c, &r)| *c += r);
 }
 
 /// Whether B's full panels are read in place rather than packed: a row-major B small enough
