@@ -1413,8 +1413,9 @@ impl PyTensor {
         self.__matmul__(py, other)
     }
 
-    /// `self @ weight.T + bias` (PyTorch's `F.linear`), the bias added as the product is
-    /// stored.
+    /// `self @ weight.T + bias` (PyTorch's `F.linear`) in one op, bias `[out]`. The weight
+    /// takes this tensor's dtype, as `@` gives it; a bias tensor keeps its own (promoted as
+    /// `+` promotes), other values take this tensor's.
     #[pyo3(signature = (weight, bias=None))]
     fn linear(
         &self,
@@ -1426,7 +1427,10 @@ impl PyTensor {
         let w = to_tensor(weight, Some(dtype))?;
         let b = bias
             .filter(|b| !b.is_none())
-            .map(|b| to_tensor(b, Some(dtype)))
+            .map(|b| {
+                let own = b.cast::<PyTensor>().is_ok();
+                to_tensor(b, (!own).then_some(dtype))
+            })
             .transpose()?;
         self.map(py, |x| x.linear(&w, b.as_ref()))
     }

@@ -839,3 +839,9 @@ def test_functional_linear_with_and_without_bias_and_its_gradients():
     np.testing.assert_allclose(b.grad.numpy(), up.reshape(-1, 5).sum(0), rtol=1e-12)
     with pytest.raises(Exception, match="linear"):
         F.linear(x, fg.tensor(wv.T))
+    # Biases that broadcast, as PyTorch takes them; a bias tensor keeps its dtype.
+    for bias in (0.5, fg.tensor([0.5]), fg.tensor(np.full((1, 5), 0.5))):
+        np.testing.assert_allclose(F.linear(x, w, bias).numpy(), xv @ wv.T + 0.5, rtol=1e-12)
+    x32 = fg.tensor(xv.astype(np.float32))
+    assert F.linear(x32, w.detach(), b.detach()).dtype == fg.float64
+    assert F.linear(x32, w.detach()).dtype == fg.float32

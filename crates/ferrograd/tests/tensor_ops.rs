@@ -628,13 +628,15 @@ fn linear_is_the_product_with_the_weight_transposed_plus_the_bias() {
     );
     let none = Tensor::zeros(&[0, 3], DType::F32);
     assert_eq!(none.linear(&w, Some(&b)).shape(), [0, 2]);
-    // No inputs: the bias alone.
+    // No inputs: the bias alone; the weight's gradient is empty, the bias's the row sums.
     let empty_in = Tensor::zeros(&[2, 0], DType::F32);
-    let empty_w = Tensor::zeros(&[2, 0], DType::F32);
-    assert_eq!(
-        empty_in.linear(&empty_w, Some(&b)).to_vec::<f32>(),
-        [10.0, 20.0, 10.0, 20.0]
-    );
+    let empty_w = Tensor::zeros(&[2, 0], DType::F32).requires_grad();
+    let bt = b.requires_grad();
+    let y = empty_in.linear(&empty_w, Some(&bt));
+    assert_eq!(y.to_vec::<f32>(), [10.0, 20.0, 10.0, 20.0]);
+    let g = grad(&(&y * &y).sum(), &[&empty_w, &bt]);
+    assert_eq!(g[0].shape(), [2, 0]);
+    assert_eq!(g[1].to_vec::<f32>(), [40.0, 80.0]);
 }
 
 #[test]

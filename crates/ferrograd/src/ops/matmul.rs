@@ -86,21 +86,23 @@ impl Tensor {
     /// [`Tensor::linear`], returning [`Error::Shape`] instead of panicking when the shapes do
     /// not fit.
     pub fn try_linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-        let (out_shape, k, n) = linear_shape(self, weight, bias)?;
+        let (out_shape, rows, k, n) = linear_shape(self, weight, bias)?;
         let mut operands = vec![("input", self.dtype()), ("weight", weight.dtype())];
         operands.extend(bias.map(|b| ("bias", b.dtype())));
         let dtype = eager_dtype("linear", floats_rule(&operands))?;
         let (x, w) = (self.to_dtype(dtype), weight.to_dtype(dtype));
         let b = bias.map(|b| b.to_dtype(dtype));
-        let rows = x.numel() / k.max(1);
         let out = match &b {
             Some(b) if rows > 0 && n > 0 => {
                 with_dtype!(dtype, T => linear_forward::<T>(&x, &w, b, (rows, k), &out_shape))?
             }
-            _ => no_grad(|| {
-                let y = x.matmul(&w.t());
-                b.as_ref().map_or(y.clone(), |b| &y + b)
-            }),
+            // Without a bias, or with an empty result, the product is all there is to do.
+            _ => no_grad(|| -> Result<Tensor> {
+                let y = x
+                    .try_matmul(&w.t())
+                    .map_err(|e| Error::Shape(format!("linear: {e}")))?;
+                Ok(b.as_ref().map_or(y.clone(), |b| &y + b))
+            })?,
         };
         let mut inputs = vec![&x, &w];
         inputs.extend(&b);
@@ -123,25 +125,37 @@ impl Tensor {
     }
 }
 
-/// `linear`'s output shape, with its inner and output sizes, or why the operands do not fit.
-fn linear_shape(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<(Vec<usize>, usize, usize)> {
+/// `linear`'s output shape, with its rows (the input's leading axes, even where its last axis
+/// is empty), inner and output sizes, or why the operands do not fit.
+fn linear_shape(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+) -> Result<(Vec<usize>, usize, usize, usize)> {
     let fits = match (x.shape(), w.shape()) {
         ([.., k], [n, kw]) if k == kw => b.is_none_or(|b| b.shape() == [*n]),
         _ => false,
     };
     if !fits {
+        let bias = b.map_or("no bias".to_string(), |b| format!("bias {:?}", b.shape()));
         return Err(Error::Shape(format!(
-            "linear: input {:?}, weight {:?} and bias {:?} do not fit ([.., in], [out, in] \
-             and [out])",
+            "linear: input {:?}, weight {:?} and {bias} do not fit ([.., in], [out, in] and \
+             [out])",
             x.shape(),
             w.shape(),
-            b.map(Tensor::shape)
         )));
     }
     let (n, k) = (w.shape()[0], w.shape()[1]);
-    let mut out_shape = x.shape()[..x.ndim() - 1].to_vec();
+    let lead = &x.shape()[..x.ndim() - 1];
+    let rows = checked_numel(lead).ok_or_else(|| {
+        Error::Shape(format!(
+            "linear: input {:?} has more rows than fit in memory",
+            x.shape()
+        ))
+    })?;
+    let mut out_shape = lead.to_vec();
     out_shape.push(n);
-    Ok((out_shape, k, n))
+    Ok((out_shape, rows, k, n))
 }
 
 /// `x @ wᵀ + b` for non-empty `rows × n`, `x` seen as `[rows, k]`.

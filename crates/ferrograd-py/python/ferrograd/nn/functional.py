@@ -117,8 +117,13 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 
 def linear(input, weight, bias=None):
-    """``input @ weight.T + bias``, weight ``[out, in]`` as PyTorch's."""
-    return _t(input).linear(weight, bias)
+    """``input @ weight.T + bias``, weight ``[out, in]`` as PyTorch's. A bias ``[out]`` is
+    added as the product is stored; any other bias that broadcasts (a number, ``[1]``,
+    ``[1, out]``) is added afterwards, as PyTorch accepts those too."""
+    x = _t(input)
+    if bias is None or tuple(getattr(bias, "shape", ())) == (_t(weight).shape[0],):
+        return x.linear(weight, bias)
+    return x.linear(weight) + bias
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
