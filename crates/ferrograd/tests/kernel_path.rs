@@ -140,7 +140,8 @@ proptest! {
 }
 
 /// [`linear_is_the_product_plus_the_bias_to_the_bit`] on products that split over the
-/// threads by columns and by rows, with leading axes, and on the GPT's shapes.
+/// threads by columns and by rows, over several blocks of B's columns (beyond 1024), with
+/// leading axes, and on the GPT's shapes.
 #[test]
 fn large_linear_products_are_the_product_plus_the_bias_to_the_bit() {
     let mut rng = StdRng::seed_from_u64(12);
@@ -149,6 +150,7 @@ fn large_linear_products_are_the_product_plus_the_bias_to_the_bit() {
         (768, 512, 128),
         (300, 600, 530),
         (2000, 40, 24),
+        (40, 300, 2100),
     ] {
         let x = Tensor::randn(&[2, m / 2, k], DType::F32, &mut rng);
         let w = Tensor::randn(&[n, k], DType::F32, &mut rng);
