@@ -667,8 +667,7 @@ unsafe fn serial(
                             // rows of NR floats, ldb apart (in place: a full panel inside b;
                             // packed: kc·NR floats of bp); the A panel likewise holds MR rows
                             // of kc steps (in place: a full row panel inside a; packed:
-                            // kc·MR floats of ap); each of the tile's rows is `cols` floats
-                            // at `tile + i·ldc`, which no one else touches meanwhile.
+                            // kc·MR floats of ap).
                             unsafe {
                                 let tile = c.add((i0 + r * MR) * ldc + j0 + q * NR);
                                 tile_kernel(
@@ -680,17 +679,18 @@ unsafe fn serial(
                                     cols,
                                     p0 > 0,
                                 );
-                                // The row joins after the last k block, as the tile leaves
-                                // the kernel: a separate step, since the micro-kernels lost
-                                // their accumulator registers when the addition was written
-                                // into their stores.
-                                if let Some(row) = row.filter(|_| p0 + kc == k) {
-                                    let row = &row[j0 + q * NR..][..cols];
-                                    for i in 0..rows {
-                                        let c_row = tile.add(i * ldc);
-                                        add_row(std::slice::from_raw_parts_mut(c_row, cols), row);
-                                    }
-                                }
+                            }
+                        }
+                        // The row joins the panel's rows once the last k block has stored
+                        // them (still in cache): a step of its own, since the micro-kernels
+                        // lost their accumulator registers when it was written into their
+                        // stores, and one call per row of the panel, not per tile.
+                        if let Some(row) = row.filter(|_| p0 + kc == k) {
+                            // SAFETY: the panel's rows (rows × nc at row i0 + r·MR, column j0)
+                            // are inside this call's block of C, which no one else touches.
+                            unsafe {
+                                let panel = c.add((i0 + r * MR) * ldc + j0);
+                                add_row_to_rows((panel, ldc), rows, &row[j0..j0 + nc]);
                             }
                         }
                     }
@@ -698,6 +698,20 @@ unsafe fn serial(
             }
         }
     });
+}
+
+/// `row` added to each of `rows` rows of `row.len()` floats, `ldc` apart from `c`.
+///
+/// # Safety
+/// Those rows are valid for writes and used by no one else meanwhile.
+unsafe fn add_row_to_rows((c, ldc): (*mut f32, usize), rows: usize, row: &[f32]) {
+    for i in 0..rows {
+        // SAFETY: the caller's contract.
+        add_row(
+            unsafe { std::slice::from_raw_parts_mut(c.add(i * ldc), row.len()) },
+            row,
+        );
+    }
 }
 
 /// One tile of C (`rows` ≤ MR rows, `cols` ≤ NR columns) from the A and B panels. The kernel
