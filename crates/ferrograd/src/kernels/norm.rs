@@ -390,10 +390,22 @@ fn layer_row_grad<T: Float>(
     [dw, db]: [&mut [T]; 2],
 ) {
     let d = x.len();
-    let (up, w, dw, db) = (&up[..d], &w[..d], &mut dw[..d], &mut db[..d]);
+    let (up, w, dw, db, dx) = (&up[..d], &w[..d], &mut dw[..d], &mut db[..d], &mut dx[..d]);
     let (mut sg, mut sgx) = ([T::zero(); 8], [T::zero(); 8]);
-    for (j, (&u, &w)) in up.iter().zip(w).enumerate() {
-        let g = u * w;
+    // Element j goes to running sum j % 8. Written over whole groups of eight (the rest after
+    // them) so that the sums stay in vector lanes: indexed by j % 8 in one loop, they were
+    // kept as eight scalars.
+    let whole = d / 8 * 8;
+    let groups = up[..whole].chunks_exact(8).zip(w[..whole].chunks_exact(8));
+    for ((u, w), x) in groups.zip(x[..whole].chunks_exact(8)) {
+        for l in 0..8 {
+            let g = u[l] * w[l];
+            sg[l] += g;
+            sgx[l] += g * (x[l] - mean);
+        }
+    }
+    for j in whole..d {
+        let g = up[j] * w[j];
         sg[j % 8] += g;
         sgx[j % 8] += g * (x[j] - mean);
     }
