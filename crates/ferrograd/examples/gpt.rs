@@ -566,6 +566,13 @@ fn train(
         let t0 = Instant::now();
         let loss = gpt.loss(&x, &y);
         let grads = loss.backward();
+        // The graph goes before the update: while it holds the parameters' values (a second
+        // backward could need them), the optimizer must copy each parameter to update it.
+        let loss = {
+            let value = loss.item();
+            drop(loss);
+            value
+        };
         // The global norm clipped as torch.nn.utils.clip_grad_norm_ does.
         let norm = grads.norm();
         let grads = if norm > args.clip {
@@ -576,7 +583,7 @@ fn train(
         opts.step(lr_at(it, args), &grads);
         times.push(t0.elapsed().as_secs_f64());
         bar.inc(1);
-        bar.set_message(format!("loss {:.3}", loss.item()));
+        bar.set_message(format!("loss {loss:.3}"));
     }
     bar.finish_and_clear();
     report(&times, clock.elapsed().as_secs_f64());
