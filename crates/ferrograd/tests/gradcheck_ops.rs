@@ -346,12 +346,13 @@ fn batch_norm_matches_composite(inputs: &[Tensor; 3], mix: &Tensor) {
 #[test]
 fn layer_norm_fused() {
     // Rows of 5, of 7 over two leading axes, of 11 (a whole group of eight running sums and
-    // a rest), and (for the thread pool) 1,100 rows of 130: the fused value and gradient
-    // against the composite formula, and gradcheck to second order.
+    // a rest) and 16 (two groups, no rest), and (for the thread pool) 1,100 rows of 130: the
+    // fused value and gradient against the composite formula, and gradcheck to second order.
     for (shape, seed) in [
         (vec![4, 5], 400),
         (vec![2, 3, 7], 410),
         (vec![3, 11], 430),
+        (vec![2, 16], 440),
         (vec![1100, 130], 420),
     ] {
         let d = shape[shape.len() - 1];

@@ -119,7 +119,7 @@ proptest! {
 proptest! {
     #![proptest_config(config())]
 
-    /// `linear`'s bias joins the product as its tiles are stored: the same bits as the
+    /// `linear`'s bias joins the product as its row panels are stored: the same bits as the
     /// product and the addition written out, on every tile edge, both layouts of the input
     /// and the weight, and over several k blocks (where the bias must join only the last).
     #[test]
@@ -140,11 +140,16 @@ proptest! {
 }
 
 /// [`linear_is_the_product_plus_the_bias_to_the_bit`] on products that split over the
-/// threads by columns and by rows, over several blocks of B's columns (beyond 1024), with
-/// leading axes, and on the GPT's shapes.
+/// threads by columns and by rows, with leading axes, and on the GPT's shapes; then on one
+/// thread, where a part holds several blocks of B's columns (beyond 1024) and of A's rows
+/// whatever the machine's thread count.
 #[test]
 fn large_linear_products_are_the_product_plus_the_bias_to_the_bit() {
     let mut rng = StdRng::seed_from_u64(12);
+    let one_thread = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("a thread pool");
     for (m, k, n) in [
         (768, 128, 384),
         (768, 512, 128),
@@ -157,6 +162,8 @@ fn large_linear_products_are_the_product_plus_the_bias_to_the_bit() {
         let b = Tensor::randn(&[n], DType::F32, &mut rng);
         let want = (&x.matmul(&w.t()) + &b).to_vec::<f32>();
         assert_eq!(x.linear(&w, Some(&b)).to_vec::<f32>(), want, "{m}×{k}×{n}");
+        let alone = one_thread.install(|| x.linear(&w, Some(&b)).to_vec::<f32>());
+        assert_eq!(alone, want, "{m}×{k}×{n} on one thread");
     }
 }
 

@@ -132,8 +132,8 @@ const SMALL_GEMM: usize = 1 << 18;
 
 /// `a @ b + row`, `row` added to every row of the product (a layer's bias), appended to `out`
 /// as a row-major `[a.rows, b.cols]` block. Where the own f32 kernel runs, the row joins each
-/// tile of the product as it is stored (no second pass over the output); every path rounds as
-/// the product followed by the addition would.
+/// row panel of the product once its last k block is stored (no second pass over the
+/// output); every path rounds as the product followed by the addition would.
 pub fn gemm_plus_row_append<T: Float>(
     a: MatRef<'_, T>,
     b: MatRef<'_, T>,
@@ -160,8 +160,8 @@ pub fn gemm_plus_row_append<T: Float>(
     unsafe { out.set_len(len) };
 }
 
-/// `row` added to each `row.len()`-long row of `out` (to a tile's row of the product when
-/// `out` is as long as `row`), compiled for each kernel path.
+/// `row` added to each `row.len()`-long row of `out` (to one row of a panel of the product
+/// when `out` is as long as `row`), compiled for each kernel path.
 #[isa_dispatch]
 pub(super) fn add_row<T: Float>(out: &mut [T], row: &[T]) {
     for r in out.chunks_exact_mut(row.len()) {

@@ -409,9 +409,9 @@ thread_local! {
 }
 
 /// `out = a @ b` (`out` row-major `[a.rows, b.cols]`), plus `row` added to every row of it
-/// when given (a layer's bias): each tile of `out` gets it right after its last store, while
-/// the tile is in L1, so `(a @ b) + row` rounds as adding it afterwards would, without another
-/// pass over `out`.
+/// when given (a layer's bias): each row panel of `out` gets it once its last k block is
+/// stored, while the panel is still in cache, so `(a @ b) + row` rounds as adding it
+/// afterwards would, without another pass over `out`.
 ///
 /// # Safety
 /// The caller has checked that `a.cols == b.rows > 0`, `out.len() == a.rows * b.cols`, that

@@ -75,9 +75,9 @@ impl Tensor {
 impl Tensor {
     /// `self @ weightᵀ + bias`, PyTorch's `F.linear`: `self` `[.., in]`, `weight` `[out, in]`,
     /// `bias` `[out]` (or none), giving `[.., out]`. The same values as the matmul and the
-    /// addition written out (to the bit), in one pass: where the own f32 kernel runs, the bias
-    /// joins each tile of the product as it is stored. Mixed dtypes are promoted. Panics when
-    /// the shapes do not fit.
+    /// addition written out (to the bit), without a pass of its own: where the own f32 kernel
+    /// runs, the bias joins each row panel of the product once it is stored, still in cache.
+    /// Mixed dtypes are promoted. Panics when the shapes do not fit.
     pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
         self.try_linear(weight, bias)
             .unwrap_or_else(|e| panic!("{e}"))
