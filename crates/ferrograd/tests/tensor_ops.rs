@@ -660,3 +660,48 @@ fn linear_refuses_operands_that_do_not_fit() {
         assert!(err.contains("linear"), "{err}");
     }
 }
+
+/// Softmax along a contiguous last axis (whole-row passes in vector lanes) against the same
+/// rows laid along the first axis (the strided form): lengths that leave every remainder of
+/// the eight lanes, rows with −∞, +∞, NaN and large values, both dtypes, both forms.
+#[test]
+fn softmax_of_contiguous_rows_agrees_with_the_strided_form() {
+    let special = [f64::NEG_INFINITY, f64::INFINITY, f64::NAN, 1e4, -1e4];
+    for dtype in [DType::F32, DType::F64] {
+        for len in 1..=17usize {
+            let mut rng = StdRng::seed_from_u64(len as u64);
+            let noise = Tensor::randn(&[special.len() + 3, len], DType::F64, &mut rng);
+            let mut rows = (&noise * 5.0).to_vec::<f64>();
+            // Row r < special.len() holds special[r] at one place (all of the row for −∞).
+            for (r, &v) in special.iter().enumerate() {
+                if r == 0 {
+                    rows[..len].iter_mut().for_each(|x| *x = v);
+                } else {
+                    rows[r * len + (r % len)] = v;
+                }
+            }
+            let x = Tensor::from_vec(rows, &[special.len() + 3, len]).to_dtype(dtype);
+            let strided = x.t().contiguous();
+            for log in [false, true] {
+                let f = |t: &Tensor, axis: usize| {
+                    if log {
+                        t.log_softmax(axis)
+                    } else {
+                        t.softmax(axis)
+                    }
+                };
+                let fast = f(&x, 1).to_vec::<f64>();
+                let slow = f(&strided, 0).t().contiguous().to_vec::<f64>();
+                for (i, (a, b)) in fast.iter().zip(&slow).enumerate() {
+                    let same_kind = (a.is_nan() && b.is_nan())
+                        || a == b
+                        || (a - b).abs() <= 1e-5 * (1.0 + b.abs());
+                    assert!(
+                        same_kind,
+                        "{dtype:?} len {len} log {log} at {i}: {a} against {b}"
+                    );
+                }
+            }
+        }
+    }
+}

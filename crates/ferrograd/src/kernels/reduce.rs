@@ -186,6 +186,8 @@ pub fn softmax<T: Float>(x: &[T], rows: Rows, log: bool, out: &mut [T]) {
         mid: red,
         inner,
     } = rows;
+    debug_assert_eq!(x.len(), outer * red * inner);
+    debug_assert_eq!(out.len(), x.len());
     if inner == 1 {
         // Rows contiguous (the last axis): whole-row passes in vector lanes, and the
         // vectorised exponential instead of a library call per element.
