@@ -197,9 +197,10 @@ fn gemm_uninit<T: Float>(
         return;
     }
     check(&a, &b, out.len());
-    // SAFETY: checked above (`row`, when given, by `gemm_plus_row_append`); both kernels write every
-    // element of the output without reading it first (matrixmultiply with beta = 0, sgemm's
-    // first k block stores), so it may be uninitialised. MaybeUninit<T> has T's layout.
+    // SAFETY: checked above (`row`, when given, by `gemm_plus_row_append`); both kernels
+    // write every element of the output without reading it first (matrixmultiply with beta
+    // = 0, sgemm's first k block stores), so it may be uninitialised. MaybeUninit<T> has
+    // T's layout.
     unsafe {
         T::gemm_unchecked(
             a,
