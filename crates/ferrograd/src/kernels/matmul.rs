@@ -83,6 +83,16 @@ pub fn gemm_batch<T: Float>(pairs: &[Pair<'_, T>], m: usize, n: usize) -> Vec<T>
 /// [`gemm_batch`] appending its blocks to `out` (which may already hold earlier ones, so
 /// that a batch computed in chunks lands in one buffer without a copy).
 pub fn gemm_batch_append<T: Float>(pairs: &[Pair<'_, T>], m: usize, n: usize, out: &mut Vec<T>) {
+    batch_append(pairs, (m, n), None, out);
+}
+
+/// [`gemm_batch_append`], with `row` (`n` long) added to every row of every block.
+fn batch_append<T: Float>(
+    pairs: &[Pair<'_, T>],
+    (m, n): (usize, usize),
+    row: Option<&[T]>,
+    out: &mut Vec<T>,
+) {
     let block = m.checked_mul(n).expect("gemm: output size overflows");
     let total = block
         .checked_mul(pairs.len())
@@ -98,7 +108,7 @@ pub fn gemm_batch_append<T: Float>(pairs: &[Pair<'_, T>], m: usize, n: usize, ou
     if block > 0 {
         let spare = &mut out.spare_capacity_mut()[..total];
         let run =
-            |(c, pair): (&mut [MaybeUninit<T>], &Pair<'_, T>)| gemm_uninit(pair.0, pair.1, None, c);
+            |(c, pair): (&mut [MaybeUninit<T>], &Pair<'_, T>)| gemm_uninit(pair.0, pair.1, row, c);
         let small = pairs
             .first()
             .is_some_and(|(a, _)| a.rows.saturating_mul(a.cols).saturating_mul(n) < SMALL_GEMM);
@@ -141,23 +151,7 @@ pub fn gemm_plus_row_append<T: Float>(
     out: &mut Vec<T>,
 ) {
     assert_eq!(row.len(), b.cols, "gemm: row length");
-    let total = a
-        .rows
-        .checked_mul(b.cols)
-        .expect("gemm: output size overflows");
-    // A refused allocation unwinds with the sizes instead of aborting the process.
-    if out.try_reserve(total).is_err() {
-        panic!(
-            "matmul: cannot allocate {total} elements for a product of {m} x {n}",
-            m = a.rows,
-            n = b.cols
-        );
-    }
-    gemm_uninit(a, b, Some(row), &mut out.spare_capacity_mut()[..total]);
-    let len = out.len() + total;
-    // SAFETY: `gemm_uninit` wrote every one of the `total` elements after the old length;
-    // `reserve` made room.
-    unsafe { out.set_len(len) };
+    batch_append(&[(a, b)], (a.rows, b.cols), Some(row), out);
 }
 
 /// `row` added to each `row.len()`-long row of `out` (to one row of a panel of the product
@@ -179,35 +173,33 @@ fn gemm_uninit<T: Float>(
     if out.is_empty() {
         return;
     }
-    if a.cols == 0 || super::gemv::applies(a.rows, b.cols) {
-        if a.cols == 0 {
-            out.iter_mut().for_each(|v| {
-                v.write(T::zero());
-            });
-        } else {
-            check(&a, &b, out.len());
-            super::gemv::vector_product(&a, &b, out);
+    if a.cols == 0 {
+        out.iter_mut().for_each(|v| {
+            v.write(T::zero());
+        });
+    } else {
+        check(&a, &b, out.len());
+        if !super::gemv::applies(a.rows, b.cols) {
+            // SAFETY: checked above (`row`, when given, by `gemm_plus_row_append`); both
+            // kernels write every element of the output without reading it first
+            // (matrixmultiply with beta = 0, sgemm's first k block stores), so it may be
+            // uninitialised. MaybeUninit<T> has T's layout. They add the row themselves.
+            return unsafe {
+                T::gemm_unchecked(
+                    a,
+                    b,
+                    row,
+                    std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<T>(), out.len()),
+                )
+            };
         }
-        if let Some(row) = row {
-            // SAFETY: every element was written just above; MaybeUninit<T> has T's layout.
-            let out =
-                unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<T>(), out.len()) };
-            add_row(out, row);
-        }
-        return;
+        super::gemv::vector_product(&a, &b, out);
     }
-    check(&a, &b, out.len());
-    // SAFETY: checked above (`row`, when given, by `gemm_plus_row_append`); both kernels
-    // write every element of the output without reading it first (matrixmultiply with beta
-    // = 0, sgemm's first k block stores), so it may be uninitialised. MaybeUninit<T> has
-    // T's layout.
-    unsafe {
-        T::gemm_unchecked(
-            a,
-            b,
-            row,
-            std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<T>(), out.len()),
-        )
+    if let Some(row) = row {
+        // SAFETY: every element was written just above; MaybeUninit<T> has T's layout.
+        let out =
+            unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<T>(), out.len()) };
+        add_row(out, row);
     }
 }
 

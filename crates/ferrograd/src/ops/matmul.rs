@@ -166,15 +166,7 @@ fn linear_forward<T: FloatElement>(
     (rows, k): (usize, usize),
     out_shape: &[usize],
 ) -> Result<Tensor> {
-    let numel = checked_numel(out_shape).unwrap_or(usize::MAX);
-    let mut data: Vec<T> = Vec::new();
-    if data.try_reserve_exact(numel).is_err() {
-        return Err(Error::Shape(format!(
-            "linear: cannot allocate the {numel} elements of the product of {:?} and {:?}",
-            x.shape(),
-            w.shape()
-        )));
-    }
+    let mut data = product_buffer::<T>("linear", out_shape, x, w)?;
     // A view wherever the strides allow (a copy otherwise), read in place by the kernel.
     let x2 = no_grad(|| x.reshape(&[rows, k]));
     let (xs, ws) = (x2.strides(), w.strides());
@@ -197,6 +189,21 @@ fn linear_forward<T: FloatElement>(
     };
     gemm_plus_row_append(a, bt, &b.contiguous_data::<T>(), &mut data);
     Ok(Tensor::from_data(data, out_shape))
+}
+
+/// An empty buffer with room for the product `out_shape` of `a` and `b`, or an error naming
+/// `op` when that much memory cannot be had.
+fn product_buffer<T>(op: &str, out_shape: &[usize], a: &Tensor, b: &Tensor) -> Result<Vec<T>> {
+    let numel = checked_numel(out_shape).unwrap_or(usize::MAX);
+    let mut data = Vec::new();
+    data.try_reserve_exact(numel).map_err(|_| {
+        Error::Shape(format!(
+            "{op}: cannot allocate the {numel} elements of the product of {:?} and {:?}",
+            a.shape(),
+            b.shape()
+        ))
+    })?;
+    Ok(data)
 }
 
 /// Per-batch offsets of an operand broadcast to `batch ++ [rows, cols]`, plus its matrix
@@ -237,15 +244,7 @@ fn batched<T: FloatElement>(
     };
     // The output first: the per-batch tables below are no larger than it, so a batch too
     // large to hold is an error here, before anything is allocated in proportion to it.
-    let numel = checked_numel(out_shape).unwrap_or(usize::MAX);
-    let mut data: Vec<T> = Vec::new();
-    if data.try_reserve_exact(numel).is_err() {
-        return Err(Error::Shape(format!(
-            "matmul: cannot allocate the {numel} elements of the product of {:?} @ {:?}",
-            a.shape(),
-            b.shape()
-        )));
-    }
+    let mut data = product_buffer::<T>("matmul", out_shape, a, b)?;
     let (offs_a, rsa, csa) = operand_offsets(a, batch, m, k);
     let (offs_b, rsb, csb) = operand_offsets(b, batch, k, n);
     let (da, db) = (a.buffer::<T>(), b.buffer::<T>());
