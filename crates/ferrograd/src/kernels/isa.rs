@@ -106,6 +106,30 @@ fn choose(requested: Option<&str>, detected: Isa) -> (Isa, Option<String>) {
     }
 }
 
+/// The size of one core's L2 cache in bytes, as the CPU reports it (CPUID leaf 0x8000_0006,
+/// which Intel and AMD parts both answer), or `None` where it does not say. Read once.
+pub fn l2_bytes() -> Option<usize> {
+    static L2: OnceLock<Option<usize>> = OnceLock::new();
+    *L2.get_or_init(read_l2_bytes)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn read_l2_bytes() -> Option<usize> {
+    use std::arch::x86_64::__cpuid;
+    const L2_LEAF: u32 = 0x8000_0006;
+    if __cpuid(0x8000_0000).eax < L2_LEAF {
+        return None;
+    }
+    // ECX bits 31..16: the size in KiB (0 where the leaf is not filled in).
+    let kib = (__cpuid(L2_LEAF).ecx >> 16) as usize;
+    (kib > 0).then_some(kib * 1024)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn read_l2_bytes() -> Option<usize> {
+    None
+}
+
 #[cfg(target_arch = "x86_64")]
 fn detect() -> Isa {
     if std::arch::is_x86_feature_detected!("avx512f")
@@ -153,5 +177,12 @@ mod tests {
         }
         assert!(Isa::supported().contains(&Isa::Portable));
         assert!(Isa::supported().contains(&Isa::detected()));
+    }
+
+    #[test]
+    fn the_l2_size_is_plausible_where_the_cpu_reports_it() {
+        if let Some(l2) = l2_bytes() {
+            assert!((64 << 10..=64 << 20).contains(&l2), "L2 of {l2} bytes");
+        }
     }
 }

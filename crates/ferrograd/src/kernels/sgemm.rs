@@ -23,16 +23,20 @@ const NR: usize = 32;
 const KC: usize = 256;
 const MC: usize = 480;
 
-/// Columns of B per packed block: KC × NC floats must stay in L2 while every A micro-panel
-/// sweeps them. AVX-512 parts have 1–2 MiB of L2 per core; the AVX2 parts (Zen 2/3: 512 KiB)
-/// hold a quarter of that block (measured: 1024² went from 0.75 to 0.85–0.88 of OpenBLAS on
-/// Zen 3).
+/// Columns of B per packed block: the KC × NC block of B stays in L2 while every A micro-panel
+/// of the block sweeps it, and each A micro-panel is read from memory once per block, so NC
+/// is as large as half of L2 holds (the other half for A and C), between 256 and 1024
+/// columns. Measured on both ends: on Zen 3 (512 KiB) 256 columns made 1024² 0.85–0.88 of
+/// OpenBLAS where 1024 made it 0.75; on an Intel part with 2 MiB the AVX2 path gained 3–4% at
+/// 2048² from 256 to 1024. Where the CPU does not report its L2, the AVX-512 path keeps 1024
+/// (such parts have 1–2 MiB) and the AVX2 path 256.
 fn nc() -> usize {
-    if Isa::active() == Isa::Avx512 {
-        1024
-    } else {
-        256
-    }
+    static NC: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *NC.get_or_init(|| match super::isa::l2_bytes() {
+        Some(l2) => (l2 / 2 / (KC * size_of::<f32>())).clamp(256, 1024) / NR * NR,
+        None if Isa::active() == Isa::Avx512 => 1024,
+        None => 256,
+    })
 }
 /// Steps of the k loop between prefetching a B row and using it.
 const PREFETCH: usize = 8;
