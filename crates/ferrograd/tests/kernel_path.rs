@@ -170,8 +170,9 @@ fn large_linear_products_are_the_product_plus_the_bias_to_the_bit() {
 #[test]
 fn large_products_match_f64_loops_and_repeat_to_the_bit() {
     let mut rng = StdRng::seed_from_u64(11);
-    // Several column blocks of B, several k blocks, row blocks split over the threads.
-    for (m, k, n) in [(300, 600, 530), (37, 1030, 260)] {
+    // Several column blocks of B (of 256 to 1024 columns, as the path and the L2 size have
+    // it), several k blocks, row blocks split over the threads.
+    for (m, k, n) in [(300, 600, 530), (37, 1030, 260), (24, 300, 2100)] {
         let (a, b) = (
             operand(m, k, false, &mut rng),
             operand(k, n, true, &mut rng),

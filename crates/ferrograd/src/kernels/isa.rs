@@ -106,11 +106,21 @@ fn choose(requested: Option<&str>, detected: Isa) -> (Isa, Option<String>) {
     }
 }
 
-/// The size of one core's L2 cache in bytes, as the CPU reports it (CPUID leaf 0x8000_0006,
-/// which Intel and AMD parts both answer), or `None` where it does not say. Read once.
+/// The size of the L2 cache in bytes as the CPU reports it (CPUID leaf 0x8000_0006, which
+/// Intel and AMD parts both answer), or `None` where it does not say. Read once, on whichever
+/// core the first caller runs: on a hybrid Intel part an efficiency core reports its
+/// cluster's shared L2, and two hardware threads of one core share theirs, so this is a
+/// cache size for sizing blocks, not one thread's exclusive share.
 pub fn l2_bytes() -> Option<usize> {
     static L2: OnceLock<Option<usize>> = OnceLock::new();
     *L2.get_or_init(read_l2_bytes)
+}
+
+/// Leaf 0x8000_0006's ECX: bits 31..16 are the L2 size in KiB (0 where the leaf is not
+/// filled in); the low half holds the line size and associativity.
+fn l2_from_ecx(ecx: u32) -> Option<usize> {
+    let kib = (ecx >> 16) as usize;
+    (kib > 0).then_some(kib * 1024)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -120,9 +130,7 @@ fn read_l2_bytes() -> Option<usize> {
     if __cpuid(0x8000_0000).eax < L2_LEAF {
         return None;
     }
-    // ECX bits 31..16: the size in KiB (0 where the leaf is not filled in).
-    let kib = (__cpuid(L2_LEAF).ecx >> 16) as usize;
-    (kib > 0).then_some(kib * 1024)
+    l2_from_ecx(__cpuid(L2_LEAF).ecx)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -180,9 +188,20 @@ mod tests {
     }
 
     #[test]
-    fn the_l2_size_is_plausible_where_the_cpu_reports_it() {
-        if let Some(l2) = l2_bytes() {
-            assert!((64 << 10..=64 << 20).contains(&l2), "L2 of {l2} bytes");
+    fn the_l2_size_comes_from_the_high_half_of_ecx() {
+        // Zen 3: 512 KiB, 64-byte lines, 8 ways; an Intel part with 2 MiB.
+        assert_eq!(l2_from_ecx(0x0200_6140), Some(512 << 10));
+        assert_eq!(l2_from_ecx(0x0800_7040), Some(2 << 20));
+        assert_eq!(l2_from_ecx(0x0000_6140), None);
+        // Where Linux says what this CPU has, the two agree.
+        let sysfs = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index2/size");
+        if let (Some(l2), Ok(text)) = (l2_bytes(), sysfs) {
+            let kib: usize = text
+                .trim()
+                .trim_end_matches('K')
+                .parse()
+                .expect("a size in K");
+            assert_eq!(l2, kib << 10);
         }
     }
 }

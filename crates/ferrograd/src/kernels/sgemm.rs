@@ -23,20 +23,25 @@ const NR: usize = 32;
 const KC: usize = 256;
 const MC: usize = 480;
 
-/// Columns of B per packed block: the KC × NC block of B stays in L2 while every A micro-panel
-/// of the block sweeps it, and each A micro-panel is read from memory once per block, so NC
-/// is as large as half of L2 holds (the other half for A and C), between 256 and 1024
-/// columns. Measured on both ends: on Zen 3 (512 KiB) 256 columns made 1024² 0.85–0.88 of
-/// OpenBLAS where 1024 made it 0.75; on an Intel part with 2 MiB the AVX2 path gained 3–4% at
-/// 2048² from 256 to 1024. Where the CPU does not report its L2, the AVX-512 path keeps 1024
-/// (such parts have 1–2 MiB) and the AVX2 path 256.
+/// Columns of B per packed block on the active path, for the L2 size this CPU reports.
 fn nc() -> usize {
     static NC: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *NC.get_or_init(|| match super::isa::l2_bytes() {
-        Some(l2) => (l2 / 2 / (KC * size_of::<f32>())).clamp(256, 1024) / NR * NR,
-        None if Isa::active() == Isa::Avx512 => 1024,
-        None => 256,
-    })
+    *NC.get_or_init(|| nc_for(super::isa::l2_bytes(), Isa::active()))
+}
+
+/// Columns of B per packed block: the KC × NC block of B stays in L2 while every A micro-panel
+/// of the block sweeps it, and each A micro-panel is read from memory once per block. On
+/// AVX2 NC is as large as half of L2 holds (the other half for A and C), between 256 and
+/// 1024 columns: on Zen 3 (512 KiB) 256 columns made 1024² 0.85–0.88 of OpenBLAS where 1024
+/// made it 0.75, and on an Intel part with 2 MiB 1024 columns gained 2–5% at 2048² on one
+/// thread over 256. The AVX-512 path keeps the 1024 it was measured with (on 2 MiB); parts
+/// with 1 MiB (Skylake-SP, Zen 4) are unmeasured.
+fn nc_for(l2: Option<usize>, isa: Isa) -> usize {
+    match (isa, l2) {
+        (Isa::Avx512, _) => 1024,
+        (_, Some(l2)) => (l2 / 2 / (KC * size_of::<f32>())).clamp(256, 1024) / NR * NR,
+        (_, None) => 256,
+    }
 }
 /// Steps of the k loop between prefetching a B row and using it.
 const PREFETCH: usize = 8;
@@ -1666,6 +1671,22 @@ unsafe fn micro_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_b_block_is_half_of_l2_on_avx2_and_whole_panels() {
+        let avx2 = |kib: usize| nc_for(Some(kib << 10), Isa::Avx2);
+        assert_eq!(
+            [256, 512, 1024, 1280, 2048, 32 << 10].map(avx2),
+            [256, 256, 512, 640, 1024, 1024]
+        );
+        assert_eq!(nc_for(None, Isa::Avx2), 256);
+        for l2 in [None, Some(512 << 10), Some(2 << 20)] {
+            assert_eq!(nc_for(l2, Isa::Avx512), 1024);
+        }
+        for kib in (64..=4096).step_by(64) {
+            assert!(avx2(kib).is_multiple_of(NR) && avx2(kib) >= 256);
+        }
+    }
 
     /// `src` (`rows × cols`, row-major) transposed by `transpose_to` into rows placed `gap`
     /// apart plus an extra gap after every `per_line` of them (the rows of a padded image),
