@@ -318,6 +318,64 @@ fn first_and_second_derivatives() {
     );
 }
 
+/// A query hidden from every key (its mask row all −∞) gets weights 0, as in PyTorch: its
+/// output is 0, it passes no gradient (to anything: the other rows' gradients are those of
+/// attention without it), on both backward paths, over one block of keys and several.
+#[test]
+fn a_query_hidden_from_every_key_is_zero_and_passes_no_gradient() {
+    for s in [5, 150] {
+        let (q, k, v) = (
+            randn(&[2, 3, 4], 5).requires_grad(),
+            randn(&[2, s, 4], 6).requires_grad(),
+            randn(&[2, s, 3], 7).requires_grad(),
+        );
+        let mut m = randn(&[3, s], 8).to_vec::<f64>();
+        m[s..2 * s].fill(f64::NEG_INFINITY);
+        m[0] = f64::NEG_INFINITY;
+        let mask = Tensor::from_vec(m, &[3, s]).requires_grad();
+        let y = q.scaled_dot_product_attention(&k, &v, &Attention::new().mask(&mask));
+        assert_eq!(y.narrow(1, 1, 1).to_vec::<f64>(), vec![0.0; 6], "{s} keys");
+        let w = randn(&[2, 3, 3], 9);
+        let loss = (&y * &w).sum();
+        let inputs = [("q", &q), ("k", &k), ("v", &v), ("mask", &mask)];
+        fused_is_the_rule(&loss, &inputs, 1e-12, &format!("hidden row, {s} keys"));
+        let g = loss.backward();
+        let dq = g.get(&q).unwrap();
+        assert_eq!(dq.narrow(1, 1, 1).to_vec::<f64>(), vec![0.0; 8]);
+        assert_eq!(
+            g.get(&mask).unwrap().narrow(0, 1, 1).to_vec::<f64>(),
+            vec![0.0; s]
+        );
+        // Without the hidden row: the same output rows and the same key and value gradients.
+        let keep = [0, 2];
+        let (q2, m2, w2) = (
+            q.index_select(1, &keep),
+            mask.index_select(0, &keep),
+            w.index_select(1, &keep),
+        );
+        let y2 = q2.scaled_dot_product_attention(&k, &v, &Attention::new().mask(&m2));
+        assert_close(&y.index_select(1, &keep), &y2, 1e-14, "the other rows");
+        let g2 = (&y2 * &w2).sum().backward();
+        for (name, x) in [("k", &k), ("v", &v)] {
+            let what = format!("{name} without the hidden row, {s} keys");
+            assert_close(&g.get(x).unwrap(), &g2.get(x).unwrap(), 1e-12, &what);
+        }
+    }
+    // Second derivatives through the rule, the hidden row included.
+    let mut m = randn(&[3, 5], 8).to_vec::<f64>();
+    m[5..10].fill(f64::NEG_INFINITY);
+    let mask = Tensor::from_vec(m, &[3, 5]);
+    check(
+        "attention with a hidden query",
+        |t| t[0].scaled_dot_product_attention(&t[1], &t[2], &Attention::new().mask(&mask)),
+        &[
+            randn(&[2, 3, 4], 5),
+            randn(&[2, 5, 4], 6),
+            randn(&[2, 5, 3], 7),
+        ],
+    );
+}
+
 #[test]
 fn shapes_that_do_not_fit_are_refused_by_name() {
     let q = Tensor::zeros(&[2, 3, 4], DType::F32);

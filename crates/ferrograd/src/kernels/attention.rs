@@ -283,12 +283,11 @@ fn key_blocks(head: usize, (i0, qb): (usize, usize), end: usize) -> impl Iterato
 /// Folds one row of a block's scores into the row's running maximum and sum: the row becomes
 /// e^(score − max). Returns the factor by which what earlier blocks accumulated shrinks (the
 /// maximum rose; 1 when it did not). A row whose every key in the block is hidden adds
-/// nothing and is left as zeros, unless it is the row's only block (`single`): then it holds
-/// NaN (e^(−∞ + ∞)), as the row's probabilities are.
+/// nothing and is left as zeros; one hidden from every key ends with a sum of 0.
 #[inline(always)]
-fn fold_row<T: Float>(row: &mut [T], max: &mut T, sum: &mut T, single: bool) -> T {
+fn fold_row<T: Float>(row: &mut [T], max: &mut T, sum: &mut T) -> T {
     let block_max = max_lanes(row);
-    if block_max == T::neg_infinity() && !single {
+    if block_max == T::neg_infinity() {
         row.fill(T::zero());
         return T::one();
     }
@@ -305,13 +304,22 @@ fn fold_row<T: Float>(row: &mut [T], max: &mut T, sum: &mut T, single: bool) -> 
     shrink
 }
 
+/// 1 / a row's sum of exponentials, or 0 for a row hidden from every key (sum 0): its
+/// weights are all 0, so its output is 0 and no gradient flows through it, as PyTorch's
+/// attention has it (a softmax would give 0/0).
+#[inline(always)]
+fn normaliser<T: Float>(total: T) -> T {
+    if total == T::zero() {
+        T::zero()
+    } else {
+        T::one() / total
+    }
+}
+
 /// Writes `out` `[heads, l, ev]`. With `causal`, query `i` sees keys `0..=i` (PyTorch's
-/// top-left `is_causal`). A row whose every score is −∞ gets NaN, as the softmax of its
-/// definition does; with no keys at all (`s` = 0) the output is 0. With dropout, each row's
-/// normalised weights are dropped and scaled before they weigh the values.
-///
-/// (In the backward such a row's gradients are NaN over the keys it could see; the
-/// definition's are NaN for every key, as its 0/0 spreads through the whole product.)
+/// top-left `is_causal`). A row whose every score is −∞ (hidden from every key) is 0, as
+/// PyTorch's is, and so is every row when there are no keys at all (`s` = 0). With dropout,
+/// each row's normalised weights are dropped and scaled before they weigh the values.
 pub fn attention_forward<T: Float>(
     x: &AttentionInputs<'_, T>,
     d: AttentionDims,
@@ -390,7 +398,7 @@ fn attend_block<T: Float>(
         let scores = &mut w.scores[..qb * kb];
         block_scores(x, d, at, settings, scores);
         for (r, row) in scores.chunks_exact_mut(kb).enumerate() {
-            let shrink = fold_row(row, &mut max[r], &mut sum[r], false);
+            let shrink = fold_row(row, &mut max[r], &mut sum[r]);
             if shrink != T::one() {
                 // What the earlier blocks accumulated, rescaled to the new maximum.
                 out[r * d.ev..][..d.ev]
@@ -407,11 +415,9 @@ fn attend_block<T: Float>(
             .zip(weighted.iter())
             .for_each(|(o, &p)| *o += p);
     }
-    if end == 0 {
-        return; // no key at all: the empty sum is 0, as `[L, 0] @ [0, Ev]` is
-    }
+    // (No key at all leaves every sum 0: the empty sum is 0, as `[L, 0] @ [0, Ev]` is.)
     for (o, &total) in out.chunks_exact_mut(d.ev).zip(sum.iter()) {
-        let inv = T::one() / total;
+        let inv = normaliser(total);
         o.iter_mut().for_each(|o| *o = *o * inv);
     }
 }
@@ -480,16 +486,15 @@ pub fn attention_backward<T: Float>(
 }
 
 /// Each of the rows' largest score (`w.max`) and sum of exponentials relative to it
-/// (`w.sum`) over the keys `0..end`, block by block. With one block (`single`), `w.scores`
-/// is left holding the exponentials; a row that sees no key then holds NaN (0/0 to come), as
-/// its probabilities are.
+/// (`w.sum`) over the keys `0..end`, block by block. With one block, `w.scores` is left
+/// holding the exponentials (zeros in a row that sees no key).
 #[inline(always)]
 fn row_statistics<T: Float>(
     x: &AttentionInputs<'_, T>,
     d: AttentionDims,
     settings: Settings<T>,
     (head, i0, qb): (usize, usize, usize),
-    (end, single): (usize, bool),
+    end: usize,
     w: &mut Scratch<T>,
 ) {
     let (max, sum) = (&mut w.max[..qb], &mut w.sum[..qb]);
@@ -499,7 +504,7 @@ fn row_statistics<T: Float>(
         let scores = &mut w.scores[..qb * at.kb];
         block_scores(x, d, at, settings, scores);
         for (r, row) in scores.chunks_exact_mut(at.kb).enumerate() {
-            fold_row(row, &mut max[r], &mut sum[r], single);
+            fold_row(row, &mut max[r], &mut sum[r]);
         }
     }
 }
@@ -524,7 +529,7 @@ fn backward_block<T: Float>(
 ) {
     let end = keys_seen(d, i0, qb, settings.causal);
     let single = end <= KEY_BLOCK;
-    row_statistics(x, d, settings, (head, i0, qb), (end, single), w);
+    row_statistics(x, d, settings, (head, i0, qb), end, w);
     // rowsum(dP ⊙ P) = rowsum(up ⊙ out): one dot product per row, from the forward's output.
     let delta: Vec<T> = (i0..i0 + qb)
         .map(|r| dot(up.row(head, r, d.ev), out.row(head, r, d.ev)))
@@ -547,9 +552,14 @@ fn backward_block<T: Float>(
                 T::exp_in_place(row);
             }
         }
+        // A row hidden from every key (max −∞: NaN above) gets weights 0.
         for (row, &total) in p.chunks_exact_mut(kb).zip(sum.iter()) {
-            let inv = T::one() / total;
-            row.iter_mut().for_each(|v| *v = *v * inv);
+            let inv = normaliser(total);
+            if inv == T::zero() {
+                row.fill(T::zero());
+            } else {
+                row.iter_mut().for_each(|v| *v = *v * inv);
+            }
         }
         let (k, v) = (x.k.rows(head, j0, kb, d.e), x.v.rows(head, j0, kb, d.ev));
         let ds = &mut grads[..qb * kb];

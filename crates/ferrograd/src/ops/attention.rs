@@ -259,7 +259,8 @@ fn attention_shapes(qkv: [&Tensor; 3], mask: Option<&Tensor>) -> (Vec<usize>, [u
 impl Tensor {
     /// `softmax(self kᵀ · scale + mask) v`: `self` (the queries) `[.., L, E]`, `k` `[.., S,
     /// E]`, `v` `[.., S, Ev]`, leading axes broadcast, the result `[.., L, Ev]`; as PyTorch's
-    /// `F.scaled_dot_product_attention`. A query row that sees no key is NaN, as there.
+    /// `F.scaled_dot_product_attention`. A query row hidden from every key (its mask row all
+    /// −∞) is 0 and passes no gradient, as there.
     pub fn scaled_dot_product_attention(&self, k: &Tensor, v: &Tensor, opts: &Attention) -> Tensor {
         let op = "scaled_dot_product_attention";
         let mask = opts.mask.as_ref().map(|m| match m.ndim() {
@@ -418,6 +419,26 @@ struct Rule<'a> {
     dropout: Option<&'a Tensor>,
 }
 
+/// The softmax of `scores` over the last axis, with every row whose scores are all −∞ (a
+/// query hidden from every key) 0 and cut from the graph: the fused kernels' weights, and
+/// PyTorch's, where a softmax would give 0/0.
+fn attention_weights(scores: &Tensor) -> Tensor {
+    if scores.numel() == 0 {
+        return scores.softmax(-1);
+    }
+    let hidden = scores
+        .detach()
+        .max_axes(&[-1], true)
+        .eq_scalar(f64::NEG_INFINITY);
+    if hidden.sum().item() == 0.0 {
+        return scores.softmax(-1);
+    }
+    scores
+        .masked_fill(&hidden, 0.0)
+        .softmax(-1)
+        .masked_fill(&hidden, 0.0)
+}
+
 /// The derivative, from the probabilities recomputed with tensor ops (so that it is itself
 /// differentiable): with `P = softmax(S)`, `S = q kᵀ · scale + mask` and the dropout factors
 /// `D` (1 without dropout), `dv = (P ⊙ D)ᵀ up`, `dS = P ⊙ (dP − rowsum(dP ⊙ P))` with
@@ -439,7 +460,7 @@ fn attention_backward(c: &BackwardCtx<'_>, up: &Tensor, rule: Rule<'_>) -> Input
         let (l, s) = (q.shape()[q.ndim() - 2], k.shape()[k.ndim() - 2]);
         scores = &scores + &causal_mask(l, s, scores.dtype());
     }
-    let p = scores.softmax(-1);
+    let p = attention_weights(&scores);
     let mut dp = up.matmul(&v.transpose(-2, -1));
     let mut weights = p.clone();
     if let Some(factors) = dropout {

@@ -316,6 +316,12 @@ def _class_loss(logp, target, weight, ignore_index, reduction, smoothing, shape=
     valid = idx != ignore_index
     if _np.any((idx[valid] < 0) | (idx[valid] >= classes)):
         raise IndexError(f"target values must be in [0, {classes}) (or ignore_index={ignore_index})")
+    if weight is None and not smoothing:
+        # The core's loss picks each row's entry (one read per row, and its derivative
+        # scatters back); the one-hot product below reads every class of every row.
+        loss = _core.NLLLoss(ignore_index=ignore_index, reduction=reduction)
+        out = loss(logp, _core.tensor(idx.astype(_np.int64, copy=False)))
+        return _unreduced(out, idx, shape) if reduction == "none" else out
     safe = _np.where(valid, idx, 0)
     hot = _np.zeros((m, classes))
     hot[_np.arange(m), safe] = 1.0
@@ -332,6 +338,15 @@ def _class_loss(logp, target, weight, ignore_index, reduction, smoothing, shape=
     if reduction == "sum":
         return per.sum()
     if reduction == "none":
-        out_shape = idx.shape if shape is None else (shape[0],) + tuple(shape[2:]) if len(shape) > 1 else ()
-        return per.reshape(*out_shape) if out_shape else per.reshape(())
+        return _unreduced(per, idx, shape)
     raise ValueError(f"{reduction!r} is not a valid value for reduction")
+
+
+def _unreduced(per, idx, shape):
+    """An unreduced class loss (one value per row) in the shape of the logits' ``[N, d1, ...]``
+    without the classes (axis 1), or of the flat targets when the logits' shape is not given."""
+    if shape is None:
+        out_shape = idx.shape
+    else:
+        out_shape = (shape[0],) + tuple(shape[2:]) if len(shape) > 1 else ()
+    return per.reshape(*out_shape) if out_shape else per.reshape(())
