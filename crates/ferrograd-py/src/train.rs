@@ -336,6 +336,21 @@ fn group_of<'py>(
     Ok((d, Group { params, opt }))
 }
 
+/// A ValueError when a parameter is listed twice, in one group or in two, as PyTorch refuses
+/// it: each listing would step it once more.
+fn no_param_twice(groups: &[Group]) -> PyResult<()> {
+    let mut seen = std::collections::HashSet::new();
+    for (name, p) in groups.iter().flat_map(|g| &g.params) {
+        if !seen.insert(p.id()) {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "some parameters appear more than once in the parameter groups \
+                 ({name:?} among them): each would be stepped once per listing"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// A group's `"betas"`: any sequence of two numbers (a tuple or a list).
 fn betas_of(b: &Bound<'_, PyAny>) -> PyResult<MomentumSetting> {
     let v: Vec<f64> = b.extract()?;
@@ -361,6 +376,7 @@ impl PyOptimizer {
             param_groups.append(d)?;
             groups.push(group);
         }
+        no_param_twice(&groups)?;
         let this = PyOptimizer {
             build,
             groups: Mutex::new(groups),
@@ -477,8 +493,14 @@ impl PyOptimizer {
     /// unset ones are the constructor's).
     fn add_param_group(&self, py: Python<'_>, group: &Bound<'_, PyDict>) -> PyResult<()> {
         let (d, g) = group_of(py, group.copy()?, &self.build)?;
+        let mut groups = lock(&self.groups);
+        groups.push(g);
+        if let Err(e) = no_param_twice(&groups) {
+            groups.pop();
+            return Err(e);
+        }
+        drop(groups);
         self.param_groups.bind(py).append(d)?;
-        lock(&self.groups).push(g);
         self.sync(py)
     }
 

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use ferrograd::prelude::*;
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::convert::{holds_bools, to_tensor};
@@ -25,7 +25,14 @@ fn additive(
         return Ok(None);
     };
     if !holds_bools(m)? {
-        return Ok(Some(to_tensor(m, Some(dtype))?));
+        let t = to_tensor(m, None)?;
+        if !t.dtype().is_float() {
+            return Err(PyTypeError::new_err(
+                "an attention mask is boolean (which keys take part) or float (added to the \
+                 scores), as PyTorch's: got integers",
+            ));
+        }
+        return Ok(Some(t.to_dtype(dtype)));
     }
     let set = to_tensor(m, None)?.to_dtype(dtype);
     let hide = if hidden { set } else { set.rsub_scalar(1.0) };

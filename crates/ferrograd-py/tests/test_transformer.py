@@ -245,3 +245,118 @@ def test_weight_tying_by_assignment_shares_one_parameter():
         m.head.weight = nn.Embedding(11, 4).weight
     with pytest.raises(AttributeError):
         m.head.foo = 3
+
+
+def test_a_query_hidden_from_every_key_is_zero_and_passes_no_gradient():
+    # PyTorch (2.5 and later) gives such a row 0 and every gradient finite, for boolean and
+    # float masks alike; a softmax's 0/0 made the row NaN and every key's gradient with it.
+    rng = np.random.default_rng(0)
+    q, k, v = (fg.tensor(rng.standard_normal((1, 2, 3, 4)), requires_grad=True) for _ in range(3))
+    keep = np.array([[True] * 3, [False] * 3, [True, False, True]])
+    add = np.where(keep, 0.0, -np.inf)
+    for mask in (fg.tensor(keep), fg.tensor(add)):
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        assert np.all(y.numpy()[:, :, 1] == 0.0)
+        (y * fg.tensor(rng.standard_normal(y.shape))).sum().backward()
+        for t in (q, k, v):
+            assert np.isfinite(t.grad.numpy()).all()
+        assert np.all(q.grad.numpy()[:, :, 1] == 0.0)
+        q.grad = k.grad = v.grad = None
+    # A sample padded everywhere, in training: finite, as in PyTorch.
+    fg.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True)
+    x = fg.randn(2, 3, 8, requires_grad=True)
+    pad = fg.tensor(np.array([[False, False, True], [True, True, True]]))
+    out = layer(x, src_key_padding_mask=pad)
+    out.sum().backward()
+    assert np.isfinite(out.numpy()).all() and np.isfinite(x.grad.numpy()).all()
+
+
+def test_attention_masks_of_integers_are_refused_and_no_width_is_the_mean_of_the_values():
+    q = fg.randn(1, 2, 4)
+    with pytest.raises(TypeError, match="boolean .* or float"):
+        F.scaled_dot_product_attention(q, q, q, attn_mask=fg.tensor([[1, 0], [1, 1]]))
+    v = fg.tensor(np.arange(6.0).reshape(1, 3, 2))
+    empty = fg.zeros(1, 2, 0, dtype=fg.float64)
+    y = F.scaled_dot_product_attention(empty, fg.zeros(1, 3, 0, dtype=fg.float64), v)
+    np.testing.assert_allclose(y.numpy(), np.broadcast_to(v.numpy().mean(1, keepdims=True), (1, 2, 2)))
+
+
+def test_cross_entropy_with_minus_infinity_logits_ignored_rows_and_weights():
+    x = np.array([[0.0, -np.inf, 1.0], [0.5, 0.2, 0.1], [-np.inf, 2.0, 0.0]])
+    t = np.array([0, 2, 1])
+
+    def nll_rows(x, t):
+        top = x.max(1, keepdims=True)
+        logp = x - top - np.log(np.exp(x - top).sum(1, keepdims=True))
+        return -logp[np.arange(len(t)), t], logp
+
+    per, logp = nll_rows(x, t)
+    w = np.array([0.5, 2.0, 1.0])
+    cases = [
+        ({}, per.mean()),
+        ({"weight": fg.tensor(w)}, (per * w[t]).sum() / w[t].sum()),
+        ({"ignore_index": 2}, per[[0, 2]].mean()),
+        ({"reduction": "none"}, per),
+    ]
+    for kwargs, want in cases:
+        logits = fg.tensor(x, requires_grad=True)
+        loss = F.cross_entropy(logits, fg.tensor(t), **kwargs)
+        np.testing.assert_allclose(loss.numpy(), want, rtol=1e-12)
+        loss.sum().backward()
+        assert np.isfinite(logits.grad.numpy()).all(), kwargs
+    # Label smoothing reads every class of a row that counts: −∞ there makes it infinite (as
+    # in PyTorch), but a row left out stays out.
+    smooth = F.cross_entropy(fg.tensor(x[1:2]), fg.tensor(t[1:2]), label_smoothing=0.1)
+    want = 0.9 * per[1] - 0.1 * logp[1].mean()
+    np.testing.assert_allclose(smooth.numpy(), want, rtol=1e-12)
+    kept = F.cross_entropy(fg.tensor(x), fg.tensor(np.array([-100, 2, -100])), label_smoothing=0.1)
+    np.testing.assert_allclose(kept.numpy(), want, rtol=1e-12)
+    # Every row left out: NaN (PyTorch's 0/0), gradients 0 rather than NaN, on both paths.
+    for kwargs in ({}, {"weight": fg.tensor(w)}, {"label_smoothing": 0.1}):
+        logits = fg.tensor(x, requires_grad=True)
+        loss = F.cross_entropy(logits, fg.tensor(np.full(3, -100)), **kwargs)
+        assert np.isnan(loss.item())
+        loss.backward()
+        assert np.all(logits.grad.numpy() == 0.0), kwargs
+
+
+def test_embedding_padding_index_passes_no_gradient_and_indices_are_integers():
+    w = fg.tensor(np.arange(12.0).reshape(4, 3), requires_grad=True)
+    idx = fg.tensor(np.array([[0, 2, 2], [1, 2, 3]]))
+    out = F.embedding(idx, w, padding_idx=2)
+    np.testing.assert_array_equal(out.numpy(), np.arange(12.0).reshape(4, 3)[idx.numpy()])
+    out.sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy().sum(1), [3.0, 3.0, 0.0, 3.0])
+    w.grad = None
+    F.embedding(idx, w, padding_idx=-1).sum().backward()  # row 3
+    np.testing.assert_array_equal(w.grad.numpy().sum(1), [3.0, 3.0, 9.0, 0.0])
+    with pytest.raises(TypeError, match="integers"):
+        F.embedding(fg.tensor([1.7]), w)
+    with pytest.raises(ValueError, match="padding_idx"):
+        F.embedding(idx, w, padding_idx=4)
+
+
+def test_a_parameter_in_two_groups_is_refused():
+    p, q = fg.tensor([1.0], requires_grad=True), fg.tensor([2.0], requires_grad=True)
+    with pytest.raises(ValueError, match="more than once"):
+        fg.optim.SGD([{"params": [p]}, {"params": [p, q]}], lr=0.1)
+    with pytest.raises(ValueError, match="more than once"):
+        fg.optim.SGD([p, p], lr=0.1)
+    opt = fg.optim.SGD([p], lr=0.1)
+    with pytest.raises(ValueError, match="more than once"):
+        opt.add_param_group({"params": [p]})
+    assert len(opt.param_groups) == 1
+    p.grad = fg.tensor([1.0])
+    opt.step()
+    assert p.tolist() == pytest.approx([0.9])
+    opt.add_param_group({"params": [q]})
+    assert len(opt.param_groups) == 2
+
+
+def test_clip_grad_norm_returns_the_gradients_dtype_and_counts_for_order_zero():
+    p = fg.tensor(np.array([3.0, 0.0, 4.0]), requires_grad=True)
+    p.grad = fg.tensor(np.array([3.0, 0.0, 4.0]))
+    norm = nn.utils.clip_grad_norm_([p], 10.0)
+    assert norm.dtype == fg.float64 and norm.item() == 5.0
+    assert nn.utils.clip_grad_norm_([p], 10.0, norm_type=0).item() == 2.0

@@ -269,7 +269,11 @@ impl Tensor {
             _ => m.clone(),
         });
         let (batch, [l, e, s, ev], dtype) = attention_shapes([self, k, v], mask.as_ref());
-        let scale = opts.scale.unwrap_or(1.0 / (e as f64).sqrt());
+        // With E = 0 every score is an empty sum, 0 whatever the scale: 1/√0 would make it
+        // 0·∞ = NaN, where PyTorch gives the mean of the values.
+        let scale = opts
+            .scale
+            .unwrap_or(if e == 0 { 1.0 } else { 1.0 / (e as f64).sqrt() });
         let heads: usize = batch.iter().product();
         let d = AttentionDims { heads, l, s, e, ev };
         let pattern = opts.dropout.map(|(p, key)| DropPattern::new(p, key));

@@ -173,10 +173,21 @@ def pad(input, pad, mode="constant", value=None):
 
 
 def embedding(input, weight, padding_idx=None):
-    """Rows of ``weight`` at the int64 indices ``input`` (any shape): ``[*input.shape, D]``."""
-    idx = _np.asarray(_t(input).numpy(), dtype=_np.int64)
+    """Rows of ``weight`` at the integer indices ``input`` (any shape): ``[*input.shape, D]``.
+    The rows read at ``padding_idx`` pass no gradient to ``weight``, as PyTorch's."""
+    idx = _np.asarray(_t(input).numpy())
+    if idx.dtype.kind not in "iu":
+        raise TypeError(f"embedding: indices must be integers (int64), got {idx.dtype}")
     w = _t(weight)
-    rows = w.index_select(0, idx.reshape(-1))
+    flat = idx.reshape(-1).astype(_np.int64, copy=False)
+    rows = w.index_select(0, flat)
+    if padding_idx is not None:
+        n = w.shape[0]
+        if not -n <= padding_idx < n:
+            raise ValueError(f"embedding: padding_idx {padding_idx} is not an index of {n} rows")
+        pad = flat == padding_idx % n
+        if pad.any():
+            rows = _core.tensor(pad[:, None]).where_(rows.detach(), rows)
     return rows.reshape(*idx.shape, w.shape[1])
 
 
@@ -316,30 +327,33 @@ def _class_loss(logp, target, weight, ignore_index, reduction, smoothing, shape=
     valid = idx != ignore_index
     if _np.any((idx[valid] < 0) | (idx[valid] >= classes)):
         raise IndexError(f"target values must be in [0, {classes}) (or ignore_index={ignore_index})")
+    targets = _core.tensor(idx.astype(_np.int64, copy=False))
     if weight is None and not smoothing:
         # The core's loss picks each row's entry (one read per row, and its derivative
-        # scatters back); the one-hot product below reads every class of every row.
-        loss = _core.NLLLoss(ignore_index=ignore_index, reduction=reduction)
-        out = loss(logp, _core.tensor(idx.astype(_np.int64, copy=False)))
+        # scatters back): a row left out is never read, and no −∞ elsewhere in a row meets a
+        # factor 0 (a one-hot product would make it NaN).
+        out = _core.NLLLoss(ignore_index=ignore_index, reduction=reduction)(logp, targets)
         return _unreduced(out, idx, shape) if reduction == "none" else out
-    safe = _np.where(valid, idx, 0)
-    hot = _np.zeros((m, classes))
-    hot[_np.arange(m), safe] = 1.0
-    hot *= valid[:, None]
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{reduction!r} is not a valid value for reduction")
+    # Each row's picked term from the core (0 where left out), weighted by its class.
+    per = _core.NLLLoss(ignore_index=ignore_index, reduction="none")(logp, targets)
     class_w = _np.ones(classes) if weight is None else _np.asarray(_t(weight).numpy(), dtype=_np.float64)
-    w_hot = _core.tensor(hot * class_w, dtype=logp.dtype)
-    per = -(logp * w_hot).sum(-1)
-    sample_w = (class_w[safe] * valid).astype(_np.float64)
+    row_w = class_w[_np.where(valid, idx, 0)] * valid
+    if weight is not None:
+        per = per * _core.tensor(row_w, dtype=logp.dtype)
     if smoothing:
-        uniform = _core.tensor(_np.broadcast_to(class_w * valid[:, None], (m, classes)).copy(), dtype=logp.dtype)
-        per = per * (1.0 - smoothing) - (logp * uniform).sum(-1) * (smoothing / classes)
+        # The uniform part over the rows that count (a row left out is zeroed first).
+        kept = logp if valid.all() else logp.masked_fill(_core.tensor(~valid[:, None]), 0.0)
+        spread = kept if weight is None else kept * _core.tensor(class_w, dtype=logp.dtype)
+        per = per * (1.0 - smoothing) - spread.sum(-1) * (smoothing / classes)
     if reduction == "mean":
-        return per.sum() / float(sample_w.sum())
+        total = float(row_w.sum())
+        # Nothing counted: NaN, as PyTorch's 0/0, with gradients 0 rather than NaN.
+        return per.sum() + float("nan") if total == 0.0 else per.sum() / total
     if reduction == "sum":
         return per.sum()
-    if reduction == "none":
-        return _unreduced(per, idx, shape)
-    raise ValueError(f"{reduction!r} is not a valid value for reduction")
+    return _unreduced(per, idx, shape)
 
 
 def _unreduced(per, idx, shape):

@@ -20,6 +20,8 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
         total = max(float(p.grad.abs().max()) for p in params)
     elif norm_type == 2.0:
         total = _core._global_norm([p.grad for p in params])
+    elif norm_type == 0.0:  # the count of non-zero entries, as PyTorch's order 0
+        total = float(sum(int((p.grad != 0).sum()) for p in params))
     else:
         total = sum(float((p.grad.abs() ** norm_type).sum()) for p in params) ** (1.0 / norm_type)
     if error_if_nonfinite and not (total == total and total != float("inf")):
@@ -28,7 +30,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     if not coef >= 1.0:  # a factor of 1 changes no bit (a NaN factor still spreads, as in PyTorch)
         for p in params:
             p.grad = p.grad * coef
-    return _core.tensor(total)
+    return _core.tensor(total, dtype=params[0].grad.dtype)
 
 
 def clip_grad_value_(parameters, clip_value, foreach=None):
