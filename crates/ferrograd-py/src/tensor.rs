@@ -6,6 +6,7 @@ use std::sync::{Arc, RwLock};
 use ferrograd::prelude::*;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError, PyZeroDivisionError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{IntoPyDict, PyFloat, PyList, PyString, PyTuple};
 
 use crate::autograd::{self, Leaf};
@@ -1813,25 +1814,28 @@ impl PyTensor {
         self.map(py, |t| t.masked_fill(&m, value))
     }
 
-    /// `(values, indices)` of the `k` largest entries along the last axis, largest first, as
-    /// PyTorch's `topk` (the last axis only, largest only).
+    /// `(values, indices)` of the `k` largest entries along `dim` (with `largest=False` the
+    /// smallest), as PyTorch's `topk`: a named tuple, so `.values` and `.indices` read them.
+    /// The entries come in order (largest or smallest first) whatever `sorted` says, an order
+    /// PyTorch's `sorted=False` allows.
     #[pyo3(signature = (k, dim=-1, largest=true, sorted=true))]
-    fn topk(
+    fn topk<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         k: usize,
         dim: isize,
         largest: bool,
         sorted: bool,
-    ) -> PyResult<(PyTensor, PyTensor)> {
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let _ = sorted;
         let t = self.tensor();
-        if !largest || !sorted || (dim != -1 && dim != t.ndim() as isize - 1) {
-            return Err(PyValueError::new_err(
-                "topk: only the largest entries, sorted, along the last axis are supported yet",
-            ));
-        }
-        let (v, i) = guard::run_heavy(py, t.numel() >= HEAVY, || t.topk(k))?;
-        Ok((PyTensor::new(v), PyTensor::new(i)))
+        let (v, i) = guard::run_heavy(py, t.numel() >= HEAVY, || t.topk_along(k, dim, largest))?;
+        static TOPK: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let named = TOPK.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+            let namedtuple = py.import("collections")?.getattr("namedtuple")?;
+            Ok(namedtuple.call1(("topk", ("values", "indices")))?.unbind())
+        })?;
+        named.bind(py).call1((PyTensor::new(v), PyTensor::new(i)))
     }
 
     fn contiguous(&self, py: Python<'_>) -> PyResult<PyTensor> {

@@ -360,3 +360,20 @@ def test_clip_grad_norm_returns_the_gradients_dtype_and_counts_for_order_zero():
     norm = nn.utils.clip_grad_norm_([p], 10.0)
     assert norm.dtype == fg.float64 and norm.item() == 5.0
     assert nn.utils.clip_grad_norm_([p], 10.0, norm_type=0).item() == 2.0
+
+
+def test_topk_as_pytorchs_smallest_along_any_axis_and_named():
+    x = fg.tensor(np.array([[0.5, 3.0, -1.0], [3.0, 2.0, np.nan]]))
+    top = x.topk(2)
+    np.testing.assert_array_equal(top.values.numpy(), [[3.0, 0.5], [np.nan, 3.0]])
+    np.testing.assert_array_equal(top.indices.numpy(), [[1, 0], [2, 0]])
+    values, indices = fg.topk(x, 1, dim=0, largest=False)
+    np.testing.assert_array_equal(values.numpy(), [[0.5, 2.0, -1.0]])
+    np.testing.assert_array_equal(indices.numpy(), [[0, 1, 0]])
+    low = x.topk(2, largest=False, sorted=False)
+    np.testing.assert_array_equal(low.values.numpy(), [[-1.0, 0.5], [2.0, 3.0]])
+    w = fg.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    w.topk(1, dim=0).values.sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [[0, 0, 0], [1, 1, 1]])
+    with pytest.raises(ValueError, match="axis"):
+        x.topk(1, dim=2)

@@ -527,6 +527,20 @@ fn triangles_masked_fill_and_top_k() {
     assert_eq!(vals.to_vec::<f64>(), vec![3.0, 3.0, 2.0]);
     assert_eq!(idx.to_vec::<i64>(), vec![1, 3, 4]);
     assert_eq!(idx.dtype(), DType::I64);
+    // The smallest first (ties in order, NaN never before a number), along another axis.
+    let nan = Tensor::from_vec(vec![f64::NAN, 3.0, -1.0, 3.0, -1.0, 2.0], &[1, 6]);
+    let (vals, idx) = nan.topk_along(4, 1, false);
+    assert_eq!(vals.to_vec::<f64>(), vec![-1.0, -1.0, 2.0, 3.0]);
+    assert_eq!(idx.to_vec::<i64>(), vec![2, 4, 5, 1]);
+    assert_eq!(nan.topk(1).1.to_vec::<i64>(), vec![0]);
+    let cols = row.reshape(&[5, 1]).broadcast_to(&[5, 2]).contiguous();
+    let (vals, idx) = cols.topk_along(2, 0, true);
+    assert_eq!(vals.shape(), &[2, 2]);
+    assert_eq!(vals.to_vec::<f64>(), vec![3.0, 3.0, 3.0, 3.0]);
+    assert_eq!(idx.to_vec::<i64>(), vec![1, 1, 3, 3]);
+    let (low, low_idx) = cols.topk_along(2, -2, false);
+    assert_eq!(low.to_vec::<f64>(), vec![-1.0, -1.0, 0.5, 0.5]);
+    assert_eq!(low_idx.to_vec::<i64>(), vec![2, 2, 0, 0]);
     check("tril", |t| t[0].tril(1), std::slice::from_ref(&x));
     check("triu", |t| t[0].triu(-1), std::slice::from_ref(&x));
     check(
@@ -535,6 +549,11 @@ fn triangles_masked_fill_and_top_k() {
         std::slice::from_ref(&x),
     );
     check("topk values", |t| t[0].topk(2).0, std::slice::from_ref(&x));
+    check(
+        "smallest values along the first axis",
+        |t| t[0].topk_along(2, 0, false).0,
+        std::slice::from_ref(&x),
+    );
     check("gelu_tanh", |t| t[0].gelu_tanh(), std::slice::from_ref(&x));
     // PyTorch's F.gelu(approximate="tanh") at −3, −2, ..., 3.
     let g = Tensor::linspace(-3.0, 3.0, 7, DType::F64)

@@ -2,6 +2,7 @@
 //! `k` largest entries. Each is written with the differentiable ops (`where_cond` with a
 //! constant mask, `index_select`), so each has derivatives of every order.
 
+use super::Axis;
 use crate::tensor::{no_grad, DType, Tensor};
 
 impl Tensor {
@@ -59,10 +60,25 @@ impl Tensor {
     /// (`I64`), as PyTorch's `topk`. Ties keep the earlier position first; NaN counts as
     /// largest. The values are differentiable (the gradient goes to the chosen positions).
     pub fn topk(&self, k: usize) -> (Tensor, Tensor) {
+        self.topk_along(k, -1, true)
+    }
+
+    /// [`Tensor::topk`] along `axis`, of the largest entries (largest first) or with
+    /// `largest` false the smallest (smallest first; NaN still counts as largest, as in
+    /// PyTorch's `topk(largest=False)`).
+    pub fn topk_along<A: Axis>(&self, k: usize, axis: A, largest: bool) -> (Tensor, Tensor) {
         assert!(
             self.ndim() >= 1,
             "topk: needs at least one axis, got a 0-d tensor"
         );
+        let last = self.ndim() - 1;
+        let Some(axis) = axis.position(self.ndim()) else {
+            panic!("topk: axis {axis} is not an axis of {:?}", self.shape())
+        };
+        if axis != last {
+            let (v, i) = self.transpose(axis, last).topk_along(k, last, largest);
+            return (v.transpose(axis, last), i.transpose(axis, last));
+        }
         let n = self.shape()[self.ndim() - 1];
         assert!(
             k <= n,
@@ -78,11 +94,16 @@ impl Tensor {
         for r in 0..rows {
             let row = &values[r * n..(r + 1) * n];
             let mut order: Vec<usize> = (0..n).collect();
-            // Descending, NaN first, stable for ties.
+            // NaN above every number; descending or ascending, stable for ties.
             order.sort_by(|&a, &b| {
-                row[b]
-                    .partial_cmp(&row[a])
-                    .unwrap_or_else(|| row[a].is_nan().cmp(&row[b].is_nan()).reverse())
+                let up = row[a]
+                    .partial_cmp(&row[b])
+                    .unwrap_or_else(|| row[a].is_nan().cmp(&row[b].is_nan()));
+                if largest {
+                    up.reverse()
+                } else {
+                    up
+                }
             });
             picked.extend(order[..k].iter().map(|&j| (r * n + j) as i64));
         }
