@@ -141,6 +141,7 @@ struct MhaCall<'a, 'py> {
     key_padding_mask: Option<&'a Bound<'py, PyAny>>,
     need_weights: bool,
     attn_mask: Option<&'a Bound<'py, PyAny>>,
+    average_attn_weights: bool,
     is_causal: bool,
 }
 
@@ -163,14 +164,17 @@ impl PyMultiheadAttention {
             q.dtype(),
         )?;
         let (inner, mode) = (slf.inner.clone(), slf.as_super().mode());
-        let need = call.need_weights;
+        let (need, average) = (call.need_weights, call.average_attn_weights);
         let (y, w) = guard::run_heavy(slf.py(), q.numel() >= HEAVY, || {
-            if need {
-                let (y, w) = inner.attend_with_weights_in(&q, &k, &v, &opts, mode);
-                (y, Some(w))
-            } else {
-                (inner.attend_in(&q, &k, &v, &opts, mode), None)
+            if !need {
+                return (inner.attend_in(&q, &k, &v, &opts, mode), None);
             }
+            let (y, w) = if average {
+                inner.attend_with_weights_in(&q, &k, &v, &opts, mode)
+            } else {
+                inner.attend_with_head_weights_in(&q, &k, &v, &opts, mode)
+            };
+            (y, Some(w))
         })?;
         Ok((PyTensor::new(batch_major(y, first)), w.map(PyTensor::new)))
     }
@@ -199,8 +203,9 @@ impl PyMultiheadAttention {
     }
 
     /// `(output, weights)` as PyTorch's: `output` in the inputs' layout, with dropout on the
-    /// probabilities in training mode; `weights` averaged over the heads `[N, L, S]` (without
-    /// dropout) when `need_weights`, else None.
+    /// probabilities in training mode; when `need_weights`, the weights that weighed the
+    /// values (after that dropout), averaged over the heads `[N, L, S]` or with
+    /// `average_attn_weights=False` each head's `[N, H, L, S]`; else None.
     #[pyo3(signature = (query, key, value, key_padding_mask=None, need_weights=true, attn_mask=None, average_attn_weights=true, is_causal=false))]
     #[allow(clippy::too_many_arguments)]
     fn forward(
@@ -214,15 +219,11 @@ impl PyMultiheadAttention {
         average_attn_weights: bool,
         is_causal: bool,
     ) -> PyResult<(PyTensor, Option<PyTensor>)> {
-        if need_weights && !average_attn_weights {
-            return Err(refuse(
-                "per-head attention weights (average_attn_weights=False)",
-            ));
-        }
         let call = MhaCall {
             key_padding_mask,
             need_weights,
             attn_mask,
+            average_attn_weights,
             is_causal,
         };
         Self::run(slf, (query, key, value), call)

@@ -377,3 +377,15 @@ def test_topk_as_pytorchs_smallest_along_any_axis_and_named():
     np.testing.assert_array_equal(w.grad.numpy(), [[0, 0, 0], [1, 1, 1]])
     with pytest.raises(ValueError, match="axis"):
         x.topk(1, dim=2)
+
+
+def test_multihead_attention_gives_each_heads_weights():
+    fg.manual_seed(0)
+    mha = nn.MultiheadAttention(8, 2, batch_first=True)
+    x = fg.randn(3, 5, 8)
+    y, heads = mha(x, x, x, average_attn_weights=False)
+    y2, mean = mha(x, x, x)
+    assert tuple(heads.shape) == (3, 2, 5, 5)
+    np.testing.assert_allclose(heads.numpy().mean(1), mean.numpy(), rtol=1e-6)
+    np.testing.assert_array_equal(y.numpy(), y2.numpy())
+    np.testing.assert_allclose(heads.numpy().sum(-1), 1.0, rtol=1e-5)

@@ -726,7 +726,7 @@ fn attention_dropout_has_its_derivatives_on_every_path() {
 #[test]
 fn multihead_attention_drops_in_training_from_its_stream() {
     // Training mode draws a new pattern per call from the layer's stream; the weights that
-    // `attend_with_weights_in` returns are those before dropout, its output the dropped one's.
+    // `attend_with_weights_in` returns are the dropped ones, as PyTorch's, their output too.
     let mha = MultiheadAttention::new(8, 2).dropout(0.5);
     let x = randn(&[2, 6, 8], 4).to_dtype(DType::F32);
     let opts = Attention::new();
@@ -739,10 +739,23 @@ fn multihead_attention_drops_in_training_from_its_stream() {
     assert_ne!(first, second, "each call draws a new pattern");
     let eval = mha.attend(&x, &x, &x, &opts).to_vec::<f32>();
     assert_ne!(first, eval);
-    let (_, eval_weights) = mha.attend_with_weights(&x, &x, &x, &opts);
+    let (_, eval_heads) = mha.attend_with_head_weights_in(&x, &x, &x, &opts, Mode::Eval);
+    assert_eq!(eval_heads.shape(), &[2, 2, 6, 6]);
     let state = mha.rng_streams()[0].1.state();
     let (y, weights) = mha.attend_with_weights_in(&x, &x, &x, &opts, Mode::Train);
-    assert_eq!(weights.to_vec::<f32>(), eval_weights.to_vec::<f32>());
+    mha.rng_streams()[0].1.set_state(state);
+    let (y_heads, heads) = mha.attend_with_head_weights_in(&x, &x, &x, &opts, Mode::Train);
+    assert_eq!(y.to_vec::<f32>(), y_heads.to_vec::<f32>());
+    assert_eq!(
+        weights.to_vec::<f32>(),
+        heads.mean_axes(&[1], false).to_vec::<f32>()
+    );
+    // Each weight dropped (0) or kept and scaled by 1 / (1 − ½).
+    let kept = heads.to_vec::<f32>();
+    for (t, e) in kept.iter().zip(eval_heads.to_vec::<f32>()) {
+        assert!(*t == 0.0 || (t - 2.0 * e).abs() <= 1e-6, "{t} from {e}");
+    }
+    assert!(kept.contains(&0.0) && kept.iter().any(|&t| t > 0.0));
     // The same draw through the fused op gives the same output.
     mha.rng_streams()[0].1.set_state(state);
     let fused = mha.attend_in(&x, &x, &x, &opts, Mode::Train);

@@ -120,10 +120,24 @@ impl MultiheadAttention {
         self.attend_with_weights_in(query, key, value, opts, Mode::Eval)
     }
 
-    /// [`MultiheadAttention::attend_with_weights`] in `mode`: in training the output has
-    /// dropout on the probabilities, the weights are those before it. One projection and
-    /// one softmax serve both.
+    /// [`MultiheadAttention::attend_with_weights`] in `mode`: in training the probabilities
+    /// have dropout, and the weights returned are the dropped ones that weighed the values,
+    /// as PyTorch's. One projection and one softmax serve both.
     pub fn attend_with_weights_in(
+        &self,
+        query: &Tensor,
+        key: &Tensor,
+        value: &Tensor,
+        opts: &Attention,
+        mode: Mode,
+    ) -> (Tensor, Tensor) {
+        let (y, weights) = self.attend_with_head_weights_in(query, key, value, opts, mode);
+        (y, weights.mean_axes(&[1], false))
+    }
+
+    /// [`MultiheadAttention::attend_with_weights_in`] with each head's weights, `[N, H, L,
+    /// S]`, not their mean (PyTorch's `average_attn_weights=False`).
+    pub fn attend_with_head_weights_in(
         &self,
         query: &Tensor,
         key: &Tensor,
@@ -133,14 +147,11 @@ impl MultiheadAttention {
     ) -> (Tensor, Tensor) {
         let (q, k, v) = self.heads_of(query, key, value);
         let p = self.probabilities(&q, &k, opts);
-        let dropped = match self.dropping(opts, mode).dropout_of() {
+        let weights = match self.dropping(opts, mode).dropout_of() {
             Some((rate, key)) => &p * &dropout_factors(rate, key, p.shape(), p.dtype()),
-            None => p.clone(),
+            None => p,
         };
-        (
-            self.merge(&dropped.matmul(&v), query),
-            p.mean_axes(&[1], false),
-        )
+        (self.merge(&weights.matmul(&v), query), weights)
     }
 
     /// `opts` with the layer's dropout in training (a key drawn from its stream).
