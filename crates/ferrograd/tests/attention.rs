@@ -618,6 +618,15 @@ fn dropout_masks_and_edges() {
         &Attention::new(),
     );
     assert_eq!(none.to_vec::<f64>(), vec![0.0; 6]);
+    // No width (E = 0): every score is 0 whatever the scale, so the mean of the values (as
+    // PyTorch gives), not 0·∞.
+    let v = Tensor::from_vec((0..6).map(f64::from).collect(), &[1, 3, 2]);
+    let flat = Tensor::zeros(&[1, 2, 0], DType::F64).scaled_dot_product_attention(
+        &Tensor::zeros(&[1, 3, 0], DType::F64),
+        &v,
+        &Attention::new(),
+    );
+    assert_eq!(flat.to_vec::<f64>(), vec![2.0, 3.0, 2.0, 3.0]);
     // Dropout on the attention probabilities acts in training mode only.
     let mha = MultiheadAttention::new(4, 2).dropout(0.5);
     let x = Tensor::randn_default(&[2, 3, 4], DType::F32);
