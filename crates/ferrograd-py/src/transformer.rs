@@ -263,6 +263,40 @@ impl PyMultiheadAttention {
 pub struct PyTransformerEncoderLayer {
     inner: Arc<TransformerEncoderLayer>,
     batch_first: bool,
+    settings: EncoderSettings,
+}
+
+/// What a `TransformerEncoderLayer` was built with, to build its copies.
+#[derive(Clone, Copy)]
+struct EncoderSettings {
+    d_model: usize,
+    nhead: usize,
+    dim_feedforward: usize,
+    dropout: f64,
+    gelu: bool,
+    norm_first: bool,
+}
+
+impl EncoderSettings {
+    fn build(self) -> PyResult<Arc<TransformerEncoderLayer>> {
+        guard::run(|| {
+            let l = TransformerEncoderLayer::new(self.d_model, self.nhead)
+                .dim_feedforward(self.dim_feedforward)
+                .dropout(self.dropout)
+                .norm_first(self.norm_first);
+            Arc::new(if self.gelu { l.gelu() } else { l })
+        })
+    }
+}
+
+/// `to` takes `from`'s parameter and buffer values (their dtypes too) and frozen flags.
+fn copy_state(from: &dyn Layer, to: &dyn Layer) {
+    for ((_, src), (_, dst)) in from.state_params().into_iter().zip(to.state_params()) {
+        let value = src.tensor().detach();
+        dst.set_dtype(value.dtype());
+        dst.set(&value);
+        dst.set_frozen(src.is_frozen());
+    }
 }
 
 #[pymethods]
@@ -295,16 +329,45 @@ impl PyTransformerEncoderLayer {
                 )))
             }
         };
-        let inner = guard::run(|| {
-            let l = TransformerEncoderLayer::new(d_model, nhead)
-                .dim_feedforward(dim_feedforward)
-                .dropout(dropout)
-                .norm_first(norm_first);
-            Arc::new(if gelu { l.gelu() } else { l })
-        })?;
+        let settings = EncoderSettings {
+            d_model,
+            nhead,
+            dim_feedforward,
+            dropout,
+            gelu,
+            norm_first,
+        };
+        let inner = settings.build()?;
         let layer: Arc<dyn Layer> = inner.clone();
-        Ok(PyClassInitializer::from(PyLayer::new(layer))
-            .add_subclass(PyTransformerEncoderLayer { inner, batch_first }))
+        Ok(
+            PyClassInitializer::from(PyLayer::new(layer)).add_subclass(PyTransformerEncoderLayer {
+                inner,
+                batch_first,
+                settings,
+            }),
+        )
+    }
+
+    /// A layer of the same settings, mode and values whose parameters are its own (as
+    /// `copy.deepcopy` gives in PyTorch; `nn.TransformerEncoder` stacks such copies). Its
+    /// dropout draws from a stream of its own, so copies do not drop alike.
+    fn __deepcopy__(
+        slf: PyRef<'_, Self>,
+        _memo: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyTransformerEncoderLayer>> {
+        let settings = slf.settings;
+        let inner = settings.build()?;
+        let from: Arc<dyn Layer> = slf.inner.clone();
+        let to: Arc<dyn Layer> = inner.clone();
+        guard::run(|| copy_state(&*from, &*to))?;
+        let base = PyLayer::new(to);
+        base.set_training(slf.as_super().mode() == Mode::Train);
+        let copy = PyTransformerEncoderLayer {
+            inner,
+            batch_first: slf.batch_first,
+            settings,
+        };
+        Py::new(slf.py(), PyClassInitializer::from(base).add_subclass(copy))
     }
 
     /// The layer on `src` in the layer's mode and layout, with PyTorch's masks.

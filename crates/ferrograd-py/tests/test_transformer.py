@@ -389,3 +389,40 @@ def test_multihead_attention_gives_each_heads_weights():
     np.testing.assert_allclose(heads.numpy().mean(1), mean.numpy(), rtol=1e-6)
     np.testing.assert_array_equal(y.numpy(), y2.numpy())
     np.testing.assert_allclose(heads.numpy().sum(-1), 1.0, rtol=1e-5)
+
+
+def test_transformer_encoder_stacks_copies_of_a_layer_as_pytorchs():
+    import copy
+
+    fg.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True, norm_first=True)
+    enc = nn.TransformerEncoder(layer, num_layers=2, norm=nn.LayerNorm(8))
+    keys = list(enc.state_dict())
+    assert "layers.0.self_attn.in_proj_weight" in keys and "layers.1.linear2.bias" in keys
+    assert "norm.weight" in keys and len(keys) == 2 * len(layer.state_dict()) + 2
+    sd = layer.state_dict()
+    for k, v in enc.layers[1].state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), sd[k].numpy())
+    x = fg.randn(2, 5, 8)
+    mask = fg.tensor(np.triu(np.full((5, 5), -np.inf), 1))
+    want = enc.norm(enc.layers[1](enc.layers[0](x, src_mask=mask), src_mask=mask))
+    np.testing.assert_array_equal(enc(x, mask=mask).numpy(), want.numpy())
+    causal = enc(x, is_causal=True)
+    np.testing.assert_allclose(causal.numpy(), want.numpy(), rtol=1e-6, atol=1e-6)
+    # Parameters of their own: a step on the copies leaves the original alone, and the two
+    # copies (with different gradients) apart.
+    opt = fg.optim.SGD(enc.parameters(), lr=0.1)
+    enc(x).sum().backward()
+    opt.step()
+    w0, w1 = (enc.layers[i].state_dict()["linear1.weight"].numpy() for i in (0, 1))
+    assert not np.array_equal(w0, sd["linear1.weight"].numpy()) and not np.array_equal(w0, w1)
+    np.testing.assert_array_equal(layer.state_dict()["linear1.weight"].numpy(), sd["linear1.weight"].numpy())
+    # A copy keeps the dtype and the mode, and draws its own dropout.
+    drop = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.5, batch_first=True).double()
+    drop.eval()
+    twin = copy.deepcopy(drop)
+    assert not twin.training and twin.state_dict()["linear1.weight"].dtype == fg.float64
+    twin.train()
+    a, b = copy.deepcopy(twin), copy.deepcopy(twin)
+    xd = fg.randn(1, 4, 8, dtype=fg.float64)
+    assert not np.array_equal(a(xd).numpy(), b(xd).numpy())

@@ -81,6 +81,7 @@ AvgPool2D = AvgPool2d
 
 
 from ._module import Module, ModuleDict, ModuleList, Sequential  # noqa: E402,F401
+from .transformer import TransformerEncoder  # noqa: E402,F401
 from .losses import (  # noqa: E402,F401
     BCELoss,
     BCEWithLogitsLoss,
