@@ -60,7 +60,18 @@ fn catch_dyn(f: &mut dyn FnMut()) -> Result<(), String> {
 fn to_pyerr(message: String) -> PyErr {
     PENDING
         .with(|p| p.borrow_mut().take())
-        .unwrap_or_else(|| PyValueError::new_err(message))
+        .unwrap_or_else(|| PyValueError::new_err(in_python_terms(message)))
+}
+
+/// The core's messages name its Rust API where they say how to mend a call; from Python the
+/// mend is spelled as Python's.
+const RUST_TO_PYTHON: [(&str, &str); 1] =
+    [(".to_dtype(DType::F32) (or F64)", ".float() (or .double())")];
+
+fn in_python_terms(message: String) -> String {
+    RUST_TO_PYTHON
+        .iter()
+        .fold(message, |m, (rust, python)| m.replace(rust, python))
 }
 
 /// Runs `f` holding the GIL (small work, or work that calls back into Python).
