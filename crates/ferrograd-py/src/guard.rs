@@ -65,8 +65,10 @@ fn to_pyerr(message: String) -> PyErr {
 
 /// The core's messages name its Rust API where they say how to mend a call; from Python the
 /// mend is spelled as Python's.
-const RUST_TO_PYTHON: [(&str, &str); 1] =
-    [(".to_dtype(DType::F32) (or F64)", ".float() (or .double())")];
+const RUST_TO_PYTHON: [(&str, &str); 2] = [
+    (".to_dtype(DType::F32) (or F64)", ".float() (or .double())"),
+    ("an i64 tensor", "an int64 tensor"),
+];
 
 fn in_python_terms(message: String) -> String {
     RUST_TO_PYTHON

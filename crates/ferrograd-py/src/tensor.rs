@@ -1832,8 +1832,10 @@ impl PyTensor {
         let (v, i) = guard::run_heavy(py, t.numel() >= HEAVY, || t.topk_along(k, dim, largest))?;
         static TOPK: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
         let named = TOPK.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
-            let namedtuple = py.import("collections")?.getattr("namedtuple")?;
-            Ok(namedtuple.call1(("topk", ("values", "indices")))?.unbind())
+            Ok(py
+                .import("ferrograd.return_types")?
+                .getattr("topk")?
+                .unbind())
         })?;
         named.bind(py).call1((PyTensor::new(v), PyTensor::new(i)))
     }

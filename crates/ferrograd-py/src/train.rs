@@ -336,16 +336,30 @@ fn group_of<'py>(
     Ok((d, Group { params, opt }))
 }
 
-/// A ValueError when a parameter is listed twice, in one group or in two, as PyTorch refuses
-/// it: each listing would step it once more.
-fn no_param_twice(groups: &[Group]) -> PyResult<()> {
-    let mut seen = std::collections::HashSet::new();
-    for (name, p) in groups.iter().flat_map(|g| &g.params) {
-        if !seen.insert(p.id()) {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                "some parameters appear more than once in the parameter groups \
-                 ({name:?} among them): each would be stepped once per listing"
-            )));
+/// PyTorch's checks of parameter groups: a ValueError when a parameter is in two groups (two
+/// optimizers would step it), a warning when one group lists it twice (PyTorch's optimizers
+/// then step it twice; here it is stepped once, its state keyed by its identity).
+fn no_param_twice(py: Python<'_>, groups: &[Group]) -> PyResult<()> {
+    let mut seen = std::collections::HashMap::new();
+    for (g, group) in groups.iter().enumerate() {
+        for (name, p) in &group.params {
+            match seen.insert(p.id(), g) {
+                Some(other) if other != g => {
+                    return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                        "some parameters appear in more than one parameter group ({name:?} \
+                         among them)"
+                    )))
+                }
+                Some(_) => {
+                    let msg = std::ffi::CString::new(format!(
+                        "a parameter group lists {name:?} more than once (it is stepped \
+                         once)"
+                    ))?;
+                    let category = py.get_type::<pyo3::exceptions::PyUserWarning>();
+                    PyErr::warn(py, &category, &msg, 1)?;
+                }
+                None => {}
+            }
         }
     }
     Ok(())
@@ -376,7 +390,7 @@ impl PyOptimizer {
             param_groups.append(d)?;
             groups.push(group);
         }
-        no_param_twice(&groups)?;
+        no_param_twice(py, &groups)?;
         let this = PyOptimizer {
             build,
             groups: Mutex::new(groups),
@@ -495,7 +509,7 @@ impl PyOptimizer {
         let (d, g) = group_of(py, group.copy()?, &self.build)?;
         let mut groups = lock(&self.groups);
         groups.push(g);
-        if let Err(e) = no_param_twice(&groups) {
+        if let Err(e) = no_param_twice(py, &groups) {
             groups.pop();
             return Err(e);
         }

@@ -335,16 +335,23 @@ def test_embedding_padding_index_passes_no_gradient_and_indices_are_integers():
         F.embedding(fg.tensor([1.7]), w)
     with pytest.raises(ValueError, match="padding_idx"):
         F.embedding(idx, w, padding_idx=4)
+    with pytest.raises(TypeError):
+        F.embedding(idx, w, padding_idx=1.5)
 
 
 def test_a_parameter_in_two_groups_is_refused():
     p, q = fg.tensor([1.0], requires_grad=True), fg.tensor([2.0], requires_grad=True)
-    with pytest.raises(ValueError, match="more than once"):
+    with pytest.raises(ValueError, match="more than one parameter group"):
         fg.optim.SGD([{"params": [p]}, {"params": [p, q]}], lr=0.1)
-    with pytest.raises(ValueError, match="more than once"):
-        fg.optim.SGD([p, p], lr=0.1)
+    # Twice in one group: a warning, as PyTorch's (whose optimizers then step it twice; here
+    # it is stepped once).
+    with pytest.warns(UserWarning, match="more than once"):
+        twice = fg.optim.SGD([q, q], lr=0.1)
+    q.grad = fg.tensor([1.0])
+    twice.step()
+    assert q.tolist() == pytest.approx([1.9])
     opt = fg.optim.SGD([p], lr=0.1)
-    with pytest.raises(ValueError, match="more than once"):
+    with pytest.raises(ValueError, match="more than one parameter group"):
         opt.add_param_group({"params": [p]})
     assert len(opt.param_groups) == 1
     p.grad = fg.tensor([1.0])
@@ -360,6 +367,7 @@ def test_clip_grad_norm_returns_the_gradients_dtype_and_counts_for_order_zero():
     norm = nn.utils.clip_grad_norm_([p], 10.0)
     assert norm.dtype == fg.float64 and norm.item() == 5.0
     assert nn.utils.clip_grad_norm_([p], 10.0, norm_type=0).item() == 2.0
+    assert nn.utils.clip_grad_norm_([p], 10.0, norm_type=-float("inf")).item() == 0.0
 
 
 def test_topk_as_pytorchs_smallest_along_any_axis_and_named():
@@ -377,6 +385,13 @@ def test_topk_as_pytorchs_smallest_along_any_axis_and_named():
     np.testing.assert_array_equal(w.grad.numpy(), [[0, 0, 0], [1, 1, 1]])
     with pytest.raises(ValueError, match="axis"):
         x.topk(1, dim=2)
+    import pickle
+
+    # PyTorch's torch.return_types.topk: a named tuple type that lives in a module.
+    assert type(top) is fg.return_types.topk
+    assert pickle.loads(pickle.dumps(type(top))) is fg.return_types.topk
+    one = fg.tensor(2.5).topk(1)
+    assert one.values.item() == 2.5 and one.indices.item() == 0 and one.values.shape == ()
 
 
 def test_multihead_attention_gives_each_heads_weights():
@@ -426,3 +441,5 @@ def test_transformer_encoder_stacks_copies_of_a_layer_as_pytorchs():
     a, b = copy.deepcopy(twin), copy.deepcopy(twin)
     xd = fg.randn(1, 4, 8, dtype=fg.float64)
     assert not np.array_equal(a(xd).numpy(), b(xd).numpy())
+    with pytest.raises(TypeError, match="deepcopy"):
+        nn.TransformerEncoder(nn.Linear(8, 8), 2)

@@ -361,6 +361,39 @@ fn a_query_hidden_from_every_key_is_zero_and_passes_no_gradient() {
             assert_close(&g.get(x).unwrap(), &g2.get(x).unwrap(), 1e-12, &what);
         }
     }
+    // NaN is never taken for a hidden row: a NaN query, or a NaN among hidden keys, gives a
+    // NaN row and NaN gradients on both paths, as the definition does.
+    for (s, dtype) in [(5, DType::F64), (150, DType::F64), (150, DType::F32)] {
+        let mut qs = randn(&[1, 3, 4], 5).to_vec::<f64>();
+        qs[..4].fill(f64::NAN);
+        let q = Tensor::from_vec(qs, &[1, 3, 4])
+            .to_dtype(dtype)
+            .requires_grad();
+        let (k, v) = (
+            randn(&[1, s, 4], 6).to_dtype(dtype).requires_grad(),
+            randn(&[1, s, 3], 7).to_dtype(dtype).requires_grad(),
+        );
+        let mut m = vec![0.0; 3 * s];
+        m[s..2 * s].fill(f64::NEG_INFINITY);
+        m[2 * s - 1] = f64::NAN;
+        let mask = Tensor::from_vec(m, &[3, s]).to_dtype(dtype);
+        let y = q.scaled_dot_product_attention(&k, &v, &Attention::new().mask(&mask));
+        let rows: Vec<bool> = (0..3)
+            .map(|r| y.narrow(1, r, 1).to_vec::<f64>().iter().all(|x| x.is_nan()))
+            .collect();
+        assert_eq!(rows, [true, true, false], "{s} keys, {dtype}");
+        let loss = y.sum();
+        for g in [loss.backward(), loss.backward_with_graph()] {
+            let dq = g.get(&q).unwrap();
+            for r in 0..2 {
+                let row = dq.narrow(1, r, 1).to_vec::<f64>();
+                assert!(
+                    row.iter().all(|x| x.is_nan()),
+                    "{s} keys, {dtype}: dq row {r}"
+                );
+            }
+        }
+    }
     // Second derivatives through the rule, the hidden row included.
     let mut m = randn(&[3, 5], 8).to_vec::<f64>();
     m[5..10].fill(f64::NEG_INFINITY);
@@ -533,6 +566,8 @@ fn triangles_masked_fill_and_top_k() {
     assert_eq!(vals.to_vec::<f64>(), vec![-1.0, -1.0, 2.0, 3.0]);
     assert_eq!(idx.to_vec::<i64>(), vec![2, 4, 5, 1]);
     assert_eq!(nan.topk(1).1.to_vec::<i64>(), vec![0]);
+    let (one, at) = Tensor::scalar(2.5f64).topk(1);
+    assert_eq!((one.shape(), one.item(), at.item()), (&[][..], 2.5, 0.0));
     let cols = row.reshape(&[5, 1]).broadcast_to(&[5, 2]).contiguous();
     let (vals, idx) = cols.topk_along(2, 0, true);
     assert_eq!(vals.shape(), &[2, 2]);

@@ -341,7 +341,7 @@ from ._tape import GradientTape, Variable, constant, function  # noqa: E402
 reduce_sum = sum
 reduce_mean = mean
 
-from . import data, graph, math, metrics, nn, optim, random, utils  # noqa: E402
+from . import data, graph, math, metrics, nn, optim, random, return_types, utils  # noqa: E402
 
 
 def save(obj, f):

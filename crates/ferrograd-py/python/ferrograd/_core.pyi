@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from os import PathLike
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union, overload
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -16,6 +16,12 @@ NodeLike = Union["Node", float, int]
 Size2 = Union[int, Tuple[int, int]]
 _Float = float
 _Int = int
+
+class _TopK(NamedTuple):
+    """``topk``'s result (``ferrograd.return_types.topk``)."""
+
+    values: Tensor
+    indices: Tensor
 
 class dtype:
     """A tensor's element type: float32, float64, int64 or bool (comparisons' results)."""
@@ -230,7 +236,7 @@ class Tensor:
     def tril(self, diagonal: _Int = 0) -> Tensor: ...
     def triu(self, diagonal: _Int = 0) -> Tensor: ...
     def masked_fill(self, mask: ArrayLike, value: _Float) -> Tensor: ...
-    def topk(self, k: _Int, dim: _Int = -1, largest: bool = True, sorted: bool = True) -> Tuple[Tensor, Tensor]: ...  # a named tuple: .values, .indices
+    def topk(self, k: _Int, dim: _Int = -1, largest: bool = True, sorted: bool = True) -> _TopK: ...
     def conv2d(
         self, weight: ArrayLike, bias: Optional[ArrayLike] = None, stride: Size2 = 1,
         padding: Union[Size2, str] = 0, dilation: Size2 = 1, groups: _Int = 1,

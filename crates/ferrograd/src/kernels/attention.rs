@@ -283,11 +283,16 @@ fn key_blocks(head: usize, (i0, qb): (usize, usize), end: usize) -> impl Iterato
 /// Folds one row of a block's scores into the row's running maximum and sum: the row becomes
 /// e^(score − max). Returns the factor by which what earlier blocks accumulated shrinks (the
 /// maximum rose; 1 when it did not). A row whose every key in the block is hidden adds
-/// nothing and is left as zeros; one hidden from every key ends with a sum of 0.
+/// nothing and is left as zeros; one hidden from every key ends with a sum of 0. A NaN
+/// score makes the sum NaN, also where every other key is hidden (the maximum passes over
+/// NaN), so that NaN is never taken for a hidden row.
 #[inline(always)]
 fn fold_row<T: Float>(row: &mut [T], max: &mut T, sum: &mut T) -> T {
     let block_max = max_lanes(row);
     if block_max == T::neg_infinity() {
+        if row.iter().any(|v| v.is_nan()) {
+            *sum = T::nan();
+        }
         row.fill(T::zero());
         return T::one();
     }

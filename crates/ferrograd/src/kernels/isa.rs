@@ -193,15 +193,30 @@ mod tests {
         assert_eq!(l2_from_ecx(0x0200_6140), Some(512 << 10));
         assert_eq!(l2_from_ecx(0x0800_7040), Some(2 << 20));
         assert_eq!(l2_from_ecx(0x0000_6140), None);
-        // Where Linux says what this CPU has, the two agree.
-        let sysfs = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index2/size");
-        if let (Some(l2), Ok(text)) = (l2_bytes(), sysfs) {
-            let kib: usize = text
-                .trim()
-                .trim_end_matches('K')
-                .parse()
-                .expect("a size in K");
-            assert_eq!(l2, kib << 10);
+        // Where Linux says what this CPU has, the size is one of its cores' level-2 caches
+        // (on a hybrid part the two kinds of core report different ones).
+        let level2: Vec<usize> = std::fs::read_dir("/sys/devices/system/cpu")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .flat_map(|cpu| {
+                std::fs::read_dir(cpu.path().join("cache"))
+                    .into_iter()
+                    .flatten()
+            })
+            .flatten()
+            .filter(|index| {
+                std::fs::read_to_string(index.path().join("level")).is_ok_and(|l| l.trim() == "2")
+            })
+            .filter_map(|index| std::fs::read_to_string(index.path().join("size")).ok())
+            .filter_map(|size| size.trim().strip_suffix('K')?.parse::<usize>().ok())
+            .map(|kib| kib << 10)
+            .collect();
+        if let (Some(l2), false) = (l2_bytes(), level2.is_empty()) {
+            assert!(
+                level2.contains(&l2),
+                "CPUID's L2 {l2} not among Linux's {level2:?}"
+            );
         }
     }
 }

@@ -67,10 +67,16 @@ impl Tensor {
     /// `largest` false the smallest (smallest first; NaN still counts as largest, as in
     /// PyTorch's `topk(largest=False)`).
     pub fn topk_along<A: Axis>(&self, k: usize, axis: A, largest: bool) -> (Tensor, Tensor) {
-        assert!(
-            self.ndim() >= 1,
-            "topk: needs at least one axis, got a 0-d tensor"
-        );
+        if self.ndim() == 0 {
+            // A number is its own single entry (axis 0 or −1, as PyTorch's).
+            assert!(
+                axis.position(1).is_some(),
+                "topk: axis {axis} is not an axis of a 0-d tensor"
+            );
+            let (v, i) = self.reshape(&[1]).topk_along(k, 0, largest);
+            let shape: &[usize] = if k == 1 { &[] } else { &[k] };
+            return (v.reshape(shape), i.reshape(shape));
+        }
         let last = self.ndim() - 1;
         let Some(axis) = axis.position(self.ndim()) else {
             panic!("topk: axis {axis} is not an axis of {:?}", self.shape())

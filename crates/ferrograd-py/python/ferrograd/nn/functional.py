@@ -2,6 +2,7 @@
 written with the core's differentiable ops (every function here has gradients of every
 order, since the ops under it do)."""
 
+import operator as _operator
 
 import numpy as _np
 
@@ -182,6 +183,9 @@ def embedding(input, weight, padding_idx=None):
     flat = idx.reshape(-1).astype(_np.int64, copy=False)
     rows = w.index_select(0, flat)
     if padding_idx is not None:
+        if isinstance(padding_idx, bool):
+            raise TypeError("embedding: padding_idx must be an integer, got a bool")
+        padding_idx = _operator.index(padding_idx)
         n = w.shape[0]
         if not -n <= padding_idx < n:
             raise ValueError(f"embedding: padding_idx {padding_idx} is not an index of {n} rows")
@@ -309,7 +313,7 @@ def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean
         w = 1.0 if weight is None else _target_like(weight, x)
         per = -(logp * probs * w).sum(-1)
         if reduction == "none":
-            return per.reshape(*((x.shape[0],) + tuple(x.shape[2:])) if x.ndim > 1 else ())
+            return _unreduced(per, None, x.shape)
         return _reduce(per, reduction)
     return _class_loss(logp, t, weight, ignore_index, reduction, label_smoothing, x.shape)
 

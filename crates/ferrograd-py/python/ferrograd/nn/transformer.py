@@ -11,7 +11,9 @@ class TransformerEncoder(Module):
     """``num_layers`` copies of ``encoder_layer`` (each starting from its weights, with
     parameters and a dropout stream of its own), then ``norm`` when given, as PyTorch's:
     ``layers.0.self_attn.in_proj_weight``, ..., ``norm.weight``. ``enable_nested_tensor``
-    and ``mask_check`` are PyTorch's fast-path switches; they change no result here."""
+    and ``mask_check`` are PyTorch's switches of its inference fast path (where padded
+    positions come out 0); here there is one path, and padded positions are computed as in
+    training."""
 
     def __init__(self, encoder_layer, num_layers, norm=None, enable_nested_tensor=True, mask_check=True):
         super().__init__()
@@ -20,7 +22,14 @@ class TransformerEncoder(Module):
         num_layers = operator.index(num_layers)
         if num_layers < 0:
             raise ValueError(f"num_layers must be at least 0, got {num_layers}")
-        self.layers = ModuleList(copy.deepcopy(encoder_layer) for _ in range(num_layers))
+        try:
+            copies = [copy.deepcopy(encoder_layer) for _ in range(num_layers)]
+        except TypeError as e:
+            raise TypeError(
+                "TransformerEncoder copies its layer with copy.deepcopy: a TransformerEncoderLayer "
+                f"can be copied, this {type(encoder_layer).__name__} cannot ({e})"
+            ) from None
+        self.layers = ModuleList(copies)
         self.num_layers = num_layers
         self.norm = norm
 

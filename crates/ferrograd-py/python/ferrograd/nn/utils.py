@@ -18,6 +18,8 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     norm_type = float(norm_type)
     if norm_type == float("inf"):
         total = max(float(p.grad.abs().max()) for p in params)
+    elif norm_type == -float("inf"):
+        total = min(float(p.grad.abs().min()) for p in params)
     elif norm_type == 2.0:
         total = _core._global_norm([p.grad for p in params])
     elif norm_type == 0.0:  # the count of non-zero entries, as PyTorch's order 0

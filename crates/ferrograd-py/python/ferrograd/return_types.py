@@ -1,0 +1,6 @@
+"""The named tuples that ops return, as PyTorch's ``torch.return_types``: fields by name, and
+picklable (their module is this one)."""
+
+import collections
+
+topk = collections.namedtuple("topk", ["values", "indices"])
