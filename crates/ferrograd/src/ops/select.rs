@@ -85,7 +85,7 @@ impl Tensor {
             let (v, i) = self.transpose(axis, last).topk_along(k, last, largest);
             return (v.transpose(axis, last), i.transpose(axis, last));
         }
-        let n = self.shape()[self.ndim() - 1];
+        let n = self.shape()[last];
         assert!(
             k <= n,
             "topk: k {k} is more than the {n} entries of the last axis"
