@@ -8,8 +8,10 @@ crates/ferrograd/tests/fixtures/torch_attention.safetensors:
 Inputs are closed-form (sines and cosines), so the test rebuilds them without reading them.
 Cases: F.scaled_dot_product_attention with several heads, L != S, an additive mask and a
 scale, and causal; the output and the gradients of sum(output * w) for each input; and
-nn.MultiheadAttention (batch first) and nn.TransformerEncoderLayer (post-norm ReLU and pre-norm
-GELU, dropout 0) with their state dicts and outputs.
+nn.MultiheadAttention (batch first; also with keys and values of other widths, with and
+without biases, under a 3-D mask and a key padding mask) and nn.TransformerEncoderLayer
+(post-norm ReLU, pre-norm GELU, and one without biases with another LayerNorm eps and a callable
+activation; dropout 0) with their state dicts and outputs.
 """
 import numpy as np
 import torch
@@ -65,6 +67,33 @@ for name, kw in [("post_relu", {}), ("pre_gelu", dict(norm_first=True, activatio
     out[f"{name}.out_causal"] = layer(x, src_mask=causal, is_causal=True).detach()
     for k_, t in layer.state_dict().items():
         out[f"{name}.state.{k_}"] = t
+# Keys and values of other widths (separate projections), biases perturbed off zero, a 3-D
+# mask [N*H, L, S] beside a key padding mask, each head's weights.
+kv_key, kv_value = wave((2, 4, 6), 0.23, f=np.cos), wave((2, 4, 3), 0.41, 0.3)
+mask3 = wave((4, 5, 4), 0.17, f=np.cos)
+hidden = torch.tensor([[False, False, True, False], [False, False, False, True]])
+padding = torch.zeros(2, 4).masked_fill(hidden, float("-inf"))
+for name, kw in [("mha_kv", dict(kdim=6, vdim=3)), ("mha_nobias", dict(kdim=6, vdim=3, bias=False))]:
+    m = nn.MultiheadAttention(8, 2, batch_first=True, **kw)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    y, weights = m(x, kv_key, kv_value, attn_mask=mask3, key_padding_mask=padding,
+                   average_attn_weights=False)
+    out[f"{name}.out"] = y.detach()
+    out[f"{name}.weights"] = weights.detach()
+    for k_, t in m.state_dict().items():
+        out[f"{name}.state.{k_}"] = t
+# The encoder layer without biases, another LayerNorm eps and a callable activation.
+layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True,
+                                   activation=torch.tanh, layer_norm_eps=1e-3, bias=False)
+with torch.no_grad():
+    for p in layer.parameters():
+        p.add_(torch.randn_like(p) * 0.1)
+layer.eval()
+out["enc_custom.out"] = layer(x).detach()
+for k_, t in layer.state_dict().items():
+    out[f"enc_custom.state.{k_}"] = t
 rms = nn.RMSNorm(8)
 with torch.no_grad():
     rms.weight.copy_(wave((8,), 0.9, 1.0))

@@ -503,6 +503,108 @@ fn transformer_layers_load_pytorchs_weights_and_compute_its_outputs() {
     );
 }
 
+/// The fixture's mask of the keys each sample pads, `[N, 1, 1, S]` (−∞ at key 2 of the
+/// first sample and key 3 of the second), beside its 3-D mask `[N·H, L, S]` as `[N, H, L, S]`.
+fn padded_and_3d_masks() -> Tensor {
+    let mut padding = vec![0.0f64; 8];
+    (padding[2], padding[7]) = (f64::NEG_INFINITY, f64::NEG_INFINITY);
+    let padding = Tensor::from_vec(padding, &[2, 1, 1, 4]);
+    &wave(&[4, 5, 4], 0.17, 0.0, f64::cos).reshape(&[2, 2, 5, 4]) + &padding
+}
+
+#[test]
+fn attention_of_other_key_widths_without_bias_and_unbatched_is_pytorchs() {
+    let t = torch();
+    let x = wave(&[2, 5, 8], 0.37, 0.0, f64::sin);
+    let (key, value) = (
+        wave(&[2, 4, 6], 0.23, 0.0, f64::cos),
+        wave(&[2, 4, 3], 0.41, 0.3, f64::sin),
+    );
+    let opts = Attention::new().mask(&padded_and_3d_masks());
+    for (name, mha, names) in [
+        (
+            "mha_kv",
+            MultiheadAttention::new(8, 2).kdim_vdim(6, 3),
+            &[
+                "q_proj_weight",
+                "k_proj_weight",
+                "v_proj_weight",
+                "in_proj_bias",
+            ][..],
+        ),
+        (
+            "mha_nobias",
+            MultiheadAttention::new(8, 2).kdim_vdim(6, 3).without_bias(),
+            &["q_proj_weight", "k_proj_weight", "v_proj_weight"][..],
+        ),
+    ] {
+        load_torch_state(&mha, &t, name);
+        let mut want: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        want.push("out_proj.weight".into());
+        if name == "mha_kv" {
+            want.push("out_proj.bias".into());
+        }
+        let got: Vec<String> = mha.params().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(got, want, "{name}");
+        let (y, w) = mha.attend_with_head_weights_in(&x, &key, &value, &opts, Mode::Eval);
+        assert_close(&y, &t[&format!("{name}.out")], 1e-12, name);
+        assert_close(&w, &t[&format!("{name}.weights")], 1e-12, name);
+        // Unbatched inputs [T, ·]: the first sample's results, without the batch axis.
+        let first = |a: &Tensor| a.narrow(0, 0, 1).squeeze(0);
+        let one = Attention::new().mask(&first(&padded_and_3d_masks()));
+        let (y1, w1) =
+            mha.attend_with_weights_in(&first(&x), &first(&key), &first(&value), &one, Mode::Eval);
+        assert_eq!((y1.shape(), w1.shape()), (&[5, 8][..], &[5, 4][..]));
+        assert_close(&y1, &first(&y), 1e-12, name);
+        assert_close(&w1, &first(&w).mean_axes(&[0], false), 1e-12, name);
+        assert_close(
+            &mha.attend(&first(&x), &first(&key), &first(&value), &one),
+            &y1,
+            1e-12,
+            name,
+        );
+    }
+    let layer = TransformerEncoderLayer::new(8, 2)
+        .without_bias()
+        .dim_feedforward(16)
+        .dropout(0.0)
+        .layer_norm_eps(1e-3)
+        .activation(Tensor::tanh);
+    load_torch_state(&layer, &t, "enc_custom");
+    assert!(layer.params().iter().all(|(n, _)| !n.ends_with("bias")));
+    let y = Layer::forward(&layer, &x, Mode::Eval);
+    assert_close(
+        &y,
+        &t["enc_custom.out"],
+        1e-12,
+        "encoder layer without bias",
+    );
+}
+
+#[test]
+fn an_embeddings_padding_row_is_zero_and_never_learns() {
+    let emb = Embedding::new(6, 4).padding_idx(3);
+    assert_eq!(emb.name(), "Embedding(6, 4, padding_idx=3)");
+    let table = emb.weight().tensor();
+    assert_eq!(table.narrow(0, 3, 1).to_vec::<f32>(), [0.0; 4]);
+    // A value set later is what it looks up; still no gradient reaches it.
+    let set = Tensor::from_vec((0..24).map(|v| v as f32).collect(), &[6, 4]);
+    emb.weight().set(&set);
+    let ids = Tensor::from_vec(vec![3i64, 1, 3, 5], &[2, 2]);
+    let y = Layer::forward(&emb, &ids, Mode::Train);
+    assert_eq!(y.to_vec::<f32>()[..4], [12.0, 13.0, 14.0, 15.0]);
+    let g = (&y * &y)
+        .sum()
+        .backward()
+        .get(&emb.weight().tensor())
+        .unwrap();
+    assert_eq!(g.narrow(0, 3, 1).to_vec::<f32>(), [0.0; 4]);
+    assert_eq!(g.narrow(0, 1, 1).to_vec::<f32>(), [8.0, 10.0, 12.0, 14.0]);
+    let bad = std::panic::catch_unwind(|| Embedding::new(6, 4).padding_idx(6));
+    let msg = bad.err().unwrap().downcast::<String>().unwrap();
+    assert!(msg.contains("padding_idx 6"), "{msg}");
+}
+
 #[test]
 fn transformer_layers_have_first_and_second_derivatives() {
     let mha = MultiheadAttention::new(4, 2);
@@ -510,7 +612,15 @@ fn transformer_layers_have_first_and_second_derivatives() {
         .dim_feedforward(6)
         .dropout(0.0)
         .gelu();
-    for m in [&mha as &dyn Module, &enc] {
+    let (narrow, bare) = (
+        MultiheadAttention::new(4, 2).kdim_vdim(3, 2).without_bias(),
+        TransformerEncoderLayer::new(4, 2)
+            .dim_feedforward(6)
+            .dropout(0.0)
+            .without_bias()
+            .activation(Tensor::tanh),
+    );
+    for m in [&mha as &dyn Module, &enc, &narrow, &bare] {
         for (_, p) in m.state_params() {
             p.set_dtype(DType::F64);
         }
@@ -524,6 +634,16 @@ fn transformer_layers_have_first_and_second_derivatives() {
     check(
         "TransformerEncoderLayer",
         |t| Layer::forward(&enc, &t[0], Mode::Eval),
+        std::slice::from_ref(&x),
+    );
+    check(
+        "MultiheadAttention, other key and value widths, no bias",
+        |t| narrow.attend(&t[0], &t[1], &t[2], &Attention::new()),
+        &[x.clone(), randn(&[2, 5, 3], 11), randn(&[2, 5, 2], 12)],
+    );
+    check(
+        "TransformerEncoderLayer without bias, tanh",
+        |t| Layer::forward(&bare, &t[0], Mode::Eval),
         std::slice::from_ref(&x),
     );
     check(

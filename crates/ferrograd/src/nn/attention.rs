@@ -2,6 +2,8 @@
 //! attention, the encoder layer, and RMS normalisation. A PyTorch `state_dict` of the same
 //! layer loads unchanged.
 
+use std::sync::Arc;
+
 use super::{
     expect_input, named, prefixed, Dense, Dropout, Layer, LayerNorm, Mode, Module, RngStream,
 };
@@ -12,7 +14,11 @@ use crate::tensor::{with_default_rng, DType, Tensor};
 
 /// PyTorch's `nn.MultiheadAttention` with `batch_first=True`: `in_proj_weight` `[3E, E]`
 /// (the query, key and value projections stacked), `in_proj_bias` `[3E]`, `out_proj.weight`
-/// `[E, E]`, `out_proj.bias` `[E]`.
+/// `[E, E]`, `out_proj.bias` `[E]`; with keys and values of other widths
+/// ([`MultiheadAttention::kdim_vdim`]) `q_proj_weight`, `k_proj_weight` and `v_proj_weight`
+/// instead of `in_proj_weight`, and without biases ([`MultiheadAttention::without_bias`])
+/// neither bias. Inputs are `[N, T, ·]`, or unbatched `[T, ·]` (results without the batch
+/// axis).
 ///
 /// ```
 /// use ferrograd::prelude::*;
@@ -25,11 +31,19 @@ use crate::tensor::{with_default_rng, DType, Tensor};
 /// ```
 pub struct MultiheadAttention {
     heads: usize,
-    in_proj_weight: Param,
-    in_proj_bias: Param,
+    projection: Projection,
+    in_proj_bias: Option<Param>,
     out_proj: Dense,
     /// On the attention probabilities, in training mode (PyTorch's `dropout`, default 0).
     dropout: Dropout,
+}
+
+/// The query, key and value projections: stacked in one `[3E, E]` parameter where the key
+/// and value have the layer's width (PyTorch's `in_proj_weight`), else one parameter each
+/// (`q_proj_weight` `[E, E]`, `k_proj_weight` `[E, kdim]`, `v_proj_weight` `[E, vdim]`).
+enum Projection {
+    Stacked(Param),
+    Separate([Param; 3]),
 }
 
 impl MultiheadAttention {
@@ -41,16 +55,29 @@ impl MultiheadAttention {
             heads > 0 && embed_dim.is_multiple_of(heads),
             "MultiheadAttention: {heads} heads do not divide the width {embed_dim}"
         );
-        let w = with_default_rng(|rng| {
-            init::xavier_uniform(&[3 * embed_dim, embed_dim], DType::F32, rng)
-        });
         MultiheadAttention {
             heads,
-            in_proj_weight: Param::new(w),
-            in_proj_bias: Param::new(Tensor::zeros(&[3 * embed_dim], DType::F32)),
+            projection: Projection::drawn(embed_dim, [embed_dim; 2]),
+            in_proj_bias: Some(Param::new(Tensor::zeros(&[3 * embed_dim], DType::F32))),
             out_proj: Dense::new(embed_dim, embed_dim),
             dropout: Dropout::new(0.0),
         }
+    }
+
+    /// Keys of width `kdim` and values of width `vdim` (PyTorch's `kdim`, `vdim`): where
+    /// either differs from the layer's width the three projections are separate parameters,
+    /// `q_proj_weight`, `k_proj_weight` `[E, kdim]` and `v_proj_weight` `[E, vdim]`, drawn
+    /// again (each Xavier-uniform, as PyTorch's).
+    pub fn kdim_vdim(mut self, kdim: usize, vdim: usize) -> Self {
+        self.projection = Projection::drawn(self.width(), [kdim, vdim]);
+        self
+    }
+
+    /// Without biases (PyTorch's `bias=False`): neither `in_proj_bias` nor `out_proj.bias`.
+    pub fn without_bias(mut self) -> Self {
+        self.in_proj_bias = None;
+        self.out_proj = self.out_proj.without_bias();
+        self
     }
 
     /// Dropout on the attention probabilities in training mode (PyTorch's `dropout`).
@@ -60,27 +87,33 @@ impl MultiheadAttention {
     }
 
     fn width(&self) -> usize {
-        self.in_proj_weight.shape()[1]
+        self.out_proj.weight().shape()[0]
     }
 
-    /// `x` `[N, T, E]` projected by rows `part·E..(part+1)·E` of the stacked projection, split
-    /// into heads: `[N, H, T, E/H]`.
+    /// `x` `[N, T, ·]` projected by the query's, key's or value's projection (`part` 0, 1, 2)
+    /// and split into heads: `[N, H, T, E/H]`.
     fn project(&self, x: &Tensor, part: usize) -> Tensor {
         let e = self.width();
-        let w = self.in_proj_weight.tensor().narrow(0, part * e, e);
-        let b = self.in_proj_bias.tensor().narrow(0, part * e, e);
-        let y = x.linear(&w, Some(&b));
+        let w = self.projection.weight(part, e);
+        let b = self
+            .in_proj_bias
+            .as_ref()
+            .map(|b| b.tensor().narrow(0, part * e, e));
+        let y = x.linear(&w, b.as_ref());
         let (n, t) = (x.shape()[0], x.shape()[1]);
         y.reshape(&[n, t, self.heads, e / self.heads])
             .transpose(1, 2)
     }
 
-    fn check(&self, what: &str, x: &Tensor) {
-        let fits = x.ndim() == 3 && x.shape()[2] == self.width();
+    /// Checks the query, key or value (`part` 0, 1, 2) against its projection's width.
+    fn check(&self, part: usize, x: &Tensor) {
+        let width = self.projection.input_width(part);
+        let fits = x.ndim() == 3 && x.shape()[2] == width;
+        let what = ["query", "key", "value"][part];
         expect_input(
             &format!("{} {what}", self.name()),
             fits,
-            &format!("[N, T, {}]", self.width()),
+            &format!("[N, T, {width}] (or unbatched [T, {width}])"),
             x,
         );
     }
@@ -103,6 +136,9 @@ impl MultiheadAttention {
         opts: &Attention,
         mode: Mode,
     ) -> Tensor {
+        if let Some([q, k, v]) = batch_of_one([query, key, value]) {
+            return self.attend_in(&q, &k, &v, opts, mode).squeeze(0);
+        }
         let (q, k, v) = self.heads_of(query, key, value);
         let y = q.scaled_dot_product_attention(&k, &v, &self.dropping(opts, mode));
         self.merge(&y, query)
@@ -132,7 +168,8 @@ impl MultiheadAttention {
         mode: Mode,
     ) -> (Tensor, Tensor) {
         let (y, weights) = self.attend_with_head_weights_in(query, key, value, opts, mode);
-        (y, weights.mean_axes(&[1], false))
+        let heads = weights.ndim() - 3;
+        (y, weights.mean_axes(&[heads], false))
     }
 
     /// [`MultiheadAttention::attend_with_weights_in`] with each head's weights, `[N, H, L,
@@ -145,6 +182,10 @@ impl MultiheadAttention {
         opts: &Attention,
         mode: Mode,
     ) -> (Tensor, Tensor) {
+        if let Some([q, k, v]) = batch_of_one([query, key, value]) {
+            let (y, w) = self.attend_with_head_weights_in(&q, &k, &v, opts, mode);
+            return (y.squeeze(0), w.squeeze(0));
+        }
         let (q, k, v) = self.heads_of(query, key, value);
         let p = self.probabilities(&q, &k, opts);
         let weights = match self.dropping(opts, mode).dropout_of() {
@@ -166,8 +207,8 @@ impl MultiheadAttention {
 
     /// The checked inputs projected and split into heads.
     fn heads_of(&self, query: &Tensor, key: &Tensor, value: &Tensor) -> (Tensor, Tensor, Tensor) {
-        for (what, x) in [("query", query), ("key", key), ("value", value)] {
-            self.check(what, x);
+        for (part, x) in [query, key, value].into_iter().enumerate() {
+            self.check(part, x);
         }
         (
             self.project(query, 0),
@@ -198,12 +239,67 @@ impl MultiheadAttention {
     }
 }
 
+/// Unbatched inputs (`[T, ·]` each, as PyTorch's layer takes them) as a batch of one; None
+/// when any input has another rank (which the layer then checks).
+fn batch_of_one(inputs: [&Tensor; 3]) -> Option<[Tensor; 3]> {
+    inputs
+        .iter()
+        .all(|x| x.ndim() == 2)
+        .then(|| inputs.map(|x| x.unsqueeze(0)))
+}
+
+impl Projection {
+    /// Projections from width `embed_dim` for queries of that width and keys and values of
+    /// the widths `kv`, drawn as PyTorch draws them.
+    fn drawn(embed_dim: usize, kv: [usize; 2]) -> Projection {
+        let draw = |rows: usize, cols: usize| {
+            let w = with_default_rng(|rng| init::xavier_uniform(&[rows, cols], DType::F32, rng));
+            Param::new(w)
+        };
+        if kv == [embed_dim; 2] {
+            Projection::Stacked(draw(3 * embed_dim, embed_dim))
+        } else {
+            let [k, v] = kv;
+            Projection::Separate([embed_dim, k, v].map(|cols| draw(embed_dim, cols)))
+        }
+    }
+
+    /// The weight of `part` (0 query, 1 key, 2 value), `[E, width]`.
+    fn weight(&self, part: usize, embed_dim: usize) -> Tensor {
+        match self {
+            Projection::Stacked(w) => w.tensor().narrow(0, part * embed_dim, embed_dim),
+            Projection::Separate(ws) => ws[part].tensor(),
+        }
+    }
+
+    /// The width of the input that `part` projects.
+    fn input_width(&self, part: usize) -> usize {
+        match self {
+            Projection::Stacked(w) => w.shape()[1],
+            Projection::Separate(ws) => ws[part].shape()[1],
+        }
+    }
+
+    fn params(&self) -> Vec<(String, Param)> {
+        match self {
+            Projection::Stacked(w) => named(&[("in_proj_weight", w)]),
+            Projection::Separate([q, k, v]) => named(&[
+                ("q_proj_weight", q),
+                ("k_proj_weight", k),
+                ("v_proj_weight", v),
+            ]),
+        }
+    }
+}
+
 impl Module for MultiheadAttention {
     fn params(&self) -> Vec<(String, Param)> {
-        let mut out = named(&[
-            ("in_proj_weight", &self.in_proj_weight),
-            ("in_proj_bias", &self.in_proj_bias),
-        ]);
+        let mut out = self.projection.params();
+        out.extend(
+            self.in_proj_bias
+                .iter()
+                .map(|b| ("in_proj_bias".to_string(), b.clone())),
+        );
         out.extend(prefixed("out_proj", self.out_proj.params()));
         out
     }
@@ -248,8 +344,17 @@ pub struct TransformerEncoderLayer {
     dropout: Dropout,
     dropout1: Dropout,
     dropout2: Dropout,
-    gelu: bool,
+    activation: Activation,
     norm_first: bool,
+}
+
+/// The feed-forward block's activation: ReLU (PyTorch's default), exact GELU, or any
+/// function of a tensor (PyTorch's callable `activation`).
+#[derive(Clone)]
+enum Activation {
+    Relu,
+    Gelu,
+    Custom(Arc<dyn Fn(&Tensor) -> Tensor + Send + Sync>),
 }
 
 impl TransformerEncoderLayer {
@@ -264,16 +369,25 @@ impl TransformerEncoderLayer {
             dropout: Dropout::new(0.1),
             dropout1: Dropout::new(0.1),
             dropout2: Dropout::new(0.1),
-            gelu: false,
+            activation: Activation::Relu,
             norm_first: false,
         }
     }
 
-    /// The feed-forward block's hidden width (the weights are drawn again).
+    /// The feed-forward block's hidden width (the weights are drawn again; without biases
+    /// if the layer has none).
     pub fn dim_feedforward(mut self, hidden: usize) -> Self {
         let d = self.self_attn.width();
-        self.linear1 = Dense::new(d, hidden);
-        self.linear2 = Dense::new(hidden, d);
+        let biased = self.linear1.bias().is_some();
+        let dense = |i, o| {
+            let l = Dense::new(i, o);
+            if biased {
+                l
+            } else {
+                l.without_bias()
+            }
+        };
+        (self.linear1, self.linear2) = (dense(d, hidden), dense(hidden, d));
         self
     }
 
@@ -288,7 +402,32 @@ impl TransformerEncoderLayer {
 
     /// GELU (exact, PyTorch's `activation="gelu"`) in the feed-forward block instead of ReLU.
     pub fn gelu(mut self) -> Self {
-        self.gelu = true;
+        self.activation = Activation::Gelu;
+        self
+    }
+
+    /// `f` as the feed-forward block's activation (PyTorch's callable `activation`); it must
+    /// keep the shape.
+    pub fn activation(mut self, f: impl Fn(&Tensor) -> Tensor + Send + Sync + 'static) -> Self {
+        self.activation = Activation::Custom(Arc::new(f));
+        self
+    }
+
+    /// `eps` in both LayerNorms (PyTorch's `layer_norm_eps`, default 1e-5).
+    pub fn layer_norm_eps(mut self, eps: f64) -> Self {
+        self.norm1 = self.norm1.eps(eps);
+        self.norm2 = self.norm2.eps(eps);
+        self
+    }
+
+    /// Without biases in the attention, the feed-forward block and the LayerNorms
+    /// (PyTorch's `bias=False`).
+    pub fn without_bias(mut self) -> Self {
+        self.self_attn = self.self_attn.without_bias();
+        self.linear1 = self.linear1.without_bias();
+        self.linear2 = self.linear2.without_bias();
+        self.norm1 = self.norm1.without_bias();
+        self.norm2 = self.norm2.without_bias();
         self
     }
 
@@ -300,7 +439,11 @@ impl TransformerEncoderLayer {
 
     fn feed_forward(&self, x: &Tensor, mode: Mode) -> Tensor {
         let h = Layer::forward(&self.linear1, x, mode);
-        let h = if self.gelu { h.gelu() } else { h.relu() };
+        let h = match &self.activation {
+            Activation::Relu => h.relu(),
+            Activation::Gelu => h.gelu(),
+            Activation::Custom(f) => f(&h),
+        };
         let h = Layer::forward(&self.dropout, &h, mode);
         let h = Layer::forward(&self.linear2, &h, mode);
         Layer::forward(&self.dropout2, &h, mode)

@@ -22,6 +22,7 @@ use crate::tensor::{with_default_rng, DType, Tensor};
 /// ```
 pub struct Embedding {
     table: Param,
+    padding: Option<usize>,
 }
 
 impl Embedding {
@@ -30,7 +31,36 @@ impl Embedding {
         let table = with_default_rng(|r| init::normal(&[count, dim], 0.0, 1.0, DType::F32, r));
         Embedding {
             table: Param::new(table),
+            padding: None,
         }
+    }
+
+    /// Row `id` as padding (PyTorch's `padding_idx`): set to zeros now, and never changed by
+    /// training, since no gradient reaches it (its current value is what it looks up).
+    ///
+    /// ```
+    /// use ferrograd::prelude::*;
+    ///
+    /// let emb = Embedding::new(5, 3).padding_idx(0);
+    /// let ids = Tensor::from_vec(vec![0i64, 2, 0], &[3]);
+    /// let y = Layer::forward(&emb, &ids, Mode::Train);
+    /// assert_eq!(y.narrow(0, 0, 1).to_vec::<f32>(), [0.0; 3]);
+    /// let g = y.sum().backward().get(&emb.weight().tensor()).unwrap();
+    /// assert_eq!(g.narrow(0, 0, 1).to_vec::<f32>(), [0.0; 3]); // the padding row: none
+    /// assert_eq!(g.narrow(0, 2, 1).to_vec::<f32>(), [1.0; 3]);
+    /// ```
+    pub fn padding_idx(mut self, id: usize) -> Embedding {
+        let [rows, dim] = [0, 1].map(|a| self.table.shape()[a]);
+        assert!(
+            id < rows,
+            "Embedding: padding_idx {id} is not a row of {rows}"
+        );
+        let t = self.table.tensor().detach();
+        let zero = Tensor::zeros(&[1, dim], t.dtype());
+        let parts = [t.narrow(0, 0, id), zero, t.narrow(0, id + 1, rows - id - 1)];
+        self.table.set(&Tensor::cat(&parts.each_ref(), 0));
+        self.padding = Some(id);
+        self
     }
 
     /// The table, `[count, dim]` (to tie an output layer to it: [`Dense::tied`]).
@@ -40,9 +70,18 @@ impl Embedding {
         &self.table
     }
 
-    /// The vectors of `ids`: `[ids.len(), dim]`. Gradients scatter back into the used rows.
+    /// The vectors of `ids`: `[ids.len(), dim]`. Gradients scatter back into the used rows
+    /// (but the padding row's).
     pub fn lookup(&self, ids: &[usize]) -> Tensor {
-        self.table.tensor().index_select(0, ids)
+        let rows = self.table.tensor().index_select(0, ids);
+        match self.padding {
+            Some(p) if ids.contains(&p) => {
+                let pad: Vec<f64> = ids.iter().map(|&i| f64::from(u8::from(i == p))).collect();
+                let pad = Tensor::from_vec(pad, &[ids.len(), 1]);
+                pad.where_cond(&rows.detach(), &rows)
+            }
+            _ => rows,
+        }
     }
 }
 
@@ -63,7 +102,10 @@ impl Module for Embedding {
 
     fn name(&self) -> String {
         let s = self.table.shape();
-        format!("Embedding({}, {})", s[0], s[1])
+        match self.padding {
+            Some(p) => format!("Embedding({}, {}, padding_idx={p})", s[0], s[1]),
+            None => format!("Embedding({}, {})", s[0], s[1]),
+        }
     }
 }
 

@@ -204,7 +204,7 @@ impl<const D: usize> Layer for BatchNormNd<D> {
 /// ```
 pub struct LayerNorm {
     weight: Param,
-    bias: Param,
+    bias: Option<Param>,
     eps: f64,
 }
 
@@ -214,9 +214,14 @@ impl LayerNorm {
     pub fn new(features: usize) -> LayerNorm {
         LayerNorm {
             weight: Param::new(Tensor::ones(&[features], DType::F32)),
-            bias: Param::new(Tensor::zeros(&[features], DType::F32)),
+            bias: Some(Param::new(Tensor::zeros(&[features], DType::F32))),
             eps: 1e-5,
         }
+    }
+
+    /// The same layer without its shift (PyTorch's `nn.LayerNorm(.., bias=False)`).
+    pub fn without_bias(self) -> LayerNorm {
+        LayerNorm { bias: None, ..self }
     }
 
     /// The same layer adding `eps` to the variance before its square root.
@@ -227,7 +232,9 @@ impl LayerNorm {
 
 impl Module for LayerNorm {
     fn params(&self) -> Vec<(String, Param)> {
-        named(&[("weight", &self.weight), ("bias", &self.bias)])
+        let mut out = named(&[("weight", &self.weight)]);
+        out.extend(self.bias.iter().map(|b| ("bias".to_string(), b.clone())));
+        out
     }
 
     fn name(&self) -> String {
@@ -241,7 +248,11 @@ impl Layer for LayerNorm {
         let fits = x.ndim() >= 1 && x.shape()[x.ndim() - 1] == features;
         expect_input(&self.name(), fits, &format!("[..., {features}]"), x);
         // The parameters follow the input's float type (an f64 input is not refused).
-        let [w, b] = [&self.weight, &self.bias].map(|p| p.tensor().to_dtype(x.dtype()));
+        let w = self.weight.tensor().to_dtype(x.dtype());
+        let b = match &self.bias {
+            Some(b) => b.tensor().to_dtype(x.dtype()),
+            None => Tensor::zeros(&[features], x.dtype()),
+        };
         x.layer_norm(&w, &b, self.eps)
     }
 }
