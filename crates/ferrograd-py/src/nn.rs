@@ -812,10 +812,11 @@ layer_class!(
     PyLayerNorm, "LayerNorm", (normalized_shape, eps=1e-5, elementwise_affine=true, bias=true),
     (normalized_shape: LastAxis, eps: f64, elementwise_affine: bool, bias: bool)
         => {
-            if !(elementwise_affine && bias) {
+            if !elementwise_affine {
                 return Err(unsupported("LayerNorm without its weight and bias"));
             }
-            LayerNorm::new(normalized_shape.0).eps(eps)
+            let l = LayerNorm::new(normalized_shape.0).eps(eps);
+            if bias { l } else { l.without_bias() }
         },
     settings: format!(
         "({},), eps={}, elementwise_affine={}, bias={}",
@@ -845,12 +846,36 @@ layer_class!(
     settings: format!("{shape:?}")
 );
 layer_class!(
-    /// `Embedding(num_embeddings, embedding_dim)`: rows of a table by int64 index, drawn
-    /// from N(0, 1) as PyTorch's.
-    PyEmbedding, "Embedding", (num_embeddings, embedding_dim),
-    (num_embeddings: usize, embedding_dim: usize) => Embedding::new(num_embeddings, embedding_dim),
-    settings: format!("{num_embeddings}, {embedding_dim}")
+    /// `Embedding(num_embeddings, embedding_dim, padding_idx=None)`: rows of a table by
+    /// int64 index, drawn from N(0, 1) as PyTorch's; the row `padding_idx` (negative counts
+    /// from the end) starts at zeros and gets no gradient.
+    PyEmbedding, "Embedding", (num_embeddings, embedding_dim, padding_idx=None),
+    (num_embeddings: usize, embedding_dim: usize, padding_idx: Option<isize>)
+        => {
+            let e = Embedding::new(num_embeddings, embedding_dim);
+            match padding_idx {
+                None => e,
+                Some(p) => e.padding_idx(padding_row(p, num_embeddings)?),
+            }
+        },
+    settings: match padding_idx {
+        Some(p) => format!("{num_embeddings}, {embedding_dim}, padding_idx={p}"),
+        None => format!("{num_embeddings}, {embedding_dim}"),
+    }
 );
+
+/// PyTorch's `padding_idx` as a row: negative ones count from the end.
+fn padding_row(p: isize, rows: usize) -> PyResult<usize> {
+    let row = if p < 0 { p + rows as isize } else { p };
+    usize::try_from(row)
+        .ok()
+        .filter(|&r| r < rows)
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "Embedding: padding_idx {p} must be within num_embeddings ({rows})"
+            ))
+        })
+}
 layer_class!(/// max(x, 0).
     PyReLU, "ReLU", (inplace=false), (inplace: bool) => Relu::new(),
     settings: if inplace { "inplace=True".into() } else { String::new() });

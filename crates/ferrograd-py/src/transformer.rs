@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 
 use crate::convert::{holds_bools, to_tensor};
 use crate::guard::{self, HEAVY};
-use crate::nn::{input, PyLayer};
+use crate::nn::{input, unsupported, PyLayer};
 use crate::tensor::PyTensor;
 
 /// An additive mask (0 where a key takes part, −∞ where it is hidden) from PyTorch's forms:
@@ -38,10 +38,6 @@ fn additive(
     let hide = if hidden { set } else { set.rsub_scalar(1.0) };
     let inf = Tensor::full(&[], f64::NEG_INFINITY, dtype);
     guard::run(|| hide.where_cond(&inf, &Tensor::zeros(&[], dtype))).map(Some)
-}
-
-fn refuse(what: &str) -> PyErr {
-    PyValueError::new_err(format!("{what} is not supported yet"))
 }
 
 /// `scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
@@ -84,25 +80,44 @@ pub fn scaled_dot_product_attention(
     guard::run_heavy(py, heavy, || q.scaled_dot_product_attention(&k, &v, &opts)).map(PyTensor::new)
 }
 
-/// The attention settings of a layer call: PyTorch's `attn_mask` (`[L, S]`, a boolean one
-/// True where hidden), key padding mask (`[N, S]`, True where padded) and `is_causal`.
+/// The attention settings of a layer call: PyTorch's `attn_mask` (`[L, S]`, or `[N·H, L, S]`
+/// one per sample and head; a boolean one True where hidden), key padding mask (`[N, S]`,
+/// True where padded) and `is_causal`. `batch` is N, or None for unbatched inputs (masks
+/// `[L, S]` or `[H, L, S]`, padding `[S]`).
 fn layer_attention(
-    attn_mask: Option<&Bound<'_, PyAny>>,
-    key_padding_mask: Option<&Bound<'_, PyAny>>,
+    (attn_mask, key_padding_mask): (Option<&Bound<'_, PyAny>>, Option<&Bound<'_, PyAny>>),
     is_causal: bool,
     dtype: DType,
+    (batch, heads): (Option<usize>, usize),
 ) -> PyResult<Attention> {
+    let shape_error = |what: &str, want: String, got: &[usize]| {
+        PyValueError::new_err(format!("{what} must be {want}, got {got:?}"))
+    };
     let mut mask = additive(attn_mask, true, dtype)?;
+    if let Some(m) = mask.take() {
+        mask = Some(match (m.shape(), batch) {
+            (&[_, _], _) => m,
+            (&[nh, l, s], Some(n)) if nh == n * heads => m.reshape(&[n, heads, l, s]),
+            (&[h, _, _], None) if h == heads => m,
+            (other, _) => {
+                let lead = batch.map_or(format!("{heads}"), |n| format!("{}", n * heads));
+                return Err(shape_error(
+                    "attn_mask",
+                    format!("[L, S] or [{lead}, L, S]"),
+                    other,
+                ));
+            }
+        });
+    }
     if let Some(p) = additive(key_padding_mask, true, dtype)? {
-        let (n, s) = match p.shape() {
-            &[n, s] => (n, s),
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "key_padding_mask must be [N, S], got {other:?}"
-                )))
+        let p = match (p.shape(), batch) {
+            (&[n, s], Some(b)) if n == b => p.reshape(&[n, 1, 1, s]),
+            (&[_], None) => p,
+            (other, _) => {
+                let want = batch.map_or("[S]".into(), |n| format!("[{n}, S]"));
+                return Err(shape_error("key_padding_mask", want, other));
             }
         };
-        let p = p.reshape(&[n, 1, 1, s]);
         mask = Some(match mask {
             Some(m) => guard::run(|| &m + &p)?,
             None => p,
@@ -117,6 +132,16 @@ fn layer_attention(
     })
 }
 
+/// The batch size of `x` (PyTorch's layout: `[T, N, E]` unless `batch_first`), or None for
+/// an unbatched `[T, E]`.
+fn batch_size(x: &Tensor, batch_first: bool) -> Option<usize> {
+    match x.shape() {
+        &[n, _, _] if batch_first => Some(n),
+        &[_, n, _] => Some(n),
+        _ => None,
+    }
+}
+
 /// `x` as `[N, T, E]` from the layout a layer was built for (`[T, N, E]` unless
 /// `batch_first`, PyTorch's default), and back.
 fn batch_major(x: Tensor, batch_first: bool) -> Tensor {
@@ -127,13 +152,16 @@ fn batch_major(x: Tensor, batch_first: bool) -> Tensor {
     }
 }
 
-/// `MultiheadAttention(embed_dim, num_heads, dropout=0.0, batch_first=False)`, PyTorch's
-/// parameters (`in_proj_weight`, `in_proj_bias`, `out_proj.weight`, `out_proj.bias`) and
-/// layout (`[L, N, E]` unless `batch_first`).
+/// `MultiheadAttention(embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
+/// add_zero_attn=False, kdim=None, vdim=None, batch_first=False)`, PyTorch's parameters
+/// (`in_proj_weight`, or `q_proj_weight`, `k_proj_weight`, `v_proj_weight` where `kdim` or
+/// `vdim` differ from `embed_dim`; `in_proj_bias`, `out_proj.weight`, `out_proj.bias` unless
+/// `bias=False`) and layout (`[L, N, E]` unless `batch_first`, or unbatched `[L, E]`).
 #[pyclass(name = "MultiheadAttention", module = "ferrograd.nn", extends = PyLayer)]
 pub struct PyMultiheadAttention {
     inner: Arc<MultiheadAttention>,
     batch_first: bool,
+    heads: usize,
 }
 
 /// The arguments of `MultiheadAttention.forward` after the three inputs.
@@ -152,16 +180,18 @@ impl PyMultiheadAttention {
         call: MhaCall<'_, '_>,
     ) -> PyResult<(PyTensor, Option<PyTensor>)> {
         let first = slf.batch_first;
+        let q = input(query)?;
+        let batch = batch_size(&q, first);
         let (q, k, v) = (
-            batch_major(input(query)?, first),
+            batch_major(q, first),
             batch_major(input(key)?, first),
             batch_major(input(value)?, first),
         );
         let opts = layer_attention(
-            call.attn_mask,
-            call.key_padding_mask,
+            (call.attn_mask, call.key_padding_mask),
             call.is_causal,
             q.dtype(),
+            (batch, slf.heads),
         )?;
         let (inner, mode) = (slf.inner.clone(), slf.as_super().mode());
         let (need, average) = (call.need_weights, call.average_attn_weights);
@@ -183,23 +213,44 @@ impl PyMultiheadAttention {
 #[pymethods]
 impl PyMultiheadAttention {
     #[new]
-    #[pyo3(signature = (embed_dim, num_heads, dropout=0.0, bias=true, batch_first=false))]
+    #[pyo3(signature = (embed_dim, num_heads, dropout=0.0, bias=true, add_bias_kv=false, add_zero_attn=false, kdim=None, vdim=None, batch_first=false))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         embed_dim: usize,
         num_heads: usize,
         dropout: f64,
         bias: bool,
+        add_bias_kv: bool,
+        add_zero_attn: bool,
+        kdim: Option<usize>,
+        vdim: Option<usize>,
         batch_first: bool,
     ) -> PyResult<PyClassInitializer<Self>> {
-        if !bias {
-            return Err(refuse("MultiheadAttention without bias"));
+        if add_bias_kv || add_zero_attn {
+            return Err(unsupported(
+                "MultiheadAttention with add_bias_kv or add_zero_attn",
+            ));
         }
         let inner = Arc::new(guard::run(|| {
-            MultiheadAttention::new(embed_dim, num_heads).dropout(dropout)
+            let m = MultiheadAttention::new(embed_dim, num_heads).dropout(dropout);
+            let m = match (kdim, vdim) {
+                (None, None) => m,
+                (k, v) => m.kdim_vdim(k.unwrap_or(embed_dim), v.unwrap_or(embed_dim)),
+            };
+            if bias {
+                m
+            } else {
+                m.without_bias()
+            }
         })?);
         let layer: Arc<dyn Layer> = inner.clone();
-        Ok(PyClassInitializer::from(PyLayer::new(layer))
-            .add_subclass(PyMultiheadAttention { inner, batch_first }))
+        Ok(
+            PyClassInitializer::from(PyLayer::new(layer)).add_subclass(PyMultiheadAttention {
+                inner,
+                batch_first,
+                heads: num_heads,
+            }),
+        )
     }
 
     /// `(output, weights)` as PyTorch's: `output` in the inputs' layout, with dropout on the
@@ -257,34 +308,101 @@ impl PyMultiheadAttention {
 }
 
 /// `TransformerEncoderLayer(d_model, nhead, dim_feedforward=2048, dropout=0.1,
-/// activation="relu", batch_first=False, norm_first=False)`, PyTorch's parameters and
-/// layout (`[T, N, E]` unless `batch_first`).
+/// activation="relu", layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True)`,
+/// PyTorch's parameters and layout (`[T, N, E]` unless `batch_first`, or unbatched `[T, E]`);
+/// `activation` is `"relu"`, `"gelu"` or any callable of a tensor.
 #[pyclass(name = "TransformerEncoderLayer", module = "ferrograd.nn", extends = PyLayer)]
 pub struct PyTransformerEncoderLayer {
     inner: Arc<TransformerEncoderLayer>,
-    batch_first: bool,
     settings: EncoderSettings,
 }
 
 /// What a `TransformerEncoderLayer` was built with, to build its copies.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct EncoderSettings {
     d_model: usize,
     nhead: usize,
     dim_feedforward: usize,
     dropout: f64,
-    gelu: bool,
+    activation: Activation,
+    layer_norm_eps: f64,
     norm_first: bool,
+    bias: bool,
+    batch_first: bool,
+}
+
+/// The feed-forward block's activation: the core's ReLU or GELU (for `"relu"`, `"gelu"`,
+/// `F.relu` and `F.gelu`), or a Python callable.
+#[derive(Clone)]
+enum Activation {
+    Relu,
+    Gelu,
+    Callable(Arc<Py<PyAny>>),
+}
+
+impl Activation {
+    /// PyTorch's `activation` argument: `"relu"`, `"gelu"`, or a callable.
+    fn from_py(activation: &Bound<'_, PyAny>) -> PyResult<Activation> {
+        if let Ok(name) = activation.extract::<String>() {
+            return match name.as_str() {
+                "relu" => Ok(Activation::Relu),
+                "gelu" => Ok(Activation::Gelu),
+                other => Err(PyValueError::new_err(format!(
+                    "activation should be relu/gelu, not {other}"
+                ))),
+            };
+        }
+        if !activation.is_callable() {
+            return Err(PyTypeError::new_err(format!(
+                "activation should be \"relu\", \"gelu\" or a callable, not {}",
+                activation.get_type().name()?
+            )));
+        }
+        let functional = activation.py().import("ferrograd.nn.functional")?;
+        Ok(if activation.is(&functional.getattr("relu")?) {
+            Activation::Relu
+        } else if activation.is(&functional.getattr("gelu")?) {
+            Activation::Gelu
+        } else {
+            Activation::Callable(Arc::new(activation.clone().unbind()))
+        })
+    }
 }
 
 impl EncoderSettings {
-    fn build(self) -> PyResult<Arc<TransformerEncoderLayer>> {
+    fn build(&self) -> PyResult<Arc<TransformerEncoderLayer>> {
         guard::run(|| {
-            let l = TransformerEncoderLayer::new(self.d_model, self.nhead)
+            let l = TransformerEncoderLayer::new(self.d_model, self.nhead);
+            let l = if self.bias { l } else { l.without_bias() };
+            let l = l
                 .dim_feedforward(self.dim_feedforward)
                 .dropout(self.dropout)
+                .layer_norm_eps(self.layer_norm_eps)
                 .norm_first(self.norm_first);
-            Arc::new(if self.gelu { l.gelu() } else { l })
+            Arc::new(match &self.activation {
+                Activation::Relu => l,
+                Activation::Gelu => l.gelu(),
+                Activation::Callable(f) => l.activation(call_python(f.clone(), self.batch_first)),
+            })
+        })
+    }
+}
+
+/// A Python callable as a function of tensors: it runs with the GIL taken back, sees the
+/// layer's layout (`[T, N, F]` unless `batch_first`, as in PyTorch), and an exception it
+/// raises reaches the caller unchanged.
+fn call_python(
+    f: Arc<Py<PyAny>>,
+    batch_first: bool,
+) -> impl Fn(&Tensor) -> Tensor + Send + Sync + 'static {
+    move |h| {
+        Python::attach(|py| {
+            let y = f
+                .bind(py)
+                .call1((PyTensor::new(batch_major(h.clone(), batch_first)),));
+            y.and_then(|y| to_tensor(&y, None))
+                .map(|y| batch_major(y, batch_first))
+                .unwrap_or_else(|e| guard::raise_through(e, "TransformerEncoderLayer activation"))
         })
     }
 }
@@ -302,50 +420,38 @@ fn copy_state(from: &dyn Layer, to: &dyn Layer) {
 #[pymethods]
 impl PyTransformerEncoderLayer {
     #[new]
-    #[pyo3(signature = (d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu", layer_norm_eps=1e-5, batch_first=false, norm_first=false, bias=true))]
+    #[pyo3(signature = (d_model, nhead, dim_feedforward=2048, dropout=0.1, activation=None, layer_norm_eps=1e-5, batch_first=false, norm_first=false, bias=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         d_model: usize,
         nhead: usize,
         dim_feedforward: usize,
         dropout: f64,
-        activation: &str,
+        activation: Option<&Bound<'_, PyAny>>,
         layer_norm_eps: f64,
         batch_first: bool,
         norm_first: bool,
         bias: bool,
     ) -> PyResult<PyClassInitializer<Self>> {
-        if layer_norm_eps != 1e-5 || !bias {
-            return Err(refuse(
-                "TransformerEncoderLayer with another layer_norm_eps or without bias",
-            ));
-        }
-        let gelu = match activation {
-            "relu" => false,
-            "gelu" => true,
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "activation should be relu/gelu, not {other}"
-                )))
-            }
+        let activation = match activation {
+            Some(a) => Activation::from_py(a)?,
+            None => Activation::Relu,
         };
         let settings = EncoderSettings {
             d_model,
             nhead,
             dim_feedforward,
             dropout,
-            gelu,
+            activation,
+            layer_norm_eps,
             norm_first,
+            bias,
+            batch_first,
         };
         let inner = settings.build()?;
         let layer: Arc<dyn Layer> = inner.clone();
-        Ok(
-            PyClassInitializer::from(PyLayer::new(layer)).add_subclass(PyTransformerEncoderLayer {
-                inner,
-                batch_first,
-                settings,
-            }),
-        )
+        Ok(PyClassInitializer::from(PyLayer::new(layer))
+            .add_subclass(PyTransformerEncoderLayer { inner, settings }))
     }
 
     /// A layer of the same settings, mode and values whose parameters are its own (as
@@ -355,18 +461,14 @@ impl PyTransformerEncoderLayer {
         slf: PyRef<'_, Self>,
         _memo: &Bound<'_, PyAny>,
     ) -> PyResult<Py<PyTransformerEncoderLayer>> {
-        let settings = slf.settings;
+        let settings = slf.settings.clone();
         let inner = settings.build()?;
         let from: Arc<dyn Layer> = slf.inner.clone();
         let to: Arc<dyn Layer> = inner.clone();
         guard::run(|| copy_state(&*from, &*to))?;
         let base = PyLayer::new(to);
         base.set_training(slf.as_super().mode() == Mode::Train);
-        let copy = PyTransformerEncoderLayer {
-            inner,
-            batch_first: slf.batch_first,
-            settings,
-        };
+        let copy = PyTransformerEncoderLayer { inner, settings };
         Py::new(slf.py(), PyClassInitializer::from(base).add_subclass(copy))
     }
 
@@ -379,9 +481,16 @@ impl PyTransformerEncoderLayer {
         src_key_padding_mask: Option<&Bound<'_, PyAny>>,
         is_causal: bool,
     ) -> PyResult<PyTensor> {
-        let first = slf.batch_first;
-        let x = batch_major(input(src)?, first);
-        let opts = layer_attention(src_mask, src_key_padding_mask, is_causal, x.dtype())?;
+        let first = slf.settings.batch_first;
+        let x = input(src)?;
+        let batch = batch_size(&x, first);
+        let x = batch_major(x, first);
+        let opts = layer_attention(
+            (src_mask, src_key_padding_mask),
+            is_causal,
+            x.dtype(),
+            (batch, slf.settings.nhead),
+        )?;
         let mode = slf.as_super().mode();
         let inner = slf.inner.clone();
         guard::run_heavy(slf.py(), x.numel() >= HEAVY, || {

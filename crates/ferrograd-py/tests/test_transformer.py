@@ -1,6 +1,8 @@
 """Attention and the transformer layers from Python, as a PyTorch user writes them, against
 PyTorch's float64 values (the fixture of scripts/export_torch_attention.py)."""
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -94,6 +96,90 @@ def test_transformer_encoder_layer_loads_pytorchs_weights(name, kwargs):
     hidden = np.triu(np.ones((5, 5), dtype=bool), 1)
     close(layer(x, src_mask=hidden, is_causal=True).numpy(), f"{name}.out_causal")
     close(layer(x, is_causal=True).numpy(), f"{name}.out_causal")
+
+
+@pytest.mark.parametrize("name,bias", [("mha_kv", True), ("mha_nobias", False)])
+def test_multihead_attention_of_other_key_widths_masks_and_unbatched_inputs(name, bias):
+    mha = in_f64(nn.MultiheadAttention(8, 2, bias=bias, kdim=6, vdim=3, batch_first=True))
+    assert sorted(n for n, _ in mha.named_parameters()) == sorted(state(name))
+    mha.load_state_dict(state(name))
+    x = fg.tensor(wave((2, 5, 8), 0.37))
+    key, value = fg.tensor(wave((2, 4, 6), 0.23, f=np.cos)), fg.tensor(wave((2, 4, 3), 0.41, 0.3))
+    per_head = wave((4, 5, 4), 0.17, f=np.cos)  # [N*H, L, S], PyTorch's 3-D form
+    padded = np.array([[False, False, True, False], [False, False, False, True]])
+    y, w = mha(x, key, value, attn_mask=per_head, key_padding_mask=padded, average_attn_weights=False)
+    close(y, f"{name}.out")
+    close(w, f"{name}.weights")
+    # The first sample unbatched: [L, E] in and out, masks [H, L, S] and [S].
+    y1, w1 = mha(x[0], key[0], value[0], attn_mask=per_head[:2], key_padding_mask=padded[0])
+    assert y1.shape == (5, 8) and w1.shape == (5, 4)
+    np.testing.assert_allclose(y1.numpy(), REF[f"{name}.out"].numpy()[0], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(w1.numpy(), REF[f"{name}.weights"].numpy()[0].mean(0), rtol=1e-12, atol=1e-12)
+    # Sequence first (PyTorch's default layout), unbatched the same.
+    seq = in_f64(nn.MultiheadAttention(8, 2, bias=bias, kdim=6, vdim=3))
+    seq.load_state_dict(state(name))
+    ys, _ = seq(x.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), attn_mask=per_head,
+                key_padding_mask=padded)
+    close(ys.transpose(0, 1), f"{name}.out")
+    with pytest.raises(ValueError, match=r"attn_mask must be \[L, S\] or \[4, L, S\]"):
+        mha(x, key, value, attn_mask=per_head[:3])
+    with pytest.raises(ValueError, match=r"key_padding_mask must be \[2, S\]"):
+        mha(x, key, value, key_padding_mask=padded[0])
+    with pytest.raises(NotImplementedError, match="add_bias_kv"):
+        nn.MultiheadAttention(8, 2, add_bias_kv=True)
+
+
+def test_an_encoder_layer_without_bias_with_its_eps_and_a_callable_activation():
+    layer = in_f64(nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True,
+                                              activation=fg.tanh, layer_norm_eps=1e-3, bias=False))
+    assert sorted(n for n, _ in layer.named_parameters()) == sorted(state("enc_custom"))
+    layer.load_state_dict(state("enc_custom"))
+    layer.eval()
+    x = fg.tensor(wave((2, 5, 8), 0.37))
+    close(layer(x), "enc_custom.out")
+    np.testing.assert_allclose(layer(x[1]).numpy(), REF["enc_custom.out"].numpy()[1], rtol=1e-12, atol=1e-12)
+    twin = copy.deepcopy(layer)
+    close(twin(x), "enc_custom.out")
+    # F.relu and F.gelu are the core's own; a module or lambda is called as it is.
+    calls = []
+
+    def relu_counted(h):
+        calls.append(h.shape)
+        return F.relu(h)
+
+    fg.manual_seed(3)
+    builtin = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, activation=F.relu)
+    fg.manual_seed(3)
+    counted = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, activation=relu_counted)
+    xf = fg.tensor(wave((5, 2, 8), 0.37).astype(np.float32), requires_grad=True)
+    assert np.array_equal(builtin(xf).numpy(), counted(xf).numpy()) and calls == [(5, 2, 16)]
+    counted(xf).sum().backward()
+    assert xf.grad is not None and np.abs(xf.grad.numpy()).max() > 0
+
+    def broken(h):
+        raise KeyError("from the activation")
+
+    with pytest.raises(KeyError, match="from the activation"):
+        nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, activation=broken)(xf)
+    with pytest.raises(TypeError, match="callable"):
+        nn.TransformerEncoderLayer(8, 2, activation=3)
+
+
+def test_embedding_padding_row_and_layer_norm_without_bias():
+    emb = nn.Embedding(6, 4, padding_idx=-1)
+    assert repr(emb) == "Embedding(6, 4, padding_idx=-1)"
+    assert np.abs(emb.weight.detach().numpy()[5]).max() == 0.0
+    ids = fg.tensor(np.array([[5, 1], [5, 2]]))
+    (emb(ids) ** 2).sum().backward()
+    grad = emb.weight.grad.numpy()
+    assert np.abs(grad[5]).max() == 0.0 and np.abs(grad[1]).max() > 0
+    with pytest.raises(ValueError, match="padding_idx 6"):
+        nn.Embedding(6, 4, padding_idx=6)
+    norm = nn.LayerNorm(4, bias=False)
+    assert [n for n, _ in norm.named_parameters()] == ["weight"]
+    x = np.arange(8.0).reshape(2, 4)
+    want = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(norm(fg.tensor(x)).numpy(), want, rtol=1e-6)
 
 
 def test_rms_norm():

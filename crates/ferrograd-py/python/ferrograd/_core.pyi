@@ -395,7 +395,10 @@ class LayerNorm(Layer):
     ) -> None: ...
 
 class MultiheadAttention(Layer):
-    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True, batch_first: bool = False) -> None: ...
+    def __init__(
+        self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True, add_bias_kv: bool = False,
+        add_zero_attn: bool = False, kdim: Optional[int] = None, vdim: Optional[int] = None, batch_first: bool = False,
+    ) -> None: ...
     def forward(  # type: ignore[override]
         self, query: ArrayLike, key: ArrayLike, value: ArrayLike, key_padding_mask: Optional[ArrayLike] = None,
         need_weights: bool = True, attn_mask: Optional[ArrayLike] = None, average_attn_weights: bool = True,
@@ -410,7 +413,7 @@ class MultiheadAttention(Layer):
 class TransformerEncoderLayer(Layer):
     def __init__(
         self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
-        activation: str = "relu", layer_norm_eps: float = 1e-5, batch_first: bool = False,
+        activation: Union[str, Callable[[Tensor], Tensor], None] = "relu", layer_norm_eps: float = 1e-5, batch_first: bool = False,
         norm_first: bool = False, bias: bool = True,
     ) -> None: ...
     def forward(  # type: ignore[override]
@@ -438,7 +441,7 @@ class Reshape(Layer):
     def __init__(self, shape: Sequence[int]) -> None: ...
 
 class Embedding(Layer):
-    def __init__(self, num_embeddings: int, embedding_dim: int) -> None: ...
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: Optional[int] = None) -> None: ...
 
 class ReLU(Layer):
     def __init__(self, inplace: bool = False) -> None: ...
