@@ -135,9 +135,9 @@ fn layer_attention(
 /// The batch size of `x` (PyTorch's layout: `[T, N, E]` unless `batch_first`), or None for
 /// an unbatched `[T, E]`.
 fn batch_size(x: &Tensor, batch_first: bool) -> Option<usize> {
-    match x.shape() {
-        &[n, _, _] if batch_first => Some(n),
-        &[_, n, _] => Some(n),
+    match *x.shape() {
+        [n, _, _] if batch_first => Some(n),
+        [_, n, _] => Some(n),
         _ => None,
     }
 }
