@@ -71,6 +71,11 @@ pub fn tree_repr(name: &str, settings: &str, children: &[(String, String)]) -> S
 
 #[pymethods]
 impl PyLayer {
+    /// A copy with parameters of its own, as `copy.deepcopy` gives in PyTorch.
+    fn __deepcopy__(slf: &Bound<'_, Self>, memo: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        PyLayer::deep_copy(slf, memo)
+    }
+
     /// `(name, layer)` for each direct sub-layer: none for a single layer (a `Net` lists
     /// its layers).
     fn named_children<'py>(&self, py: Python<'py>) -> Bound<'py, PyList> {

@@ -43,6 +43,27 @@ pub struct PyLayer {
     /// The parameters' leaves, held while the layer lives so that backward sets their
     /// `.grad` even when Python holds no other reference to them.
     _leaves: Vec<Arc<Leaf>>,
+    /// How to build a layer of the same class and settings (what `copy.deepcopy` starts
+    /// from); None for a layer made from a core layer directly.
+    recipe: Option<Recipe>,
+}
+
+/// Builds a new Python layer of one class and settings (a constructor and its arguments),
+/// given the memo of the `copy.deepcopy` it serves (what a net copies its layers with).
+pub type Recipe = Arc<dyn Fn(&Bound<'_, PyAny>) -> PyResult<Py<PyAny>> + Send + Sync>;
+
+/// `to` takes `from`'s parameter and buffer values (their dtypes too) and frozen flags, and
+/// each parameter's `.grad`.
+pub fn copy_state(from: &dyn Layer, to: &dyn Layer) {
+    for ((_, src), (_, dst)) in from.state_params().into_iter().zip(to.state_params()) {
+        let value = src.tensor().detach();
+        dst.set_dtype(value.dtype());
+        dst.set(&value);
+        dst.set_frozen(src.is_frozen());
+    }
+    for ((_, src), (_, dst)) in from.params().iter().zip(to.params()) {
+        leaf_of(&dst).set_grad(leaf_of(src).grad());
+    }
 }
 
 impl PyLayer {
@@ -54,7 +75,80 @@ impl PyLayer {
             settings: None,
             lists_children: false,
             _leaves: leaves,
+            recipe: None,
         }
+    }
+
+    /// The layer with the recipe that builds another like it.
+    pub fn rebuilt_by(self, recipe: Recipe) -> PyLayer {
+        PyLayer {
+            recipe: Some(recipe),
+            ..self
+        }
+    }
+
+    /// `copy.deepcopy`: a layer of the same class, settings and mode built by the recipe,
+    /// then given this one's values, dtypes, frozen flags and gradients. Its parameters are
+    /// its own; their first values are drawn from the generator as any new layer's are, then
+    /// replaced. A parameter that this deepcopy met before (in `memo`: a weight tied to a
+    /// layer copied earlier) stays shared with that copy.
+    pub fn deep_copy(slf: &Bound<'_, PyLayer>, memo: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let (recipe, from, training) = {
+            let this = slf.borrow();
+            (
+                this.recipe.clone(),
+                this.layer.clone(),
+                this.mode() == Mode::Train,
+            )
+        };
+        let Some(recipe) = recipe else {
+            return Err(PyTypeError::new_err(format!(
+                "cannot deepcopy this {}: it was not built by its constructor",
+                slf.get_type().name()?
+            )));
+        };
+        let copy = recipe(memo)?;
+        let mut layer = copy.bind(py).cast::<PyLayer>()?.borrow_mut();
+        let to = layer.layer.clone();
+        guard::run(|| copy_state(&*from, &*to))?;
+        layer.set_training(training);
+        drop(to);
+        layer.share_as_before(&*from, memo)?;
+        drop(layer);
+        Ok(copy)
+    }
+
+    /// Ties each parameter of this new copy of `from` to the copy `memo` already holds of the
+    /// same parameter, and records the others there (keeping their originals alive in it, as
+    /// `copy.deepcopy` does).
+    fn share_as_before(&mut self, from: &dyn Layer, memo: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = memo.py();
+        let keep = memo.call_method1("setdefault", (memo.as_ptr() as usize, PyList::empty(py)))?;
+        let originals = guard::run(|| from.params())?;
+        for ((name, src), (_, dst)) in originals.iter().zip(guard::run(|| self.layer.params())?) {
+            let original = wrap_param(py, src)?;
+            let key = original.as_ptr() as usize;
+            keep.call_method1("append", (original,))?;
+            let seen = memo.call_method1("get", (key,))?;
+            let earlier = seen
+                .cast::<PyTensor>()
+                .ok()
+                .and_then(|t| t.get().leaf_param());
+            match (earlier, Arc::get_mut(&mut self.layer)) {
+                (Some(p), Some(layer)) if p.id() != dst.id() => {
+                    layer.tie(name, &p).map_err(core_error)?
+                }
+                _ => memo.set_item(key, wrap_param(py, &dst)?)?,
+            }
+        }
+        self._leaves = self
+            .layer
+            .params()
+            .iter()
+            .map(|(_, p)| leaf_of(p))
+            .collect();
+        Ok(())
     }
 
     /// The layer printed as `ClassName(settings)`, PyTorch's form.
@@ -456,7 +550,7 @@ pub struct PyNet {
 #[pymethods]
 impl PyNet {
     #[new]
-    fn new(layers: Vec<Bound<'_, PyAny>>) -> PyResult<PyClassInitializer<PyNet>> {
+    fn new(py: Python<'_>, layers: Vec<Bound<'_, PyAny>>) -> PyResult<PyClassInitializer<PyNet>> {
         let shared: Vec<Box<dyn Layer>> = layers
             .iter()
             .enumerate()
@@ -476,8 +570,19 @@ impl PyNet {
         let net = PyNet {
             layers: layers.into_iter().map(Bound::unbind).collect(),
         };
+        // A copy is a net of copies of the layers.
+        let children: Vec<Py<PyAny>> = net.layers.iter().map(|l| l.clone_ref(py)).collect();
+        let recipe: Recipe = Arc::new(move |memo: &Bound<'_, PyAny>| {
+            let py = memo.py();
+            let deepcopy = py.import("copy")?.getattr("deepcopy")?;
+            let copies = children
+                .iter()
+                .map(|l| deepcopy.call1((l.bind(py), memo)))
+                .collect::<PyResult<Vec<_>>>()?;
+            Ok(Py::new(py, PyNet::new(py, copies)?)?.into_any())
+        });
         // A Python layer's parameters are read here, and it may raise.
-        let mut base = guard::run(|| PyLayer::new(Arc::new(Net::new(shared))))?;
+        let mut base = guard::run(|| PyLayer::new(Arc::new(Net::new(shared))))?.rebuilt_by(recipe);
         base.lists_children = true;
         Ok(PyClassInitializer::from(base).add_subclass(net))
     }
@@ -679,10 +784,17 @@ macro_rules! layer_class {
             #[allow(clippy::too_many_arguments)]
             fn new($($arg: $ty),*) -> PyResult<PyClassInitializer<Self>> {
                 let settings: String = $settings;
+                let recipe: Recipe = {
+                    $(let $arg = $arg.clone();)*
+                    Arc::new(move |memo: &Bound<'_, PyAny>| {
+            let py = memo.py();
+                        Ok(Py::new(py, $rust::new($($arg.clone()),*)?)?.into_any())
+                    })
+                };
                 let layer: Arc<dyn Layer> = guard::run(|| -> PyResult<Arc<dyn Layer>> {
                     Ok(Arc::new($build))
                 })??;
-                let base = PyLayer::new(layer).with_settings(settings);
+                let base = PyLayer::new(layer).with_settings(settings).rebuilt_by(recipe);
                 Ok(PyClassInitializer::from(base).add_subclass($rust))
             }
         }
@@ -899,9 +1011,9 @@ layer_class!(/// ln(1 + eˣ) (PyTorch's `beta=1`; above `threshold` the value is
         },
     settings: format!("beta={}, threshold={}", py_float(beta), py_float(threshold)));
 layer_class!(/// x Φ(x), or its tanh approximation with `approximate="tanh"`.
-    PyGelu, "GELU", (approximate="none"), (approximate: &str)
+    PyGelu, "GELU", (approximate="none".to_string()), (approximate: String)
         => {
-            let gelu: Box<dyn Layer> = match approximate {
+            let gelu: Box<dyn Layer> = match approximate.as_str() {
                 "none" => Box::new(Gelu::new()),
                 "tanh" => Box::new(GeluTanh::new()),
                 other => return Err(PyValueError::new_err(format!(
@@ -988,7 +1100,11 @@ impl RecurrentArgs {
 }
 
 impl PyRecurrent {
-    fn build(kind: &str, a: &RecurrentArgs) -> PyResult<PyClassInitializer<PyRecurrent>> {
+    fn build(
+        kind: &str,
+        a: &RecurrentArgs,
+        recipe: Recipe,
+    ) -> PyResult<PyClassInitializer<PyRecurrent>> {
         a.check()?;
         let (n, first) = (a.num_layers, a.batch_first);
         let (kind, layer): (RecurrentKind, Arc<dyn Layer>) = guard::run(|| match kind {
@@ -1014,7 +1130,9 @@ impl PyRecurrent {
                 (RecurrentKind::Gru(l.clone()), l as Arc<dyn Layer>)
             }
         })?;
-        let base = PyLayer::new(layer).with_settings(a.settings());
+        let base = PyLayer::new(layer)
+            .with_settings(a.settings())
+            .rebuilt_by(recipe);
         let rec = PyRecurrent {
             kind,
             batch_first: first,
@@ -1128,11 +1246,22 @@ macro_rules! recurrent_class {
                 input_size: usize, hidden_size: usize, num_layers: usize, $($extra: $ty,)?
                 bias: bool, batch_first: bool, dropout: f64, bidirectional: bool
             ) -> PyResult<PyClassInitializer<Self>> {
-                $($check($extra)?;)?
+                $($check(&$extra)?;)?
                 let args = RecurrentArgs {
                     input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
                 };
-                Ok(PyRecurrent::build($py, &args)?.add_subclass($rust))
+                let recipe: Recipe = {
+                    $(let $extra = $extra.clone();)?
+                    Arc::new(move |memo: &Bound<'_, PyAny>| {
+            let py = memo.py();
+                        let init = $rust::new(
+                            input_size, hidden_size, num_layers, $($extra.clone(),)?
+                            bias, batch_first, dropout, bidirectional,
+                        )?;
+                        Ok(Py::new(py, init)?.into_any())
+                    })
+                };
+                Ok(PyRecurrent::build($py, &args, recipe)?.add_subclass($rust))
             }
         }
     };
@@ -1140,9 +1269,9 @@ macro_rules! recurrent_class {
 
 recurrent_class!(/// Elman RNN with tanh.
     PyRNN, "RNN",
-    (input_size, hidden_size, num_layers=1, nonlinearity="tanh", bias=true, batch_first=false,
-     dropout=0.0, bidirectional=false),
-    nonlinearity: &str => tanh_only);
+    (input_size, hidden_size, num_layers=1, nonlinearity="tanh".to_string(), bias=true,
+     batch_first=false, dropout=0.0, bidirectional=false),
+    nonlinearity: String => tanh_only);
 recurrent_class!(/// LSTM, gates i, f, g, o.
     PyLSTM, "LSTM",
     (input_size, hidden_size, num_layers=1, bias=true, batch_first=false, dropout=0.0,

@@ -783,6 +783,35 @@ impl PyTensor {
         Ok(slf)
     }
 
+    /// `copy.deepcopy(t)`: the same values in a tensor of its own. A trainable leaf becomes a
+    /// new one (its frozen flag and `.grad` copied), so an optimizer tells them apart; a
+    /// tensor computed from trainable ones is refused, as PyTorch refuses it.
+    fn __deepcopy__(slf: &Bound<'_, Self>, _memo: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let this = slf.get();
+        match this.value() {
+            Value::Leaf(l) => {
+                let leaf = autograd::new_leaf(&l.param.tensor().detach());
+                leaf.param.set_frozen(l.param.is_frozen());
+                leaf.set_grad(l.grad());
+                let copy = PyTensor {
+                    value: RwLock::new(Value::Leaf(leaf.clone())),
+                    boolean: this.boolean,
+                    writes_to: None,
+                };
+                let obj = Bound::new(slf.py(), copy)?.into_any();
+                autograd::set_owner(&leaf, &obj)?;
+                Ok(obj.unbind())
+            }
+            Value::Plain(t) if t.is_tracked() => Err(PyRuntimeError::new_err(
+                "deepcopy: only tensors made by the user (leaves) can be copied, as in PyTorch; \
+                 this one was computed from trainable tensors (copy its .detach())",
+            )),
+            Value::Plain(t) => Ok(Bound::new(slf.py(), this.like(t.detach()))?
+                .into_any()
+                .unbind()),
+        }
+    }
+
     /// The gradients the backward passes that reached this leaf gave it, summed since the
     /// last `zero_grad()` (or `w.grad = None`), as PyTorch's; None before any. Plain tensors
     /// have none.

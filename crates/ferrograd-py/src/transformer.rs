@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 
 use crate::convert::{holds_bools, to_tensor};
 use crate::guard::{self, HEAVY};
-use crate::nn::{input, unsupported, PyLayer};
+use crate::nn::{input, unsupported, PyLayer, Recipe};
 use crate::tensor::PyTensor;
 
 /// An additive mask (0 where a key takes part, −∞ where it is hidden) from PyTorch's forms:
@@ -243,9 +243,25 @@ impl PyMultiheadAttention {
                 m.without_bias()
             }
         })?);
+        let recipe: Recipe = Arc::new(move |memo: &Bound<'_, PyAny>| {
+            let py = memo.py();
+            let init = PyMultiheadAttention::new(
+                embed_dim,
+                num_heads,
+                dropout,
+                bias,
+                add_bias_kv,
+                add_zero_attn,
+                kdim,
+                vdim,
+                batch_first,
+            )?;
+            Ok(Py::new(py, init)?.into_any())
+        });
         let layer: Arc<dyn Layer> = inner.clone();
+        let base = PyLayer::new(layer).rebuilt_by(recipe);
         Ok(
-            PyClassInitializer::from(PyLayer::new(layer)).add_subclass(PyMultiheadAttention {
+            PyClassInitializer::from(base).add_subclass(PyMultiheadAttention {
                 inner,
                 batch_first,
                 heads: num_heads,
@@ -317,7 +333,7 @@ pub struct PyTransformerEncoderLayer {
     settings: EncoderSettings,
 }
 
-/// What a `TransformerEncoderLayer` was built with, to build its copies.
+/// What a `TransformerEncoderLayer` was built with.
 #[derive(Clone)]
 struct EncoderSettings {
     d_model: usize,
@@ -407,16 +423,6 @@ fn call_python(
     }
 }
 
-/// `to` takes `from`'s parameter and buffer values (their dtypes too) and frozen flags.
-fn copy_state(from: &dyn Layer, to: &dyn Layer) {
-    for ((_, src), (_, dst)) in from.state_params().into_iter().zip(to.state_params()) {
-        let value = src.tensor().detach();
-        dst.set_dtype(value.dtype());
-        dst.set(&value);
-        dst.set_frozen(src.is_frozen());
-    }
-}
-
 #[pymethods]
 impl PyTransformerEncoderLayer {
     #[new]
@@ -433,6 +439,22 @@ impl PyTransformerEncoderLayer {
         norm_first: bool,
         bias: bool,
     ) -> PyResult<PyClassInitializer<Self>> {
+        let given = activation.map(|a| Arc::new(a.clone().unbind()));
+        let recipe: Recipe = Arc::new(move |memo: &Bound<'_, PyAny>| {
+            let py = memo.py();
+            let init = PyTransformerEncoderLayer::new(
+                d_model,
+                nhead,
+                dim_feedforward,
+                dropout,
+                given.as_ref().map(|a| a.bind(py)),
+                layer_norm_eps,
+                batch_first,
+                norm_first,
+                bias,
+            )?;
+            Ok(Py::new(py, init)?.into_any())
+        });
         let activation = match activation {
             Some(a) => Activation::from_py(a)?,
             None => Activation::Relu,
@@ -450,26 +472,10 @@ impl PyTransformerEncoderLayer {
         };
         let inner = settings.build()?;
         let layer: Arc<dyn Layer> = inner.clone();
-        Ok(PyClassInitializer::from(PyLayer::new(layer))
-            .add_subclass(PyTransformerEncoderLayer { inner, settings }))
-    }
-
-    /// A layer of the same settings, mode and values whose parameters are its own (as
-    /// `copy.deepcopy` gives in PyTorch; `nn.TransformerEncoder` stacks such copies). Its
-    /// dropout draws from a stream of its own, so copies do not drop alike.
-    fn __deepcopy__(
-        slf: PyRef<'_, Self>,
-        _memo: &Bound<'_, PyAny>,
-    ) -> PyResult<Py<PyTransformerEncoderLayer>> {
-        let settings = slf.settings.clone();
-        let inner = settings.build()?;
-        let from: Arc<dyn Layer> = slf.inner.clone();
-        let to: Arc<dyn Layer> = inner.clone();
-        guard::run(|| copy_state(&*from, &*to))?;
-        let base = PyLayer::new(to);
-        base.set_training(slf.as_super().mode() == Mode::Train);
-        let copy = PyTransformerEncoderLayer { inner, settings };
-        Py::new(slf.py(), PyClassInitializer::from(base).add_subclass(copy))
+        Ok(
+            PyClassInitializer::from(PyLayer::new(layer).rebuilt_by(recipe))
+                .add_subclass(PyTransformerEncoderLayer { inner, settings }),
+        )
     }
 
     /// The layer on `src` in the layer's mode and layout, with PyTorch's masks.
@@ -528,7 +534,12 @@ impl PyRMSNorm {
                 None => l,
             })
         })?;
-        Ok(PyClassInitializer::from(PyLayer::new(layer)).add_subclass(PyRMSNorm))
+        let recipe: Recipe = Arc::new(move |memo: &Bound<'_, PyAny>| {
+            let py = memo.py();
+            Ok(Py::new(py, PyRMSNorm::new(normalized_shape, eps)?)?.into_any())
+        });
+        let base = PyLayer::new(layer).rebuilt_by(recipe);
+        Ok(PyClassInitializer::from(base).add_subclass(PyRMSNorm))
     }
 }
 

@@ -2,6 +2,7 @@
 (fixtures/torch_habits.json, made by fixtures/torch_habits.py) where PyTorch defines them."""
 
 import collections
+import copy
 import json
 import pathlib
 
@@ -845,3 +846,78 @@ def test_functional_linear_with_and_without_bias_and_its_gradients():
     x32 = fg.tensor(xv.astype(np.float32))
     assert F.linear(x32, w.detach(), b.detach()).dtype == fg.float64
     assert F.linear(x32, w.detach()).dtype == fg.float32
+
+
+def test_deepcopy_of_a_model_its_state_dict_and_tensors_as_in_pytorch():
+    """`copy.deepcopy(model)` (a target network, the best model so far) and
+    `copy.deepcopy(model.state_dict())`: the same values, modes and gradients in parameters of
+    their own."""
+
+    class Agent(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.BatchNorm2d(2), nn.ReLU(), nn.Flatten())
+            self.rnn = nn.GRU(4, 3, batch_first=True)
+            self.net = nn.Net([nn.Linear(3, 3), nn.GELU(approximate="tanh"), nn.Dropout(0.5)])
+            self.scale = fg.tensor(2.0, requires_grad=True)
+            self.register_buffer("seen", fg.zeros(1))
+
+        def forward(self, img, seq):
+            h = self.body(img).sum() * self.scale
+            out, _ = self.rnn(seq)
+            return self.net(out) + h
+
+    fg.manual_seed(0)
+    model = Agent()
+    img, seq = fg.randn(2, 1, 4, 4), fg.randn(2, 5, 4)
+    model(img, seq).sum().backward()
+    model.net.eval()
+    target = copy.deepcopy(model)
+    assert type(target) is Agent and target.training and not target.net.training
+    assert repr(target) == repr(model)
+    pairs = list(zip(model.named_parameters(), target.named_parameters()))
+    assert pairs and all(n == m and p is not q for (n, p), (m, q) in pairs)
+    for (n, p), (_, q) in pairs:
+        np.testing.assert_array_equal(q.detach().numpy(), p.detach().numpy(), err_msg=n)
+        np.testing.assert_array_equal(q.grad.numpy(), p.grad.numpy(), err_msg=n)
+    model.eval(), target.eval()
+    np.testing.assert_array_equal(target(img, seq).numpy(), model(img, seq).numpy())
+    # Stepping the copy leaves the original alone, and the optimizer sees two parameter sets.
+    before = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    best = copy.deepcopy(model.state_dict())
+    opt = fg.optim.SGD(list(model.parameters()) + list(target.parameters()), lr=0.5)
+    target.zero_grad()
+    opt.step()
+    for k, v in model.state_dict().items():
+        assert not np.array_equal(v.numpy(), before[k]) or k.endswith(("running_mean", "running_var", "num_batches_tracked", "seen")), k
+        np.testing.assert_array_equal(best[k].numpy(), before[k], err_msg=k)
+    model.load_state_dict(best)
+    np.testing.assert_array_equal(model(img, seq).numpy(), target(img, seq).numpy())
+    # Tensors: a leaf becomes a leaf of its own; a computed one is refused, as PyTorch's.
+    w = fg.tensor([1.0, 2.0], requires_grad=True)
+    w2 = copy.deepcopy(w)
+    assert w2.requires_grad and w2 is not w and w2.tolist() == [1.0, 2.0]
+    (w * w2).sum().backward()
+    assert w.grad.tolist() == [1.0, 2.0] and w2.grad.tolist() == [1.0, 2.0]
+    with pytest.raises(RuntimeError, match="leaves"):
+        copy.deepcopy(w * 2)
+    assert copy.deepcopy(fg.tensor([1, 2]) > 1).dtype == fg.bool
+
+
+def test_deepcopy_keeps_tied_weights_tied():
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(10, 4)
+            self.head = nn.Linear(4, 10, bias=False)
+            self.head.weight = self.tok.weight
+
+        def forward(self, ids):
+            return self.head(self.tok(ids))
+
+    lm = LM()
+    twin = copy.deepcopy(lm)
+    assert twin.head.weight is twin.tok.weight and twin.tok.weight is not lm.tok.weight
+    assert len(list(twin.parameters())) == 1
+    ids = fg.tensor(np.array([1, 2, 3]))
+    np.testing.assert_array_equal(twin(ids).numpy(), lm(ids).numpy())

@@ -22,14 +22,7 @@ class TransformerEncoder(Module):
         num_layers = operator.index(num_layers)
         if num_layers < 0:
             raise ValueError(f"num_layers must be at least 0, got {num_layers}")
-        try:
-            copies = [copy.deepcopy(encoder_layer) for _ in range(num_layers)]
-        except TypeError as e:
-            raise TypeError(
-                "TransformerEncoder copies its layer with copy.deepcopy: a TransformerEncoderLayer "
-                f"can be copied, this {type(encoder_layer).__name__} cannot ({e})"
-            ) from None
-        self.layers = ModuleList(copies)
+        self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
         self.num_layers = num_layers
         self.norm = norm
 
