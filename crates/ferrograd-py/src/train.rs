@@ -582,21 +582,23 @@ optimizer_class!(
     }
 );
 optimizer_class!(
-    /// `Adam(params=None, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0)`
-    /// (tinynn's names; `betas=(b1, b2)` as PyTorch's also works).
-    PyAdam, "Adam", (params=None, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, betas=None),
-    (lr: f64, beta1: f64, beta2: f64, eps: f64, weight_decay: f64, betas: Option<(f64, f64)>) => {
+    /// `Adam(params=None, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0,
+    /// amsgrad=False)` (tinynn's names; `betas=(b1, b2)` as PyTorch's also works).
+    PyAdam, "Adam", (params=None, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, betas=None, amsgrad=false),
+    (lr: f64, beta1: f64, beta2: f64, eps: f64, weight_decay: f64, betas: Option<(f64, f64)>, amsgrad: bool) => {
         let (b1, b2) = betas.unwrap_or((beta1, beta2));
-        Box::new(Adam::new(lr).betas(b1, b2).eps(eps).weight_decay(weight_decay))
+        let adam = Adam::new(lr).betas(b1, b2).eps(eps).weight_decay(weight_decay);
+        if amsgrad { Box::new(adam.amsgrad()) } else { Box::new(adam) }
     }
 );
 optimizer_class!(
-    /// `AdamW(params=None, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01)`
-    /// (`betas=(b1, b2)` as PyTorch's also works).
-    PyAdamW, "AdamW", (params=None, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01, betas=None),
-    (lr: f64, beta1: f64, beta2: f64, eps: f64, weight_decay: f64, betas: Option<(f64, f64)>) => {
+    /// `AdamW(params=None, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01,
+    /// amsgrad=False)` (`betas=(b1, b2)` as PyTorch's also works).
+    PyAdamW, "AdamW", (params=None, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01, betas=None, amsgrad=false),
+    (lr: f64, beta1: f64, beta2: f64, eps: f64, weight_decay: f64, betas: Option<(f64, f64)>, amsgrad: bool) => {
         let (b1, b2) = betas.unwrap_or((beta1, beta2));
-        Box::new(AdamW::new(lr).betas(b1, b2).eps(eps).weight_decay(weight_decay))
+        let adamw = AdamW::new(lr).betas(b1, b2).eps(eps).weight_decay(weight_decay);
+        if amsgrad { Box::new(adamw.amsgrad()) } else { Box::new(adamw) }
     }
 );
 optimizer_class!(

@@ -921,3 +921,21 @@ def test_deepcopy_keeps_tied_weights_tied():
     assert len(list(twin.parameters())) == 1
     ids = fg.tensor(np.array([1, 2, 3]))
     np.testing.assert_array_equal(twin(ids).numpy(), lm(ids).numpy())
+
+
+@pytest.mark.parametrize("cls,kwargs,want", [
+    (fg.optim.Adam, {}, [0.500000005, 0.048778214191592284, -0.27065920667453525, -0.45127728538111, -0.5133505264097651]),
+    (fg.optim.AdamW, {"weight_decay": 0.1},
+     [0.45000000499999987, -0.007606722158518486, -0.301918481757861, -0.4430515900902796, -0.4656321399012202]),
+])
+def test_amsgrad_steps_as_pytorchs(cls, kwargs, want):
+    # torch.optim.Adam / AdamW(lr=0.5, betas=(0.9, 0.5), amsgrad=True), float64, on x²/2 from 1.
+    x = fg.tensor([1.0], dtype=fg.float64, requires_grad=True)
+    opt = cls([x], lr=0.5, betas=(0.9, 0.5), amsgrad=True, **kwargs)
+    got = []
+    for _ in range(5):
+        opt.zero_grad()
+        (0.5 * x * x).sum().backward()
+        opt.step()
+        got.append(x.item())
+    close(got, want)

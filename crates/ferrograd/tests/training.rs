@@ -369,6 +369,56 @@ fn optimizers_first_three_steps() {
     );
 }
 
+/// Five steps, as [`three_steps`], of `torch.optim.Adam(lr=0.5, betas=(0.9, 0.5),
+/// amsgrad=True)` and `AdamW` with `weight_decay=0.1` besides (PyTorch 2.15, float64): the
+/// iterate overshoots, the gradient's square falls, and the largest second moment takes over
+/// (without AMSGrad the second position is −0.0210, not 0.0488).
+#[test]
+fn amsgrad_divides_by_the_largest_second_moment_as_pytorchs() {
+    let five = |mut opt: Box<dyn Optimizer>| -> Vec<f64> {
+        let p = Param::new(Tensor::from_vec(vec![1.0f64], &[1]));
+        let params = vec![("x".to_string(), p.clone())];
+        (0..5)
+            .map(|_| {
+                let loss = p.tensor().square().sum().mul_scalar(0.5);
+                opt.step(&params, &loss.backward());
+                p.tensor().item()
+            })
+            .collect()
+    };
+    close(
+        &five(Box::new(Adam::new(0.5).betas(0.9, 0.5).amsgrad())),
+        &[
+            0.500000005,
+            0.048778214191592284,
+            -0.27065920667453525,
+            -0.45127728538111,
+            -0.5133505264097651,
+        ],
+    );
+    let adamw = AdamW::new(0.5).betas(0.9, 0.5).weight_decay(0.1).amsgrad();
+    close(
+        &five(Box::new(adamw)),
+        &[
+            0.45000000499999987,
+            -0.007606722158518486,
+            -0.301918481757861,
+            -0.4430515900902796,
+            -0.4656321399012202,
+        ],
+    );
+    // Its state has PyTorch's three slots; AdamW's default decay stays 0.01.
+    let p = Param::new(Tensor::from_vec(vec![1.0f32], &[1]));
+    let mut opt = AdamW::new(0.1).amsgrad();
+    opt.step(&[("w".into(), p.clone())], &p.tensor().sum().backward());
+    let (_, state) = opt.state(&[("w".into(), p.clone())]).unwrap();
+    let names: Vec<&str> = state.iter().map(|(n, _)| n.as_str()).collect();
+    assert!(
+        names.iter().any(|n| n.ends_with("max_exp_avg_sq")),
+        "{names:?}"
+    );
+}
+
 #[test]
 fn radam_switches_to_the_adaptive_step_at_step_six() {
     let p = Param::new(Tensor::from_vec(vec![1.0f64], &[1]));

@@ -554,12 +554,14 @@ class Adam(Optimizer):
     def __init__(
         self, params: Params = None, lr: float = 0.001, beta1: float = 0.9, beta2: float = 0.999,
         eps: float = 1e-8, weight_decay: float = 0.0, betas: Optional[Tuple[float, float]] = None,
+        amsgrad: bool = False,
     ) -> None: ...
 
 class AdamW(Optimizer):
     def __init__(
         self, params: Params = None, lr: float = 0.001, beta1: float = 0.9, beta2: float = 0.999,
         eps: float = 1e-8, weight_decay: float = 0.01, betas: Optional[Tuple[float, float]] = None,
+        amsgrad: bool = False,
     ) -> None: ...
 
 class RAdam(Optimizer):

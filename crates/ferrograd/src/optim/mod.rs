@@ -12,7 +12,8 @@ use std::collections::HashMap;
 
 pub use crate::kernels::optim::Prep;
 pub use rules::{
-    AdagradRule, AdamFamily, AdamRule, AdamWRule, MomentumRule, RAdamRule, RmsPropRule, SgdRule,
+    AdagradRule, AdamFamily, AdamRule, AdamWRule, AmsGrad, MomentumRule, RAdamRule, RmsPropRule,
+    SgdRule, TakesAmsGrad,
 };
 pub use schedule::{
     ConstantLr, CosineAnnealing, ExponentialLr, LinearWarmup, MultiStepLr, Schedule, StepLr,
@@ -318,6 +319,24 @@ impl<R: UpdateRule> Optim<R> {
             clip: None,
             steps: 0,
             last_norm: None,
+            state: HashMap::new(),
+        }
+    }
+
+    /// The same settings under another rule (which keeps state of its own: only before the
+    /// first step).
+    fn map_rule<S: UpdateRule>(self, f: impl FnOnce(R) -> S) -> Optim<S> {
+        assert!(
+            self.state.is_empty(),
+            "optimizer: the update rule can change only before the first step"
+        );
+        Optim {
+            rule: f(self.rule),
+            lr: self.lr,
+            weight_decay: self.weight_decay,
+            clip: self.clip,
+            steps: self.steps,
+            last_norm: self.last_norm,
             state: HashMap::new(),
         }
     }

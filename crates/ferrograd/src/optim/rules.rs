@@ -310,25 +310,112 @@ impl UpdateRule for RAdamRule {
     }
 }
 
+/// AMSGrad (PyTorch's `amsgrad=True`) on Adam or AdamW: each element's step divides by the
+/// root of the largest second moment seen so far (`max_exp_avg_sq`) instead of the current
+/// one, so a step never grows because a large squared gradient decayed. Built by
+/// [`Optim::amsgrad`](super::Optim::amsgrad).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AmsGrad<R>(R);
+
+impl<R: AdamFamily> UpdateRule for AmsGrad<R> {
+    const SLOTS: &'static [&'static str] = &["exp_avg", "exp_avg_sq", "max_exp_avg_sq"];
+    const DEFAULT_WEIGHT_DECAY: f64 = R::DEFAULT_WEIGHT_DECAY;
+    const SQUARES_GRADIENT: bool = true;
+    fn decoupled(&self) -> bool {
+        self.0.decoupled()
+    }
+    fn apply<T: FloatElement>(&self, s: Step<'_, T>) {
+        let ([b1, b2, eps], bc1, b2t) = self.0.adam().at::<T>(s.t);
+        let step = T::from_f64(s.lr / bc1);
+        let inv_sqrt_bc2 = T::from_f64(1.0 / (1.0 - b2t).sqrt());
+        let slots = slices::<T, 3>(s.slots);
+        update(s.w, s.g, s.prep, slots, |w, g, [m, v, most]| {
+            let (m, v) = moments(m, v, g, b1, b2);
+            let most = most.max(v);
+            (
+                w - step * m / (most.sqrt() * inv_sqrt_bc2 + eps),
+                [m, v, most],
+            )
+        });
+    }
+    fn momentum_setting(&self) -> Option<MomentumSetting> {
+        self.0.momentum_setting()
+    }
+    fn set_momentum(&mut self, m: MomentumSetting) {
+        self.0.set_momentum(m)
+    }
+}
+
 /// The rules of the Adam family, whose optimizers share the `betas` and `eps` setters.
 pub trait AdamFamily: UpdateRule {
     /// The Adam hyper-parameters inside the rule.
+    fn adam(&self) -> &AdamRule;
+    /// The same, to set them.
     fn adam_mut(&mut self) -> &mut AdamRule;
 }
 
 impl AdamFamily for AdamRule {
+    fn adam(&self) -> &AdamRule {
+        self
+    }
     fn adam_mut(&mut self) -> &mut AdamRule {
         self
     }
 }
 
 impl AdamFamily for AdamWRule {
+    fn adam(&self) -> &AdamRule {
+        &self.0
+    }
     fn adam_mut(&mut self) -> &mut AdamRule {
         &mut self.0
     }
 }
 
+impl<R: AdamFamily> AdamFamily for AmsGrad<R> {
+    fn adam(&self) -> &AdamRule {
+        self.0.adam()
+    }
+    fn adam_mut(&mut self) -> &mut AdamRule {
+        self.0.adam_mut()
+    }
+}
+
+/// Adam and AdamW, the rules that take AMSGrad (as PyTorch's `amsgrad` flag: RAdam has none).
+pub trait TakesAmsGrad: AdamFamily {}
+impl TakesAmsGrad for AdamRule {}
+impl TakesAmsGrad for AdamWRule {}
+
+impl<R: TakesAmsGrad> Optim<R> {
+    /// The same optimizer with AMSGrad (PyTorch's `amsgrad=True`): a third state slot,
+    /// `max_exp_avg_sq`, the largest second moment of each element so far.
+    ///
+    /// ```
+    /// use ferrograd::prelude::*;
+    ///
+    /// let after = |mut opt: Box<dyn Optimizer>| {
+    ///     let w = Param::new(Tensor::from_vec(vec![1.0f64], &[1]));
+    ///     for x in [3.0, 0.1] {
+    ///         let grads = (&w.tensor() * x).sum().backward(); // gradient x
+    ///         opt.step(&[("w".to_string(), w.clone())], &grads);
+    ///     }
+    ///     w.tensor().item()
+    /// };
+    /// // After a large gradient and a small one, the second step divides by the first's
+    /// // second moment (β₂ = 0.5 has let the running one fall), so it is the shorter.
+    /// let plain = after(Box::new(Adam::new(0.1).betas(0.9, 0.5)));
+    /// let ams = after(Box::new(Adam::new(0.1).betas(0.9, 0.5).amsgrad()));
+    /// assert!(ams > plain);
+    /// ```
+    pub fn amsgrad(self) -> Optim<AmsGrad<R>> {
+        self.map_rule(AmsGrad)
+    }
+}
+
 impl AdamFamily for RAdamRule {
+    fn adam(&self) -> &AdamRule {
+        &self.0
+    }
     fn adam_mut(&mut self) -> &mut AdamRule {
         &mut self.0
     }
