@@ -783,6 +783,19 @@ impl PyTensor {
         Ok(slf)
     }
 
+    /// Pickling (`pickle`, `torch.save`-style checkpoints of nested dicts): the values as a
+    /// numpy array, rebuilt by `ferrograd.tensor` (a trainable leaf as a new trainable leaf,
+    /// a computed tensor as its values).
+    #[allow(clippy::type_complexity)]
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyAny>, Option<i32>, bool))> {
+        let rebuild = slf.py().import("ferrograd")?.getattr("tensor")?;
+        let trainable = matches!(slf.get().value(), Value::Leaf(_));
+        let values = slf.call_method0("detach")?.call_method0("numpy")?;
+        Ok((rebuild, (values, None, trainable)))
+    }
+
     /// `copy.deepcopy(t)`: the same values in a tensor of its own. A trainable leaf becomes a
     /// new one (its frozen flag and `.grad` copied), so an optimizer tells them apart; a
     /// tensor computed from trainable ones is refused, as PyTorch refuses it.

@@ -4,14 +4,14 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ferrograd::prelude::*;
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::autograd::{update_leaf_grads, GradUpdate, PyGradients};
 use crate::convert::to_tensor;
 use crate::guard::{self, HEAVY};
-use crate::nn::{input, PyLayer};
+use crate::nn::{core_error, input, PyLayer};
 use crate::tensor::{PyTensor, Value};
 
 /// A loss's target: class indices stay int64, anything else takes the prediction's dtype.
@@ -365,6 +365,61 @@ fn no_param_twice(py: Python<'_>, groups: &[Group]) -> PyResult<()> {
     Ok(())
 }
 
+/// A group's parameters named by their place among all groups' parameters (from `first`),
+/// as PyTorch's optimizer `state_dict` numbers them.
+fn numbered(params: &[(String, Param)], first: usize) -> Vec<(String, Param)> {
+    let at = (first..).map(|i| i.to_string());
+    at.zip(params).map(|(i, (_, p))| (i, p.clone())).collect()
+}
+
+/// A state slot under PyTorch's name (momentum SGD's buffer), and back.
+fn torch_slot(slot: &str) -> &str {
+    if slot == "momentum" {
+        "momentum_buffer"
+    } else {
+        slot
+    }
+}
+
+fn core_slot(slot: &str) -> &str {
+    if slot == "momentum_buffer" {
+        "momentum"
+    } else {
+        slot
+    }
+}
+
+/// One group's part of a saved `state_dict`: its step count and slots, named as
+/// [`numbered`] names its parameters (`ids` are the saved numbers of its parameters, in
+/// order).
+fn saved_group_state(
+    state: &Bound<'_, PyAny>,
+    ids: &[Bound<'_, PyAny>],
+    first: usize,
+) -> PyResult<(u64, Vec<(String, Tensor)>)> {
+    let (mut steps, mut slots) = (0u64, Vec::new());
+    for (j, id) in ids.iter().enumerate() {
+        let Some(entry) = state
+            .call_method1("get", (id,))
+            .ok()
+            .filter(|e| !e.is_none())
+        else {
+            continue;
+        };
+        for item in entry.cast::<PyDict>()?.items() {
+            let (slot, value): (String, Bound<'_, PyAny>) = item.extract()?;
+            if slot == "step" {
+                let step: f64 = value.call_method0("__float__")?.extract()?;
+                steps = steps.max(step as u64);
+            } else {
+                let name = format!("{}.{}", first + j, core_slot(&slot));
+                slots.push((name, to_tensor(&value, None)?));
+            }
+        }
+    }
+    Ok((steps, slots))
+}
+
 /// A group's `"betas"`: any sequence of two numbers (a tuple or a list).
 fn betas_of(b: &Bound<'_, PyAny>) -> PyResult<MomentumSetting> {
     let v: Vec<f64> = b.extract()?;
@@ -494,6 +549,101 @@ impl PyOptimizer {
                 leaf.set_grad(cleared);
             }
         }
+    }
+
+    /// PyTorch's `state_dict()`: `{"state": {i: {"step": t, "exp_avg": ..., ...}},
+    /// "param_groups": [{..., "params": [i, ...]}]}`, the parameters numbered in order across
+    /// the groups, the slots under PyTorch's names. The tensors are the state's values now
+    /// (later steps do not change them).
+    fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (state, saved) = (PyDict::new(py), PyList::empty(py));
+        let groups = lock(&self.groups);
+        let mut first = 0;
+        for (k, g) in groups.iter().enumerate() {
+            let named = numbered(&g.params, first);
+            let (steps, slots) = guard::run(|| g.opt.state(&named))?.map_err(core_error)?;
+            for (key, t) in slots {
+                let (i, slot) = key.split_once('.').expect("a slot is named index.slot");
+                let i: usize = i.parse().expect("numbered parameters");
+                let entry = match state.get_item(i)? {
+                    Some(e) => e.cast_into::<PyDict>()?,
+                    None => {
+                        let e = PyDict::new(py);
+                        e.set_item("step", PyTensor::new(Tensor::scalar(steps as f32)))?;
+                        state.set_item(i, &e)?;
+                        e
+                    }
+                };
+                entry.set_item(torch_slot(slot), PyTensor::new(t))?;
+            }
+            let d = self
+                .param_groups
+                .bind(py)
+                .get_item(k)?
+                .cast_into::<PyDict>()?
+                .copy()?;
+            d.set_item(
+                "params",
+                (first..first + g.params.len()).collect::<Vec<_>>(),
+            )?;
+            saved.append(d)?;
+            first += g.params.len();
+        }
+        let out = PyDict::new(py);
+        out.set_item("state", state)?;
+        out.set_item("param_groups", saved)?;
+        Ok(out)
+    }
+
+    /// Restores what `state_dict()` gave (this optimizer's, or one built over parameters of
+    /// the same shapes in the same groups): each group's settings, step count and state.
+    /// Everything is checked first; on error nothing changes.
+    fn load_state_dict(&self, py: Python<'_>, state_dict: &Bound<'_, PyAny>) -> PyResult<()> {
+        let saved: Vec<Bound<'_, PyDict>> = state_dict.get_item("param_groups")?.extract()?;
+        let state = state_dict.get_item("state")?;
+        let mut groups = lock(&self.groups);
+        if saved.len() != groups.len() {
+            return Err(PyValueError::new_err(format!(
+                "loaded state dict has {} parameter groups, the optimizer {}",
+                saved.len(),
+                groups.len()
+            )));
+        }
+        let mut restored = Vec::new();
+        let mut first = 0;
+        for (k, (d, g)) in saved.iter().zip(groups.iter()).enumerate() {
+            let ids: Vec<Bound<'_, PyAny>> = d
+                .get_item("params")?
+                .ok_or_else(|| PyValueError::new_err("a saved parameter group has no params"))?
+                .extract()?;
+            if ids.len() != g.params.len() {
+                return Err(PyValueError::new_err(format!(
+                    "loaded state dict's parameter group {k} has {} parameters, the \
+                     optimizer's {}",
+                    ids.len(),
+                    g.params.len()
+                )));
+            }
+            let named = numbered(&g.params, first);
+            let (steps, slots) = saved_group_state(&state, &ids, first)?;
+            guard::run(|| g.opt.check_state(&named, &slots))?.map_err(core_error)?;
+            restored.push((named, steps, slots));
+            first += g.params.len();
+        }
+        for (g, (named, steps, slots)) in groups.iter_mut().zip(restored) {
+            guard::run(|| g.opt.load_state(&named, steps, slots))?.map_err(core_error)?;
+        }
+        drop(groups);
+        let dicts = self.param_groups.bind(py);
+        for (k, d) in saved.iter().enumerate() {
+            let live = dicts.get_item(k)?;
+            for (key, value) in d.iter() {
+                if key.extract::<String>()? != "params" {
+                    live.set_item(key, value)?;
+                }
+            }
+        }
+        self.sync(py)
     }
 
     /// PyTorch's parameter groups: a list of dicts (`"params"`, `"lr"`, `"weight_decay"`)

@@ -939,3 +939,61 @@ def test_amsgrad_steps_as_pytorchs(cls, kwargs, want):
         opt.step()
         got.append(x.item())
     close(got, want)
+
+
+def test_optimizer_state_dict_round_trips_through_pickle_as_pytorchs():
+    import pickle
+
+    fg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
+    decay = [p for n, p in model.named_parameters() if n.endswith("weight")]
+    other = [p for n, p in model.named_parameters() if n.endswith("bias")]
+    groups = lambda m: [  # noqa: E731
+        {"params": [p for n, p in m.named_parameters() if n.endswith("weight")], "weight_decay": 0.1},
+        {"params": [p for n, p in m.named_parameters() if n.endswith("bias")], "lr": 0.05},
+    ]
+    assert len(decay) == len(other) == 2
+    opt = fg.optim.AdamW(groups(model), lr=0.01, amsgrad=True)
+    x, y = fg.randn(8, 3), fg.randn(8, 1)
+
+    def step(m, o):
+        o.zero_grad()
+        F.mse_loss(m(x), y).backward()
+        o.step()
+
+    for _ in range(3):
+        step(model, opt)
+    sd = opt.state_dict()
+    # PyTorch's layout: parameters numbered across the groups, a step count per parameter.
+    assert sorted(sd["state"]) == [0, 1, 2, 3]
+    assert sorted(sd["state"][0]) == ["exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step"]
+    assert sd["state"][2]["step"].item() == 3.0
+    assert [g["params"] for g in sd["param_groups"]] == [[0, 1], [2, 3]]
+    assert sd["param_groups"][0]["weight_decay"] == 0.1 and sd["param_groups"][1]["lr"] == 0.05
+    # A checkpoint of both (pickled, as torch.save does), resumed into fresh objects, steps alike.
+    saved = pickle.loads(pickle.dumps({"model": model.state_dict(), "optimizer": sd}))
+    twin = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
+    twin.load_state_dict(saved["model"])
+    twin_opt = fg.optim.AdamW(groups(twin), lr=0.5, amsgrad=True)
+    twin_opt.load_state_dict(saved["optimizer"])
+    assert twin_opt.param_groups[1]["lr"] == 0.05
+    for _ in range(2):
+        step(model, opt)
+        step(twin, twin_opt)
+    for (n, a), (_, b) in zip(model.named_parameters(), twin.named_parameters()):
+        np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy(), err_msg=n)
+    # The state is a snapshot; a mismatch changes nothing.
+    assert sd["state"][2]["step"].item() == 3.0
+    before = twin_opt.state_dict()
+    bad = opt.state_dict()
+    bad["state"][1]["exp_avg"] = fg.zeros(7)
+    with pytest.raises(ValueError, match="1.exp_avg"):
+        twin_opt.load_state_dict(bad)
+    with pytest.raises(ValueError, match="parameter groups"):
+        twin_opt.load_state_dict({"state": {}, "param_groups": bad["param_groups"][:1]})
+    after = twin_opt.state_dict()
+    np.testing.assert_array_equal(after["state"][1]["exp_avg"].numpy(), before["state"][1]["exp_avg"].numpy())
+    # Momentum SGD's buffer under PyTorch's name.
+    sgd = fg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    step(model, sgd)
+    assert sorted(sgd.state_dict()["state"][0]) == ["momentum_buffer", "step"]
