@@ -1853,7 +1853,21 @@ impl PyTensor {
         value: f64,
     ) -> PyResult<PyTensor> {
         let m = to_tensor(mask, None)?;
-        self.map(py, |t| t.masked_fill(&m, value))
+        let t = self.tensor();
+        if !t.dtype().is_float() && !value.is_finite() {
+            return Err(PyValueError::new_err(format!(
+                "masked_fill: {value} cannot fill an integer tensor"
+            )));
+        }
+        // Integers (and booleans) as the other integer ops: in float64, exact below 2⁵³, and
+        // back (a fractional value truncated, as PyTorch's cast).
+        let value = if self.boolean {
+            f64::from(u8::from(value != 0.0))
+        } else {
+            value
+        };
+        let filled = self.map(py, |t| int_exact(t, |t| t.masked_fill(&m, value)))?;
+        Ok(self.like(filled.tensor()))
     }
 
     /// `(values, indices)` of the `k` largest entries along `dim` (with `largest=False` the

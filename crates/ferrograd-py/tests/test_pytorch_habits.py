@@ -997,3 +997,14 @@ def test_optimizer_state_dict_round_trips_through_pickle_as_pytorchs():
     sgd = fg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     step(model, sgd)
     assert sorted(sgd.state_dict()["state"][0]) == ["momentum_buffer", "step"]
+
+
+def test_masked_fill_keeps_integer_and_boolean_tensors_as_pytorchs():
+    t = fg.tensor([1, 2, 3])
+    filled = t.masked_fill(t > 1, 7)
+    assert filled.dtype == fg.int64 and filled.tolist() == [1, 7, 7]
+    assert t.masked_fill(t > 1, 2.7).tolist() == [1, 2, 2]  # cast, as PyTorch's
+    flags = (t > 1).masked_fill(t == 1, 5)
+    assert flags.dtype == fg.bool and flags.tolist() == [True, True, True]
+    with pytest.raises(ValueError, match="integer"):
+        t.masked_fill(t > 1, float("-inf"))
