@@ -91,6 +91,17 @@ pub fn integer_indices(
         .collect()
 }
 
+/// Whether `key` is a tensor or numpy array with at least one axis.
+fn has_axes(key: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if let Ok(t) = key.cast::<PyTensor>() {
+        return Ok(t.get().tensor().ndim() > 0);
+    }
+    if key.hasattr("__array__")? && key.hasattr("ndim")? {
+        return Ok(key.getattr("ndim")?.extract::<usize>()? > 0);
+    }
+    Ok(false)
+}
+
 fn parse(key: &Bound<'_, PyAny>) -> PyResult<Item> {
     if key.is_none() {
         return Ok(Item::NewAxis);
@@ -105,8 +116,11 @@ fn parse(key: &Bound<'_, PyAny>) -> PyResult<Item> {
         if key.len()? == 0 {
             return Ok(Item::Gather(Vec::new()));
         }
+    } else if has_axes(key)? {
+        // A tensor or array with axes gathers, even of one element (`x[t]` with `t` of shape
+        // [1] keeps the axis, as in numpy and PyTorch).
     } else if let Ok(i) = key.call_method0("__index__") {
-        // An int, a numpy integer or a one-element int64 tensor: one position.
+        // An int, a numpy integer or a 0-d int64 tensor: one position.
         return Ok(Item::Int(i.extract()?));
     }
     if is_boolean(key)? {

@@ -1008,3 +1008,13 @@ def test_masked_fill_keeps_integer_and_boolean_tensors_as_pytorchs():
     assert flags.dtype == fg.bool and flags.tolist() == [True, True, True]
     with pytest.raises(ValueError, match="integer"):
         t.masked_fill(t > 1, float("-inf"))
+
+
+def test_a_one_element_index_tensor_keeps_its_axis_and_nan_propagates():
+    x = fg.arange(12).reshape(3, 4)
+    assert x[fg.tensor([0])].shape == (1, 4) and x[:, fg.tensor([2])].shape == (3, 1)
+    assert fg.arange(10)[fg.tensor([3])].shape == (1,) and x[np.array([1])].shape == (1, 4)
+    assert x[fg.tensor(1)].shape == (4,) and x[np.int64(1)].shape == (4,)
+    v = fg.tensor([float("nan"), 1.0])
+    assert np.isnan(v.clamp(0, 0.5).numpy()[0]) and np.isnan(F.relu(v).numpy()[0])
+    assert np.isnan(fg.maximum(v, fg.tensor([0.0, 0.0])).numpy()[0])

@@ -705,3 +705,24 @@ fn softmax_of_contiguous_rows_agrees_with_the_strided_form() {
         }
     }
 }
+
+#[test]
+fn nan_propagates_through_relu_clamp_maximum_and_minimum_as_in_pytorch() {
+    let nan = f32::NAN;
+    let x = Tensor::from_vec(vec![nan, -1.0, 0.5, 2.0], &[4]);
+    let y = Tensor::from_vec(vec![0.0f32, nan, 1.0, 1.0], &[4]);
+    let is = |t: Tensor, want: [f32; 4]| {
+        let got = t.to_vec::<f32>();
+        for (g, w) in got.iter().zip(want) {
+            assert!(g == &w || (g.is_nan() && w.is_nan()), "{got:?} vs {want:?}");
+        }
+    };
+    is(x.relu(), [nan, 0.0, 0.5, 2.0]);
+    is(x.clamp(0.0, 1.0), [nan, 0.0, 0.5, 1.0]);
+    is(x.maximum(&y), [nan, nan, 1.0, 2.0]);
+    is(x.minimum(&y), [nan, nan, 0.5, 1.0]);
+    // The derivatives stay those of the finite elements.
+    let w = x.detach().requires_grad();
+    let g = w.relu().sum().backward().get(&w).unwrap().to_vec::<f32>();
+    assert_eq!(&g[1..], &[0.0, 1.0, 1.0]);
+}

@@ -70,19 +70,21 @@ macro_rules! binary_primitives {
                 derivative: |c, t| (t / c.input(1), -&(&(t * c.out()) / c.input(1))),
             }
             /// Element-wise maximum; at a tie each operand receives half the gradient (the
-            /// mean of the one-sided derivatives, which central differences also see).
+            /// mean of the one-sided derivatives, which central differences also see). A NaN
+            /// on either side gives NaN, as in PyTorch.
             maximum Maximum {
                 kind: Arithmetic, smooth_on: (Real, Real),
-                forward: |x, y| if x >= y { x } else { y },
+                forward: |x, y| if x >= y || x.is_nan() { x } else { y },
                 derivative: |c, t| (
                     t * &first_share(c, Tensor::gt),
                     t * &(1.0 - &first_share(c, Tensor::gt)),
                 ),
             }
-            /// Element-wise minimum; ties split the gradient as in [`Tensor::maximum`].
+            /// Element-wise minimum; ties split the gradient as in [`Tensor::maximum`], and NaN
+            /// propagates as there.
             minimum Minimum {
                 kind: Arithmetic, smooth_on: (Real, Real),
-                forward: |x, y| if x <= y { x } else { y },
+                forward: |x, y| if x <= y || x.is_nan() { x } else { y },
                 derivative: |c, t| (
                     t * &first_share(c, Tensor::lt),
                     t * &(1.0 - &first_share(c, Tensor::lt)),

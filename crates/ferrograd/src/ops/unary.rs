@@ -127,10 +127,15 @@ macro_rules! elementwise_primitives {
                 forward: |x| map_slices_dispatch!(x, sigmoid_in_place),
                 derivative: |c, t| &(t * c.out()) * &(1.0 - c.out()),
             }
-            /// max(x, 0); the derivative at 0 is taken as 0.
+            /// max(x, 0); the derivative at 0 is taken as 0. NaN stays NaN, as in PyTorch (a
+            /// diverging loss is not hidden).
             relu Relu {
                 smooth_on: NonZero,
-                forward: |x| map_dispatch!(x, |v| if v > T::zero() { v } else { T::zero() }),
+                forward: |x| map_dispatch!(x, |v| if v > T::zero() || v.is_nan() {
+                    v
+                } else {
+                    T::zero()
+                }),
                 derivative: |c, t| slope_scaled(t, c.input(0), 0.0),
             }
             /// x for x > 0, `slope * x` otherwise.
@@ -164,12 +169,17 @@ macro_rules! elementwise_primitives {
                 derivative: |c, t| &(t * TWO_OVER_SQRT_PI) * &(-&c.input(0).square()).exp(),
             }
             /// Every element limited to `[min, max]` (either bound may be infinite; panics when
-            /// `min > max`). The gradient passes where the element is inside, bounds included.
+            /// `min > max`); NaN stays NaN, as in PyTorch. The gradient passes where the
+            /// element is inside, bounds included.
             clamp Clamp(min: f64, max: f64) {
                 smooth_on: Real, example (-0.5, 0.7),
                 forward: |x| {
                     assert!(min <= max, "clamp: min {min} is above max {max}");
-                    map_dispatch!(x, |v| v.max(T::from_f64(min)).min(T::from_f64(max)))
+                    map_dispatch!(x, |v| if v.is_nan() {
+                        v
+                    } else {
+                        v.max(T::from_f64(min)).min(T::from_f64(max))
+                    })
                 },
                 derivative: |c, t| {
                     let x = c.input(0).detach();
