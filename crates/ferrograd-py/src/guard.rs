@@ -1,5 +1,5 @@
 //! Calls into the Rust core from Python: a panic (a shape error, a bad axis) becomes a
-//! `ValueError` carrying the core's message instead of PyO3's `PanicException`, and an
+//! `ferrograd.OpError` carrying the core's message instead of PyO3's `PanicException`, and an
 //! exception raised by a Python callback inside the core (a custom gradient's rule) reaches the
 //! caller unchanged.
 
@@ -60,7 +60,42 @@ fn catch_dyn(f: &mut dyn FnMut()) -> Result<(), String> {
 fn to_pyerr(message: String) -> PyErr {
     PENDING
         .with(|p| p.borrow_mut().take())
-        .unwrap_or_else(|| PyValueError::new_err(in_python_terms(message)))
+        .unwrap_or_else(|| op_error(in_python_terms(message)))
+}
+
+/// `ferrograd.OpError`, what a failed op raises: a `RuntimeError`, as PyTorch raises for a
+/// shape mismatch or a bad view, and a `ValueError`, as ferrograd raised before.
+static OP_ERROR: pyo3::sync::PyOnceLock<Py<pyo3::types::PyType>> = pyo3::sync::PyOnceLock::new();
+
+/// Makes `OpError` and adds it to the module `m`.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    let builtins = py.import("builtins")?;
+    let bases = (
+        builtins.getattr("RuntimeError")?,
+        builtins.getattr("ValueError")?,
+    );
+    let attrs = pyo3::types::PyDict::new(py);
+    attrs.set_item("__module__", "ferrograd")?;
+    attrs.set_item(
+        "__doc__",
+        "An op that cannot run on its operands (shapes, axes, dtypes): a RuntimeError, as \
+         PyTorch raises, and a ValueError.",
+    )?;
+    let class = builtins
+        .getattr("type")?
+        .call1(("OpError", bases, attrs))?
+        .cast_into::<pyo3::types::PyType>()?;
+    m.add("OpError", &class)?;
+    let _ = OP_ERROR.set(py, class.unbind());
+    Ok(())
+}
+
+pub fn op_error(message: String) -> PyErr {
+    Python::attach(|py| match OP_ERROR.get(py) {
+        Some(class) => PyErr::from_type(class.bind(py).clone(), message),
+        None => PyValueError::new_err(message),
+    })
 }
 
 /// The core's messages name its Rust API where they say how to mend a call; from Python the

@@ -362,6 +362,7 @@ fn live_nodes() -> usize {
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     guard::install_panic_hook();
+    guard::register(m)?;
     m.add_class::<PyTensor>()?;
     m.add_class::<PyDType>()?;
     m.add_class::<autograd::PyGradients>()?;

@@ -20,11 +20,12 @@ use crate::module::{py_bool, py_float, py_pair, py_size, tree_repr};
 use crate::tensor::{PyTensor, WriteBack};
 
 /// A core error as the Python exception for it: file errors as `OSError`, the rest as
-/// `ValueError`, each with the core's message (which names the file or the key).
+/// `fg.OpError` (a `RuntimeError` and a `ValueError`), each with the core's message (which
+/// names the file or the key).
 pub fn core_error(e: ferrograd::Error) -> PyErr {
     match e {
         ferrograd::Error::Io { .. } => PyOSError::new_err(e.to_string()),
-        other => PyValueError::new_err(other.to_string()),
+        other => guard::op_error(other.to_string()),
     }
 }
 

@@ -1018,3 +1018,12 @@ def test_a_one_element_index_tensor_keeps_its_axis_and_nan_propagates():
     v = fg.tensor([float("nan"), 1.0])
     assert np.isnan(v.clamp(0, 0.5).numpy()[0]) and np.isnan(F.relu(v).numpy()[0])
     assert np.isnan(fg.maximum(v, fg.tensor([0.0, 0.0])).numpy()[0])
+
+
+def test_op_errors_are_runtime_errors_as_pytorchs():
+    with pytest.raises(RuntimeError, match="inner dimensions"):
+        fg.ones(2, 3) @ fg.ones(2, 3)
+    with pytest.raises(ValueError):
+        fg.ones(2, 3) + fg.ones(4, 5)
+    with pytest.raises(fg.OpError):
+        nn.Linear(4, 2).load_state_dict({"weight": fg.zeros(3, 4), "bias": fg.zeros(2)})

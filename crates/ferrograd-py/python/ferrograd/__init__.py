@@ -20,6 +20,7 @@ from . import _core
 from ._core import (
     Gradients,
     Model,
+    OpError,
     Tensor,
     arange,
     cat,

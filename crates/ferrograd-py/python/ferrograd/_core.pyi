@@ -17,6 +17,10 @@ Size2 = Union[int, Tuple[int, int]]
 _Float = float
 _Int = int
 
+
+class OpError(RuntimeError, ValueError):
+    """An op that cannot run on its operands: a RuntimeError (as PyTorch's) and a ValueError."""
+
 class _TopK(NamedTuple):
     """``topk``'s result (``ferrograd.return_types.topk``)."""
 
