@@ -77,8 +77,6 @@ macro_rules! named_forms {
 }
 
 named_forms! {
-    add => __add__ -> PyTensor;
-    sub => __sub__ -> PyTensor;
     mul => __mul__ -> PyTensor;
     div => __truediv__ -> PyTensor;
     lt => __lt__ -> PyTensor;
@@ -105,14 +103,73 @@ macro_rules! in_place_forms {
 }
 
 in_place_forms! {
-    add_ => __add__;
-    sub_ => __sub__;
     mul_ => __mul__;
     div_ => __truediv__;
 }
 
+/// `other · alpha` (PyTorch's `alpha` of `add` and `sub`), or `other` itself without one.
+fn scaled<'py>(
+    other: &Bound<'py, PyAny>,
+    alpha: Option<&Bound<'py, PyAny>>,
+    op: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    if other.is_none() {
+        return Err(PyTypeError::new_err(format!(
+            "{op}(): argument 'other' must be a tensor or a number, not None"
+        )));
+    }
+    match alpha {
+        Some(a) => other.mul(a),
+        None => Ok(other.clone()),
+    }
+}
+
 #[pymethods]
 impl PyTensor {
+    /// `self + alpha · other`, PyTorch's `add` (`alpha` 1 by default).
+    #[pyo3(signature = (other, *, alpha=None))]
+    fn add(
+        &self,
+        py: Python<'_>,
+        other: &Bound<'_, PyAny>,
+        alpha: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
+        self.__add__(py, &scaled(other, alpha, "add")?)
+    }
+    /// `self − alpha · other`, PyTorch's `sub`.
+    #[pyo3(signature = (other, *, alpha=None))]
+    fn sub(
+        &self,
+        py: Python<'_>,
+        other: &Bound<'_, PyAny>,
+        alpha: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
+        self.__sub__(py, &scaled(other, alpha, "sub")?)
+    }
+    /// `self += alpha · other` (the moving average's `p.add_(q, alpha=0.1)`).
+    #[pyo3(signature = (other, *, alpha=None))]
+    fn add_<'py>(
+        slf: &Bound<'py, Self>,
+        other: &Bound<'py, PyAny>,
+        alpha: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, Self>> {
+        let r = slf
+            .get()
+            .__add__(slf.py(), &scaled(other, alpha, "add_")?)?;
+        updated(slf, r, "add_")
+    }
+    /// `self -= alpha · other`.
+    #[pyo3(signature = (other, *, alpha=None))]
+    fn sub_<'py>(
+        slf: &Bound<'py, Self>,
+        other: &Bound<'py, PyAny>,
+        alpha: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, Self>> {
+        let r = slf
+            .get()
+            .__sub__(slf.py(), &scaled(other, alpha, "sub_")?)?;
+        updated(slf, r, "sub_")
+    }
     /// A matrix transposed (a vector as it is), as PyTorch's `t()`.
     fn t(&self, py: Python<'_>) -> PyResult<PyTensor> {
         self.map(py, |x| {

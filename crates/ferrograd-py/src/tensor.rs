@@ -6,7 +6,6 @@ use std::sync::{Arc, RwLock};
 use ferrograd::prelude::*;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError, PyZeroDivisionError};
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
 use pyo3::types::{IntoPyDict, PyFloat, PyList, PyString, PyTuple};
 
 use crate::autograd::{self, Leaf};
@@ -707,6 +706,13 @@ impl PyTensor {
             Value::Leaf(l) => !l.param.is_frozen(),
             Value::Plain(t) => t.is_tracked(),
         }
+    }
+
+    /// `t.requires_grad = flag`, as `t.requires_grad_(flag)` (PyTorch's way of freezing a
+    /// parameter).
+    #[setter(requires_grad)]
+    fn set_requires_grad(slf: Bound<'_, Self>, flag: bool) -> PyResult<()> {
+        Self::requires_grad_(slf, flag).map(drop)
     }
 
     /// Whether this is a trainable leaf (made with `requires_grad=True` or a layer's
@@ -1886,14 +1892,7 @@ impl PyTensor {
         let _ = sorted;
         let t = self.tensor();
         let (v, i) = guard::run_heavy(py, t.numel() >= HEAVY, || t.topk_along(k, dim, largest))?;
-        static TOPK: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-        let named = TOPK.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
-            Ok(py
-                .import("ferrograd.return_types")?
-                .getattr("topk")?
-                .unbind())
-        })?;
-        named.bind(py).call1((PyTensor::new(v), PyTensor::new(i)))
+        named_pair(py, "topk", PyTensor::new(v), PyTensor::new(i))
     }
 
     fn contiguous(&self, py: Python<'_>) -> PyResult<PyTensor> {
@@ -2102,6 +2101,18 @@ fn arg_extreme(
     }
 }
 
+/// `(values, indices)` as the named tuple `ferrograd.return_types.<name>`, PyTorch's
+/// `torch.return_types` (fields by name, picklable).
+fn named_pair<'py>(
+    py: Python<'py>,
+    name: &str,
+    values: PyTensor,
+    indices: PyTensor,
+) -> PyResult<Bound<'py, PyAny>> {
+    let types = py.import("ferrograd.return_types")?;
+    types.getattr(name)?.call1((values, indices))
+}
+
 fn extreme<'py>(
     x: &PyTensor,
     py: Python<'py>,
@@ -2122,7 +2133,7 @@ fn extreme<'py>(
         Some(d) => {
             let v = x.map_int(py, |t| values(t, &[d], keepdim))?;
             let i = x.map_int(py, |t| arg_extreme(t, Some(d), keepdim, arg))?;
-            Ok(PyTuple::new(py, [v.into_pyobject(py)?, i.into_pyobject(py)?])?.into_any())
+            named_pair(py, if largest { "max" } else { "min" }, v, i)
         }
     }
 }

@@ -1027,3 +1027,22 @@ def test_op_errors_are_runtime_errors_as_pytorchs():
         fg.ones(2, 3) + fg.ones(4, 5)
     with pytest.raises(fg.OpError):
         nn.Linear(4, 2).load_state_dict({"weight": fg.zeros(3, 4), "bias": fg.zeros(2)})
+
+
+def test_max_min_freezing_parameter_checks_and_add_with_alpha_as_pytorchs():
+    x = fg.tensor([[1.0, 5.0, 3.0], [4.0, 2.0, 6.0]])
+    _, pred = fg.max(x, 1)
+    assert pred.tolist() == [1, 2] and x.max(dim=1).values.tolist() == [5.0, 6.0]
+    assert fg.max(x).item() == 6.0 and fg.min(x, 0).indices.tolist() == [0, 1, 0]
+    assert fg.max(x, fg.full((2, 3), 4.5)).tolist() == [[4.5, 5.0, 4.5], [4.5, 4.5, 6.0]]
+    assert type(x.min(1)).__name__ == "min" and type(x.min(1)).__module__ == "ferrograd.return_types"
+    layer = nn.Linear(2, 2)
+    layer.weight.requires_grad = False
+    assert not layer.weight.requires_grad and layer.bias.requires_grad
+    assert isinstance(layer.weight, nn.Parameter) and not isinstance(fg.ones(2), nn.Parameter)
+    assert isinstance(nn.Parameter(fg.ones(2)), nn.Parameter)
+    ema, q = fg.ones(2, requires_grad=True), fg.full((2,), 3.0)
+    with fg.no_grad():
+        ema.mul_(0.9).add_(q, alpha=0.1)
+    close(ema.detach().numpy(), [1.2, 1.2], rtol=1e-6)
+    assert fg.ones(2).add(q, alpha=2).tolist() == [7.0, 7.0] and fg.ones(2).sub(q, alpha=0.5).tolist() == [-0.5, -0.5]

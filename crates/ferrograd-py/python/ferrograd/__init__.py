@@ -230,6 +230,21 @@ def allclose(a, b, rtol=1e-5, atol=1e-8):
     return _as_tensor(a).allclose(b, rtol, atol)
 
 
+def max(input, dim=None, keepdim=False):  # noqa: A001 (PyTorch's name)
+    """PyTorch's ``torch.max``: the largest element of ``input``; along ``dim``, the named
+    tuple ``(values, indices)``; with a tensor as second argument, ``maximum``."""
+    if isinstance(dim, Tensor):
+        return maximum(input, dim)  # noqa: F821 (made by the loop above)
+    return _as_tensor(input).max() if dim is None else _as_tensor(input).max(dim, keepdim)
+
+
+def min(input, dim=None, keepdim=False):  # noqa: A001 (PyTorch's name)
+    """PyTorch's ``torch.min``, as ``max``."""
+    if isinstance(dim, Tensor):
+        return minimum(input, dim)  # noqa: F821 (made by the loop above)
+    return _as_tensor(input).min() if dim is None else _as_tensor(input).min(dim, keepdim)
+
+
 def sum(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
     """The sum over ``dim`` (every axis when None); ``axis``/``keepdims`` are numpy's and
     TensorFlow's names."""

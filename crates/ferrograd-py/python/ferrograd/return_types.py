@@ -4,3 +4,5 @@ picklable (their module is this one)."""
 import collections
 
 topk = collections.namedtuple("topk", ["values", "indices"])
+max = collections.namedtuple("max", ["values", "indices"])  # noqa: A001 (PyTorch's name)
+min = collections.namedtuple("min", ["values", "indices"])  # noqa: A001 (PyTorch's name)

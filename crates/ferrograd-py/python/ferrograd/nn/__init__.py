@@ -93,14 +93,24 @@ from .losses import (  # noqa: E402,F401
 CrossEntropy = CrossEntropyLoss
 
 
-def Parameter(data=None, requires_grad=True):  # noqa: N802 (PyTorch's name)
-    """A trainable leaf holding ``data``'s values (PyTorch's ``nn.Parameter(tensor)``): a
-    module that assigns it to an attribute registers it. (A ferrograd tensor that requires
-    gradients is a parameter; there is no separate class.)"""
-    from .. import tensor as _tensor, zeros as _zeros
+class _ParameterType(type):
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, Tensor) and obj.is_parameter
 
-    base = _zeros(0) if data is None else data
-    value = base.detach().numpy() if isinstance(base, Tensor) else base
-    dtype = base.dtype if isinstance(base, Tensor) else None
-    return _tensor(value, dtype=dtype, requires_grad=requires_grad)
+
+class Parameter(metaclass=_ParameterType):
+    """A trainable leaf holding ``data``'s values (PyTorch's ``nn.Parameter(tensor)``): a
+    module that assigns it to an attribute registers it. A ferrograd tensor that requires
+    gradients is a parameter: ``Parameter(t)`` returns such a tensor, and
+    ``isinstance(p, nn.Parameter)`` is true of every trainable leaf (a layer's weight too)."""
+
+    def __new__(cls, data=None, requires_grad=True):
+        from .. import tensor as _tensor, zeros as _zeros
+
+        base = _zeros(0) if data is None else data
+        value = base.detach().numpy() if isinstance(base, Tensor) else base
+        dtype = base.dtype if isinstance(base, Tensor) else None
+        return _tensor(value, dtype=dtype, requires_grad=requires_grad)
+
+
 from . import functional, init, utils  # noqa: E402,F401
