@@ -1046,3 +1046,38 @@ def test_max_min_freezing_parameter_checks_and_add_with_alpha_as_pytorchs():
         ema.mul_(0.9).add_(q, alpha=0.1)
     close(ema.detach().numpy(), [1.2, 1.2], rtol=1e-6)
     assert fg.ones(2).add(q, alpha=2).tolist() == [7.0, 7.0] and fg.ones(2).sub(q, alpha=0.5).tolist() == [-0.5, -0.5]
+
+
+def test_save_and_load_take_any_checkpoint_and_file_objects_as_torchs(tmp_path):
+    import io
+    import pickle
+
+    fg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 2), nn.ReLU())
+    opt = fg.optim.Adam(model.parameters(), lr=0.01)
+    model(fg.randn(4, 3)).sum().backward()
+    opt.step()
+    checkpoint = {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": 3, "losses": [0.5, 0.25]}
+    fg.save(checkpoint, tmp_path / "ckpt.pt")
+    back = fg.load(tmp_path / "ckpt.pt")
+    assert back["epoch"] == 3 and back["losses"] == [0.5, 0.25]
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(back["model"][k].numpy(), v.numpy())
+    assert back["optimizer"]["state"][0]["exp_avg"].shape == (2, 3)
+    # A file object, a single tensor, a list.
+    buf = io.BytesIO()
+    fg.save([fg.ones(2), fg.tensor([1, 2]) > 1], buf)
+    buf.seek(0)
+    ones, flags = fg.load(buf)
+    assert ones.tolist() == [1.0, 1.0] and flags.dtype == fg.bool
+    fg.save(fg.arange(3), tmp_path / "t.pt")
+    assert fg.load(tmp_path / "t.pt").tolist() == [0, 1, 2]
+    # A flat state dict is still safetensors, which PyTorch's safetensors reads.
+    fg.save(model.state_dict(), tmp_path / "sd.safetensors")
+    assert (tmp_path / "sd.safetensors").read_bytes()[8:9] == b"{"
+    assert sorted(fg.load(tmp_path / "sd.safetensors")) == sorted(model.state_dict())
+    # weights_only refuses a pickle that would run code, before running it.
+    (tmp_path / "evil.pt").write_bytes(pickle.dumps(collections.Counter("ab")))
+    with pytest.raises(pickle.UnpicklingError, match="weights_only"):
+        fg.load(tmp_path / "evil.pt")
+    assert fg.load(tmp_path / "evil.pt", weights_only=False) == collections.Counter("ab")

@@ -39,6 +39,8 @@ from ._core import (
     zeros,
 )
 
+from .serialization import load, save
+
 try:
     __version__ = _metadata.version("ferrograd")
 except _metadata.PackageNotFoundError:  # imported from a source tree, not installed
@@ -359,20 +361,6 @@ reduce_mean = mean
 
 from . import data, graph, math, metrics, nn, optim, random, return_types, utils  # noqa: E402
 
-
-def save(obj, f):
-    """Writes a state dict (names to tensors, as ``module.state_dict()`` gives) to the
-    safetensors file ``f``. Unlike ``torch.save`` it writes no pickle: only named tensors,
-    in a format PyTorch reads with ``safetensors.torch.load_file``."""
-    if not isinstance(obj, dict):
-        raise TypeError(f"save: expected a dict of named tensors (a state dict), got {type(obj).__name__}")
-    _core.save_tensors(dict(obj), _os.fspath(f))
-
-
-def load(f, map_location=None, weights_only=True):
-    """The state dict in the safetensors file ``f`` (written by ``save``, by
-    ``Module.save`` or by PyTorch's safetensors), as a dict of tensors."""
-    return _core.load_tensors(_os.fspath(f))
 
 # `from ferrograd import *` leaves Python's builtins (sum, abs, float) alone.
 import builtins as _builtins  # noqa: E402

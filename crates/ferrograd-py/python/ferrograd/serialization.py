@@ -1,0 +1,77 @@
+"""``fg.save`` and ``fg.load``, PyTorch's ``torch.save`` / ``torch.load`` habits: a flat state
+dict (names to tensors) goes to a safetensors file, which PyTorch also reads; anything else
+(a checkpoint dict of state dicts, an epoch number, a list, one tensor) and any file object
+goes through pickle. ``load`` tells the two apart by their first bytes, and unpickles only
+tensors, numpy arrays and plain containers unless ``weights_only=False``, as PyTorch's."""
+
+import os
+import pickle
+
+from . import _core
+from ._core import Tensor
+
+# What a checkpoint pickled by ``save`` refers to: ferrograd tensors (rebuilt from numpy
+# arrays), numpy's arrays and scalars, ordered dicts and the named tuples of ops.
+_WEIGHTS_ONLY = {
+    ("collections", "OrderedDict"),
+    ("ferrograd._core", "tensor"),
+    ("ferrograd.return_types", "topk"),
+    ("ferrograd.return_types", "max"),
+    ("ferrograd.return_types", "min"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "scalar"),
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"),
+}
+
+
+class _WeightsUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        if (module, name) in _WEIGHTS_ONLY:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(
+            f"load: the file refers to {module}.{name}, which weights_only=True does not load "
+            "(pass weights_only=False only for a file you trust: unpickling runs code)"
+        )
+
+
+def _is_state_dict(obj):
+    return isinstance(obj, dict) and all(isinstance(k, str) and isinstance(v, Tensor) for k, v in obj.items())
+
+
+def save(obj, f):
+    """Writes ``obj`` to ``f`` (a path or a binary file object). A dict of named tensors (what
+    ``module.state_dict()`` gives) saved to a path is a safetensors file, which
+    ``safetensors.torch.load_file`` reads too; anything else is pickled, as ``torch.save``
+    pickles it (tensors as their values)."""
+    if hasattr(f, "write"):
+        pickle.dump(obj, f, protocol=4)
+        return
+    path = os.fspath(f)
+    if _is_state_dict(obj):
+        _core.save_tensors(dict(obj), path)
+        return
+    with open(path, "wb") as out:
+        pickle.dump(obj, out, protocol=4)
+
+
+def load(f, map_location=None, weights_only=True):
+    """What ``save`` wrote to ``f`` (a path or a binary file object): a safetensors file (also
+    PyTorch's, or ``Module.save``'s) as a dict of tensors, a pickle as the object it holds.
+    With ``weights_only`` (the default, as PyTorch's) a pickle may hold only tensors, numpy
+    arrays and plain containers; anything else is refused before it runs. ``map_location``
+    is accepted for PyTorch's scripts (the CPU is the only device)."""
+    del map_location
+    unpickle = _WeightsUnpickler if weights_only else pickle.Unpickler
+    if hasattr(f, "read"):
+        return unpickle(f).load()
+    path = os.fspath(f)
+    with open(path, "rb") as stream:
+        head = stream.read(9)
+        # A safetensors file starts with its header's length (8 bytes) and the header's "{".
+        if len(head) == 9 and head[8:9] == b"{":
+            return _core.load_tensors(path)
+        stream.seek(0)
+        return unpickle(stream).load()
