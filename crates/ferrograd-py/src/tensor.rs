@@ -796,7 +796,7 @@ impl PyTensor {
     fn __reduce__<'py>(
         slf: &Bound<'py, Self>,
     ) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyAny>, Option<i32>, bool))> {
-        let rebuild = slf.py().import("ferrograd")?.getattr("tensor")?;
+        let rebuild = slf.py().import("ferrograd._core")?.getattr("tensor")?;
         let trainable = matches!(slf.get().value(), Value::Leaf(_));
         let values = slf.call_method0("detach")?.call_method0("numpy")?;
         Ok((rebuild, (values, None, trainable)))
@@ -1048,10 +1048,12 @@ impl PyTensor {
         slf
     }
 
-    /// The device, always the CPU.
+    /// The device, always the CPU (`fg.device("cpu")`, equal to the string `"cpu"`).
     #[getter]
-    fn device(&self) -> &'static str {
-        "cpu"
+    fn device<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        py.import("ferrograd.devices")?
+            .getattr("device")?
+            .call1(("cpu",))
     }
 
     /// A boolean tensor: true where the element is non-zero.

@@ -1081,3 +1081,22 @@ def test_save_and_load_take_any_checkpoint_and_file_objects_as_torchs(tmp_path):
     with pytest.raises(pickle.UnpicklingError, match="weights_only"):
         fg.load(tmp_path / "evil.pt")
     assert fg.load(tmp_path / "evil.pt", weights_only=False) == collections.Counter("ab")
+
+
+def test_device_boilerplate_of_pytorch_scripts_runs_on_the_cpu():
+    import ferrograd.cuda
+
+    device = "cuda" if fg.cuda.is_available() else "cpu"
+    assert device == "cpu" and not ferrograd.cuda.is_available() and not fg.backends.mps.is_available()
+    fg.backends.cudnn.benchmark = True
+    idx = fg.zeros(2, 5, dtype=fg.int64)
+    pos = fg.arange(0, 5, dtype=fg.long, device=idx.device)
+    assert pos.tolist() == [0, 1, 2, 3, 4] and idx.device == "cpu" and idx.device.type == "cpu"
+    assert str(fg.device("cpu:0")) == "cpu:0" and fg.device("cpu") == idx.device
+    for make in (lambda d: fg.zeros(2, device=d), lambda d: fg.randn(2, 2, device=d), lambda d: fg.tensor([1.0], device=d),
+                 lambda d: fg.ones_like(pos, device=d), lambda d: fg.eye(2, device=d), lambda d: fg.randint(0, 3, (2,), device=d)):
+        assert make(fg.device("cpu")).shape[0] >= 1
+        with pytest.raises(ValueError, match="CPU only"):
+            make("cuda")
+    model = nn.Linear(2, 2).to(fg.device(device))
+    assert model(fg.ones(1, 2, device=device)).shape == (1, 2)

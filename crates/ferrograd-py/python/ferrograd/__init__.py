@@ -39,6 +39,8 @@ from ._core import (
     zeros,
 )
 
+from .devices import backends, cuda, device
+from .devices import on_cpu as _on_cpu
 from .serialization import load, save
 
 try:
@@ -53,6 +55,12 @@ bool = dtype.bool
 float = float32
 double = float64
 long = int64
+
+
+# PyTorch's creation functions take `device=` (the CPU only here).
+tensor, zeros, ones, full, randn, rand, arange, linspace = map(
+    _on_cpu, (tensor, zeros, ones, full, randn, rand, arange, linspace)
+)
 
 
 def from_numpy(array, requires_grad=False):
@@ -278,18 +286,20 @@ def _like(make, what):
     return like
 
 
-zeros_like = _like(zeros, "Zeros")
-ones_like = _like(ones, "Ones")
-randn_like = _like(randn, "N(0, 1) draws from the generator ``manual_seed`` sets")
-rand_like = _like(rand, "U[0, 1) draws from the generator ``manual_seed`` sets")
+zeros_like = _on_cpu(_like(zeros, "Zeros"))
+ones_like = _on_cpu(_like(ones, "Ones"))
+randn_like = _on_cpu(_like(randn, "N(0, 1) draws from the generator ``manual_seed`` sets"))
+rand_like = _on_cpu(_like(rand, "U[0, 1) draws from the generator ``manual_seed`` sets"))
 
 
+@_on_cpu
 def full_like(x, fill_value, dtype=None, requires_grad=False):
     """``fill_value`` in ``x``'s shape and dtype (or ``dtype``)."""
     x = _as_tensor(x)
     return full(x.shape, fill_value, dtype=dtype or x.dtype, requires_grad=requires_grad)
 
 
+@_on_cpu
 def randint(low=0, high=None, size=None, dtype=None):
     """Integers drawn uniformly from ``[low, high)`` (``randint(high, size)`` from 0), int64
     unless ``dtype`` says otherwise, from the generator ``manual_seed`` sets."""
@@ -307,11 +317,13 @@ def randint(low=0, high=None, size=None, dtype=None):
     return drawn.to(dtype or int64)
 
 
+@_on_cpu
 def randperm(n, dtype=None):
     """A random permutation of ``0 .. n-1`` (int64), from the generator ``manual_seed`` sets."""
     return _core.shuffle(arange(n, dtype=int64)).to(dtype or int64)
 
 
+@_on_cpu
 def eye(n, m=None, dtype=None, requires_grad=False):
     """The ``n × m`` identity matrix (``m = n`` when None)."""
     import numpy as _np
@@ -323,6 +335,7 @@ def is_tensor(obj):
     return isinstance(obj, Tensor)
 
 
+@_on_cpu
 def as_tensor(data, dtype=None):
     """``data`` itself when it is a tensor of that dtype, else a new tensor of it."""
     if isinstance(data, Tensor) and (dtype is None or data.dtype == dtype):
