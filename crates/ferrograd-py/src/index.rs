@@ -284,3 +284,53 @@ fn advanced_go_first(items: &[Item]) -> bool {
         _ => false,
     }
 }
+
+/// `t` with `t[key] = value`, as a new tensor: the positions `key` selects are found by
+/// indexing a table of flat positions with it (so every key `get` takes works here, and a
+/// boolean mask of `t`'s whole shape too); `value` is broadcast to the selection's shape in
+/// `t`'s dtype. Differentiable in `t` (outside the selection) and in `value`. Where `key`
+/// selects a position twice, the last value written stays, as numpy's assignment does.
+pub fn set(py: Python<'_>, t: &Tensor, key: &Bound<'_, PyAny>, value: &Tensor) -> PyResult<Tensor> {
+    let n = t.numel();
+    let whole_mask = is_boolean(key)? && to_tensor(key, None)?.shape() == t.shape();
+    let (chosen, shape): (Vec<i64>, Vec<usize>) = if whole_mask {
+        let mask = to_tensor(key, None)?.to_vec::<i64>();
+        let chosen: Vec<i64> = (0..n as i64).filter(|&i| mask[i as usize] != 0).collect();
+        let len = chosen.len();
+        (chosen, vec![len])
+    } else {
+        let table = Tensor::from_vec((0..n as i64).collect::<Vec<_>>(), t.shape());
+        let picked = get(py, &table, key)?;
+        (picked.to_vec::<i64>(), picked.shape().to_vec())
+    };
+    let values = guard::run(|| {
+        value
+            .to_dtype(t.dtype())
+            .broadcast_to(&shape)
+            .reshape(&[chosen.len()])
+    })?;
+    // The last write to a position wins: keep each position's last source.
+    let mut last = vec![usize::MAX; n];
+    for (src, &p) in chosen.iter().enumerate() {
+        last[p as usize] = src;
+    }
+    let (positions, sources): (Vec<usize>, Vec<usize>) = (0..n)
+        .filter(|&p| last[p] != usize::MAX)
+        .map(|p| (p, last[p]))
+        .unzip();
+    let hit: Vec<f64> = last
+        .iter()
+        .map(|&s| f64::from(u8::from(s != usize::MAX)))
+        .collect();
+    guard::run(|| {
+        let flat = t.reshape(&[n]);
+        let placed = flat.zeros_like().detach().index_add(
+            0,
+            &positions,
+            &values.index_select(0, sources.as_slice()),
+        );
+        Tensor::from_vec(hit, &[n])
+            .where_cond(&placed, &flat)
+            .reshape(t.shape())
+    })
+}

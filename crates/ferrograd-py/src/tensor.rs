@@ -1332,11 +1332,30 @@ impl PyTensor {
         Ok(self.like(r))
     }
 
-    fn __setitem__(&self, _key: &Bound<'_, PyAny>, _value: &Bound<'_, PyAny>) -> PyResult<()> {
-        Err(PyTypeError::new_err(
-            "tensors are values: build a new one (ferrograd.cat, where-style arithmetic) or \
-             assign .data of a trainable leaf",
-        ))
+    /// `t[key] = value`, as PyTorch's: `value` (a number or a tensor, broadcast to what `key`
+    /// selects, cast to `t`'s dtype) replaces the selected elements. `t` takes the new value
+    /// as an in-place op gives it (a trainable leaf only under `no_grad`); the result is
+    /// differentiable in the rest of `t` and in `value`. Views taken of `t` before keep the
+    /// old values (tensors are values).
+    fn __setitem__(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let t = self.tensor();
+        let mut v = to_tensor(value, Some(t.dtype()))?;
+        if self.boolean {
+            v = guard::run(|| v.eq_scalar(0.0).rsub_scalar(1.0))?;
+        }
+        let result = if t.dtype().is_float() {
+            index::set(py, &t, key, &v)?
+        } else {
+            // Integers as the other integer ops: in float64, exact below 2⁵³, and back.
+            let wide = index::set(py, &t.to_dtype(DType::F64), key, &v.to_dtype(DType::F64))?;
+            wide.to_dtype(t.dtype())
+        };
+        self.in_place(self.like(result), "__setitem__")
     }
 
     // ---- element-wise math (the primitives without constants: `elementwise.rs`) ----

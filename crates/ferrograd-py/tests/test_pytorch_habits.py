@@ -1100,3 +1100,30 @@ def test_device_boilerplate_of_pytorch_scripts_runs_on_the_cpu():
             make("cuda")
     model = nn.Linear(2, 2).to(fg.device(device))
     assert model(fg.ones(1, 2, device=device)).shape == (1, 2)
+
+
+def test_assignment_into_a_tensor_as_pytorchs():
+    logits = fg.tensor([[0.5, 3.0, -1.0, 2.0]])
+    v, _ = fg.topk(logits, 2)
+    logits[logits < v[:, [-1]]] = -float("Inf")  # nanoGPT's top-k sampling
+    assert logits.tolist() == [[-float("inf"), 3.0, -float("inf"), 2.0]]
+    x = fg.arange(12).reshape(3, 4)
+    x[:, 1] = 5
+    x[1:, 2:] += 1
+    assert x.dtype == fg.int64 and x.tolist() == [[0, 5, 2, 3], [4, 5, 7, 8], [8, 5, 11, 12]]
+    # Differentiable in what stays and in the value written.
+    w = fg.ones(3, requires_grad=True)
+    y = w * 2
+    y[1] = w[0] * 10
+    y.sum().backward()
+    assert w.grad.tolist() == [12.0, 0.0, 2.0]
+    # A parameter only under no_grad, as in PyTorch.
+    p = fg.ones(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="no_grad"):
+        p[0] = 2.0
+    with fg.no_grad():
+        p[0] = 2.0
+    assert p.tolist() == [2.0, 1.0, 1.0] and p.requires_grad
+    a = fg.zeros(4)
+    a[[1, 1, 2]] = fg.tensor([1.0, 2.0, 3.0])  # the last write to a position stays
+    assert a.tolist() == [0.0, 2.0, 3.0, 0.0]
