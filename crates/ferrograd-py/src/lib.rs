@@ -108,19 +108,31 @@ fn ones(
     )
 }
 
+/// `full(shape, fill_value, dtype=None, requires_grad=False)`: `fill_value` everywhere; without
+/// a dtype, PyTorch's from the value: bool for a bool, int64 for an int, else float32.
 #[pyfunction]
 #[pyo3(signature = (shape, fill_value, dtype=None, requires_grad=false))]
 fn full(
     py: Python<'_>,
     shape: Vec<usize>,
-    fill_value: f64,
+    fill_value: &Bound<'_, PyAny>,
     dtype: Option<&Bound<'_, PyAny>>,
     requires_grad: bool,
 ) -> PyResult<Py<PyAny>> {
-    let d = dtype_or_f32(dtype)?;
+    let value: f64 = fill_value.extract()?;
+    let given = dtype.filter(|d| !d.is_none());
+    if given.is_none() && fill_value.is_instance_of::<pyo3::types::PyBool>() {
+        let bool_dtype = "bool".into_pyobject(py)?.into_any();
+        let t = guard::run(|| Tensor::full(&shape, value, DType::I64))?;
+        return created(py, t, Some(&bool_dtype), requires_grad);
+    }
+    let d = match given {
+        None if fill_value.is_instance_of::<pyo3::types::PyInt>() => DType::I64,
+        _ => dtype_or_f32(dtype)?,
+    };
     created(
         py,
-        guard::run(|| Tensor::full(&shape, fill_value, d))?,
+        guard::run(|| Tensor::full(&shape, value, d))?,
         dtype,
         requires_grad,
     )

@@ -326,14 +326,44 @@ impl PyLayer {
     }
 
     /// Loads values by state-dict name (tensors or numpy arrays, e.g. a PyTorch state dict
-    /// converted with `.numpy()`): every key must match in name and shape, or nothing
-    /// changes and the error names each offending key.
-    fn load_state_dict(&self, state: &Bound<'_, PyDict>) -> PyResult<()> {
+    /// converted with `.numpy()`), a float value cast to its parameter's float dtype as
+    /// PyTorch's `copy_` casts it. Every shape must match, and with `strict` every name, or
+    /// nothing changes and the error names each offending key. Returns PyTorch's
+    /// `(missing_keys, unexpected_keys)`.
+    #[pyo3(signature = (state, strict=true))]
+    fn load_state_dict<'py>(
+        &self,
+        state: &Bound<'py, PyDict>,
+        strict: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let dtypes: HashMap<String, DType> = guard::run(|| self.layer.state_params())?
+            .into_iter()
+            .map(|(n, p)| (n, p.dtype()))
+            .collect();
         let mut map = HashMap::new();
         for (k, v) in state.iter() {
-            map.insert(k.extract::<String>()?, to_tensor(&v, None)?);
+            let name = k.extract::<String>()?;
+            let mut t = to_tensor(&v, None)?;
+            if let Some(&d) = dtypes.get(&name) {
+                if d.is_float() && t.dtype().is_float() && t.dtype() != d {
+                    t = t.to_dtype(d);
+                }
+            }
+            map.insert(name, t);
         }
-        guard::run(|| self.layer.load_state(&map))?.map_err(core_error)
+        let (missing, unexpected) = if strict {
+            guard::run(|| self.layer.load_state(&map))?.map_err(core_error)?;
+            (Vec::new(), Vec::new())
+        } else {
+            let report = guard::run(|| self.layer.load_state_partial(&map))?;
+            let report = report.map_err(core_error)?;
+            (report.missing, report.unexpected)
+        };
+        let keys = state
+            .py()
+            .import("ferrograd.nn._module")?
+            .getattr("IncompatibleKeys")?;
+        keys.call1((missing, unexpected))
     }
 
     /// Writes the state dict to a safetensors file.

@@ -4,7 +4,9 @@
 use std::sync::{Arc, RwLock};
 
 use ferrograd::prelude::*;
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError, PyZeroDivisionError};
+use pyo3::exceptions::{
+    PyIndexError, PyRuntimeError, PyTypeError, PyValueError, PyZeroDivisionError,
+};
 use pyo3::prelude::*;
 use pyo3::types::{IntoPyDict, PyFloat, PyList, PyString, PyTuple};
 
@@ -617,7 +619,9 @@ fn infer_shape(shape: &[isize], numel: usize) -> PyResult<Vec<usize>> {
 
 #[pymethods]
 impl PyTensor {
-    /// `Tensor(data, dtype=None, requires_grad=False)`: the same as `ferrograd.tensor`.
+    /// `Tensor(data, dtype=None, requires_grad=False)`: `ferrograd.tensor`, but float32
+    /// unless `dtype` says otherwise, as PyTorch's `torch.Tensor([1, 2])` (its float tensor
+    /// type) is.
     #[new]
     #[pyo3(signature = (data, dtype=None, requires_grad=false))]
     fn py_new(
@@ -625,7 +629,8 @@ impl PyTensor {
         dtype: Option<&Bound<'_, PyAny>>,
         requires_grad: bool,
     ) -> PyResult<PyTensor> {
-        let t = to_tensor(data, dtype_arg(dtype)?)?.detach();
+        let given = dtype_arg(dtype)?;
+        let t = to_tensor(data, given.or(Some(DType::F32)))?.detach();
         if wants_mask(data, dtype)? {
             return Ok(PyTensor::mask(t));
         }
@@ -1682,14 +1687,37 @@ impl PyTensor {
     }
 
     #[pyo3(signature = (dim=None))]
-    fn squeeze(&self, py: Python<'_>, dim: Option<isize>) -> PyResult<PyTensor> {
-        self.view_map(py, |t| match dim {
-            Some(d) => t.squeeze(d),
-            None => {
-                let shape: Vec<usize> = t.shape().iter().copied().filter(|&s| s != 1).collect();
-                t.reshape(&shape)
+    fn squeeze(&self, py: Python<'_>, dim: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+        let t = self.tensor();
+        let axes: Vec<usize> = match dim.filter(|d| !d.is_none()) {
+            None => (0..t.ndim()).collect(),
+            Some(d) => {
+                let dims: Vec<isize> = match d.extract::<isize>() {
+                    Ok(one) => vec![one],
+                    Err(_) => d.extract()?,
+                };
+                let n = t.ndim().max(1) as isize;
+                dims.iter()
+                    .map(|&a| {
+                        let b = if a < 0 { a + n } else { a };
+                        if (0..n).contains(&b) {
+                            Ok(b as usize)
+                        } else {
+                            Err(PyIndexError::new_err(format!(
+                                "squeeze: dimension {a} out of range for {n} axes"
+                            )))
+                        }
+                    })
+                    .collect::<PyResult<_>>()?
             }
-        })
+        };
+        // As PyTorch's: the axes named (every axis when none is) that have length 1 go; a
+        // named axis of another length stays.
+        let shape: Vec<usize> = (0..t.ndim())
+            .filter(|a| !(axes.contains(a) && t.shape()[*a] == 1))
+            .map(|a| t.shape()[a])
+            .collect();
+        self.view_map(py, |t| t.reshape(&shape))
     }
 
     fn unsqueeze(&self, py: Python<'_>, dim: isize) -> PyResult<PyTensor> {
@@ -1699,7 +1727,22 @@ impl PyTensor {
     /// The values repeated along broadcast axes to `shape` (numpy's `broadcast_to`).
     #[pyo3(signature = (*shape))]
     fn expand(&self, py: Python<'_>, shape: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
-        let shape: Vec<usize> = shape_arg(shape)?.into_iter().map(|d| d as usize).collect();
+        let t = self.tensor();
+        let sizes = shape_arg(shape)?;
+        let lead = sizes.len().saturating_sub(t.ndim());
+        // -1 keeps an axis's length (PyTorch's `expand(-1, 4)`); new leading axes need sizes.
+        let shape: Vec<usize> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| match d {
+                -1 if i >= lead => Ok(t.shape()[i - lead]),
+                d if d >= 0 => Ok(d as usize),
+                d => Err(PyValueError::new_err(format!(
+                    "expand: size {d} at position {i} (only -1, keeping an existing axis, may be \
+                     negative)"
+                ))),
+            })
+            .collect::<PyResult<_>>()?;
         self.view_map(py, |t| t.broadcast_to(&shape))
     }
 

@@ -1127,3 +1127,18 @@ def test_assignment_into_a_tensor_as_pytorchs():
     a = fg.zeros(4)
     a[[1, 1, 2]] = fg.tensor([1.0, 2.0, 3.0])  # the last write to a position stays
     assert a.tolist() == [0.0, 2.0, 3.0, 0.0]
+
+
+def test_views_fill_and_loading_take_pytorchs_forms():
+    x = fg.ones(2, 1)
+    assert x.expand(-1, 4).shape == (2, 4) and x.expand(3, 2, 4).shape == (3, 2, 4)
+    assert x.squeeze(0).shape == (2, 1) and x.squeeze(1).shape == (2,)  # a longer axis stays
+    assert fg.ones(1, 2, 1).squeeze((0, 2)).shape == (2,)
+    assert fg.full((2,), 1).dtype == fg.int64 and fg.full((2,), True).dtype == fg.bool
+    assert fg.full((2,), 1.5).dtype == fg.float32 and fg.Tensor([1, 2]).dtype == fg.float32
+    layer = nn.Linear(4, 2)
+    keys = layer.load_state_dict({"weight": fg.ones(2, 4, dtype=fg.float64)}, strict=False)
+    assert keys.missing_keys == ["bias"] and keys.unexpected_keys == []
+    assert layer.weight.dtype == fg.float32 and layer.weight.tolist()[0] == [1.0] * 4
+    with pytest.raises(RuntimeError, match="bias: missing"):
+        layer.load_state_dict({"weight": fg.ones(2, 4)})

@@ -83,6 +83,15 @@ pub trait Module: Send + Sync {
         Ok(())
     }
 
+    /// As [`Module::load_state`], but missing and unexpected keys are skipped and returned
+    /// (PyTorch's `strict=False`); shape and dtype mismatches are still errors, and then
+    /// nothing changes.
+    fn load_state_partial(&self, state: &HashMap<String, Tensor>) -> Result<LoadReport> {
+        let report = compare_state(self, state);
+        report.to_result(false)?;
+        Ok(report.apply())
+    }
+
     /// Loads a safetensors file of this structure's names and shapes, such as one written by
     /// `safetensors.torch.save_file(model.state_dict(), path)`. Every mismatch (missing or
     /// unexpected key, shape, dtype) is listed in the error, and then nothing changes.
