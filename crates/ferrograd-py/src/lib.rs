@@ -13,6 +13,7 @@ mod guard;
 mod index;
 mod module;
 mod nn;
+mod rearrange;
 mod spellings;
 mod tensor;
 mod train;

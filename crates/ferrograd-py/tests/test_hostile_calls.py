@@ -90,7 +90,10 @@ def _callables():
     for inst in _samples():
         kind = type(inst).__name__
         for name in [n for n in dir(inst) if not n.startswith("_")] + DUNDERS:
-            method = getattr(inst, name, None)
+            try:
+                method = getattr(inst, name, None)
+            except Exception:  # a property refusing this instance (`mT` of a 0-d tensor)
+                continue
             if callable(method):
                 out.append((f"{kind}.{name}", method))
     return out

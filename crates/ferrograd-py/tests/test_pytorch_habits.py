@@ -1142,3 +1142,44 @@ def test_views_fill_and_loading_take_pytorchs_forms():
     assert layer.weight.dtype == fg.float32 and layer.weight.tolist()[0] == [1.0] * 4
     with pytest.raises(RuntimeError, match="bias: missing"):
         layer.load_state_dict({"weight": fg.ones(2, 4)})
+
+
+def test_pytorchs_rearrangements_statistics_and_smaller_methods():
+    a = np.sin(np.arange(24.0)).reshape(2, 3, 4)
+    x = fg.tensor(a)
+    idx = np.array([[[2, 0, 1, 1]], [[0, 0, 2, 1]]])
+    np.testing.assert_array_equal(x.gather(1, fg.tensor(idx)).numpy(), np.take_along_axis(a, idx, 1))
+    np.testing.assert_array_equal(x.flip(0, 2).numpy(), a[::-1, :, ::-1])
+    np.testing.assert_array_equal(fg.flip(x, [1]).numpy(), a[:, ::-1])
+    np.testing.assert_array_equal(x.roll(2, 2).numpy(), np.roll(a, 2, 2))
+    np.testing.assert_array_equal(x.roll((1, -1), (0, 1)).numpy(), np.roll(a, (1, -1), (0, 1)))
+    np.testing.assert_array_equal(x.roll(5).numpy(), np.roll(a, 5))
+    np.testing.assert_array_equal(x.repeat(2, 1, 3).numpy(), np.tile(a, (2, 1, 3)))
+    close(x.var(1).numpy(), a.var(1, ddof=1))
+    close(x.std(dim=(0, 2), unbiased=False, keepdim=True).numpy(), a.std((0, 2), keepdims=True))
+    close(x.var(correction=0).item(), a.var())
+    close(x.logsumexp(-1).numpy(), np.log(np.exp(a).sum(-1)))
+    values, indices = x.sort(dim=1, descending=True)
+    np.testing.assert_array_equal(indices.numpy(), np.argsort(-a, 1, kind="stable"))
+    np.testing.assert_array_equal(values.numpy(), -np.sort(-a, 1))
+    np.testing.assert_array_equal(fg.argsort(x[0, 0]).numpy(), np.argsort(a[0, 0]))
+    close(x.abs().rsqrt().numpy()[1], 1 / np.sqrt(np.abs(a[1])))
+    close(x[1].abs().log2().numpy(), np.log2(np.abs(a[1])))
+    assert [t.shape for t in x.unbind(1)] == [(2, 4)] * 3 and x.select(2, -1).shape == (2, 3)
+    assert x.unflatten(2, (2, -1)).shape == (2, 3, 2, 2) and x.mT.shape == (2, 4, 3)
+    assert fg.ones(1, 4).expand_as(x).shape == (2, 3, 4) and x.nelement() == 24
+    assert x.is_floating_point() and not fg.arange(3).is_floating_point()
+    m = fg.tensor([[1, 0, 2], [0, 3, 0]])
+    assert m.nonzero().tolist() == [[0, 0], [0, 2], [1, 1]]
+    assert [t.tolist() for t in m.nonzero(as_tuple=True)] == [[0, 0, 1], [0, 2, 1]]
+    assert m.masked_select(m > 0).tolist() == [1, 2, 3]
+    u, inv, counts = m.unique(return_inverse=True, return_counts=True)
+    assert u.tolist() == [0, 1, 2, 3] and inv.tolist() == [[1, 0, 2], [0, 3, 0]] and counts.tolist() == [3, 1, 1, 1]
+    assert fg.tensor([1, 2]).repeat_interleave(2).tolist() == [1, 1, 2, 2]
+    assert m.equal(fg.tensor([[1, 0, 2], [0, 3, 0]])) and not m.equal(m[:1])
+    assert m.new_full((2,), 7).tolist() == [7, 7] and x.new_tensor([1.0]).dtype == fg.float64
+    # Derivatives through the compositions, to second order.
+    w = fg.tensor(a[0], requires_grad=True)
+    assert fg.gradcheck(lambda t: t.gather(0, fg.tensor([[1, 0, 2, 2]])).sum() + t.logsumexp(1).sum() + t.std(), [w],
+                        second_order=True)
+    assert fg.gradcheck(lambda t: (t.sort(1).values * fg.arange(4).double()).sum() + t.roll(1, 0).flip(1)[0].sum(), [w])

@@ -681,3 +681,37 @@ fn recurrent_layers_in_f32_agree_with_f64() {
         }
     }
 }
+
+/// PyTorch's rearrangements and statistics written from the selections and reductions:
+/// values as PyTorch defines them, first and second derivatives.
+#[test]
+fn rearrangements_and_statistics() {
+    let x = randn(&[2, 3, 4], 31);
+    let index = Tensor::from_vec(vec![2i64, 0, 0, 1, 1, 1, 0, 2], &[2, 2, 2]);
+    check1("gather", |t| t.narrow(2, 0, 2).gather(1, &index), &x);
+    check1("gather, last axis", |t| t.gather(-1, &index), &x);
+    check1("flip", |t| t.flip(&[0, 2]), &x);
+    check1("roll", |t| t.roll(-5, 2), &x);
+    check1("repeat", |t| t.repeat(&[2, 1, 3, 1]), &x);
+    check1("var", |t| t.var_axes(&[1, 2], 1, false), &x);
+    check1("std", |t| t.std_axes(&[-1], 0, true), &x);
+    check1("logsumexp", |t| t.logsumexp(&[0, 2], false), &x);
+    // Values, as PyTorch gives them.
+    let v = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
+    let at = |t: Tensor| t.to_vec::<f64>();
+    let pick = Tensor::from_vec(vec![2i64, 0, 1, 1], &[2, 2]);
+    assert_eq!(at(v.gather(1, &pick)), [3.0, 1.0, 5.0, 5.0]);
+    assert_eq!(at(v.flip(&[1])), [3.0, 2.0, 1.0, 6.0, 5.0, 4.0]);
+    assert_eq!(at(v.roll(1, 1)), [3.0, 1.0, 2.0, 6.0, 4.0, 5.0]);
+    assert_eq!(v.repeat(&[2, 1, 2]).shape(), &[2, 2, 6]);
+    assert_eq!(at(v.repeat(&[1, 2]))[..6], [1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
+    assert_eq!(at(v.var_axes(&[1], 1, false)), [1.0, 1.0]);
+    assert!((at(v.std_axes(&[0, 1], 0, false))[0] - (35.0f64 / 12.0).sqrt()).abs() < 1e-15);
+    let big = Tensor::from_vec(
+        vec![1000.0f64, 1000.0, f64::NEG_INFINITY, f64::NEG_INFINITY],
+        &[2, 2],
+    );
+    let lse = at(big.logsumexp(&[1], false));
+    assert!((lse[0] - (1000.0 + 2f64.ln())).abs() < 1e-12 && lse[1] == f64::NEG_INFINITY);
+    assert!(at(v.var_axes(&[0, 1], 6, false))[0].is_nan());
+}

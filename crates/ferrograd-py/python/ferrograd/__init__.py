@@ -39,6 +39,7 @@ from ._core import (
     zeros,
 )
 
+from . import tensor_methods as _tensor_methods  # noqa: F401 (attaches PyTorch's smaller methods)
 from .devices import backends, cuda, device
 from .devices import on_cpu as _on_cpu
 from .serialization import load, save
@@ -219,6 +220,22 @@ transpose = _unary("transpose")
 tril = _unary("tril")
 triu = _unary("triu")
 masked_fill = _unary("masked_fill")
+gather = _unary("gather")
+flip = _unary("flip")
+roll = _unary("roll")
+var = _unary("var")
+std = _unary("std")
+logsumexp = _unary("logsumexp")
+sort = _unary("sort")
+argsort = _unary("argsort")
+unbind = _unary("unbind")
+nonzero = _unary("nonzero")
+unique = _unary("unique")
+rsqrt = _unary("rsqrt")
+reciprocal = _unary("reciprocal")
+clip = _unary("clamp")
+bmm = _unary("matmul")
+mm = _unary("matmul")
 topk = _unary("topk")
 permute = _unary("permute")
 flatten = _unary("flatten")

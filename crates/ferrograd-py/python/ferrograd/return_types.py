@@ -6,3 +6,4 @@ import collections
 topk = collections.namedtuple("topk", ["values", "indices"])
 max = collections.namedtuple("max", ["values", "indices"])  # noqa: A001 (PyTorch's name)
 min = collections.namedtuple("min", ["values", "indices"])  # noqa: A001 (PyTorch's name)
+sort = collections.namedtuple("sort", ["values", "indices"])

@@ -14,12 +14,14 @@ pub(crate) mod norm;
 mod operators;
 pub(crate) mod pool;
 mod random;
+mod rearrange;
 pub(crate) mod recurrent;
 pub(crate) mod reduce;
 mod rope;
 mod select;
 pub(crate) mod shape;
 mod softmax;
+mod statistics;
 pub(crate) mod unary;
 pub(crate) mod view;
 

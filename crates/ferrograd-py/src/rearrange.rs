@@ -1,0 +1,147 @@
+//! PyTorch's rearrangements and statistics of a tensor (`gather`, `flip`, `roll`, `repeat`,
+//! `var`, `std`, `logsumexp`), each one call to the core's ops (`python/ferrograd/
+//! tensor_methods.py` adds the smaller ones composed of these).
+
+use ferrograd::prelude::*;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::convert::{axes_arg, to_tensor};
+use crate::tensor::PyTensor;
+
+/// PyTorch's `correction` of `var` and `std` from its `unbiased` flag or the number itself.
+fn correction_of(unbiased: Option<bool>, correction: Option<f64>) -> PyResult<usize> {
+    match (unbiased, correction) {
+        (Some(_), Some(_)) => Err(PyTypeError::new_err(
+            "var/std: give unbiased or correction, not both",
+        )),
+        (_, Some(c)) if c < 0.0 || c.fract() != 0.0 => Err(PyValueError::new_err(format!(
+            "var/std: correction {c} must be a whole number, not negative"
+        ))),
+        (_, Some(c)) => Ok(c as usize),
+        (Some(false), None) => Ok(0),
+        _ => Ok(1),
+    }
+}
+
+/// Every axis when `dim` names none.
+fn axes_or_all(t: &Tensor, dim: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<isize>> {
+    Ok(axes_arg(dim)?.unwrap_or_else(|| (0..t.ndim() as isize).collect()))
+}
+
+#[pymethods]
+impl PyTensor {
+    /// `out[..., j, ...] = self[..., index[..., j, ...], ...]` along `dim` (PyTorch's
+    /// `gather`; `index` int64 of the result's shape).
+    fn gather(&self, py: Python<'_>, dim: isize, index: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let index = to_tensor(index, None)?;
+        if index.dtype() != DType::I64 {
+            return Err(PyTypeError::new_err(
+                "gather: index must be an int64 tensor",
+            ));
+        }
+        self.map_int(py, |t| t.gather(dim, &index))
+    }
+
+    /// The elements in reverse order along each of `dims`.
+    #[pyo3(signature = (*dims))]
+    fn flip(&self, py: Python<'_>, dims: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
+        let axes: Vec<isize> = match dims.len() {
+            1 => axes_arg(Some(&dims.get_item(0)?))?.unwrap_or_default(),
+            _ => dims.extract()?,
+        };
+        self.map_int(py, |t| t.flip(&axes))
+    }
+
+    /// The elements shifted `shifts` places along `dims` (a number or tuples of both; without
+    /// `dims` the flattened tensor, as PyTorch's `roll`).
+    #[pyo3(signature = (shifts, dims=None))]
+    fn roll(
+        &self,
+        py: Python<'_>,
+        shifts: &Bound<'_, PyAny>,
+        dims: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
+        let shifts: Vec<isize> = axes_arg(Some(shifts))?.unwrap_or_default();
+        let Some(dims) = axes_arg(dims)? else {
+            let [s] = shifts[..] else {
+                return Err(PyValueError::new_err(
+                    "roll: one shift for the flattened tensor",
+                ));
+            };
+            return self.map_int(py, |t| {
+                t.reshape(&[t.numel()]).roll(s, 0).reshape(t.shape())
+            });
+        };
+        if dims.len() != shifts.len() {
+            return Err(PyValueError::new_err(format!(
+                "roll: {} shifts for {} dims",
+                shifts.len(),
+                dims.len()
+            )));
+        }
+        self.map_int(py, |t| {
+            dims.iter()
+                .zip(&shifts)
+                .fold(t.clone(), |t, (&d, &s)| t.roll(s, d))
+        })
+    }
+
+    /// The tensor tiled `sizes[a]` times along each axis (PyTorch's `repeat`).
+    #[pyo3(signature = (*sizes))]
+    fn repeat(&self, py: Python<'_>, sizes: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
+        let reps: Vec<usize> = match sizes.len() {
+            1 if sizes.get_item(0)?.extract::<usize>().is_err() => sizes.get_item(0)?.extract()?,
+            _ => sizes.extract()?,
+        };
+        self.map_int(py, |t| t.repeat(&reps))
+    }
+
+    /// The variance over `dim` (every axis when None), with PyTorch's `unbiased` or
+    /// `correction` (Bessel's by default).
+    #[pyo3(signature = (dim=None, unbiased=None, keepdim=false, *, correction=None))]
+    fn var(
+        &self,
+        py: Python<'_>,
+        dim: Option<&Bound<'_, PyAny>>,
+        unbiased: Option<bool>,
+        keepdim: bool,
+        correction: Option<f64>,
+    ) -> PyResult<PyTensor> {
+        let (axes, c) = (
+            axes_or_all(&self.tensor(), dim)?,
+            correction_of(unbiased, correction)?,
+        );
+        self.map(py, |t| t.var_axes(&axes, c, keepdim))
+    }
+
+    /// The standard deviation, as `var`.
+    #[pyo3(signature = (dim=None, unbiased=None, keepdim=false, *, correction=None))]
+    fn std(
+        &self,
+        py: Python<'_>,
+        dim: Option<&Bound<'_, PyAny>>,
+        unbiased: Option<bool>,
+        keepdim: bool,
+        correction: Option<f64>,
+    ) -> PyResult<PyTensor> {
+        let (axes, c) = (
+            axes_or_all(&self.tensor(), dim)?,
+            correction_of(unbiased, correction)?,
+        );
+        self.map(py, |t| t.std_axes(&axes, c, keepdim))
+    }
+
+    /// `log Σ exp` over `dim`, without overflow.
+    #[pyo3(signature = (dim, keepdim=false))]
+    fn logsumexp(
+        &self,
+        py: Python<'_>,
+        dim: &Bound<'_, PyAny>,
+        keepdim: bool,
+    ) -> PyResult<PyTensor> {
+        let axes = axes_or_all(&self.tensor(), Some(dim))?;
+        self.map(py, |t| t.logsumexp(&axes, keepdim))
+    }
+}

@@ -1,0 +1,103 @@
+//! Rearrangements of elements, PyTorch's `gather`, `flip`, `roll` and `repeat`, written with
+//! the differentiable selections (`index_select`, `narrow`, `cat`, broadcasting), so each has
+//! derivatives of every order.
+
+use super::{axes_in, axis_in, Axis};
+use crate::tensor::Tensor;
+
+impl Tensor {
+    /// PyTorch's `gather`: `out[i][j][k] = self[i][index[i][j][k]][k]` along `axis` 1 (so
+    /// along any axis), `index` holding positions of that axis and the shape of the result;
+    /// its other axes no longer than `self`'s. The gradient adds into each position picked.
+    ///
+    /// ```
+    /// use ferrograd::prelude::*;
+    ///
+    /// let q = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]);
+    /// let taken = Tensor::from_vec(vec![1i64, 0], &[2, 1]);
+    /// assert_eq!(q.gather(1, &taken).to_vec::<f32>(), [2.0, 3.0]);
+    /// ```
+    pub fn gather<A: Axis>(&self, axis: A, index: &Tensor) -> Tensor {
+        let axis = axis_in("gather", axis, self.shape());
+        let (shape, ishape) = (self.shape(), index.shape());
+        assert!(
+            ishape.len() == shape.len()
+                && ishape
+                    .iter()
+                    .zip(shape)
+                    .enumerate()
+                    .all(|(a, (&i, &s))| a == axis || i <= s),
+            "gather: index {ishape:?} does not fit {shape:?} along axis {axis} (same rank, no \
+             other axis longer)"
+        );
+        let len = shape[axis];
+        let strides: Vec<usize> = (0..shape.len())
+            .map(|a| shape[a + 1..].iter().product())
+            .collect();
+        let picks: Vec<usize> = index
+            .to_vec::<f64>()
+            .iter()
+            .enumerate()
+            .map(|(flat, &i)| {
+                assert!(
+                    i >= 0.0 && i < len as f64 && i.fract() == 0.0,
+                    "gather: index {i} is out of range for axis {axis} of length {len}"
+                );
+                // The position `flat` of `index`, with its `axis` coordinate replaced by `i`.
+                let mut rest = flat;
+                (0..ishape.len()).rev().fold(0, |at, a| {
+                    let c = rest % ishape[a];
+                    rest /= ishape[a];
+                    at + strides[a] * if a == axis { i as usize } else { c }
+                })
+            })
+            .collect();
+        self.reshape(&[self.numel()])
+            .index_select(0, picks.as_slice())
+            .reshape(ishape)
+    }
+
+    /// The elements in reverse order along each of `axes` (PyTorch's `flip`).
+    pub fn flip<A: Axis>(&self, axes: &[A]) -> Tensor {
+        axes_in("flip", axes, self.shape())
+            .into_iter()
+            .fold(self.clone(), |t, a| {
+                let reversed: Vec<usize> = (0..t.shape()[a]).rev().collect();
+                t.index_select(a, reversed.as_slice())
+            })
+    }
+
+    /// The elements shifted `shift` places along `axis`, those that fall off one end coming
+    /// back at the other (PyTorch's `roll`; a negative shift goes the other way).
+    pub fn roll<A: Axis>(&self, shift: isize, axis: A) -> Tensor {
+        let axis = axis_in("roll", axis, self.shape());
+        let n = self.shape()[axis];
+        if n == 0 {
+            return self.clone();
+        }
+        let s = shift.rem_euclid(n as isize) as usize;
+        if s == 0 {
+            return self.clone();
+        }
+        let (tail, head) = (self.narrow(axis, n - s, s), self.narrow(axis, 0, n - s));
+        Tensor::cat(&[&tail, &head], axis)
+    }
+
+    /// The tensor tiled `reps[a]` times along each axis (PyTorch's `repeat`; more `reps` than
+    /// axes add leading axes).
+    pub fn repeat(&self, reps: &[usize]) -> Tensor {
+        assert!(
+            reps.len() >= self.ndim(),
+            "repeat: {} repetitions for {} axes (at least one per axis)",
+            reps.len(),
+            self.ndim()
+        );
+        let mut dims = vec![1; reps.len() - self.ndim()];
+        dims.extend_from_slice(self.shape());
+        // [d0, d1, ..] as [1, d0, 1, d1, ..], broadcast to [r0, d0, r1, d1, ..], then merged.
+        let spread: Vec<usize> = dims.iter().flat_map(|&d| [1, d]).collect();
+        let wide: Vec<usize> = reps.iter().zip(&dims).flat_map(|(&r, &d)| [r, d]).collect();
+        let tiled: Vec<usize> = reps.iter().zip(&dims).map(|(&r, &d)| r * d).collect();
+        self.reshape(&spread).broadcast_to(&wide).reshape(&tiled)
+    }
+}

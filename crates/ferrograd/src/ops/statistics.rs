@@ -1,0 +1,46 @@
+//! Statistics over axes, PyTorch's `var`, `std` and `logsumexp`, written with the
+//! differentiable reductions and element-wise ops, so each has derivatives of every order.
+
+use super::{axes_in, Axis};
+use crate::tensor::Tensor;
+
+impl Tensor {
+    /// The variance over `axes`: the mean square distance from the mean, the sum divided by
+    /// the count less `correction` (1, Bessel's, is PyTorch's default; 0 the population's).
+    /// NaN where the count is at most `correction`, as PyTorch's.
+    pub fn var_axes<A: Axis>(&self, axes: &[A], correction: usize, keepdim: bool) -> Tensor {
+        let axes = axes_in("var_axes", axes, self.shape());
+        let count: usize = axes.iter().map(|&a| self.shape()[a]).product();
+        let centered = self - &self.mean_axes(&axes, true);
+        let squares = centered.square().sum_axes(&axes, keepdim);
+        let divisor = count as f64 - correction as f64;
+        if divisor > 0.0 {
+            &squares * (1.0 / divisor)
+        } else {
+            &squares * f64::NAN
+        }
+    }
+
+    /// The standard deviation over `axes`: the square root of [`Tensor::var_axes`].
+    pub fn std_axes<A: Axis>(&self, axes: &[A], correction: usize, keepdim: bool) -> Tensor {
+        self.var_axes(axes, correction, keepdim).sqrt()
+    }
+
+    /// `log Σ exp(x)` over `axes`, without overflow: the largest element is taken out first
+    /// (where it is infinite, the sum is of the infinities themselves, as PyTorch's).
+    pub fn logsumexp<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
+        let axes = axes_in("logsumexp", axes, self.shape());
+        let top = self.max_axes(&axes, true).detach();
+        let finite = top.abs().lt_scalar(f64::INFINITY);
+        let shift = finite.where_cond(&top, &top.zeros_like());
+        let sum = (self - &shift).exp().sum_axes(&axes, true);
+        let out = &sum.log() + &shift;
+        if keepdim {
+            out
+        } else {
+            let mut axes = axes;
+            axes.sort_unstable();
+            axes.iter().rev().fold(out, |t, &a| t.squeeze(a))
+        }
+    }
+}
