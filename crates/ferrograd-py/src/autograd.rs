@@ -538,3 +538,27 @@ pub fn gradcheck(
         .map(|()| true)
         .map_err(|e| PyValueError::new_err(e.to_string()))
 }
+
+/// `checkpoint(function, args)`: `function(*args)` run without keeping its graph, and run
+/// again during backward to give its gradients (to `args` and to the trainable leaves it
+/// reads), as PyTorch's `torch.utils.checkpoint.checkpoint`: memory for time. `function`
+/// returns one tensor; it must compute the same thing both times (a dropout inside draws
+/// from its layer's stream, which moves on between the runs).
+#[pyfunction]
+pub fn checkpoint(function: &Bound<'_, PyAny>, args: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
+    let inputs: Vec<Tensor> = args
+        .iter()
+        .map(|a| to_tensor(&a, None))
+        .collect::<PyResult<_>>()?;
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    let f = std::sync::Arc::new(function.clone().unbind());
+    let run = move |xs: &[Tensor]| -> Tensor {
+        Python::attach(|py| {
+            let call_args: Vec<PyTensor> = xs.iter().map(|t| PyTensor::new(t.clone())).collect();
+            let y = f.bind(py).call1(PyTuple::new(py, call_args)?)?;
+            to_tensor(&y, None)
+        })
+        .unwrap_or_else(|e| guard::raise_through(e, "checkpoint"))
+    };
+    guard::run(|| ferrograd::autograd::checkpoint(run, &refs)).map(PyTensor::new)
+}

@@ -409,6 +409,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(autograd::set_grad_enabled, m)?)?;
     m.add_function(wrap_pyfunction!(autograd::is_grad_enabled, m)?)?;
     m.add_function(wrap_pyfunction!(autograd::custom_gradient_call, m)?)?;
+    m.add_function(wrap_pyfunction!(autograd::checkpoint, m)?)?;
     m.add_function(wrap_pyfunction!(autograd::gradcheck, m)?)?;
     Ok(())
 }

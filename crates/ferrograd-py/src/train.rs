@@ -504,12 +504,13 @@ impl PyOptimizer {
     }
 }
 
-#[pymethods]
 impl PyOptimizer {
-    /// One update of every group's parameters with `grads`, or with each parameter's `.grad`
-    /// when `grads` is None.
-    #[pyo3(signature = (grads=None))]
-    fn step(&self, py: Python<'_>, grads: Option<PyRef<'_, PyGradients>>) -> PyResult<()> {
+    /// The update of [`PyOptimizer::step`] with `grads`, or each parameter's `.grad`.
+    fn step_with_grads(
+        &self,
+        py: Python<'_>,
+        grads: Option<PyRef<'_, PyGradients>>,
+    ) -> PyResult<()> {
         self.sync(py)?;
         let all: Vec<(String, Param)> = lock(&self.groups)
             .iter()
@@ -533,6 +534,39 @@ impl PyOptimizer {
                 g.opt.step(&g.params, &grads);
             }
         })
+    }
+}
+
+#[pymethods]
+impl PyOptimizer {
+    /// One update of every group's parameters with `grads`, or with each parameter's `.grad`
+    /// when `grads` is None. Given a closure instead (PyTorch's `step(closure)`), it is
+    /// called first, with gradients recorded (it computes the loss and runs backward), and
+    /// its loss is returned.
+    #[pyo3(signature = (grads=None))]
+    fn step(&self, py: Python<'_>, grads: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
+        match grads.filter(|g| !g.is_none()) {
+            Some(g) if g.cast::<PyGradients>().is_err() && g.is_callable() => {
+                let was = ferrograd::autograd::is_grad_enabled();
+                ferrograd::autograd::set_grad_enabled(true);
+                let loss = g.call0();
+                ferrograd::autograd::set_grad_enabled(was);
+                let loss = loss?;
+                self.step_with_grads(py, None)?;
+                Ok(loss.unbind())
+            }
+            Some(g) => {
+                let g = g.cast::<PyGradients>().map_err(|_| {
+                    PyTypeError::new_err("step takes Gradients, a closure, or nothing")
+                })?;
+                self.step_with_grads(py, Some(g.borrow()))?;
+                Ok(py.None())
+            }
+            None => {
+                self.step_with_grads(py, None)?;
+                Ok(py.None())
+            }
+        }
     }
 
     /// Clears the `.grad` of the optimizer's parameters: to None (PyTorch's default), or to

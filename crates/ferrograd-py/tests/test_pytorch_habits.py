@@ -1183,3 +1183,38 @@ def test_pytorchs_rearrangements_statistics_and_smaller_methods():
     assert fg.gradcheck(lambda t: t.gather(0, fg.tensor([[1, 0, 2, 2]])).sum() + t.logsumexp(1).sum() + t.std(), [w],
                         second_order=True)
     assert fg.gradcheck(lambda t: (t.sort(1).values * fg.arange(4).double()).sum() + t.roll(1, 0).flip(1)[0].sum(), [w])
+
+
+def test_step_with_a_closure_and_activation_checkpointing_as_pytorchs():
+    from ferrograd.utils.checkpoint import checkpoint
+
+    fg.manual_seed(0)
+    block = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 4))
+    x = fg.randn(3, 4, requires_grad=True)
+    checkpoint(block, x, use_reentrant=False).pow(2).sum().backward()
+    kept = [p.grad.numpy().copy() for p in block.parameters()] + [x.grad.numpy().copy()]
+    block.zero_grad()
+    x.grad = None
+    block(x).pow(2).sum().backward()
+    for a, b in zip(kept, [p.grad.numpy() for p in block.parameters()] + [x.grad.numpy()]):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+    def broken(t):
+        raise KeyError("inside the block")
+
+    with pytest.raises(KeyError, match="inside the block"):
+        checkpoint(broken, x)
+    # step(closure): the closure computes the loss and its gradients; the step follows.
+    opt = fg.optim.SGD(block.parameters(), lr=0.1)
+    before = block.state_dict()["0.weight"].numpy().copy()
+
+    def closure():
+        opt.zero_grad()
+        loss = block(x).pow(2).sum()
+        loss.backward()
+        return loss
+
+    with fg.no_grad():  # the closure records its gradients all the same, as in PyTorch
+        loss = opt.step(closure)
+        assert not fg.is_grad_enabled()
+    assert loss.item() > 0 and not np.array_equal(block.state_dict()["0.weight"].numpy(), before)

@@ -1,4 +1,4 @@
 """``ferrograd.utils``: ``utils.data`` (PyTorch's ``Dataset``, ``TensorDataset``,
-``DataLoader``)."""
+``DataLoader``) and ``utils.checkpoint``."""
 
-from . import data  # noqa: F401
+from . import checkpoint, data  # noqa: F401
