@@ -1218,3 +1218,42 @@ def test_step_with_a_closure_and_activation_checkpointing_as_pytorchs():
         loss = opt.step(closure)
         assert not fg.is_grad_enabled()
     assert loss.item() > 0 and not np.array_equal(block.state_dict()["0.weight"].numpy(), before)
+
+
+def test_more_of_pytorchs_layers_and_functions():
+    x = fg.randn(1, 2, 3, 3)
+    assert nn.AdaptiveAvgPool2d(1)(x).shape == (1, 2, 1, 1)
+    np.testing.assert_array_equal(nn.Upsample(scale_factor=2)(x).numpy(), x.numpy().repeat(2, 2).repeat(2, 3))
+    assert F.interpolate(x, size=(6, 6)).shape == (1, 2, 6, 6) and repr(nn.Upsample(scale_factor=2)).startswith("Upsample(")
+    with pytest.raises(NotImplementedError, match="bilinear"):
+        F.interpolate(x, scale_factor=2, mode="bilinear")
+    assert nn.Unflatten(1, (2, 1))(fg.ones(3, 2)).shape == (3, 2, 1) and nn.ReLU6()(fg.tensor([-1.0, 7.0])).tolist() == [0.0, 6.0]
+
+    class Holder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scales = nn.ParameterList([fg.ones(2), fg.zeros(3)])
+            self.named = nn.ParameterDict({"a": fg.ones(2)})
+
+    holder = Holder()
+    assert [n for n, _ in holder.named_parameters()] == ["scales.0", "scales.1", "named.a"]
+    assert len(holder.scales) == 2 and "a" in holder.named and isinstance(holder.scales[1], nn.Parameter)
+    # kl_div: PyTorch 2.15's values for these inputs (a zero target included).
+    p = F.log_softmax(fg.tensor(np.sin(np.arange(20.0)).reshape(4, 5)), -1)
+    q = F.softmax(fg.tensor(np.cos(np.arange(20.0)).reshape(4, 5)), -1).numpy().copy()
+    q[0, 0] = 0
+    q = fg.tensor(q)
+    got = [F.kl_div(p, q, reduction=r).item() for r in ("batchmean", "sum", "mean")]
+    close(got, [0.2718670855547817, 1.0874683422191267, 0.054373417110956335])
+    close(nn.KLDivLoss(reduction="sum")(p, q).item(), 1.0874683422191267)
+    # inference_mode, and the functions PyTorch has at its top level.
+    with fg.inference_mode():
+        assert not fg.is_grad_enabled()
+    with fg.inference_mode(False):
+        assert fg.is_grad_enabled()
+    assert fg.inference_mode(lambda: fg.is_grad_enabled())() is False and fg.is_grad_enabled()
+    assert [t.tolist() for t in fg.split(fg.arange(6), 4)] == [[0, 1, 2, 3], [4, 5]]
+    assert fg.numel(fg.ones(2, 3)) == 6 and fg.empty(2, 2).shape == (2, 2) and fg.dot(fg.ones(3), fg.ones(3)).item() == 3.0
+    assert fg.outer(fg.arange(2), fg.arange(3)).tolist() == [[0, 0, 0], [0, 1, 2]]
+    inf, nan = float("inf"), float("nan")
+    assert fg.isclose(fg.tensor([1.0, inf, nan]), fg.tensor([1.0 + 1e-9, inf, nan]), equal_nan=True).tolist() == [True] * 3

@@ -130,6 +130,32 @@ class enable_grad(no_grad):
     _enabled = True
 
 
+class inference_mode(no_grad):
+    """PyTorch's ``inference_mode``: ``no_grad`` (``inference_mode(False)`` changes nothing)."""
+
+    def __new__(cls, mode=True):
+        if callable(mode):
+            return cls()(mode)  # used as a bare decorator
+        return super().__new__(cls)
+
+    def __init__(self, mode=True):
+        super().__init__()
+        self._mode = _builtin_bool(mode)
+
+    def __enter__(self):
+        # Off inside, or with mode=False whatever was on stays.
+        self._previous.append(_core.set_grad_enabled(_core.is_grad_enabled() and not self._mode))
+        return self
+
+    def __call__(self, func):
+        @_functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            with inference_mode(self._mode):
+                return func(*args, **kwargs)
+
+        return wrapper
+
+
 def _as_tensor(x):
     return x if isinstance(x, Tensor) else tensor(x)
 
@@ -236,6 +262,38 @@ reciprocal = _unary("reciprocal")
 clip = _unary("clamp")
 bmm = _unary("matmul")
 mm = _unary("matmul")
+split = _unary("split")
+chunk = _unary("chunk")
+clone = _unary("clone")
+numel = _unary("numel")
+
+
+def empty(*size, dtype=None, requires_grad=False, device=None):
+    """PyTorch's ``empty``: here filled with zeros (nothing is left uninitialised)."""
+    return zeros(*size, dtype=dtype, requires_grad=requires_grad, device=device)
+
+
+def empty_like(x, dtype=None, requires_grad=False, device=None):
+    return zeros_like(x, dtype=dtype, requires_grad=requires_grad, device=device)
+
+
+def isclose(a, b, rtol=1e-5, atol=1e-8, equal_nan=False):
+    """Where ``|a − b| ≤ atol + rtol·|b|`` element by element (NaNs equal with ``equal_nan``)."""
+    a, b = _as_tensor(a), _as_tensor(b)
+    close = (a - b).abs() <= (b.abs() * rtol + atol)
+    close = close | (a == b)  # equal infinities
+    return close | (a.isnan() & b.isnan()) if equal_nan else close
+
+
+def outer(a, b):
+    """``a[i] · b[j]`` of two vectors."""
+    a, b = _as_tensor(a), _as_tensor(b)
+    return a.reshape(-1, 1) * b.reshape(1, -1)
+
+
+def dot(a, b):
+    """The sum of the products of two vectors."""
+    return (_as_tensor(a) * _as_tensor(b)).sum()
 topk = _unary("topk")
 permute = _unary("permute")
 flatten = _unary("flatten")

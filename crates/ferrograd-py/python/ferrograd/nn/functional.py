@@ -368,3 +368,47 @@ def _unreduced(per, idx, shape):
     else:
         out_shape = (shape[0],) + tuple(shape[2:]) if len(shape) > 1 else ()
     return per.reshape(*out_shape) if out_shape else per.reshape(())
+
+
+def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
+    """Upsampling of ``[N, C, H, W]``: ``mode="nearest"`` by a whole ``scale_factor`` (or to
+    a ``size`` that is a whole multiple of the input's), as PyTorch's; other modes and
+    fractional factors are not supported."""
+    x = _t(input)
+    if mode != "nearest":
+        raise NotImplementedError(f"interpolate: mode {mode!r} is not supported (nearest is)")
+    if x.ndim != 4:
+        raise NotImplementedError(f"interpolate: {x.ndim}-d input is not supported ([N, C, H, W] is)")
+    h, w = x.shape[2], x.shape[3]
+    if size is not None:
+        sh, sw = (size, size) if isinstance(size, int) else tuple(size)
+        factors = {sh / h, sw / w}
+    elif scale_factor is not None:
+        factors = set(scale_factor) if isinstance(scale_factor, (tuple, list)) else {scale_factor}
+    else:
+        raise ValueError("interpolate: either size or scale_factor should be defined")
+    if len(factors) != 1 or not float(next(iter(factors))).is_integer() or next(iter(factors)) < 1:
+        raise NotImplementedError(f"interpolate: scale factors {sorted(factors)} (one whole factor is supported)")
+    return x.upsample_nearest2d(int(next(iter(factors))))
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
+    """PyTorch's ``kl_div``: ``target · (log target − input)`` with ``input`` log-probabilities
+    (0 where ``target`` is 0), or ``exp(target) · (target − input)`` with ``log_target``;
+    ``reduction`` "mean" (over elements), "batchmean" (over the first axis), "sum", "none"."""
+    x, t = _t(input), _t(target)
+    if log_target:
+        pointwise = t.exp() * (t - x)
+    else:
+        safe = (t > 0).where_(t, 1.0)
+        pointwise = (t > 0).where_(t * (safe.log() - x), 0.0)
+    if reduction == "none":
+        return pointwise
+    if reduction == "sum":
+        return pointwise.sum()
+    if reduction == "batchmean":
+        return pointwise.sum() / x.shape[0]
+    if reduction == "mean":
+        return pointwise.mean()
+    raise ValueError(f"{reduction!r} is not a valid value for reduction")
+

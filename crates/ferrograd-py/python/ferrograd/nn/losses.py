@@ -58,3 +58,17 @@ class BCELoss(_Loss):
 
     def forward(self, input, target):
         return F.binary_cross_entropy(input, target, self.weight, self.reduction)
+
+
+class KLDivLoss(Module):
+    """PyTorch's ``KLDivLoss``: ``F.kl_div`` with its ``reduction`` and ``log_target``."""
+
+    def __init__(self, size_average=None, reduce=None, reduction="mean", log_target=False):
+        super().__init__()
+        if reduction not in ("mean", "batchmean", "sum", "none"):
+            raise ValueError(f"{reduction!r} is not a valid value for reduction")
+        self.reduction, self.log_target = reduction, log_target
+
+    def forward(self, input, target):
+        return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
+

@@ -1,0 +1,134 @@
+"""PyTorch layers written in Python over the core's ops: ``AdaptiveAvgPool2d``, ``Upsample``,
+``Unflatten``, ``ReLU6``, ``ParameterList``, ``ParameterDict`` (the core's layers are in
+``ferrograd._core``)."""
+
+from . import functional as F
+from ._module import Module
+
+
+class AdaptiveAvgPool2d(Module):
+    """Average pooling to ``output_size`` (an int or a pair) whatever the input's size."""
+
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, input):
+        return F.adaptive_avg_pool2d(input, self.output_size)
+
+    def extra_repr(self):
+        return f"output_size={self.output_size}"
+
+
+class Upsample(Module):
+    """``F.interpolate`` as a layer: nearest-neighbour upsampling by a whole ``scale_factor``
+    or to a ``size`` that is a whole multiple."""
+
+    def __init__(self, size=None, scale_factor=None, mode="nearest", align_corners=None):
+        super().__init__()
+        self.size, self.scale_factor, self.mode, self.align_corners = size, scale_factor, mode, align_corners
+
+    def forward(self, input):
+        return F.interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners)
+
+    def extra_repr(self):
+        what = f"size={self.size}" if self.size is not None else f"scale_factor={float(self.scale_factor)}"
+        return f"{what}, mode='{self.mode}'"
+
+
+class Unflatten(Module):
+    """Axis ``dim`` split into ``unflattened_size``."""
+
+    def __init__(self, dim, unflattened_size):
+        super().__init__()
+        self.dim, self.unflattened_size = dim, tuple(unflattened_size)
+
+    def forward(self, input):
+        return input.unflatten(self.dim, self.unflattened_size)
+
+    def extra_repr(self):
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
+
+
+class ReLU6(Module):
+    """``min(max(x, 0), 6)``."""
+
+    def __init__(self, inplace=False):
+        super().__init__()
+
+    def forward(self, input):
+        return F.relu6(input)
+
+
+class ParameterList(Module):
+    """Parameters in a list, registered under ``"0"``, ``"1"``, ... so modules and optimizers
+    find them."""
+
+    def __init__(self, values=None):
+        super().__init__()
+        for v in values or []:
+            self.append(v)
+
+    def append(self, value):
+        setattr(self, str(len(self._parameters)), _as_parameter(value))
+        return self
+
+    def extend(self, values):
+        for v in values:
+            self.append(v)
+        return self
+
+    def __getitem__(self, idx):
+        return list(self._parameters.values())[idx]
+
+    def __len__(self):
+        return len(self._parameters)
+
+    def __iter__(self):
+        return iter(self._parameters.values())
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError("ParameterList has no forward: use its parameters")
+
+
+class ParameterDict(Module):
+    """Parameters by name, registered so modules and optimizers find them."""
+
+    def __init__(self, parameters=None):
+        super().__init__()
+        items = parameters.items() if hasattr(parameters, "items") else parameters or []
+        for k, v in items:
+            self[k] = v
+
+    def __setitem__(self, key, value):
+        setattr(self, key, _as_parameter(value))
+
+    def __getitem__(self, key):
+        return self._parameters[key]
+
+    def __contains__(self, key):
+        return key in self._parameters
+
+    def __len__(self):
+        return len(self._parameters)
+
+    def __iter__(self):
+        return iter(self._parameters)
+
+    def keys(self):
+        return self._parameters.keys()
+
+    def values(self):
+        return self._parameters.values()
+
+    def items(self):
+        return self._parameters.items()
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError("ParameterDict has no forward: use its parameters")
+
+
+def _as_parameter(value):
+    from . import Parameter
+
+    return value if isinstance(value, Parameter) else Parameter(value)
