@@ -541,9 +541,9 @@ pub fn gradcheck(
 
 /// `checkpoint(function, args)`: `function(*args)` run without keeping its graph, and run
 /// again during backward to give its gradients (to `args` and to the trainable leaves it
-/// reads), as PyTorch's `torch.utils.checkpoint.checkpoint`: memory for time. `function`
-/// returns one tensor; it must compute the same thing both times (a dropout inside draws
-/// from its layer's stream, which moves on between the runs).
+/// reads), as PyTorch's `torch.utils.checkpoint.checkpoint`: memory for time. Run again, it
+/// draws the random numbers it drew the first time (dropout masks). `function` returns one
+/// tensor.
 #[pyfunction]
 pub fn checkpoint(function: &Bound<'_, PyAny>, args: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
     let inputs: Vec<Tensor> = args
@@ -556,6 +556,12 @@ pub fn checkpoint(function: &Bound<'_, PyAny>, args: &Bound<'_, PyTuple>) -> PyR
         Python::attach(|py| {
             let call_args: Vec<PyTensor> = xs.iter().map(|t| PyTensor::new(t.clone())).collect();
             let y = f.bind(py).call1(PyTuple::new(py, call_args)?)?;
+            if y.cast::<PyTensor>().is_err() {
+                return Err(PyTypeError::new_err(format!(
+                    "checkpoint: the function must return one tensor, not {}",
+                    y.get_type().name()?
+                )));
+            }
             to_tensor(&y, None)
         })
         .unwrap_or_else(|e| guard::raise_through(e, "checkpoint"))

@@ -288,8 +288,9 @@ fn advanced_go_first(items: &[Item]) -> bool {
 /// `t` with `t[key] = value`, as a new tensor: the positions `key` selects are found by
 /// indexing a table of flat positions with it (so every key `get` takes works here, and a
 /// boolean mask of `t`'s whole shape too); `value` is broadcast to the selection's shape in
-/// `t`'s dtype. Differentiable in `t` (outside the selection) and in `value`. Where `key`
-/// selects a position twice, the last value written stays, as numpy's assignment does.
+/// `t`'s dtype. A float `t` stays differentiable in its other elements and in `value`; an
+/// integer one is written exactly. Where `key` selects a position twice, the last value
+/// written stays, as numpy's assignment does.
 pub fn set(py: Python<'_>, t: &Tensor, key: &Bound<'_, PyAny>, value: &Tensor) -> PyResult<Tensor> {
     let n = t.numel();
     let whole_mask = is_boolean(key)? && to_tensor(key, None)?.shape() == t.shape();
@@ -313,6 +314,13 @@ pub fn set(py: Python<'_>, t: &Tensor, key: &Bound<'_, PyAny>, value: &Tensor) -
     let mut last = vec![usize::MAX; n];
     for (src, &p) in chosen.iter().enumerate() {
         last[p as usize] = src;
+    }
+    if !t.dtype().is_float() {
+        let (mut out, values) = (t.to_vec::<i64>(), values.to_vec::<i64>());
+        for (p, &src) in last.iter().enumerate().filter(|(_, &s)| s != usize::MAX) {
+            out[p] = values[src];
+        }
+        return Ok(Tensor::from_vec(out, t.shape()));
     }
     let (positions, sources): (Vec<usize>, Vec<usize>) = (0..n)
         .filter(|&p| last[p] != usize::MAX)

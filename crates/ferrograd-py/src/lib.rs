@@ -127,8 +127,10 @@ fn full(
         let t = guard::run(|| Tensor::full(&shape, value, DType::I64))?;
         return created(py, t, Some(&bool_dtype), requires_grad);
     }
+    // An int (Python's or numpy's: anything with `__index__`) gives int64, as PyTorch's.
+    let integral = fill_value.hasattr("__index__")?;
     let d = match given {
-        None if fill_value.is_instance_of::<pyo3::types::PyInt>() => DType::I64,
+        None if integral => DType::I64,
         _ => dtype_or_f32(dtype)?,
     };
     created(
@@ -326,6 +328,23 @@ fn save_tensors(state: &Bound<'_, PyDict>, path: std::path::PathBuf) -> PyResult
 fn load_tensors<'py>(py: Python<'py>, path: std::path::PathBuf) -> PyResult<Bound<'py, PyDict>> {
     let (tensors, _) =
         guard::run(|| ferrograd::io::load_tensors(&path))?.map_err(nn::core_error)?;
+    named_tensors(py, tensors)
+}
+
+/// The named tensors of a safetensors file read into memory (a file object's bytes).
+#[pyfunction]
+fn load_tensor_bytes<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyDict>> {
+    let origin = std::path::Path::new("<file object>");
+    let (tensors, _) =
+        guard::run(|| ferrograd::io::load_tensors_from(data, origin))?.map_err(nn::core_error)?;
+    named_tensors(py, tensors)
+}
+
+/// `tensors` as a dict, by name.
+fn named_tensors(
+    py: Python<'_>,
+    tensors: std::collections::HashMap<String, Tensor>,
+) -> PyResult<Bound<'_, PyDict>> {
     let mut names: Vec<&String> = tensors.keys().collect();
     names.sort();
     let d = PyDict::new(py);
@@ -403,6 +422,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(take_rows, m)?)?;
     m.add_function(wrap_pyfunction!(multinomial, m)?)?;
     m.add_function(wrap_pyfunction!(load_tensors, m)?)?;
+    m.add_function(wrap_pyfunction!(load_tensor_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(elementwise::elementwise_primitives, m)?)?;
     m.add_function(wrap_pyfunction!(elementwise::binary_primitives, m)?)?;
     m.add_function(wrap_pyfunction!(autograd::grad, m)?)?;

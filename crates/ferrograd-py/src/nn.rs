@@ -53,10 +53,28 @@ pub struct PyLayer {
 /// given the memo of the `copy.deepcopy` it serves (what a net copies its layers with).
 pub type Recipe = Arc<dyn Fn(&Bound<'_, PyAny>) -> PyResult<Py<PyAny>> + Send + Sync>;
 
+/// The recipe that calls a class's constructor again (`build` returns what `#[new]` does).
+pub fn recipe<T: pyo3::PyClass>(
+    build: impl Fn(Python<'_>) -> PyResult<PyClassInitializer<T>> + Send + Sync + 'static,
+) -> Recipe {
+    Arc::new(move |memo: &Bound<'_, PyAny>| {
+        let py = memo.py();
+        Ok(Py::new(py, build(py)?)?.into_any())
+    })
+}
+
 /// `to` takes `from`'s parameter and buffer values (their dtypes too) and frozen flags, and
 /// each parameter's `.grad`.
 pub fn copy_state(from: &dyn Layer, to: &dyn Layer) {
-    for ((_, src), (_, dst)) in from.state_params().into_iter().zip(to.state_params()) {
+    let (names, others) = (from.state_params(), to.state_params());
+    assert!(
+        names
+            .iter()
+            .map(|(n, _)| n)
+            .eq(others.iter().map(|(n, _)| n)),
+        "deepcopy: the layer built again has other parameters than the original"
+    );
+    for ((_, src), (_, dst)) in names.into_iter().zip(others) {
         let value = src.tensor().detach();
         dst.set_dtype(value.dtype());
         dst.set(&value);
@@ -136,11 +154,17 @@ impl PyLayer {
                 .cast::<PyTensor>()
                 .ok()
                 .and_then(|t| t.get().leaf_param());
-            match (earlier, Arc::get_mut(&mut self.layer)) {
-                (Some(p), Some(layer)) if p.id() != dst.id() => {
+            match earlier.filter(|p| p.id() != dst.id()) {
+                Some(p) => {
+                    let Some(layer) = Arc::get_mut(&mut self.layer) else {
+                        return Err(PyTypeError::new_err(format!(
+                            "deepcopy: {name} is shared with a layer copied before, and this \
+                             layer cannot share a parameter (only Linear and Embedding can)"
+                        )));
+                    };
                     layer.tie(name, &p).map_err(core_error)?
                 }
-                _ => memo.set_item(key, wrap_param(py, &dst)?)?,
+                None => memo.set_item(key, wrap_param(py, &dst)?)?,
             }
         }
         self._leaves = self
@@ -815,12 +839,9 @@ macro_rules! layer_class {
             #[allow(clippy::too_many_arguments)]
             fn new($($arg: $ty),*) -> PyResult<PyClassInitializer<Self>> {
                 let settings: String = $settings;
-                let recipe: Recipe = {
+                let recipe = {
                     $(let $arg = $arg.clone();)*
-                    Arc::new(move |memo: &Bound<'_, PyAny>| {
-            let py = memo.py();
-                        Ok(Py::new(py, $rust::new($($arg.clone()),*)?)?.into_any())
-                    })
+                    recipe(move |_| $rust::new($($arg.clone()),*))
                 };
                 let layer: Arc<dyn Layer> = guard::run(|| -> PyResult<Arc<dyn Layer>> {
                     Ok(Arc::new($build))
@@ -1281,16 +1302,12 @@ macro_rules! recurrent_class {
                 let args = RecurrentArgs {
                     input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
                 };
-                let recipe: Recipe = {
+                let recipe = {
                     $(let $extra = $extra.clone();)?
-                    Arc::new(move |memo: &Bound<'_, PyAny>| {
-            let py = memo.py();
-                        let init = $rust::new(
-                            input_size, hidden_size, num_layers, $($extra.clone(),)?
-                            bias, batch_first, dropout, bidirectional,
-                        )?;
-                        Ok(Py::new(py, init)?.into_any())
-                    })
+                    recipe(move |_| $rust::new(
+                        input_size, hidden_size, num_layers, $($extra.clone(),)?
+                        bias, batch_first, dropout, bidirectional,
+                    ))
                 };
                 Ok(PyRecurrent::build($py, &args, recipe)?.add_subclass($rust))
             }

@@ -30,6 +30,26 @@ fn axes_or_all(t: &Tensor, dim: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<isize
     Ok(axes_arg(dim)?.unwrap_or_else(|| (0..t.ndim() as isize).collect()))
 }
 
+/// `var` and `std`'s arguments as PyTorch reads them: `x.var(False)` is `unbiased=False`
+/// over every axis (its overload taking a bool), not an axis.
+fn statistics_args(
+    t: &Tensor,
+    dim: Option<&Bound<'_, PyAny>>,
+    unbiased: Option<bool>,
+    correction: Option<f64>,
+) -> PyResult<(Vec<isize>, usize)> {
+    let (dim, unbiased) = match dim {
+        Some(d) if d.is_instance_of::<pyo3::types::PyBool>() => {
+            if unbiased.is_some() {
+                return Err(PyTypeError::new_err("var/std: unbiased given twice"));
+            }
+            (None, Some(d.extract::<bool>()?))
+        }
+        d => (d, unbiased),
+    };
+    Ok((axes_or_all(t, dim)?, correction_of(unbiased, correction)?))
+}
+
 #[pymethods]
 impl PyTensor {
     /// `out[..., j, ...] = self[..., index[..., j, ...], ...]` along `dim` (PyTorch's
@@ -41,7 +61,7 @@ impl PyTensor {
                 "gather: index must be an int64 tensor",
             ));
         }
-        self.map_int(py, |t| t.gather(dim, &index))
+        self.map(py, |t| t.gather(dim, &index))
     }
 
     /// The elements in reverse order along each of `dims`.
@@ -51,7 +71,7 @@ impl PyTensor {
             1 => axes_arg(Some(&dims.get_item(0)?))?.unwrap_or_default(),
             _ => dims.extract()?,
         };
-        self.map_int(py, |t| t.flip(&axes))
+        self.map(py, |t| t.flip(&axes))
     }
 
     /// The elements shifted `shifts` places along `dims` (a number or tuples of both; without
@@ -66,22 +86,22 @@ impl PyTensor {
         let shifts: Vec<isize> = axes_arg(Some(shifts))?.unwrap_or_default();
         let Some(dims) = axes_arg(dims)? else {
             let [s] = shifts[..] else {
-                return Err(PyValueError::new_err(
-                    "roll: one shift for the flattened tensor",
+                return Err(crate::guard::op_error(
+                    "roll: one shift for the flattened tensor".into(),
                 ));
             };
-            return self.map_int(py, |t| {
+            return self.map(py, |t| {
                 t.reshape(&[t.numel()]).roll(s, 0).reshape(t.shape())
             });
         };
         if dims.len() != shifts.len() {
-            return Err(PyValueError::new_err(format!(
+            return Err(crate::guard::op_error(format!(
                 "roll: {} shifts for {} dims",
                 shifts.len(),
                 dims.len()
             )));
         }
-        self.map_int(py, |t| {
+        self.map(py, |t| {
             dims.iter()
                 .zip(&shifts)
                 .fold(t.clone(), |t, (&d, &s)| t.roll(s, d))
@@ -95,7 +115,7 @@ impl PyTensor {
             1 if sizes.get_item(0)?.extract::<usize>().is_err() => sizes.get_item(0)?.extract()?,
             _ => sizes.extract()?,
         };
-        self.map_int(py, |t| t.repeat(&reps))
+        self.map(py, |t| t.repeat(&reps))
     }
 
     /// The variance over `dim` (every axis when None), with PyTorch's `unbiased` or
@@ -109,10 +129,7 @@ impl PyTensor {
         keepdim: bool,
         correction: Option<f64>,
     ) -> PyResult<PyTensor> {
-        let (axes, c) = (
-            axes_or_all(&self.tensor(), dim)?,
-            correction_of(unbiased, correction)?,
-        );
+        let (axes, c) = statistics_args(&self.tensor(), dim, unbiased, correction)?;
         self.map(py, |t| t.var_axes(&axes, c, keepdim))
     }
 
@@ -126,10 +143,7 @@ impl PyTensor {
         keepdim: bool,
         correction: Option<f64>,
     ) -> PyResult<PyTensor> {
-        let (axes, c) = (
-            axes_or_all(&self.tensor(), dim)?,
-            correction_of(unbiased, correction)?,
-        );
+        let (axes, c) = statistics_args(&self.tensor(), dim, unbiased, correction)?;
         self.map(py, |t| t.std_axes(&axes, c, keepdim))
     }
 

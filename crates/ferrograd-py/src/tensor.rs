@@ -203,7 +203,16 @@ impl PyTensor {
         py: Python<'_>,
         f: impl FnOnce(&Tensor) -> Tensor + Send,
     ) -> PyResult<PyTensor> {
-        self.map(py, f).map(|r| self.like(r.tensor()))
+        if !self.boolean {
+            return self.map(py, f);
+        }
+        // A mask's view is a mask (its 0/1 made inside the guard: a view may be huge).
+        let bits = self.map(py, |t| f(t).detach().ne_scalar(0.0).to_dtype(DType::I64))?;
+        Ok(PyTensor {
+            value: RwLock::new(bits.value()),
+            boolean: true,
+            writes_to: None,
+        })
     }
 
     /// `all` (`fold` the minimum) or `any` (the maximum) of the non-zero test over `dim`.
@@ -421,7 +430,7 @@ impl PyTensor {
     }
 
     /// `f` on the tensor, an integer one staying integer (`int_exact`).
-    pub(crate) fn map_int(
+    fn map_int(
         &self,
         py: Python<'_>,
         f: impl FnOnce(&Tensor) -> Tensor + Send,
@@ -631,7 +640,7 @@ impl PyTensor {
     ) -> PyResult<PyTensor> {
         let given = dtype_arg(dtype)?;
         let t = to_tensor(data, given.or(Some(DType::F32)))?.detach();
-        if wants_mask(data, dtype)? {
+        if is_bool_dtype(dtype)? {
             return Ok(PyTensor::mask(t));
         }
         value_for(t, requires_grad).map(PyTensor::from_value)
@@ -717,6 +726,14 @@ impl PyTensor {
     /// parameter).
     #[setter(requires_grad)]
     fn set_requires_grad(slf: Bound<'_, Self>, flag: bool) -> PyResult<()> {
+        if let Value::Plain(t) = slf.get().value() {
+            if t.is_tracked() && !flag {
+                return Err(PyRuntimeError::new_err(
+                    "requires_grad: only a leaf's flag can be changed; this tensor was computed \
+                     from trainable ones (take .detach() for one without gradients)",
+                ));
+            }
+        }
         Self::requires_grad_(slf, flag).map(drop)
     }
 
@@ -795,16 +812,21 @@ impl PyTensor {
     }
 
     /// Pickling (`pickle`, `torch.save`-style checkpoints of nested dicts): the values as a
-    /// numpy array, rebuilt by `ferrograd.tensor` (a trainable leaf as a new trainable leaf,
-    /// a computed tensor as its values).
-    #[allow(clippy::type_complexity)]
-    fn __reduce__<'py>(
-        slf: &Bound<'py, Self>,
-    ) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyAny>, Option<i32>, bool))> {
-        let rebuild = slf.py().import("ferrograd._core")?.getattr("tensor")?;
-        let trainable = matches!(slf.get().value(), Value::Leaf(_));
+    /// numpy array, rebuilt by `ferrograd.tensor` (a trainable leaf as a new trainable leaf, a
+    /// frozen one as a frozen one, a computed tensor as its values).
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+        let py = slf.py();
         let values = slf.call_method0("detach")?.call_method0("numpy")?;
-        Ok((rebuild, (values, None, trainable)))
+        let frozen = matches!(slf.get().value(), Value::Leaf(l) if l.param.is_frozen());
+        if frozen {
+            let rebuild = py
+                .import("ferrograd.serialization")?
+                .getattr("_frozen_leaf")?;
+            return (rebuild, (values,)).into_pyobject(py);
+        }
+        let rebuild = py.import("ferrograd._core")?.getattr("tensor")?;
+        let trainable = matches!(slf.get().value(), Value::Leaf(_));
+        (rebuild, (values, py.None(), trainable)).into_pyobject(py)
     }
 
     /// `copy.deepcopy(t)`: the same values in a tensor of its own. A trainable leaf becomes a
@@ -1349,17 +1371,19 @@ impl PyTensor {
         value: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let t = self.tensor();
-        let mut v = to_tensor(value, Some(t.dtype()))?;
+        let mut v = to_tensor(value, None)?;
         if self.boolean {
-            v = guard::run(|| v.eq_scalar(0.0).rsub_scalar(1.0))?;
+            // Any non-zero value is True.
+            v = guard::run(|| v.to_dtype(DType::F64).ne_scalar(0.0).to_dtype(DType::I64))?;
+        } else if !t.dtype().is_float()
+            && v.dtype().is_float()
+            && v.to_vec::<f64>().iter().any(|x| !x.is_finite())
+        {
+            return Err(PyValueError::new_err(
+                "a non-finite value cannot be written into an integer tensor",
+            ));
         }
-        let result = if t.dtype().is_float() {
-            index::set(py, &t, key, &v)?
-        } else {
-            // Integers as the other integer ops: in float64, exact below 2⁵³, and back.
-            let wide = index::set(py, &t.to_dtype(DType::F64), key, &v.to_dtype(DType::F64))?;
-            wide.to_dtype(t.dtype())
-        };
+        let result = index::set(py, &t, key, &v)?;
         self.in_place(self.like(result), "__setitem__")
     }
 
@@ -1737,7 +1761,7 @@ impl PyTensor {
             .map(|(i, &d)| match d {
                 -1 if i >= lead => Ok(t.shape()[i - lead]),
                 d if d >= 0 => Ok(d as usize),
-                d => Err(PyValueError::new_err(format!(
+                d => Err(crate::guard::op_error(format!(
                     "expand: size {d} at position {i} (only -1, keeping an existing axis, may be \
                      negative)"
                 ))),
@@ -1924,20 +1948,26 @@ impl PyTensor {
     ) -> PyResult<PyTensor> {
         let m = to_tensor(mask, None)?;
         let t = self.tensor();
-        if !t.dtype().is_float() && !value.is_finite() {
+        if t.dtype().is_float() {
+            return self.map(py, |t| t.masked_fill(&m, value));
+        }
+        if !value.is_finite() {
             return Err(PyValueError::new_err(format!(
                 "masked_fill: {value} cannot fill an integer tensor"
             )));
         }
-        // Integers (and booleans) as the other integer ops: in float64, exact below 2⁵³, and
-        // back (a fractional value truncated, as PyTorch's cast).
-        let value = if self.boolean {
-            f64::from(u8::from(value != 0.0))
+        // Integers (and booleans) exactly, a fractional value cast (truncated) as PyTorch's.
+        let fill = if self.boolean {
+            i64::from(value != 0.0)
         } else {
-            value
+            value as i64
         };
-        let filled = self.map(py, |t| int_exact(t, |t| t.masked_fill(&m, value)))?;
-        Ok(self.like(filled.tensor()))
+        let mask = guard::run(|| m.broadcast_to(t.shape()).to_vec::<f64>())?;
+        let mut out = t.to_vec::<i64>();
+        for (o, _) in out.iter_mut().zip(&mask).filter(|(_, &on)| on != 0.0) {
+            *o = fill;
+        }
+        Ok(self.like(Tensor::from_vec(out, t.shape())))
     }
 
     /// `(values, indices)` of the `k` largest entries along `dim` (with `largest=False` the

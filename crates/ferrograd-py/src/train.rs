@@ -393,17 +393,13 @@ fn core_slot(slot: &str) -> &str {
 /// [`numbered`] names its parameters (`ids` are the saved numbers of its parameters, in
 /// order).
 fn saved_group_state(
-    state: &Bound<'_, PyAny>,
+    state: &Bound<'_, PyDict>,
     ids: &[Bound<'_, PyAny>],
     first: usize,
 ) -> PyResult<(u64, Vec<(String, Tensor)>)> {
     let (mut steps, mut slots) = (0u64, Vec::new());
     for (j, id) in ids.iter().enumerate() {
-        let Some(entry) = state
-            .call_method1("get", (id,))
-            .ok()
-            .filter(|e| !e.is_none())
-        else {
+        let Some(entry) = state.get_item(id)?.filter(|e| !e.is_none()) else {
             continue;
         };
         for item in entry.cast::<PyDict>()?.items() {
@@ -418,6 +414,43 @@ fn saved_group_state(
         }
     }
     Ok((steps, slots))
+}
+
+/// Whether a saved group's settings are ones an optimizer built by `build` takes (checked
+/// on a scratch one before a load changes anything).
+fn settings_fit(
+    d: &Bound<'_, PyDict>,
+    build: &(dyn Fn() -> Box<dyn Optimizer> + Send + Sync),
+) -> PyResult<()> {
+    let number = |key: &str| -> PyResult<Option<f64>> {
+        d.get_item(key)?
+            .map(|v| {
+                v.extract::<f64>().map_err(|_| {
+                    PyTypeError::new_err(format!("load_state_dict: group {key:?} must be a number"))
+                })
+            })
+            .transpose()
+    };
+    let (lr, wd) = (number("lr")?, number("weight_decay")?);
+    let mut opt = guard::run(build)?;
+    let momentum = match opt.momentum_setting() {
+        Some(MomentumSetting::Momentum(_)) => number("momentum")?.map(MomentumSetting::Momentum),
+        Some(MomentumSetting::Betas(..)) => {
+            d.get_item("betas")?.map(|b| betas_of(&b)).transpose()?
+        }
+        None => None,
+    };
+    guard::run(|| {
+        if let Some(v) = lr {
+            opt.set_lr(v);
+        }
+        if let Some(v) = wd {
+            opt.set_weight_decay(v);
+        }
+        if let Some(m) = momentum {
+            opt.set_momentum(m);
+        }
+    })
 }
 
 /// A group's `"betas"`: any sequence of two numbers (a tuple or a list).
@@ -543,9 +576,14 @@ impl PyOptimizer {
     /// when `grads` is None. Given a closure instead (PyTorch's `step(closure)`), it is
     /// called first, with gradients recorded (it computes the loss and runs backward), and
     /// its loss is returned.
-    #[pyo3(signature = (grads=None))]
-    fn step(&self, py: Python<'_>, grads: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
-        match grads.filter(|g| !g.is_none()) {
+    #[pyo3(signature = (grads=None, closure=None))]
+    fn step(
+        &self,
+        py: Python<'_>,
+        grads: Option<&Bound<'_, PyAny>>,
+        closure: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        match grads.filter(|g| !g.is_none()).or(closure) {
             Some(g) if g.cast::<PyGradients>().is_err() && g.is_callable() => {
                 let was = ferrograd::autograd::is_grad_enabled();
                 ferrograd::autograd::set_grad_enabled(true);
@@ -635,6 +673,9 @@ impl PyOptimizer {
     fn load_state_dict(&self, py: Python<'_>, state_dict: &Bound<'_, PyAny>) -> PyResult<()> {
         let saved: Vec<Bound<'_, PyDict>> = state_dict.get_item("param_groups")?.extract()?;
         let state = state_dict.get_item("state")?;
+        let state = state.cast::<PyDict>().map_err(|_| {
+            PyTypeError::new_err("load_state_dict: \"state\" must be a dict of parameter states")
+        })?;
         let mut groups = lock(&self.groups);
         if saved.len() != groups.len() {
             return Err(PyValueError::new_err(format!(
@@ -659,10 +700,13 @@ impl PyOptimizer {
                 )));
             }
             let named = numbered(&g.params, first);
-            let (steps, slots) = saved_group_state(&state, &ids, first)?;
+            let (steps, slots) = saved_group_state(state, &ids, first)?;
             guard::run(|| g.opt.check_state(&named, &slots))?.map_err(core_error)?;
             restored.push((named, steps, slots));
             first += g.params.len();
+        }
+        for d in &saved {
+            settings_fit(d, &self.build)?;
         }
         for (g, (named, steps, slots)) in groups.iter_mut().zip(restored) {
             guard::run(|| g.opt.load_state(&named, steps, slots))?.map_err(core_error)?;

@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 
 use crate::convert::{holds_bools, to_tensor};
 use crate::guard::{self, HEAVY};
-use crate::nn::{input, unsupported, PyLayer, Recipe};
+use crate::nn::{input, recipe, unsupported, PyLayer};
 use crate::tensor::PyTensor;
 
 /// An additive mask (0 where a key takes part, −∞ where it is hidden) from PyTorch's forms:
@@ -91,7 +91,7 @@ fn layer_attention(
     (batch, heads): (Option<usize>, usize),
 ) -> PyResult<Attention> {
     let shape_error = |what: &str, want: String, got: &[usize]| {
-        PyValueError::new_err(format!("{what} must be {want}, got {got:?}"))
+        guard::op_error(format!("{what} must be {want}, got {got:?}"))
     };
     let mut mask = additive(attn_mask, true, dtype)?;
     if let Some(m) = mask.take() {
@@ -243,9 +243,8 @@ impl PyMultiheadAttention {
                 m.without_bias()
             }
         })?);
-        let recipe: Recipe = Arc::new(move |memo: &Bound<'_, PyAny>| {
-            let py = memo.py();
-            let init = PyMultiheadAttention::new(
+        let recipe = recipe(move |_| {
+            PyMultiheadAttention::new(
                 embed_dim,
                 num_heads,
                 dropout,
@@ -255,8 +254,7 @@ impl PyMultiheadAttention {
                 kdim,
                 vdim,
                 batch_first,
-            )?;
-            Ok(Py::new(py, init)?.into_any())
+            )
         });
         let layer: Arc<dyn Layer> = inner.clone();
         let base = PyLayer::new(layer).rebuilt_by(recipe);
@@ -440,9 +438,8 @@ impl PyTransformerEncoderLayer {
         bias: bool,
     ) -> PyResult<PyClassInitializer<Self>> {
         let given = activation.map(|a| Arc::new(a.clone().unbind()));
-        let recipe: Recipe = Arc::new(move |memo: &Bound<'_, PyAny>| {
-            let py = memo.py();
-            let init = PyTransformerEncoderLayer::new(
+        let recipe = recipe(move |py| {
+            PyTransformerEncoderLayer::new(
                 d_model,
                 nhead,
                 dim_feedforward,
@@ -452,8 +449,7 @@ impl PyTransformerEncoderLayer {
                 batch_first,
                 norm_first,
                 bias,
-            )?;
-            Ok(Py::new(py, init)?.into_any())
+            )
         });
         let activation = match activation {
             Some(a) => Activation::from_py(a)?,
@@ -534,10 +530,7 @@ impl PyRMSNorm {
                 None => l,
             })
         })?;
-        let recipe: Recipe = Arc::new(move |memo: &Bound<'_, PyAny>| {
-            let py = memo.py();
-            Ok(Py::new(py, PyRMSNorm::new(normalized_shape, eps)?)?.into_any())
-        });
+        let recipe = recipe(move |_| PyRMSNorm::new(normalized_shape, eps));
         let base = PyLayer::new(layer).rebuilt_by(recipe);
         Ok(PyClassInitializer::from(base).add_subclass(PyRMSNorm))
     }

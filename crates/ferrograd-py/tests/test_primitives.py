@@ -193,7 +193,9 @@ def test_each_binary_primitive_has_every_entry_and_agrees_with_numpy(name, diffe
         getattr(p, name)(None)
     for cls, ret in (("Tensor", "Tensor"), ("Node", "Node")):
         body = STUBS.split(f"\nclass {cls}:")[1].split("\nclass ")[0]
-        assert re.search(rf"def {name}\(self, other: \w+\) -> {ret}: \.\.\.", body), f"{cls}.{name} stub"
+        # (Keyword-only extras after the operand, as add's `alpha`, are allowed.)
+        stub = rf"def {name}\(self, other: \w+(, \*, [^)]*)?\) -> {ret}: \.\.\."
+        assert re.search(stub, body), f"{cls}.{name} stub"
 
     if differentiable:
         x, y = fg.tensor(a, requires_grad=True), fg.tensor(b, requires_grad=True)

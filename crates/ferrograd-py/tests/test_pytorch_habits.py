@@ -1257,3 +1257,83 @@ def test_more_of_pytorchs_layers_and_functions():
     assert fg.outer(fg.arange(2), fg.arange(3)).tolist() == [[0, 0, 0], [0, 1, 2]]
     inf, nan = float("inf"), float("nan")
     assert fg.isclose(fg.tensor([1.0, inf, nan]), fg.tensor([1.0 + 1e-9, inf, nan]), equal_nan=True).tolist() == [True] * 3
+
+
+def test_review_cases_of_the_new_habits():
+    import io
+    import pickle
+
+    from ferrograd.utils.checkpoint import checkpoint
+
+    # Booleans and big integers are written exactly.
+    flags = fg.zeros(3) > 1
+    flags[0] = True
+    flags[flags] = False
+    assert flags.dtype == fg.bool and flags.tolist() == [False] * 3
+    big = fg.tensor([2**60 + 1, 7])
+    big[1] = 1
+    assert big.tolist() == [2**60 + 1, 1] and big.flip(0).tolist() == [1, 2**60 + 1]
+    assert big.roll(1).tolist() == [1, 2**60 + 1] and big.masked_fill(big == 1, 0).tolist() == [2**60 + 1, 0]
+    # A frozen parameter stays one through pickling and nn.Parameter.
+    p = fg.ones(2, requires_grad=True)
+    p.requires_grad = False
+    back = pickle.loads(pickle.dumps(p))
+    assert back.is_parameter and not back.requires_grad
+    assert isinstance(nn.Parameter(fg.ones(2), requires_grad=False), nn.Parameter)
+    with pytest.raises(RuntimeError, match="leaf"):
+        (fg.ones(2, requires_grad=True) * 2).requires_grad = False
+    # var(False) is unbiased=False over everything, as PyTorch's overload.
+    x = fg.tensor([[1.0, 2.0], [3.0, 5.0]])
+    close(x.var(False).item(), 2.1875)
+    close(x.var(correction=4).item(), float("inf"))
+    # argsort as PyTorch's: NaN is the largest; booleans; 0-d.
+    assert fg.tensor([3.0, float("nan"), 1.0]).argsort(descending=True).tolist() == [1, 0, 2]
+    assert fg.tensor([True, False, True]).argsort(descending=True).tolist() == [0, 2, 1]
+    assert fg.tensor(5.0).argsort().tolist() == 0
+    # weights_only=None keeps the allow-list; a file object holding safetensors loads.
+    evil = io.BytesIO(pickle.dumps(collections.Counter("a")))
+    with pytest.raises(pickle.UnpicklingError):
+        fg.load(evil, weights_only=None)
+    buf = io.BytesIO()
+    buf.write(open(_saved_state_dict(), "rb").read())
+    buf.seek(0)
+    assert sorted(fg.load(buf)) == ["bias", "weight"]
+    # checkpoint: non-tensor arguments pass through; one tensor must come back.
+    lin = nn.Linear(2, 2)
+    a = fg.ones(1, 2, requires_grad=True)
+    assert checkpoint(lambda t, scale: lin(t) * scale, a, 3.0).shape == (1, 2)
+    with pytest.raises(TypeError, match="one tensor"):
+        checkpoint(lambda t: (lin(t), t), a)
+    # Misc.
+    assert fg.device("cpu") != "cpu:x" and fg.tensor([True]).dtype == fg.bool and fg.Tensor([True]).dtype == fg.float32
+    assert fg.full((2,), np.int64(3)).dtype == fg.int64
+    with pytest.raises(KeyError, match="keys"):
+        nn.ParameterDict({"keys": fg.ones(1)})
+    with pytest.raises(fg.OpError):
+        fg.dot(fg.ones(2, 2), fg.ones(2, 2))
+
+
+def _saved_state_dict():
+    import tempfile
+
+    path = tempfile.mkdtemp() + "/sd.safetensors"
+    fg.save(nn.Linear(2, 2).state_dict(), path)
+    return path
+
+
+def test_an_optimizer_load_that_does_not_fit_changes_nothing():
+    w = fg.ones(3, requires_grad=True)
+    opt = fg.optim.Adam([w], lr=0.1)
+    (w * w).sum().backward()
+    opt.step()
+    good = opt.state_dict()
+    for bad_group, error in [({"lr": "abc"}, TypeError), ({"lr": -1.0}, ValueError), ({"betas": (0.9, 1.5)}, ValueError)]:
+        bad = opt.state_dict()
+        bad["param_groups"][0].update(bad_group)
+        with pytest.raises(error):
+            opt.load_state_dict(bad)
+        assert opt.param_groups[0]["lr"] == 0.1 and opt.param_groups[0]["betas"] == (0.9, 0.999)
+        np.testing.assert_array_equal(opt.state_dict()["state"][0]["exp_avg"].numpy(), good["state"][0]["exp_avg"].numpy())
+    with pytest.raises(TypeError, match="state"):
+        opt.load_state_dict({"state": None, "param_groups": good["param_groups"]})
+    opt.step()  # still steps

@@ -713,5 +713,11 @@ fn rearrangements_and_statistics() {
     );
     let lse = at(big.logsumexp(&[1], false));
     assert!((lse[0] - (1000.0 + 2f64.ln())).abs() < 1e-12 && lse[1] == f64::NEG_INFINITY);
-    assert!(at(v.var_axes(&[0, 1], 6, false))[0].is_nan());
+    // No degrees of freedom left: infinite, as PyTorch's (NaN for a constant).
+    assert_eq!(at(v.var_axes(&[0, 1], 6, false))[0], f64::INFINITY);
+    assert!(at(v.ones_like().var_axes(&[1], 3, false))[0].is_nan());
+    let empty = Tensor::zeros(&[2, 0], DType::F64);
+    assert_eq!(at(empty.logsumexp(&[1], false)), [f64::NEG_INFINITY; 2]);
+    let twice = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| v.flip(&[1, -1])));
+    assert!(twice.is_err(), "flip names an axis twice");
 }

@@ -323,3 +323,43 @@ fn checkpointed_blocks_give_the_same_values_and_gradients() {
     let z = no_grad(|| checkpoint(|xs: &[Tensor]| xs[0].exp(), &[&x]));
     assert!(z.allclose(&x.exp(), 0.0, 0.0));
 }
+
+#[test]
+fn a_checkpointed_block_draws_the_same_dropout_when_run_again() {
+    manual_seed(12);
+    let block = std::sync::Arc::new(
+        TransformerEncoderLayer::new(8, 2)
+            .dim_feedforward(16)
+            .dropout(0.3),
+    );
+    let x = randn(&[2, 5, 8], 13).to_dtype(DType::F32).requires_grad();
+    let w = randn(&[2, 5, 8], 14).to_dtype(DType::F32);
+    let streams = |b: &TransformerEncoderLayer| -> Vec<_> {
+        b.rng_streams().iter().map(|(_, s)| s.state()).collect()
+    };
+    // The layer's dropout streams and the default generator (a scale drawn from it).
+    let run = |b: &TransformerEncoderLayer, x: &Tensor| {
+        let scale = with_default_rng(|r| Tensor::rand_uniform(x.shape(), 0.5, 1.5, DType::F32, r));
+        &Layer::forward(b, x, Mode::Train) * &scale
+    };
+    let start = streams(&block);
+    manual_seed(99);
+    let inner = block.clone();
+    let y = checkpoint(move |xs: &[Tensor]| run(&inner, &xs[0]), &[&x]);
+    let a = (&y * &w).sum().backward();
+    let after = streams(&block);
+    // The same draws without checkpointing: the streams and the generator set back.
+    for ((_, s), state) in block.rng_streams().iter().zip(&start) {
+        s.set_state(*state);
+    }
+    manual_seed(99);
+    let plain = run(&block, &x);
+    assert_eq!(y.to_vec::<f32>(), plain.to_vec::<f32>());
+    assert_eq!(streams(&block), after, "the recomputation moved no stream");
+    let b = (&plain * &w).sum().backward();
+    for (name, p) in block.params() {
+        let (ga, gb) = (a.get_param(&p).unwrap(), b.get_param(&p).unwrap());
+        assert!(ga.allclose(&gb, 1e-5, 1e-6), "{name}");
+    }
+    assert!(a.get(&x).unwrap().allclose(&b.get(&x).unwrap(), 1e-5, 1e-6));
+}

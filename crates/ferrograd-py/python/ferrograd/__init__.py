@@ -292,8 +292,11 @@ def outer(a, b):
 
 
 def dot(a, b):
-    """The sum of the products of two vectors."""
-    return (_as_tensor(a) * _as_tensor(b)).sum()
+    """The sum of the products of two vectors (1-D, of one length)."""
+    a, b = _as_tensor(a), _as_tensor(b)
+    if a.ndim != 1 or b.ndim != 1 or a.shape != b.shape:
+        raise OpError(f"dot: expects two 1-D tensors of one length, got {tuple(a.shape)} and {tuple(b.shape)}")
+    return (a * b).sum()
 topk = _unary("topk")
 permute = _unary("permute")
 flatten = _unary("flatten")

@@ -27,7 +27,10 @@ class device:  # noqa: N801 (PyTorch's name)
 
     def __eq__(self, other):
         if isinstance(other, str):
-            other = device(other) if other.split(":")[0] == "cpu" else None
+            try:
+                other = device(other)
+            except ValueError:
+                return False
         return isinstance(other, device) and (self.type, self.index) == (other.type, other.index)
 
     def __hash__(self):

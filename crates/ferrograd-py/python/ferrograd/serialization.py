@@ -4,6 +4,7 @@ dict (names to tensors) goes to a safetensors file, which PyTorch also reads; an
 goes through pickle. ``load`` tells the two apart by their first bytes, and unpickles only
 tensors, numpy arrays and plain containers unless ``weights_only=False``, as PyTorch's."""
 
+import io
 import os
 import pickle
 
@@ -18,6 +19,8 @@ _WEIGHTS_ONLY = {
     ("ferrograd.return_types", "topk"),
     ("ferrograd.return_types", "max"),
     ("ferrograd.return_types", "min"),
+    ("ferrograd.return_types", "sort"),
+    ("ferrograd.serialization", "_frozen_leaf"),
     ("numpy", "ndarray"),
     ("numpy", "dtype"),
     ("numpy._core.multiarray", "_reconstruct"),
@@ -38,7 +41,24 @@ class _WeightsUnpickler(pickle.Unpickler):
 
 
 def _is_state_dict(obj):
-    return isinstance(obj, dict) and all(isinstance(k, str) and isinstance(v, Tensor) for k, v in obj.items())
+    return (
+        isinstance(obj, dict)
+        and len(obj) > 0
+        and all(isinstance(k, str) and isinstance(v, Tensor) for k, v in obj.items())
+    )
+
+
+def _frozen_leaf(values):
+    """A parameter whose gradients are off (``requires_grad = False``), from its values: how
+    a pickled frozen parameter comes back."""
+    leaf = _core.tensor(values, requires_grad=True)
+    leaf.requires_grad = False
+    return leaf
+
+
+def _is_safetensors(head):
+    # A safetensors file starts with its header's length (8 bytes) and the header's "{".
+    return len(head) == 9 and head[8:9] == b"{"
 
 
 def save(obj, f):
@@ -64,14 +84,16 @@ def load(f, map_location=None, weights_only=True):
     arrays and plain containers; anything else is refused before it runs. ``map_location``
     is accepted for PyTorch's scripts (the CPU is the only device)."""
     del map_location
-    unpickle = _WeightsUnpickler if weights_only else pickle.Unpickler
+    # As PyTorch's, anything but an explicit False (None included) keeps the allow-list.
+    unpickle = pickle.Unpickler if weights_only is False else _WeightsUnpickler
     if hasattr(f, "read"):
-        return unpickle(f).load()
+        data = f.read()
+        if _is_safetensors(data[:9]):
+            return _core.load_tensor_bytes(data)
+        return unpickle(io.BytesIO(data)).load()
     path = os.fspath(f)
     with open(path, "rb") as stream:
-        head = stream.read(9)
-        # A safetensors file starts with its header's length (8 bytes) and the header's "{".
-        if len(head) == 9 and head[8:9] == b"{":
+        if _is_safetensors(stream.read(9)):
             return _core.load_tensors(path)
         stream.seek(0)
         return unpickle(stream).load()

@@ -90,9 +90,11 @@ def m_t(self):
 
 
 def masked_select(self, mask):
-    """The elements where ``mask`` (broadcast to this shape) is true, as a 1-D tensor."""
-    picks = np.flatnonzero(np.broadcast_to(np.asarray(_core.tensor(mask).numpy(), dtype=bool), self.shape))
-    return self.reshape(-1).index_select(0, picks.tolist())
+    """The elements where ``mask`` is true (the two broadcast together), as a 1-D tensor."""
+    bits = np.asarray(_core.tensor(mask).numpy(), dtype=bool)
+    shape = np.broadcast_shapes(tuple(self.shape), bits.shape)
+    picks = np.flatnonzero(np.broadcast_to(bits, shape))
+    return self.expand(*shape).reshape(-1).index_select(0, picks.tolist())
 
 
 def repeat_interleave(self, repeats, dim=None):
@@ -105,10 +107,19 @@ def repeat_interleave(self, repeats, dim=None):
 
 
 def argsort(self, dim=-1, descending=False, stable=False):
-    """The positions that sort each row along ``dim`` (int64; ties in their order)."""
+    """The positions that sort each row along ``dim`` (int64; ties in their order; NaN
+    counts as the largest value, as PyTorch's)."""
     values = self.detach().numpy()
-    order = np.argsort(-values if descending else values, axis=dim, kind="stable")
-    return _core.tensor(order.astype(np.int64))
+    if values.ndim == 0:
+        return _core.tensor(np.int64(0))
+    if values.dtype == np.bool_:
+        values = values.astype(np.int64)
+    if descending:
+        # Reversed order without negating (an int64's minimum has no negation), NaN first.
+        key = ~values if values.dtype.kind == "i" else np.where(np.isnan(values), -np.inf, -values)
+    else:
+        key = values
+    return _core.tensor(np.argsort(key, axis=dim, kind="stable").astype(np.int64))
 
 
 def sort_method(self, dim=-1, descending=False, stable=False):
@@ -120,7 +131,10 @@ def sort_method(self, dim=-1, descending=False, stable=False):
 def nonzero(self, as_tuple=False):
     """The coordinates of the non-zero elements: ``[count, ndim]`` int64, or one 1-D
     tensor per axis with ``as_tuple``."""
-    where = np.nonzero(self.detach().numpy())
+    where = np.nonzero(np.atleast_1d(self.detach().numpy()))[: max(self.ndim, 1)]
+    if self.ndim == 0:
+        where = () if as_tuple else np.zeros((len(where[0]), 0), dtype=np.int64)
+        return where if as_tuple else _core.tensor(where)
     if as_tuple:
         return tuple(_core.tensor(w.astype(np.int64)) for w in where)
     return _core.tensor(np.stack(where, axis=1).astype(np.int64).reshape(-1, self.ndim))

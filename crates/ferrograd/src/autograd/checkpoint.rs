@@ -8,15 +8,16 @@ use std::sync::Arc;
 use super::custom::{captured_leaves, stand_in};
 use super::engine::try_grad;
 use crate::tensor::record::record_impl;
-use crate::tensor::{enable_grad, is_grad_enabled, InputGrads, Tensor};
+use crate::tensor::{draws, enable_grad, is_grad_enabled, InputGrads, Tensor};
 
 /// `f(inputs)`, keeping only the inputs and the tracked leaves `f` reads (its weights) for
 /// backward, not the intermediate results: backward runs `f` again and differentiates that.
 /// Gradients reach the inputs and the weights as without checkpointing, to every order (a
 /// backward that builds a graph recomputes with a graph too).
 ///
-/// `f` must compute the same thing when run again: a function that draws random numbers
-/// (dropout in training) would be differentiated at other draws than the ones it returned.
+/// Run again, `f` draws what it drew the first time (a layer's dropout masks, the default
+/// generator's numbers), as PyTorch's `preserve_rng_state`, so its gradients are those of
+/// the result it returned.
 ///
 /// ```
 /// use ferrograd::prelude::*;
@@ -41,7 +42,7 @@ where
     // One run with a graph, to learn which leaves `f` reads besides its inputs; the graph is
     // dropped with `y` at the end of this call, and only its value is kept.
     let leaves: Vec<Tensor> = inputs.iter().map(|t| leaf(t)).collect();
-    let y = f(&leaves);
+    let (y, drawn) = draws::recorded(|| f(&leaves));
     let weights = captured_leaves(&y, &leaves);
     let n = inputs.len();
     let all: Vec<&Tensor> = inputs.iter().copied().chain(&weights).collect();
@@ -50,7 +51,9 @@ where
         Cow::Borrowed("checkpoint"),
         y.detach(),
         &all,
-        Some(Box::new(move |c, up| recompute(&*f, n, c.inputs, up))),
+        Some(Box::new(move |c, up| {
+            draws::replayed(&drawn, || recompute(&*f, n, c.inputs, up))
+        })),
     )
 }
 

@@ -5,4 +5,6 @@ mod checkpoint;
 pub(crate) mod tensors;
 
 pub use checkpoint::{load_checkpoint, save_checkpoint, Checkpoint};
-pub use tensors::{load_file_tensors, load_tensors, save_tensors, write_atomic, FileTensor};
+pub use tensors::{
+    load_file_tensors, load_tensors, load_tensors_from, save_tensors, write_atomic, FileTensor,
+};

@@ -146,7 +146,23 @@ pub fn save_tensors(
 /// Reads every tensor and the metadata of a safetensors file (f32, f64 and i64 tensors only,
 /// kept in their dtype).
 pub fn load_tensors(path: &Path) -> Result<(HashMap<String, Tensor>, HashMap<String, String>)> {
-    let (file, metadata) = read_safetensors(path)?;
+    converted(read_safetensors(path)?, path)
+}
+
+/// [`load_tensors`] of a safetensors file already read into memory; `origin` names it in
+/// errors.
+pub fn load_tensors_from(
+    raw: &[u8],
+    origin: &Path,
+) -> Result<(HashMap<String, Tensor>, HashMap<String, String>)> {
+    converted(parse_safetensors(raw, origin)?, origin)
+}
+
+/// The tensors of a parsed file in their dtypes (f32, f64 and i64 only).
+fn converted(
+    (file, metadata): (HashMap<String, FileTensor>, HashMap<String, String>),
+    path: &Path,
+) -> Result<(HashMap<String, Tensor>, HashMap<String, String>)> {
     let mut out = HashMap::new();
     for (name, t) in file {
         let dtype = match t.dtype {
@@ -269,11 +285,18 @@ pub fn load_file_tensors(path: &Path) -> Result<HashMap<String, FileTensor>> {
 
 /// The tensors (as stored) and the metadata of a safetensors file.
 fn read_safetensors(path: &Path) -> Result<(HashMap<String, FileTensor>, HashMap<String, String>)> {
-    let raw = crate::error::read_regular_file(path)?;
-    let parsed = SafeTensors::deserialize(&raw)
+    parse_safetensors(&crate::error::read_regular_file(path)?, path)
+}
+
+/// The tensors (as stored) and the metadata of the safetensors bytes `raw` (from `path`).
+fn parse_safetensors(
+    raw: &[u8],
+    path: &Path,
+) -> Result<(HashMap<String, FileTensor>, HashMap<String, String>)> {
+    let parsed = SafeTensors::deserialize(raw)
         .map_err(|e| Error::format(path, format!("not a valid safetensors file: {e}")))?;
     let (_, meta) =
-        SafeTensors::read_metadata(&raw).map_err(|e| Error::format(path, e.to_string()))?;
+        SafeTensors::read_metadata(raw).map_err(|e| Error::format(path, e.to_string()))?;
     let tensors = parsed
         .tensors()
         .into_iter()

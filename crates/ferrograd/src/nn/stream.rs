@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
+use crate::tensor::draws;
+
 /// A layer's source of randomness. Draw `n` uses a generator keyed by the seed and `n` side by
 /// side, so streams of different seeds or positions never overlap, and `(seed, draws)` is the
 /// whole state. Clones share the stream.
@@ -27,14 +29,19 @@ impl RngStream {
         RngStream(Arc::new(Mutex::new(StreamState { seed, draws: 0 })))
     }
 
-    /// The generator for the next draw (and the stream moves on by one).
+    /// The generator for the next draw (and the stream moves on by one). Inside a
+    /// checkpointed function run again in backward, the draw it made the first time (and the
+    /// stream stays where it is).
     pub fn next_rng(&self) -> StdRng {
         let mut s = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let ((seed, draws), advance) = draws::stream_draw((s.seed, s.draws));
         let mut key = [0u8; 32];
-        key[..8].copy_from_slice(&s.seed.to_le_bytes());
-        key[8..16].copy_from_slice(&s.draws.to_le_bytes());
+        key[..8].copy_from_slice(&seed.to_le_bytes());
+        key[8..16].copy_from_slice(&draws.to_le_bytes());
         key[16..].copy_from_slice(b"ferrograd:layer.");
-        s.draws += 1;
+        if advance {
+            s.draws += 1;
+        }
         StdRng::from_seed(key)
     }
 

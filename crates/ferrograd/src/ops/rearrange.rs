@@ -57,14 +57,18 @@ impl Tensor {
             .reshape(ishape)
     }
 
-    /// The elements in reverse order along each of `axes` (PyTorch's `flip`).
+    /// The elements in reverse order along each of `axes` (PyTorch's `flip`; an axis named
+    /// twice is refused, as there).
     pub fn flip<A: Axis>(&self, axes: &[A]) -> Tensor {
-        axes_in("flip", axes, self.shape())
-            .into_iter()
-            .fold(self.clone(), |t, a| {
-                let reversed: Vec<usize> = (0..t.shape()[a]).rev().collect();
-                t.index_select(a, reversed.as_slice())
-            })
+        let axes = axes_in("flip", axes, self.shape());
+        assert!(
+            axes.iter().enumerate().all(|(i, a)| !axes[..i].contains(a)),
+            "flip: axis repeated in {axes:?}"
+        );
+        axes.into_iter().fold(self.clone(), |t, a| {
+            let reversed: Vec<usize> = (0..t.shape()[a]).rev().collect();
+            t.index_select(a, reversed.as_slice())
+        })
     }
 
     /// The elements shifted `shift` places along `axis`, those that fall off one end coming

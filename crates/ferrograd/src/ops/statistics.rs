@@ -7,18 +7,15 @@ use crate::tensor::Tensor;
 impl Tensor {
     /// The variance over `axes`: the mean square distance from the mean, the sum divided by
     /// the count less `correction` (1, Bessel's, is PyTorch's default; 0 the population's).
-    /// NaN where the count is at most `correction`, as PyTorch's.
+    /// Where the count is at most `correction` the divisor is 0, as PyTorch's: infinite, or
+    /// NaN for a sum of 0.
     pub fn var_axes<A: Axis>(&self, axes: &[A], correction: usize, keepdim: bool) -> Tensor {
         let axes = axes_in("var_axes", axes, self.shape());
         let count: usize = axes.iter().map(|&a| self.shape()[a]).product();
         let centered = self - &self.mean_axes(&axes, true);
         let squares = centered.square().sum_axes(&axes, keepdim);
-        let divisor = count as f64 - correction as f64;
-        if divisor > 0.0 {
-            &squares * (1.0 / divisor)
-        } else {
-            &squares * f64::NAN
-        }
+        let divisor = count.saturating_sub(correction) as f64;
+        squares.div_scalar(divisor)
     }
 
     /// The standard deviation over `axes`: the square root of [`Tensor::var_axes`].
@@ -30,6 +27,11 @@ impl Tensor {
     /// (where it is infinite, the sum is of the infinities themselves, as PyTorch's).
     pub fn logsumexp<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
         let axes = axes_in("logsumexp", axes, self.shape());
+        if axes.iter().any(|&a| self.shape()[a] == 0) {
+            // The log of an empty sum.
+            let sum = self.sum_axes(&axes, keepdim);
+            return &sum + f64::NEG_INFINITY;
+        }
         let top = self.max_axes(&axes, true).detach();
         let finite = top.abs().lt_scalar(f64::INFINITY);
         let shift = finite.where_cond(&top, &top.zeros_like());

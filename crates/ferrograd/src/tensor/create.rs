@@ -21,6 +21,19 @@ pub fn manual_seed(seed: u64) {
     *DEFAULT_RNG.lock().unwrap_or_else(|e| e.into_inner()) = Some(StdRng::seed_from_u64(seed));
 }
 
+/// The default generator as it stands (None before its first use), to set it back later.
+pub(crate) fn default_rng_state() -> Option<StdRng> {
+    DEFAULT_RNG
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+}
+
+/// Sets the default generator to a state [`default_rng_state`] gave.
+pub(crate) fn set_default_rng_state(state: Option<StdRng>) {
+    *DEFAULT_RNG.lock().unwrap_or_else(|e| e.into_inner()) = state;
+}
+
 /// Runs `f` with the default generator (seeded by [`manual_seed`]).
 pub fn with_default_rng<R>(f: impl FnOnce(&mut StdRng) -> R) -> R {
     let mut guard = DEFAULT_RNG.lock().unwrap_or_else(|e| e.into_inner());

@@ -7,6 +7,7 @@
 pub(crate) mod anomaly;
 mod create;
 mod display;
+pub(crate) mod draws;
 mod element;
 mod layout;
 mod mode;

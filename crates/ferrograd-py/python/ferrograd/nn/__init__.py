@@ -112,7 +112,9 @@ class Parameter(metaclass=_ParameterType):
         base = _zeros(0) if data is None else data
         value = base.detach().numpy() if isinstance(base, Tensor) else base
         dtype = base.dtype if isinstance(base, Tensor) else None
-        return _tensor(value, dtype=dtype, requires_grad=requires_grad)
+        leaf = _tensor(value, dtype=dtype, requires_grad=True)
+        leaf.requires_grad = requires_grad  # a frozen parameter is still one
+        return leaf
 
 
 from . import functional, init, utils  # noqa: E402,F401

@@ -32,7 +32,12 @@ class Upsample(Module):
         return F.interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners)
 
     def extra_repr(self):
-        what = f"size={self.size}" if self.size is not None else f"scale_factor={float(self.scale_factor)}"
+        if self.size is not None:
+            what = f"size={self.size}"
+        elif isinstance(self.scale_factor, (tuple, list)):
+            what = f"scale_factor={tuple(float(f) for f in self.scale_factor)}"
+        else:
+            what = f"scale_factor={float(self.scale_factor)}"
         return f"{what}, mode='{self.mode}'"
 
 
@@ -101,6 +106,8 @@ class ParameterDict(Module):
             self[k] = v
 
     def __setitem__(self, key, value):
+        if key not in self._parameters and hasattr(self, key):
+            raise KeyError(f"attribute '{key}' already exists")
         setattr(self, key, _as_parameter(value))
 
     def __getitem__(self, key):

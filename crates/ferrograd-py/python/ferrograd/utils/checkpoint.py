@@ -2,14 +2,23 @@
 activations, and run it again during backward."""
 
 from .. import _core
+from .._core import Tensor
 
 
 def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, **kwargs):
-    """``function(*args)``, its graph not kept: the backward pass runs ``function`` again to
-    get its gradients (to ``args`` and to the parameters it reads). ``function`` returns one
-    tensor. ``use_reentrant`` and ``preserve_rng_state`` are PyTorch's switches, accepted;
-    keyword arguments are passed to ``function``."""
+    """``function(*args, **kwargs)``, its graph not kept: the backward pass runs ``function``
+    again to get its gradients (to the tensor arguments and to the parameters it reads),
+    drawing the random numbers it drew the first time (dropout masks), so the gradients are
+    those of the result returned. ``function`` returns one tensor; arguments that are not
+    tensors are passed as they are. ``use_reentrant`` and ``preserve_rng_state`` are
+    PyTorch's switches, accepted (the draws are always kept)."""
     del use_reentrant, preserve_rng_state
-    if kwargs:
-        return _core.checkpoint(lambda *xs: function(*xs, **kwargs), args)
-    return _core.checkpoint(function, args)
+    at = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
+
+    def run(*tensors):
+        full = list(args)
+        for i, t in zip(at, tensors):
+            full[i] = t
+        return function(*full, **kwargs)
+
+    return _core.checkpoint(run, tuple(args[i] for i in at))
