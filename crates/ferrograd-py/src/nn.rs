@@ -1023,7 +1023,11 @@ layer_class!(
             }
         },
     settings: match padding_idx {
-        Some(p) => format!("{num_embeddings}, {embedding_dim}, padding_idx={p}"),
+        // PyTorch prints the row a negative index names.
+        Some(p) => format!(
+            "{num_embeddings}, {embedding_dim}, padding_idx={}",
+            if p < 0 { p + num_embeddings as isize } else { p }
+        ),
         None => format!("{num_embeddings}, {embedding_dim}"),
     }
 );
