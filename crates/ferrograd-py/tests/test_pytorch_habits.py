@@ -1337,3 +1337,21 @@ def test_an_optimizer_load_that_does_not_fit_changes_nothing():
     with pytest.raises(TypeError, match="state"):
         opt.load_state_dict({"state": None, "param_groups": good["param_groups"]})
     opt.step()  # still steps
+
+
+def test_pad_sequence_and_pretrained_embeddings_as_pytorchs():
+    from ferrograd.nn.utils.rnn import pad_sequence
+
+    a, b = fg.ones(3, 2, requires_grad=True), fg.full((1, 2), 2.0)
+    padded = pad_sequence([a, b], batch_first=True, padding_value=-1.0)
+    assert padded.shape == (2, 3, 2) and padded.tolist()[1] == [[2.0, 2.0], [-1.0, -1.0], [-1.0, -1.0]]
+    assert pad_sequence([a, b]).shape == (3, 2, 2)
+    assert pad_sequence([a, b], batch_first=True, padding_side="left").tolist()[1][2] == [2.0, 2.0]
+    padded.sum().backward()
+    assert a.grad.tolist() == [[1.0, 1.0]] * 3
+    table = fg.tensor(np.arange(6.0).reshape(3, 2))
+    frozen = nn.Embedding.from_pretrained(table)
+    assert frozen.weight.dtype == fg.float64 and not frozen.weight.requires_grad
+    assert frozen(fg.tensor([2])).tolist() == [[4.0, 5.0]]
+    tuned = nn.Embedding.from_pretrained(table.float(), freeze=False, padding_idx=0)
+    assert tuned.weight.requires_grad and tuned.weight.tolist()[0] == [0.0, 1.0]  # kept, as PyTorch's

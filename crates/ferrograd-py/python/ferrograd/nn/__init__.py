@@ -117,4 +117,19 @@ class Parameter(metaclass=_ParameterType):
         return leaf
 
 
+def _embedding_from_pretrained(cls, embeddings, freeze=True, padding_idx=None, max_norm=None, **kwargs):
+    """``Embedding.from_pretrained(embeddings, freeze=True, padding_idx=None)``: a table
+    holding ``embeddings`` ``[count, dim]`` (its dtype kept), not trained when ``freeze``."""
+    if max_norm is not None or kwargs.get("sparse"):
+        raise NotImplementedError("from_pretrained with max_norm or sparse is not supported")
+    rows, dim = embeddings.shape
+    layer = cls(rows, dim, padding_idx=padding_idx)
+    layer.to(embeddings.dtype)
+    layer.weight.data = embeddings
+    layer.weight.requires_grad = not freeze
+    return layer
+
+
+Embedding.from_pretrained = classmethod(_embedding_from_pretrained)
+
 from . import functional, init, utils  # noqa: E402,F401

@@ -1,5 +1,8 @@
 """``ferrograd.nn.utils``: gradient clipping with PyTorch's names and numbers, on the
-``.grad`` of each parameter."""
+``.grad`` of each parameter, and ``rnn.pad_sequence``."""
+
+import sys
+import types
 
 from .. import _core
 
@@ -52,3 +55,29 @@ def vector_to_parameters(vec, parameters):
         n = p.numel()
         p.data = vec[start : start + n].reshape(*p.shape).detach()
         start += n
+
+
+def pad_sequence(sequences, batch_first=False, padding_value=0.0, padding_side="right"):
+    """Sequences of different lengths ``[T_i, *]`` padded with ``padding_value`` to the
+    longest and stacked: ``[T, B, *]``, or ``[B, T, *]`` with ``batch_first``, as PyTorch's
+    ``nn.utils.rnn.pad_sequence`` (differentiable in the sequences)."""
+    if padding_side not in ("right", "left"):
+        raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+    sequences = list(sequences)
+    if not sequences:
+        raise ValueError("pad_sequence: no sequences")
+    longest = max(s.shape[0] for s in sequences)
+    padded = []
+    for s in sequences:
+        missing = longest - s.shape[0]
+        if missing:
+            fill = _core.full((missing,) + tuple(s.shape[1:]), padding_value, dtype=s.dtype)
+            s = _core.cat([s, fill] if padding_side == "right" else [fill, s], 0)
+        padded.append(s)
+    return _core.stack(padded, 0 if batch_first else 1)
+
+
+rnn = types.ModuleType("ferrograd.nn.utils.rnn", "PyTorch's ``nn.utils.rnn``: ``pad_sequence``.")
+rnn.pad_sequence = pad_sequence
+sys.modules[rnn.__name__] = rnn
+
