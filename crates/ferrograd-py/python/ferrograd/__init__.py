@@ -13,7 +13,6 @@ message; file errors raise ``OSError`` naming the file.
 
 import functools as _functools
 from builtins import bool as _builtin_bool
-import os as _os
 from importlib import metadata as _metadata
 
 from . import _core
@@ -246,6 +245,11 @@ transpose = _unary("transpose")
 tril = _unary("tril")
 triu = _unary("triu")
 masked_fill = _unary("masked_fill")
+topk = _unary("topk")
+permute = _unary("permute")
+flatten = _unary("flatten")
+squeeze = _unary("squeeze")
+unsqueeze = _unary("unsqueeze")
 gather = _unary("gather")
 flip = _unary("flip")
 roll = _unary("roll")
@@ -297,11 +301,6 @@ def dot(a, b):
     if a.ndim != 1 or b.ndim != 1 or a.shape != b.shape:
         raise OpError(f"dot: expects two 1-D tensors of one length, got {tuple(a.shape)} and {tuple(b.shape)}")
     return (a * b).sum()
-topk = _unary("topk")
-permute = _unary("permute")
-flatten = _unary("flatten")
-squeeze = _unary("squeeze")
-unsqueeze = _unary("unsqueeze")
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
