@@ -158,4 +158,20 @@ impl PyTensor {
         let axes = axes_or_all(&self.tensor(), Some(dim))?;
         self.map(py, |t| t.logsumexp(&axes, keepdim))
     }
+
+    /// The running sums along `dim` (PyTorch's `cumsum`; integers stay integers, exact below
+    /// 2⁵³), in `dtype` when given.
+    #[pyo3(signature = (dim, *, dtype=None))]
+    fn cumsum(
+        &self,
+        py: Python<'_>,
+        dim: isize,
+        dtype: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
+        let sums = self.map_int(py, |t| t.cumsum(dim))?;
+        match crate::convert::dtype_arg(dtype)? {
+            Some(d) => Ok(PyTensor::new(sums.tensor().to_dtype(d))),
+            None => Ok(sums),
+        }
+    }
 }

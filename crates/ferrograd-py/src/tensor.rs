@@ -430,7 +430,7 @@ impl PyTensor {
     }
 
     /// `f` on the tensor, an integer one staying integer (`int_exact`).
-    fn map_int(
+    pub(crate) fn map_int(
         &self,
         py: Python<'_>,
         f: impl FnOnce(&Tensor) -> Tensor + Send,

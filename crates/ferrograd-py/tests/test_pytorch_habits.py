@@ -1355,3 +1355,15 @@ def test_pad_sequence_and_pretrained_embeddings_as_pytorchs():
     assert frozen(fg.tensor([2])).tolist() == [[4.0, 5.0]]
     tuned = nn.Embedding.from_pretrained(table.float(), freeze=False, padding_idx=0)
     assert tuned.weight.requires_grad and tuned.weight.tolist()[0] == [0.0, 1.0]  # kept, as PyTorch's
+
+
+def test_cumsum_as_pytorchs():
+    a = np.sin(np.arange(1400.0)).reshape(2, 700)
+    np.testing.assert_allclose(fg.tensor(a).cumsum(1).numpy(), np.cumsum(a, 1), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(fg.cumsum(fg.tensor(a), dim=0).numpy(), np.cumsum(a, 0), rtol=1e-12)
+    ints = fg.tensor([[1, 2, 3], [4, 5, 6]])
+    assert ints.cumsum(1).dtype == fg.int64 and ints.cumsum(1).tolist() == [[1, 3, 6], [4, 9, 15]]
+    assert (ints > 2).cumsum(1).tolist() == [[0, 0, 1], [1, 2, 3]]
+    assert ints.cumsum(0, dtype=fg.float64).dtype == fg.float64
+    w = fg.tensor(a[0, :5], requires_grad=True)
+    assert fg.gradcheck(lambda t: (t.cumsum(0) ** 2).sum(), [w], second_order=True)

@@ -696,6 +696,8 @@ fn rearrangements_and_statistics() {
     check1("var", |t| t.var_axes(&[1, 2], 1, false), &x);
     check1("std", |t| t.std_axes(&[-1], 0, true), &x);
     check1("logsumexp", |t| t.logsumexp(&[0, 2], false), &x);
+    check1("cumsum", |t| t.cumsum(1), &x);
+    check1("cumsum, by blocks", |t| t.cumsum(0), &randn(&[300, 2], 32));
     // Values, as PyTorch gives them.
     let v = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
     let at = |t: Tensor| t.to_vec::<f64>();
@@ -713,6 +715,26 @@ fn rearrangements_and_statistics() {
     );
     let lse = at(big.logsumexp(&[1], false));
     assert!((lse[0] - (1000.0 + 2f64.ln())).abs() < 1e-12 && lse[1] == f64::NEG_INFINITY);
+    // Running sums, along a long axis (by blocks) too, as a sequential sum gives them.
+    let long = randn(&[3, 700], 33);
+    let want: Vec<f64> = long
+        .to_vec::<f64>()
+        .chunks(700)
+        .flat_map(|row| {
+            row.iter()
+                .scan(0.0, |acc, &v| {
+                    *acc += v;
+                    Some(*acc)
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let got = at(long.cumsum(-1));
+    assert!(
+        got.iter().zip(&want).all(|(g, w)| (g - w).abs() < 1e-10),
+        "cumsum by blocks"
+    );
+    assert_eq!(at(v.cumsum(0)), [1.0, 2.0, 3.0, 5.0, 7.0, 9.0]);
     // No degrees of freedom left: infinite, as PyTorch's (NaN for a constant).
     assert_eq!(at(v.var_axes(&[0, 1], 6, false))[0], f64::INFINITY);
     assert!(at(v.ones_like().var_axes(&[1], 3, false))[0].is_nan());

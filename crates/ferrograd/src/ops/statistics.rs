@@ -1,8 +1,13 @@
-//! Statistics over axes, PyTorch's `var`, `std` and `logsumexp`, written with the
-//! differentiable reductions and element-wise ops, so each has derivatives of every order.
+//! Statistics over axes, PyTorch's `var`, `std` and `logsumexp`, and running sums
+//! (`cumsum`), written with the differentiable reductions, products and element-wise ops, so
+//! each has derivatives of every order.
 
-use super::{axes_in, Axis};
+use super::{axes_in, axis_in, Axis};
 use crate::tensor::Tensor;
+
+/// Elements of the axis a running sum takes by one product with a triangle of ones; longer
+/// axes go by blocks of this many (the triangle stays small).
+const CUMSUM_BLOCK: usize = 256;
 
 impl Tensor {
     /// The variance over `axes`: the mean square distance from the mean, the sum divided by
@@ -45,4 +50,53 @@ impl Tensor {
             axes.iter().rev().fold(out, |t, &a| t.squeeze(a))
         }
     }
+
+    /// The running sums along `axis` (PyTorch's `cumsum`): element `i` is the sum of elements
+    /// `0..=i`. Computed as products with a triangle of ones (by blocks on long axes, each
+    /// block's total carried to the next), so the derivative, the running sums from the other
+    /// end, comes with it; float sums may round differently from a sequential loop.
+    ///
+    /// ```
+    /// use ferrograd::prelude::*;
+    ///
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]);
+    /// assert_eq!(x.cumsum(1).to_vec::<f32>(), [1.0, 3.0, 3.0, 7.0]);
+    /// ```
+    pub fn cumsum<A: Axis>(&self, axis: A) -> Tensor {
+        let axis = axis_in("cumsum", axis, self.shape());
+        let last = self.ndim() - 1;
+        let along_last = self.transpose(axis, last);
+        running_sums(&along_last).transpose(axis, last)
+    }
+}
+
+/// The running sums along the last axis of `x`.
+fn running_sums(x: &Tensor) -> Tensor {
+    let n = x.shape()[x.ndim() - 1];
+    if n <= CUMSUM_BLOCK {
+        let upper = Tensor::ones(&[n, n], x.dtype()).triu(0);
+        return x.matmul(&upper);
+    }
+    // Blocks of CUMSUM_BLOCK (the last padded with zeros), each summed within by one
+    // product, then each block's total carried into the blocks after it.
+    let blocks = n.div_ceil(CUMSUM_BLOCK);
+    let lead = &x.shape()[..x.ndim() - 1];
+    let pad: Vec<usize> = lead
+        .iter()
+        .copied()
+        .chain([blocks * CUMSUM_BLOCK - n])
+        .collect();
+    let padded = Tensor::cat(&[x, &Tensor::zeros(&pad, x.dtype())], x.ndim() - 1);
+    let shape: Vec<usize> = lead.iter().copied().chain([blocks, CUMSUM_BLOCK]).collect();
+    let within = running_sums(&padded.reshape(&shape));
+    let totals = within.narrow(-1, CUMSUM_BLOCK - 1, 1).squeeze(-1);
+    let before = &running_sums(&totals) - &totals;
+    let whole: Vec<usize> = lead
+        .iter()
+        .copied()
+        .chain([blocks * CUMSUM_BLOCK])
+        .collect();
+    (&within + &before.unsqueeze(-1))
+        .reshape(&whole)
+        .narrow(-1, 0, n)
 }
