@@ -378,6 +378,17 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Size2 {
     }
 }
 
+/// As PyTorch keeps it on a layer: `(height, width)`.
+impl<'py> IntoPyObject<'py> for Size2 {
+    type Target = PyTuple;
+    type Output = Bound<'py, PyTuple>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Self::Output> {
+        PyTuple::new(py, self.0)
+    }
+}
+
 /// A normalised shape that is one last axis: an int, or a sequence of one int (PyTorch's
 /// `LayerNorm(8)` and `LayerNorm((8,))`).
 #[derive(Clone, Copy)]
@@ -401,6 +412,17 @@ impl<'a, 'py> FromPyObject<'a, 'py> for LastAxis {
                 dims.len()
             ))),
         }
+    }
+}
+
+/// As PyTorch keeps it on a layer (`normalized_shape`): `(features,)`.
+impl<'py> IntoPyObject<'py> for LastAxis {
+    type Target = PyTuple;
+    type Output = Bound<'py, PyTuple>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Self::Output> {
+        PyTuple::new(py, [self.0])
     }
 }
 
@@ -466,4 +488,18 @@ pub fn take_rows(array: &Bound<'_, PyAny>, index: &[i64]) -> PyResult<Option<Ten
         return Ok(Some(t));
     }
     rows::<i64>(array, index)
+}
+
+/// As PyTorch keeps it on a layer: `(height, width)` or `"same"`.
+impl<'py> IntoPyObject<'py> for Padding {
+    type Target = PyAny;
+    type Output = Bound<'py, PyAny>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Self::Output> {
+        match self {
+            Padding::Sizes(hw) => Ok(PyTuple::new(py, hw)?.into_any()),
+            Padding::Same => Ok(pyo3::types::PyString::new(py, "same").into_any()),
+        }
+    }
 }

@@ -47,6 +47,9 @@ pub struct PyLayer {
     /// How to build a layer of the same class and settings (what `copy.deepcopy` starts
     /// from); None for a layer made from a core layer directly.
     recipe: Option<Recipe>,
+    /// The constructor's arguments under PyTorch's attribute names (`in_features`,
+    /// `kernel_size`, `p`, ...), read as attributes.
+    attributes: Vec<(&'static str, Py<PyAny>)>,
 }
 
 /// Builds a new Python layer of one class and settings (a constructor and its arguments),
@@ -95,7 +98,13 @@ impl PyLayer {
             lists_children: false,
             _leaves: leaves,
             recipe: None,
+            attributes: Vec::new(),
         }
+    }
+
+    /// The layer with its constructor's arguments readable as attributes.
+    pub fn with_attributes(self, attributes: Vec<(&'static str, Py<PyAny>)>) -> PyLayer {
+        PyLayer { attributes, ..self }
     }
 
     /// The layer with the recipe that builds another like it.
@@ -438,10 +447,13 @@ impl PyLayer {
             // A weighted layer built without a bias (`Linear(.., bias=False)`): None, as
             // PyTorch's attribute is.
             None if name == "bias" && has_weight => Ok(py.None()),
-            None => Err(PyAttributeError::new_err(format!(
-                "{} has no parameter or attribute {name:?}",
-                guard::run(|| self.layer.name())?
-            ))),
+            None => match self.attributes.iter().find(|(n, _)| *n == name) {
+                Some((_, v)) => Ok(v.clone_ref(py)),
+                None => Err(PyAttributeError::new_err(format!(
+                    "{} has no parameter or attribute {name:?}",
+                    guard::run(|| self.layer.name())?
+                ))),
+            },
         }
     }
 
@@ -837,16 +849,23 @@ macro_rules! layer_class {
             #[new]
             #[pyo3(signature = $sig)]
             #[allow(clippy::too_many_arguments)]
-            fn new($($arg: $ty),*) -> PyResult<PyClassInitializer<Self>> {
+            fn new(py: Python<'_>, $($arg: $ty),*) -> PyResult<PyClassInitializer<Self>> {
+                let _ = py; // (layers without arguments keep no attributes)
                 let settings: String = $settings;
+                let attributes: Vec<(&'static str, Py<PyAny>)> = vec![$(
+                    (stringify!($arg), pyo3::IntoPyObjectExt::into_py_any($arg.clone(), py)?)
+                ),*];
                 let recipe = {
                     $(let $arg = $arg.clone();)*
-                    recipe(move |_| $rust::new($($arg.clone()),*))
+                    recipe(move |py| $rust::new(py, $($arg.clone()),*))
                 };
                 let layer: Arc<dyn Layer> = guard::run(|| -> PyResult<Arc<dyn Layer>> {
                     Ok(Arc::new($build))
                 })??;
-                let base = PyLayer::new(layer).with_settings(settings).rebuilt_by(recipe);
+                let base = PyLayer::new(layer)
+                    .with_settings(settings)
+                    .rebuilt_by(recipe)
+                    .with_attributes(attributes);
                 Ok(PyClassInitializer::from(base).add_subclass($rust))
             }
         }
@@ -1139,6 +1158,20 @@ impl RecurrentArgs {
         Ok(())
     }
 
+    /// The arguments as the layer's attributes, PyTorch's names (`hidden_size`, ...).
+    fn attributes(&self, py: Python<'_>) -> PyResult<Vec<(&'static str, Py<PyAny>)>> {
+        use pyo3::IntoPyObjectExt;
+        Ok(vec![
+            ("input_size", self.input_size.into_py_any(py)?),
+            ("hidden_size", self.hidden_size.into_py_any(py)?),
+            ("num_layers", self.num_layers.into_py_any(py)?),
+            ("bias", self.bias.into_py_any(py)?),
+            ("batch_first", self.batch_first.into_py_any(py)?),
+            ("dropout", self.dropout.into_py_any(py)?),
+            ("bidirectional", self.bidirectional.into_py_any(py)?),
+        ])
+    }
+
     /// The settings as PyTorch prints them: sizes, then what differs from the defaults.
     fn settings(&self) -> String {
         let mut s = format!("{}, {}", self.input_size, self.hidden_size);
@@ -1157,6 +1190,7 @@ impl RecurrentArgs {
 
 impl PyRecurrent {
     fn build(
+        py: Python<'_>,
         kind: &str,
         a: &RecurrentArgs,
         recipe: Recipe,
@@ -1188,7 +1222,8 @@ impl PyRecurrent {
         })?;
         let base = PyLayer::new(layer)
             .with_settings(a.settings())
-            .rebuilt_by(recipe);
+            .rebuilt_by(recipe)
+            .with_attributes(a.attributes(py)?);
         let rec = PyRecurrent {
             kind,
             batch_first: first,
@@ -1299,6 +1334,7 @@ macro_rules! recurrent_class {
             #[pyo3(signature = $sig)]
             #[allow(clippy::too_many_arguments)]
             fn new(
+                py: Python<'_>,
                 input_size: usize, hidden_size: usize, num_layers: usize, $($extra: $ty,)?
                 bias: bool, batch_first: bool, dropout: f64, bidirectional: bool
             ) -> PyResult<PyClassInitializer<Self>> {
@@ -1308,12 +1344,12 @@ macro_rules! recurrent_class {
                 };
                 let recipe = {
                     $(let $extra = $extra.clone();)?
-                    recipe(move |_| $rust::new(
-                        input_size, hidden_size, num_layers, $($extra.clone(),)?
+                    recipe(move |py| $rust::new(
+                        py, input_size, hidden_size, num_layers, $($extra.clone(),)?
                         bias, batch_first, dropout, bidirectional,
                     ))
                 };
-                Ok(PyRecurrent::build($py, &args, recipe)?.add_subclass($rust))
+                Ok(PyRecurrent::build(py, $py, &args, recipe)?.add_subclass($rust))
             }
         }
     };

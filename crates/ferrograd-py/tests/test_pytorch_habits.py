@@ -1367,3 +1367,18 @@ def test_cumsum_as_pytorchs():
     assert ints.cumsum(0, dtype=fg.float64).dtype == fg.float64
     w = fg.tensor(a[0, :5], requires_grad=True)
     assert fg.gradcheck(lambda t: (t.cumsum(0) ** 2).sum(), [w], second_order=True)
+
+
+def test_layers_keep_their_arguments_as_pytorchs_attributes():
+    backbone = nn.Linear(16, 8)
+    head = nn.Linear(backbone.out_features, 3, bias=False)  # transfer learning's habit
+    assert (backbone.in_features, head.in_features, head.bias) == (16, 8, None)
+    conv = nn.Conv2d(1, 8, 3, padding="same")
+    assert (conv.kernel_size, conv.stride, conv.padding, conv.in_channels, conv.groups) == ((3, 3), (1, 1), "same", 1, 1)
+    assert nn.Dropout(0.2).p == 0.2 and nn.LayerNorm(8).normalized_shape == (8,) and nn.LayerNorm(8).eps == 1e-5
+    assert nn.Embedding(5, 3).embedding_dim == 3 and nn.BatchNorm2d(4).num_features == 4
+    lstm = nn.LSTM(3, 5, num_layers=2, batch_first=True)
+    assert (lstm.hidden_size, lstm.num_layers, lstm.batch_first, lstm.bias) == (5, 2, True, True)
+    assert copy.deepcopy(lstm).hidden_size == 5
+    with pytest.raises(AttributeError, match="foo"):
+        backbone.foo
