@@ -1382,3 +1382,28 @@ def test_layers_keep_their_arguments_as_pytorchs_attributes():
     assert copy.deepcopy(lstm).hidden_size == 5
     with pytest.raises(AttributeError, match="foo"):
         backbone.foo
+
+
+def test_conv1d_group_norm_and_submodules_as_pytorchs():
+    # PyTorch 2.15's float64 values for the same weights and input.
+    x = fg.tensor(np.sin(np.arange(2 * 4 * 9.0)).reshape(2, 4, 9))
+    conv = nn.Conv1d(4, 6, 3, stride=2, padding=1, groups=2).double()
+    conv.weight.data = fg.tensor(np.cos(np.arange(6 * 2 * 3.0)).reshape(6, 2, 3))
+    conv.bias.data = fg.arange(6).double()
+    y = conv(x)
+    assert y.shape == (2, 6, 5) and sorted(conv.state_dict()) == ["bias", "weight"]
+    close(y.sum().item(), 133.80316213255094)
+    close(y[1, 2].tolist()[:3], [-0.050997061698979884, 1.2656500483938702, 5.036963459509744])
+    assert conv(x[0]).shape == (6, 5) and F.conv1d(x, conv.weight, conv.bias, padding="same", groups=2).shape == (2, 6, 9)
+    norm = nn.GroupNorm(2, 4).double()
+    norm.weight.data = fg.arange(1, 5).double()
+    norm.bias.data = fg.arange(4).double()
+    z = norm(x)
+    close(z.sum().item(), 111.90863593712017)
+    close(z[0, 3, :3].tolist(), [8.278858675164251, 4.300761238869149, -1.122800865305227])
+    w = fg.tensor(np.sin(np.arange(8.0)).reshape(1, 4, 2), requires_grad=True)
+    assert fg.gradcheck(lambda t: F.group_norm(t, 2).sin().sum(), [w], second_order=True)
+    model = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.ReLU(), nn.Linear(2, 3)))
+    assert model.get_submodule("1.1").out_features == 3 and model.get_parameter("1.1.weight").shape == (3, 2)
+    with pytest.raises(AttributeError, match="no submodule"):
+        model.get_submodule("1.5")

@@ -82,7 +82,16 @@ AvgPool2D = AvgPool2d
 
 from ._module import Module, ModuleDict, ModuleList, Sequential  # noqa: E402,F401
 from .transformer import TransformerEncoder  # noqa: E402,F401
-from .layers import AdaptiveAvgPool2d, ParameterDict, ParameterList, ReLU6, Unflatten, Upsample  # noqa: E402,F401
+from .layers import (  # noqa: E402,F401
+    AdaptiveAvgPool2d,
+    Conv1d,
+    GroupNorm,
+    ParameterDict,
+    ParameterList,
+    ReLU6,
+    Unflatten,
+    Upsample,
+)
 from .losses import (  # noqa: E402,F401
     BCELoss,
     BCEWithLogitsLoss,

@@ -164,6 +164,25 @@ class Module(metaclass=_ModuleType):
     def modules(self):
         return iter([m for _, m in self.named_modules()])
 
+    def get_submodule(self, target):
+        """The module at the dotted path ``target`` (``"blocks.0.attn"``; ``""`` is this one)."""
+        m = self
+        for part in target.split(".") if target else []:
+            children = dict(m.named_children())
+            if part not in children:
+                raise AttributeError(f"{type(m).__name__} has no submodule {part!r} (in {target!r})")
+            m = children[part]
+        return m
+
+    def get_parameter(self, target):
+        """The parameter at the dotted path ``target`` (``"blocks.0.attn.in_proj_weight"``)."""
+        path, _, name = target.rpartition(".")
+        owner = self.get_submodule(path)
+        found = dict(owner.named_parameters(recurse=False)).get(name)
+        if found is None:
+            raise AttributeError(f"{type(owner).__name__} has no parameter {name!r} (in {target!r})")
+        return found
+
     def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
         """``(name, parameter)`` pairs: this module's, then each sub-layer's
         (``"block.weight"``). A parameter shared by two layers (tied weights) is listed once,

@@ -133,6 +133,40 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return _t(input).conv2d(weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
 
 
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """PyTorch's ``conv1d`` over ``[N, C, L]`` (or unbatched ``[C, L]``) with ``weight``
+    ``[out, in/groups, k]``: the 2-d convolution of a height-1 image, so its derivatives are
+    the 2-d one's."""
+    x = _t(input)
+    unbatched = x.ndim == 2
+    x = x.unsqueeze(0) if unbatched else x
+    one = lambda v: (1, v) if isinstance(v, int) else (1, v[0])  # noqa: E731
+    pad = padding if isinstance(padding, str) else (0, one(padding)[1])
+    y = x.unsqueeze(2).conv2d(_t(weight).unsqueeze(2), bias, stride=one(stride), padding=pad,
+                              dilation=one(dilation), groups=groups).squeeze(2)
+    return y.squeeze(0) if unbatched else y
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    """PyTorch's ``group_norm``: the channels of ``[N, C, *]`` in ``num_groups`` groups, each
+    group normalised over its channels and positions, then ``weight`` and ``bias`` per
+    channel."""
+    x = _t(input)
+    n, c = x.shape[0], x.shape[1]
+    if c % num_groups:
+        raise ValueError(f"group_norm: {num_groups} groups do not divide {c} channels")
+    grouped = x.reshape(n, num_groups, -1)
+    centered = grouped - grouped.mean(-1, keepdim=True)
+    scale = (centered.square().mean(-1, keepdim=True) + eps).rsqrt()
+    y = (centered * scale).reshape(*x.shape)
+    per_channel = (1, c) + (1,) * (x.ndim - 2)
+    if weight is not None:
+        y = y * _t(weight).reshape(*per_channel)
+    if bias is not None:
+        y = y + _t(bias).reshape(*per_channel)
+    return y
+
+
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     return _t(input).conv_transpose2d(
         weight,

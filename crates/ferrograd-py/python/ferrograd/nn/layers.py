@@ -1,9 +1,61 @@
-"""PyTorch layers written in Python over the core's ops: ``AdaptiveAvgPool2d``, ``Upsample``,
-``Unflatten``, ``ReLU6``, ``ParameterList``, ``ParameterDict`` (the core's layers are in
-``ferrograd._core``)."""
+"""PyTorch layers written in Python over the core's ops: ``Conv1d``, ``GroupNorm``,
+``AdaptiveAvgPool2d``, ``Upsample``, ``Unflatten``, ``ReLU6``, ``ParameterList``,
+``ParameterDict`` (the core's layers are in ``ferrograd._core``)."""
+
+import math
 
 from . import functional as F
 from ._module import Module
+
+
+class Conv1d(Module):
+    """PyTorch's ``Conv1d`` over ``[N, C, L]``: ``weight`` ``[out, in/groups, k]`` and ``bias``
+    ``[out]``, drawn as PyTorch draws them (U(±1/√(in/groups·k))), through ``F.conv1d``."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
+                 bias=True):
+        super().__init__()
+        from .. import rand
+
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"Conv1d: {groups} groups do not divide {in_channels} → {out_channels} channels")
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size, self.stride, self.dilation = (kernel_size,), (stride,), (dilation,)
+        self.padding = padding if isinstance(padding, str) else (padding,)
+        bound = 1.0 / math.sqrt(in_channels // groups * kernel_size)
+        draw = lambda *shape: ((rand(*shape) * 2 - 1) * bound).requires_grad_()  # noqa: E731
+        self.weight = draw(out_channels, in_channels // groups, kernel_size)
+        self.bias = draw(out_channels) if bias else None
+
+    def forward(self, input):
+        padding = self.padding if isinstance(self.padding, str) else self.padding[0]
+        return F.conv1d(input, self.weight, self.bias, self.stride[0], padding, self.dilation[0], self.groups)
+
+    def extra_repr(self):
+        extra = "" if self.stride == (1,) else f", stride={self.stride}"
+        extra += "" if self.padding == (0,) else f", padding={self.padding}"
+        return f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}{extra}"
+
+
+class GroupNorm(Module):
+    """PyTorch's ``GroupNorm(num_groups, num_channels, eps=1e-5, affine=True)``: ``weight``
+    (ones) and ``bias`` (zeros) per channel, through ``F.group_norm``."""
+
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True):
+        super().__init__()
+        from .. import ones, zeros
+
+        if num_channels % num_groups:
+            raise ValueError(f"GroupNorm: {num_groups} groups do not divide {num_channels} channels")
+        self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
+        self.weight = ones(num_channels, requires_grad=True) if affine else None
+        self.bias = zeros(num_channels, requires_grad=True) if affine else None
+
+    def forward(self, input):
+        return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
 
 
 class AdaptiveAvgPool2d(Module):
