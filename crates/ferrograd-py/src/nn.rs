@@ -839,7 +839,7 @@ impl Layer for SoftmaxAlong {
 /// core layer.
 macro_rules! layer_class {
     ($(#[$doc:meta])* $rust:ident, $py:literal, $sig:tt, ($($arg:ident: $ty:ty),*) => $build:expr,
-     settings: $settings:expr) => {
+     settings: $settings:expr $(, attributes: $attrs:expr)?) => {
         $(#[$doc])*
         #[pyclass(name = $py, module = "ferrograd.nn", extends = PyLayer)]
         pub struct $rust;
@@ -852,9 +852,19 @@ macro_rules! layer_class {
             fn new(py: Python<'_>, $($arg: $ty),*) -> PyResult<PyClassInitializer<Self>> {
                 let _ = py; // (layers without arguments keep no attributes)
                 let settings: String = $settings;
-                let attributes: Vec<(&'static str, Py<PyAny>)> = vec![$(
+                #[allow(unused_mut)]
+                let mut attributes: Vec<(&'static str, Py<PyAny>)> = vec![$(
                     (stringify!($arg), pyo3::IntoPyObjectExt::into_py_any($arg.clone(), py)?)
                 ),*];
+                // Where PyTorch keeps an argument otherwise than as given (normalised, or a
+                // default filled in), the class says so.
+                $(
+                    let overrides: Vec<(&'static str, Py<PyAny>)> = ($attrs)(py)?;
+                    for (name, value) in overrides {
+                        attributes.retain(|(n, _)| *n != name);
+                        attributes.push((name, value));
+                    }
+                )?
                 let recipe = {
                     $(let $arg = $arg.clone();)*
                     recipe(move |py| $rust::new(py, $($arg.clone()),*))
@@ -953,7 +963,8 @@ layer_class!(
     settings: format!(
         "kernel_size={}, stride={}, padding={}, dilation=1, ceil_mode=False",
         py_size(kernel_size.0), py_size(stride.unwrap_or(kernel_size).0), py_size(padding.0)
-    )
+    ),
+    attributes: |py| pool_attributes(py, kernel_size, stride, padding, true)
 );
 layer_class!(
     /// `AvgPool2D(kernel_size, stride=kernel_size, padding=0)` (padding counted, as
@@ -967,7 +978,8 @@ layer_class!(
     settings: format!(
         "kernel_size={}, stride={}, padding={}",
         py_size(kernel_size.0), py_size(stride.unwrap_or(kernel_size).0), py_size(padding.0)
-    )
+    ),
+    attributes: |py| pool_attributes(py, kernel_size, stride, padding, false)
 );
 layer_class!(
     /// `BatchNorm1d(num_features, eps=1e-05, momentum=0.1, affine=True,
@@ -1048,8 +1060,45 @@ layer_class!(
             if p < 0 { p + num_embeddings as isize } else { p }
         ),
         None => format!("{num_embeddings}, {embedding_dim}"),
+    },
+    attributes: |py| -> PyResult<Vec<(&'static str, Py<PyAny>)>> {
+        use pyo3::IntoPyObjectExt;
+        // PyTorch keeps the row a negative index names.
+        let row = padding_idx.map(|p| if p < 0 { p + num_embeddings as isize } else { p });
+        Ok(vec![("padding_idx", row.into_py_any(py)?)])
     }
 );
+
+/// A pooling layer's sizes as PyTorch keeps them: one int where both axes agree, the stride
+/// the kernel's size when not given; with `dilation` and `ceil_mode` for max pooling, and
+/// PyTorch's averaging switches for average pooling.
+fn pool_attributes(
+    py: Python<'_>,
+    kernel_size: Size2,
+    stride: Option<Size2>,
+    padding: Size2,
+    max: bool,
+) -> PyResult<Vec<(&'static str, Py<PyAny>)>> {
+    use pyo3::IntoPyObjectExt;
+    let size = |s: Size2| -> PyResult<Py<PyAny>> {
+        match s.0 {
+            [h, w] if h == w => h.into_py_any(py),
+            hw => Ok(PyTuple::new(py, hw)?.into_any().unbind()),
+        }
+    };
+    let mut out = vec![
+        ("kernel_size", size(kernel_size)?),
+        ("stride", size(stride.unwrap_or(kernel_size))?),
+        ("padding", size(padding)?),
+        ("ceil_mode", false.into_py_any(py)?),
+    ];
+    if max {
+        out.push(("dilation", 1usize.into_py_any(py)?));
+    } else {
+        out.push(("count_include_pad", true.into_py_any(py)?));
+    }
+    Ok(out)
+}
 
 /// PyTorch's `padding_idx` as a row: negative ones count from the end.
 fn padding_row(p: isize, rows: usize) -> PyResult<usize> {
@@ -1169,6 +1218,7 @@ impl RecurrentArgs {
             ("batch_first", self.batch_first.into_py_any(py)?),
             ("dropout", self.dropout.into_py_any(py)?),
             ("bidirectional", self.bidirectional.into_py_any(py)?),
+            ("proj_size", 0usize.into_py_any(py)?),
         ])
     }
 

@@ -159,8 +159,8 @@ impl PyTensor {
         self.map(py, |t| t.logsumexp(&axes, keepdim))
     }
 
-    /// The running sums along `dim` (PyTorch's `cumsum`; integers stay integers, exact below
-    /// 2⁵³), in `dtype` when given.
+    /// The running sums along `dim` (PyTorch's `cumsum`; integers stay integers, summed in
+    /// float64: exact below 2⁵³), in `dtype` when given (converted first, as PyTorch's).
     #[pyo3(signature = (dim, *, dtype=None))]
     fn cumsum(
         &self,
@@ -168,10 +168,9 @@ impl PyTensor {
         dim: isize,
         dtype: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyTensor> {
-        let sums = self.map_int(py, |t| t.cumsum(dim))?;
         match crate::convert::dtype_arg(dtype)? {
-            Some(d) => Ok(PyTensor::new(sums.tensor().to_dtype(d))),
-            None => Ok(sums),
+            Some(d) => PyTensor::new(self.tensor().to_dtype(d)).map_int(py, |t| t.cumsum(dim)),
+            None => self.map_int(py, |t| t.cumsum(dim)),
         }
     }
 }

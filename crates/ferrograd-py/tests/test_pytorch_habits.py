@@ -1407,3 +1407,40 @@ def test_conv1d_group_norm_and_submodules_as_pytorchs():
     assert model.get_submodule("1.1").out_features == 3 and model.get_parameter("1.1.weight").shape == (3, 2)
     with pytest.raises(AttributeError, match="no submodule"):
         model.get_submodule("1.5")
+
+
+def test_second_review_cases():
+    pool = nn.MaxPool2d(2)
+    assert (pool.kernel_size, pool.stride, pool.padding, pool.dilation, pool.ceil_mode) == (2, 2, 0, 1, False)
+    assert nn.MaxPool2d((2, 3), stride=1).kernel_size == (2, 3) and nn.AvgPool2d(3).count_include_pad
+    assert nn.Embedding(10, 3, padding_idx=-1).padding_idx == 9 and nn.Embedding(10, 3).padding_idx is None
+    conv = nn.Conv1d(4, 8, (3,), stride=(2,), bias=False)
+    assert repr(conv) == "Conv1d(4, 8, kernel_size=(3,), stride=(2,), bias=False)" and conv.stride == (2,)
+    assert fg.tensor([0.5, 0.5, 0.7]).cumsum(0, dtype=fg.int64).tolist() == [0, 0, 0]  # converted first
+    assert fg.tensor([1.0, float("inf"), 2.0]).cumsum(0).tolist() == [1.0, float("inf"), float("inf")]
+    assert nn.GroupNorm(2, 6)(fg.zeros(0, 6, 3)).shape == (0, 6, 3)
+    with pytest.raises(NotImplementedError, match="scale_grad_by_freq"):
+        nn.Embedding.from_pretrained(fg.ones(3, 2), scale_grad_by_freq=True)
+    # A failed recomputation leaves the default generator where it was.
+    from ferrograd.utils.checkpoint import checkpoint
+
+    def failing_on_the_second_run():
+        calls = []
+
+        def noisy(t):
+            calls.append(1)
+            if len(calls) == 2:
+                raise KeyError("second run")
+            return t * fg.rand(3)
+
+        return noisy
+
+    x = fg.ones(3, requires_grad=True)
+    fg.manual_seed(5)
+    checkpoint(failing_on_the_second_run(), x)
+    expected = fg.rand(2).tolist()
+    fg.manual_seed(5)
+    y = checkpoint(failing_on_the_second_run(), x)
+    with pytest.raises(KeyError, match="second run"):
+        y.sum().backward()
+    assert fg.rand(2).tolist() == expected

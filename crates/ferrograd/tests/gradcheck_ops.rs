@@ -697,7 +697,11 @@ fn rearrangements_and_statistics() {
     check1("std", |t| t.std_axes(&[-1], 0, true), &x);
     check1("logsumexp", |t| t.logsumexp(&[0, 2], false), &x);
     check1("cumsum", |t| t.cumsum(1), &x);
-    check1("cumsum, by blocks", |t| t.cumsum(0), &randn(&[300, 2], 32));
+    check1(
+        "cumsum, a long axis",
+        |t| t.cumsum(0),
+        &randn(&[300, 2], 32),
+    );
     // Values, as PyTorch gives them.
     let v = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
     let at = |t: Tensor| t.to_vec::<f64>();
@@ -715,7 +719,8 @@ fn rearrangements_and_statistics() {
     );
     let lse = at(big.logsumexp(&[1], false));
     assert!((lse[0] - (1000.0 + 2f64.ln())).abs() < 1e-12 && lse[1] == f64::NEG_INFINITY);
-    // Running sums, along a long axis (by blocks) too, as a sequential sum gives them.
+    // Running sums, along a long axis too, as a sequential sum gives them; an infinity or a
+    // NaN reaches only the sums after it.
     let long = randn(&[3, 700], 33);
     let want: Vec<f64> = long
         .to_vec::<f64>()

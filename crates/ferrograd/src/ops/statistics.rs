@@ -1,13 +1,9 @@
 //! Statistics over axes, PyTorch's `var`, `std` and `logsumexp`, and running sums
-//! (`cumsum`), written with the differentiable reductions, products and element-wise ops, so
-//! each has derivatives of every order.
+//! (`cumsum`), written with the differentiable reductions, selections and element-wise ops,
+//! so each has derivatives of every order.
 
 use super::{axes_in, axis_in, Axis};
 use crate::tensor::Tensor;
-
-/// Elements of the axis a running sum takes by one product with a triangle of ones; longer
-/// axes go by blocks of this many (the triangle stays small).
-const CUMSUM_BLOCK: usize = 256;
 
 impl Tensor {
     /// The variance over `axes`: the mean square distance from the mean, the sum divided by
@@ -52,9 +48,10 @@ impl Tensor {
     }
 
     /// The running sums along `axis` (PyTorch's `cumsum`): element `i` is the sum of elements
-    /// `0..=i`. Computed as products with a triangle of ones (by blocks on long axes, each
-    /// block's total carried to the next), so the derivative, the running sums from the other
-    /// end, comes with it; float sums may round differently from a sequential loop.
+    /// `0..=i`. Computed by doubling shifts (each step adds the sums so far shifted by 1, 2,
+    /// 4, ... places, zeros shifted in), so that only additions touch the values (an infinity
+    /// or NaN reaches only the sums after it) and the derivative, the running sums from the
+    /// other end, comes with it; float sums may round differently from a sequential loop.
     ///
     /// ```
     /// use ferrograd::prelude::*;
@@ -64,39 +61,16 @@ impl Tensor {
     /// ```
     pub fn cumsum<A: Axis>(&self, axis: A) -> Tensor {
         let axis = axis_in("cumsum", axis, self.shape());
-        let last = self.ndim() - 1;
-        let along_last = self.transpose(axis, last);
-        running_sums(&along_last).transpose(axis, last)
+        let n = self.shape()[axis];
+        let (mut sums, mut shift) = (self.clone(), 1);
+        while shift < n {
+            let mut front = self.shape().to_vec();
+            front[axis] = shift;
+            let zeros = Tensor::zeros(&front, self.dtype());
+            let shifted = Tensor::cat(&[&zeros, &sums.narrow(axis, 0, n - shift)], axis);
+            sums = &sums + &shifted;
+            shift *= 2;
+        }
+        sums
     }
-}
-
-/// The running sums along the last axis of `x`.
-fn running_sums(x: &Tensor) -> Tensor {
-    let n = x.shape()[x.ndim() - 1];
-    if n <= CUMSUM_BLOCK {
-        let upper = Tensor::ones(&[n, n], x.dtype()).triu(0);
-        return x.matmul(&upper);
-    }
-    // Blocks of CUMSUM_BLOCK (the last padded with zeros), each summed within by one
-    // product, then each block's total carried into the blocks after it.
-    let blocks = n.div_ceil(CUMSUM_BLOCK);
-    let lead = &x.shape()[..x.ndim() - 1];
-    let pad: Vec<usize> = lead
-        .iter()
-        .copied()
-        .chain([blocks * CUMSUM_BLOCK - n])
-        .collect();
-    let padded = Tensor::cat(&[x, &Tensor::zeros(&pad, x.dtype())], x.ndim() - 1);
-    let shape: Vec<usize> = lead.iter().copied().chain([blocks, CUMSUM_BLOCK]).collect();
-    let within = running_sums(&padded.reshape(&shape));
-    let totals = within.narrow(-1, CUMSUM_BLOCK - 1, 1).squeeze(-1);
-    let before = &running_sums(&totals) - &totals;
-    let whole: Vec<usize> = lead
-        .iter()
-        .copied()
-        .chain([blocks * CUMSUM_BLOCK])
-        .collect();
-    (&within + &before.unsqueeze(-1))
-        .reshape(&whole)
-        .narrow(-1, 0, n)
 }

@@ -68,44 +68,59 @@ pub fn stream_draw(here: Draw) -> (Draw, bool) {
 /// `f()`, and what it drew.
 pub fn recorded<R>(f: impl FnOnce() -> R) -> (R, Draws) {
     let default = default_rng_state();
-    LEVELS.with(|l| l.borrow_mut().push(Level::Recording(Vec::new())));
-    let out = LevelGuard::run(f);
-    let Some(Level::Recording(streams)) = out.1 else {
+    let level = LevelGuard::open(Level::Recording(Vec::new()));
+    let out = f();
+    let Level::Recording(streams) = level.close() else {
         unreachable!("the recording opened above")
     };
-    (out.0, Draws { streams, default })
+    (out, Draws { streams, default })
 }
 
 /// `f()` drawing what `draws` recorded, the default generator where it stood then (and
-/// where it is now afterwards).
+/// where it is now afterwards, also when `f` fails).
 pub fn replayed<R>(draws: &Draws, f: impl FnOnce() -> R) -> R {
-    let now = default_rng_state();
+    let _generator = GeneratorBack(Some(default_rng_state()));
     set_default_rng_state(draws.default.clone());
-    LEVELS.with(|l| {
-        l.borrow_mut()
-            .push(Level::Replaying(draws.streams.iter().copied().collect()))
-    });
-    let (out, _) = LevelGuard::run(f);
-    set_default_rng_state(now);
+    let level = LevelGuard::open(Level::Replaying(draws.streams.iter().copied().collect()));
+    let out = f();
+    level.close();
     out
 }
 
-/// Closes the innermost level when `f` returns or unwinds.
-struct LevelGuard(Option<Level>);
+/// An open level, closed by [`LevelGuard::close`] or, when `f` fails, by unwinding.
+struct LevelGuard {
+    open: bool,
+}
 
 impl LevelGuard {
-    fn run<R>(f: impl FnOnce() -> R) -> (R, Option<Level>) {
-        let mut guard = LevelGuard(None);
-        let out = f();
-        guard.0 = LEVELS.with(|l| l.borrow_mut().pop());
-        (out, guard.0.take())
+    fn open(level: Level) -> LevelGuard {
+        LEVELS.with(|l| l.borrow_mut().push(level));
+        LevelGuard { open: true }
+    }
+
+    fn close(mut self) -> Level {
+        self.open = false;
+        LEVELS
+            .with(|l| l.borrow_mut().pop())
+            .expect("the level opened by this guard")
     }
 }
 
 impl Drop for LevelGuard {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if self.open {
             LEVELS.with(|l| l.borrow_mut().pop());
+        }
+    }
+}
+
+/// Sets the default generator back to the state it holds when dropped.
+struct GeneratorBack(Option<Option<StdRng>>);
+
+impl Drop for GeneratorBack {
+    fn drop(&mut self) {
+        if let Some(state) = self.0.take() {
+            set_default_rng_state(state);
         }
     }
 }

@@ -129,8 +129,12 @@ class Parameter(metaclass=_ParameterType):
 def _embedding_from_pretrained(cls, embeddings, freeze=True, padding_idx=None, max_norm=None, **kwargs):
     """``Embedding.from_pretrained(embeddings, freeze=True, padding_idx=None)``: a table
     holding ``embeddings`` ``[count, dim]`` (its dtype kept), not trained when ``freeze``."""
-    if max_norm is not None or kwargs.get("sparse"):
-        raise NotImplementedError("from_pretrained with max_norm or sparse is not supported")
+    refused = [k for k in ("sparse", "scale_grad_by_freq") if kwargs.pop(k, False)]
+    if max_norm is not None or refused or kwargs.pop("norm_type", 2.0) != 2.0 or kwargs:
+        raise NotImplementedError(
+            f"from_pretrained with max_norm, norm_type, sparse or scale_grad_by_freq is not supported "
+            f"(given {refused + sorted(kwargs) + (['max_norm'] if max_norm is not None else [])})"
+        )
     rows, dim = embeddings.shape
     layer = cls(rows, dim, padding_idx=padding_idx)
     layer.to(embeddings.dtype)

@@ -155,6 +155,8 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     n, c = x.shape[0], x.shape[1]
     if c % num_groups:
         raise ValueError(f"group_norm: {num_groups} groups do not divide {c} channels")
+    if x.numel() == 0:
+        return x * 1.0
     grouped = x.reshape(n, num_groups, -1)
     centered = grouped - grouped.mean(-1, keepdim=True)
     scale = (centered.square().mean(-1, keepdim=True) + eps).rsqrt()

@@ -8,6 +8,11 @@ from . import functional as F
 from ._module import Module
 
 
+def _single(v):
+    """PyTorch's one-axis size: an int or a sequence of one."""
+    return (v,) if isinstance(v, int) else tuple(v)
+
+
 class Conv1d(Module):
     """PyTorch's ``Conv1d`` over ``[N, C, L]``: ``weight`` ``[out, in/groups, k]`` and ``bias``
     ``[out]``, drawn as PyTorch draws them (U(±1/√(in/groups·k))), through ``F.conv1d``."""
@@ -20,11 +25,12 @@ class Conv1d(Module):
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"Conv1d: {groups} groups do not divide {in_channels} → {out_channels} channels")
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
-        self.kernel_size, self.stride, self.dilation = (kernel_size,), (stride,), (dilation,)
-        self.padding = padding if isinstance(padding, str) else (padding,)
-        bound = 1.0 / math.sqrt(in_channels // groups * kernel_size)
+        self.kernel_size, self.stride, self.dilation = _single(kernel_size), _single(stride), _single(dilation)
+        self.padding = padding if isinstance(padding, str) else _single(padding)
+        (k,) = self.kernel_size
+        bound = 1.0 / math.sqrt(in_channels // groups * k)
         draw = lambda *shape: ((rand(*shape) * 2 - 1) * bound).requires_grad_()  # noqa: E731
-        self.weight = draw(out_channels, in_channels // groups, kernel_size)
+        self.weight = draw(out_channels, in_channels // groups, k)
         self.bias = draw(out_channels) if bias else None
 
     def forward(self, input):
@@ -32,9 +38,13 @@ class Conv1d(Module):
         return F.conv1d(input, self.weight, self.bias, self.stride[0], padding, self.dilation[0], self.groups)
 
     def extra_repr(self):
-        extra = "" if self.stride == (1,) else f", stride={self.stride}"
-        extra += "" if self.padding == (0,) else f", padding={self.padding}"
-        return f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}{extra}"
+        # As PyTorch prints a convolution: what differs from the defaults.
+        s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
+        if self.padding != (0,):
+            s += f", padding={self.padding}"
+        s += "" if self.dilation == (1,) else f", dilation={self.dilation}"
+        s += "" if self.groups == 1 else f", groups={self.groups}"
+        return s + ("" if self.bias is not None else ", bias=False")
 
 
 class GroupNorm(Module):

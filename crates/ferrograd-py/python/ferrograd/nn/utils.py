@@ -65,7 +65,7 @@ def pad_sequence(sequences, batch_first=False, padding_value=0.0, padding_side="
         raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
     sequences = list(sequences)
     if not sequences:
-        raise ValueError("pad_sequence: no sequences")
+        raise RuntimeError("pad_sequence: received an empty list of sequences")
     longest = max(s.shape[0] for s in sequences)
     padded = []
     for s in sequences:
@@ -80,4 +80,3 @@ def pad_sequence(sequences, batch_first=False, padding_value=0.0, padding_side="
 rnn = types.ModuleType("ferrograd.nn.utils.rnn", "PyTorch's ``nn.utils.rnn``: ``pad_sequence``.")
 rnn.pad_sequence = pad_sequence
 sys.modules[rnn.__name__] = rnn
-
