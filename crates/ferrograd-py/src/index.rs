@@ -293,9 +293,12 @@ fn advanced_go_first(items: &[Item]) -> bool {
 /// written stays, as numpy's assignment does.
 pub fn set(py: Python<'_>, t: &Tensor, key: &Bound<'_, PyAny>, value: &Tensor) -> PyResult<Tensor> {
     let n = t.numel();
-    let whole_mask = is_boolean(key)? && to_tensor(key, None)?.shape() == t.shape();
-    let (chosen, shape): (Vec<i64>, Vec<usize>) = if whole_mask {
-        let mask = to_tensor(key, None)?.to_vec::<i64>();
+    let whole_mask = match is_boolean(key)? {
+        true => Some(to_tensor(key, None)?).filter(|m| m.shape() == t.shape()),
+        false => None,
+    };
+    let (chosen, shape): (Vec<i64>, Vec<usize>) = if let Some(mask) = whole_mask {
+        let mask = mask.to_vec::<i64>();
         let chosen: Vec<i64> = (0..n as i64).filter(|&i| mask[i as usize] != 0).collect();
         let len = chosen.len();
         (chosen, vec![len])

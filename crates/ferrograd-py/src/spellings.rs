@@ -153,9 +153,7 @@ impl PyTensor {
         other: &Bound<'py, PyAny>,
         alpha: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, Self>> {
-        let r = slf
-            .get()
-            .__add__(slf.py(), &scaled(other, alpha, "add_")?)?;
+        let r = slf.get().add(slf.py(), other, alpha)?;
         updated(slf, r, "add_")
     }
     /// `self -= alpha · other`.
@@ -165,9 +163,7 @@ impl PyTensor {
         other: &Bound<'py, PyAny>,
         alpha: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, Self>> {
-        let r = slf
-            .get()
-            .__sub__(slf.py(), &scaled(other, alpha, "sub_")?)?;
+        let r = slf.get().sub(slf.py(), other, alpha)?;
         updated(slf, r, "sub_")
     }
     /// A matrix transposed (a vector as it is), as PyTorch's `t()`.
