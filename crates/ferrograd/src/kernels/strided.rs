@@ -309,6 +309,9 @@ fn apply_chunks<T: Send>(xs: &mut [T], f: impl Fn(usize, &mut [T]) + Sync) {
     }
 }
 
+/// Elements copied and transformed at a time by [`applied_copy_with`] (8 KiB of f64).
+const L1_PIECE: usize = 1024;
+
 /// A copy of `ts` with `f(xs_part, ts_part)` applied to matching chunks, each copied into
 /// fresh memory and transformed in one go.
 fn applied_copy_with<T: Copy + Send + Sync>(
@@ -319,14 +322,18 @@ fn applied_copy_with<T: Copy + Send + Sync>(
     let mut out = Vec::with_capacity(ts.len());
     let dst = &mut out.spare_capacity_mut()[..ts.len()];
     apply_chunks(dst, |i, dst| {
-        let start = i * PAR_CHUNK;
-        for (d, &t) in dst.iter_mut().zip(&ts[start..]) {
-            d.write(t);
+        // Piece by piece small enough to stay in L1 between the copy and `f`, so that `f`
+        // reads what the copy just wrote instead of streaming the chunk in a second time.
+        for (j, dst) in dst.chunks_mut(L1_PIECE).enumerate() {
+            let start = i * PAR_CHUNK + j * L1_PIECE;
+            for (d, &t) in dst.iter_mut().zip(&ts[start..]) {
+                d.write(t);
+            }
+            // SAFETY: every element of `dst` was written just above, and MaybeUninit<T> has
+            // T's layout.
+            let dst = unsafe { &mut *(dst as *mut [MaybeUninit<T>] as *mut [T]) };
+            f(&xs[start..][..dst.len()], dst);
         }
-        // SAFETY: every element of `dst` was written just above, and MaybeUninit<T> has T's
-        // layout.
-        let dst = unsafe { &mut *(dst as *mut [MaybeUninit<T>] as *mut [T]) };
-        f(&xs[start..][..dst.len()], dst);
     });
     // SAFETY: the chunks cover the first ts.len() spare slots and each was written (a panic
     // in `f` unwinds before this, leaving `out` empty).
