@@ -93,6 +93,7 @@ fn main() {
 
     conv_products(&mut rng);
     attention_timings(&mut rng);
+    gelu_timings(&mut rng);
 
     println!("element-wise and reductions, f32 (GB/s of data read + written, best of 5)");
     for n in [1usize << 20, 16 << 20] {
@@ -162,6 +163,36 @@ fn attention_timings(rng: &mut StdRng) {
             both * 1e6
         );
     }
+}
+
+/// GELU forward, and forward plus backward, in microseconds over a GPT block's hidden layer
+/// `[768, 512]`, on every thread and on one.
+fn gelu_timings(rng: &mut StdRng) {
+    println!("f32 GELU over [768, 512] (us, best of 5)");
+    let x = randn(&[768, 512], rng).requires_grad();
+    let up = randn(&[768, 512], rng);
+    let run = || {
+        let fwd = time_it(|| drop(black_box(x.gelu())), 0.3);
+        let both = time_it(
+            || drop(black_box(grad(&(&x.gelu() * &up).sum(), &[&x]))),
+            0.3,
+        );
+        (fwd, both)
+    };
+    let all = run();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let one = pool.install(run);
+    println!(
+        "  {} threads: forward {:7.1} | forward + backward {:7.1}; 1 thread: {:7.1} | {:7.1}",
+        rayon::current_num_threads(),
+        all.0 * 1e6,
+        all.1 * 1e6,
+        one.0 * 1e6,
+        one.1 * 1e6
+    );
 }
 
 /// Milliseconds per Adam step on 1M f32 weights, for three gradient regimes: ordinary values,
