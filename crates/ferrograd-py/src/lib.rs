@@ -255,6 +255,17 @@ fn stack(py: Python<'_>, tensors: &Bound<'_, PyAny>, dim: isize) -> PyResult<PyT
     .map(PyTensor::new)
 }
 
+/// Einstein summation over `operands` as PyTorch's `einsum` reads `equation`.
+#[pyfunction]
+fn einsum(py: Python<'_>, equation: &str, operands: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    let ts = tensor_list(operands)?;
+    let heavy = ts.iter().map(Tensor::numel).sum::<usize>() >= guard::HEAVY;
+    guard::run_heavy(py, heavy, || {
+        Tensor::einsum(equation, &ts.iter().collect::<Vec<_>>())
+    })
+    .map(PyTensor::new)
+}
+
 /// The entries of `x` along axis 0 in a random order from the generator `manual_seed` sets.
 /// Has no derivative: wrap it in `stop_gradient` where a gradient could reach it.
 #[pyfunction]
@@ -413,6 +424,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(linspace, m)?)?;
     m.add_function(wrap_pyfunction!(cat, m)?)?;
     m.add_function(wrap_pyfunction!(stack, m)?)?;
+    m.add_function(wrap_pyfunction!(einsum, m)?)?;
     m.add_function(wrap_pyfunction!(seed_generator, m)?)?;
     m.add_function(wrap_pyfunction!(shuffle, m)?)?;
     m.add_function(wrap_pyfunction!(epoch_order, m)?)?;

@@ -1444,3 +1444,43 @@ def test_second_review_cases():
     with pytest.raises(KeyError, match="second run"):
         y.sum().backward()
     assert fg.rand(2).tolist() == expected
+
+
+@pytest.mark.parametrize(
+    "equation, shapes",
+    [
+        ("ij,jk->ik", [(3, 4), (4, 5)]),
+        ("bhid,bhjd->bhij", [(2, 3, 4, 5), (2, 3, 6, 5)]),
+        ("ii->i", [(3, 3)]),
+        ("ii", [(3, 3)]),
+        ("bA", [(2, 3)]),
+        ("...ij,...jk", [(2, 3, 4), (2, 4, 5)]),
+        ("...i,...i->...", [(2, 1, 3), (4, 3)]),
+        ("ab,bc,cd->ad", [(2, 3), (3, 4), (4, 2)]),
+        ("i,->i", [(4,), ()]),
+    ],
+)
+def test_einsum_matches_numpy(equation, shapes):
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(s) for s in shapes]
+    got = fg.einsum(equation, *[fg.tensor(a) for a in arrays])
+    want = np.einsum(equation, *arrays)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12)
+    # The operands as one list, as torch.einsum also takes them.
+    np.testing.assert_allclose(fg.einsum(equation, [fg.tensor(a) for a in arrays]).numpy(), want, rtol=1e-12, atol=1e-12)
+
+
+def test_einsum_gradients_and_errors():
+    rng = np.random.default_rng(1)
+    a_np, b_np = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 4, 5))
+    a, b = fg.tensor(a_np, requires_grad=True), fg.tensor(b_np, requires_grad=True)
+    fg.einsum("bij,bjk->bik", a, b).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), np.ones((2, 3, 5)) @ b_np.transpose(0, 2, 1), rtol=1e-12)
+    np.testing.assert_allclose(b.grad.numpy(), a_np.transpose(0, 2, 1) @ np.ones((2, 3, 5)), rtol=1e-12)
+    with pytest.raises(RuntimeError, match="einsum \"ij,jk->ik\": 'j' has length 4 and 2"):
+        fg.einsum("ij,jk->ik", fg.ones(3, 4), fg.ones(2, 5))
+    with pytest.raises(fg.OpError, match="2 terms for 1 operands"):
+        fg.einsum("ij,jk", fg.ones(3, 4))
+    with pytest.raises(TypeError, match="sublist form"):
+        fg.einsum(fg.ones(3), [0])

@@ -73,6 +73,17 @@ def stack(tensors, dim=0, axis=None):
     return _core.stack(list(tensors), axis if axis is not None else dim)
 
 
+def einsum(equation, *operands):
+    """Einstein summation as PyTorch's ``einsum``: ``fg.einsum("bij,bjk->bik", a, b)``, or
+    the operands as one list; ``...`` for broadcast axes, a repeated letter for a diagonal,
+    without ``->`` the letters used once in alphabetical order."""
+    if not isinstance(equation, str):
+        raise TypeError("einsum: the equation comes first, as a string (PyTorch's sublist form is not supported)")
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = operands[0]
+    return _core.einsum(equation, list(operands))
+
+
 class set_grad_enabled:
     """Turns recording on this thread on or off: at once when called, and for a block as
     ``with fg.set_grad_enabled(False):`` (the previous setting comes back on exit)."""
