@@ -98,5 +98,32 @@ rms = nn.RMSNorm(8)
 with torch.no_grad():
     rms.weight.copy_(wave((8,), 0.9, 1.0))
 out["rms.out"] = rms(x).detach()
+# Decoder layers (post-norm ReLU and pre-norm GELU): the target attends to itself (causal)
+# and to a memory of another length with a padding mask.
+memory = wave((2, 4, 8), 0.29, 0.5, f=np.cos)
+hidden_memory = torch.tensor([[False, False, False, True], [False, True, False, False]])
+for name, kw in [("dec_post", {}), ("dec_pre", dict(norm_first=True, activation="gelu"))]:
+    layer = nn.TransformerDecoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True, **kw)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    layer.eval()
+    out[f"{name}.out"] = layer(x, memory).detach()
+    out[f"{name}.out_masked"] = layer(x, memory, tgt_mask=causal, tgt_is_causal=True,
+                                      memory_key_padding_mask=hidden_memory).detach()
+    for k_, t in layer.state_dict().items():
+        out[f"{name}.state.{k_}"] = t
+# A whole nn.Transformer (two encoder layers, one decoder layer), its causal target mask from
+# generate_square_subsequent_mask.
+model = nn.Transformer(d_model=8, nhead=2, num_encoder_layers=2, num_decoder_layers=1, dim_feedforward=16,
+                       dropout=0.0, batch_first=True)
+with torch.no_grad():
+    for p in model.parameters():
+        p.add_(torch.randn_like(p) * 0.1)
+model.eval()
+src = wave((2, 4, 8), 0.31, 0.2)
+out["transformer.out"] = model(src, x, tgt_mask=nn.Transformer.generate_square_subsequent_mask(5)).detach()
+for k_, t in model.state_dict().items():
+    out[f"transformer.state.{k_}"] = t
 save_file({k_: t.contiguous() for k_, t in out.items()}, "crates/ferrograd/tests/fixtures/torch_attention.safetensors")
 print(f"{len(out)} tensors")

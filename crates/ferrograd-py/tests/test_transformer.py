@@ -527,3 +527,65 @@ def test_transformer_encoder_stacks_copies_of_a_layer_as_pytorchs():
     a, b = copy.deepcopy(twin), copy.deepcopy(twin)
     xd = fg.randn(1, 4, 8, dtype=fg.float64)
     assert not np.array_equal(a(xd).numpy(), b(xd).numpy())
+
+
+@pytest.mark.parametrize("name,kwargs", [("dec_post", {}), ("dec_pre", {"norm_first": True, "activation": "gelu"})])
+def test_transformer_decoder_layer_loads_pytorchs_weights(name, kwargs):
+    layer = in_f64(nn.TransformerDecoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True, **kwargs))
+    assert sorted(layer.state_dict()) == sorted(state(name))
+    layer.load_state_dict(state(name))
+    layer.eval()
+    x, memory = fg.tensor(wave((2, 5, 8), 0.37)), fg.tensor(wave((2, 4, 8), 0.29, 0.5, f=np.cos))
+    close(layer(x, memory).numpy(), f"{name}.out")
+    hidden = np.triu(np.ones((5, 5), dtype=bool), 1)
+    padded = np.array([[False, False, False, True], [False, True, False, False]])
+    close(layer(x, memory, tgt_mask=hidden, tgt_is_causal=True, memory_key_padding_mask=padded).numpy(),
+          f"{name}.out_masked")
+    close(layer(x, memory, tgt_is_causal=True, memory_key_padding_mask=padded).numpy(), f"{name}.out_masked")
+    # PyTorch's default layout [T, N, E]: the same values, transposed.
+    seq = in_f64(nn.TransformerDecoderLayer(8, 2, dim_feedforward=16, dropout=0.0, **kwargs))
+    seq.load_state_dict(state(name))
+    seq.eval()
+    y = seq(x.transpose(0, 1), memory.transpose(0, 1)).transpose(0, 1)
+    close(y.numpy(), f"{name}.out")
+
+
+def test_transformer_loads_pytorchs_weights_and_trains():
+    fg.manual_seed(0)
+    model = nn.Transformer(d_model=8, nhead=2, num_encoder_layers=2, num_decoder_layers=1, dim_feedforward=16,
+                           dropout=0.0, batch_first=True).double()
+    assert sorted(model.state_dict()) == sorted(state("transformer"))
+    # Every matrix drawn from Xavier's uniform distribution, as PyTorch's: within ±√(6/(in+out)).
+    w = model.state_dict()["encoder.layers.0.linear1.weight"].numpy()
+    assert np.abs(w).max() <= np.sqrt(6 / (8 + 16)) and np.abs(w).max() > 0.5 * np.sqrt(6 / (8 + 16))
+    model.load_state_dict(state("transformer"))
+    model.eval()
+    src, tgt = fg.tensor(wave((2, 4, 8), 0.31, 0.2)), fg.tensor(wave((2, 5, 8), 0.37))
+    mask = nn.Transformer.generate_square_subsequent_mask(5, dtype=fg.float64)
+    assert mask.shape == (5, 5) and mask.numpy()[0, 1] == -np.inf and mask.numpy()[1, 0] == 0
+    close(model(src, tgt, tgt_mask=mask).numpy(), "transformer.out")
+    close(model(src, tgt, tgt_is_causal=True).numpy(), "transformer.out")
+    with pytest.raises(RuntimeError, match="batch number of src and tgt"):
+        model(src, tgt[:1])
+    # Trains: a few steps on a copy task lower the loss; a stack's layers have parameters
+    # of their own.
+    model.train()
+    opt = fg.optim.Adam(model.parameters(), lr=1e-2)
+    first = None
+    for _ in range(20):
+        opt.zero_grad()
+        loss = ((model(src, tgt, tgt_mask=mask) - tgt) ** 2).mean()
+        loss.backward()
+        opt.step()
+        first = first if first is not None else loss.item()
+    assert loss.item() < 0.5 * first
+    dec = nn.TransformerDecoder(nn.TransformerDecoderLayer(8, 2, 16, 0.0, batch_first=True), num_layers=2)
+    keys = list(dec.state_dict())
+    assert "layers.1.multihead_attn.out_proj.weight" in keys and "norm.weight" not in keys
+    assert dec.layers[0].linear1.weight is not dec.layers[1].linear1.weight
+    y = dec(tgt.float(), src.float(), tgt_is_causal=True)
+    assert y.shape == (2, 5, 8) and np.isfinite(y.numpy()).all()
+    copied = copy.deepcopy(dec)
+    np.testing.assert_array_equal(copied(tgt.float(), src.float()).numpy(), dec(tgt.float(), src.float()).numpy())
+    with pytest.raises(ValueError, match="relu/gelu"):
+        nn.TransformerDecoderLayer(8, 2, activation="tanh")

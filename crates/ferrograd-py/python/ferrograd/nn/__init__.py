@@ -81,7 +81,7 @@ AvgPool2D = AvgPool2d
 
 
 from ._module import Module, ModuleDict, ModuleList, Sequential  # noqa: E402,F401
-from .transformer import TransformerEncoder  # noqa: E402,F401
+from .transformer import Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder  # noqa: E402,F401
 from .layers import (  # noqa: E402,F401
     AdaptiveAvgPool2d,
     Conv1d,
