@@ -222,6 +222,21 @@ impl PyTensor {
     // ---- in place: a plain tensor's value is replaced, a trainable leaf is updated under
     // no_grad (see `+=`); each returns the tensor itself ----
 
+    /// `result` (an op of this tensor) written into it as the in-place form `op` of that op
+    /// writes it: the in-place methods written in Python (`scatter_`, `exp_`, ...) end here.
+    fn _in_place_<'py>(
+        slf: &Bound<'py, Self>,
+        result: PyRef<'py, PyTensor>,
+        op: &str,
+    ) -> PyResult<Bound<'py, Self>> {
+        let result = if result.is_mask() {
+            PyTensor::mask(result.tensor())
+        } else {
+            PyTensor::new(result.tensor())
+        };
+        updated(slf, result, op)
+    }
+
     fn zero_<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
         let zeros = slf.get().like(slf.get().tensor().detach().zeros_like());
         updated(slf, zeros, "zero_")

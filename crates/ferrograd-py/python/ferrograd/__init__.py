@@ -39,6 +39,11 @@ from ._core import (
 )
 
 from . import tensor_methods as _tensor_methods  # noqa: F401 (attaches PyTorch's smaller methods)
+from . import reshaping_and_reductions as _reshaping_and_reductions  # noqa: F401 (attaches more)
+from .matrices import (  # noqa: E402,F401
+    addmm, atleast_1d, atleast_2d, atleast_3d, baddbmm, broadcast_tensors, cdist, column_stack, diag, diagonal,
+    dstack, hstack, kron, meshgrid, tensordot, trace, tril_indices, triu_indices, vstack,
+)
 from .devices import backends, cuda, device
 from .devices import on_cpu as _on_cpu
 from .serialization import load, save
@@ -273,6 +278,14 @@ argsort = _unary("argsort")
 unbind = _unary("unbind")
 nonzero = _unary("nonzero")
 unique = _unary("unique")
+for _method in ("prod", "cumprod", "diff", "movedim", "moveaxis", "swapaxes", "swapdims", "tile", "ravel", "norm",
+                "lerp", "logaddexp", "hypot", "logit", "scatter", "scatter_add", "take_along_dim", "nansum",
+                "nanmean", "count_nonzero", "aminmax", "median", "trunc", "fix", "frac", "round", "fmod",
+                "remainder", "nan_to_num", "signbit", "sgn"):
+    globals()[_method] = _unary(_method)
+del _method
+var_mean = _reshaping_and_reductions.var_mean
+std_mean = _reshaping_and_reductions.std_mean
 rsqrt = _unary("rsqrt")
 reciprocal = _unary("reciprocal")
 clip = _unary("clamp")

@@ -448,3 +448,105 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
         return pointwise.mean()
     raise ValueError(f"{reduction!r} is not a valid value for reduction")
 
+
+
+# ---- more activations and distances, composed of the core's ops ----
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    return _t(input).clamp(min_val, max_val)
+
+
+def hardsigmoid(input, inplace=False):
+    return relu6(_t(input) + 3.0) / 6.0
+
+
+def hardswish(input, inplace=False):
+    x = _t(input)
+    return x * relu6(x + 3.0) / 6.0
+
+
+def mish(input, inplace=False):
+    x = _t(input)
+    return x * softplus(x).tanh()
+
+
+def logsigmoid(input):
+    return -softplus(-_t(input))
+
+
+def softmin(input, dim=None, dtype=None):
+    return softmax(-_t(input), dim, dtype)
+
+
+def glu(input, dim=-1):
+    """The first half along ``dim`` gated by the sigmoid of the second."""
+    x = _t(input)
+    n = x.shape[dim]
+    if n % 2:
+        raise RuntimeError(f"glu: Halving dimension must be even, but dimension {dim % x.ndim} is size {n}")
+    return x.narrow(dim, 0, n // 2) * x.narrow(dim, n // 2, n // 2).sigmoid()
+
+
+def celu(input, alpha=1.0, inplace=False):
+    x = _t(input)
+    return x.relu() + ((x.clamp(max=0.0) / alpha).exp() - 1.0).clamp(max=0.0) * alpha
+
+
+_SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+
+def selu(input, inplace=False):
+    x = _t(input)
+    return (x.relu() + (x.clamp(max=0.0).exp() - 1.0) * _SELU_ALPHA) * _SELU_SCALE
+
+
+def softsign(input):
+    x = _t(input)
+    return x / (x.abs() + 1.0)
+
+
+def threshold(input, threshold, value, inplace=False):
+    x = _t(input)
+    return (x > threshold).where_(x, value)
+
+
+def prelu(input, weight):
+    """``max(0, x) + weight · min(0, x)``, ``weight`` one value or one per channel (axis 1)."""
+    x, w = _t(input), _t(weight)
+    if w.numel() > 1 and x.ndim >= 2:
+        w = w.reshape(-1, *([1] * (x.ndim - 2)))
+    return x.relu() + w * x.clamp(max=0.0)
+
+
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """``x1·x2 / (max(‖x1‖, eps) · max(‖x2‖, eps))`` along ``dim``, as PyTorch's."""
+    a, b = _t(x1), _t(x2)
+    na = a.norm(2, dim=dim, keepdim=True).clamp(min=eps)
+    nb = b.norm(2, dim=dim, keepdim=True).clamp(min=eps)
+    return ((a / na) * (b / nb)).sum(dim)
+
+
+def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    """``‖x1 − x2 + eps‖_p`` over the last axis."""
+    return (_t(x1) - _t(x2) + eps).norm(p, dim=-1, keepdim=keepdim)
+
+
+def pixel_shuffle(input, upscale_factor):
+    """``[.., C·r², H, W]`` → ``[.., C, H·r, W·r]``."""
+    x, r = _t(input), upscale_factor
+    *lead, c, h, w = x.shape
+    if c % (r * r):
+        raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be divisible by the square of upscale_factor, but input.size(-3)={c} is not divisible by {r * r}")
+    x = x.reshape(-1, c // (r * r), r, r, h, w).permute(0, 1, 4, 2, 5, 3)
+    return x.reshape(*lead, c // (r * r), h * r, w * r)
+
+
+def pixel_unshuffle(input, downscale_factor):
+    """``[.., C, H·r, W·r]`` → ``[.., C·r², H, W]``."""
+    x, r = _t(input), downscale_factor
+    *lead, c, h, w = x.shape
+    if h % r or w % r:
+        raise RuntimeError(f"pixel_unshuffle expects height and width to be divisible by downscale_factor {r}, got {h}×{w}")
+    x = x.reshape(-1, c, h // r, r, w // r, r).permute(0, 1, 3, 5, 2, 4)
+    return x.reshape(*lead, c * r * r, h // r, w // r)

@@ -1,6 +1,9 @@
 """PyTorch layers written in Python over the core's ops: ``Conv1d``, ``GroupNorm``,
 ``AdaptiveAvgPool2d``, ``Upsample``, ``Unflatten``, ``ReLU6``, ``ParameterList``,
-``ParameterDict`` (the core's layers are in ``ferrograd._core``)."""
+``ParameterDict``, the activations of ``F`` as modules (``Hardtanh``, ``Mish``, ``GLU``,
+``SELU``, ...), ``PReLU``, ``PixelShuffle``, the constant pads, ``CosineSimilarity``,
+``PairwiseDistance`` and the recurrent cells ``RNNCell``, ``LSTMCell``, ``GRUCell`` (the
+core's layers are in ``ferrograd._core``)."""
 
 import math
 
@@ -201,3 +204,207 @@ def _as_parameter(value):
     from . import Parameter
 
     return value if isinstance(value, Parameter) else Parameter(value)
+
+
+_REQUIRED = object()
+
+
+def _activation_module(name, function, doc, **defaults):
+    """A module calling ``F.<function>`` with its constructor's arguments (PyTorch's names and
+    defaults, ``_REQUIRED`` for those without one; ``inplace`` accepted and ignored, as
+    results are new tensors here)."""
+
+    def __init__(self, *args, **kwargs):
+        Module.__init__(self)
+        kwargs.pop("inplace", None)
+        settings = dict(defaults)
+        settings.update(zip(defaults, args))
+        settings.update(kwargs)
+        unknown = set(settings) - set(defaults)
+        if unknown:
+            raise TypeError(f"{name}.__init__() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+        missing = [k for k, v in settings.items() if v is _REQUIRED]
+        if missing:
+            raise TypeError(f"{name}.__init__() missing required argument {missing[0]!r}")
+        for k, v in settings.items():
+            setattr(self, k, v)
+
+    def forward(self, input):
+        return function(input, **{k: getattr(self, k) for k in defaults})
+
+    def extra_repr(self):
+        return ", ".join(f"{k}={getattr(self, k)}" for k in defaults)
+
+    return type(name, (Module,), {"__init__": __init__, "forward": forward, "extra_repr": extra_repr,
+                                  "__doc__": doc, "__module__": __name__})
+
+
+Hardtanh = _activation_module("Hardtanh", F.hardtanh, "``clamp(x, min_val, max_val)``.", min_val=-1.0, max_val=1.0)
+Hardsigmoid = _activation_module("Hardsigmoid", F.hardsigmoid, "``relu6(x + 3) / 6``.")
+Hardswish = _activation_module("Hardswish", F.hardswish, "``x · relu6(x + 3) / 6``.")
+Mish = _activation_module("Mish", F.mish, "``x · tanh(softplus(x))``.")
+LogSigmoid = _activation_module("LogSigmoid", F.logsigmoid, "``log σ(x)``, without overflow.")
+Softmin = _activation_module("Softmin", F.softmin, "``softmax(−x)`` along ``dim``.", dim=None)
+GLU = _activation_module("GLU", F.glu, "The first half along ``dim`` gated by σ of the second.", dim=-1)
+CELU = _activation_module("CELU", F.celu, "``max(0, x) + min(0, α(e^(x/α) − 1))``.", alpha=1.0)
+SELU = _activation_module("SELU", F.selu, "Scaled ELU with PyTorch's constants.")
+Softsign = _activation_module("Softsign", F.softsign, "``x / (1 + |x|)``.")
+Threshold = _activation_module("Threshold", F.threshold, "``x`` above ``threshold``, else ``value``.",
+                               threshold=_REQUIRED, value=_REQUIRED)
+PixelShuffle = _activation_module("PixelShuffle", F.pixel_shuffle, "``[.., C·r², H, W]`` → ``[.., C, H·r, W·r]``.",
+                                  upscale_factor=_REQUIRED)
+PixelUnshuffle = _activation_module("PixelUnshuffle", F.pixel_unshuffle, "The inverse of ``PixelShuffle``.",
+                                    downscale_factor=_REQUIRED)
+
+
+class CosineSimilarity(Module):
+    def __init__(self, dim=1, eps=1e-8):
+        super().__init__()
+        self.dim, self.eps = dim, eps
+
+    def forward(self, x1, x2):
+        return F.cosine_similarity(x1, x2, self.dim, self.eps)
+
+
+class PairwiseDistance(Module):
+    def __init__(self, p=2.0, eps=1e-6, keepdim=False):
+        super().__init__()
+        self.norm, self.eps, self.keepdim = p, eps, keepdim
+
+    def forward(self, x1, x2):
+        return F.pairwise_distance(x1, x2, self.norm, self.eps, self.keepdim)
+
+
+class PReLU(Module):
+    """``max(0, x) + weight · min(0, x)``: ``weight`` ``[num_parameters]`` (one, or one per
+    channel), ``init`` at first."""
+
+    def __init__(self, num_parameters=1, init=0.25):
+        super().__init__()
+        from .. import full
+
+        self.num_parameters = num_parameters
+        self.weight = full((num_parameters,), init).requires_grad_()
+
+    def forward(self, input):
+        return F.prelu(input, self.weight)
+
+
+class ConstantPad2d(Module):
+    """``F.pad`` with ``value`` by ``padding`` (one int for all four sides, or
+    ``(left, right, top, bottom)``)."""
+
+    _sides = 4
+
+    def __init__(self, padding, value=0.0):
+        super().__init__()
+        self.padding = (padding,) * self._sides if isinstance(padding, int) else tuple(padding)
+        self.value = value
+
+    def forward(self, input):
+        return F.pad(input, self.padding, value=self.value)
+
+
+class ConstantPad1d(ConstantPad2d):
+    _sides = 2
+
+
+class ZeroPad2d(ConstantPad2d):
+    def __init__(self, padding):
+        super().__init__(padding, 0.0)
+
+
+class _RecurrentCell(Module):
+    """``weight_ih [G·H, in]``, ``weight_hh [G·H, H]``, ``bias_ih``, ``bias_hh`` ``[G·H]``,
+    drawn from U(±1/√H) as PyTorch draws them; inputs ``[N, in]`` or unbatched ``[in]``."""
+
+    _gates = 1
+
+    def __init__(self, input_size, hidden_size, bias=True):
+        super().__init__()
+        from .. import rand
+
+        self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
+        bound = 1.0 / math.sqrt(hidden_size)
+        draw = lambda *shape: ((rand(*shape) * 2 - 1) * bound).requires_grad_()  # noqa: E731
+        g = self._gates * hidden_size
+        self.weight_ih, self.weight_hh = draw(g, input_size), draw(g, hidden_size)
+        self.bias_ih = draw(g) if bias else None
+        self.bias_hh = draw(g) if bias else None
+
+    def _projections(self, x, h):
+        gi, gh = x @ self.weight_ih.t(), h @ self.weight_hh.t()
+        if self.bias_ih is not None:
+            gi, gh = gi + self.bias_ih, gh + self.bias_hh
+        return gi, gh
+
+    def _batched(self, x, state):
+        """``x`` as ``[N, in]``, the state (zeros when None) as ``[N, H]``, and whether the
+        input had no batch axis."""
+        if x.ndim not in (1, 2):
+            raise ValueError(f"{type(self).__name__}: Expected input to be 1D or 2D, got {x.ndim}D instead")
+        single = x.ndim == 1
+        x = x.unsqueeze(0) if single else x
+        if state is None:
+            return x, None, single
+        return x, tuple(s.unsqueeze(0) if single else s for s in state), single
+
+    def extra_repr(self):
+        return f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
+
+
+def _zeros_state(x, hidden_size):
+    from .. import zeros
+
+    return zeros(x.shape[0], hidden_size, dtype=x.dtype)
+
+
+class RNNCell(_RecurrentCell):
+    """``h' = tanh(W_ih x + b_ih + W_hh h + b_hh)`` (or ``nonlinearity="relu"``)."""
+
+    def __init__(self, input_size, hidden_size, bias=True, nonlinearity="tanh"):
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"Unknown nonlinearity: {nonlinearity}")
+        super().__init__(input_size, hidden_size, bias)
+        self.nonlinearity = nonlinearity
+
+    def forward(self, input, hx=None):
+        x, state, single = self._batched(input, None if hx is None else (hx,))
+        h = _zeros_state(x, self.hidden_size) if state is None else state[0]
+        gi, gh = self._projections(x, h)
+        out = (gi + gh).tanh() if self.nonlinearity == "tanh" else (gi + gh).relu()
+        return out.squeeze(0) if single else out
+
+
+class LSTMCell(_RecurrentCell):
+    """PyTorch's gates ``i, f, g, o``: ``c' = f·c + i·g``, ``h' = o·tanh(c')``; returns
+    ``(h', c')``."""
+
+    _gates = 4
+
+    def forward(self, input, hx=None):
+        x, state, single = self._batched(input, hx)
+        h, c = (_zeros_state(x, self.hidden_size),) * 2 if state is None else state
+        gi, gh = self._projections(x, h)
+        i, f, g, o = (gi + gh).chunk(4, 1)
+        c = f.sigmoid() * c + i.sigmoid() * g.tanh()
+        h = o.sigmoid() * c.tanh()
+        return (h.squeeze(0), c.squeeze(0)) if single else (h, c)
+
+
+class GRUCell(_RecurrentCell):
+    """PyTorch's gates ``r, z, n``: ``n = tanh(W_in x + b_in + r·(W_hn h + b_hn))``,
+    ``h' = (1 − z)·n + z·h``."""
+
+    _gates = 3
+
+    def forward(self, input, hx=None):
+        x, state, single = self._batched(input, None if hx is None else (hx,))
+        h = _zeros_state(x, self.hidden_size) if state is None else state[0]
+        gi, gh = self._projections(x, h)
+        ir, iz, in_ = gi.chunk(3, 1)
+        hr, hz, hn = gh.chunk(3, 1)
+        r, z = (ir + hr).sigmoid(), (iz + hz).sigmoid()
+        n = (in_ + r * hn).tanh()
+        out = (1.0 - z) * n + z * h
+        return out.squeeze(0) if single else out

@@ -1,0 +1,122 @@
+"""More of PyTorch's tensor functions, activations, distances and recurrent cells, against
+PyTorch's float64 values and gradients (fixtures/torch_ops.json, made by fixtures/torch_ops.py:
+each case is one expression that both frameworks evaluate)."""
+
+import json
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+import ferrograd as fg
+import ferrograd.nn as nn
+import ferrograd.nn.functional as F
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent / "fixtures"))
+REF = json.loads((pathlib.Path(__file__).parent / "fixtures" / "torch_ops.json").read_text())
+
+
+# PyTorch computes these derivatives with a float32 constant (1/6): its float64 gradients
+# are 3e-8 off the exact ones.
+LOOSER = {"hardsigmoid": 1e-7, "hardswish": 1e-7}
+
+
+def inputs():
+    """The named inputs of torch_ops.py, made by ferrograd."""
+    from torch_ops_inputs import inputs as make
+
+    return make(fg)
+
+
+def compare(got, want, what):
+    if isinstance(want, list):
+        assert isinstance(got, (tuple, list)) and len(got) == len(want), what
+        for g, w in zip(got, want):
+            compare(g, w, what)
+        return
+    assert tuple(got.shape) == tuple(want["shape"]), f"{what}: shape {tuple(got.shape)} against {want['shape']}"
+    np.testing.assert_allclose(np.asarray(got.numpy(), dtype=np.float64).ravel(), np.array(want["values"], dtype=np.float64),
+                               rtol=1e-10, atol=1e-12, err_msg=what)
+
+
+def check_gradients(result, named, want, what):
+    parts = list(result) if isinstance(result, (tuple, list)) else [result]
+    weighted = [(t * fg.tensor(np.cos(np.arange(t.numel())).reshape(tuple(t.shape)))).sum()
+                for t in parts if t.is_floating_point() and t.requires_grad]
+    if not weighted:
+        # Not tracked: PyTorch's gradients must then be zero (round, trunc, sign).
+        assert not any(np.any(g) for g in want.values()), f"{what}: PyTorch's result has gradients"
+        return
+    sum(weighted[1:], weighted[0]).backward()
+    for name, t in named.items():
+        if name in want:
+            assert t.grad is not None, f"{what}: no gradient for {name}"
+            rtol = LOOSER.get(what.split(":")[0], 1e-9)
+            np.testing.assert_allclose(t.grad.numpy().ravel(), want[name], rtol=rtol, atol=1e-12,
+                                       err_msg=f"{what}: d/d{name}")
+        elif t.grad is not None:
+            assert not np.abs(t.grad.numpy()).any(), f"{what}: a gradient for {name}, PyTorch's has none"
+
+
+@pytest.mark.parametrize("name", sorted(REF["cases"]))
+def test_values_and_gradients_as_pytorchs(name):
+    case = REF["cases"][name]
+    named = inputs()
+    result = eval(case["expr"], {"torch": fg, "F": F, "nn": nn, **named})  # noqa: S307 (the fixture's expressions)
+    compare(result, case["result"], f"{name}: {case['expr']}")
+    check_gradients(result, named, case["grads"], f"{name}: {case['expr']}")
+
+
+@pytest.mark.parametrize("name", sorted(REF["cells"]))
+def test_recurrent_cells_as_pytorchs(name):
+    case = REF["cells"][name]
+    named = inputs()
+    cell = getattr(nn, case["class"])(4, 3, **case["kwargs"]).double()
+    assert sorted(cell.state_dict()) == sorted(case["state"])
+    cell.load_state_dict({k: fg.tensor(np.array(v)) for k, v in case["state"].items()})
+    h = fg.tensor(np.cos(np.arange(9).reshape(3, 3)) * 0.5)
+    result = cell(named["x"], (h, h * 0.5)) if case["class"] == "LSTMCell" else cell(named["x"], h)
+    compare(result, case["result"], name)
+    check_gradients(result, named, case["grads"], name)
+    compare(cell(named["x"][0]), case["unbatched"], f"{name}, unbatched")
+
+
+def test_in_place_forms_write_into_the_tensor():
+    x = fg.tensor([[1.0, -2.0], [3.0, 0.5]])
+    assert x.exp_() is x
+    np.testing.assert_allclose(x.numpy(), np.exp([[1.0, -2.0], [3.0, 0.5]]), rtol=1e-6)
+    z = fg.zeros(2, 3)
+    z.scatter_(1, fg.tensor([[2], [0]]), 5.0).scatter_add_(1, fg.tensor([[2], [2]]), fg.ones(2, 1))
+    np.testing.assert_array_equal(z.numpy(), [[0, 0, 6], [5, 0, 1]])
+    m = fg.ones(2, 2)
+    m.masked_fill_(fg.tensor([[True, False], [False, True]]), 0.0)
+    np.testing.assert_array_equal(m.numpy(), [[0, 1], [1, 0]])
+    # As PyTorch: an integer tensor cannot take a float result, a trainable leaf is updated
+    # only under no_grad.
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        fg.tensor([1, 2]).exp_()
+    w = fg.ones(2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="in place"):
+        w.sqrt_()
+    with fg.no_grad():
+        w.mul_(4.0).sqrt_()
+    np.testing.assert_array_equal(w.numpy(), [2.0, 2.0])
+
+
+def test_errors_as_pytorchs():
+    x = fg.zeros(2, 3)
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        x.scatter(1, fg.tensor([[3]]), 1.0)
+    with pytest.raises(RuntimeError, match="same number of dimensions"):
+        x.scatter_add(1, fg.tensor([0, 1]), fg.ones(2))
+    with pytest.raises(RuntimeError, match="dtype int64"):
+        x.scatter(1, fg.tensor([[0.0]]), 1.0)
+    with pytest.raises(RuntimeError, match="Halving dimension must be even"):
+        F.glu(x, 1)
+    with pytest.raises(TypeError, match="missing required argument 'upscale_factor'"):
+        nn.PixelShuffle()
+    with pytest.raises(ValueError, match="Unknown nonlinearity"):
+        nn.RNNCell(2, 3, nonlinearity="gelu")
+    with pytest.raises(RuntimeError, match="same number of dims"):
+        x.movedim((0, 1), 0)
