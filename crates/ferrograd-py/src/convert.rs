@@ -429,10 +429,23 @@ impl<'py> IntoPyObject<'py> for LastAxis {
 /// PyTorch's `padding` of a convolution: sizes, or `"same"` / `"valid"`.
 #[derive(Clone, Copy)]
 pub enum Padding {
-    /// Zeros on both sides of each axis, `[height, width]` (`"valid"` is `[0, 0]`).
+    /// Zeros on both sides of each axis, `[height, width]`.
     Sizes([usize; 2]),
     /// The output keeps the input's size (stride 1).
     Same,
+    /// No padding, asked for by name (kept as `"valid"`, as PyTorch keeps it).
+    Valid,
+}
+
+impl Padding {
+    /// The zeros on each side of each axis, `[height, width]`, where they are fixed.
+    pub fn sizes(self) -> Option<[usize; 2]> {
+        match self {
+            Padding::Sizes(hw) => Some(hw),
+            Padding::Valid => Some([0, 0]),
+            Padding::Same => None,
+        }
+    }
 }
 
 impl<'a, 'py> FromPyObject<'a, 'py> for Padding {
@@ -442,7 +455,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Padding {
         if let Ok(name) = obj.extract::<String>() {
             return match name.as_str() {
                 "same" => Ok(Padding::Same),
-                "valid" => Ok(Padding::Sizes([0, 0])),
+                "valid" => Ok(Padding::Valid),
                 other => Err(PyValueError::new_err(format!(
                     "padding {other:?}: expected 'same', 'valid', an int or a pair"
                 ))),
@@ -490,7 +503,7 @@ pub fn take_rows(array: &Bound<'_, PyAny>, index: &[i64]) -> PyResult<Option<Ten
     rows::<i64>(array, index)
 }
 
-/// As PyTorch keeps it on a layer: `(height, width)` or `"same"`.
+/// As PyTorch keeps it on a layer: `(height, width)`, `"same"` or `"valid"`.
 impl<'py> IntoPyObject<'py> for Padding {
     type Target = PyAny;
     type Output = Bound<'py, PyAny>;
@@ -500,6 +513,7 @@ impl<'py> IntoPyObject<'py> for Padding {
         match self {
             Padding::Sizes(hw) => Ok(PyTuple::new(py, hw)?.into_any()),
             Padding::Same => Ok(pyo3::types::PyString::new(py, "same").into_any()),
+            Padding::Valid => Ok(pyo3::types::PyString::new(py, "valid").into_any()),
         }
     }
 }

@@ -729,6 +729,7 @@ fn conv_settings(c: ConvSettings) -> String {
     );
     match c.padding {
         Padding::Same => s.push_str(", padding=same"),
+        Padding::Valid => s.push_str(", padding=valid"),
         Padding::Sizes([0, 0]) => {}
         Padding::Sizes(p) => s.push_str(&format!(", padding={}", py_pair(p))),
     }
@@ -918,9 +919,9 @@ layer_class!(
             let ([kh, kw], [sh, sw], [dh, dw]) = (kernel_size.0, stride.0, dilation.0);
             let c = Conv2d::new_hw(in_channels, out_channels, kh, kw)
                 .stride_hw(sh, sw).dilation_hw(dh, dw).groups(groups);
-            let c = match padding {
-                Padding::Sizes([ph, pw]) => c.padding_hw(ph, pw),
-                Padding::Same => c.padding_same(),
+            let c = match padding.sizes() {
+                Some([ph, pw]) => c.padding_hw(ph, pw),
+                None => c.padding_same(),
             };
             if bias { c } else { c.without_bias() }
         },

@@ -2053,9 +2053,9 @@ impl PyTensor {
             .dilation_hw(dh, dw)
             .groups(groups);
         self.map(py, |x| {
-            let y = match padding {
-                Padding::Sizes([ph, pw]) => x.conv2d(&w, &opts.padding_hw(ph, pw)),
-                Padding::Same => x.conv2d_same(&w, &opts),
+            let y = match padding.sizes() {
+                Some([ph, pw]) => x.conv2d(&w, &opts.padding_hw(ph, pw)),
+                None => x.conv2d_same(&w, &opts),
             };
             add_channel_bias(y, b.as_ref())
         })

@@ -1375,6 +1375,9 @@ def test_layers_keep_their_arguments_as_pytorchs_attributes():
     assert (backbone.in_features, head.in_features, head.bias) == (16, 8, None)
     conv = nn.Conv2d(1, 8, 3, padding="same")
     assert (conv.kernel_size, conv.stride, conv.padding, conv.in_channels, conv.groups) == ((3, 3), (1, 1), "same", 1, 1)
+    valid = nn.Conv2d(1, 2, 3, padding="valid")
+    assert valid.padding == "valid" and "padding=valid" in repr(valid) and valid(fg.ones(1, 1, 5, 5)).shape == (1, 2, 3, 3)
+    assert copy.deepcopy(valid).padding == "valid" and F.conv2d(fg.ones(1, 1, 5, 5), valid.weight, padding="valid").shape == (1, 2, 3, 3)
     assert nn.Dropout(0.2).p == 0.2 and nn.LayerNorm(8).normalized_shape == (8,) and nn.LayerNorm(8).eps == 1e-5
     assert nn.Embedding(5, 3).embedding_dim == 3 and nn.BatchNorm2d(4).num_features == 4
     lstm = nn.LSTM(3, 5, num_layers=2, batch_first=True)
