@@ -19,7 +19,7 @@ REF = json.loads((pathlib.Path(__file__).parent / "fixtures" / "torch_ops.json")
 
 # PyTorch computes these derivatives with a float32 constant (1/6): its float64 gradients
 # are 3e-8 off the exact ones.
-LOOSER = {"hardsigmoid": 1e-7, "hardswish": 1e-7}
+LOOSER = {"hardsigmoid": 1e-7, "hardswish": 1e-7, "hardsigmoid_edge": 1e-7, "hardswish_edge": 1e-7}
 
 
 def inputs():
@@ -120,3 +120,32 @@ def test_errors_as_pytorchs():
         nn.RNNCell(2, 3, nonlinearity="gelu")
     with pytest.raises(RuntimeError, match="same number of dims"):
         x.movedim((0, 1), 0)
+
+
+def test_more_errors_as_pytorchs():
+    with pytest.raises(RuntimeError, match="contracted dimensions need to match"):
+        fg.tensordot(fg.ones(2, 3), fg.ones(3, 2), ([0, 1], [0, 1]))
+    with pytest.raises(RuntimeError, match="tensordot expects dims between 0 and 2"):
+        fg.tensordot(fg.ones(2, 3), fg.ones(3, 2), -1)
+    with pytest.raises(RuntimeError, match="expected a matrix"):
+        fg.trace(fg.ones(2, 2, 2))
+    with pytest.raises(RuntimeError, match="Expected 0D or 1D tensor"):
+        fg.meshgrid(fg.ones(2, 2), fg.ones(3))
+    with pytest.raises(TypeError, match="tuple"):
+        nn.LSTMCell(3, 2)(fg.ones(2, 3), fg.ones(2, 2))
+    with pytest.raises(RuntimeError, match="expected 2-D tensors"):
+        fg.addmm(fg.ones(2), fg.ones(2, 3, 4), fg.ones(4, 2))
+    with pytest.raises(RuntimeError, match="non-negative"):
+        fg.ones(3).diff(n=-1)
+    with pytest.raises(RuntimeError, match="scalars"):
+        F.glu(fg.tensor(1.0))
+    with pytest.raises(RuntimeError, match="at least 3 dimensions"):
+        F.pixel_shuffle(fg.ones(4, 4), 2)
+    with pytest.raises(TypeError, match="positional arguments"):
+        nn.Hardtanh(-2.0, 2.0, False, 5)
+    with pytest.raises(RuntimeError, match="src.dtype"):
+        fg.zeros(2, 3).scatter(1, fg.tensor([[0]]), fg.ones(1, 1, dtype=fg.float64))
+    assert nn.Hardtanh(-2.0, 2.0, False).min_val == -2.0
+    assert nn.LSTMCell(3, 2, dtype=fg.float64).weight_ih.dtype == fg.float64
+    # Round-trips that must be exact.
+    assert fg.tensor([2**53 + 1]).remainder(2).tolist() == [1] and fg.tensor([7]).round().tolist() == [7]

@@ -15,6 +15,11 @@ def _t(x):
     return x if isinstance(x, Tensor) else _core.tensor(x)
 
 
+def _positions(values):
+    """Positions for ``index_select`` / ``index_add`` (int64 even when there are none)."""
+    return np.asarray(values, dtype=np.int64)
+
+
 def diagonal(input, offset=0, dim1=0, dim2=1):
     """The elements ``[i, i + offset]`` of the matrices over axes ``dim1``, ``dim2``, as the
     last axis."""
@@ -27,7 +32,7 @@ def diagonal(input, offset=0, dim1=0, dim2=1):
     length = max(0, min(rows - first, cols - first - offset))
     picks = [(first + i) * cols + first + i + offset for i in range(length)]
     flat = t.reshape(*t.shape[:-2], rows * cols)
-    return flat.index_select(flat.ndim - 1, picks)
+    return flat.index_select(flat.ndim - 1, _positions(picks))
 
 
 _diagonal = diagonal
@@ -43,11 +48,15 @@ def diag(input, diagonal=0):
     n = x.shape[0] + abs(diagonal)
     rows = range(max(0, -diagonal), max(0, -diagonal) + x.shape[0])
     picks = [r * n + r + diagonal for r in rows]
-    return _core.zeros(n * n, dtype=x.dtype).index_add(0, picks, x).reshape(n, n)
+    return _core.zeros(n * n, dtype=x.dtype).index_add(0, _positions(picks), x).reshape(n, n)
 
 
 def trace(input):
-    return diagonal(input).sum()
+    """The sum of a matrix's diagonal."""
+    x = _t(input)
+    if x.ndim != 2:
+        raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {x.ndim}")
+    return diagonal(x).sum()
 
 
 def tensordot(a, b, dims=2):
@@ -55,10 +64,21 @@ def tensordot(a, b, dims=2):
     lists), as one product."""
     a, b = _t(a), _t(b)
     if isinstance(dims, int):
+        if not 0 <= dims <= min(a.ndim, b.ndim):
+            raise RuntimeError(f"tensordot expects dims between 0 and {min(a.ndim, b.ndim)}, got {dims}")
         da, db = list(range(a.ndim - dims, a.ndim)), list(range(dims))
     else:
         da, db = ([d] if isinstance(d, int) else list(d) for d in dims)
+    if len(da) != len(db):
+        raise RuntimeError(f"both dimension lists should have same length, got {da} and {db}")
+    for x, ds in ((a, da), (b, db)):
+        if any(not -x.ndim <= d < x.ndim for d in ds) or len({d % x.ndim for d in ds}) != len(ds):
+            raise RuntimeError(f"tensordot: dims {ds} are not distinct dimensions of a {x.ndim}-D tensor")
     da, db = [d % a.ndim for d in da], [d % b.ndim for d in db]
+    for i, j in zip(da, db):
+        if a.shape[i] != b.shape[j]:
+            raise RuntimeError(f"contracted dimensions need to match, but first has size {a.shape[i]} in dim {i} "
+                               f"and second has size {b.shape[j]} in dim {j}")
     keep_a = [d for d in range(a.ndim) if d not in da]
     keep_b = [d for d in range(b.ndim) if d not in db]
     k = int(np.prod([a.shape[d] for d in da]))
@@ -77,9 +97,18 @@ def kron(input, other):
     return (spread_a * spread_b).reshape(*[x * y for x, y in zip(sa, sb)])
 
 
+def _product(ranks, mat1, mat2, op):
+    if mat1.ndim != ranks or mat2.ndim != ranks:
+        raise RuntimeError(f"{op}: expected {ranks}-D tensors, got {mat1.ndim}-D and {mat2.ndim}-D")
+    return mat1 @ mat2
+
+
 def addmm(input, mat1, mat2, *, beta=1, alpha=1):
     """``beta · input + alpha · (mat1 @ mat2)`` (``input`` ignored when ``beta`` is 0)."""
-    product = mat1 @ mat2
+    return _scaled_sum(input, _product(2, mat1, mat2, "addmm"), beta, alpha)
+
+
+def _scaled_sum(input, product, beta, alpha):
     if alpha != 1:
         product = product * alpha
     if beta == 0:
@@ -90,7 +119,7 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1):
 
 def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
     """``addmm`` over a batch of products."""
-    return addmm(input, batch1, batch2, beta=beta, alpha=alpha)
+    return _scaled_sum(input, _product(3, batch1, batch2, "baddbmm"), beta, alpha)
 
 
 def cdist(x1, x2, p=2.0):
@@ -106,6 +135,8 @@ def meshgrid(*tensors, indexing="ij"):
     """Coordinate grids of 1-D tensors (``indexing="xy"``: the first two axes swapped, as
     numpy's)."""
     ts = list(tensors[0]) if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else list(tensors)
+    if any(t.ndim > 1 for t in ts):
+        raise RuntimeError("torch.meshgrid: Expected 0D or 1D tensor in the tensor list")
     if indexing not in ("ij", "xy"):
         raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
     swap = indexing == "xy" and len(ts) >= 2

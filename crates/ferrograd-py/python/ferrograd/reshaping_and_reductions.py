@@ -3,8 +3,8 @@ their derivatives have every order): products (``prod`` by halving, ``cumprod`` 
 shifts), ``diff``, ``movedim``, ``swapaxes``, ``tile``, ``ravel``, ``type_as``, ``norm``,
 ``lerp``, ``logaddexp``, ``hypot``, ``logit``, ``scatter`` and ``scatter_add``,
 ``take_along_dim``, ``nansum``, ``nanmean``, ``count_nonzero``, ``aminmax``, ``median``,
-``var_mean``, ``std_mean``, the roundings (``round`` half to even, ``trunc``, ``frac``,
-``fmod``, ``remainder``: zero derivative where PyTorch's is zero), ``nan_to_num``,
+``var_mean``, ``std_mean``, the roundings (``round`` half to even, ``trunc``, ``sgn``: zero
+derivative, as PyTorch's), ``frac``, ``fmod``, ``remainder``, ``nan_to_num``,
 ``signbit``, ``sgn``; and the in-place forms (``exp_``, ``masked_fill_``, ``scatter_``, ...)
 of the out-of-place ones. Attached to ``Tensor`` when the package is imported."""
 
@@ -18,6 +18,24 @@ from ._core import Tensor
 
 aminmax_result = collections.namedtuple("aminmax", ["min", "max"])
 median_result = collections.namedtuple("median", ["values", "indices"])
+
+
+def _zero_derivative(name, values):
+    """``values(x)`` (a numpy function) as an op of ``x`` whose derivative is 0, as PyTorch's
+    roundings have: connected to the graph, so a backward through it gives zeros."""
+
+    def op(x):
+        from . import custom_gradient
+
+        def run(t):
+            with np.errstate(all="ignore"):  # ±inf and NaN pass through as themselves
+                out = _core.tensor(values(t.detach().numpy()), dtype=t.dtype)
+            return out, lambda up: up * 0
+
+        run.__name__ = name
+        return custom_gradient(run)(x) if x.requires_grad else run(x)[0]
+
+    return op
 
 
 def _axis(t, dim):
@@ -57,9 +75,9 @@ def prod(self, dim=None, keepdim=False, dtype=None):
 def cumprod(self, dim, dtype=None):
     """The running product along ``dim``: shifted copies multiplied in (log₂ n products)."""
     t = self if dtype is None else self.to(dtype)
+    d = _axis(t, dim)
     if t.ndim == 0:
         return t
-    d = _axis(t, dim)
     n, shift = t.shape[d], 1
     while shift < n:
         shape = list(t.shape)
@@ -71,6 +89,10 @@ def cumprod(self, dim, dtype=None):
 
 def diff(self, n=1, dim=-1, prepend=None, append=None):
     """Differences of neighbours along ``dim``, ``n`` times."""
+    if n < 0:
+        raise RuntimeError(f"diff expects n to be non-negative, got {n}")
+    if self.ndim == 0:
+        raise RuntimeError("diff expects input to be at least one-dimensional")
     d = _axis(self, dim)
     t = _core.cat([p for p in (prepend, self, append) if p is not None], d)
     for _ in range(n):
@@ -87,6 +109,8 @@ def movedim(self, source, destination):
     if len(src) != len(dst):
         raise RuntimeError(f"movedim: Invalid source or destination dims: source ({src} dims) should contain the same number of dims as destination ({dst} dims)")
     src, dst = [_axis(self, s) for s in src], [_axis(self, s) for s in dst]
+    if self.ndim == 0:
+        return self
     if len(set(src)) != len(src) or len(set(dst)) != len(dst):
         raise RuntimeError("movedim: repeated dim")
     order = [None] * self.ndim
@@ -115,10 +139,16 @@ def type_as(self, other):
     return self.to(other.dtype)
 
 
-def _safe_sqrt(s):
-    """√s with derivative 0 where s is 0 (PyTorch's norms at the zero vector), not ∞·0."""
+def _safe_root(s, p=2.0):
+    """``s^(1/p)`` with derivative 0 where s is 0 (PyTorch's norms at the zero vector), not
+    ∞·0."""
     positive = s > 0
-    return positive.where_(positive.where_(s, _core.ones((), dtype=s.dtype)).sqrt(), s * 0)
+    base = positive.where_(s, _core.ones((), dtype=s.dtype))
+    return positive.where_(base.sqrt() if p == 2 else base ** (1.0 / p), s * 0)
+
+
+def _safe_sqrt(s):
+    return _safe_root(s, 2.0)
 
 
 def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
@@ -139,12 +169,16 @@ def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
         return a.sum(dims, keepdim=keepdim)
     if isinstance(p, str) or p < 0:
         raise ValueError(f"norm: p={p!r} is not supported (\"fro\", inf, -inf or a number ≥ 0)")
-    return (a ** p).sum(dims, keepdim=keepdim) ** (1.0 / p)
+    return _safe_root((a ** p).sum(dims, keepdim=keepdim), p)
 
 
 def lerp(self, end, weight):
-    """``self + weight · (end − self)``."""
-    return self + weight * (end - self)
+    """``self + weight · (end − self)``, or ``end − (1 − weight)·(end − self)`` from weight
+    0.5 on (exact at both ends), as PyTorch's."""
+    step = end - self
+    if not isinstance(weight, Tensor):
+        return self + weight * step if abs(weight) < 0.5 else end - (1.0 - weight) * step
+    return (weight.abs() < 0.5).where_(self + weight * step, end - (1.0 - weight) * step)
 
 
 def logaddexp(self, other):
@@ -156,7 +190,14 @@ def logaddexp(self, other):
 
 
 def hypot(self, other):
-    return (self * self + other * other).sqrt()
+    """``√(x² + y²)`` scaled by the larger magnitude (no overflow or underflow); infinite
+    where either is, NaN or not."""
+    other = other if isinstance(other, Tensor) else _core.tensor(other, dtype=self.dtype)
+    big = self.abs().maximum(other.abs()).detach()
+    scale = ((big == 0) | big.isinf()).where_(_core.ones((), dtype=big.dtype), big)
+    a, b = self / scale, other / scale
+    out = (a * a + b * b).sqrt() * scale
+    return (self.isinf() | other.isinf()).where_(_core.tensor(math.inf, dtype=out.dtype), out)
 
 
 def logit(self, eps=None):
@@ -171,6 +212,13 @@ def _scatter_targets(self, dim, index, src_shape, op):
     idx = np.asarray(index.numpy()) if isinstance(index, Tensor) else np.asarray(index)
     if idx.dtype.kind not in "iu":
         raise RuntimeError(f"{op}(): Expected dtype int64 for index")
+    if self.ndim == 0:
+        # A 0-d tensor scatters as one element of a vector.
+        if idx.ndim > 1 or idx.size > 1:
+            raise RuntimeError(f"{op}(): Index tensor must have the same number of dimensions as self tensor")
+        if idx.size and idx.reshape(-1)[0] != 0:
+            raise RuntimeError(f"{op}(): index {int(idx.reshape(-1)[0])} is out of bounds for dimension 0 with size 1")
+        return np.zeros(idx.size, np.int64), idx.shape
     d = _axis(self, dim)
     if idx.ndim != self.ndim or (src_shape is not None and len(src_shape) != idx.ndim):
         raise RuntimeError(f"{op}(): Index tensor must have the same number of dimensions as self tensor")
@@ -190,7 +238,9 @@ def _source(self, index_shape, src, value):
         raise TypeError("scatter(): give src or value")
     if src is None or not isinstance(src, Tensor):
         return _core.full(tuple(index_shape), src if src is not None else value, dtype=self.dtype)
-    return src[tuple(slice(0, s) for s in index_shape)].to(self.dtype)
+    if src.dtype != self.dtype:
+        raise RuntimeError(f"scatter(): Expected self.dtype to be equal to src.dtype ({self.dtype} and {src.dtype})")
+    return src[tuple(slice(0, s) for s in index_shape)] if src.ndim else src.reshape(*index_shape)
 
 
 def scatter_add(self, dim, index, src):
@@ -198,26 +248,27 @@ def scatter_add(self, dim, index, src):
     positions add up. Differentiable in ``self`` and ``src``."""
     targets, shape = _scatter_targets(self, dim, index, tuple(src.shape), "scatter_add")
     values = _source(self, shape, src, None).reshape(-1)
-    return self.reshape(-1).index_add(0, targets.tolist(), values).reshape(*self.shape)
+    return self.reshape(-1).index_add(0, targets, values).reshape(*self.shape)
 
 
 def scatter(self, dim, index, src=None, value=None, reduce=None):
     """``self`` with ``src[i][j]`` (or ``value``) written at ``[index[i][j]][j]`` along
     ``dim`` (a repeated position keeps the last write); ``reduce="add"`` adds instead."""
     if reduce == "add":
-        return scatter_add(self, dim, index, _source(self, np.shape(index.numpy()), src, value))
+        index_shape = np.shape(index.numpy() if isinstance(index, Tensor) else index)
+        return scatter_add(self, dim, index, _source(self, index_shape, src, value))
     if reduce is not None:
         raise RuntimeError(f"scatter(): reduce={reduce!r} is not supported (\"add\" or None)")
     src_shape = tuple(src.shape) if isinstance(src, Tensor) else None
     targets, shape = _scatter_targets(self, dim, index, src_shape, "scatter")
     values = _source(self, shape, src, value).reshape(-1)
     # The last write of each position: the first of the reversed order.
-    last = len(targets) - 1 - np.unique(targets[::-1], return_index=True)[1]
+    last = (len(targets) - 1 - np.unique(targets[::-1], return_index=True)[1]).astype(np.int64)
     kept, at = targets[last], last
     hit = np.zeros(int(np.prod(self.shape)), dtype=bool)
     hit[kept] = True
     flat = self.reshape(-1).masked_fill(_core.tensor(hit), 0)
-    return flat.index_add(0, kept.tolist(), values.index_select(0, at.tolist())).reshape(*self.shape)
+    return flat.index_add(0, kept, values.index_select(0, at)).reshape(*self.shape)
 
 
 def take_along_dim(self, indices, dim=None):
@@ -263,8 +314,14 @@ def median(self, dim=None, keepdim=False):
     """The lower of the two middle values (PyTorch's), NaN where a row holds one; along
     ``dim`` with the index it came from."""
     if dim is None:
+        if self.numel() == 0:
+            return _core.tensor(math.nan, dtype=self.dtype)
         return median(self.reshape(-1), 0).values
     d = _axis(self, dim)
+    if self.ndim == 0:
+        return median_result(self, _core.tensor(0))
+    if self.shape[d] == 0:
+        raise IndexError(f"median(): Expected reduction dim {d} to have non-zero size.")
     order = self.argsort(d)
     n = self.shape[d]
     at = order.narrow(d, (n - 1) // 2, 1)
@@ -278,22 +335,23 @@ def median(self, dim=None, keepdim=False):
     return median_result(values, at)
 
 
-def var_mean(self, dim=None, *, correction=1, keepdim=False, unbiased=None):
+def var_mean(self, dim=None, unbiased=None, keepdim=False, *, correction=1):
     correction = correction if unbiased is None else int(bool(unbiased))
     return self.var(dim, correction=correction, keepdim=keepdim), (
         self.mean() if dim is None else self.mean(dim, keepdim=keepdim))
 
 
-def std_mean(self, dim=None, *, correction=1, keepdim=False, unbiased=None):
+def std_mean(self, dim=None, unbiased=None, keepdim=False, *, correction=1):
     v, m = var_mean(self, dim, correction=correction, keepdim=keepdim, unbiased=unbiased)
     return v.sqrt(), m
 
 
 def trunc(self):
-    """Toward zero. Its derivative is 0, so the result is not tracked (the core's floor and
-    sign have no derivative rule)."""
-    x = self.detach()
-    return x.sign() * x.abs().floor()
+    """Toward zero (derivative 0)."""
+    return _trunc(self) if self.is_floating_point() else self
+
+
+_trunc = _zero_derivative("trunc", np.trunc)
 
 
 def frac(self):
@@ -301,25 +359,29 @@ def frac(self):
 
 
 def round_half_even(self, decimals=0):
-    """To the nearest integer (or ``decimals`` places), halves to even, as PyTorch's; not
-    tracked (its derivative is 0)."""
+    """To the nearest integer (or ``decimals`` places), halves to even, as PyTorch's
+    (derivative 0; integers unchanged)."""
+    if not self.is_floating_point():
+        return self
     scale = 10.0 ** decimals
-    x = self.detach() * scale if decimals else self.detach()
-    r = (x + 0.5).floor()
-    tie = (r - x) == 0.5
-    odd = (r - (r * 0.5).floor() * 2) != 0
-    r = (tie & odd).where_(r - 1, r)
-    return r / scale if decimals else r
-
-
-def fmod(self, other):
-    """``self − other · trunc(self / other)`` (the sign of ``self``, as C's fmod)."""
-    return self - other * trunc(self / other)
+    return _zero_derivative("round", lambda v: np.round(v * scale) / scale if decimals else np.round(v))(self)
 
 
 def remainder(self, other):
-    """``self − other · floor(self / other)`` (the sign of ``other``, as Python's %)."""
-    return self - other * (self / other).detach().floor()
+    """The remainder with the sign of ``other`` (Python's and PyTorch's ``%``)."""
+    return self % other
+
+
+def fmod(self, other):
+    """The remainder with the sign of ``self`` (C's fmod): ``%``'s, less ``other`` where
+    their signs differ; ``self`` itself where ``other`` is infinite."""
+    other = other if isinstance(other, Tensor) else _core.tensor(other, dtype=self.dtype if self.is_floating_point() else None)
+    r = self % other
+    flip = (r != 0) & ((r < 0) != (self < 0))
+    r = flip.where_(r - other, r)
+    if not self.is_floating_point() and not other.is_floating_point():
+        return r
+    return (other.isinf() & self.isfinite()).where_(self, r)
 
 
 def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
@@ -340,8 +402,11 @@ def signbit(self):
 
 
 def sgn(self):
-    """The sign, not tracked (its derivative is 0)."""
-    return self.detach().sign()
+    """The sign (derivative 0)."""
+    return _sgn(self) if self.is_floating_point() else self.sign()
+
+
+_sgn = _zero_derivative("sgn", np.sign)
 
 
 def _in_place(name):

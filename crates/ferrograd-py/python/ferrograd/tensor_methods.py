@@ -12,11 +12,8 @@ import numpy as np
 from . import _core
 from ._core import Tensor
 
+from .reshaping_and_reductions import _axis
 from .return_types import sort
-
-
-def _axis(t, dim):
-    return dim + t.ndim if dim < 0 else dim
 
 
 def rsqrt(self):

@@ -21,8 +21,15 @@ def relu(input, inplace=False):
     return _t(input).relu()
 
 
+def _bounded(x, lo, hi):
+    """``x`` clamped to ``[lo, hi]`` with derivative 0 at the bounds as well as beyond them
+    (PyTorch's hardtanh, relu6, hardsigmoid), NaN kept."""
+    inside = (x > lo) & (x < hi)
+    return inside.where_(x, x.clamp(lo, hi).detach())
+
+
 def relu6(input, inplace=False):
-    return _t(input).clamp(0.0, 6.0)
+    return _bounded(_t(input), 0.0, 6.0)
 
 
 def leaky_relu(input, negative_slope=0.01, inplace=False):
@@ -454,7 +461,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
 
 
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
-    return _t(input).clamp(min_val, max_val)
+    return _bounded(_t(input), min_val, max_val)
 
 
 def hardsigmoid(input, inplace=False):
@@ -482,6 +489,8 @@ def softmin(input, dim=None, dtype=None):
 def glu(input, dim=-1):
     """The first half along ``dim`` gated by the sigmoid of the second."""
     x = _t(input)
+    if x.ndim == 0:
+        raise RuntimeError("glu does not support scalars because halving size must be even")
     n = x.shape[dim]
     if n % 2:
         raise RuntimeError(f"glu: Halving dimension must be even, but dimension {dim % x.ndim} is size {n}")
@@ -507,8 +516,9 @@ def softsign(input):
 
 
 def threshold(input, threshold, value, inplace=False):
+    """``value`` where ``x ≤ threshold``, else ``x`` (NaN kept)."""
     x = _t(input)
-    return (x > threshold).where_(x, value)
+    return (x <= threshold).where_(value, x)
 
 
 def prelu(input, weight):
@@ -535,6 +545,8 @@ def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
 def pixel_shuffle(input, upscale_factor):
     """``[.., C·r², H, W]`` → ``[.., C, H·r, W·r]``."""
     x, r = _t(input), upscale_factor
+    if x.ndim < 3:
+        raise RuntimeError(f"pixel_shuffle expects input to have at least 3 dimensions, but got input with {x.ndim} dimension(s)")
     *lead, c, h, w = x.shape
     if c % (r * r):
         raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be divisible by the square of upscale_factor, but input.size(-3)={c} is not divisible by {r * r}")
@@ -545,6 +557,8 @@ def pixel_shuffle(input, upscale_factor):
 def pixel_unshuffle(input, downscale_factor):
     """``[.., C, H·r, W·r]`` → ``[.., C·r², H, W]``."""
     x, r = _t(input), downscale_factor
+    if x.ndim < 3:
+        raise RuntimeError(f"pixel_unshuffle expects input to have at least 3 dimensions, but got input with {x.ndim} dimension(s)")
     *lead, c, h, w = x.shape
     if h % r or w % r:
         raise RuntimeError(f"pixel_unshuffle expects height and width to be divisible by downscale_factor {r}, got {h}×{w}")

@@ -217,6 +217,9 @@ def _activation_module(name, function, doc, **defaults):
     def __init__(self, *args, **kwargs):
         Module.__init__(self)
         kwargs.pop("inplace", None)
+        if len(args) > len(defaults) + 1:
+            raise TypeError(f"{name}.__init__() takes {len(defaults) + 1} positional arguments but {len(args)} were given")
+        args = args[: len(defaults)]  # PyTorch's trailing positional `inplace`
         settings = dict(defaults)
         settings.update(zip(defaults, args))
         settings.update(kwargs)
@@ -279,12 +282,12 @@ class PReLU(Module):
     """``max(0, x) + weight · min(0, x)``: ``weight`` ``[num_parameters]`` (one, or one per
     channel), ``init`` at first."""
 
-    def __init__(self, num_parameters=1, init=0.25):
+    def __init__(self, num_parameters=1, init=0.25, device=None, dtype=None):
         super().__init__()
         from .. import full
 
         self.num_parameters = num_parameters
-        self.weight = full((num_parameters,), init).requires_grad_()
+        self.weight = full((num_parameters,), init, dtype=dtype).requires_grad_()
 
     def forward(self, input):
         return F.prelu(input, self.weight)
@@ -320,7 +323,7 @@ class _RecurrentCell(Module):
 
     _gates = 1
 
-    def __init__(self, input_size, hidden_size, bias=True):
+    def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None):
         super().__init__()
         from .. import rand
 
@@ -331,6 +334,7 @@ class _RecurrentCell(Module):
         self.weight_ih, self.weight_hh = draw(g, input_size), draw(g, hidden_size)
         self.bias_ih = draw(g) if bias else None
         self.bias_hh = draw(g) if bias else None
+        self.to(*[a for a in (device, dtype) if a is not None])
 
     def _projections(self, x, h):
         gi, gh = x @ self.weight_ih.t(), h @ self.weight_hh.t()
@@ -362,10 +366,10 @@ def _zeros_state(x, hidden_size):
 class RNNCell(_RecurrentCell):
     """``h' = tanh(W_ih x + b_ih + W_hh h + b_hh)`` (or ``nonlinearity="relu"``)."""
 
-    def __init__(self, input_size, hidden_size, bias=True, nonlinearity="tanh"):
+    def __init__(self, input_size, hidden_size, bias=True, nonlinearity="tanh", device=None, dtype=None):
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"Unknown nonlinearity: {nonlinearity}")
-        super().__init__(input_size, hidden_size, bias)
+        super().__init__(input_size, hidden_size, bias, device, dtype)
         self.nonlinearity = nonlinearity
 
     def forward(self, input, hx=None):
@@ -383,6 +387,8 @@ class LSTMCell(_RecurrentCell):
     _gates = 4
 
     def forward(self, input, hx=None):
+        if hx is not None and (not isinstance(hx, (tuple, list)) or len(hx) != 2):
+            raise TypeError("LSTMCell: hx must be a tuple (h_0, c_0)")
         x, state, single = self._batched(input, hx)
         h, c = (_zeros_state(x, self.hidden_size),) * 2 if state is None else state
         gi, gh = self._projections(x, h)
