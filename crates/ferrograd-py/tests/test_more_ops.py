@@ -149,3 +149,16 @@ def test_more_errors_as_pytorchs():
     assert nn.LSTMCell(3, 2, dtype=fg.float64).weight_ih.dtype == fg.float64
     # Round-trips that must be exact.
     assert fg.tensor([2**53 + 1]).remainder(2).tolist() == [1] and fg.tensor([7]).round().tolist() == [7]
+
+
+def test_manual_seed_fixes_dropout_masks_as_pytorchs():
+    model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5), nn.TransformerEncoderLayer(8, 2, 16, 0.3, batch_first=True))
+    x = fg.ones(2, 3, 8)
+
+    def run(seed):
+        fg.manual_seed(seed)
+        return model(x).numpy()
+
+    first = run(3)
+    np.testing.assert_array_equal(run(3), first)
+    assert not np.array_equal(run(4), first)

@@ -105,6 +105,43 @@ fn elu_and_leaky_relu_values() {
     );
 }
 
+/// As PyTorch's: `manual_seed(s)` before a forward pass fixes its dropout masks (streams
+/// drawn from the default generator start again), while a stream given its own seed, and
+/// the state a checkpoint restores, keep going.
+#[test]
+fn manual_seed_makes_dropout_reproducible_as_pytorchs() {
+    let _g = turn();
+    manual_seed(1);
+    let net = Net::new(vec![
+        Box::new(Dropout::new(0.5)),
+        Box::new(Dense::new(8, 8)),
+        Box::new(Dropout::new(0.5)),
+    ]);
+    let own = Dropout::with_seed(0.5, 9);
+    let x = Tensor::ones(&[16, 8], DType::F32);
+    let run = |seed: u64| {
+        manual_seed(seed);
+        let a = Layer::forward(&net, &x, Mode::Train).to_vec::<f32>();
+        (a, own.forward(&x, Mode::Train).to_vec::<f32>())
+    };
+    let (first, own_first) = run(5);
+    let (again, own_again) = run(5);
+    assert_eq!(first, again, "the same seed, the same masks");
+    assert_ne!(own_first, own_again, "a stream of its own keeps going");
+    assert_ne!(run(6).0, first, "another seed, other masks");
+    // Two layers never share a stream after a reseed.
+    manual_seed(5);
+    let streams: Vec<ferrograd::nn::StreamState> =
+        net.rng_streams().iter().map(|(_, s)| s.state()).collect();
+    assert_ne!(streams[0].seed, streams[1].seed);
+    // A restored state wins over a reseed that came before it.
+    let saved = net.rng_streams()[0].1.state();
+    let _ = Layer::forward(&net, &x, Mode::Train);
+    manual_seed(7);
+    net.rng_streams()[0].1.set_state(saved);
+    assert_eq!(net.rng_streams()[0].1.state(), saved);
+}
+
 #[test]
 fn dropout_and_batchnorm_switch_with_the_mode() {
     let x = Tensor::ones(&[1000, 10], DType::F32);

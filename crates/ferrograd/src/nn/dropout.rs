@@ -34,10 +34,14 @@ pub type Dropout2d = DropoutOf<true>;
 impl<const CHANNELS: bool> DropoutOf<CHANNELS> {
     const NAME: &'static str = if CHANNELS { "Dropout2d" } else { "Dropout" };
 
-    /// Drop probability `p` in [0, 1), with a generator seeded from the default one.
+    /// Drop probability `p` in [0, 1), with a generator seeded from the default one (and
+    /// started again by each `manual_seed`).
     pub fn new(p: f64) -> Self {
         let seed = with_default_rng(|r| r.gen());
-        Self::with_seed(p, seed)
+        DropoutOf {
+            stream: RngStream::from_default_generator(seed),
+            ..Self::with_seed(p, seed)
+        }
     }
 
     /// The drop probability.

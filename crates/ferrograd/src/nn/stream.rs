@@ -4,15 +4,26 @@
 use std::sync::{Arc, Mutex};
 
 use rand::rngs::StdRng;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 
-use crate::tensor::draws;
+use crate::tensor::{create, draws};
 
 /// A layer's source of randomness. Draw `n` uses a generator keyed by the seed and `n` side by
 /// side, so streams of different seeds or positions never overlap, and `(seed, draws)` is the
 /// whole state. Clones share the stream.
 #[derive(Clone, Debug)]
-pub struct RngStream(Arc<Mutex<StreamState>>);
+pub struct RngStream(Arc<Mutex<Stream>>);
+
+#[derive(Debug)]
+struct Stream {
+    state: StreamState,
+    /// For a stream seeded from the default generator, the seed it was first given: each
+    /// [`manual_seed`](crate::tensor::manual_seed) starts it again from a seed made of the
+    /// new one and this.
+    origin: Option<u64>,
+    /// The `manual_seed` era the state belongs to.
+    era: u64,
+}
 
 /// Where a stream stands: its seed and the number of draws taken so far.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,36 +34,78 @@ pub struct StreamState {
     pub draws: u64,
 }
 
+/// A generator keyed by `a`, `b` and a tag, side by side.
+fn keyed(a: u64, b: u64, tag: &[u8; 16]) -> StdRng {
+    let mut key = [0u8; 32];
+    key[..8].copy_from_slice(&a.to_le_bytes());
+    key[8..16].copy_from_slice(&b.to_le_bytes());
+    key[16..].copy_from_slice(tag);
+    StdRng::from_seed(key)
+}
+
+impl Stream {
+    /// The state, started again if `manual_seed` was called since it was last read.
+    fn current(&mut self) -> &mut StreamState {
+        let (era, seed) = create::seed_era();
+        if let Some(origin) = self.origin.filter(|_| self.era != era) {
+            let restart = keyed(seed, origin, b"ferrograd:reseed").gen();
+            self.state = StreamState {
+                seed: restart,
+                draws: 0,
+            };
+        }
+        self.era = era;
+        &mut self.state
+    }
+}
+
 impl RngStream {
-    /// A stream at its start (no draws yet) for `seed`.
+    /// A stream at its start (no draws yet) for `seed`, its own: `manual_seed` leaves it be.
     pub fn new(seed: u64) -> RngStream {
-        RngStream(Arc::new(Mutex::new(StreamState { seed, draws: 0 })))
+        Self::made(seed, None)
+    }
+
+    /// A stream seeded by `seed` drawn from the default generator: `manual_seed` starts it
+    /// again, as PyTorch's reseeds every dropout.
+    pub(crate) fn from_default_generator(seed: u64) -> RngStream {
+        Self::made(seed, Some(seed))
+    }
+
+    fn made(seed: u64, origin: Option<u64>) -> RngStream {
+        RngStream(Arc::new(Mutex::new(Stream {
+            state: StreamState { seed, draws: 0 },
+            origin,
+            era: create::seed_era().0,
+        })))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Stream> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The generator for the next draw (and the stream moves on by one). Inside a
     /// checkpointed function run again in backward, the draw it made the first time (and the
     /// stream stays where it is).
     pub fn next_rng(&self) -> StdRng {
-        let mut s = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut stream = self.lock();
+        let s = stream.current();
         let ((seed, draws), advance) = draws::stream_draw((s.seed, s.draws));
-        let mut key = [0u8; 32];
-        key[..8].copy_from_slice(&seed.to_le_bytes());
-        key[8..16].copy_from_slice(&draws.to_le_bytes());
-        key[16..].copy_from_slice(b"ferrograd:layer.");
         if advance {
             s.draws += 1;
         }
-        StdRng::from_seed(key)
+        keyed(seed, draws, b"ferrograd:layer.")
     }
 
     /// Where the stream stands now, to save it.
     pub fn state(&self) -> StreamState {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+        *self.lock().current()
     }
 
     /// Moves the stream (and every clone) to `state`, to resume a saved one.
     pub fn set_state(&self, state: StreamState) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = state;
+        let mut stream = self.lock();
+        stream.current();
+        stream.state = state;
     }
 }
 

@@ -16,9 +16,24 @@ const DEFAULT_SEED: u64 = 0x5eed_f3e0_97ad;
 
 static DEFAULT_RNG: Mutex<Option<StdRng>> = Mutex::new(None);
 
+/// How many times [`manual_seed`] has been called, and the last seed it was given: the
+/// layers' random streams drawn from the default generator start again from it.
+static SEED_ERA: Mutex<(u64, u64)> = Mutex::new((0, DEFAULT_SEED));
+
 /// Seeds the generator that layers and initializers use when no RNG is passed explicitly.
+/// The random streams of layers made from that generator (`Dropout::new`, attention's
+/// dropout) start again too, each from this seed and where it was first drawn, so that
+/// `manual_seed(s)` before a forward pass makes its dropout masks reproducible, as PyTorch's
+/// does; a stream given its own seed (`Dropout::with_seed`) keeps going.
 pub fn manual_seed(seed: u64) {
     *DEFAULT_RNG.lock().unwrap_or_else(|e| e.into_inner()) = Some(StdRng::seed_from_u64(seed));
+    let mut era = SEED_ERA.lock().unwrap_or_else(|e| e.into_inner());
+    *era = (era.0 + 1, seed);
+}
+
+/// The [`manual_seed`] calls so far and the last seed given.
+pub(crate) fn seed_era() -> (u64, u64) {
+    *SEED_ERA.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The default generator as it stands (None before its first use), to set it back later.

@@ -5,7 +5,7 @@
 //! (`record`): the tensor, its node and the recording scopes are one layer, below the ops.
 
 pub(crate) mod anomaly;
-mod create;
+pub(crate) mod create;
 mod display;
 pub(crate) mod draws;
 mod element;
