@@ -106,8 +106,8 @@ fn elu_and_leaky_relu_values() {
 }
 
 /// As PyTorch's: `manual_seed(s)` before a forward pass fixes its dropout masks (streams
-/// drawn from the default generator start again), while a stream given its own seed, and
-/// the state a checkpoint restores, keep going.
+/// drawn from the default generator start again), while a stream given its own seed, the
+/// state a checkpoint restores, and the streams of other threads keep going.
 #[test]
 fn manual_seed_makes_dropout_reproducible_as_pytorchs() {
     let _g = turn();
@@ -134,6 +134,10 @@ fn manual_seed_makes_dropout_reproducible_as_pytorchs() {
     let streams: Vec<ferrograd::nn::StreamState> =
         net.rng_streams().iter().map(|(_, s)| s.state()).collect();
     assert_ne!(streams[0].seed, streams[1].seed);
+    // Another thread's seed leaves the streams this thread draws from alone.
+    let before = net.rng_streams()[0].1.state();
+    std::thread::spawn(|| manual_seed(123)).join().unwrap();
+    assert_eq!(net.rng_streams()[0].1.state(), before);
     // A restored state wins over a reseed that came before it.
     let saved = net.rng_streams()[0].1.state();
     let _ = Layer::forward(&net, &x, Mode::Train);

@@ -17,11 +17,11 @@ pub struct RngStream(Arc<Mutex<Stream>>);
 #[derive(Debug)]
 struct Stream {
     state: StreamState,
-    /// For a stream seeded from the default generator, the seed it was first given: each
+    /// For a stream seeded from the default generator, the seed it was first given: a
     /// [`manual_seed`](crate::tensor::manual_seed) starts it again from a seed made of the
     /// new one and this.
     origin: Option<u64>,
-    /// The `manual_seed` era the state belongs to.
+    /// The number of the latest `manual_seed` call the state follows.
     era: u64,
 }
 
@@ -44,17 +44,20 @@ fn keyed(a: u64, b: u64, tag: &[u8; 16]) -> StdRng {
 }
 
 impl Stream {
-    /// The state, started again if `manual_seed` was called since it was last read.
+    /// The state, started again if this thread called `manual_seed` after the call the
+    /// state follows.
     fn current(&mut self) -> &mut StreamState {
         let (era, seed) = create::seed_era();
-        if let Some(origin) = self.origin.filter(|_| self.era != era) {
-            let restart = keyed(seed, origin, b"ferrograd:reseed").gen();
-            self.state = StreamState {
-                seed: restart,
-                draws: 0,
-            };
+        if era > self.era {
+            self.era = era;
+            if let Some(origin) = self.origin {
+                let restart = keyed(seed, origin, b"ferrograd:reseed").gen();
+                self.state = StreamState {
+                    seed: restart,
+                    draws: 0,
+                };
+            }
         }
-        self.era = era;
         &mut self.state
     }
 }

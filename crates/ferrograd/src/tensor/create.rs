@@ -1,5 +1,7 @@
 //! Creating tensors: from data, constants, ranges and seeded random draws.
 
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use rand::rngs::StdRng;
@@ -16,24 +18,30 @@ const DEFAULT_SEED: u64 = 0x5eed_f3e0_97ad;
 
 static DEFAULT_RNG: Mutex<Option<StdRng>> = Mutex::new(None);
 
-/// How many times [`manual_seed`] has been called, and the last seed it was given: the
-/// layers' random streams drawn from the default generator start again from it.
-static SEED_ERA: Mutex<(u64, u64)> = Mutex::new((0, DEFAULT_SEED));
+/// How many times [`manual_seed`] has been called in the process.
+static SEED_CALLS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// This thread's last [`manual_seed`]: its number among all the calls, and its seed.
+    static LAST_SEED: Cell<(u64, u64)> = const { Cell::new((0, DEFAULT_SEED)) };
+}
 
 /// Seeds the generator that layers and initializers use when no RNG is passed explicitly.
 /// The random streams of layers made from that generator (`Dropout::new`, attention's
-/// dropout) start again too, each from this seed and where it was first drawn, so that
-/// `manual_seed(s)` before a forward pass makes its dropout masks reproducible, as PyTorch's
-/// does; a stream given its own seed (`Dropout::with_seed`) keeps going.
+/// dropout) start again too when this thread draws from them next, each from this seed and
+/// where it was first drawn, so that `manual_seed(s)` before a forward pass makes its dropout
+/// masks reproducible, as PyTorch's does. A stream given its own seed
+/// (`Dropout::with_seed`) keeps going, and so do the streams other threads draw from (tests
+/// running side by side leave each other's streams alone).
 pub fn manual_seed(seed: u64) {
     *DEFAULT_RNG.lock().unwrap_or_else(|e| e.into_inner()) = Some(StdRng::seed_from_u64(seed));
-    let mut era = SEED_ERA.lock().unwrap_or_else(|e| e.into_inner());
-    *era = (era.0 + 1, seed);
+    let call = SEED_CALLS.fetch_add(1, Ordering::Relaxed) + 1;
+    LAST_SEED.with(|last| last.set((call, seed)));
 }
 
-/// The [`manual_seed`] calls so far and the last seed given.
+/// This thread's last [`manual_seed`] (its number among all the calls, 0 for none) and seed.
 pub(crate) fn seed_era() -> (u64, u64) {
-    *SEED_ERA.lock().unwrap_or_else(|e| e.into_inner())
+    LAST_SEED.with(Cell::get)
 }
 
 /// The default generator as it stands (None before its first use), to set it back later.
