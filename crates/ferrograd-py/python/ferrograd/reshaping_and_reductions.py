@@ -5,7 +5,7 @@ shifts), ``diff``, ``movedim``, ``swapaxes``, ``tile``, ``ravel``, ``type_as``, 
 ``take_along_dim``, ``nansum``, ``nanmean``, ``count_nonzero``, ``aminmax``, ``median``,
 ``var_mean``, ``std_mean``, the roundings (``round`` half to even, ``trunc``, ``sgn``: zero
 derivative, as PyTorch's), ``frac``, ``fmod``, ``remainder``, ``nan_to_num``,
-``signbit``, ``sgn``; and the in-place forms (``exp_``, ``masked_fill_``, ``scatter_``, ...)
+``signbit``; and the in-place forms (``exp_``, ``masked_fill_``, ``scatter_``, ...)
 of the out-of-place ones. Attached to ``Tensor`` when the package is imported."""
 
 import collections
@@ -30,7 +30,7 @@ def _zero_derivative(name, values):
         def run(t):
             with np.errstate(all="ignore"):  # ±inf and NaN pass through as themselves
                 out = _core.tensor(values(t.detach().numpy()), dtype=t.dtype)
-            return out, lambda up: up * 0
+            return out, lambda up: _core.zeros(*up.shape, dtype=up.dtype)
 
         run.__name__ = name
         return custom_gradient(run)(x) if x.requires_grad else run(x)[0]

@@ -108,10 +108,9 @@ const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
 
 /// erfc(z)·e^(z²)/t as a polynomial in t = 1/(1 + z/2), z ≥ 0, ascending powers: a
 /// least-squares fit of relative error 6.2·10⁻⁸ (7.8·10⁻⁸ with the coefficients rounded to
-/// f32) over t ≥ 0.1 (z ≤ 18; beyond, e^(−z²) is 0
-/// in f32 and the polynomial only has to stay finite). Written this way, erfc's exponential
-/// is e^(−z²) alone, the one the normal density needs too: GELU's derivative takes one
-/// exponential instead of two.
+/// f32) over t ≥ 0.1 (z ≤ 18; beyond, e^(−z²) is 0 in f32 and the polynomial only has to
+/// stay finite). Written this way, erfc's exponential is e^(−z²) alone, the one the normal
+/// density needs too: GELU's derivative takes one exponential instead of two.
 const ERFCX_OVER_T: [f32; 9] = [
     0.282_086_4,
     0.282_363_8,

@@ -313,7 +313,7 @@ fn apply_chunks<T: Send>(xs: &mut [T], f: impl Fn(usize, &mut [T]) + Sync) {
 const L1_PIECE: usize = 1024;
 
 /// A copy of `ts` with `f(xs_part, ts_part)` applied to matching chunks, each copied into
-/// fresh memory and transformed in one go.
+/// fresh memory and transformed piece by piece.
 fn applied_copy_with<T: Copy + Send + Sync>(
     xs: &[T],
     ts: &[T],
