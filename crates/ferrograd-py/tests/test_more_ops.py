@@ -162,3 +162,15 @@ def test_manual_seed_fixes_dropout_masks_as_pytorchs():
     first = run(3)
     np.testing.assert_array_equal(run(3), first)
     assert not np.array_equal(run(4), first)
+
+
+def test_a_seed_between_a_checkpointed_forward_and_its_backward():
+    from ferrograd.utils.checkpoint import checkpoint
+
+    fg.manual_seed(0)
+    drop = nn.Dropout(0.5)
+    x = fg.ones(4, 4, requires_grad=True)
+    y = checkpoint(lambda t: drop(t), x)
+    fg.manual_seed(5)
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), y.detach().numpy())

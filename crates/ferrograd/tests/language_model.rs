@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{check, randn};
+use common::{check, randn, turn};
 use ferrograd::prelude::*;
 
 /// `sin(0.37·i)` over `[2, 3, 5]`, in f64.
@@ -362,4 +362,49 @@ fn a_checkpointed_block_draws_the_same_dropout_when_run_again() {
         assert!(ga.allclose(&gb, 1e-5, 1e-6), "{name}");
     }
     assert!(a.get(&x).unwrap().allclose(&b.get(&x).unwrap(), 1e-5, 1e-6));
+}
+
+/// A `manual_seed` between a checkpointed forward and its backward (an evaluation seeded in
+/// between, micro-batches seeded one by one) changes nothing of the recomputation, and one
+/// inside the checkpointed function restarts no stream when it runs again.
+#[test]
+fn seeds_around_and_inside_a_checkpointed_function_change_nothing() {
+    let _turn = turn();
+    manual_seed(12);
+    let drop = std::sync::Arc::new(Dropout::new(0.5));
+    let stream = drop.rng_streams()[0].1.clone();
+    let x = randn(&[4, 6], 3).to_dtype(DType::F32).requires_grad();
+    let start = stream.state();
+    let plain = Layer::forward(&*drop, &x, Mode::Train);
+    let g_plain = grad(&plain.sum(), &[&x]).remove(0);
+    stream.set_state(start);
+    let inner = drop.clone();
+    let forward = move |xs: &[Tensor]| Layer::forward(&*inner, &xs[0], Mode::Train);
+    let y = checkpoint(forward.clone(), &[&x]);
+    assert_eq!(y.to_vec::<f32>(), plain.to_vec::<f32>());
+    manual_seed(5);
+    assert_eq!(
+        grad(&y.sum(), &[&x])[0].to_vec::<f32>(),
+        g_plain.to_vec::<f32>()
+    );
+    // Two micro-batches, each after its own seed, then one backward of both.
+    manual_seed(1);
+    let y1 = checkpoint(forward.clone(), &[&x]);
+    manual_seed(2);
+    let y2 = checkpoint(forward, &[&x]);
+    let g = grad(&(&y1.sum() + &y2.sum()), &[&x]).remove(0);
+    let want = &(&y1 + &y2) / &x;
+    assert!(g.allclose(&want, 1e-5, 1e-6));
+    // A seed inside the function: where the stream stands after the run is where it stays.
+    let inner = drop.clone();
+    let y = checkpoint(
+        move |xs: &[Tensor]| {
+            manual_seed(9);
+            Layer::forward(&*inner, &xs[0], Mode::Train)
+        },
+        &[&x],
+    );
+    let after = stream.state();
+    let _ = grad(&y.sum(), &[&x]);
+    assert_eq!(stream.state(), after);
 }

@@ -138,6 +138,29 @@ fn manual_seed_makes_dropout_reproducible_as_pytorchs() {
     let before = net.rng_streams()[0].1.state();
     std::thread::spawn(|| manual_seed(123)).join().unwrap();
     assert_eq!(net.rng_streams()[0].1.state(), before);
+    // A stream made after another thread's seed follows it: drawing from it there restarts
+    // nothing.
+    let (seeded, wait_seeded) = std::sync::mpsc::channel();
+    let (handed, wait_stream) =
+        std::sync::mpsc::channel::<(ferrograd::nn::RngStream, ferrograd::nn::StreamState)>();
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            manual_seed(11);
+            seeded.send(()).unwrap();
+            let (stream, made) = wait_stream.recv().unwrap();
+            let _ = stream.next_rng();
+            assert_eq!(
+                stream.state().seed,
+                made.seed,
+                "restarted by an earlier seed"
+            );
+        });
+        wait_seeded.recv().unwrap();
+        let late = Dropout::new(0.5);
+        let stream = late.rng_streams()[0].1.clone();
+        let made = stream.state();
+        handed.send((stream, made)).unwrap();
+    });
     // A restored state wins over a reseed that came before it.
     let saved = net.rng_streams()[0].1.state();
     let _ = Layer::forward(&net, &x, Mode::Train);

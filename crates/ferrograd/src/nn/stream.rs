@@ -1,6 +1,7 @@
 //! Random streams of layers that draw during training (Dropout's masks): a seed and a count of
 //! draws, which is all it takes to save a stream and resume it exactly.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rand::rngs::StdRng;
@@ -16,6 +17,8 @@ pub struct RngStream(Arc<Mutex<Stream>>);
 
 #[derive(Debug)]
 struct Stream {
+    /// This stream among all made in the process (what a checkpoint's replay checks).
+    id: u64,
     state: StreamState,
     /// For a stream seeded from the default generator, the seed it was first given: a
     /// [`manual_seed`](crate::tensor::manual_seed) starts it again from a seed made of the
@@ -24,6 +27,9 @@ struct Stream {
     /// The number of the latest `manual_seed` call the state follows.
     era: u64,
 }
+
+/// Streams made so far, for their ids.
+static STREAMS: AtomicU64 = AtomicU64::new(0);
 
 /// Where a stream stands: its seed and the number of draws taken so far.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,9 +82,10 @@ impl RngStream {
 
     fn made(seed: u64, origin: Option<u64>) -> RngStream {
         RngStream(Arc::new(Mutex::new(Stream {
+            id: STREAMS.fetch_add(1, Ordering::Relaxed),
             state: StreamState { seed, draws: 0 },
             origin,
-            era: create::seed_era().0,
+            era: create::seed_calls(),
         })))
     }
 
@@ -91,8 +98,14 @@ impl RngStream {
     /// stream stays where it is).
     pub fn next_rng(&self) -> StdRng {
         let mut stream = self.lock();
-        let s = stream.current();
-        let ((seed, draws), advance) = draws::stream_draw((s.seed, s.draws));
+        let id = stream.id;
+        // A checkpoint's replay draws what the first run drew, whatever the seed since.
+        let s = if draws::replaying() {
+            &mut stream.state
+        } else {
+            stream.current()
+        };
+        let ((seed, draws), advance) = draws::stream_draw(id, (s.seed, s.draws));
         if advance {
             s.draws += 1;
         }
@@ -101,13 +114,18 @@ impl RngStream {
 
     /// Where the stream stands now, to save it.
     pub fn state(&self) -> StreamState {
-        *self.lock().current()
+        let mut stream = self.lock();
+        if draws::replaying() {
+            stream.state
+        } else {
+            *stream.current()
+        }
     }
 
     /// Moves the stream (and every clone) to `state`, to resume a saved one.
     pub fn set_state(&self, state: StreamState) {
         let mut stream = self.lock();
-        stream.current();
+        stream.era = stream.era.max(create::seed_calls());
         stream.state = state;
     }
 }

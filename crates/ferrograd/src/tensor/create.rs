@@ -44,6 +44,17 @@ pub(crate) fn seed_era() -> (u64, u64) {
     LAST_SEED.with(Cell::get)
 }
 
+/// Sets what [`seed_era`] gives (a checkpoint's replay puts it back).
+pub(crate) fn set_seed_era(era: (u64, u64)) {
+    LAST_SEED.with(|last| last.set(era));
+}
+
+/// The number of the latest [`manual_seed`] call on any thread: a stream made or restored
+/// now follows it, so only a later call starts it again.
+pub(crate) fn seed_calls() -> u64 {
+    SEED_CALLS.load(Ordering::Relaxed)
+}
+
 /// The default generator as it stands (None before its first use), to set it back later.
 pub(crate) fn default_rng_state() -> Option<StdRng> {
     DEFAULT_RNG

@@ -2,28 +2,34 @@
 //! the same ones (PyTorch's `preserve_rng_state`): while a recording is open, the layers'
 //! streams report where each draw came from; while a replay is open, they take those places
 //! back in order instead of moving on. The default generator is set back to where it stood
-//! for the replay, and returned to where it is after it.
+//! for the replay, and returned to where it is after it; so is the thread's last
+//! `manual_seed` (one called inside the function restarts no stream when it runs again).
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
 
 use rand::rngs::StdRng;
 
-use super::create::{default_rng_state, set_default_rng_state};
+use super::create::{default_rng_state, seed_era, set_default_rng_state, set_seed_era};
 
 /// Where a stream's draw came from: its seed and its position.
 pub type Draw = (u64, u64);
 
-/// What one checkpointed run drew: the streams' draws in order and the default generator as
-/// it stood before.
+/// A draw and the stream it came from (its identity: a `manual_seed` between the run and its
+/// replay may have given the stream another seed since).
+type Taken = (u64, Draw);
+
+/// What one checkpointed run drew: the streams' draws in order, and the default generator
+/// and the thread's last `manual_seed` as they stood before.
 pub struct Draws {
-    streams: Vec<Draw>,
+    streams: Vec<Taken>,
     default: Option<StdRng>,
+    seed_era: (u64, u64),
 }
 
 enum Level {
-    Recording(Vec<Draw>),
-    Replaying(VecDeque<Draw>),
+    Recording(Vec<Taken>),
+    Replaying(VecDeque<Taken>),
 }
 
 thread_local! {
@@ -31,10 +37,20 @@ thread_local! {
     static LEVELS: RefCell<Vec<Level>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The place of a stream's next draw, given where the stream stands: the stream's own
-/// (`advance` true) unless a replay is open, which hands back the recorded one. Every
-/// recording inside the innermost replay (or every one, without a replay) notes it.
-pub fn stream_draw(here: Draw) -> (Draw, bool) {
+/// Whether a replay is open on this thread (a stream then neither moves nor starts again).
+pub fn replaying() -> bool {
+    LEVELS.with(|levels| {
+        levels
+            .borrow()
+            .iter()
+            .any(|l| matches!(l, Level::Replaying(_)))
+    })
+}
+
+/// The place of the next draw of stream `stream`, given where it stands: its own (`advance`
+/// true) unless a replay is open, which hands back the recorded one. Every recording inside
+/// the innermost replay (or every one, without a replay) notes it.
+pub fn stream_draw(stream: u64, here: Draw) -> (Draw, bool) {
     LEVELS.with(|levels| {
         let mut levels = levels.borrow_mut();
         let replay = levels
@@ -45,11 +61,11 @@ pub fn stream_draw(here: Draw) -> (Draw, bool) {
                 let Level::Replaying(log) = &mut levels[r] else {
                     unreachable!("rposition found a replay")
                 };
-                let draw = log.pop_front().unwrap_or_else(|| {
+                let (from, draw) = log.pop_front().unwrap_or_else(|| {
                     panic!("checkpoint: the function drew more random numbers when run again")
                 });
                 assert!(
-                    draw.0 == here.0,
+                    from == stream,
                     "checkpoint: the function drew from another stream when run again"
                 );
                 (draw, false)
@@ -58,7 +74,7 @@ pub fn stream_draw(here: Draw) -> (Draw, bool) {
         };
         for level in &mut levels[replay.map_or(0, |r| r + 1)..] {
             if let Level::Recording(log) = level {
-                log.push(draw);
+                log.push((stream, draw));
             }
         }
         (draw, advance)
@@ -67,20 +83,28 @@ pub fn stream_draw(here: Draw) -> (Draw, bool) {
 
 /// `f()`, and what it drew.
 pub fn recorded<R>(f: impl FnOnce() -> R) -> (R, Draws) {
-    let default = default_rng_state();
+    let (default, seed_era) = (default_rng_state(), seed_era());
     let level = LevelGuard::open(Level::Recording(Vec::new()));
     let out = f();
     let Level::Recording(streams) = level.close() else {
         unreachable!("the recording opened above")
     };
-    (out, Draws { streams, default })
+    (
+        out,
+        Draws {
+            streams,
+            default,
+            seed_era,
+        },
+    )
 }
 
 /// `f()` drawing what `draws` recorded, the default generator where it stood then (and
 /// where it is now afterwards, also when `f` fails).
 pub fn replayed<R>(draws: &Draws, f: impl FnOnce() -> R) -> R {
-    let _generator = GeneratorBack(Some(default_rng_state()));
+    let _generator = GeneratorBack(Some((default_rng_state(), seed_era())));
     set_default_rng_state(draws.default.clone());
+    set_seed_era(draws.seed_era);
     let level = LevelGuard::open(Level::Replaying(draws.streams.iter().copied().collect()));
     let out = f();
     level.close();
@@ -114,13 +138,15 @@ impl Drop for LevelGuard {
     }
 }
 
-/// Sets the default generator back to the state it holds when dropped.
-struct GeneratorBack(Option<Option<StdRng>>);
+/// Sets the default generator and the thread's last `manual_seed` back to the states it
+/// holds when dropped.
+struct GeneratorBack(Option<(Option<StdRng>, (u64, u64))>);
 
 impl Drop for GeneratorBack {
     fn drop(&mut self) {
-        if let Some(state) = self.0.take() {
+        if let Some((state, era)) = self.0.take() {
             set_default_rng_state(state);
+            set_seed_era(era);
         }
     }
 }
