@@ -8,7 +8,7 @@ import numpy as np
 
 from . import _core
 from ._core import Tensor
-from .reshaping_and_reductions import _safe_sqrt, movedim
+from .reshaping_and_reductions import movedim
 
 
 def _t(x):
@@ -125,10 +125,7 @@ def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
 def cdist(x1, x2, p=2.0):
     """The p-norm distances between the rows of ``x1`` ``[.., P, M]`` and of ``x2``
     ``[.., R, M]``: ``[.., P, R]`` (derivative 0 at distance 0, as PyTorch's)."""
-    diff = _t(x1).unsqueeze(-2) - _t(x2).unsqueeze(-3)
-    if p == 2:
-        return _safe_sqrt((diff * diff).sum(-1))
-    return diff.norm(p, dim=-1)
+    return (_t(x1).unsqueeze(-2) - _t(x2).unsqueeze(-3)).norm(p, dim=-1)
 
 
 def meshgrid(*tensors, indexing="ij"):

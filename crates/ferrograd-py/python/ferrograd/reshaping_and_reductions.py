@@ -147,9 +147,6 @@ def _safe_root(s, p=2.0):
     return positive.where_(base.sqrt() if p == 2 else base ** (1.0 / p), s * 0)
 
 
-def _safe_sqrt(s):
-    return _safe_root(s, 2.0)
-
 
 def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
     """The vector p-norm over ``dim`` (every axis when None): ``"fro"`` and 2, 1, any
@@ -158,7 +155,7 @@ def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
     dims = tuple(range(x.ndim)) if dim is None else ((dim,) if isinstance(dim, int) else tuple(dim))
     a = x.abs()
     if p in ("fro", 2, 2.0):
-        return _safe_sqrt((x * x).sum(dims, keepdim=keepdim))
+        return _safe_root((x * x).sum(dims, keepdim=keepdim))
     if p == math.inf:
         return a.amax(dims, keepdim=keepdim)
     if p == -math.inf:

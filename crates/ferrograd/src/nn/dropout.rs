@@ -38,10 +38,7 @@ impl<const CHANNELS: bool> DropoutOf<CHANNELS> {
     /// started again by each `manual_seed`).
     pub fn new(p: f64) -> Self {
         let seed = with_default_rng(|r| r.gen());
-        DropoutOf {
-            stream: RngStream::from_default_generator(seed),
-            ..Self::with_seed(p, seed)
-        }
+        Self::with_stream(p, RngStream::from_default_generator(seed))
     }
 
     /// The drop probability.
@@ -57,15 +54,16 @@ impl<const CHANNELS: bool> DropoutOf<CHANNELS> {
 
     /// Drop probability `p` in [0, 1), with a generator of its own seeded by `seed`.
     pub fn with_seed(p: f64, seed: u64) -> Self {
+        Self::with_stream(p, RngStream::new(seed))
+    }
+
+    fn with_stream(p: f64, stream: RngStream) -> Self {
         assert!(
             (0.0..1.0).contains(&p),
             "{}: p = {p} must be in [0, 1)",
             Self::NAME
         );
-        DropoutOf {
-            p,
-            stream: RngStream::new(seed),
-        }
+        DropoutOf { p, stream }
     }
 }
 
