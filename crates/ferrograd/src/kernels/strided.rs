@@ -374,7 +374,7 @@ pub fn gather<T: Copy + Send + Sync>(shape: &[usize], a: Src<'_, T>, out: &mut V
 
 /// Copies the row-major `src` (of `shape`) into the block of the row-major `out` (of
 /// `out_shape`) that starts at `start` along every axis: one contiguous run per row.
-pub fn copy_into_block<T: Copy>(
+pub fn copy_into_block<T: Copy + Send + Sync>(
     src: &[T],
     shape: &[usize],
     out: &mut [T],
@@ -401,14 +401,16 @@ pub fn add_into_block<T: Float>(
 }
 
 /// `f(out_row, src_row)` for each row of the row-major `src` (of `shape`) with the run of
-/// the row-major `out` (of `out_shape`) it lands on, in the block from `start`.
-fn for_block_rows<T>(
+/// the row-major `out` (of `out_shape`) it lands on, in the block from `start`. A large block
+/// goes in groups of rows on all threads: the runs lie in `out` in the rows' order, so each
+/// group's stretch of `out` is its own.
+fn for_block_rows<T: Send + Sync>(
     src: &[T],
     shape: &[usize],
     out: &mut [T],
     out_shape: &[usize],
     start: &[usize],
-    f: impl Fn(&mut [T], &[T]),
+    f: impl Fn(&mut [T], &[T]) + Sync,
 ) {
     let Some((&inner, outer_axes)) = shape.split_last() else {
         f(&mut out[..1], &src[..1]);
@@ -419,15 +421,16 @@ fn for_block_rows<T>(
     }
     let strides = super::contiguous_strides(out_shape);
     let mut idx = vec![0usize; outer_axes.len()];
-    for row in src.chunks_exact(inner) {
-        let at: usize = idx
-            .iter()
-            .zip(start)
-            .zip(&strides)
-            .map(|((&i, &s0), &st)| (i + s0) * st)
-            .sum::<usize>()
-            + start[outer_axes.len()];
-        f(&mut out[at..at + inner], row);
+    let mut at = Vec::with_capacity(src.len() / inner);
+    for _ in 0..src.len() / inner {
+        at.push(
+            idx.iter()
+                .zip(start)
+                .zip(&strides)
+                .map(|((&i, &s0), &st)| (i + s0) * st)
+                .sum::<usize>()
+                + start[outer_axes.len()],
+        );
         // The next row's index, last axis fastest.
         for a in (0..idx.len()).rev() {
             idx[a] += 1;
@@ -436,6 +439,36 @@ fn for_block_rows<T>(
             }
             idx[a] = 0;
         }
+    }
+    let group = if src.len() < MAP_THRESHOLD {
+        at.len()
+    } else {
+        PAR_CHUNK.div_ceil(inner)
+    };
+    // Each group's rows with the stretch of `out` from its first run to the next group's.
+    let mut groups = Vec::new();
+    let mut rest = &mut out[at[0]..];
+    for (g, rows) in at.chunks(group).enumerate() {
+        let end = at
+            .get((g + 1) * group)
+            .map_or(rest.len(), |&next| next - rows[0]);
+        let (here, tail) = std::mem::take(&mut rest).split_at_mut(end);
+        rest = tail;
+        groups.push((g * group, rows, here));
+    }
+    let run_group = |(first, rows, here): (usize, &[usize], &mut [T])| {
+        for (r, &a) in rows.iter().enumerate() {
+            let a = a - rows[0];
+            f(
+                &mut here[a..a + inner],
+                &src[(first + r) * inner..][..inner],
+            );
+        }
+    };
+    if groups.len() == 1 {
+        groups.into_iter().for_each(run_group);
+    } else {
+        super::parallel::run_tasks(groups, run_group);
     }
 }
 
@@ -475,6 +508,29 @@ mod tests {
         let mut m = vec![1.0f32; 6];
         add_into_block(&[], &[2, 0], &mut m, &[2, 3], &[0, 1]);
         assert_eq!(m, [1.0; 6]);
+    }
+
+    #[test]
+    fn large_blocks_go_in_groups_of_rows_each_to_its_place() {
+        // A [3, 280, 40] block at (1, 20, 15) of a [5, 300, 70] tensor: above the threshold,
+        // in several groups of rows, some of which straddle the first axis.
+        let (shape, out_shape, start) = ([3, 280, 40], [5, 300, 70], [1, 20, 15]);
+        let src: Vec<f64> = (0..3 * 280 * 40).map(|i| i as f64).collect();
+        assert!(src.len() >= MAP_THRESHOLD && src.len() > 2 * PAR_CHUNK);
+        let base: Vec<f64> = (0..5 * 300 * 70).map(|i| -(i as f64)).collect();
+        let (mut added, mut copied) = (base.clone(), base.clone());
+        for (i, &v) in src.iter().enumerate() {
+            let (a, b, c) = (i / (280 * 40), i / 40 % 280, i % 40);
+            let at = ((a + 1) * 300 + b + 20) * 70 + c + 15;
+            added[at] += v;
+            copied[at] = v;
+        }
+        let mut out = base.clone();
+        add_into_block(&src, &shape, &mut out, &out_shape, &start);
+        assert_eq!(out, added);
+        let mut out = base;
+        copy_into_block(&src, &shape, &mut out, &out_shape, &start);
+        assert_eq!(out, copied);
     }
 
     #[test]
