@@ -394,6 +394,9 @@ fn attend_block<T: Float>(
 ) {
     let qb = out.len() / d.ev;
     let end = keys_seen(d, i0, qb, settings.causal);
+    if end <= KEY_BLOCK {
+        return attend_one_block(x, d, settings, (head, i0), out, w);
+    }
     out.fill(T::zero());
     let (max, sum) = (&mut w.max[..qb], &mut w.sum[..qb]);
     max.fill(T::neg_infinity());
@@ -427,9 +430,49 @@ fn attend_block<T: Float>(
     }
 }
 
-/// Where [`attention_backward`] writes, zeroed by the caller: `dq` `[heads, l, e]`, `dk`
-/// `[heads, s, e]`, `dv` `[heads, s, ev]`, and `dmask` `[heads, l, s]` when the mask's
-/// gradient is wanted.
+/// [`attend_block`] for rows that see one block of keys or fewer (every row of a short
+/// sequence): the weighted sum is written by one product, with no running maximum to rescale
+/// it by (the same values as the general form, which starts from zero and adds that product).
+#[inline(always)]
+fn attend_one_block<T: Float>(
+    x: &AttentionInputs<'_, T>,
+    d: AttentionDims,
+    settings: Settings<T>,
+    (head, i0): (usize, usize),
+    out: &mut [T],
+    w: &mut Scratch<T>,
+) {
+    let qb = out.len() / d.ev;
+    let at = Block {
+        head,
+        i0,
+        qb,
+        j0: 0,
+        kb: keys_seen(d, i0, qb, settings.causal),
+    };
+    if at.kb == 0 {
+        // No key at all: the empty sum is 0, as `[L, 0] @ [0, Ev]` is.
+        out.fill(T::zero());
+        return;
+    }
+    let (scores, sum) = (&mut w.scores[..qb * at.kb], &mut w.sum[..qb]);
+    block_scores(x, d, at, settings, scores);
+    for (row, total) in scores.chunks_exact_mut(at.kb).zip(sum.iter_mut()) {
+        *total = T::zero();
+        fold_row(row, &mut T::neg_infinity(), total);
+    }
+    settings.drop_weights(d, at, scores);
+    let v = x.v.rows(head, 0, at.kb, d.ev);
+    gemm_into(rows_of(scores, 0, qb, at.kb), v, out);
+    for (o, &total) in out.chunks_exact_mut(d.ev).zip(sum.iter()) {
+        let inv = normaliser(total);
+        o.iter_mut().for_each(|o| *o = *o * inv);
+    }
+}
+
+/// Where [`attention_backward`] writes: `dq` `[heads, l, e]`, `dk` `[heads, s, e]`, `dv`
+/// `[heads, s, ev]` (every element written), and `dmask` `[heads, l, s]` when the mask's
+/// gradient is wanted (zeroed by the caller: entries of hidden weights are not written).
 pub struct AttentionGrads<'a, T> {
     pub dq: &'a mut [T],
     pub dk: &'a mut [T],
@@ -483,9 +526,16 @@ pub fn attention_backward<T: Float>(
             dmask: dm,
         };
         let w = w.fit(d);
-        for i0 in (0..d.l).step_by(rows) {
+        // The last block of rows first: it sees every key that any row sees, so its share of
+        // each `dk`, `dv` row is the first (written, not added), and a key no row sees gets
+        // zeros here.
+        let seen = keys_seen(d, 0, d.l, settings.causal);
+        grads.dk[seen * d.e..].fill(T::zero());
+        grads.dv[seen * d.ev..].fill(T::zero());
+        let starts: Vec<usize> = (0..d.l).step_by(rows).collect();
+        for (n, &i0) in starts.iter().rev().enumerate() {
             let at = (head, i0, rows.min(d.l - i0));
-            backward_block(x, (out, up), d, settings, at, &mut grads, w);
+            backward_block(x, (out, up), d, settings, (at, n == 0), &mut grads, w);
         }
     });
 }
@@ -514,13 +564,25 @@ fn row_statistics<T: Float>(
     }
 }
 
-/// `acc += add`, element by element.
-fn add_to<T: Float>(acc: &mut [T], add: &[T]) {
-    acc.iter_mut().zip(add).for_each(|(a, &b)| *a += b);
+/// `acc = a @ b` when `first`, else `acc += a @ b` (through `scratch`, as long as `acc`).
+#[inline(always)]
+fn product_into<T: Float>(
+    (a, b): (MatRef<'_, T>, MatRef<'_, T>),
+    acc: &mut [T],
+    first: bool,
+    scratch: &mut [T],
+) {
+    if first {
+        gemm_into(a, b, acc);
+    } else {
+        gemm_into(a, b, scratch);
+        acc.iter_mut().zip(&*scratch).for_each(|(a, &b)| *a += b);
+    }
 }
 
 /// The gradients from query rows `i0..i0 + qb` of `head`: their `dq` rows, and their share of
-/// the `dk`, `dv` rows (and `dmask` entries) of every key they see. `g` holds this head's
+/// the `dk`, `dv` rows (and `dmask` entries) of every key they see, written when `first`
+/// (these rows are the first to reach those keys) and added otherwise. `g` holds this head's
 /// gradients.
 #[isa_dispatch]
 fn backward_block<T: Float>(
@@ -528,7 +590,7 @@ fn backward_block<T: Float>(
     (out, up): (&Heads<'_, T>, &Heads<'_, T>),
     d: AttentionDims,
     settings: Settings<T>,
-    (head, i0, qb): (usize, usize, usize),
+    ((head, i0, qb), first): ((usize, usize, usize), bool),
     g: &mut AttentionGrads<'_, T>,
     w: &mut Scratch<T>,
 ) {
@@ -581,16 +643,15 @@ fn backward_block<T: Float>(
                 dm[(i0 + r) * d.s + j0..][..kb].copy_from_slice(row);
             }
         }
-        let dv = &mut product[..kb * d.ev];
-        gemm_into(rows_of(p, 0, qb, kb).t(), u, dv);
-        add_to(&mut g.dv[j0 * d.ev..][..kb * d.ev], dv);
+        let dv = &mut g.dv[j0 * d.ev..][..kb * d.ev];
+        let pt = rows_of(p, 0, qb, kb).t();
+        product_into((pt, u), dv, first, &mut product[..kb * d.ev]);
         ds.iter_mut().for_each(|v| *v = *v * settings.scale);
-        let dq = &mut product[..qb * d.e];
-        gemm_into(rows_of(ds, 0, qb, kb), k, dq);
-        add_to(&mut g.dq[i0 * d.e..][..qb * d.e], dq);
-        let dk = &mut product[..kb * d.e];
-        gemm_into(rows_of(ds, 0, qb, kb).t(), q, dk);
-        add_to(&mut g.dk[j0 * d.e..][..kb * d.e], dk);
+        let dq = &mut g.dq[i0 * d.e..][..qb * d.e];
+        let ds_rows = rows_of(ds, 0, qb, kb);
+        product_into((ds_rows, k), dq, j0 == 0, &mut product[..qb * d.e]);
+        let dk = &mut g.dk[j0 * d.e..][..kb * d.e];
+        product_into((ds_rows.t(), q), dk, first, &mut product[..kb * d.e]);
     }
 }
 

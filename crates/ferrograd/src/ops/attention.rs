@@ -375,10 +375,12 @@ impl Fused<'_> {
             v: heads_of::<T>(&v),
             mask: mask.as_deref(),
         };
+        // (The kernel writes every element of these: the fill only initialises them.)
+        let op = "scaled_dot_product_attention backward";
         let (mut dq, mut dk, mut dv) = (
-            vec![T::zero(); d.heads * d.l * d.e],
-            vec![T::zero(); d.heads * d.s * d.e],
-            vec![T::zero(); d.heads * d.s * d.ev],
+            filled(op, d.heads * d.l * d.e, T::zero()),
+            filled(op, d.heads * d.s * d.e, T::zero()),
+            filled(op, d.heads * d.s * d.ev, T::zero()),
         );
         let mut dmask = (masked && c.needs(3)).then(|| vec![T::zero(); d.heads * d.l * d.s]);
         let grads = AttentionGrads {
