@@ -6,6 +6,7 @@ use std::ops::{Add, AddAssign};
 use super::ids::IdMap;
 use super::param::Param;
 use crate::kernels::optim::sum_squares;
+use crate::kernels::parallel::run_tasks;
 use crate::tensor::{with_dtype, Tensor};
 
 /// Gradients from one backward pass. Fresh on every call; add two to accumulate explicitly
@@ -71,13 +72,17 @@ impl Gradients {
 }
 
 /// The L2 norm of all `tensors` together, as if they were one vector, accumulated in f64
-/// (what `clip_grad_norm_` compares with its bound).
+/// (what `clip_grad_norm_` compares with its bound). Each tensor's sum of squares is taken on
+/// whichever thread is free (most are too small to split), and the sums are added in the
+/// tensors' order: the same bits on any number of threads.
 pub fn global_norm<'a>(tensors: impl IntoIterator<Item = &'a Tensor>) -> f64 {
-    tensors
-        .into_iter()
-        .map(|t| with_dtype!(t.dtype(), T => sum_squares(&t.contiguous_data::<T>())))
-        .sum::<f64>()
-        .sqrt()
+    let tensors: Vec<&Tensor> = tensors.into_iter().collect();
+    run_tasks(tensors, |t| {
+        with_dtype!(t.dtype(), T => sum_squares(&t.contiguous_data::<T>()))
+    })
+    .iter()
+    .sum::<f64>()
+    .sqrt()
 }
 
 impl std::fmt::Debug for Gradients {
