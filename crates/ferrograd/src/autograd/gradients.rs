@@ -77,9 +77,10 @@ impl Gradients {
 /// tensors' order: the same bits on any number of threads.
 pub fn global_norm<'a>(tensors: impl IntoIterator<Item = &'a Tensor>) -> f64 {
     let tensors: Vec<&Tensor> = tensors.into_iter().collect();
-    run_tasks(tensors, |t| {
-        with_dtype!(t.dtype(), T => sum_squares(&t.contiguous_data::<T>()))
-    })
+    run_tasks(
+        tensors,
+        |t| with_dtype!(t.dtype(), T => sum_squares(&t.contiguous_data::<T>())),
+    )
     .iter()
     .sum::<f64>()
     .sqrt()
