@@ -197,6 +197,15 @@ fn items_of(key: &Bound<'_, PyAny>, ndim: usize) -> PyResult<(Vec<Item>, usize)>
     Ok((items, named))
 }
 
+/// Whether `key` selects a view of a tensor with `ndim` axes, as PyTorch's basic indexing does
+/// (integers, slices, `None`, `...`; a list, tensor or mask gathers a copy).
+pub fn is_basic(key: &Bound<'_, PyAny>, ndim: usize) -> PyResult<bool> {
+    let (items, _) = items_of(key, ndim)?;
+    Ok(items
+        .iter()
+        .all(|i| !matches!(i, Item::Gather(_) | Item::Mask(_))))
+}
+
 /// `t[key]`.
 pub fn get(py: Python<'_>, t: &Tensor, key: &Bound<'_, PyAny>) -> PyResult<Tensor> {
     let (items, named) = items_of(key, t.ndim())?;

@@ -166,15 +166,13 @@ impl PyTensor {
         let r = slf.get().sub(slf.py(), other, alpha)?;
         updated(slf, r, "sub_")
     }
-    /// A matrix transposed (a vector as it is), as PyTorch's `t()`.
-    fn t(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        self.map(py, |x| {
-            if x.ndim() < 2 {
-                x.clone()
-            } else {
-                x.transpose(0, 1)
-            }
-        })
+    /// A matrix transposed (a vector as it is), as PyTorch's `t()`: a view whose in-place
+    /// updates reach this tensor.
+    fn t<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTensor>> {
+        if slf.get().tensor().ndim() < 2 {
+            return Self::permuted(slf, vec![0; slf.get().tensor().ndim()]);
+        }
+        Self::transpose(slf, 0, 1)
     }
     /// True where an element is NaN.
     fn isnan(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {

@@ -1,14 +1,14 @@
 //! `ferrograd.Tensor`: a Rust tensor, or a trainable leaf (a parameter that keeps its identity
 //! and its `.grad` across updates).
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use ferrograd::prelude::*;
 use pyo3::exceptions::{
     PyIndexError, PyRuntimeError, PyTypeError, PyValueError, PyZeroDivisionError,
 };
 use pyo3::prelude::*;
-use pyo3::types::{IntoPyDict, PyFloat, PyList, PyString, PyTuple};
+use pyo3::types::{IntoPyDict, PyFloat, PyList, PyString, PyTuple, PyWeakrefReference};
 
 use crate::autograd::{self, Leaf};
 use crate::convert::{
@@ -57,6 +57,46 @@ pub enum WriteBack {
     Grad(Arc<Leaf>),
     /// A layer's buffer.
     Buffer(Param),
+    /// The tensor a view was taken from (by basic indexing, `view`, `transpose`, `narrow`,
+    /// ...): an in-place update of the view writes through to it, as to PyTorch's shared
+    /// storage.
+    View(Arc<ViewOf>),
+}
+
+/// Where a view came from: the tensor it was first taken from (`base`, itself no view) and
+/// the view ops from there to it.
+pub struct ViewOf {
+    base: Py<PyTensor>,
+    step: Arc<ViewStep>,
+}
+
+/// How a view's value comes from its parent's.
+type Derive = Box<dyn Fn(Python<'_>, &Tensor) -> PyResult<Tensor> + Send + Sync>;
+/// The parent's new value when the view's changes: `put(py, parent, view)`, differentiable in
+/// both (as `parent[key] = view` is).
+type Put = Box<dyn Fn(Python<'_>, &Tensor, &Tensor) -> PyResult<Tensor> + Send + Sync>;
+
+/// One view op, and the one before it when the parent is itself a view.
+struct ViewStep {
+    derive: Derive,
+    put: Put,
+    parent: Option<Arc<ViewStep>>,
+    /// The view this op made, while it lives (a view updated through a view of it takes the
+    /// new values too).
+    view: OnceLock<Py<PyWeakrefReference>>,
+}
+
+impl Drop for ViewStep {
+    /// Link by link: a long chain of views of views must not recurse once per link.
+    fn drop(&mut self) {
+        let mut next = self.parent.take();
+        while let Some(step) = next {
+            next = match Arc::try_unwrap(step) {
+                Ok(mut step) => step.parent.take(),
+                Err(_) => None,
+            };
+        }
+    }
 }
 
 /// How an arithmetic op treats integer operands, as PyTorch's type promotion does: an integer
@@ -182,19 +222,66 @@ impl PyTensor {
 
     /// Consecutive views of `sizes` along `dim` (which adds up to its length), as a tuple.
     fn pieces<'py>(
-        &self,
-        py: Python<'py>,
+        slf: &Bound<'py, Self>,
         dim: isize,
         sizes: &[usize],
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let axis = norm_axis("split", dim, self.tensor().ndim())?;
+        let axis = norm_axis("split", dim, slf.get().tensor().ndim())?;
         let mut start = 0;
         let mut out = Vec::with_capacity(sizes.len());
         for &size in sizes {
-            out.push(self.view_map(py, |t| t.narrow(axis, start, size))?);
+            out.push(Self::narrowed(slf, axis as isize, start, size)?);
             start += size;
         }
-        PyTuple::new(py, out)
+        PyTuple::new(slf.py(), out)
+    }
+
+    /// `length` elements from `start` along `dim`, a view whose in-place updates reach this
+    /// tensor (which then takes them between its parts before and after).
+    fn narrowed<'py>(
+        slf: &Bound<'py, Self>,
+        dim: isize,
+        start: usize,
+        length: usize,
+    ) -> PyResult<Bound<'py, PyTensor>> {
+        let put = move |_: Python<'_>, base: &Tensor, v: &Tensor| {
+            guard::run(|| {
+                let axis = if dim < 0 {
+                    dim + base.ndim() as isize
+                } else {
+                    dim
+                } as usize;
+                let end = base.shape()[axis];
+                let (before, after) = (
+                    base.narrow(axis, 0, start),
+                    base.narrow(axis, start + length, end - start - length),
+                );
+                Tensor::cat(&[&before, v, &after], axis)
+            })
+        };
+        Self::aliased(
+            slf,
+            move |_, t| guard::run(|| t.narrow(dim, start, length)),
+            put,
+        )
+    }
+
+    /// The axes in the order `perm`, a view whose in-place updates reach this tensor.
+    pub(crate) fn permuted<'py>(
+        slf: &Bound<'py, Self>,
+        perm: Vec<usize>,
+    ) -> PyResult<Bound<'py, PyTensor>> {
+        let mut inverse = vec![0; perm.len()];
+        for (i, &p) in perm.iter().enumerate() {
+            if let Some(slot) = inverse.get_mut(p) {
+                *slot = i;
+            }
+        }
+        Self::aliased(
+            slf,
+            move |_, t| guard::run(|| t.permute(&perm)),
+            move |_, _, v| guard::run(|| v.permute(&inverse)),
+        )
     }
 
     /// As `map`, for a view or selection, which keeps a mask a mask.
@@ -213,6 +300,47 @@ impl PyTensor {
             boolean: true,
             writes_to: None,
         })
+    }
+
+    /// The view `derive` gives of `slf`, whose in-place updates reach `slf` (`put` gives
+    /// `slf`'s new value from its current one and the view's), as PyTorch's views share their
+    /// storage. A mask's views keep their own values.
+    pub(crate) fn aliased<'py>(
+        slf: &Bound<'py, Self>,
+        derive: impl Fn(Python<'_>, &Tensor) -> PyResult<Tensor> + Send + Sync + 'static,
+        put: impl Fn(Python<'_>, &Tensor, &Tensor) -> PyResult<Tensor> + Send + Sync + 'static,
+    ) -> PyResult<Bound<'py, PyTensor>> {
+        let (py, this) = (slf.py(), slf.get());
+        let view = this.like(derive(py, &this.tensor())?);
+        if this.boolean {
+            return Bound::new(py, view);
+        }
+        let (base, parent) = match this.view_of() {
+            Some(of) => (of.base.clone_ref(py), Some(Arc::clone(&of.step))),
+            None => (slf.clone().unbind(), None),
+        };
+        let step = Arc::new(ViewStep {
+            derive: Box::new(derive),
+            put: Box::new(put),
+            parent,
+            view: OnceLock::new(),
+        });
+        let of = ViewOf {
+            base,
+            step: Arc::clone(&step),
+        };
+        let view = Bound::new(py, view.writing_to(WriteBack::View(Arc::new(of))))?;
+        let _ = step.view.set(PyWeakrefReference::new(&view)?.unbind());
+        Ok(view)
+    }
+
+    /// [`PyTensor::aliased`] for a view in another shape (the same elements in order).
+    fn reshaped<'py>(slf: &Bound<'py, Self>, shape: Vec<usize>) -> PyResult<Bound<'py, PyTensor>> {
+        Self::aliased(
+            slf,
+            move |_, t| guard::run(|| t.reshape(&shape)),
+            |_, base, v| guard::run(|| v.reshape(base.shape())),
+        )
     }
 
     /// `all` (`fold` the minimum) or `any` (the maximum) of the non-zero test over `dim`.
@@ -466,11 +594,71 @@ impl PyTensor {
 
     /// `op=` on this object: a trainable leaf is updated in place (only under `no_grad`, as in
     /// PyTorch, since the old value may be needed by a recorded graph); a plain tensor is
-    /// replaced by the result.
+    /// replaced by the result, and a view's update reaches the tensor it was taken from.
     pub(crate) fn in_place(&self, result: PyTensor, op: &str) -> PyResult<()> {
         let result = self.in_place_result(result, op)?;
+        let Some(view) = self.view_of() else {
+            return self.commit(result, op);
+        };
+        // The view ops from the base out (a loop, not a recursion, however long the chain).
+        let mut steps = Vec::new();
+        let mut step = Some(&*view.step);
+        while let Some(s) = step {
+            steps.push(s);
+            step = s.parent.as_deref();
+        }
+        steps.reverse();
+        let base = view.base.get();
+        Python::attach(|py| -> PyResult<()> {
+            // The base's value and that of each view between it and this one, now...
+            let mut parents = vec![base.tensor()];
+            for s in &steps[..steps.len() - 1] {
+                let next = (s.derive)(py, &parents[parents.len() - 1])?;
+                parents.push(next);
+            }
+            // ...then each takes its view's new values, back to the base (the views between
+            // that are still about keep theirs).
+            let mut value = result.tensor();
+            let mut between = Vec::new();
+            for (s, parent) in steps.iter().zip(&parents).rev() {
+                if !std::ptr::eq(*s, &*view.step) {
+                    let alive = s.view.get().and_then(|w| w.bind(py).upgrade());
+                    between.extend(alive.map(|v| (v, value.clone())));
+                }
+                value = (s.put)(py, parent, &value)?;
+            }
+            // The base keeps its elements in order (as PyTorch's storage does), so that
+            // views taken of it later are views again.
+            if parents[0].is_contiguous() && !value.is_contiguous() {
+                value = guard::run(|| value.contiguous())?;
+            }
+            // Refused at the base (a trainable leaf while gradients are recorded): nothing
+            // changes.
+            base.commit(base.in_place_result(base.like(value), op)?, op)?;
+            for (v, value) in between {
+                if let Ok(v) = v.cast::<PyTensor>() {
+                    v.get().replace(Value::Plain(value));
+                }
+            }
+            Ok(())
+        })?;
+        self.replace(result.value());
+        Ok(())
+    }
+
+    /// What this tensor is a view of, if it is one.
+    fn view_of(&self) -> Option<Arc<ViewOf>> {
+        match &self.writes_to {
+            Some(WriteBack::View(view)) => Some(Arc::clone(view)),
+            _ => None,
+        }
+    }
+
+    /// Takes `result` (checked) as this tensor's value, and writes it to the storage behind
+    /// `.grad`, `.data` or a buffer.
+    fn commit(&self, result: PyTensor, op: &str) -> PyResult<()> {
         // A cleared `.grad` is no longer this tensor's storage: nothing to write to.
-        if let Some(target) = self.writes_to.as_ref().filter(|w| w.current().is_some()) {
+        if let Some(target) = self.writes_to.as_ref().filter(|w| w.live()) {
             target.write(&result.tensor())?;
         }
         match &self.value() {
@@ -553,6 +741,17 @@ impl WriteBack {
             WriteBack::Data(leaf) => Some(leaf.param.tensor().detach()),
             WriteBack::Grad(leaf) => leaf.grad(),
             WriteBack::Buffer(p) => Some(p.tensor().detach()),
+            WriteBack::View(_) => None,
+        }
+    }
+
+    /// Whether an update still reaches the storage: not once a `.grad` was cleared (nor
+    /// through here for a view: see `in_place`).
+    fn live(&self) -> bool {
+        match self {
+            WriteBack::Grad(leaf) => leaf.grad().is_some(),
+            WriteBack::View(_) => false,
+            _ => true,
         }
     }
 
@@ -570,6 +769,8 @@ impl WriteBack {
                 let value = value.detach().to_dtype(p.dtype());
                 guard::run(|| p.set(&value))
             }
+            // (What a view was taken from takes its values in `in_place`.)
+            WriteBack::View(_) => Ok(()),
         }
     }
 }
@@ -1353,10 +1554,23 @@ impl PyTensor {
         Ok(Bound::new(py, r)?.into_any().unbind())
     }
 
-    fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        let t = self.tensor();
-        let r = index::get(py, &t, key)?;
-        Ok(self.like(r))
+    /// `t[key]`: a view for basic indexing (integers, slices, `None`, `...`), whose in-place
+    /// updates reach `t` as in PyTorch; a copy for a list, tensor or mask.
+    fn __getitem__<'py>(
+        slf: &Bound<'py, Self>,
+        key: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, PyTensor>> {
+        let (py, this) = (slf.py(), slf.get());
+        let t = this.tensor();
+        if this.boolean || !index::is_basic(key, t.ndim())? {
+            return Bound::new(py, this.like(index::get(py, &t, key)?));
+        }
+        let (key, again) = (key.clone().unbind(), key.clone().unbind());
+        Self::aliased(
+            slf,
+            move |py, t| index::get(py, t, again.bind(py)),
+            move |py, base, v| index::set(py, base, key.bind(py), v),
+        )
     }
 
     /// `t[key] = value`, as PyTorch's: `value` (a number or a tensor, broadcast to what `key`
@@ -1672,47 +1886,85 @@ impl PyTensor {
 
     /// The same values in a new shape (one axis may be -1); `reshape(2, 3)` or
     /// `reshape((2, 3))`.
+    /// As PyTorch's: a view of a tensor whose elements lie in order (its in-place updates
+    /// reach this one), a copy of one that is not (a transposed view, say).
     #[pyo3(signature = (*shape))]
-    fn reshape(&self, py: Python<'_>, shape: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
-        let shape = infer_shape(&shape_arg(shape)?, self.tensor().numel())?;
-        self.view_map(py, |t| t.reshape(&shape))
+    fn reshape<'py>(
+        slf: &Bound<'py, Self>,
+        shape: &Bound<'_, PyTuple>,
+    ) -> PyResult<Bound<'py, PyTensor>> {
+        let t = slf.get().tensor();
+        let shape = infer_shape(&shape_arg(shape)?, t.numel())?;
+        if t.is_contiguous() {
+            Self::reshaped(slf, shape)
+        } else {
+            Bound::new(
+                slf.py(),
+                slf.get().view_map(slf.py(), |t| t.reshape(&shape))?,
+            )
+        }
     }
 
+    /// The same elements in another shape, a view whose in-place updates reach this tensor.
     #[pyo3(signature = (*shape))]
-    fn view(&self, py: Python<'_>, shape: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
-        self.reshape(py, shape)
+    fn view<'py>(
+        slf: &Bound<'py, Self>,
+        shape: &Bound<'_, PyTuple>,
+    ) -> PyResult<Bound<'py, PyTensor>> {
+        let shape = infer_shape(&shape_arg(shape)?, slf.get().tensor().numel())?;
+        Self::reshaped(slf, shape)
     }
 
     #[pyo3(signature = (start_dim=0))]
-    fn flatten(&self, py: Python<'_>, start_dim: usize) -> PyResult<PyTensor> {
-        self.view_map(py, |t| t.flatten_from(start_dim))
+    fn flatten<'py>(slf: &Bound<'py, Self>, start_dim: usize) -> PyResult<Bound<'py, PyTensor>> {
+        let t = slf.get().tensor();
+        let shape = guard::run(|| t.flatten_from(start_dim).shape().to_vec())?;
+        if t.is_contiguous() {
+            Self::reshaped(slf, shape)
+        } else {
+            Bound::new(
+                slf.py(),
+                slf.get().view_map(slf.py(), |t| t.reshape(&shape))?,
+            )
+        }
     }
 
-    fn transpose(&self, py: Python<'_>, dim0: isize, dim1: isize) -> PyResult<PyTensor> {
-        self.view_map(py, |t| t.transpose(dim0, dim1))
+    pub(crate) fn transpose<'py>(
+        slf: &Bound<'py, Self>,
+        dim0: isize,
+        dim1: isize,
+    ) -> PyResult<Bound<'py, PyTensor>> {
+        let swap = move |_: Python<'_>, t: &Tensor| guard::run(|| t.transpose(dim0, dim1));
+        Self::aliased(slf, swap, move |py, _, v| swap(py, v))
     }
 
     /// The transpose of a 2-D tensor (the axes reversed for other ranks).
     #[getter(T)]
-    fn t_prop(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        let n = self.tensor().ndim();
+    fn t_prop<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTensor>> {
+        let n = slf.get().tensor().ndim();
         let perm: Vec<usize> = (0..n).rev().collect();
-        self.view_map(py, |t| t.permute(&perm))
+        Self::permuted(slf, perm)
     }
 
     #[pyo3(signature = (*dims))]
-    fn permute(&self, py: Python<'_>, dims: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
-        let n = self.tensor().ndim() as isize;
+    fn permute<'py>(
+        slf: &Bound<'py, Self>,
+        dims: &Bound<'_, PyTuple>,
+    ) -> PyResult<Bound<'py, PyTensor>> {
+        let n = slf.get().tensor().ndim() as isize;
         let perm: Vec<usize> = shape_arg(dims)?
             .into_iter()
             .map(|d| if d < 0 { (d + n) as usize } else { d as usize })
             .collect();
-        self.view_map(py, |t| t.permute(&perm))
+        Self::permuted(slf, perm)
     }
 
     #[pyo3(signature = (dim=None))]
-    fn squeeze(&self, py: Python<'_>, dim: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
-        let t = self.tensor();
+    fn squeeze<'py>(
+        slf: &Bound<'py, Self>,
+        dim: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyTensor>> {
+        let t = slf.get().tensor();
         let axes: Vec<usize> = match dim.filter(|d| !d.is_none()) {
             None => (0..t.ndim()).collect(),
             Some(d) => {
@@ -1741,11 +1993,13 @@ impl PyTensor {
             .filter(|a| !(axes.contains(a) && t.shape()[*a] == 1))
             .map(|a| t.shape()[a])
             .collect();
-        self.view_map(py, |t| t.reshape(&shape))
+        Self::reshaped(slf, shape)
     }
 
-    fn unsqueeze(&self, py: Python<'_>, dim: isize) -> PyResult<PyTensor> {
-        self.view_map(py, |t| t.unsqueeze(dim))
+    fn unsqueeze<'py>(slf: &Bound<'py, Self>, dim: isize) -> PyResult<Bound<'py, PyTensor>> {
+        let t = slf.get().tensor();
+        let shape = guard::run(|| t.unsqueeze(dim).shape().to_vec())?;
+        Self::reshaped(slf, shape)
     }
 
     /// The values repeated along broadcast axes to `shape` (numpy's `broadcast_to`).
@@ -1774,14 +2028,13 @@ impl PyTensor {
         self.view_map(py, |t| t.broadcast_to(&shape))
     }
 
-    fn narrow(
-        &self,
-        py: Python<'_>,
+    fn narrow<'py>(
+        slf: &Bound<'py, Self>,
         dim: isize,
         start: usize,
         length: usize,
-    ) -> PyResult<PyTensor> {
-        self.view_map(py, |t| t.narrow(dim, start, length))
+    ) -> PyResult<Bound<'py, PyTensor>> {
+        Self::narrowed(slf, dim, start, length)
     }
 
     /// PyTorch's `split`: pieces of `split_size` along `dim` (the last may be shorter; an
@@ -1789,12 +2042,11 @@ impl PyTensor {
     /// axis' length. A tuple of views.
     #[pyo3(signature = (split_size_or_sections, dim=0))]
     fn split<'py>(
-        &self,
-        py: Python<'py>,
+        slf: &Bound<'py, Self>,
         split_size_or_sections: &Bound<'py, PyAny>,
         dim: isize,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let len = self.tensor().shape()[norm_axis("split", dim, self.tensor().ndim())?];
+        let len = slf.get().tensor().shape()[norm_axis("split", dim, slf.get().tensor().ndim())?];
         let sizes: Vec<usize> = match split_size_or_sections.extract::<i64>() {
             Ok(size) if size < 0 || (size == 0 && len > 0) => {
                 return Err(PyValueError::new_err(format!(
@@ -1818,22 +2070,21 @@ impl PyTensor {
                 sizes
             }
         };
-        self.pieces(py, dim, &sizes)
+        Self::pieces(slf, dim, &sizes)
     }
 
     /// PyTorch's `chunk`: `chunks` pieces along `dim` of ⌈length / chunks⌉ each (fewer when
     /// the length runs out first; `chunks` empty pieces of an empty axis).
     #[pyo3(signature = (chunks, dim=0))]
     fn chunk<'py>(
-        &self,
-        py: Python<'py>,
+        slf: &Bound<'py, Self>,
         chunks: usize,
         dim: isize,
     ) -> PyResult<Bound<'py, PyTuple>> {
         if chunks == 0 {
             return Err(PyValueError::new_err("chunk: chunks must be positive"));
         }
-        let len = self.tensor().shape()[norm_axis("chunk", dim, self.tensor().ndim())?];
+        let len = slf.get().tensor().shape()[norm_axis("chunk", dim, slf.get().tensor().ndim())?];
         let sizes: Vec<usize> = if len == 0 {
             let mut empty = Vec::new();
             empty.try_reserve_exact(chunks).map_err(|_| {
@@ -1849,7 +2100,7 @@ impl PyTensor {
                 .map(|i| size.min(len - i * size))
                 .collect()
         };
-        self.pieces(py, dim, &sizes)
+        Self::pieces(slf, dim, &sizes)
     }
 
     fn index_select(

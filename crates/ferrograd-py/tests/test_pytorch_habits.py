@@ -737,6 +737,61 @@ def test_in_place_methods_reach_grad_data_and_buffers_as_in_pytorch():
     assert t.dtype == fg.float32 and t.tolist() == [2.0, 3.0]
 
 
+def test_in_place_updates_of_views_reach_the_tensor_they_were_taken_from():
+    x = fg.tensor(np.arange(6.0).reshape(2, 3))
+    x[0].mul_(10)
+    x[:, 1].zero_()
+    x.t()[2].add_(1)  # column 2
+    x.view(3, 2)[0].fill_(7)  # a view of a view: x's first two elements
+    x.narrow(1, 1, 2).sub_(1)
+    assert x.tolist() == [[7.0, 6.0, 20.0], [3.0, -1.0, 5.0]]
+    first, second = x.split(1, dim=0)
+    second.mul_(2)
+    x.unsqueeze(0).squeeze(0).permute(1, 0)[0].neg_()
+    x.select(1, 2).add_(100)
+    x.T[1].clamp_(min=0)
+    x.flatten()[-1].copy_(fg.tensor(9.0))
+    x.reshape(3, 2).chunk(3)[1].div_(2)
+    assert x.tolist() == [[-7.0, 6.0, 60.0], [-3.0, 0.0, 9.0]]
+    # what PyTorch copies: a list, a tensor or a mask as the index, a reshape of elements out
+    # of order
+    before = x.tolist()
+    x[[0, 1]].zero_()
+    x[:, x[0] > 0].zero_()
+    x.t().reshape(6).zero_()
+    assert x.tolist() == before
+    # a trainable leaf: through its views under no_grad, refused (and unchanged) otherwise
+    w = fg.ones(2, 3, requires_grad=True)
+    with fg.no_grad():
+        w[0].zero_()
+        w.t()[2].fill_(5)
+    assert w.tolist() == [[0.0, 0.0, 5.0], [1.0, 1.0, 5.0]] and w.requires_grad
+    with pytest.raises(RuntimeError, match="leaf"):
+        w[1].add_(1)
+    assert w.tolist() == [[0.0, 0.0, 5.0], [1.0, 1.0, 5.0]]
+    lin = nn.Linear(3, 2)
+    lin.weight.data[:, 0].fill_(0.5)
+    assert lin.weight[:, 0].tolist() == [0.5, 0.5]
+    # a view between the tensor and the view updated takes the new values too
+    x = fg.tensor(np.arange(6.0).reshape(2, 3))
+    row = x[0]
+    row[1:].zero_()
+    assert row.tolist() == [0.0, 0.0, 0.0] and x.tolist() == [[0.0, 0.0, 0.0], [3.0, 4.0, 5.0]]
+    # a long chain of views of views
+    x = fg.ones(4)
+    y = x
+    for _ in range(100_000):
+        y = y[:]
+    y[1:].zero_()
+    assert x.tolist() == [1.0, 0.0, 0.0, 0.0]
+    # the gradient sees the update, as PyTorch's: y[0] tripled
+    x = fg.ones(2, 3, requires_grad=True)
+    y = x * 2
+    y[0].mul_(3)
+    y.sum().backward()
+    assert x.grad.tolist() == [[6.0, 6.0, 6.0], [2.0, 2.0, 2.0]]
+
+
 def test_remainder_has_pytorchs_derivative_and_floor_division_none():
     x = fg.tensor([5.5, -3.0], requires_grad=True)
     y = fg.tensor([2.0, 2.0], requires_grad=True)
