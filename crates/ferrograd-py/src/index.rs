@@ -102,6 +102,12 @@ fn has_axes(key: &Bound<'_, PyAny>) -> PyResult<bool> {
     Ok(false)
 }
 
+/// Whether `obj` is a boolean tensor without axes.
+fn is_zero_d_mask(obj: &Bound<'_, PyAny>) -> bool {
+    obj.cast::<PyTensor>()
+        .is_ok_and(|t| t.get().is_mask() && t.get().tensor().ndim() == 0)
+}
+
 fn parse(key: &Bound<'_, PyAny>) -> PyResult<Item> {
     if key.is_none() {
         return Ok(Item::NewAxis);
@@ -119,6 +125,12 @@ fn parse(key: &Bound<'_, PyAny>) -> PyResult<Item> {
     } else if has_axes(key)? {
         // A tensor or array with axes gathers, even of one element (`x[t]` with `t` of shape
         // [1] keeps the axis, as in numpy and PyTorch).
+    } else if key.is_instance_of::<PyBool>() || is_zero_d_mask(key) {
+        // `x[True]` (a new axis) and `x[False]` (an empty one) in PyTorch: not positions 1
+        // and 0, which `__index__` would make of them.
+        return Err(PyIndexError::new_err(
+            "indexing with a single True or False is not supported (x[None] adds an axis)",
+        ));
     } else if let Ok(i) = key.call_method0("__index__") {
         // An int, a numpy integer or a 0-d int64 tensor: one position.
         return Ok(Item::Int(i.extract()?));
@@ -197,13 +209,42 @@ fn items_of(key: &Bound<'_, PyAny>, ndim: usize) -> PyResult<(Vec<Item>, usize)>
     Ok((items, named))
 }
 
-/// Whether `key` selects a view of a tensor with `ndim` axes, as PyTorch's basic indexing does
-/// (integers, slices, `None`, `...`; a list, tensor or mask gathers a copy).
-pub fn is_basic(key: &Bound<'_, PyAny>, ndim: usize) -> PyResult<bool> {
+/// `key` as it selects now, if it selects a view of a tensor with `ndim` axes as PyTorch's
+/// basic indexing does (integers, slices, `None`, `...`; a list, tensor or mask gathers a
+/// copy): a tuple of Python ints, slices of ints, `None` and `...`, which later changes to
+/// what `key` was made of (an index tensor updated in place, say) leave as it is.
+pub fn basic_key(
+    py: Python<'_>,
+    key: &Bound<'_, PyAny>,
+    ndim: usize,
+) -> PyResult<Option<Py<PyAny>>> {
     let (items, _) = items_of(key, ndim)?;
-    Ok(items
-        .iter()
-        .all(|i| !matches!(i, Item::Gather(_) | Item::Mask(_))))
+    let index = |b: Bound<'_, PyAny>| -> PyResult<Py<PyAny>> {
+        if b.is_none() {
+            Ok(py.None())
+        } else {
+            Ok(b.call_method0("__index__")?.unbind())
+        }
+    };
+    let mut frozen = Vec::with_capacity(items.len());
+    for item in items {
+        frozen.push(match item {
+            Item::Int(i) => i.into_pyobject(py)?.into_any().unbind(),
+            Item::Slice(s) => {
+                let s = s.bind(py);
+                let bounds = (
+                    index(s.getattr("start")?)?,
+                    index(s.getattr("stop")?)?,
+                    index(s.getattr("step")?)?,
+                );
+                py.get_type::<PySlice>().call1(bounds)?.unbind()
+            }
+            Item::NewAxis => py.None(),
+            Item::Rest => PyEllipsis::get(py).to_owned().into_any().unbind(),
+            Item::Gather(_) | Item::Mask(_) => return Ok(None),
+        });
+    }
+    Ok(Some(PyTuple::new(py, frozen)?.into_any().unbind()))
 }
 
 /// `t[key]`.

@@ -68,6 +68,9 @@ pub enum WriteBack {
 pub struct ViewOf {
     base: Py<PyTensor>,
     step: Arc<ViewStep>,
+    /// Whether the view's elements are the base's own, where they lie (a slice with a step
+    /// is gathered into a buffer of its own): only such a view can be reshaped into another.
+    strided: bool,
 }
 
 /// How a view's value comes from its parent's.
@@ -251,10 +254,10 @@ impl PyTensor {
                 } else {
                     dim
                 } as usize;
-                let end = base.shape()[axis];
+                let rest = base.shape()[axis].saturating_sub(start + length);
                 let (before, after) = (
                     base.narrow(axis, 0, start),
-                    base.narrow(axis, start + length, end - start - length),
+                    base.narrow(axis, start + length, rest),
                 );
                 Tensor::cat(&[&before, v, &after], axis)
             })
@@ -311,10 +314,15 @@ impl PyTensor {
         put: impl Fn(Python<'_>, &Tensor, &Tensor) -> PyResult<Tensor> + Send + Sync + 'static,
     ) -> PyResult<Bound<'py, PyTensor>> {
         let (py, this) = (slf.py(), slf.get());
-        let view = this.like(derive(py, &this.tensor())?);
+        let value = this.tensor();
+        let view = this.like(derive(py, &value)?);
         if this.boolean {
             return Bound::new(py, view);
         }
+        // (One element or none is where it is whatever the storage: a lone element is kept
+        // inline, not shared.)
+        let new = view.tensor();
+        let strided = this.is_strided() && (new.numel() <= 1 || new.shares_storage(&value));
         let (base, parent) = match this.view_of() {
             Some(of) => (of.base.clone_ref(py), Some(Arc::clone(&of.step))),
             None => (slf.clone().unbind(), None),
@@ -328,10 +336,26 @@ impl PyTensor {
         let of = ViewOf {
             base,
             step: Arc::clone(&step),
+            strided,
         };
         let view = Bound::new(py, view.writing_to(WriteBack::View(Arc::new(of))))?;
         let _ = step.view.set(PyWeakrefReference::new(&view)?.unbind());
         Ok(view)
+    }
+
+    /// `reshape` as PyTorch's: a view where the elements' places allow one (a reshape of this
+    /// tensor's own elements that needs no copy), else a copy.
+    fn reshaped_where_possible<'py>(
+        slf: &Bound<'py, Self>,
+        shape: Vec<usize>,
+    ) -> PyResult<Bound<'py, PyTensor>> {
+        let (py, this) = (slf.py(), slf.get());
+        let t = this.tensor();
+        let r = guard::run(|| t.reshape(&shape))?;
+        if this.is_strided() && (r.numel() <= 1 || r.shares_storage(&t)) {
+            return Self::reshaped(slf, shape);
+        }
+        Bound::new(py, this.like(r))
     }
 
     /// [`PyTensor::aliased`] for a view in another shape (the same elements in order).
@@ -616,15 +640,9 @@ impl PyTensor {
                 let next = (s.derive)(py, &parents[parents.len() - 1])?;
                 parents.push(next);
             }
-            // ...then each takes its view's new values, back to the base (the views between
-            // that are still about keep theirs).
+            // ...then each takes its view's new values, back to the base.
             let mut value = result.tensor();
-            let mut between = Vec::new();
             for (s, parent) in steps.iter().zip(&parents).rev() {
-                if !std::ptr::eq(*s, &*view.step) {
-                    let alive = s.view.get().and_then(|w| w.bind(py).upgrade());
-                    between.extend(alive.map(|v| (v, value.clone())));
-                }
                 value = (s.put)(py, parent, &value)?;
             }
             // The base keeps its elements in order (as PyTorch's storage does), so that
@@ -635,23 +653,50 @@ impl PyTensor {
             // Refused at the base (a trainable leaf while gradients are recorded): nothing
             // changes.
             base.commit(base.in_place_result(base.like(value), op)?, op)?;
-            for (v, value) in between {
-                if let Ok(v) = v.cast::<PyTensor>() {
-                    v.get().replace(Value::Plain(value));
+            // This view and those between that are still about read the base's new value;
+            // one that was in the graph stays in it (under `no_grad` too, as PyTorch's views
+            // of a trainable tensor do).
+            let (mut tracked, mut untracked) = (base.tensor(), base.tensor().detach());
+            for s in &steps {
+                tracked = ferrograd::autograd::enable_grad(|| (s.derive)(py, &tracked))?;
+                untracked = (s.derive)(py, &untracked)?;
+                let mine = std::ptr::eq(*s, &*view.step);
+                let alive = (!mine)
+                    .then(|| s.view.get().and_then(|w| w.bind(py).upgrade()))
+                    .flatten()
+                    .and_then(|v| v.cast_into::<PyTensor>().ok());
+                let here = if mine {
+                    Some(self)
+                } else {
+                    alive.as_ref().map(|v| v.get())
+                };
+                if let Some(v) = here {
+                    let value = if v.tensor().is_tracked() {
+                        &tracked
+                    } else {
+                        &untracked
+                    };
+                    v.replace(Value::Plain(value.clone()));
                 }
             }
             Ok(())
-        })?;
-        self.replace(result.value());
-        Ok(())
+        })
     }
 
-    /// What this tensor is a view of, if it is one.
+    /// What this tensor is a view of, if it is one (a view made trainable with
+    /// `requires_grad_()` is a leaf of its own).
     fn view_of(&self) -> Option<Arc<ViewOf>> {
-        match &self.writes_to {
-            Some(WriteBack::View(view)) => Some(Arc::clone(view)),
+        match (&self.writes_to, self.value()) {
+            (Some(WriteBack::View(view)), Value::Plain(_)) => Some(Arc::clone(view)),
             _ => None,
         }
+    }
+
+    /// Whether this tensor's elements lie where those of the tensor it was taken from do
+    /// (true of a tensor that is no view): as PyTorch's strides, what decides whether a
+    /// reshape of it can be a view.
+    fn is_strided(&self) -> bool {
+        self.view_of().is_none_or(|of| of.strided)
     }
 
     /// Takes `result` (checked) as this tensor's value, and writes it to the storage behind
@@ -1121,7 +1166,12 @@ impl PyTensor {
         let values = self.like(self.tensor().detach());
         let target = match &self.value() {
             Value::Leaf(l) => Some(WriteBack::Data(l.clone())),
-            Value::Plain(_) => self.writes_to.clone(),
+            // (A view's values detached are a copy: what it was taken from, tracked or not,
+            // is not changed through them.)
+            Value::Plain(_) => self
+                .writes_to
+                .clone()
+                .filter(|w| !matches!(w, WriteBack::View(_))),
         };
         match target {
             Some(t) => values.writing_to(t),
@@ -1562,10 +1612,11 @@ impl PyTensor {
     ) -> PyResult<Bound<'py, PyTensor>> {
         let (py, this) = (slf.py(), slf.get());
         let t = this.tensor();
-        if this.boolean || !index::is_basic(key, t.ndim())? {
-            return Bound::new(py, this.like(index::get(py, &t, key)?));
-        }
-        let (key, again) = (key.clone().unbind(), key.clone().unbind());
+        let frozen = match index::basic_key(py, key, t.ndim())? {
+            Some(frozen) if !this.boolean => frozen,
+            _ => return Bound::new(py, this.like(index::get(py, &t, key)?)),
+        };
+        let (key, again) = (frozen.clone_ref(py), frozen);
         Self::aliased(
             slf,
             move |py, t| index::get(py, t, again.bind(py)),
@@ -1893,16 +1944,8 @@ impl PyTensor {
         slf: &Bound<'py, Self>,
         shape: &Bound<'_, PyTuple>,
     ) -> PyResult<Bound<'py, PyTensor>> {
-        let t = slf.get().tensor();
-        let shape = infer_shape(&shape_arg(shape)?, t.numel())?;
-        if t.is_contiguous() {
-            Self::reshaped(slf, shape)
-        } else {
-            Bound::new(
-                slf.py(),
-                slf.get().view_map(slf.py(), |t| t.reshape(&shape))?,
-            )
-        }
+        let shape = infer_shape(&shape_arg(shape)?, slf.get().tensor().numel())?;
+        Self::reshaped_where_possible(slf, shape)
     }
 
     /// The same elements in another shape, a view whose in-place updates reach this tensor.
@@ -1915,18 +1958,21 @@ impl PyTensor {
         Self::reshaped(slf, shape)
     }
 
+    /// The axes from `start_dim` on made one, as `reshape` makes it (a view where PyTorch's
+    /// is one).
     #[pyo3(signature = (start_dim=0))]
     fn flatten<'py>(slf: &Bound<'py, Self>, start_dim: usize) -> PyResult<Bound<'py, PyTensor>> {
-        let t = slf.get().tensor();
-        let shape = guard::run(|| t.flatten_from(start_dim).shape().to_vec())?;
-        if t.is_contiguous() {
-            Self::reshaped(slf, shape)
-        } else {
-            Bound::new(
-                slf.py(),
-                slf.get().view_map(slf.py(), |t| t.reshape(&shape))?,
-            )
+        let dims = slf.get().tensor().shape().to_vec();
+        let start = start_dim.min(dims.len());
+        if start_dim > dims.len() || (start_dim == dims.len() && !dims.is_empty()) {
+            return Err(PyIndexError::new_err(format!(
+                "flatten: start_dim {start_dim} out of range for {} axes",
+                dims.len()
+            )));
         }
+        let mut shape = dims[..start].to_vec();
+        shape.push(dims[start..].iter().product());
+        Self::reshaped_where_possible(slf, shape)
     }
 
     pub(crate) fn transpose<'py>(

@@ -777,6 +777,40 @@ def test_in_place_updates_of_views_reach_the_tensor_they_were_taken_from():
     row = x[0]
     row[1:].zero_()
     assert row.tolist() == [0.0, 0.0, 0.0] and x.tolist() == [[0.0, 0.0, 0.0], [3.0, 4.0, 5.0]]
+    # a view of a trainable leaf updated under no_grad stays in its graph, as PyTorch's
+    w = fg.ones(2, 3, requires_grad=True)
+    r = w[0]
+    with fg.no_grad():
+        r.mul_(3)
+    (r * 2).sum().backward()
+    assert r.requires_grad and w.grad.tolist() == [[2.0, 2.0, 2.0], [0.0, 0.0, 0.0]]
+    # a view made trainable is a leaf of its own: refused while gradients are recorded
+    x = fg.zeros(2, 3)
+    v = x[0]
+    v.requires_grad_()
+    with pytest.raises(RuntimeError, match="leaf"):
+        v.add_(1)
+    assert x.tolist() == [[0.0] * 3] * 2 and v.is_leaf
+    # the key is read when the view is made (an index tensor changed later does not move it)
+    x = fg.zeros(4)
+    i = fg.tensor(1)
+    v = x[i]
+    i += 1
+    v.fill_(7)
+    assert x.tolist() == [0.0, 7.0, 0.0, 0.0]
+    # reshape and flatten give views where the places of the elements allow one, as PyTorch's
+    x = fg.tensor(np.arange(6.0).reshape(2, 3))
+    x[:, 1].reshape(2, 1).add_(100)
+    x.t().reshape(1, 3, 2)[0, 0].zero_()
+    x[:, 1:].flatten()[0].fill_(-1)  # a copy: those elements are not one run
+    assert x.tolist() == [[0.0, 101.0, 2.0], [0.0, 104.0, 5.0]]
+    y = fg.tensor(np.arange(12.0).reshape(4, 3))
+    y[::2].reshape(6).add_(100)  # a step slice's elements are not the rows' run: a copy
+    assert y.tolist() == np.arange(12.0).reshape(4, 3).tolist()
+    # a single True or False as the index is refused (PyTorch adds an axis), not read as 1 or 0
+    for key in (True, False, fg.tensor(True)):
+        with pytest.raises(IndexError, match="True or False"):
+            x[key]
     # a long chain of views of views
     x = fg.ones(4)
     y = x
