@@ -656,10 +656,9 @@ impl PyTensor {
             // This view and those between that are still about read the base's new value;
             // one that was in the graph stays in it (under `no_grad` too, as PyTorch's views
             // of a trainable tensor do).
-            let (mut tracked, mut untracked) = (base.tensor(), base.tensor().detach());
+            let mut tracked = base.tensor();
             for s in &steps {
                 tracked = ferrograd::autograd::enable_grad(|| (s.derive)(py, &tracked))?;
-                untracked = (s.derive)(py, &untracked)?;
                 let mine = std::ptr::eq(*s, &*view.step);
                 let alive = (!mine)
                     .then(|| s.view.get().and_then(|w| w.bind(py).upgrade()))
@@ -672,11 +671,11 @@ impl PyTensor {
                 };
                 if let Some(v) = here {
                     let value = if v.tensor().is_tracked() {
-                        &tracked
+                        tracked.clone()
                     } else {
-                        &untracked
+                        tracked.detach()
                     };
-                    v.replace(Value::Plain(value.clone()));
+                    v.replace(Value::Plain(value));
                 }
             }
             Ok(())
@@ -1936,9 +1935,9 @@ impl PyTensor {
     // ---- shape ----
 
     /// The same values in a new shape (one axis may be -1); `reshape(2, 3)` or
-    /// `reshape((2, 3))`.
-    /// As PyTorch's: a view of a tensor whose elements lie in order (its in-place updates
-    /// reach this one), a copy of one that is not (a transposed view, say).
+    /// `reshape((2, 3))`. As PyTorch's, a view where the elements' places allow one (its
+    /// in-place updates reach this tensor), a copy where they do not (most reshapes of a
+    /// transposed tensor or of a slice with a step).
     #[pyo3(signature = (*shape))]
     fn reshape<'py>(
         slf: &Bound<'py, Self>,
