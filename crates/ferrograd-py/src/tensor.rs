@@ -1,7 +1,7 @@
 //! `ferrograd.Tensor`: a Rust tensor, or a trainable leaf (a parameter that keeps its identity
 //! and its `.grad` across updates).
 
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use ferrograd::prelude::*;
 use pyo3::exceptions::{
@@ -71,6 +71,39 @@ pub struct ViewOf {
     /// Whether the view's elements are the base's own, where they lie (a slice with a step
     /// is gathered into a buffer of its own): only such a view can be reshaped into another.
     strided: bool,
+    /// The base's value that the view's was last taken from: when the base holds another
+    /// (an update of it, of another view of it, an optimizer's step), the view reads it
+    /// again, as a PyTorch view reads its storage. Holding it keeps that buffer shared, so a
+    /// new value is always a new buffer.
+    seen: Mutex<Tensor>,
+}
+
+impl ViewOf {
+    /// The view ops from the base out (a loop, not a recursion, however long the chain).
+    fn steps(&self) -> Vec<&ViewStep> {
+        let mut steps = Vec::new();
+        let mut step = Some(&*self.step);
+        while let Some(s) = step {
+            steps.push(s);
+            step = s.parent.as_deref();
+        }
+        steps.reverse();
+        steps
+    }
+
+    /// The view's value taken again from the base's `base` (tracked if `tracked`).
+    fn derive(&self, py: Python<'_>, base: &Tensor, tracked: bool) -> PyResult<Tensor> {
+        let mut value = base.clone();
+        for s in self.steps() {
+            value = ferrograd::autograd::enable_grad(|| (s.derive)(py, &value))?;
+        }
+        Ok(if tracked { value } else { value.detach() })
+    }
+}
+
+/// Whether `a` and `b` are the same value: the same elements of the same buffer.
+fn same_value(a: &Tensor, b: &Tensor) -> bool {
+    a.shares_storage(b) && a.shape() == b.shape() && a.strides() == b.strides()
 }
 
 /// How a view's value comes from its parent's.
@@ -333,10 +366,12 @@ impl PyTensor {
             parent,
             view: OnceLock::new(),
         });
+        let seen = Mutex::new(base.get().tensor());
         let of = ViewOf {
             base,
             step: Arc::clone(&step),
             strided,
+            seen,
         };
         let view = Bound::new(py, view.writing_to(WriteBack::View(Arc::new(of))))?;
         let _ = step.view.set(PyWeakrefReference::new(&view)?.unbind());
@@ -435,9 +470,30 @@ impl PyTensor {
         if let Some(live) = self.writes_to.as_ref().and_then(WriteBack::current) {
             return live;
         }
-        match self.value() {
-            Value::Plain(t) => t,
-            Value::Leaf(l) => l.param.tensor(),
+        match (self.value(), self.view_of()) {
+            (Value::Plain(t), Some(of)) => self.fresh(&of, t),
+            (Value::Plain(t), None) => t,
+            (Value::Leaf(l), _) => l.param.tensor(),
+        }
+    }
+
+    /// A view's value `own`, or, when its base holds another value since, the view taken
+    /// from that one (kept as the view's value; `own` if it cannot be taken any more, the
+    /// base having been made smaller).
+    fn fresh(&self, of: &ViewOf, own: Tensor) -> Tensor {
+        let base = of.base.get().tensor();
+        let mut seen = of.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if same_value(&base, &seen) {
+            return own;
+        }
+        let tracked = own.is_tracked();
+        match Python::attach(|py| of.derive(py, &base, tracked)) {
+            Ok(value) => {
+                self.replace(Value::Plain(value.clone()));
+                *seen = base;
+                value
+            }
+            Err(_) => own,
         }
     }
 
@@ -624,14 +680,7 @@ impl PyTensor {
         let Some(view) = self.view_of() else {
             return self.commit(result, op);
         };
-        // The view ops from the base out (a loop, not a recursion, however long the chain).
-        let mut steps = Vec::new();
-        let mut step = Some(&*view.step);
-        while let Some(s) = step {
-            steps.push(s);
-            step = s.parent.as_deref();
-        }
-        steps.reverse();
+        let steps = view.steps();
         let base = view.base.get();
         Python::attach(|py| -> PyResult<()> {
             // The base's value and that of each view between it and this one, now...
@@ -656,7 +705,8 @@ impl PyTensor {
             // This view and those between that are still about read the base's new value;
             // one that was in the graph stays in it (under `no_grad` too, as PyTorch's views
             // of a trainable tensor do).
-            let mut tracked = base.tensor();
+            let new_base = base.tensor();
+            let mut tracked = new_base.clone();
             for s in &steps {
                 tracked = ferrograd::autograd::enable_grad(|| (s.derive)(py, &tracked))?;
                 let mine = std::ptr::eq(*s, &*view.step);
@@ -669,13 +719,18 @@ impl PyTensor {
                 } else {
                     alive.as_ref().map(|v| v.get())
                 };
-                if let Some(v) = here {
-                    let value = if v.tensor().is_tracked() {
+                if let Some((v, of)) = here.and_then(|v| Some((v, v.view_of()?))) {
+                    let was_tracked = match v.value() {
+                        Value::Plain(t) => t.is_tracked(),
+                        Value::Leaf(_) => true,
+                    };
+                    let value = if was_tracked {
                         tracked.clone()
                     } else {
                         tracked.detach()
                     };
                     v.replace(Value::Plain(value));
+                    *of.seen.lock().unwrap_or_else(|e| e.into_inner()) = new_base.clone();
                 }
             }
             Ok(())

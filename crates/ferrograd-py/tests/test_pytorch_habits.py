@@ -811,6 +811,21 @@ def test_in_place_updates_of_views_reach_the_tensor_they_were_taken_from():
     for key in (True, False, fg.tensor(True)):
         with pytest.raises(IndexError, match="True or False"):
             x[key]
+    # a view reads its base's values as they are now, as a PyTorch view reads its storage
+    x = fg.tensor(np.arange(6.0).reshape(2, 3))
+    a, b = x[0], x[0]
+    x.add_(10)
+    assert a.tolist() == [10.0, 11.0, 12.0]
+    a.mul_(2)
+    assert x[0].tolist() == [20.0, 22.0, 24.0] and b.tolist() == [20.0, 22.0, 24.0]
+    b.zero_()
+    assert a.tolist() == [0.0, 0.0, 0.0] and x.tolist() == [[0.0] * 3, [13.0, 14.0, 15.0]]
+    w = fg.ones(2, 2, requires_grad=True)
+    row = w[0]
+    opt = fg.optim.SGD([w], lr=0.5)
+    (w * w).sum().backward()
+    opt.step()
+    assert row.tolist() == [0.0, 0.0] and row.requires_grad
     # a long chain of views of views
     x = fg.ones(4)
     y = x
