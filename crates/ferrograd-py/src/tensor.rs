@@ -76,6 +76,8 @@ pub struct ViewOf {
     /// again, as a PyTorch view reads its storage. Holding it keeps that buffer shared, so a
     /// new value is always a new buffer.
     seen: Mutex<Tensor>,
+    /// Whether gradients were recorded when the view was made.
+    recorded: bool,
 }
 
 impl ViewOf {
@@ -89,6 +91,12 @@ impl ViewOf {
         }
         steps.reverse();
         steps
+    }
+
+    /// Whether the view is in the graph when its base's value is `base`: when the base is,
+    /// unless the view was made under `no_grad` (as PyTorch's views follow their base).
+    fn tracked(&self, base: &Tensor) -> bool {
+        self.recorded && base.is_tracked()
     }
 
     /// The view's value taken again from the base's `base` (tracked if `tracked`).
@@ -372,6 +380,7 @@ impl PyTensor {
             step: Arc::clone(&step),
             strided,
             seen,
+            recorded: ferrograd::autograd::is_grad_enabled(),
         };
         let view = Bound::new(py, view.writing_to(WriteBack::View(Arc::new(of))))?;
         let _ = step.view.set(PyWeakrefReference::new(&view)?.unbind());
@@ -444,6 +453,14 @@ impl PyTensor {
         self.value.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// What it holds now, a view's values read from its base as they are now.
+    fn fresh_value(&self) -> Value {
+        match self.value() {
+            Value::Plain(_) => Value::Plain(self.tensor()),
+            leaf => leaf,
+        }
+    }
+
     /// The parameter behind a trainable leaf, None for any other tensor.
     pub fn leaf_param(&self) -> Option<Param> {
         match self.value() {
@@ -482,15 +499,15 @@ impl PyTensor {
     /// base having been made smaller).
     fn fresh(&self, of: &ViewOf, own: Tensor) -> Tensor {
         let base = of.base.get().tensor();
-        let mut seen = of.seen.lock().unwrap_or_else(|e| e.into_inner());
-        if same_value(&base, &seen) {
+        if same_value(&base, &of.seen.lock().unwrap_or_else(|e| e.into_inner())) {
             return own;
         }
-        let tracked = own.is_tracked();
-        match Python::attach(|py| of.derive(py, &base, tracked)) {
+        // (Taken outside the lock: the ops may let another thread run, which may read this
+        // view too.)
+        match Python::attach(|py| of.derive(py, &base, of.tracked(&base))) {
             Ok(value) => {
                 self.replace(Value::Plain(value.clone()));
-                *seen = base;
+                *of.seen.lock().unwrap_or_else(|e| e.into_inner()) = base;
                 value
             }
             Err(_) => own,
@@ -720,11 +737,7 @@ impl PyTensor {
                     alive.as_ref().map(|v| v.get())
                 };
                 if let Some((v, of)) = here.and_then(|v| Some((v, v.view_of()?))) {
-                    let was_tracked = match v.value() {
-                        Value::Plain(t) => t.is_tracked(),
-                        Value::Leaf(_) => true,
-                    };
-                    let value = if was_tracked {
+                    let value = if of.tracked(&new_base) {
                         tracked.clone()
                     } else {
                         tracked.detach()
@@ -1016,7 +1029,7 @@ impl PyTensor {
     /// while recording.
     #[getter]
     fn requires_grad(&self) -> bool {
-        match &self.value() {
+        match &self.fresh_value() {
             Value::Leaf(l) => !l.param.is_frozen(),
             Value::Plain(t) => t.is_tracked(),
         }
@@ -1026,7 +1039,7 @@ impl PyTensor {
     /// parameter).
     #[setter(requires_grad)]
     fn set_requires_grad(slf: Bound<'_, Self>, flag: bool) -> PyResult<()> {
-        if let Value::Plain(t) = slf.get().value() {
+        if let Value::Plain(t) = slf.get().fresh_value() {
             if t.is_tracked() && !flag {
                 return Err(PyRuntimeError::new_err(
                     "requires_grad: only a leaf's flag can be changed; this tensor was computed \
@@ -1041,7 +1054,7 @@ impl PyTensor {
     /// parameter) rather than a computed result.
     #[getter]
     fn is_leaf(&self) -> bool {
-        match &self.value() {
+        match &self.fresh_value() {
             Value::Leaf(_) => true,
             Value::Plain(t) => !t.is_tracked() || t.is_leaf(),
         }
@@ -1086,7 +1099,7 @@ impl PyTensor {
         requires_grad: bool,
     ) -> PyResult<Bound<'py, Self>> {
         let this = slf.get();
-        match this.value() {
+        match this.fresh_value() {
             // A parameter keeps its identity: turning it off freezes it (no gradient, no
             // update), as PyTorch's `p.requires_grad_(False)`.
             Value::Leaf(l) => l.param.set_frozen(!requires_grad),
@@ -1134,7 +1147,7 @@ impl PyTensor {
     /// tensor computed from trainable ones is refused, as PyTorch refuses it.
     fn __deepcopy__(slf: &Bound<'_, Self>, _memo: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let this = slf.get();
-        match this.value() {
+        match this.fresh_value() {
             Value::Leaf(l) => {
                 let leaf = autograd::new_leaf(&l.param.tensor().detach());
                 leaf.param.set_frozen(l.param.is_frozen());
@@ -1681,8 +1694,8 @@ impl PyTensor {
     /// `t[key] = value`, as PyTorch's: `value` (a number or a tensor, broadcast to what `key`
     /// selects, cast to `t`'s dtype) replaces the selected elements. `t` takes the new value
     /// as an in-place op gives it (a trainable leaf only under `no_grad`); the result is
-    /// differentiable in the rest of `t` and in `value`. Views taken of `t` before keep the
-    /// old values (tensors are values).
+    /// differentiable in the rest of `t` and in `value`. Views taken of `t` read the new values,
+    /// as PyTorch's do.
     fn __setitem__(
         &self,
         py: Python<'_>,

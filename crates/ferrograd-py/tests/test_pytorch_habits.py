@@ -826,6 +826,14 @@ def test_in_place_updates_of_views_reach_the_tensor_they_were_taken_from():
     (w * w).sum().backward()
     opt.step()
     assert row.tolist() == [0.0, 0.0] and row.requires_grad
+    # a view is in the graph when its base comes to be, as PyTorch's
+    x = fg.zeros(3)
+    a = x[0:2]
+    w = fg.ones(3, requires_grad=True)
+    x.add_(w)
+    assert a.requires_grad
+    a.sum().backward()
+    assert w.grad.tolist() == [1.0, 1.0, 0.0]
     # a long chain of views of views
     x = fg.ones(4)
     y = x
