@@ -274,40 +274,10 @@ impl PyTensor {
         let mut start = 0;
         let mut out = Vec::with_capacity(sizes.len());
         for &size in sizes {
-            out.push(Self::narrowed(slf, axis as isize, start, size)?);
+            out.push(Self::narrow(slf, axis as isize, start, size)?);
             start += size;
         }
         PyTuple::new(slf.py(), out)
-    }
-
-    /// `length` elements from `start` along `dim`, a view whose in-place updates reach this
-    /// tensor (which then takes them between its parts before and after).
-    fn narrowed<'py>(
-        slf: &Bound<'py, Self>,
-        dim: isize,
-        start: usize,
-        length: usize,
-    ) -> PyResult<Bound<'py, PyTensor>> {
-        let put = move |_: Python<'_>, base: &Tensor, v: &Tensor| {
-            guard::run(|| {
-                let axis = if dim < 0 {
-                    dim + base.ndim() as isize
-                } else {
-                    dim
-                } as usize;
-                let rest = base.shape()[axis].saturating_sub(start + length);
-                let (before, after) = (
-                    base.narrow(axis, 0, start),
-                    base.narrow(axis, start + length, rest),
-                );
-                Tensor::cat(&[&before, v, &after], axis)
-            })
-        };
-        Self::aliased(
-            slf,
-            move |_, t| guard::run(|| t.narrow(dim, start, length)),
-            put,
-        )
     }
 
     /// The axes in the order `perm`, a view whose in-place updates reach this tensor.
@@ -2141,13 +2111,30 @@ impl PyTensor {
         self.view_map(py, |t| t.broadcast_to(&shape))
     }
 
-    fn narrow<'py>(
+    /// `length` elements from `start` along `dim`, a view whose in-place updates reach this
+    /// tensor (which then takes them between its parts before and after).
+    pub(crate) fn narrow<'py>(
         slf: &Bound<'py, Self>,
         dim: isize,
         start: usize,
         length: usize,
     ) -> PyResult<Bound<'py, PyTensor>> {
-        Self::narrowed(slf, dim, start, length)
+        let put = move |_: Python<'_>, base: &Tensor, v: &Tensor| {
+            let axis = norm_axis("narrow", dim, base.ndim())?;
+            guard::run(|| {
+                let rest = base.shape()[axis].saturating_sub(start + length);
+                let (before, after) = (
+                    base.narrow(axis, 0, start),
+                    base.narrow(axis, start + length, rest),
+                );
+                Tensor::cat(&[&before, v, &after], axis)
+            })
+        };
+        Self::aliased(
+            slf,
+            move |_, t| guard::run(|| t.narrow(dim, start, length)),
+            put,
+        )
     }
 
     /// PyTorch's `split`: pieces of `split_size` along `dim` (the last may be shorter; an
