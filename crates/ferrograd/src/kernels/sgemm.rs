@@ -814,6 +814,9 @@ unsafe fn path_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(
         let mask = if v + 1 == V { t.mask } else { u16::MAX };
         for r0 in (0..M).step_by(block).take_while(|&r0| r0 < t.rows) {
             let sub = t.block(r0, 16 * v, (t.rows - r0).min(block), mask);
+            if sub.accumulate {
+                prefetch_rows(&sub);
+            }
             let a = a.skip_rows(r0);
             // SAFETY: the block's rows r0..r0 + block lie within the M rows the panel holds,
             // its 16 columns within the 16·V the B rows hold; it stores only the rows and
@@ -826,6 +829,29 @@ unsafe fn path_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(
                     (_, false) => avx2_kernel::<4, 1, BY, B>(a, sub, 16 * v),
                 }
             }
+        }
+    }
+}
+
+/// Asks for the C rows of an AVX2 block that its k loop will add to, before the loop: they
+/// were last touched a whole k block ago and come from L3 or memory, and the kernel loads
+/// them only after its last step, where nothing else hides their latency (measured on AVX2:
+/// 1040² and 2064² 3–7% faster with one thread, 2048² with two 0.84 → 0.95 of OpenBLAS).
+/// The AVX-512 tile takes four times as long per k block, and gained nothing from it.
+/// Inside the kernel the same prefetches made LLVM keep the accumulators in memory, so
+/// they are issued here, before the call.
+#[inline(always)]
+fn prefetch_rows<B: BRows>(t: &Tile<B>) {
+    #[cfg(target_arch = "x86_64")]
+    for i in 0..t.rows {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: the block's rows have table entries (the kernels' contract); the row is
+        // only prefetched (SSE, which every x86-64 has), and a prefetch never faults.
+        unsafe {
+            let first = t.c.wrapping_add(t.c_rows.offset(i));
+            // A row's 16 floats span one cache line, or two when they do not start on one.
+            _mm_prefetch::<_MM_HINT_T0>(first as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(15) as *const i8);
         }
     }
 }
