@@ -104,6 +104,28 @@ def test_in_place_forms_write_into_the_tensor():
     np.testing.assert_array_equal(w.numpy(), [2.0, 2.0])
 
 
+def test_scatter_to_repeated_positions_keeps_the_last_write_and_its_true_gradient():
+    # PyTorch picks one of the writes (its documentation: arbitrarily) and passes each
+    # position's gradient to every write of it (its documentation: "the gradient will be
+    # incorrect"). Here the last write wins, and the overwritten ones get no gradient: the
+    # derivative of the value given, as finite differences measure it.
+    x = fg.tensor(np.arange(12.0).reshape(3, 4) / 7, requires_grad=True)
+    src = fg.tensor(np.cos(np.arange(9.0)).reshape(3, 3), requires_grad=True)
+    idx = fg.tensor([[0, 0, 1], [2, 2, 2], [3, 1, 3]])
+    y = x.scatter(1, idx, src)
+    want = x.numpy().copy()
+    for i in range(3):
+        for j in range(3):  # in order: the last write stays
+            want[i, idx.numpy()[i, j]] = src.numpy()[i, j]
+    np.testing.assert_array_equal(y.numpy(), want)
+    y.sum().backward()
+    np.testing.assert_array_equal(src.grad.numpy(), [[0, 1, 1], [0, 0, 1], [0, 1, 1]])
+    np.testing.assert_array_equal(x.grad.numpy(), [[0, 0, 1, 1], [1, 1, 0, 1], [1, 0, 1, 0]])
+    f = lambda x, src: (x.scatter(1, idx, src) ** 2).sum()  # noqa: E731
+    assert fg.gradcheck(f, [x.detach().requires_grad_(), src.detach().requires_grad_()])
+    assert fg.gradgradcheck(f, [x.detach().requires_grad_(), src.detach().requires_grad_()])
+
+
 def test_errors_as_pytorchs():
     x = fg.zeros(2, 3)
     with pytest.raises(RuntimeError, match="out of bounds"):
