@@ -126,6 +126,20 @@ def test_scatter_to_repeated_positions_keeps_the_last_write_and_its_true_gradien
     assert fg.gradgradcheck(f, [x.detach().requires_grad_(), src.detach().requires_grad_()])
 
 
+def test_cosine_similarity_below_eps_differentiates_the_formula():
+    # With norms below eps the formula's denominators are the constant eps: its gradient is
+    # that of x1·x2 / eps² (PyTorch's still differentiates the norms it clamped).
+    x1 = fg.tensor([[0.3, -0.4], [0.2, 0.1]], dtype=fg.float64, requires_grad=True)
+    x2 = fg.tensor([[0.5, 0.1], [2.0, -1.0]], dtype=fg.float64, requires_grad=True)
+    c = F.cosine_similarity(x1, x2, dim=1, eps=1.0)
+    c.sum().backward()
+    np.testing.assert_allclose(x1.grad.numpy()[0], x2.numpy()[0], rtol=1e-12)  # both below eps
+    n2 = np.linalg.norm(x2.numpy()[1])  # x2[1] is above eps: only x1's norm is clamped
+    np.testing.assert_allclose(x1.grad.numpy()[1], x2.numpy()[1] / n2, rtol=1e-12)
+    f = lambda a, b: F.cosine_similarity(a, b, dim=1, eps=1.0)  # noqa: E731
+    assert fg.gradcheck(f, [x1.detach().requires_grad_(), x2.detach().requires_grad_()])
+
+
 def test_errors_as_pytorchs():
     x = fg.zeros(2, 3)
     with pytest.raises(RuntimeError, match="out of bounds"):

@@ -815,7 +815,9 @@ unsafe fn path_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(
         for r0 in (0..M).step_by(block).take_while(|&r0| r0 < t.rows) {
             let sub = t.block(r0, 16 * v, (t.rows - r0).min(block), mask);
             if sub.accumulate {
-                prefetch_rows(&sub);
+                // SAFETY: a table of C rows holds the tile's rows from r0 on (`micro_kernel`'s
+                // contract, which this fn's caller keeps).
+                unsafe { prefetch_rows(&sub) };
             }
             let a = a.skip_rows(r0);
             // SAFETY: the block's rows r0..r0 + block lie within the M rows the panel holds,
@@ -834,19 +836,22 @@ unsafe fn path_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(
 }
 
 /// Asks for the C rows of an AVX2 block that its k loop will add to, before the loop: they
-/// were last touched a whole k block ago and come from L3 or memory, and the kernel loads
-/// them only after its last step, where nothing else hides their latency (measured on AVX2:
-/// 1040² and 2064² 3–7% faster with one thread, 2048² with two 0.84 → 0.95 of OpenBLAS).
-/// The AVX-512 tile takes four times as long per k block, and gained nothing from it.
-/// Inside the kernel the same prefetches made LLVM keep the accumulators in memory, so
-/// they are issued here, before the call.
+/// were last touched a whole k block ago and come from L3, and the kernel loads them only
+/// after its last step, where nothing else hides their latency (measured on AVX2 beside
+/// OpenBLAS: 1040² and 2064² 3–8% faster with one thread; 2048² with two, 0.84 and 0.90 →
+/// 0.95 and 0.93 of OpenBLAS). On the AVX-512 path the same prefetches changed nothing.
+/// Inside the kernel they made LLVM keep the accumulators in memory, so they are issued
+/// here, before the call.
+///
+/// # Safety
+/// Where the tile's rows come from a table, it holds `t.rows` entries.
 #[inline(always)]
-fn prefetch_rows<B: BRows>(t: &Tile<B>) {
+unsafe fn prefetch_rows<B: BRows>(t: &Tile<B>) {
     #[cfg(target_arch = "x86_64")]
     for i in 0..t.rows {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: the block's rows have table entries (the kernels' contract); the row is
-        // only prefetched (SSE, which every x86-64 has), and a prefetch never faults.
+        // SAFETY: row i has a table entry (the contract); the row is only prefetched (SSE,
+        // which every x86-64 has), and a prefetch never faults.
         unsafe {
             let first = t.c.wrapping_add(t.c_rows.offset(i));
             // A row's 16 floats span one cache line, or two when they do not start on one.
@@ -854,6 +859,8 @@ fn prefetch_rows<B: BRows>(t: &Tile<B>) {
             _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(15) as *const i8);
         }
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = t;
 }
 
 /// Where a micro-kernel finds row `k` of its B panel.
