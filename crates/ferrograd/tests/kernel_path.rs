@@ -45,7 +45,8 @@ fn result_digest() {
     use std::hash::{DefaultHasher, Hash, Hasher};
     let mut rng = StdRng::seed_from_u64(21);
     let mut h = DefaultHasher::new();
-    for (m, k, n) in [(128, 784, 400), (37, 300, 53), (5, 17, 1)] {
+    // (30, 1024, 70): A's rows 4 KiB apart, packed on AVX-512 only.
+    for (m, k, n) in [(128, 784, 400), (37, 300, 53), (5, 17, 1), (30, 1024, 70)] {
         let (a, b) = (
             operand(m, k, false, &mut rng),
             operand(k, n, true, &mut rng),
@@ -171,11 +172,16 @@ fn large_linear_products_are_the_product_plus_the_bias_to_the_bit() {
 fn large_products_match_f64_loops_and_repeat_to_the_bit() {
     let mut rng = StdRng::seed_from_u64(11);
     // Several column blocks of B (of 256 to 1024 columns, as the path and the L2 size have
-    // it), several k blocks, row blocks split over the threads.
-    for (m, k, n) in [(300, 600, 530), (37, 1030, 260), (24, 300, 2100)] {
+    // it), several k blocks, row blocks split over the threads. Then row-major operands whose
+    // rows lie 4 KiB apart: A's (packed on AVX-512, two full row panels and a partial one) and
+    // B's (packed, not read in place, though it is small enough).
+    let transposed = [(300, 600, 530), (37, 1030, 260), (24, 300, 2100)];
+    let row_major = [(30, 1024, 70), (40, 256, 1024)];
+    let cases = transposed.iter().map(|&s| (s, true));
+    for ((m, k, n), b_transposed) in cases.chain(row_major.iter().map(|&s| (s, false))) {
         let (a, b) = (
             operand(m, k, false, &mut rng),
-            operand(k, n, true, &mut rng),
+            operand(k, n, b_transposed, &mut rng),
         );
         let got = a.matmul(&b).to_vec::<f32>();
         let want = naive(&a.to_vec::<f64>(), &b.to_vec::<f64>(), (m, k, n));

@@ -57,6 +57,12 @@ const PAR_MIN_MACS: usize = 1 << 20;
 /// Largest row-major B (in floats, 1 MiB) read in place instead of packed: it stays in L2.
 const DIRECT_B_MAX: usize = 1 << 18;
 
+/// Longest row stride (in floats, 2 KiB) of a B read in place. Rows a page or more apart put
+/// every step of the kernel on another page and every row of a panel in the same cache sets:
+/// on Zen 4 a 256 × 1024 B read in place ran 1024 × 256 @ 256 × 1024 at 0.53–0.56 of
+/// OpenBLAS on AVX2 where packed it ran at 0.92–0.96 (AVX-512: 1.00 against 1.07–1.09).
+const DIRECT_B_MAX_STRIDE: usize = 512;
+
 /// Where a micro-kernel finds its MR rows of A.
 #[derive(Clone, Copy)]
 enum APanel {
@@ -498,9 +504,9 @@ pub(crate) unsafe fn gemm(
 }
 
 /// Whether B's full panels are read in place rather than packed: a row-major B small enough
-/// to stay in L2, its rows on cache lines.
+/// to stay in L2, its rows on cache lines and less than a page apart.
 fn b_in_place(b: &MatRef<'_, f32>) -> bool {
-    b.cs == 1 && b.rows * b.cols <= DIRECT_B_MAX && line_aligned(b)
+    b.cs == 1 && b.rows * b.cols <= DIRECT_B_MAX && b.rs <= DIRECT_B_MAX_STRIDE && line_aligned(b)
 }
 
 /// Whether every row of `m` starts on a cache line.
@@ -587,7 +593,7 @@ impl<'a> APanels<'a> {
         (i0, mc): (usize, usize),
         (p0, kc): (usize, usize),
     ) -> Self {
-        let direct = a.cs == 1 || a.rs == 1;
+        let direct = (a.cs == 1 && !rows_share_l1_sets(a.rs)) || a.rs == 1;
         // A last panel of whole 4-row groups is read in place too: the edge kernels read no
         // row past it.
         let whole_groups = usize::from(mc % MR > 0 && (mc % MR).is_multiple_of(4));
@@ -627,6 +633,17 @@ impl<'a> APanels<'a> {
             APanel::Steps(p, a.cs)
         }
     }
+}
+
+/// Whether the MR rows of a row-major A panel, `rs` floats apart, are read from one L1 set on
+/// the active path: rows a multiple of 4 KiB apart (the span of an L1's sets) all map to one
+/// set, and the AVX-512 kernel's 12 rows outnumber the ways of an 8-way L1 (Zen 4's), so every
+/// step would miss it. Such a panel is packed. Measured on Zen 4, against OpenBLAS: 1024² and
+/// 2048² on two threads 0.68–0.73 in place, 0.83–0.95 packed; one thread 0.66–0.94 against
+/// 0.90–1.02. The AVX2 kernel reads 6 rows at a time, which fit, and there packing cost
+/// 0.01–0.17.
+fn rows_share_l1_sets(rs: usize) -> bool {
+    Isa::active() == Isa::Avx512 && (rs * size_of::<f32>()).is_multiple_of(4096)
 }
 
 /// The blocked product on one thread: `c[0..a.rows, 0..b.cols] = a @ b (+ row)`, row stride
