@@ -34,8 +34,8 @@ fn nc() -> usize {
 /// AVX2 NC is as large as half of L2 holds (the other half for A and C), between 256 and
 /// 1024 columns: on Zen 3 (512 KiB) 256 columns made 1024² 0.85–0.88 of OpenBLAS where 1024
 /// made it 0.75, and on an Intel part with 2 MiB 1024 columns gained 2–5% at 2048² on one
-/// thread over 256. The AVX-512 path keeps the 1024 it was measured with (on 2 MiB); parts
-/// with 1 MiB (Skylake-SP, Zen 4) are unmeasured.
+/// thread over 256. The AVX-512 path keeps the 1024 it was measured with (on 2 MiB); on Zen 4
+/// (1 MiB) 256 and 512 ran within the noise of it, on either path.
 fn nc_for(l2: Option<usize>, isa: Isa) -> usize {
     match (isa, l2) {
         (Isa::Avx512, _) => 1024,
@@ -60,7 +60,7 @@ const DIRECT_B_MAX: usize = 1 << 18;
 /// Longest row stride (in floats, 2 KiB) of a B read in place. Rows a page or more apart put
 /// every step of the kernel on another page and every row of a panel in the same cache sets:
 /// on Zen 4 a 256 × 1024 B read in place ran 1024 × 256 @ 256 × 1024 at 0.53–0.56 of
-/// OpenBLAS on AVX2 where packed it ran at 0.92–0.96 (AVX-512: 1.00 against 1.07–1.09).
+/// OpenBLAS on AVX2 where packed it ran at 0.91–0.96 (AVX-512: 1.00–1.01 against 1.07–1.10).
 const DIRECT_B_MAX_STRIDE: usize = 512;
 
 /// Where a micro-kernel finds its MR rows of A.
