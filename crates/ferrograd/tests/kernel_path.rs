@@ -45,7 +45,8 @@ fn result_digest() {
     use std::hash::{DefaultHasher, Hash, Hasher};
     let mut rng = StdRng::seed_from_u64(21);
     let mut h = DefaultHasher::new();
-    // (30, 1024, 70): A's rows 4 KiB apart, packed on AVX-512 only.
+    // (30, 1024, 70): A's rows 4 KiB apart, packed on AVX-512 only (in full panels where a
+    // part of the product holds 12 rows or more).
     for (m, k, n) in [(128, 784, 400), (37, 300, 53), (5, 17, 1), (30, 1024, 70)] {
         let (a, b) = (
             operand(m, k, false, &mut rng),
@@ -173,8 +174,13 @@ fn large_products_match_f64_loops_and_repeat_to_the_bit() {
     let mut rng = StdRng::seed_from_u64(11);
     // Several column blocks of B (of 256 to 1024 columns, as the path and the L2 size have
     // it), several k blocks, row blocks split over the threads. Then row-major operands whose
-    // rows lie 4 KiB apart: A's (packed on AVX-512, two full row panels and a partial one) and
-    // B's (packed, not read in place, though it is small enough).
+    // rows lie 4 KiB apart: A's (packed on AVX-512) and B's (packed where it could otherwise be
+    // read in place). On one thread as well, where A's panels are two full ones and a partial
+    // one whatever the machine's thread count.
+    let one_thread = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("a thread pool");
     let transposed = [(300, 600, 530), (37, 1030, 260), (24, 300, 2100)];
     let row_major = [(30, 1024, 70), (40, 256, 1024)];
     let cases = transposed.iter().map(|&s| (s, true));
@@ -190,6 +196,8 @@ fn large_products_match_f64_loops_and_repeat_to_the_bit() {
             assert!((f64::from(g) - w).abs() <= tol, "{m}×{k}×{n} at {i}");
         }
         assert_eq!(a.matmul(&b).to_vec::<f32>(), got, "{m}×{k}×{n} again");
+        let alone = one_thread.install(|| a.matmul(&b).to_vec::<f32>());
+        assert_eq!(alone, got, "{m}×{k}×{n} on one thread");
     }
 }
 

@@ -10,8 +10,9 @@
 //! Blocking follows the usual five-loop scheme: a KC×NC block of B is packed into NR-wide
 //! panels (kept in L2); the micro-kernel runs one MR-row panel of A (KC×MR, kept in L1: its
 //! elements are broadcast) against each B panel in turn (streamed from L2: its rows are the
-//! vector loads). A is read in place when it is row- or column-major (packed otherwise), and
-//! so is a small cache-line-aligned B.
+//! vector loads). A is read in place when it is row- or column-major (packed otherwise, and
+//! where its rows would share an L1 set, [`packs_row_major_a`]), and so is a small
+//! cache-line-aligned B whose rows lie at most 2 KiB apart.
 
 use std::ops::Range;
 
@@ -35,7 +36,8 @@ fn nc() -> usize {
 /// 1024 columns: on Zen 3 (512 KiB) 256 columns made 1024² 0.85–0.88 of OpenBLAS where 1024
 /// made it 0.75, and on an Intel part with 2 MiB 1024 columns gained 2–5% at 2048² on one
 /// thread over 256. The AVX-512 path keeps the 1024 it was measured with (on 2 MiB); on Zen 4
-/// (1 MiB) 256 and 512 ran within the noise of it, on either path.
+/// (1 MiB) 256 and 512 ran within the noise of it, as 256 and 1024 did of AVX2's 512 there.
+/// Skylake-SP (1 MiB) is unmeasured.
 fn nc_for(l2: Option<usize>, isa: Isa) -> usize {
     match (isa, l2) {
         (Isa::Avx512, _) => 1024,
@@ -57,10 +59,11 @@ const PAR_MIN_MACS: usize = 1 << 20;
 /// Largest row-major B (in floats, 1 MiB) read in place instead of packed: it stays in L2.
 const DIRECT_B_MAX: usize = 1 << 18;
 
-/// Longest row stride (in floats, 2 KiB) of a B read in place. Rows a page or more apart put
-/// every step of the kernel on another page and every row of a panel in the same cache sets:
-/// on Zen 4 a 256 × 1024 B read in place ran 1024 × 256 @ 256 × 1024 at 0.53–0.56 of
-/// OpenBLAS on AVX2 where packed it ran at 0.91–0.96 (AVX-512: 1.00–1.01 against 1.07–1.10).
+/// Longest row stride (in floats, 2 KiB) of a B read in place. Rows a page apart put every
+/// step of the kernel on another page and every row of a panel in one cache set; on Zen 4 that
+/// halved the AVX2 product's speed, whatever B's size, while rows 2 KiB apart ran as fast
+/// in place as packed (`docs/performance.md`, "AMD Zen 4, both paths"). Strides between the
+/// two are packed, unmeasured.
 const DIRECT_B_MAX_STRIDE: usize = 512;
 
 /// Where a micro-kernel finds its MR rows of A.
@@ -452,7 +455,7 @@ pub(crate) unsafe fn gemm(
         rayon::current_num_threads()
     };
     // Each part reads all of the operand it does not split (A in place when it has a unit
-    // stride, B packed again by every part): split the columns when A is the smaller one to
+    // stride and no set conflict, B packed again by every part): split the columns when A is the smaller one to
     // repeat (m ≤ n), the rows otherwise, as long as there is work enough to share. Parts
     // get near-equal shares of 16-column vectors or 4-row groups (the edge kernels'
     // granularity): 128 rows split 64 + 64, not by whole 12-row panels 60 + 68.
@@ -504,7 +507,7 @@ pub(crate) unsafe fn gemm(
 }
 
 /// Whether B's full panels are read in place rather than packed: a row-major B small enough
-/// to stay in L2, its rows on cache lines and less than a page apart.
+/// to stay in L2, its rows on cache lines and at most [`DIRECT_B_MAX_STRIDE`] apart.
 fn b_in_place(b: &MatRef<'_, f32>) -> bool {
     b.cs == 1 && b.rows * b.cols <= DIRECT_B_MAX && b.rs <= DIRECT_B_MAX_STRIDE && line_aligned(b)
 }
@@ -523,8 +526,8 @@ fn even_step(len: usize, max: usize, align: usize) -> usize {
 
 /// The `kc × nc` block of B at row `p0`, column `j0`, as NR-column panels. A row-major B small
 /// enough to stay in L2 is read in place (rows of a panel are NR contiguous floats, b.rs apart)
-/// when its rows start on cache lines (else every vector load would straddle two); only a
-/// partial last panel is packed.
+/// when its rows start on cache lines (else every vector load would straddle two) and lie
+/// close enough ([`b_in_place`]); only a partial last panel is then packed.
 struct BPanels<'a> {
     b: &'a MatRef<'a, f32>,
     packed: &'a [f32],
@@ -575,8 +578,9 @@ impl<'a> BPanels<'a> {
 /// The `mc × kc` block of A at row `i0`, column `p0`, as MR-row panels. An A with a unit
 /// stride is read in place: each step broadcasts one element from each of MR rows, from MR
 /// row runs (row-major) or one column run (column-major, a transposed view). A micro-panel
-/// stays in L1 across the B panels either way, so packing it would only add a copy. Only a
-/// partial last row panel whose rows are not a multiple of 4 is packed (zero-padded).
+/// stays in L1 across the B panels either way, so packing it would only add a copy, unless
+/// its rows share an L1 set ([`packs_row_major_a`]). Otherwise only a partial last row panel
+/// whose rows are not a multiple of 4 is packed (zero-padded).
 struct APanels<'a> {
     a: &'a MatRef<'a, f32>,
     packed: &'a [f32],
@@ -593,7 +597,7 @@ impl<'a> APanels<'a> {
         (i0, mc): (usize, usize),
         (p0, kc): (usize, usize),
     ) -> Self {
-        let direct = (a.cs == 1 && !rows_share_l1_sets(a.rs)) || a.rs == 1;
+        let direct = (a.cs == 1 && !packs_row_major_a(a.rs, Isa::active())) || a.rs == 1;
         // A last panel of whole 4-row groups is read in place too: the edge kernels read no
         // row past it.
         let whole_groups = usize::from(mc % MR > 0 && (mc % MR).is_multiple_of(4));
@@ -635,15 +639,14 @@ impl<'a> APanels<'a> {
     }
 }
 
-/// Whether the MR rows of a row-major A panel, `rs` floats apart, are read from one L1 set on
-/// the active path: rows a multiple of 4 KiB apart (the span of an L1's sets) all map to one
-/// set, and the AVX-512 kernel's 12 rows outnumber the ways of an 8-way L1 (Zen 4's), so every
-/// step would miss it. Such a panel is packed. Measured on Zen 4, against OpenBLAS: 1024² and
-/// 2048² on two threads 0.68–0.73 in place, 0.83–0.95 packed; one thread 0.66–0.94 against
-/// 0.90–1.02. The AVX2 kernel reads 6 rows at a time, which fit, and there packing cost
-/// 0.01–0.17.
-fn rows_share_l1_sets(rs: usize) -> bool {
-    Isa::active() == Isa::Avx512 && (rs * size_of::<f32>()).is_multiple_of(4096)
+/// Whether a row-major A whose rows lie `rs` floats apart is packed on path `isa`: rows a
+/// multiple of 4 KiB apart (the span of an L1's sets) all map to one set, and the AVX-512
+/// kernel's 12 rows outnumber the ways of an 8-way L1 (Zen 4's), so that every step would
+/// miss it. The AVX2 kernel reads 6 rows at a time, which fit, and packing there was slower;
+/// Intel's 12-way L1s hold 12 such rows but are unmeasured with A packed
+/// (`docs/performance.md`, "AMD Zen 4, both paths"). A broadcast row (`rs` 0) is one line.
+fn packs_row_major_a(rs: usize, isa: Isa) -> bool {
+    isa == Isa::Avx512 && rs > 0 && rs.is_multiple_of(4096 / size_of::<f32>())
 }
 
 /// The blocked product on one thread: `c[0..a.rows, 0..b.cols] = a @ b (+ row)`, row stride
@@ -1754,6 +1757,66 @@ mod tests {
             }
         }
         assert_eq!(got, want, "{rows} × {cols}, {per_line} a line, gap {gap}");
+    }
+
+    /// `rows × cols` row-major over a cache-line-aligned buffer, rows `rs` floats apart.
+    fn aligned_matrix(buf: &mut PackBuf, rows: usize, cols: usize, rs: usize) -> MatRef<'_, f32> {
+        let data = buf.get(rows * rs);
+        data.iter_mut().enumerate().for_each(|(i, v)| *v = i as f32);
+        MatRef {
+            data,
+            offset: 0,
+            rows,
+            cols,
+            rs,
+            cs: 1,
+        }
+    }
+
+    #[test]
+    fn b_is_read_in_place_only_with_rows_at_most_2_kib_apart() {
+        let mut buf = PackBuf::default();
+        assert!(b_in_place(&aligned_matrix(&mut buf, 256, 512, 512)));
+        assert!(!b_in_place(&aligned_matrix(&mut buf, 256, 528, 528)));
+        assert!(!b_in_place(&aligned_matrix(&mut buf, 128, 1024, 1024)));
+        // 1 MiB with rows 2 KiB apart is still read in place; more than 1 MiB never.
+        assert!(b_in_place(&aligned_matrix(&mut buf, 512, 512, 512)));
+        assert!(!b_in_place(&aligned_matrix(&mut buf, 520, 512, 512)));
+    }
+
+    #[test]
+    fn a_is_packed_where_its_rows_would_share_one_l1_set_on_avx512_only() {
+        for rs in [1024, 2048, 3072] {
+            assert!(packs_row_major_a(rs, Isa::Avx512), "{rs}");
+            assert!(!packs_row_major_a(rs, Isa::Avx2), "{rs}");
+        }
+        for rs in [0, 512, 1040, 1536] {
+            assert!(!packs_row_major_a(rs, Isa::Avx512), "{rs}");
+        }
+    }
+
+    #[test]
+    fn row_major_a_packs_into_steps_of_mr_zero_padded() {
+        // Rows 3..33 of a row-major A (two full panels and a partial one of 6 rows), columns
+        // 5..261: panel r, step k holds rows 3 + 12r + 0..12 of column 5 + k, zeros past row 33.
+        let mut buf = PackBuf::default();
+        let a = aligned_matrix(&mut buf, 40, 1024, 1024);
+        let (i0, mc, p0, kc): (usize, usize, usize, usize) = (3, 30, 5, 256);
+        let mut out = vec![f32::NAN; mc.div_ceil(MR) * MR * kc];
+        pack_a(&a, i0, mc, p0, kc, &mut out);
+        for (r, panel) in out.chunks_exact(MR * kc).enumerate() {
+            for (k, step) in panel.chunks_exact(MR).enumerate() {
+                for (i, &v) in step.iter().enumerate() {
+                    let row = r * MR + i;
+                    let want = if row < mc {
+                        ((i0 + row) * 1024 + p0 + k) as f32
+                    } else {
+                        0.0
+                    };
+                    assert_eq!(v, want, "panel {r}, step {k}, row {i}");
+                }
+            }
+        }
     }
 
     #[test]
