@@ -455,10 +455,10 @@ pub(crate) unsafe fn gemm(
         rayon::current_num_threads()
     };
     // Each part reads all of the operand it does not split (A in place when it has a unit
-    // stride and no set conflict, B packed again by every part): split the columns when A is the smaller one to
-    // repeat (m ≤ n), the rows otherwise, as long as there is work enough to share. Parts
-    // get near-equal shares of 16-column vectors or 4-row groups (the edge kernels'
-    // granularity): 128 rows split 64 + 64, not by whole 12-row panels 60 + 68.
+    // stride and no set conflict, B packed again by every part): split the columns when A is
+    // the smaller one to repeat (m ≤ n), the rows otherwise, as long as there is work enough
+    // to share. Parts get near-equal shares of 16-column vectors or 4-row groups (the edge
+    // kernels' granularity): 128 rows split 64 + 64, not by whole 12-row panels 60 + 68.
     let (vectors, groups) = (n.div_ceil(16), m.div_ceil(4));
     let split_cols = if m <= n {
         vectors >= 2 * threads
