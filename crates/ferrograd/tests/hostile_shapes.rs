@@ -173,6 +173,21 @@ fn convolutions_of_empty_batches_with_huge_strides_return_at_once() {
         u.conv_transpose2d(&w, &o).shape(),
         &[0, 16, (1 << 50) + 1, 2]
     );
+    // One channel takes the column path, whose chunks are sized by an output plane of 2⁶³
+    // positions here; forward and backward.
+    let u = Tensor::zeros(&[0, 1, 2, 1], DType::F32).requires_grad();
+    let w1 = Tensor::ones(&[1, 2, 1, 1], DType::F32).requires_grad();
+    let o = ConvOpts::new()
+        .stride(usize::MAX / 2)
+        .padding(1)
+        .output_padding(2);
+    let y = u.conv_transpose2d(&w1, &o);
+    assert_eq!(y.shape(), &[0, 2, 1 << 63, 1]);
+    let grads = y.sum().backward();
+    assert_eq!(
+        grads.get(&w1).map(|g| g.to_vec::<f32>()),
+        Some(vec![0.0, 0.0])
+    );
     let x = Tensor::zeros(&[0, 16, 1 << 40, 1 << 40], DType::F32);
     let dy = Tensor::zeros(&[0, 16, 1 << 40, 16], DType::F32);
     let o = ConvOpts::new().stride_hw(1, 1 << 36);

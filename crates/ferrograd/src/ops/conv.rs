@@ -622,6 +622,11 @@ fn conv_t_forward<T: FloatElement>(u: &Tensor, w: &Tensor, s: &Sizes<'_>) -> Ten
         numel_or_panic("conv_transpose2d", &[n, cout, g.h, g.w]),
         T::zero(),
     );
+    // An empty output (an empty batch) may still have planes far beyond any memory: the
+    // column paths below size their chunks by the plane and would overflow for nothing.
+    if out.is_empty() {
+        return Tensor::from_data(out, &[n, cout, g.h, g.w]);
+    }
     match Algo::transposed::<T>(g, groups, cin, cout) {
         (Algo::ChannelsLast, _) => cl::conv_transpose(&ud, cin, g, &wd, cout, &mut out),
         (algo @ (Algo::Implicit | Algo::Direct), Some(f)) => {
