@@ -1,7 +1,8 @@
 //! f32 matmul against a BLAS library in the same process: the square sizes, one product whose
-//! B has rows 4 KiB apart, and the MLP's shapes (or with `--gpt` a GPT block's), our product and the library's `cblas_sgemm`
-//! alternated so that both see the same machine (a shared VM drifts by tens of percent within
-//! a minute; two separate runs cannot be compared to a few percent).
+//! B has rows 4 KiB apart, and the MLP's shapes (or with `--gpt` a GPT block's), our product
+//! and the library's `cblas_sgemm` alternated so that both see the same machine (a shared VM
+//! drifts by tens of percent within a minute; two separate runs cannot be compared to a few
+//! percent).
 //!
 //! ```text
 //! cargo run --release --example bench_matmul_blas -- LIB [--threads 1|2] [--seconds S] [--gpt]
