@@ -175,28 +175,81 @@ fn pack_a(a: &MatRef<'_, f32>, i0: usize, mc: usize, p0: usize, kc: usize, out: 
 }
 
 /// Copies rows `p0..p0 + kc`, columns `j0..j0 + nc` of `b` into NR-column panels: panel `q`,
-/// step `k` holds `b[p0 + k, j0 + q*NR + 0..NR]`, zero-padded past the last column.
-fn pack_b(b: &MatRef<'_, f32>, p0: usize, kc: usize, j0: usize, nc: usize, out: &mut [f32]) {
+/// step `k` holds `b[p0 + k, j0 + q*NR + 0..NR]`, zero-padded past the last column, in 16-column
+/// vectors placed by `at`.
+fn pack_b(
+    b: &MatRef<'_, f32>,
+    (p0, kc): (usize, usize),
+    (j0, nc): (usize, usize),
+    out: &mut [f32],
+    at: PanelLayout,
+) {
     for (q, panel) in out.chunks_exact_mut(NR * kc).enumerate() {
         let cols = (nc - q * NR).min(NR);
         if b.rs == 1 && b.cs != 1 {
-            pack_b_transposed(b, p0, kc, j0 + q * NR, cols, panel);
+            pack_b_transposed(b, (p0, kc), (j0 + q * NR, cols), panel, at);
             continue;
         }
         for k in 0..kc {
-            let dst = &mut panel[k * NR..(k + 1) * NR];
             let base = b.offset + (p0 + k) * b.rs + (j0 + q * NR) * b.cs;
             if b.cs == 1 && cols == NR {
-                dst.copy_from_slice(&b.data[base..base + NR]);
-            } else if b.cs == 1 {
-                dst[..cols].copy_from_slice(&b.data[base..base + cols]);
-            } else {
-                for (j, d) in dst[..cols].iter_mut().enumerate() {
-                    *d = b.data[base + j * b.cs];
+                let src: &[f32; NR] = b.data[base..base + NR].try_into().expect("NR floats");
+                for (v, part) in src.chunks_exact(16).enumerate() {
+                    panel[at.index(k, 16 * v)..][..16].copy_from_slice(part);
                 }
+                continue;
             }
-            dst[cols..].iter_mut().for_each(|v| *v = 0.0);
+            for v in 0..NR / 16 {
+                let dst = &mut panel[at.index(k, 16 * v)..][..16];
+                let (lo, hi) = ((16 * v).min(cols), (16 * v + 16).min(cols));
+                let part = &mut dst[..hi - lo];
+                if b.cs == 1 {
+                    part.copy_from_slice(&b.data[base + lo..base + hi]);
+                } else {
+                    for (j, d) in part.iter_mut().enumerate() {
+                        *d = b.data[base + (lo + j) * b.cs];
+                    }
+                }
+                dst[hi - lo..].iter_mut().for_each(|v| *v = 0.0);
+            }
         }
+    }
+}
+
+/// Where a B panel keeps its 16-column vectors: step `k`'s vector `v` starts `v·vector +
+/// k·row` floats in. Read in place, a step's vectors lie side by side along its row of B.
+/// Packed, the AVX-512 kernel reads a whole NR-wide step at once, so the steps lie one after
+/// another (`row` NR); an AVX2 block reads one vector over every step, so each vector's
+/// steps lie together (`row` 16, `vector` 16·kc) and a block sweeps one contiguous run,
+/// spread over every L1 set. Steps NR floats apart put the run a block reads in every other
+/// set only, where it crowded out the A panel and was read twice from L2 (`docs/
+/// performance.md`, "AMD Zen 4, both paths").
+#[derive(Clone, Copy)]
+struct PanelLayout {
+    row: usize,
+    vector: usize,
+}
+
+impl PanelLayout {
+    /// Steps `row` floats apart, each holding its vectors side by side.
+    fn rows(row: usize) -> Self {
+        PanelLayout { row, vector: 16 }
+    }
+
+    /// A panel of `kc` steps packed for path `isa`.
+    fn packed(kc: usize, isa: Isa) -> Self {
+        match isa {
+            Isa::Avx2 => PanelLayout {
+                row: 16,
+                vector: 16 * kc,
+            },
+            _ => Self::rows(NR),
+        }
+    }
+
+    /// Where step `k`'s column `j` lies in the panel.
+    fn index(self, k: usize, j: usize) -> usize {
+        (j / 16) * self.vector + k * self.row + j % 16
     }
 }
 
@@ -205,11 +258,10 @@ fn pack_b(b: &MatRef<'_, f32>, p0: usize, kc: usize, j0: usize, nc: usize, out: 
 /// registers; the ragged edges are copied one by one.
 fn pack_b_transposed(
     b: &MatRef<'_, f32>,
-    p0: usize,
-    kc: usize,
-    j0: usize,
-    cols: usize,
+    (p0, kc): (usize, usize),
+    (j0, cols): (usize, usize),
     panel: &mut [f32],
+    at: PanelLayout,
 ) {
     debug_assert!(available(), "the AVX path runs only where AVX2 was found");
     let column = |j: usize| &b.data[b.offset + p0 + (j0 + j) * b.cs..][..kc];
@@ -219,18 +271,17 @@ fn pack_b_transposed(
         for k0 in (0..full_k).step_by(8) {
             let src: [&[f32; 8]; 8] =
                 std::array::from_fn(|i| cols8[i][k0..k0 + 8].try_into().expect("8 values"));
-            let dst = panel[k0 * NR + jb..][..7 * NR + 8].as_mut_ptr();
-            let rows = std::array::from_fn(|k| dst.wrapping_add(k * NR));
-            // SAFETY: this kernel runs only where `available()` found AVX2, which implies AVX; row k's 8 floats lie in the 7·NR + 8 of `panel` that `dst` starts (the
-            // slice checked them), borrowed mutably, and no two rows overlap (NR ≥ 8 apart).
+            let dst = panel[at.index(k0, jb)..][..7 * at.row + 8].as_mut_ptr();
+            let rows = std::array::from_fn(|k| dst.wrapping_add(k * at.row));
+            // SAFETY: this kernel runs only where `available()` found AVX2, which implies AVX; row k's 8 floats lie in the 7·row + 8 of `panel` that `dst` starts (the
+            // slice checked them), borrowed mutably, and no two rows overlap (row ≥ 16 apart).
             unsafe { transpose_8x8(&src, rows) };
         }
     }
     for k in 0..kc {
-        let row = &mut panel[k * NR..(k + 1) * NR];
         let done = if k < full_k { full_j } else { 0 };
-        for (j, v) in row.iter_mut().enumerate().skip(done) {
-            *v = if j < cols { column(j)[k] } else { 0.0 };
+        for j in done..NR {
+            panel[at.index(k, j)] = if j < cols { column(j)[k] } else { 0.0 };
         }
     }
 }
@@ -534,6 +585,8 @@ struct BPanels<'a> {
     p0: usize,
     j0: usize,
     kc: usize,
+    /// How the packed panels lie.
+    layout: PanelLayout,
     /// Panels before this one are read in place.
     in_place: usize,
 }
@@ -547,29 +600,37 @@ impl<'a> BPanels<'a> {
     ) -> Self {
         let in_place = if b_in_place(b) { nc / NR } else { 0 };
         let packed = &mut buf[..(nc.div_ceil(NR) - in_place) * NR * kc];
-        pack_b(b, p0, kc, j0 + in_place * NR, nc - in_place * NR, packed);
+        let layout = PanelLayout::packed(kc, Isa::active());
+        pack_b(
+            b,
+            (p0, kc),
+            (j0 + in_place * NR, nc - in_place * NR),
+            packed,
+            layout,
+        );
         BPanels {
             b,
             packed,
             p0,
             j0,
             kc,
+            layout,
             in_place,
         }
     }
 
-    /// Panel `q`: where its first row starts and the stride between rows.
-    fn panel(&self, q: usize) -> (*const f32, usize) {
+    /// Panel `q`: where its first row starts and how its vectors lie.
+    fn panel(&self, q: usize) -> Strided {
         let b = self.b;
         if q < self.in_place {
-            (
+            Strided(
                 b.data[b.offset + self.p0 * b.rs + self.j0 + q * NR..].as_ptr(),
-                b.rs,
+                PanelLayout::rows(b.rs),
             )
         } else {
-            (
+            Strided(
                 self.packed[(q - self.in_place) * NR * self.kc..].as_ptr(),
-                NR,
+                self.layout,
             )
         }
     }
@@ -690,11 +751,10 @@ unsafe fn serial(
                         let (rows, a_panel) = ((mc - r * MR).min(MR), a_panels.panel(r));
                         for q in 0..nc.div_ceil(NR) {
                             let cols = (nc - q * NR).min(NR);
-                            let (bq, ldb) = b_panels.panel(q);
                             // SAFETY: the tile (rows × cols at row i0 + r·MR, column
                             // j0 + q·NR) is inside this call's block of C; the B panel holds kc
-                            // rows of NR floats, ldb apart (in place: a full panel inside b;
-                            // packed: kc·NR floats of bp); the A panel likewise holds MR rows
+                            // steps of NR floats where its layout puts them (in place: a full
+                            // panel inside b; packed: kc·NR floats of bp); the A panel holds MR rows
                             // of kc steps (in place: a full row panel inside a; packed:
                             // kc·MR floats of ap).
                             unsafe {
@@ -702,7 +762,7 @@ unsafe fn serial(
                                 tile_kernel(
                                     kc,
                                     a_panel,
-                                    Strided(bq, ldb),
+                                    b_panels.panel(q),
                                     (tile, CRows::Apart(ldc)),
                                     rows,
                                     cols,
@@ -890,24 +950,25 @@ trait BRows: Copy {
     /// first rows come in while this one ends.
     const PAST_END: bool;
 
-    /// Row `k`'s first float.
+    /// Row `k`'s floats from column `col` on (`col` a multiple of 16 below the panel's
+    /// width).
     ///
     /// # Safety
     /// `k` is below the panel's rows (plus [`PREFETCH`] where `PAST_END`: such rows are
     /// only prefetched, never read).
-    unsafe fn row(self, k: usize) -> *const f32;
+    unsafe fn at(self, k: usize, col: usize) -> *const f32;
 }
 
-/// Rows a fixed stride apart: a packed panel (NR) or a row-major B read in place.
+/// Steps laid out as [`PanelLayout`] says: a packed panel, or a row-major B read in place.
 #[derive(Clone, Copy)]
-struct Strided(*const f32, usize);
+struct Strided(*const f32, PanelLayout);
 
 impl BRows for Strided {
     const PAST_END: bool = true;
 
     #[inline(always)]
-    unsafe fn row(self, k: usize) -> *const f32 {
-        self.0.wrapping_add(k * self.1)
+    unsafe fn at(self, k: usize, col: usize) -> *const f32 {
+        self.0.wrapping_add(self.1.index(k, col))
     }
 }
 
@@ -923,10 +984,10 @@ impl BRows for Offsets {
     const PAST_END: bool = false;
 
     #[inline(always)]
-    unsafe fn row(self, k: usize) -> *const f32 {
+    unsafe fn at(self, k: usize, col: usize) -> *const f32 {
         // SAFETY: k is below the panel's rows (the caller's contract), so the entry is in the
         // table.
-        self.base.wrapping_add(unsafe { *self.table.add(k) })
+        self.base.wrapping_add(unsafe { *self.table.add(k) } + col)
     }
 }
 
@@ -1179,7 +1240,7 @@ pub(crate) fn offset_rows_product(
                 for (s, dst) in panel.chunks_exact_mut(NR).take(kc).enumerate() {
                     gather(&base[offsets[p0 + s]..], &pieces, &mut dst[..width]);
                 }
-                let b = Strided(panel.as_ptr(), NR);
+                let b = Strided(panel.as_ptr(), PanelLayout::rows(NR));
                 row_panels(a, (m, lda, p0, kc), b, c, (q0, width, plane));
             }
         }
@@ -1305,7 +1366,7 @@ pub(crate) fn offset_runs_product_acc(
                 // asserted); the tile's rows × width at (r0, j0) lie in `c` (asserted),
                 // borrowed exclusively; an AVX path was asserted.
                 unsafe {
-                    let b_panel = Strided(b[p0 * ldb + j0..].as_ptr(), ldb);
+                    let b_panel = Strided(b[p0 * ldb + j0..].as_ptr(), PanelLayout::rows(ldb));
                     let tile = (c[r0 * ldc + j0..].as_mut_ptr(), CRows::Apart(ldc));
                     tile_kernel(kc, a_panel, b_panel, tile, rows, width, true);
                 }
@@ -1415,7 +1476,10 @@ pub(crate) fn gathered_rows_product(
                     // its entry lie in `c` (asserted), borrowed exclusively; an AVX path was
                     // asserted.
                     unsafe {
-                        let b_panel = Strided(b[(b_row + p0) * ldb + j0..].as_ptr(), ldb);
+                        let b_panel = Strided(
+                            b[(b_row + p0) * ldb + j0..].as_ptr(),
+                            PanelLayout::rows(ldb),
+                        );
                         let tile = (c[j0..].as_mut_ptr(), c_rows);
                         tile_kernel(kc, a_panel, b_panel, tile, rows, width, true);
                     }
@@ -1468,7 +1532,7 @@ pub(crate) fn gathered_steps_product_acc(
                     // asserted); the tile's rows × width at (c_row + r0, j0) lie in `c`
                     // (the rows asserted), borrowed exclusively; an AVX path was asserted.
                     unsafe {
-                        let b_panel = Strided(b[p0 * ldb + j0..].as_ptr(), ldb);
+                        let b_panel = Strided(b[p0 * ldb + j0..].as_ptr(), PanelLayout::rows(ldb));
                         let tile = (c[(c_row + r0) * ldc + j0..].as_mut_ptr(), CRows::Apart(ldc));
                         tile_kernel(kc, a_panel, b_panel, tile, rows, width, true);
                     }
@@ -1522,8 +1586,8 @@ struct Tile<B> {
 
 impl<B: BRows> Tile<B> {
     /// The block of this tile that starts `r0` rows and `col0` columns in: `rows` rows, the
-    /// columns of its 16-wide vector that `mask` selects (the B rows are not moved: the
-    /// kernel adds `col0` to them).
+    /// columns of its 16-wide vector that `mask` selects (the B panel is not moved: the
+    /// kernel reads its vector at `col0`).
     #[inline(always)]
     fn block(self, r0: usize, col0: usize, rows: usize, mask: u16) -> Tile<B> {
         let (c, c_rows) = match self.c_rows {
@@ -1542,12 +1606,12 @@ impl<B: BRows> Tile<B> {
 
 /// C[0..rows, 0..8·W] (+)= A · B over `kc` steps on AVX2: M·W ymm accumulators, M ≤ 6 and
 /// W ≤ 2 (6×16 is the full block: 12 accumulators, two B vectors and a broadcast fill 15 of
-/// the 16 registers). B's rows are read from `col0` floats past where `t.b` puts them. Each
+/// the 16 registers). B is read from its 16-column vector at `col0` ([`BRows::at`]). Each
 /// element is the same chain of fused multiply-adds over k as in [`micro_kernel`], then the
 /// same addition to C, so the two paths agree to the bit.
 ///
 /// # Safety
-/// As [`micro_kernel`], with 8·W floats from `col0` on each B row, the columns of C those of
+/// As [`micro_kernel`], with 8·W floats at `col0` of each B step, the columns of C those of
 /// the low 8·W bits of `t.mask`, and a CPU with AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
@@ -1568,12 +1632,11 @@ unsafe fn avx2_kernel<const M: usize, const W: usize, const BY: u8, B: BRows>(
     let mut acc = [[_mm256_setzero_ps(); W]; M];
     // SAFETY: the loop prefetches only rows below kc, or past it where B allows (and a
     // prefetch never faults).
-    let prefetch =
-        |k| unsafe { _mm_prefetch::<_MM_HINT_T0>(b.row(k).wrapping_add(col0) as *const i8) };
+    let prefetch = |k| unsafe { _mm_prefetch::<_MM_HINT_T0>(b.at(k, col0) as *const i8) };
     let step = |k, ka: usize| {
         // SAFETY: k < kc (ka within its run), so the panel reads are in bounds.
         unsafe {
-            let bk_row = b.row(k).add(col0);
+            let bk_row = b.at(k, col0);
             let bk: [__m256; W] = std::array::from_fn(|w| _mm256_loadu_ps(bk_row.add(8 * w)));
             let step = if BY == BY_TABLE {
                 steps.wrapping_add(*table.add(k))
@@ -1662,18 +1725,17 @@ unsafe fn micro_kernel<const M: usize, const V: usize, const BY: u8, B: BRows>(
     let rows: [*const f32; M] = std::array::from_fn(|i| unsafe { a.row(i) });
     let mut acc = [[_mm512_setzero_ps(); V]; M];
     let prefetch = |k| {
-        // SAFETY: the loop prefetches only rows below kc, or past it where B allows (and a
-        // prefetch never faults).
-        let ahead = unsafe { b.row(k) };
         for v in 0..V {
-            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(16 * v) as *const i8);
+            // SAFETY: the loop prefetches only rows below kc, or past it where B allows (and a
+            // prefetch never faults).
+            let ahead = unsafe { b.at(k, 16 * v) };
+            _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
         }
     };
     let step = |k, ka: usize| {
         // SAFETY: k < kc (ka within its run), so the panel reads are in bounds.
         unsafe {
-            let bk_row = b.row(k);
-            let bk: [__m512; V] = std::array::from_fn(|v| _mm512_loadu_ps(bk_row.add(16 * v)));
+            let bk: [__m512; V] = std::array::from_fn(|v| _mm512_loadu_ps(b.at(k, 16 * v)));
             // Steps: step k's values are adjacent, a stride or a table entry away.
             let step = if BY == BY_TABLE {
                 steps.wrapping_add(*table.add(k))
@@ -1814,6 +1876,55 @@ mod tests {
                         0.0
                     };
                     assert_eq!(v, want, "panel {r}, step {k}, row {i}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn b_packs_each_vector_where_the_path_reads_it() {
+        // Steps 3..28 (not a multiple of 8) and columns 5..75 (two full panels and one of 6
+        // columns) of B, row-major and column-major (the register-transpose branch), in the
+        // layout of each path: every float of the panels written, the padding zero.
+        let (p0, kc, j0, nc): (usize, usize, usize, usize) = (3, 25, 5, 70);
+        let data: Vec<f32> = (0..40 * 80).map(|v| v as f32).collect();
+        let row_major = MatRef {
+            data: &data,
+            offset: 0,
+            rows: 40,
+            cols: 80,
+            rs: 80,
+            cs: 1,
+        };
+        let column_major = MatRef {
+            rs: 1,
+            cs: 40,
+            ..row_major
+        };
+        // The transposes need AVX, which the portable path does not assume.
+        let cases = if available() { 2 } else { 1 };
+        for (b, ld) in [(row_major, 80), (column_major, 40)]
+            .into_iter()
+            .take(cases)
+        {
+            for isa in [Isa::Avx2, Isa::Avx512] {
+                let layout = PanelLayout::packed(kc, isa);
+                let mut out = vec![f32::NAN; nc.div_ceil(NR) * NR * kc];
+                pack_b(&b, (p0, kc), (j0, nc), &mut out, layout);
+                for (q, panel) in out.chunks_exact(NR * kc).enumerate() {
+                    for k in 0..kc {
+                        for j in 0..NR {
+                            let col = q * NR + j;
+                            let (at, i) = (p0 + k, j0 + col);
+                            let want = if col < nc {
+                                (if ld == 80 { at * 80 + i } else { i * 40 + at }) as f32
+                            } else {
+                                0.0
+                            };
+                            let got = panel[layout.index(k, j)];
+                            assert_eq!(got, want, "{isa:?}, rs {}: panel {q}, step {k}, {j}", b.rs);
+                        }
+                    }
                 }
             }
         }
