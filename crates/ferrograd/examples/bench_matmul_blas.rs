@@ -6,6 +6,7 @@
 //!
 //! ```text
 //! cargo run --release --example bench_matmul_blas -- LIB [--threads 1|2] [--seconds S] [--gpt]
+//!     [--evict MIB]
 //! ```
 //! LIB is a CBLAS shared library, e.g. the OpenBLAS inside numpy's wheel
 //! (`python -c "import numpy, glob, os; print(glob.glob(os.path.dirname(numpy.__file__) +
@@ -14,8 +15,14 @@
 //!
 //! With one thread the two products alternate call by call. With two, they alternate in
 //! blocks of 100 ms with a pause after each, because a BLAS leaves its worker threads spinning
-//! for a while after each call, which would take a core from the product that runs next. Printed per shape: GFLOP/s of each (best block or call, and the 10th percentile),
-//! and the ratio ours / library on both.
+//! for a while after each call, which would take a core from the product that runs next.
+//! Printed per shape: GFLOP/s of each (best block or call, and the 10th percentile), and the
+//! ratio ours / library on both.
+//!
+//! A product called again and again finds its operands in cache. In a training step they
+//! come from memory: a GPT's activations outgrow the caches between the layer that writes
+//! them and the one that reads them. `--evict MIB` writes that many MiB before every timed
+//! call (the writes not timed), so that A, B and C come from memory.
 
 use std::ffi::{c_char, c_void, CString};
 use std::hint::black_box;
@@ -171,10 +178,13 @@ fn best_p10(mut rates: Vec<f64>) -> (f64, f64) {
     (rates[0], rates[rates.len() / 10])
 }
 
-/// GFLOP/s of each call of `f` for about `secs` seconds.
-fn calls(f: &mut dyn FnMut(), flops: f64, until: Instant) -> Vec<f64> {
+/// GFLOP/s of each call of `f` until `until` (at least one call), each call after writing
+/// every byte of `evict` (untimed).
+fn calls(f: &mut dyn FnMut(), flops: f64, until: Instant, evict: &mut [u8]) -> Vec<f64> {
     let mut rates = Vec::new();
     while Instant::now() < until || rates.is_empty() {
+        evict.iter_mut().for_each(|x| *x = x.wrapping_add(1));
+        black_box(&mut *evict);
         let t = Instant::now();
         f();
         rates.push(flops / t.elapsed().as_secs_f64() / 1e9);
@@ -197,6 +207,9 @@ struct Args {
     /// 128) instead of the squares and the MLP's shapes.
     #[arg(long)]
     gpt: bool,
+    /// MiB written before every timed call, to push the operands out of the caches.
+    #[arg(long, default_value_t = 0)]
+    evict: usize,
 }
 
 fn main() {
@@ -249,7 +262,7 @@ fn main() {
             ta,
             tb,
         };
-        compare(&blas, &case, threads, secs, &mut rng);
+        compare(&blas, &case, (threads, secs, args.evict), &mut rng);
     }
 }
 
@@ -264,8 +277,14 @@ struct Case {
 }
 
 /// Checks that both libraries agree on `case`, then times them for `secs` seconds,
-/// interleaved, and prints the best and 10th-percentile rates.
-fn compare(blas: &Blas, case: &Case, threads: usize, secs: f64, rng: &mut StdRng) {
+/// interleaved, each call after writing `evict` MiB, and prints the best and
+/// 10th-percentile rates.
+fn compare(
+    blas: &Blas,
+    case: &Case,
+    (threads, secs, evict): (usize, f64, usize),
+    rng: &mut StdRng,
+) {
     let Case {
         name,
         m,
@@ -303,11 +322,12 @@ fn compare(blas: &Blas, case: &Case, threads: usize, secs: f64, rng: &mut StdRng
         black_box(&c);
     };
     let (mut ro, mut rt) = (Vec::new(), Vec::new());
+    let mut junk = vec![0u8; evict << 20];
     let end = Instant::now() + Duration::from_secs_f64(secs);
     while Instant::now() < end {
         if threads == 1 {
-            ro.extend(calls(&mut ours, flops, Instant::now()));
-            rt.extend(calls(&mut theirs, flops, Instant::now()));
+            ro.extend(calls(&mut ours, flops, Instant::now(), &mut junk));
+            rt.extend(calls(&mut theirs, flops, Instant::now(), &mut junk));
         } else {
             // The pause after the BLAS block outlasts its threads' spinning (OpenBLAS:
             // 2^28 cycles, about 0.1 s); rayon's threads go idle within milliseconds.
@@ -315,7 +335,8 @@ fn compare(blas: &Blas, case: &Case, threads: usize, secs: f64, rng: &mut StdRng
                 (&mut ours as &mut dyn FnMut(), &mut ro, 20),
                 (&mut theirs, &mut rt, 150),
             ] {
-                let block = calls(f, flops, Instant::now() + Duration::from_millis(100));
+                let until = Instant::now() + Duration::from_millis(100);
+                let block = calls(f, flops, until, &mut junk);
                 rates.push(block.len() as f64 / block.iter().map(|r| 1.0 / r).sum::<f64>());
                 std::thread::sleep(Duration::from_millis(pause));
             }
