@@ -8,7 +8,8 @@
 //! machines (and f64) go through `matrixmultiply`.
 //!
 //! Blocking follows the usual five-loop scheme: a KC×NC block of B is packed into NR-wide
-//! panels (kept in L2); the micro-kernel runs one MR-row panel of A (KC×MR, kept in L1: its
+//! panels (kept in L2; on AVX2 each panel's two 16-column vectors lie one after the other,
+//! [`PanelLayout`]); the micro-kernel runs one MR-row panel of A (KC×MR, kept in L1: its
 //! elements are broadcast) against each B panel in turn (streamed from L2: its rows are the
 //! vector loads). A is read in place when it is row- or column-major (packed otherwise, and
 //! where its rows would share an L1 set, [`packs_row_major_a`]), and so is a small
