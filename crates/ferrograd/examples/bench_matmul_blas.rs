@@ -22,7 +22,9 @@
 //! A product called again and again finds its operands in cache. In a training step they
 //! come from memory: a GPT's activations outgrow the caches between the layer that writes
 //! them and the one that reads them. `--evict MIB` writes that many MiB before every timed
-//! call (the writes not timed), so that A, B and C come from memory.
+//! call (the writes not timed), so that A, B and C come from memory. Use it with one thread:
+//! with two, only the calling core writes (the other core's L2 keeps its share), and our
+//! helper threads go back to the pool during the writes while the library's keep spinning.
 
 use std::ffi::{c_char, c_void, CString};
 use std::hint::black_box;
@@ -208,7 +210,7 @@ struct Args {
     #[arg(long)]
     gpt: bool,
     /// MiB written before every timed call, to push the operands out of the caches.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_name = "MIB")]
     evict: usize,
 }
 

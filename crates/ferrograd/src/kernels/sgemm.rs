@@ -223,8 +223,8 @@ fn pack_b(
 /// another (`row` NR); an AVX2 block reads one vector over every step, so each vector's
 /// steps lie together (`row` 16, `vector` 16·kc) and a block sweeps one contiguous run,
 /// spread over every L1 set. Steps NR floats apart put the run a block reads in every other
-/// set only, where it crowded out the A panel and was read twice from L2 (`docs/
-/// performance.md`, "AMD Zen 4, both paths").
+/// set only, where it crowded out the A panel and was read twice from L2
+/// (`docs/performance.md`, "AMD Zen 4, both paths").
 #[derive(Clone, Copy)]
 struct PanelLayout {
     row: usize,
@@ -249,6 +249,7 @@ impl PanelLayout {
     }
 
     /// Where step `k`'s column `j` lies in the panel.
+    #[inline(always)]
     fn index(self, k: usize, j: usize) -> usize {
         (j / 16) * self.vector + k * self.row + j % 16
     }
@@ -265,6 +266,12 @@ fn pack_b_transposed(
     at: PanelLayout,
 ) {
     debug_assert!(available(), "the AVX path runs only where AVX2 was found");
+    // The 8×8 blocks' rows must not overlap (the transposes write through raw pointers).
+    assert!(
+        at.row >= 8,
+        "pack_b_transposed: steps {} floats apart",
+        at.row
+    );
     let column = |j: usize| &b.data[b.offset + p0 + (j0 + j) * b.cs..][..kc];
     let (full_k, full_j) = (kc - kc % 8, cols - cols % 8);
     for jb in (0..full_j).step_by(8) {
@@ -274,8 +281,10 @@ fn pack_b_transposed(
                 std::array::from_fn(|i| cols8[i][k0..k0 + 8].try_into().expect("8 values"));
             let dst = panel[at.index(k0, jb)..][..7 * at.row + 8].as_mut_ptr();
             let rows = std::array::from_fn(|k| dst.wrapping_add(k * at.row));
-            // SAFETY: this kernel runs only where `available()` found AVX2, which implies AVX; row k's 8 floats lie in the 7·row + 8 of `panel` that `dst` starts (the
-            // slice checked them), borrowed mutably, and no two rows overlap (row ≥ 16 apart).
+            // SAFETY: this kernel runs only where `available()` found AVX2, which implies
+            // AVX; row k's 8 floats lie in the 7·row + 8 of `panel` that `dst` starts (the
+            // slice checked them), borrowed mutably, and no two rows overlap (row ≥ 8 apart,
+            // asserted above).
             unsafe { transpose_8x8(&src, rows) };
         }
     }
@@ -755,9 +764,9 @@ unsafe fn serial(
                             // SAFETY: the tile (rows × cols at row i0 + r·MR, column
                             // j0 + q·NR) is inside this call's block of C; the B panel holds kc
                             // steps of NR floats where its layout puts them (in place: a full
-                            // panel inside b; packed: kc·NR floats of bp); the A panel holds MR rows
-                            // of kc steps (in place: a full row panel inside a; packed:
-                            // kc·MR floats of ap).
+                            // panel inside b; packed: kc·NR floats of bp); the A panel holds
+                            // MR rows of kc steps (in place: a full row panel inside a;
+                            // packed: kc·MR floats of ap).
                             unsafe {
                                 let tile = c.add((i0 + r * MR) * ldc + j0 + q * NR);
                                 tile_kernel(
