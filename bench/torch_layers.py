@@ -13,6 +13,14 @@ from torch import nn
 
 from _peer import result, time_repeats
 
+class SelfAttention(nn.Module):
+    """Causal attention of x `[N, H, T, E]` with itself: the GPT's attention without its
+    projections."""
+
+    def forward(self, x):
+        return nn.functional.scaled_dot_product_attention(x, x, x, is_causal=True)
+
+
 # name: (layer, input shape); the same table as crates/ferrograd/examples/bench_layers.rs.
 CASES = {
     "conv3x3_64": (lambda: nn.Conv2d(64, 64, 3, padding=1), (32, 64, 32, 32)),
@@ -23,6 +31,7 @@ CASES = {
     "bn2d": (lambda: nn.BatchNorm2d(64), (32, 64, 32, 32)),
     "lstm": (lambda: nn.LSTM(32, 128, batch_first=True), (64, 50, 32)),
     "gru": (lambda: nn.GRU(32, 128, batch_first=True), (64, 50, 32)),
+    "attention_gpt": (SelfAttention, (12, 4, 64, 32)),
 }
 
 

@@ -14,7 +14,20 @@ use rand::SeedableRng;
 
 type Case = (&'static str, fn() -> Box<dyn Layer>, &'static [usize]);
 
-const CASES: [Case; 8] = [
+/// Causal scaled dot-product attention of `x` `[N, H, T, E]` with itself: the GPT's attention
+/// (`examples/gpt`'s shape) without its projections, as `bench/torch_layers.py` times
+/// PyTorch's `F.scaled_dot_product_attention`.
+struct SelfAttention;
+
+impl Module for SelfAttention {}
+
+impl Layer for SelfAttention {
+    fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
+        x.scaled_dot_product_attention(x, x, &Attention::new().causal(true))
+    }
+}
+
+const CASES: [Case; 9] = [
     (
         "conv3x3_64",
         || Box::new(Conv2d::new(64, 64, 3).padding(1)),
@@ -43,6 +56,11 @@ const CASES: [Case; 8] = [
     ("bn2d", || Box::new(BatchNorm2d::new(64)), &[32, 64, 32, 32]),
     ("lstm", || Box::new(Lstm::new(32, 128)), &[64, 50, 32]),
     ("gru", || Box::new(Gru::new(32, 128)), &[64, 50, 32]),
+    (
+        "attention_gpt",
+        || Box::new(SelfAttention),
+        &[12, 4, 64, 32],
+    ),
 ];
 
 fn run(name: &str, make: fn() -> Box<dyn Layer>, shape: &[usize], repeats: usize) {
