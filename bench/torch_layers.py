@@ -13,9 +13,10 @@ from torch import nn
 
 from _peer import result, time_repeats
 
+
 class SelfAttention(nn.Module):
-    """Causal attention of x `[N, H, T, E]` with itself: the GPT's attention without its
-    projections."""
+    """Causal attention with q = k = v = x, a contiguous `[N, H, T, E]` of the GPT's shape
+    (whose q, k, v are strided views of one projection)."""
 
     def forward(self, x):
         return nn.functional.scaled_dot_product_attention(x, x, x, is_causal=True)

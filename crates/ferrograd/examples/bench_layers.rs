@@ -14,9 +14,9 @@ use rand::SeedableRng;
 
 type Case = (&'static str, fn() -> Box<dyn Layer>, &'static [usize]);
 
-/// Causal scaled dot-product attention of `x` `[N, H, T, E]` with itself: the GPT's attention
-/// (`examples/gpt`'s shape) without its projections, as `bench/torch_layers.py` times
-/// PyTorch's `F.scaled_dot_product_attention`.
+/// Causal scaled dot-product attention with q = k = v = `x`, a contiguous `[N, H, T, E]` of
+/// `examples/gpt`'s shape (whose q, k, v are strided views of one projection), timed as
+/// `bench/torch_layers.py` times PyTorch's `F.scaled_dot_product_attention`.
 struct SelfAttention;
 
 impl Module for SelfAttention {}
