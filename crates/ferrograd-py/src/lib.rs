@@ -333,6 +333,13 @@ fn save_tensors(state: &Bound<'_, PyDict>, path: std::path::PathBuf) -> PyResult
         .map_err(nn::core_error)
 }
 
+/// Writes `data` to `path` as `save_tensors` writes: beside it first, then renamed over it
+/// (its mode kept, a symbolic link written through), so the old file survives any failure.
+#[pyfunction]
+fn write_file(data: &[u8], path: std::path::PathBuf) -> PyResult<()> {
+    ferrograd::io::write_atomic(&path, data).map_err(nn::core_error)
+}
+
 /// The named tensors of a safetensors file (one written by `save_tensors` or by
 /// `safetensors.torch.save_file`), as a dict.
 #[pyfunction]
@@ -431,6 +438,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load_mnist, m)?)?;
     m.add_function(wrap_pyfunction!(live_nodes, m)?)?;
     m.add_function(wrap_pyfunction!(save_tensors, m)?)?;
+    m.add_function(wrap_pyfunction!(write_file, m)?)?;
     m.add_function(wrap_pyfunction!(take_rows, m)?)?;
     m.add_function(wrap_pyfunction!(multinomial, m)?)?;
     m.add_function(wrap_pyfunction!(load_tensors, m)?)?;

@@ -491,6 +491,75 @@ fn concurrent_saves_to_one_path_all_succeed_and_stale_temps_are_cleaned() {
     assert!(!stale.exists());
 }
 
+fn one_tensor(v: f32) -> Vec<(String, Tensor)> {
+    vec![("w".to_string(), Tensor::from_vec(vec![v], &[1]))]
+}
+
+fn saved_value(path: &std::path::Path) -> f32 {
+    load_tensors(path).unwrap().0["w"].item() as f32
+}
+
+#[cfg(unix)]
+#[test]
+fn a_save_keeps_the_mode_of_the_file_it_replaces() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("save_keeps_mode");
+    let path = dir.join("private.safetensors");
+    save_tensors(&path, &one_tensor(1.0), Default::default()).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    save_tensors(&path, &one_tensor(2.0), Default::default()).unwrap();
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "mode {mode:o}");
+    assert_eq!(saved_value(&path), 2.0);
+}
+
+#[cfg(unix)]
+#[test]
+fn a_save_through_a_symlink_replaces_its_target_and_keeps_the_link() {
+    let dir = scratch("save_through_link");
+    std::fs::create_dir_all(dir.join("runs")).unwrap();
+    let target = dir.join("runs/best.safetensors");
+    save_tensors(&target, &one_tensor(1.0), Default::default()).unwrap();
+    // A relative link, as `ln -s runs/best.safetensors latest.safetensors` makes, and a link
+    // to that link.
+    let link = dir.join("latest.safetensors");
+    std::os::unix::fs::symlink("runs/best.safetensors", &link).unwrap();
+    let link2 = dir.join("current.safetensors");
+    std::os::unix::fs::symlink(&link, &link2).unwrap();
+    save_tensors(&link2, &one_tensor(3.0), Default::default()).unwrap();
+    for p in [&link, &link2] {
+        assert!(std::fs::symlink_metadata(p)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+    }
+    assert_eq!(saved_value(&target), 3.0);
+    assert_eq!(saved_value(&link2), 3.0);
+    // A link that points at nothing yet creates its target.
+    let dangling = dir.join("next.safetensors");
+    std::os::unix::fs::symlink("runs/next.safetensors", &dangling).unwrap();
+    save_tensors(&dangling, &one_tensor(4.0), Default::default()).unwrap();
+    assert_eq!(saved_value(&dir.join("runs/next.safetensors")), 4.0);
+    // A loop of links is an error that names the path, not a hang.
+    let a = dir.join("a.safetensors");
+    std::os::unix::fs::symlink("b.safetensors", &a).unwrap();
+    std::os::unix::fs::symlink("a.safetensors", dir.join("b.safetensors")).unwrap();
+    let err = save_tensors(&a, &one_tensor(5.0), Default::default()).unwrap_err();
+    assert!(err.to_string().contains("a.safetensors"), "{err}");
+}
+
+#[test]
+fn a_tensor_named_like_the_metadata_key_is_refused_and_the_old_file_kept() {
+    let dir = scratch("metadata_name");
+    let path = dir.join("ck.safetensors");
+    save_tensors(&path, &one_tensor(1.0), Default::default()).unwrap();
+    let mut named = one_tensor(2.0);
+    named.push(("__metadata__".to_string(), Tensor::zeros(&[1], DType::F32)));
+    let err = save_tensors(&path, &named, Default::default()).unwrap_err();
+    assert!(err.to_string().contains("__metadata__"), "{err}");
+    assert_eq!(saved_value(&path), 1.0);
+}
+
 #[test]
 fn confusion_matrix_names_a_label_outside_the_classes() {
     let scores = Tensor::from_vec(vec![0.9f32, 0.1, 0.2, 0.8], &[2, 2]);

@@ -59,18 +59,21 @@ fn to_bytes(t: &Tensor) -> Bytes {
 /// `.{name}.tmp-{pid}-{count}` is unique to this write within the process and is created only
 /// if it does not exist (a writer in another PID namespace with the same name gets an error,
 /// never a shared file); temporary files for the same target left by writers that died are
-/// removed first.
+/// removed first. A symbolic link is written through: the file it leads to is replaced, and
+/// the link stays. A replaced file keeps its permissions (a private `0600` checkpoint stays
+/// private).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     static WRITES: AtomicU64 = AtomicU64::new(0);
     let io = |source| Error::Io {
         path: path.to_path_buf(),
         source,
     };
-    let dir = path
+    let target = link_target(path).map_err(io)?;
+    let dir = target
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let name = path
+    let name = target
         .file_name()
         .ok_or_else(|| Error::format(path, "not a file path"))?
         .to_string_lossy();
@@ -80,6 +83,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         std::process::id(),
         WRITES.fetch_add(1, Ordering::Relaxed)
     ));
+    let kept = std::fs::metadata(&target).ok().map(|m| m.permissions());
     let mut created = false;
     let result = (|| {
         let mut f = std::fs::OpenOptions::new()
@@ -87,14 +91,41 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
             .create_new(true)
             .open(&tmp)?;
         created = true;
+        if let Some(permissions) = kept {
+            f.set_permissions(permissions)?;
+        }
         f.write_all(bytes)?;
         f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        std::fs::rename(&tmp, &target)
     })();
     if result.is_err() && created {
         let _ = std::fs::remove_file(&tmp);
     }
     result.map_err(io)
+}
+
+/// The file that a write to `path` replaces: `path`, or where its chain of symbolic links
+/// ends (a file that need not exist yet). Renaming over the link itself would leave its
+/// target with the old contents.
+fn link_target(path: &Path) -> std::io::Result<PathBuf> {
+    // As the kernel's own limit on links followed in one lookup (Linux's ELOOP).
+    const MAX_LINKS: usize = 40;
+    let mut p = path.to_path_buf();
+    for _ in 0..MAX_LINKS {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let next = std::fs::read_link(&p)?;
+                // A relative link is relative to the folder that holds it.
+                p = p
+                    .parent()
+                    .map_or_else(|| next.clone(), |dir| dir.join(&next));
+            }
+            _ => return Ok(p),
+        }
+    }
+    Err(std::io::Error::other(format!(
+        "more than {MAX_LINKS} symbolic links in a chain"
+    )))
 }
 
 /// Removes `.{name}.tmp-{pid}-{count}` files in `dir` whose writing process no longer runs.
@@ -127,12 +158,24 @@ fn remove_stale_temps(dir: &Path, name: &str) {
     }
 }
 
-/// Saves named tensors and string metadata to a safetensors file, atomically.
+/// The header key under which a safetensors file keeps its string metadata.
+const METADATA_KEY: &str = "__metadata__";
+
+/// Saves named tensors and string metadata to a safetensors file, atomically. A tensor named
+/// `__metadata__` is refused: the format reserves that name.
 pub fn save_tensors(
     path: &Path,
     tensors: &[(String, Tensor)],
     metadata: HashMap<String, String>,
 ) -> Result<()> {
+    // The safetensors header keeps its metadata under this key: a tensor of that name would
+    // make the file unreadable.
+    if let Some((name, _)) = tensors.iter().find(|(n, _)| n == METADATA_KEY) {
+        return Err(Error::format(
+            path,
+            format!("a tensor cannot be named {name:?}: safetensors reserves it for metadata"),
+        ));
+    }
     let bytes: Vec<(String, Bytes)> = tensors
         .iter()
         .map(|(n, t)| (n.clone(), to_bytes(t)))
