@@ -6,7 +6,7 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
 
 use ferrograd::autograd::custom_gradient_with_variables;
 use ferrograd::prelude::*;
-use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple, PyWeakrefMethods, PyWeakrefReference};
 
@@ -280,22 +280,45 @@ fn seeds(grad_outputs: Option<&Bound<'_, PyAny>>, ys: &[Tensor]) -> PyResult<Vec
         .collect()
 }
 
-/// `grad(outputs, inputs, grad_outputs=None, create_graph=False)`: the gradients of
-/// `outputs` (one element, or weighted by `grad_outputs`) with respect to each of `inputs`,
-/// zeros for an input it does not depend on. Sets no `.grad`.
+/// PyTorch's `autograd.grad(outputs, inputs, grad_outputs=None, retain_graph=None,
+/// create_graph=False, allow_unused=None, materialize_grads=False)`: a tuple with the
+/// gradient of `outputs` (one element, or weighted by `grad_outputs`) with respect to each of
+/// `inputs`. An input the outputs do not depend on is an error, `None` with `allow_unused`,
+/// zeros with `materialize_grads`. The graph is always kept (`retain_graph` changes nothing).
+/// Sets no `.grad`.
 #[pyfunction]
-#[pyo3(signature = (outputs, inputs, grad_outputs=None, create_graph=false))]
+#[pyo3(signature = (outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=false,
+    only_inputs=true, allow_unused=None, is_grads_batched=false, materialize_grads=false))]
+#[allow(clippy::too_many_arguments)]
 pub fn grad<'py>(
     py: Python<'py>,
     outputs: &Bound<'py, PyAny>,
     inputs: &Bound<'py, PyAny>,
     grad_outputs: Option<&Bound<'py, PyAny>>,
+    retain_graph: Option<bool>,
     create_graph: bool,
-) -> PyResult<Bound<'py, PyAny>> {
+    only_inputs: bool,
+    allow_unused: Option<bool>,
+    is_grads_batched: bool,
+    materialize_grads: bool,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let _ = (retain_graph, only_inputs);
+    if is_grads_batched {
+        return Err(pyo3::exceptions::PyNotImplementedError::new_err(
+            "grad: is_grads_batched=True (a batch of grad_outputs) is not supported; call grad \
+             once per row of grad_outputs",
+        ));
+    }
+    let allow_unused = allow_unused.unwrap_or(materialize_grads);
     // Several outputs are taken together: the gradient of Σᵢ ⟨outputᵢ, grad_outputᵢ⟩.
     let (ys, _) = tensors(outputs)?;
     let seeds = seeds(grad_outputs, &ys)?;
-    let (xs, single) = tensors(inputs)?;
+    let (xs, _) = tensors(inputs)?;
+    if let Some(k) = xs.iter().position(|x| !x.is_tracked()) {
+        return Err(PyRuntimeError::new_err(format!(
+            "grad: inputs[{k}] does not require grad (create it with requires_grad=True)"
+        )));
+    }
     let gs = guard::run_heavy(py, true, || {
         // The weights stay on the graph: with create_graph the result is differentiable in
         // them too (a Hessian-vector product differentiates in the vector).
@@ -313,21 +336,31 @@ pub fn grad<'py>(
             .reduce(|a, b| &a + &b)
             .expect("at least one output");
         let refs: Vec<&Tensor> = xs.iter().collect();
-        if create_graph {
-            grad_with_graph(&y, &refs)
-        } else {
-            ferrograd::prelude::grad(&y, &refs)
-        }
-    })?;
-    let mut out: Vec<Bound<'py, PyAny>> = gs
+        try_grad_reached(&y, &refs, create_graph)
+    })?
+    .map_err(crate::nn::core_error)?;
+    let out: Vec<Option<Tensor>> = gs
         .into_iter()
-        .map(|g| Ok(Bound::new(py, PyTensor::new(g))?.into_any()))
+        .zip(&xs)
+        .enumerate()
+        .map(|(k, (g, x))| match g {
+            Some(g) => Ok(Some(g)),
+            None if materialize_grads => Ok(Some(x.zeros_like())),
+            None if allow_unused => Ok(None),
+            None => Err(PyRuntimeError::new_err(format!(
+                "grad: the outputs do not depend on inputs[{k}]; pass allow_unused=True to get \
+                 None for it, or materialize_grads=True to get zeros"
+            ))),
+        })
         .collect::<PyResult<_>>()?;
-    Ok(if single {
-        out.remove(0)
-    } else {
-        PyList::new(py, out)?.into_any()
-    })
+    let out: Vec<Py<PyAny>> = out
+        .into_iter()
+        .map(|g| match g {
+            Some(g) => Ok(Bound::new(py, PyTensor::new(g))?.into_any().unbind()),
+            None => Ok(py.None()),
+        })
+        .collect::<PyResult<_>>()?;
+    PyTuple::new(py, out)
 }
 
 /// Turns recording on this thread on or off; returns the previous setting (what

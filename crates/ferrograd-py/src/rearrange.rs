@@ -159,8 +159,9 @@ impl PyTensor {
         self.map(py, |t| t.logsumexp(&axes, keepdim))
     }
 
-    /// The running sums along `dim` (PyTorch's `cumsum`; integers stay integers, summed in
-    /// float64: exact below 2⁵³), in `dtype` when given (converted first, as PyTorch's).
+    /// The running sums along `dim` (PyTorch's `cumsum`; integers stay integers, summed
+    /// exactly and wrapping on overflow), in `dtype` when given (converted first, as
+    /// PyTorch's).
     #[pyo3(signature = (dim, *, dtype=None))]
     fn cumsum(
         &self,
@@ -168,9 +169,44 @@ impl PyTensor {
         dim: isize,
         dtype: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyTensor> {
-        match crate::convert::dtype_arg(dtype)? {
-            Some(d) => PyTensor::new(self.tensor().to_dtype(d)).map_int(py, |t| t.cumsum(dim)),
-            None => self.map_int(py, |t| t.cumsum(dim)),
+        self.scan(py, dim, dtype, |t, d| t.cumsum(d))
+    }
+
+    /// The running products along `dim` (PyTorch's `cumprod`; integers multiply exactly,
+    /// wrapping on overflow), in `dtype` when given.
+    #[pyo3(signature = (dim, *, dtype=None))]
+    fn cumprod(
+        &self,
+        py: Python<'_>,
+        dim: isize,
+        dtype: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
+        self.scan(py, dim, dtype, |t, d| t.cumprod(d))
+    }
+}
+
+impl PyTensor {
+    /// A running op along `dim` (`cumsum`, `cumprod`) in `dtype` when given; a 0-d tensor is
+    /// its own scan, as PyTorch's (`dim` 0 or -1).
+    fn scan(
+        &self,
+        py: Python<'_>,
+        dim: isize,
+        dtype: Option<&Bound<'_, PyAny>>,
+        f: impl FnOnce(&Tensor, isize) -> Tensor + Send,
+    ) -> PyResult<PyTensor> {
+        let t = match crate::convert::dtype_arg(dtype)? {
+            Some(d) => PyTensor::new(self.tensor().to_dtype(d)),
+            None => PyTensor::new(self.tensor()),
+        };
+        if t.tensor().ndim() == 0 {
+            if dim != 0 && dim != -1 {
+                return Err(pyo3::exceptions::PyIndexError::new_err(format!(
+                    "Dimension out of range (expected to be in range of [-1, 0], but got {dim})"
+                )));
+            }
+            return Ok(t);
         }
+        t.map(py, |x| f(x, dim))
     }
 }

@@ -1162,10 +1162,20 @@ impl PyTensor {
             ));
         };
         let param = l.param.tensor();
-        let g = g
-            .filter(|g| !g.is_none())
-            .map(|g| to_tensor(g, Some(param.dtype())))
-            .transpose()?;
+        let g = g.filter(|g| !g.is_none());
+        // A tensor keeps its dtype, as PyTorch's setter requires (a float64 gradient is not
+        // rounded into a float32 parameter); other values are read in the parameter's.
+        if let Some(t) = g.and_then(|g| g.cast::<PyTensor>().ok()) {
+            let dtype = t.get().tensor().dtype();
+            if dtype != param.dtype() {
+                return Err(PyRuntimeError::new_err(format!(
+                    "assigned grad has data of a different type ({}) from the tensor's ({})",
+                    PyDType::from(dtype).name(),
+                    PyDType::from(param.dtype()).name()
+                )));
+            }
+        }
+        let g = g.map(|g| to_tensor(g, Some(param.dtype()))).transpose()?;
         // Checked here, as PyTorch does, not at the optimizer's step that would read it.
         if let Some(g) = g.as_ref().filter(|g| g.shape() != param.shape()) {
             return Err(PyValueError::new_err(format!(
@@ -1852,9 +1862,8 @@ impl PyTensor {
         dtype: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyTensor> {
         let (axes, keepdim) = numpy_reduction(dim, keepdim, axis, keepdims, out, dtype)?;
-        // Integers (and booleans, which count) sum to int64 as in PyTorch, computed in float64:
-        // exact while the sum stays below 2⁵³.
-        self.map_int(py, |t| reduce(t, axes, keepdim, Tensor::sum_axes))
+        // Integers (and booleans, which count) sum to int64 as in PyTorch, exactly.
+        self.map(py, |t| reduce(t, axes, keepdim, Tensor::sum_axes))
     }
 
     #[pyo3(signature = (dim=None, keepdim=false, *, axis=None, keepdims=None, out=None, dtype=None))]
@@ -1986,12 +1995,22 @@ impl PyTensor {
     }
 
     /// The same elements in another shape, a view whose in-place updates reach this tensor.
+    /// As PyTorch's, it never copies: a shape that the strides cannot give without a copy
+    /// (`x.t().view(-1)`) is an error, where `reshape` would copy.
     #[pyo3(signature = (*shape))]
     fn view<'py>(
         slf: &Bound<'py, Self>,
         shape: &Bound<'_, PyTuple>,
     ) -> PyResult<Bound<'py, PyTensor>> {
-        let shape = infer_shape(&shape_arg(shape)?, slf.get().tensor().numel())?;
+        let t = slf.get().tensor();
+        let shape = infer_shape(&shape_arg(shape)?, t.numel())?;
+        let r = guard::run(|| t.reshape(&shape))?;
+        if r.numel() > 1 && !r.shares_storage(&t) {
+            return Err(PyRuntimeError::new_err(
+                "view size is not compatible with input tensor's size and stride (at least one \
+                 dimension spans across two contiguous subspaces). Use .reshape(...) instead.",
+            ));
+        }
         Self::reshaped(slf, shape)
     }
 

@@ -492,6 +492,7 @@ impl PyOptimizer {
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
         let dicts = self.param_groups.bind(py);
         let mut groups = lock(&self.groups);
+        self.sync_params(py, &mut groups)?;
         for (k, g) in groups.iter_mut().enumerate() {
             let d = dicts.get_item(k)?;
             let lr: f64 = d.get_item("lr")?.extract()?;
@@ -516,6 +517,37 @@ impl PyOptimizer {
                     g.opt.set_momentum(m);
                 }
             })?;
+        }
+        Ok(())
+    }
+
+    /// Each group's parameters as its dict's `"params"` lists them now: PyTorch reads the
+    /// list at every step, so `opt.param_groups[0]["params"] = [v]` steps `v` from then on.
+    /// The optimizer's state follows each parameter's identity, so a parameter that stays
+    /// keeps its moments.
+    fn sync_params(&self, py: Python<'_>, groups: &mut [Group]) -> PyResult<()> {
+        let dicts = self.param_groups.bind(py);
+        let mut listed = Vec::with_capacity(groups.len());
+        for (k, g) in groups.iter().enumerate() {
+            let now = param_list(Some(&dicts.get_item(k)?.get_item("params")?))?;
+            let same = now.len() == g.params.len()
+                && now.iter().zip(&g.params).all(|(a, b)| a.1.id() == b.1.id());
+            listed.push((!same).then_some(now));
+        }
+        if listed.iter().all(Option::is_none) {
+            return Ok(());
+        }
+        let before: Vec<Vec<(String, Param)>> = groups.iter().map(|g| g.params.clone()).collect();
+        for (g, now) in groups.iter_mut().zip(listed) {
+            if let Some(now) = now {
+                g.params = now;
+            }
+        }
+        if let Err(e) = no_param_twice(py, groups) {
+            for (g, old) in groups.iter_mut().zip(before) {
+                g.params = old;
+            }
+            return Err(e);
         }
         Ok(())
     }
@@ -610,8 +642,10 @@ impl PyOptimizer {
     /// Clears the `.grad` of the optimizer's parameters: to None (PyTorch's default), or to
     /// zeros where there is one when `set_to_none=False`.
     #[pyo3(signature = (set_to_none=true))]
-    fn zero_grad(&self, set_to_none: bool) {
-        for g in lock(&self.groups).iter() {
+    fn zero_grad(&self, py: Python<'_>, set_to_none: bool) -> PyResult<()> {
+        let mut groups = lock(&self.groups);
+        self.sync_params(py, &mut groups)?;
+        for g in groups.iter() {
             for (_, p) in &g.params {
                 let leaf = crate::autograd::leaf_of(p);
                 let cleared = match leaf.grad() {
@@ -621,6 +655,7 @@ impl PyOptimizer {
                 leaf.set_grad(cleared);
             }
         }
+        Ok(())
     }
 
     /// PyTorch's `state_dict()`: `{"state": {i: {"step": t, "exp_avg": ..., ...}},
@@ -629,7 +664,8 @@ impl PyOptimizer {
     /// (later steps do not change them).
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let (state, saved) = (PyDict::new(py), PyList::empty(py));
-        let groups = lock(&self.groups);
+        let mut groups = lock(&self.groups);
+        self.sync_params(py, &mut groups)?;
         let mut first = 0;
         for (k, g) in groups.iter().enumerate() {
             let named = numbered(&g.params, first);
@@ -677,6 +713,7 @@ impl PyOptimizer {
             PyTypeError::new_err("load_state_dict: \"state\" must be a dict of parameter states")
         })?;
         let mut groups = lock(&self.groups);
+        self.sync_params(py, &mut groups)?;
         if saved.len() != groups.len() {
             return Err(PyValueError::new_err(format!(
                 "loaded state dict has {} parameter groups, the optimizer {}",

@@ -89,11 +89,35 @@ def test_grad_function_and_higher_order():
     (dy,) = fg.grad(y, [x], create_graph=True)
     assert dy.item() == 12.0
     d2 = fg.grad(dy, x)
-    assert d2.item() == 12.0
+    assert isinstance(d2, tuple) and d2[0].item() == 12.0
     g = y.backward(create_graph=True)
     assert g[x].requires_grad
+
+
+def test_grad_returns_a_tuple_and_refuses_unused_inputs_as_torch_autograd_grad():
+    x = fg.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    out = (x * x).sum()
+    # One tensor in, a tuple out: [0] is the gradient, never its first row.
+    g = fg.autograd.grad(out, x, retain_graph=True)
+    assert isinstance(g, tuple) and len(g) == 1 and g[0].tolist() == [[2.0, 4.0], [6.0, 8.0]]
+    assert fg.grad(out, x)[0].shape == (2, 2)
     unused = fg.tensor(1.0, requires_grad=True)
-    assert fg.grad(y, [unused])[0].item() == 0.0
+    with pytest.raises(RuntimeError, match=r"do not depend on inputs\[1\].*allow_unused"):
+        fg.autograd.grad(out, [x, unused])
+    gx, gu = fg.autograd.grad(out, [x, unused], allow_unused=True)
+    assert gu is None and gx.shape == (2, 2)
+    _, zero = fg.autograd.grad(out, [x, unused], materialize_grads=True)
+    assert zero.item() == 0.0
+    # A zero gradient through a used input is a gradient, not "unused".
+    assert fg.autograd.grad((x * 0.0).sum(), x)[0].tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        fg.autograd.grad(out, [fg.ones(2)])
+    # backward under its torch.autograd name, with grad_tensors.
+    x.grad = None
+    fg.autograd.backward(x * 3.0, grad_tensors=fg.ones(2, 2))
+    assert x.grad.tolist() == [[3.0, 3.0], [3.0, 3.0]]
+    fg.autograd.backward([(x * x).sum()])
+    assert x.grad.tolist() == [[5.0, 7.0], [9.0, 11.0]]
 
 
 def test_in_place_updates_of_a_leaf_keep_its_identity():

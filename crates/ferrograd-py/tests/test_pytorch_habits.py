@@ -1599,3 +1599,72 @@ def test_einsum_gradients_and_errors():
         fg.einsum("ij,jk", fg.ones(3, 4))
     with pytest.raises(TypeError, match="sublist form"):
         fg.einsum(fg.ones(3), [0])
+
+
+# ---- silent differences from PyTorch, each now PyTorch's answer or its error ----
+
+
+def test_std_has_gradient_zero_where_the_elements_are_equal():
+    x = fg.tensor([[2.0, 2.0, 2.0], [1.0, 2.0, 4.0]], dtype=fg.float64, requires_grad=True)
+    x.std(dim=1).sum().backward()
+    g = x.grad.numpy()
+    assert g[0].tolist() == [0.0, 0.0, 0.0] and np.isfinite(g).all()
+    # The other row as PyTorch: (x - mean) / ((n - 1) · std).
+    row = np.array([1.0, 2.0, 4.0])
+    close(g[1], (row - row.mean()) / (2 * row.std(ddof=1)))
+
+
+def test_param_groups_are_read_live_as_pytorchs():
+    a = fg.ones(2, requires_grad=True)
+    b = fg.ones(2, requires_grad=True)
+    c = fg.ones(1, requires_grad=True)
+    opt = fg.optim.SGD([a], lr=0.5)
+    opt.param_groups[0]["params"] = [b]
+    (a * b).sum().backward()
+    opt.step()
+    assert a.tolist() == [1.0, 1.0] and b.tolist() == [0.5, 0.5]
+    opt.zero_grad()
+    assert b.grad is None and a.grad is not None
+    # The list changed in place is read too; Adam keeps b's moments across the change.
+    adam = fg.optim.Adam([b], lr=0.1)
+    (b * b).sum().backward()
+    adam.step()
+    adam.param_groups[0]["params"].append(c)
+    b.grad, c.grad = fg.ones(2), fg.ones(1)
+    adam.step()
+    assert len(adam.state_dict()["state"]) == 2 and adam.state_dict()["state"][0]["step"].item() == 2
+    assert c.tolist() != [1.0]
+    with pytest.raises(ValueError, match="more than one parameter group"):
+        two = fg.optim.SGD([{"params": [a]}, {"params": [b]}], lr=0.1)
+        two.param_groups[1]["params"] = [a]
+        two.step()
+
+
+def test_integer_sums_and_scans_are_exact_and_wrap_as_int64():
+    big = fg.tensor([2**53 + 1, 2])
+    assert big.sum().item() == 2**53 + 3 and big.sum().dtype == fg.int64
+    assert big.cumsum(0).tolist() == [2**53 + 1, 2**53 + 3]
+    wraps = fg.tensor([2**63 - 1, 1])
+    assert wraps.sum().item() == -(2**63) and wraps.cumsum(0).tolist() == [2**63 - 1, -(2**63)]
+    assert fg.tensor([2**40, 2**30]).cumprod(0).tolist() == [2**40, 2**70 % 2**64]
+    assert fg.tensor([3, 2**62]).cumprod(0).tolist() == [3, -(2**62)]
+    assert (fg.tensor([1, 2, 3]) > 1).sum().item() == 2
+    assert fg.tensor(5).cumprod(0).item() == 5 and fg.tensor([1, 2]).cumprod(0, dtype=fg.float64).dtype == fg.float64
+    # Float running products keep their derivatives of every order.
+    x = fg.tensor([1.5, -2.0, 0.5], dtype=fg.float64, requires_grad=True)
+    assert fg.gradcheck(lambda t: t.cumprod(0), (x,), second_order=True)
+
+
+def test_grad_of_another_dtype_and_view_of_a_copy_are_refused():
+    w = fg.ones(2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="different type"):
+        w.grad = fg.ones(2, dtype=fg.float64)
+    w.grad = fg.ones(2)
+    assert w.grad.dtype == fg.float32
+    x = fg.arange(6.0).reshape(2, 3)
+    with pytest.raises(RuntimeError, match="Use .reshape"):
+        x.t().view(-1)
+    v = x.view(3, 2)
+    v[0, 0] = 10.0
+    assert x[0, 0].item() == 10.0 and x.t().reshape(-1).tolist()[0] == 10.0
+    assert x[:, 0].view(2).tolist() == [10.0, 3.0]

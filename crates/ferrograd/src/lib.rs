@@ -72,7 +72,7 @@ pub struct ReadmeExamples;
 pub mod prelude {
     pub use crate::autograd::{
         checkpoint, custom_gradient, custom_gradient_n, custom_gradient_named,
-        custom_gradient_with_variables, grad_with_graph, try_grad,
+        custom_gradient_with_variables, grad_with_graph, try_grad, try_grad_reached,
     };
     pub use crate::autograd::{
         detect_anomaly, enable_grad, grad, gradcheck, gradgradcheck, no_grad, GradcheckOptions,

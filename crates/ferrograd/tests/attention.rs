@@ -930,3 +930,16 @@ fn multihead_attention_drops_in_training_from_its_stream() {
         "fused and unfused dropout",
     );
 }
+
+#[test]
+fn an_integer_mask_is_refused_not_added_as_numbers() {
+    let (q, k, v) = (randn(&[3, 4], 9), randn(&[5, 4], 10), randn(&[5, 2], 11));
+    let keep = Tensor::from_vec(vec![1i64, 1, 0, 0, 1], &[5]);
+    let msg = common::panic_message(|| {
+        q.scaled_dot_product_attention(&k, &v, &Attention::new().mask(&keep));
+    });
+    assert!(
+        msg.contains("the mask is i64") && msg.contains("-inf"),
+        "{msg}"
+    );
+}

@@ -695,6 +695,25 @@ fn rearrangements_and_statistics() {
     check1("repeat", |t| t.repeat(&[2, 1, 3, 1]), &x);
     check1("var", |t| t.var_axes(&[1, 2], 1, false), &x);
     check1("std", |t| t.std_axes(&[-1], 0, true), &x);
+    // Rows of equal elements: PyTorch's gradient there is 0, not NaN; other rows unchanged.
+    let flat = Tensor::from_vec(vec![2.0f64, 2.0, 2.0, 1.0, 2.0, 4.0], &[2, 3]).requires_grad();
+    let g = grad(&flat.std_axes(&[1], 1, false).sum(), &[&flat]).remove(0);
+    let g2 = grad(
+        &flat.narrow(0, 1, 1).std_axes(&[1], 1, false).sum(),
+        &[&flat],
+    )
+    .remove(0);
+    assert_eq!(g.to_vec::<f64>()[..3], [0.0; 3]);
+    assert_eq!(g.to_vec::<f64>()[3..], g2.to_vec::<f64>()[3..]);
+    // The second derivative there is 0 too (not differentiable: PyTorch's choice again).
+    let g1 = grad_with_graph(&flat.std_axes(&[1], 1, false).sum(), &[&flat]).remove(0);
+    let h = grad(&g1.narrow(1, 0, 1).sum(), &[&flat])
+        .remove(0)
+        .to_vec::<f64>();
+    assert!(
+        h[..3] == [0.0; 3] && h.iter().all(|v| v.is_finite()),
+        "{h:?}"
+    );
     check1("logsumexp", |t| t.logsumexp(&[0, 2], false), &x);
     check1("cumsum", |t| t.cumsum(1), &x);
     check1(

@@ -94,7 +94,7 @@ fn float_ops_and_gradients_refuse_integers_with_advice() {
     let i = Tensor::from_vec(vec![1i64, 2], &[2]);
     for msg in [
         panic_message(|| drop(i.exp())),
-        panic_message(|| drop(i.sum())),
+        panic_message(|| drop(i.mean())),
         panic_message(|| drop(&i * &i)),
     ] {
         assert!(
@@ -107,6 +107,47 @@ fn float_ops_and_gradients_refuse_integers_with_advice() {
         msg.contains("requires_grad: only float tensors can require gradients"),
         "{msg}"
     );
+}
+
+#[test]
+fn integer_sums_and_running_sums_and_products_are_exact_and_wrap() {
+    // Past 2⁵³, where a sum through f64 rounds; wrapping past 2⁶³, as PyTorch's int64.
+    let big = (1i64 << 53) + 1;
+    let t = Tensor::from_vec(vec![big, 2, -5, i64::MAX, 1, 3], &[2, 3]);
+    assert_eq!(
+        t.sum_axes(&[1], false).to_vec::<i64>(),
+        [big - 3, i64::MIN + 3]
+    );
+    assert_eq!(
+        t.sum_axes(&[0], true).to_vec::<i64>(),
+        [big.wrapping_add(i64::MAX), 3, -2]
+    );
+    assert_eq!(t.sum_axes(&[0], true).shape(), &[1, 3]);
+    assert_eq!(t.sum().dtype(), DType::I64);
+    // Non-contiguous axes and a transposed view.
+    let cube = Tensor::arange(0.0, 24.0, 1.0, DType::I64).reshape(&[2, 3, 4]);
+    assert_eq!(cube.sum_axes(&[0, 2], false).to_vec::<i64>(), [60, 92, 124]);
+    assert_eq!(cube.transpose(0, 2).sum_axes(&[2], false).shape(), &[4, 3]);
+    assert_eq!(
+        Tensor::zeros(&[0, 2], DType::I64)
+            .sum_axes(&[0], false)
+            .to_vec::<i64>(),
+        [0, 0]
+    );
+    assert_eq!(
+        t.cumsum(1).to_vec::<i64>(),
+        [big, big + 2, big - 3, i64::MAX, i64::MIN, i64::MIN + 3]
+    );
+    assert_eq!(
+        t.cumsum(0).to_vec::<i64>(),
+        [big, 2, -5, big.wrapping_add(i64::MAX), 3, -2]
+    );
+    let p = Tensor::from_vec(vec![3i64, 1 << 31, 1 << 31, 5], &[4]);
+    assert_eq!(
+        p.cumprod(0).to_vec::<i64>(),
+        [3, 3 << 31, -(1 << 62), (-(1i64 << 62)).wrapping_mul(5)]
+    );
+    assert_eq!(t.cumsum(1).dtype(), DType::I64);
 }
 
 #[test]

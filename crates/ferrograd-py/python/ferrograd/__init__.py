@@ -474,7 +474,7 @@ from ._tape import GradientTape, Variable, constant, function  # noqa: E402
 reduce_sum = sum
 reduce_mean = mean
 
-from . import data, graph, math, metrics, nn, optim, random, return_types, utils  # noqa: E402
+from . import autograd, data, graph, math, metrics, nn, optim, random, return_types, utils  # noqa: E402
 
 
 # `from ferrograd import *` leaves Python's builtins (sum, abs, float) alone.

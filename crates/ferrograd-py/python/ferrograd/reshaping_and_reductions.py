@@ -1,6 +1,6 @@
 """More of PyTorch's ``Tensor`` methods, each composed of the core's differentiable ops (so
-their derivatives have every order): products (``prod`` by halving, ``cumprod`` by doubling
-shifts), ``diff``, ``movedim``, ``swapaxes``, ``tile``, ``ravel``, ``type_as``, ``norm``,
+their derivatives have every order): products (``prod`` by halving), ``diff``, ``movedim``,
+``swapaxes``, ``tile``, ``ravel``, ``type_as``, ``norm``,
 ``lerp``, ``logaddexp``, ``hypot``, ``logit``, ``scatter`` and ``scatter_add``,
 ``take_along_dim``, ``nansum``, ``nanmean``, ``count_nonzero``, ``aminmax``, ``median``,
 ``var_mean``, ``std_mean``, the roundings (``round`` half to even, ``trunc``, ``sgn``: zero
@@ -70,21 +70,6 @@ def prod(self, dim=None, keepdim=False, dtype=None):
         return t
     out = _halving_product(t, d)
     return out if keepdim else out.squeeze(d)
-
-
-def cumprod(self, dim, dtype=None):
-    """The running product along ``dim``: shifted copies multiplied in (log₂ n products)."""
-    t = self if dtype is None else self.to(dtype)
-    d = _axis(t, dim)
-    if t.ndim == 0:
-        return t
-    n, shift = t.shape[d], 1
-    while shift < n:
-        shape = list(t.shape)
-        shape[d] = shift
-        t = t * _core.cat([_core.ones(*shape, dtype=t.dtype), t.narrow(d, 0, n - shift)], d)
-        shift *= 2
-    return t
 
 
 def diff(self, n=1, dim=-1, prepend=None, append=None):
@@ -418,7 +403,7 @@ def _in_place(name):
 
 
 _METHODS = [
-    ("prod", prod), ("cumprod", cumprod), ("diff", diff), ("movedim", movedim), ("moveaxis", movedim),
+    ("prod", prod), ("diff", diff), ("movedim", movedim), ("moveaxis", movedim),
     ("swapaxes", swapaxes), ("swapdims", swapaxes), ("tile", tile), ("ravel", ravel), ("type_as", type_as),
     ("norm", norm), ("lerp", lerp), ("logaddexp", logaddexp), ("hypot", hypot), ("logit", logit),
     ("scatter", scatter), ("scatter_add", scatter_add), ("take_along_dim", take_along_dim),

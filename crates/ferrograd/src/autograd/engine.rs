@@ -491,6 +491,30 @@ pub fn grad_with_graph(y: &Tensor, xs: &[&Tensor]) -> Vec<Tensor> {
 /// assert!(err.to_string().starts_with("gt has no derivative"));
 /// ```
 pub fn try_grad(y: &Tensor, xs: &[&Tensor], create_graph: bool) -> Result<Vec<Tensor>> {
+    Ok(try_grad_reached(y, xs, create_graph)?
+        .into_iter()
+        .zip(xs)
+        .map(|(g, x)| g.unwrap_or_else(|| x.zeros_like()))
+        .collect())
+}
+
+/// [`try_grad`] that tells an input `y` does not depend on (`None`) from one whose gradient
+/// is zero: what PyTorch's `autograd.grad(..., allow_unused=True)` returns.
+///
+/// ```
+/// use ferrograd::prelude::*;
+///
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0], &[2]).requires_grad();
+/// let w = Tensor::from_vec(vec![5.0f32], &[1]).requires_grad();
+/// let gs = try_grad_reached(&(&x * 0.0).sum(), &[&x, &w], false).unwrap();
+/// assert_eq!(gs[0].as_ref().unwrap().to_vec::<f32>(), vec![0.0, 0.0]);
+/// assert!(gs[1].is_none());
+/// ```
+pub fn try_grad_reached(
+    y: &Tensor,
+    xs: &[&Tensor],
+    create_graph: bool,
+) -> Result<Vec<Option<Tensor>>> {
     let seed = unit_seed(y, "grad")?;
     let ids: IdSet = xs
         .iter()
@@ -506,11 +530,6 @@ pub fn try_grad(y: &Tensor, xs: &[&Tensor], create_graph: bool) -> Result<Vec<Te
     )?;
     Ok(xs
         .iter()
-        .map(|x| {
-            x.0.node
-                .as_ref()
-                .and_then(|n| found.get(&n.id).cloned())
-                .unwrap_or_else(|| x.zeros_like())
-        })
+        .map(|x| x.0.node.as_ref().and_then(|n| found.get(&n.id).cloned()))
         .collect())
 }

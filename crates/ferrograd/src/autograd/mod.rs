@@ -22,7 +22,7 @@ pub use checkpoint::checkpoint;
 pub use custom::{
     custom_gradient, custom_gradient_n, custom_gradient_named, custom_gradient_with_variables,
 };
-pub use engine::{grad, grad_with_graph, try_grad};
+pub use engine::{grad, grad_with_graph, try_grad, try_grad_reached};
 pub use gradcheck::{gradcheck, gradgradcheck, GradcheckOptions};
 pub use gradients::{global_norm, Gradients};
 pub use param::Param;

@@ -254,3 +254,45 @@ fn softmax_row<T: Float>(o: &mut [T], x: &[T], log: bool) {
         o.iter_mut().for_each(|o| *o = *o * inv);
     }
 }
+
+/// Integer sums over `mid` ([`Rows`] as [`sum`]), in two's-complement arithmetic that wraps
+/// on overflow, as PyTorch's int64 sums do: exact at every size, unlike a sum through f64.
+pub fn sum_wrapping(x: &[i64], rows: Rows, out: &mut [i64]) {
+    let Rows { outer, mid, inner } = rows;
+    debug_assert_eq!(x.len(), outer * mid * inner);
+    debug_assert_eq!(out.len(), outer * inner);
+    out.iter_mut().for_each(|v| *v = 0);
+    for (block, o) in x
+        .chunks_exact((mid * inner).max(1))
+        .zip(out.chunks_exact_mut(inner.max(1)))
+    {
+        for row in block.chunks_exact(inner.max(1)).take(mid) {
+            o.iter_mut()
+                .zip(row)
+                .for_each(|(s, &v)| *s = s.wrapping_add(v));
+        }
+    }
+}
+
+/// Running `op` along `mid` ([`Rows`]; `out` is `x`'s size): element `m` combines elements
+/// `0..=m` from the left. For the integer scans (`cumsum`, `cumprod`), whose `op` wraps.
+pub fn scan_with(x: &[i64], rows: Rows, out: &mut [i64], op: impl Fn(i64, i64) -> i64) {
+    let Rows { outer, mid, inner } = rows;
+    debug_assert_eq!(x.len(), outer * mid * inner);
+    debug_assert_eq!(out.len(), x.len());
+    let step = (mid * inner).max(1);
+    for (block, o) in x.chunks_exact(step).zip(out.chunks_exact_mut(step)) {
+        for m in 0..mid {
+            let row = m * inner..(m + 1) * inner;
+            if m == 0 {
+                o[row.clone()].copy_from_slice(&block[row]);
+            } else {
+                let (done, rest) = o.split_at_mut(m * inner);
+                let prev = &done[(m - 1) * inner..];
+                for ((r, &p), &v) in rest[..inner].iter_mut().zip(prev).zip(&block[row]) {
+                    *r = op(p, v);
+                }
+            }
+        }
+    }
+}

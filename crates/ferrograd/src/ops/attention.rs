@@ -54,7 +54,8 @@ impl Attention {
     }
 
     /// An additive float mask broadcast to `[.., L, S]` (`-inf` hides a key). It may be
-    /// tracked: its gradient is the scores'.
+    /// tracked: its gradient is the scores'. An integer mask is refused when the attention
+    /// runs (it would be added as 0 and 1, not read as PyTorch reads a boolean mask).
     pub fn mask(mut self, mask: &Tensor) -> Attention {
         self.mask = Some(mask.clone());
         self
@@ -232,6 +233,14 @@ fn attention_shapes(qkv: [&Tensor; 3], mask: Option<&Tensor>) -> (Vec<usize>, [u
     );
     let mut batch = broadcast_shapes(ql, kl).and_then(|b| broadcast_shapes(&b, vl));
     if let Some(m) = mask {
+        // PyTorch reads a boolean mask as "may attend"; an integer one here would be added
+        // to the scores as the numbers 0 and 1, hiding nothing.
+        assert!(
+            m.dtype().is_float(),
+            "{op}: the mask is {}; it must be an additive float mask (0 to keep a key, -inf to \
+             hide it)",
+            m.dtype()
+        );
         batch = batch.and_then(|b| broadcast_shapes(&b, lead("mask", m)));
         let fits = broadcast_shapes(&m.shape()[m.ndim() - 2..], &[l, s]);
         assert!(

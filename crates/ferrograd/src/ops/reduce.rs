@@ -9,7 +9,7 @@ use smallvec::smallvec;
 
 use crate::kernels::reduce as kr;
 use crate::kernels::{checked_numel_of, part_numel, Rows};
-use crate::tensor::{record, record_nondiff, with_dtype, FloatElement, Tensor};
+use crate::tensor::{record, record_nondiff, with_dtype, DType, Element, FloatElement, Tensor};
 
 /// A reduction arranged for the kernels: the data as `[outer, red, inner]` in row-major order.
 struct Reduction {
@@ -65,7 +65,7 @@ impl Reduction {
     }
 
     /// The input's elements in the order the kernels expect.
-    fn data<'a, T: FloatElement>(&self, x: &'a Tensor) -> Cow<'a, [T]> {
+    fn data<'a, T: Element>(&self, x: &'a Tensor) -> Cow<'a, [T]> {
         match &self.permuted {
             None => x.contiguous_data::<T>(),
             Some(perm) => Cow::Owned(
@@ -107,10 +107,27 @@ impl Tensor {
         self.mean_axes(&self.all_axes(), false)
     }
 
-    /// Sum over `axes`; with `keepdim` they stay as size-1 axes.
+    /// Sum over `axes`; with `keepdim` they stay as size-1 axes. An `I64` tensor sums exactly
+    /// in integers, wrapping on overflow as PyTorch's int64.
+    ///
+    /// ```
+    /// use ferrograd::prelude::*;
+    ///
+    /// let big = Tensor::from_vec(vec![(1i64 << 53) + 1, 2], &[2]);
+    /// assert_eq!(big.sum().to_vec::<i64>(), [(1i64 << 53) + 3]);
+    /// let wraps = Tensor::from_vec(vec![i64::MAX, 1], &[2]);
+    /// assert_eq!(wraps.sum().to_vec::<i64>(), [i64::MIN]);
+    /// ```
     pub fn sum_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
         let axes = &axes_in("sum_axes", axes, self.shape());
         let plan = Reduction::new("sum_axes", self.shape(), axes, keepdim);
+        if self.dtype() == DType::I64 && !plan.axes.is_empty() {
+            // Integers sum exactly, wrapping on overflow as PyTorch's int64 (no derivative:
+            // an integer tensor is never tracked).
+            let mut out = vec![0i64; plan.rows.outer * plan.rows.inner];
+            kr::sum_wrapping(&plan.data::<i64>(self), plan.rows, &mut out);
+            return Tensor::from_data(out, &plan.out_shape);
+        }
         eager_dtype_or_panic("sum_axes", float_rule(self.dtype()));
         if plan.axes.is_empty() {
             return self.clone();

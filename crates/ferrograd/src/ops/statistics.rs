@@ -1,9 +1,11 @@
 //! Statistics over axes, PyTorch's `var`, `std` and `logsumexp`, and running sums
-//! (`cumsum`), written with the differentiable reductions, selections and element-wise ops,
+//! (`cumsum`, `cumprod`), written with the differentiable reductions, selections and element-wise ops,
 //! so each has derivatives of every order.
 
 use super::{axes_in, axis_in, Axis};
-use crate::tensor::Tensor;
+use crate::kernels::reduce::scan_with;
+use crate::kernels::Rows;
+use crate::tensor::{DType, Tensor};
 
 impl Tensor {
     /// The variance over `axes`: the mean square distance from the mean, the sum divided by
@@ -19,9 +21,22 @@ impl Tensor {
         squares.div_scalar(divisor)
     }
 
-    /// The standard deviation over `axes`: the square root of [`Tensor::var_axes`].
+    /// The standard deviation over `axes`: the square root of [`Tensor::var_axes`]. Where
+    /// every element is the same its gradient is 0, as PyTorch defines it (the square root's
+    /// infinite slope times the variance's zero would be NaN).
+    ///
+    /// ```
+    /// use ferrograd::prelude::*;
+    ///
+    /// let x = Tensor::from_vec(vec![2.0f64, 2.0, 1.0, 3.0], &[2, 2]).requires_grad();
+    /// let g = grad(&x.std_axes(&[1], 0, false).sum(), &[&x]).remove(0);
+    /// assert_eq!(g.to_vec::<f64>(), [0.0, 0.0, -0.5, 0.5]);
+    /// ```
     pub fn std_axes<A: Axis>(&self, axes: &[A], correction: usize, keepdim: bool) -> Tensor {
-        self.var_axes(axes, correction, keepdim).sqrt()
+        let var = self.var_axes(axes, correction, keepdim);
+        let nonzero = var.detach().ne_scalar(0.0);
+        let safe = nonzero.where_cond(&var, &var.ones_like());
+        nonzero.where_cond(&safe.sqrt(), &var.zeros_like())
     }
 
     /// `log Σ exp(x)` over `axes`, without overflow: the largest element is taken out first
@@ -61,16 +76,59 @@ impl Tensor {
     /// ```
     pub fn cumsum<A: Axis>(&self, axis: A) -> Tensor {
         let axis = axis_in("cumsum", axis, self.shape());
+        if self.dtype() == DType::I64 {
+            return self.integer_scan(axis, i64::wrapping_add);
+        }
+        self.doubling_scan(axis, 0.0, |sums, shifted| sums + shifted)
+    }
+
+    /// The running products along `axis` (PyTorch's `cumprod`), by doubling shifts as
+    /// [`Tensor::cumsum`] (ones shifted in), so that the derivative of every order comes from
+    /// the products; an `I64` tensor multiplies exactly, wrapping on overflow as PyTorch's.
+    ///
+    /// ```
+    /// use ferrograd::prelude::*;
+    ///
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[4]);
+    /// assert_eq!(x.cumprod(0).to_vec::<f32>(), [1.0, 2.0, 6.0, 24.0]);
+    /// let big = Tensor::from_vec(vec![1i64 << 40, 1 << 20, 16], &[3]);
+    /// assert_eq!(big.cumprod(0).to_vec::<i64>(), [1 << 40, 1 << 60, 0]); // 2⁶⁴ wraps to 0
+    /// ```
+    pub fn cumprod<A: Axis>(&self, axis: A) -> Tensor {
+        let axis = axis_in("cumprod", axis, self.shape());
+        if self.dtype() == DType::I64 {
+            return self.integer_scan(axis, i64::wrapping_mul);
+        }
+        self.doubling_scan(axis, 1.0, |prods, shifted| prods * shifted)
+    }
+
+    /// A running `combine` along `axis` by doubling shifts: each step combines the results
+    /// so far with themselves shifted by 1, 2, 4, ... places, `identity` shifted in.
+    fn doubling_scan(
+        &self,
+        axis: usize,
+        identity: f64,
+        combine: impl Fn(&Tensor, &Tensor) -> Tensor,
+    ) -> Tensor {
         let n = self.shape()[axis];
-        let (mut sums, mut shift) = (self.clone(), 1);
+        let (mut acc, mut shift) = (self.clone(), 1);
         while shift < n {
             let mut front = self.shape().to_vec();
             front[axis] = shift;
-            let zeros = Tensor::zeros(&front, self.dtype());
-            let shifted = Tensor::cat(&[&zeros, &sums.narrow(axis, 0, n - shift)], axis);
-            sums = &sums + &shifted;
+            let fill = Tensor::full(&front, identity, self.dtype());
+            let shifted = Tensor::cat(&[&fill, &acc.narrow(axis, 0, n - shift)], axis);
+            acc = combine(&acc, &shifted);
             shift *= 2;
         }
-        sums
+        acc
+    }
+
+    /// The running `op` of an integer tensor along `axis`, exact (no derivative: an integer
+    /// tensor is never tracked).
+    fn integer_scan(&self, axis: usize, op: fn(i64, i64) -> i64) -> Tensor {
+        let data = self.contiguous_data::<i64>();
+        let mut out = vec![0i64; data.len()];
+        scan_with(&data, Rows::around(self.shape(), axis), &mut out, op);
+        Tensor::from_data(out, self.shape())
     }
 }
