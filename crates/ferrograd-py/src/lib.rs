@@ -333,6 +333,25 @@ fn save_tensors(state: &Bound<'_, PyDict>, path: std::path::PathBuf) -> PyResult
         .map_err(nn::core_error)
 }
 
+/// PyTorch's `torch.set_num_threads`: each op spreads its work over at most `n` threads from
+/// now on (the pool's size, `RAYON_NUM_THREADS` or the cores, is the most there can be).
+#[pyfunction]
+fn set_num_threads(n: i64) -> PyResult<()> {
+    if n < 1 {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "set_num_threads: expected a positive number of threads, got {n}"
+        )));
+    }
+    ferrograd::set_num_threads(usize::try_from(n).unwrap_or(usize::MAX));
+    Ok(())
+}
+
+/// PyTorch's `torch.get_num_threads`: the threads each op spreads its work over.
+#[pyfunction]
+fn get_num_threads() -> usize {
+    ferrograd::num_threads()
+}
+
 /// Writes `data` to `path` as `save_tensors` writes: beside it first, then renamed over it
 /// (its mode kept, a symbolic link written through), so the old file survives any failure.
 #[pyfunction]
@@ -439,6 +458,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(live_nodes, m)?)?;
     m.add_function(wrap_pyfunction!(save_tensors, m)?)?;
     m.add_function(wrap_pyfunction!(write_file, m)?)?;
+    m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(take_rows, m)?)?;
     m.add_function(wrap_pyfunction!(multinomial, m)?)?;
     m.add_function(wrap_pyfunction!(load_tensors, m)?)?;

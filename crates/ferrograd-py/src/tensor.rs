@@ -2363,6 +2363,12 @@ impl PyTensor {
         self.view_map(py, Tensor::contiguous)
     }
 
+    /// Whether the elements lie in row-major order without gaps (PyTorch's
+    /// `is_contiguous`): false for a transpose or a strided slice.
+    fn is_contiguous(&self) -> bool {
+        self.tensor().is_contiguous()
+    }
+
     // ---- autodiff ----
 
     /// Backward from this tensor: returns this pass's gradients of every trainable leaf it

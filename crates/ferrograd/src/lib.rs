@@ -60,6 +60,23 @@ pub use ops::{Axis, Indices};
 /// The `rand` this crate is built with, so that generators passed to it need no second copy.
 pub use rand;
 
+/// Caps the threads that each op spreads its work over at `n` (at least 1), as PyTorch's
+/// `torch.set_num_threads`, at any time; the thread pool's size (`RAYON_NUM_THREADS`, or the
+/// cores) is the most there can be.
+///
+/// ```
+/// ferrograd::set_num_threads(1);
+/// assert_eq!(ferrograd::num_threads(), 1);
+/// ```
+pub fn set_num_threads(n: usize) {
+    kernels::parallel::set_thread_limit(n);
+}
+
+/// The threads each op spreads its work over (PyTorch's `torch.get_num_threads`).
+pub fn num_threads() -> usize {
+    kernels::parallel::threads()
+}
+
 #[doc = include_str!("../docs/from_pytorch.md")]
 pub mod from_pytorch {}
 

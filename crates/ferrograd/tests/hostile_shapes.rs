@@ -97,6 +97,15 @@ fn products_of_broadcast_views_refuse_overflowing_outputs() {
     let a = Tensor::zeros(&[1, 0, 3], DType::F32).broadcast_to(&[1 << 40, 0, 3]);
     let b = Tensor::zeros(&[1, 3, 2], DType::F32).broadcast_to(&[1 << 40, 3, 2]);
     assert_eq!(a.matmul(&b).shape(), &[1 << 40, 0, 2]);
+    // An empty inner dimension: 2^24 products of nothing are zeros at once (it took seconds,
+    // one empty product per batch entry), and their gradients are empty.
+    let a = Tensor::zeros(&[1 << 24, 1, 0], DType::F32).requires_grad();
+    let b = Tensor::zeros(&[1, 0, 1], DType::F32).requires_grad();
+    let y = a.matmul(&b);
+    assert_eq!(y.shape(), &[1 << 24, 1, 1]);
+    assert!(y.sum().item() == 0.0);
+    let g = y.sum().backward();
+    assert_eq!(g.get(&b).unwrap().shape(), &[1, 0, 1]);
 }
 
 #[test]

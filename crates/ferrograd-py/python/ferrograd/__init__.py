@@ -25,6 +25,7 @@ from ._core import (
     cat,
     dtype,
     full,
+    get_num_threads,
     grad,
     is_grad_enabled,
     linspace,
@@ -34,6 +35,7 @@ from ._core import (
     ones,
     rand,
     randn,
+    set_num_threads,
     tensor,
     zeros,
 )
@@ -333,9 +335,15 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     return _core.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale)
 
 
-def where(condition, x, y):
-    """``x`` where ``condition`` is non-zero, else ``y`` (broadcast)."""
-    return _as_tensor(condition).where_(x, y)
+def where(condition, input=None, other=None):  # noqa: A002 (PyTorch's argument name)
+    """``input`` where ``condition`` is non-zero, else ``other`` (broadcast); with the
+    condition alone, the indices of its non-zero elements, one tensor per axis (PyTorch's
+    ``torch.where(condition)``, ``nonzero(as_tuple=True)``)."""
+    if input is None and other is None:
+        return _as_tensor(condition).nonzero(as_tuple=True)
+    if input is None or other is None:
+        raise TypeError("where: give both input and other, or neither")
+    return _as_tensor(condition).where_(input, other)
 
 
 def allclose(a, b, rtol=1e-5, atol=1e-8):
@@ -474,7 +482,7 @@ from ._tape import GradientTape, Variable, constant, function  # noqa: E402
 reduce_sum = sum
 reduce_mean = mean
 
-from . import autograd, data, graph, math, metrics, nn, optim, random, return_types, utils  # noqa: E402
+from . import autograd, data, graph, jit, math, metrics, nn, onnx, optim, random, return_types, utils  # noqa: E402
 
 
 # `from ferrograd import *` leaves Python's builtins (sum, abs, float) alone.

@@ -3,7 +3,7 @@ differentiable have derivatives of every order): ``rsqrt``, ``reciprocal``, ``lo
 ``log10``, ``clip``, ``clamp_min``, ``clamp_max``, ``select``, ``unbind``, ``unflatten``,
 ``expand_as``, ``new_full``, ``new_tensor``, ``nelement``, ``is_floating_point``, ``mT``,
 ``masked_select``, ``repeat_interleave``, ``sort``, ``argsort``, ``nonzero``, ``unique``,
-``equal``. Attached to ``Tensor`` when the package is imported."""
+``equal``, ``type``. Attached to ``Tensor`` when the package is imported."""
 
 import math
 
@@ -151,6 +151,26 @@ def unique(self, sorted=True, return_inverse=False, return_counts=False, dim=Non
     return out[0] if len(out) == 1 else tuple(out)
 
 
+# PyTorch's names of the tensor types, which programs compare `x.type()` with.
+_TYPE_NAMES = {"float32": "torch.FloatTensor", "float64": "torch.DoubleTensor", "int64": "torch.LongTensor",
+               "bool": "torch.BoolTensor"}
+
+
+def type_(self, dtype=None, non_blocking=False):
+    """PyTorch's ``Tensor.type``: without an argument, the type's name as PyTorch spells it
+    (``"torch.FloatTensor"``); with a dtype or a type name, the tensor in it."""
+    del non_blocking
+    if dtype is None:
+        return _TYPE_NAMES[self.dtype.name]
+    if isinstance(dtype, str):
+        names = {v: k for k, v in _TYPE_NAMES.items()}
+        name = dtype.replace(".cuda.", ".")
+        if name not in names:
+            raise TypeError(f"type: {dtype!r} is not a tensor type ({', '.join(names)})")
+        dtype = names[name]
+    return self.to(dtype)
+
+
 def equal(self, other):
     """Whether both have the same shape and elements."""
     return tuple(self.shape) == tuple(other.shape) and bool((self == other).all())
@@ -163,7 +183,7 @@ for _name, _method in [
     ("new_full", new_full), ("new_tensor", new_tensor), ("nelement", nelement),
     ("is_floating_point", is_floating_point), ("masked_select", masked_select),
     ("repeat_interleave", repeat_interleave), ("argsort", argsort), ("sort", sort_method),
-    ("nonzero", nonzero), ("unique", unique), ("equal", equal),
+    ("nonzero", nonzero), ("unique", unique), ("equal", equal), ("type", type_),
 ]:
     if not hasattr(Tensor, _name):
         setattr(Tensor, _name, _method)

@@ -499,7 +499,7 @@ fn run_plan(
     }
     let n = x.len() / image;
     // Fewer images a chunk when there are too few chunks for the threads.
-    let per = (n / rayon::current_num_threads()).clamp(1, IMAGES_PER_CHUNK);
+    let per = (n / crate::kernels::parallel::threads()).clamp(1, IMAGES_PER_CHUNK);
     let chunks = y
         .chunks_mut((per * o * plane).max(1))
         .zip(x.chunks((per * image).max(1)));

@@ -67,7 +67,7 @@ fn runs_of(g: &Geom, images: usize, len: usize) -> Runs {
 fn images_per_product(g: &Geom, images: usize) -> usize {
     let plane = g.ho * g.wo;
     // Large planes waste little of their last panel; and every thread keeps work.
-    let most = (images / rayon::current_num_threads()).clamp(1, 4);
+    let most = (images / crate::kernels::parallel::threads()).clamp(1, 4);
     if runs_of(g, 1, 0).fills_vectors() || plane == 0 || plane > 256 {
         return 1;
     }
@@ -223,7 +223,7 @@ pub(crate) fn implicit_conv_weight<T: Float>(
     let (image, plane) = (c * g.h * g.w, g.ho * g.wo);
     let per_run = images_per_run(x.len().checked_div(image).unwrap_or(0));
     // Groups within a run (the runs already spread the images over the threads).
-    let group = images_per_product(g, per_run * rayon::current_num_threads());
+    let group = images_per_product(g, per_run * crate::kernels::parallel::threads());
     let width = o.next_multiple_of(16);
     let sizes = (image, o * plane, k * width);
     let total = sum_over_runs(x, dy, sizes, per_run, |xs, dys, acc| {

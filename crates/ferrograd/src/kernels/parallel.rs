@@ -237,6 +237,25 @@ impl Drop for Published {
     }
 }
 
+/// The most threads one kernel call uses; 0 for no limit but the pool's size.
+static THREAD_LIMIT: AtomicUsize = AtomicUsize::new(0);
+
+/// Caps the threads of each kernel call at `n` (at least 1); the pool's size is the most
+/// there can be.
+pub fn set_thread_limit(n: usize) {
+    THREAD_LIMIT.store(n.max(1), Ordering::Relaxed);
+}
+
+/// The threads a kernel call spreads its parts over: the rayon pool's, or fewer under
+/// [`set_thread_limit`].
+pub fn threads() -> usize {
+    let pool = rayon::current_num_threads();
+    match THREAD_LIMIT.load(Ordering::Relaxed) {
+        0 => pool,
+        n => n.min(pool),
+    }
+}
+
 /// Runs `part(0..parts)`, each index once, on the calling thread and the rayon pool. A part
 /// may itself use rayon, but must not wait for work that only another part would do.
 pub(crate) fn run_parts(parts: usize, part: impl Fn(usize) + Sync) {
@@ -246,7 +265,7 @@ pub(crate) fn run_parts(parts: usize, part: impl Fn(usize) + Sync) {
 /// [`run_parts`] behind one vtable, so that the machinery below (and rayon's, which it
 /// instantiates) is compiled once rather than once per calling closure.
 fn run_dyn_parts(parts: usize, part: &(dyn Fn(usize) + Sync)) {
-    let threads = rayon::current_num_threads();
+    let threads = threads();
     if parts <= 1 || threads <= 1 || IN_PART.with(Cell::get) >= threads {
         (0..parts).for_each(part);
         return;
@@ -283,7 +302,7 @@ fn run_dyn_parts(parts: usize, part: &(dyn Fn(usize) + Sync)) {
 fn run_parts_in_scope(job: Job<'_>) {
     let parts = job.parts;
     rayon::in_place_scope(|scope| {
-        for _ in 1..parts.min(rayon::current_num_threads()) {
+        for _ in 1..parts.min(threads()) {
             scope.spawn(|_| {
                 job.work();
             });
@@ -374,9 +393,7 @@ fn for_each_dyn_chunk<T: Send>(xs: &mut [T], size: usize, f: &(dyn Fn(usize, &mu
 /// How many of `chunks` small pieces of work one part should take, as [`for_each_chunk`]
 /// groups them.
 pub(crate) fn chunks_per_part(chunks: usize) -> usize {
-    chunks
-        .div_ceil(PARTS_PER_THREAD * rayon::current_num_threads())
-        .max(1)
+    chunks.div_ceil(PARTS_PER_THREAD * threads()).max(1)
 }
 
 /// Parts per thread that [`for_each_chunk`] makes at most: the last to finish waits for one

@@ -187,7 +187,7 @@ impl<T: Float> SeqForward<T> {
 /// recurrent layer are independent, so that the steps need no synchronisation between threads
 /// (a product split across threads at every step would wake them twice per step).
 fn batch_parts(n: usize) -> Vec<Range<usize>> {
-    let parts = rayon::current_num_threads().min(n / MIN_PART_ROWS).max(1);
+    let parts = super::parallel::threads().min(n / MIN_PART_ROWS).max(1);
     (0..parts)
         .map(|p| p * n / parts..(p + 1) * n / parts)
         .collect()

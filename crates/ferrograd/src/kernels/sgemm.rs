@@ -513,7 +513,7 @@ pub(crate) unsafe fn gemm(
     let threads = if m * n * k < PAR_MIN_MACS {
         1
     } else {
-        rayon::current_num_threads()
+        crate::kernels::parallel::threads()
     };
     // Each part reads all of the operand it does not split (A in place when it has a unit
     // stride and no set conflict, B packed again by every part): split the columns when A is

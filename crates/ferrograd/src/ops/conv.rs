@@ -651,7 +651,7 @@ fn columns_conv_t<T: FloatElement>((ud, wd): (&[T], &[T]), s: &Sizes<'_>, out: &
         // Chunks small enough that the column matrix col2im reads back is still in the
         // cache (and enough of them for the threads), each on its own thread from product to
         // col2im.
-        let threads = rayon::current_num_threads();
+        let threads = crate::kernels::parallel::threads();
         let per = (COLS_IN_CACHE / per_image.max(1)).clamp(1, (n / threads).max(1));
         let chunks = out.chunks_mut((per * cout * hw).max(1)).enumerate();
         run_tasks_with(chunks.collect(), |(us, cols), (chunk, out)| {

@@ -47,7 +47,8 @@ impl Tensor {
                 .try_matmul(&b)?
                 .try_reshape(&out_shape);
         }
-        let out = if out_shape.contains(&0) {
+        // An empty inner dimension sums nothing: zeros, without a product per batch entry.
+        let out = if out_shape.contains(&0) || k == 0 {
             Tensor::zeros(&out_shape, a.dtype())
         } else {
             with_dtype!(a.dtype(), T => batched::<T>(&a, &b, &out_shape, k))?

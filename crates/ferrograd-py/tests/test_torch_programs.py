@@ -1,0 +1,81 @@
+"""Programs written for PyTorch, run unchanged with ``ferrograd`` standing in for ``torch``
+(``sys.modules["torch"] = ferrograd``, and its submodules), each in a process of its own so
+that what it sets (threads, seeds) stays there."""
+
+import subprocess
+import sys
+import textwrap
+
+# Makes `import torch`, `import torch.nn as nn`, `import torch.onnx`, ... find ferrograd.
+SHIM = """
+import sys, ferrograd
+sys.modules["torch"] = ferrograd
+for name in ("nn", "nn.functional", "optim", "optim.lr_scheduler", "utils", "utils.data",
+             "autograd", "onnx", "jit"):
+    module = ferrograd
+    for part in name.split("."):
+        module = getattr(module, part)
+    sys.modules["torch." + name] = module
+"""
+
+
+def run_as_torch(program):
+    run = subprocess.run(
+        [sys.executable, "-c", SHIM + textwrap.dedent(program)], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def test_a_script_preamble_and_small_idioms_run():
+    out = run_as_torch(
+        """
+        import torch
+        import torch.nn as nn
+        import torch.onnx  # only used behind a flag in such scripts
+
+        torch.set_num_threads(1)
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(64)  # more than the pool has: the pool's size
+        assert 1 <= torch.get_num_threads() <= 64
+        x = torch.tensor([[1.0, -2.0], [3.0, 0.0]])
+        assert x.type() == "torch.FloatTensor" and x.type(torch.float64).type() == "torch.DoubleTensor"
+        assert x.type("torch.LongTensor").dtype == torch.int64
+        assert x.is_contiguous() and not x.t().is_contiguous() and x.t().contiguous().is_contiguous()
+        rows, cols = torch.where(x > 0)
+        assert rows.tolist() == [0, 1] and cols.tolist() == [0, 0]
+        assert torch.where(x > 0, x, torch.zeros_like(x)).tolist() == [[1.0, 0.0], [3.0, 0.0]]
+        net = torch.jit.script(nn.Linear(2, 1))
+        assert isinstance(net, nn.Linear) and torch.jit.trace(net, (x,)) is net
+        assert not hasattr(torch.onnx, "export")
+        print("ok")
+        """
+    )
+    assert out == "ok\n"
+
+
+def test_a_gradient_penalty_takes_the_gradient_not_its_first_row():
+    # WGAN-GP's penalty, as its authors' PyTorch code writes it.
+    out = run_as_torch(
+        """
+        import torch
+        import torch.autograd as autograd
+
+        torch.manual_seed(0)
+        critic = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+        real, fake = torch.randn(5, 3), torch.randn(5, 3)
+        alpha = torch.rand(5, 1)
+        mixed = (alpha * real + (1 - alpha) * fake).requires_grad_(True)
+        out = critic(mixed)
+        gradients = autograd.grad(outputs=out, inputs=mixed, grad_outputs=torch.ones_like(out),
+                                  create_graph=True, retain_graph=True, only_inputs=True)[0]
+        assert tuple(gradients.shape) == (5, 3)
+        penalty = ((gradients.norm(2, dim=1) - 1) ** 2).mean()
+        penalty.backward()
+        # The input gradient does not involve the last bias: None there, as PyTorch's.
+        grads = [p.grad for p in critic.parameters()]
+        assert all(g is not None for g in grads[:3]) and grads[3] is None
+        print("ok")
+        """
+    )
+    assert out == "ok\n"
