@@ -18,6 +18,7 @@
 //! bit for bit, and samples text (temperature, top-k) with a key/value cache.
 
 use std::collections::HashMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -318,12 +319,24 @@ struct Corpus {
 
 impl Corpus {
     fn read(path: &Path) -> Result<Corpus, Box<dyn std::error::Error>> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
+        let failed = |e: &dyn std::fmt::Display| {
             format!(
                 "{}: {e} (scripts/fetch-data.sh brings Shakespeare's plays)",
                 path.display()
             )
-        })?;
+        };
+        // A regular file of a bounded size: a device such as /dev/zero never ends.
+        let meta = std::fs::metadata(path).map_err(|e| failed(&e))?;
+        if !meta.is_file() || meta.len() > MAX_TEXT_BYTES {
+            return Err(failed(&format!(
+                "--text must be a regular file of at most {MAX_TEXT_BYTES} bytes"
+            ))
+            .into());
+        }
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_TEXT_BYTES).read_to_string(&mut text))
+            .map_err(|e| failed(&e))?;
         let mut chars: Vec<char> = text.chars().collect();
         chars.sort_unstable();
         chars.dedup();
@@ -476,8 +489,81 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     run(Args::parse())
 }
 
+/// The largest text the example reads (Shakespeare's plays are about 5 MiB).
+const MAX_TEXT_BYTES: u64 = 256 << 20;
+
+/// Elements of one step's attention scores (batch × heads × context²) beyond which a run
+/// would not fit in memory on a machine that trains this example.
+const MAX_SCORES: u128 = 1 << 30;
+
+impl Args {
+    /// Every flag checked before anything starts: a message naming the flag, never a panic,
+    /// a NaN loss or a hang later on.
+    fn check(&self) -> Result<(), String> {
+        let positive = [
+            ("--batch", self.batch),
+            ("--context", self.context),
+            ("--width", self.width),
+            ("--heads", self.heads),
+            ("--eval-iters", self.eval_iters),
+        ];
+        for (flag, v) in positive {
+            if v == 0 {
+                return Err(format!("{flag} must be at least 1"));
+            }
+        }
+        if self.eval_interval == 0 {
+            return Err("--eval-interval must be at least 1".into());
+        }
+        if self.width % self.heads != 0 {
+            return Err(format!(
+                "--width {} must be a multiple of --heads {}",
+                self.width, self.heads
+            ));
+        }
+        let scores = self.batch as u128 * self.heads as u128 * (self.context as u128).pow(2);
+        if scores > MAX_SCORES || self.width > 1 << 16 || self.layers > 1 << 10 {
+            return Err(format!(
+                "--batch {} × --heads {} × --context {}² is {scores} attention scores per step \
+                 (at most {MAX_SCORES}), or --width {} (at most 65536) or --layers {} (at most \
+                 1024) is too large to train here",
+                self.batch, self.heads, self.context, self.width, self.layers
+            ));
+        }
+        let finite = |flag: &str, v: f64, ok: bool| {
+            if v.is_finite() && ok {
+                Ok(())
+            } else {
+                Err(format!("{flag} {v} is out of range"))
+            }
+        };
+        finite("--lr", self.lr, self.lr > 0.0)?;
+        finite("--min-lr", self.min_lr, self.min_lr >= 0.0)?;
+        finite("--beta2", self.beta2, (0.0..1.0).contains(&self.beta2))?;
+        finite(
+            "--weight-decay",
+            self.weight_decay,
+            self.weight_decay >= 0.0,
+        )?;
+        finite("--clip", self.clip, self.clip > 0.0)?;
+        finite("--temperature", self.temperature, self.temperature > 0.0)?;
+        Ok(())
+    }
+}
+
 fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    args.check()?;
     let corpus = Corpus::read(&args.text)?;
+    let least = args.context + 2;
+    if corpus.train.len() < least || corpus.val.len() < least {
+        return Err(format!(
+            "{}: too short for --context {}: its training and validation parts (90% and 10%) \
+             need {least} characters each",
+            args.text.display(),
+            args.context
+        )
+        .into());
+    }
     let gpt = Gpt::new(corpus.chars.len(), &args);
     let mut opts = Optimizers::new(&gpt, &args);
     println!(
@@ -608,6 +694,39 @@ fn report(times: &[f64], total: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each careless flag is refused before anything starts, with a message naming it.
+    #[test]
+    fn every_flag_is_checked_before_training() {
+        let dir = common::scratch("gpt-flags");
+        let short = dir.join("short.txt");
+        std::fs::write(&short, "to be or not to be").unwrap();
+        let cases: [(&[&str], &str); 14] = [
+            (&["--heads", "0"], "--heads must be"),
+            (&["--heads", "3", "--width", "128"], "multiple of --heads 3"),
+            (&["--context", "0"], "--context must be"),
+            (&["--width", "0"], "--width must be"),
+            (&["--batch", "0"], "--batch must be"),
+            (&["--eval-interval", "0"], "--eval-interval"),
+            (&["--temperature=-1"], "--temperature -1"),
+            (&["--temperature", "0"], "--temperature 0"),
+            (&["--lr", "NaN"], "--lr NaN"),
+            (&["--beta2", "1"], "--beta2 1"),
+            (&["--context", "100000000"], "attention scores"),
+            (&["--batch", "100000000000"], "attention scores"),
+            (&["--text", "/dev/zero"], "regular file"),
+            (
+                &["--text", short.to_str().unwrap(), "--context", "8"],
+                "too short for --context 8",
+            ),
+        ];
+        for (flags, needle) in cases {
+            let mut argv = vec!["gpt", "--out-dir", dir.to_str().unwrap()];
+            argv.extend(flags);
+            let err = run(Args::parse_from(argv)).unwrap_err().to_string();
+            assert!(err.contains(needle), "{flags:?}: {err}");
+        }
+    }
 
     /// A small model on a short text: trains, samples, and a run stopped half-way and resumed,
     /// or one that recomputes its blocks in backward, ends with the same bits (weights and

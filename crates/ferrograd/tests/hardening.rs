@@ -549,6 +549,42 @@ fn a_save_through_a_symlink_replaces_its_target_and_keeps_the_link() {
 }
 
 #[test]
+fn a_checkpoint_damaged_after_saving_is_refused_by_its_checksum() {
+    let dir = scratch("checksum");
+    let path = dir.join("ck.safetensors");
+    let named = vec![
+        (
+            "a".to_string(),
+            Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3]),
+        ),
+        ("b".to_string(), Tensor::from_vec(vec![7i64], &[1])),
+    ];
+    let meta = std::collections::HashMap::from([("step".to_string(), "12".to_string())]);
+    save_tensors(&path, &named, meta.clone()).unwrap();
+    // The checksum is checked and kept out of the metadata a caller reads.
+    assert_eq!(load_tensors(&path).unwrap().1, meta);
+    let mut raw = std::fs::read(&path).unwrap();
+    let last = raw.len() - 9; // inside the data: the f32 3.0
+    raw[last] ^= 0x10;
+    std::fs::write(&path, &raw).unwrap();
+    let err = load_tensors(&path).unwrap_err().to_string();
+    assert!(
+        err.contains("checksum") && err.contains("ck.safetensors"),
+        "{err}"
+    );
+    // A whole model's checkpoint, its last byte flipped.
+    save_checkpoint(&path, &dropout_model(), 3).unwrap();
+    let mut raw = std::fs::read(&path).unwrap();
+    let n = raw.len();
+    raw[n - 1] ^= 1;
+    std::fs::write(&path, &raw).unwrap();
+    let Err(err) = load_checkpoint(&path) else {
+        panic!("a damaged checkpoint loaded");
+    };
+    assert!(err.to_string().contains("checksum"), "{err}");
+}
+
+#[test]
 fn a_tensor_named_like_the_metadata_key_is_refused_and_the_old_file_kept() {
     let dir = scratch("metadata_name");
     let path = dir.join("ck.safetensors");

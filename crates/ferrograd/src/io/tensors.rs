@@ -158,11 +158,30 @@ fn remove_stale_temps(dir: &Path, name: &str) {
     }
 }
 
+/// The metadata entry that holds the checksum of a file's tensors ([`checksum`]): a file
+/// damaged after it was written (flipped bits, a partial copy) is refused when loaded, not
+/// read as other weights. Files without it (PyTorch's) load unchecked.
+const CHECKSUM_KEY: &str = "ferrograd.crc32";
+
+/// CRC-32 of the named tensors' names and bytes, in name order, as 8 hex digits.
+fn checksum<'a>(tensors: impl Iterator<Item = (&'a str, &'a [u8])>) -> String {
+    let mut sorted: Vec<(&str, &[u8])> = tensors.collect();
+    sorted.sort_unstable_by_key(|&(name, _)| name);
+    let mut hasher = crc32fast::Hasher::new();
+    for (name, data) in sorted {
+        hasher.update(name.as_bytes());
+        hasher.update(&(data.len() as u64).to_le_bytes());
+        hasher.update(data);
+    }
+    format!("{:08x}", hasher.finalize())
+}
+
 /// The header key under which a safetensors file keeps its string metadata.
 const METADATA_KEY: &str = "__metadata__";
 
-/// Saves named tensors and string metadata to a safetensors file, atomically. A tensor named
-/// `__metadata__` is refused: the format reserves that name.
+/// Saves named tensors and string metadata to a safetensors file, atomically, with a
+/// checksum of the tensors in the metadata (`ferrograd.crc32`, checked and removed when
+/// loaded). A tensor named `__metadata__` is refused: the format reserves that name.
 pub fn save_tensors(
     path: &Path,
     tensors: &[(String, Tensor)],
@@ -180,6 +199,9 @@ pub fn save_tensors(
         .iter()
         .map(|(n, t)| (n.clone(), to_bytes(t)))
         .collect();
+    let mut metadata = metadata;
+    let sum = checksum(bytes.iter().map(|(n, b)| (n.as_str(), b.data.as_slice())));
+    metadata.insert(CHECKSUM_KEY.to_string(), sum);
     let views = bytes.iter().map(|(n, b)| (n.as_str(), b));
     let encoded = safetensors::serialize(views, &Some(metadata))
         .map_err(|e| Error::format(path, e.to_string()))?;
@@ -351,6 +373,19 @@ fn parse_safetensors(
             };
             (name, t)
         })
-        .collect();
-    Ok((tensors, meta.metadata().clone().unwrap_or_default()))
+        .collect::<HashMap<String, FileTensor>>();
+    let mut metadata = meta.metadata().clone().unwrap_or_default();
+    if let Some(stored) = metadata.remove(CHECKSUM_KEY) {
+        let found = checksum(tensors.iter().map(|(n, t)| (n.as_str(), t.data.as_slice())));
+        if found != stored {
+            return Err(Error::format(
+                path,
+                format!(
+                    "the tensors do not match the checksum written with them ({found}, not \
+                     {stored}): the file was damaged or changed after it was saved"
+                ),
+            ));
+        }
+    }
+    Ok((tensors, metadata))
 }
