@@ -515,7 +515,7 @@ impl Args {
         if self.eval_interval == 0 {
             return Err("--eval-interval must be at least 1".into());
         }
-        if self.width % self.heads != 0 {
+        if !self.width.is_multiple_of(self.heads) {
             return Err(format!(
                 "--width {} must be a multiple of --heads {}",
                 self.width, self.heads
