@@ -4,11 +4,11 @@
 //! the same inputs; a session also checks every first run's results against what was
 //! inferred.
 
-use super::op::{Binary, Op};
+use super::op::{Binary, Op, Reduce};
 use crate::ops::concat::{cat_rule, pad_rule};
 use crate::ops::conv::{conv_rule, conv_weight_rule};
 use crate::ops::dtype::{
-    float_rule, floats_rule, joined_rule, positions_rule, promoted_float_rule,
+    float_rule, floats_rule, joined_rule, positions_rule, promoted_float_rule, sum_rule,
 };
 use crate::ops::index::{index_add_rule, index_select_rule};
 use crate::ops::matmul::matmul_rule;
@@ -43,11 +43,20 @@ impl Op {
                 let ((a, da), (b, db)) = (&inputs[0], &inputs[1]);
                 Ok((matmul_rule(a, b)?, promoted_float_rule(*da, *db)?))
             }
-            Op::Reduce { axes, keepdim, .. } => {
+            Op::Reduce {
+                kind,
+                axes,
+                keepdim,
+            } => {
                 let (s, d) = first();
                 let all: Vec<usize> = (0..s.len()).collect();
                 let out = reduce_rule(s, axes.as_deref().unwrap_or(&all), *keepdim)?;
-                Ok((out, float_rule(d)?))
+                let dtype = if *kind == Reduce::Sum {
+                    sum_rule(d)?
+                } else {
+                    float_rule(d)?
+                };
+                Ok((out, dtype))
             }
             Op::SumTo(to) => Ok((sum_to_rule(first().0, to)?, float_rule(first().1)?)),
             Op::Conv2d(_)

@@ -50,6 +50,16 @@ pub(crate) fn joined_rule(dtypes: impl IntoIterator<Item = DType>) -> DType {
     dtypes.fold(first, DType::promote)
 }
 
+/// `sum_axes`: integers sum exactly to integers (PyTorch's int64 sum); floats keep their
+/// dtype.
+pub(crate) fn sum_rule(d: DType) -> DtypeRule {
+    if d == DType::I64 {
+        Ok(d)
+    } else {
+        float_rule(d)
+    }
+}
+
 /// `argmax` and `argmin`: positions (`I64`) along a float operand.
 pub(crate) fn positions_rule(d: DType) -> DtypeRule {
     float_rule(d).map(|_| DType::I64)
@@ -83,6 +93,8 @@ mod tests {
         assert_eq!(joined_rule([I64, F32, F64]), F64);
         assert_eq!(joined_rule([I64, I64]), I64);
         assert_eq!(positions_rule(F64), Ok(I64));
+        assert_eq!(sum_rule(I64), Ok(I64));
+        assert_eq!(sum_rule(F32), Ok(F32));
         let e = eager_dtype("softmax", float_rule(I64))
             .unwrap_err()
             .to_string();

@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use super::dtype::{eager_dtype_or_panic, float_rule, positions_rule};
+use super::dtype::{eager_dtype_or_panic, float_rule, positions_rule, sum_rule};
 use super::shape::{check_axis, eager_or_panic, known, show, Rule};
 use super::{axes_in, axis_in, Axis};
 use smallvec::smallvec;
@@ -121,16 +121,16 @@ impl Tensor {
     pub fn sum_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
         let axes = &axes_in("sum_axes", axes, self.shape());
         let plan = Reduction::new("sum_axes", self.shape(), axes, keepdim);
-        if self.dtype() == DType::I64 && !plan.axes.is_empty() {
+        eager_dtype_or_panic("sum_axes", sum_rule(self.dtype()));
+        if plan.axes.is_empty() {
+            return self.clone();
+        }
+        if self.dtype() == DType::I64 {
             // Integers sum exactly, wrapping on overflow as PyTorch's int64 (no derivative:
             // an integer tensor is never tracked).
             let mut out = vec![0i64; plan.rows.outer * plan.rows.inner];
             kr::sum_wrapping(&plan.data::<i64>(self), plan.rows, &mut out);
             return Tensor::from_data(out, &plan.out_shape);
-        }
-        eager_dtype_or_panic("sum_axes", float_rule(self.dtype()));
-        if plan.axes.is_empty() {
-            return self.clone();
         }
         if let Some((last_run, rest)) = split_last_run(&plan.axes) {
             // Several separate runs of axes ([N, C, H, W] over N, H and W, say): the last run
