@@ -47,9 +47,16 @@ impl Tensor {
                 .try_matmul(&b)?
                 .try_reshape(&out_shape);
         }
-        // An empty inner dimension sums nothing: zeros, without a product per batch entry.
-        let out = if out_shape.contains(&0) || k == 0 {
+        let out = if out_shape.contains(&0) {
             Tensor::zeros(&out_shape, a.dtype())
+        } else if k == 0 {
+            // An empty inner dimension sums nothing: zeros, without a product per batch
+            // entry, and an error (not a panic) when they do not fit in memory.
+            with_dtype!(a.dtype(), T => {
+                let mut zeros = product_buffer::<T>("matmul", &out_shape, &a, &b)?;
+                zeros.resize(checked_numel(&out_shape).unwrap_or(0), T::default());
+                Tensor::from_data(zeros, &out_shape)
+            })
         } else {
             with_dtype!(a.dtype(), T => batched::<T>(&a, &b, &out_shape, k))?
         };
