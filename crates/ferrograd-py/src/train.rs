@@ -405,7 +405,21 @@ fn saved_group_state(
         for item in entry.cast::<PyDict>()?.items() {
             let (slot, value): (String, Bound<'_, PyAny>) = item.extract()?;
             if slot == "step" {
-                let step: f64 = value.call_method0("__float__")?.extract()?;
+                // A number or a one-element tensor (PyTorch saves a tensor), whole and not
+                // negative.
+                let step = value
+                    .call_method0("__float__")
+                    .and_then(|v| v.extract::<f64>())
+                    .ok()
+                    .filter(|s| s.is_finite() && *s >= 0.0 && s.fract() == 0.0)
+                    .ok_or_else(|| {
+                        PyTypeError::new_err(format!(
+                            "load_state_dict: the \"step\" of parameter {} must be a whole \
+                             number of steps, got {}",
+                            first + j,
+                            value.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+                        ))
+                    })?;
                 steps = steps.max(step as u64);
             } else {
                 let name = format!("{}.{}", first + j, core_slot(&slot));

@@ -291,3 +291,25 @@ def test_indexing_agrees_with_numpy_on_generated_keys():
             np.testing.assert_array_equal(x.grad.numpy(), counts, err_msg=repr(key))
         agreed += 1
     assert tried > 2000 and agreed > 1000 and refused > 100, (tried, agreed, refused)
+
+
+def test_messages_name_the_users_call_and_what_was_wrong():
+    with pytest.raises(RuntimeError, match="multinomial: the distribution is empty"):
+        fg.multinomial(fg.ones(0), 1)
+    with pytest.raises(RuntimeError, match="do not fit in memory"):
+        fg.multinomial(fg.ones(3), 2**62, replacement=True)
+    with pytest.raises(RuntimeError, match="cannot draw 4 samples from 3 categories"):
+        fg.multinomial(fg.ones(3), 4)
+    w = fg.ones(2, requires_grad=True)
+    opt = fg.optim.Adam([w])
+    w.grad = fg.ones(2)
+    opt.step()
+    saved = opt.state_dict()
+    saved["state"][0]["step"] = "ten"
+    with pytest.raises(TypeError, match='"step" of parameter 0 must be a whole number'):
+        opt.load_state_dict(saved)
+    data = fg.utils.data.TensorDataset(fg.ones(4))
+    with pytest.raises(TypeError, match="generator must be a ferrograd Generator"):
+        fg.utils.data.DataLoader(data, shuffle=True, generator=5)
+    loader = fg.utils.data.DataLoader(data, batch_size=2, shuffle=True, generator=fg.Generator().manual_seed(1))
+    assert len(list(loader)) == 2

@@ -752,6 +752,21 @@ fn multinomial_draws_follow_the_weights() {
     let mut sorted = distinct.clone();
     sorted.sort_unstable();
     assert_eq!(sorted, vec![0, 2, 3]);
+    // Careless calls are refused with what was wrong, before any draw.
+    let rng = &mut StdRng::seed_from_u64(5);
+    let empty = Tensor::zeros(&[0], DType::F64);
+    let msg = common::panic_message(|| drop(empty.multinomial(1, false, rng)));
+    assert!(
+        msg.contains("multinomial: the distribution is empty"),
+        "{msg}"
+    );
+    let msg = common::panic_message(|| drop(probs.multinomial(5, false, rng)));
+    assert!(
+        msg.contains("cannot draw 5 samples from 4 categories"),
+        "{msg}"
+    );
+    let msg = common::panic_message(|| drop(probs.multinomial(1 << 62, true, rng)));
+    assert!(msg.contains("do not fit in memory"), "{msg}");
 }
 
 #[test]

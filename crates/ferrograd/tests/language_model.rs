@@ -266,6 +266,9 @@ fn rotary_embeddings_turn_pairs_by_position() {
     assert!((dot(3, 1) - dot(9, 7)).abs() < 1e-12);
     check("rope", |t| t[0].rope(2, 500.0), &[randn(&[2, 4, 4], 7)]);
     assert_eq!(x.to_dtype(DType::F32).rope(0, 10.0).dtype(), DType::F32);
+    // Positions past the largest one are refused by name, not as a shape error elsewhere.
+    let msg = common::panic_message(|| drop(x.rope(usize::MAX - 2, 10000.0)));
+    assert!(msg.starts_with("rope: positions"), "{msg}");
 }
 
 #[test]

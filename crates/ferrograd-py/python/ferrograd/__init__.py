@@ -483,6 +483,7 @@ reduce_sum = sum
 reduce_mean = mean
 
 from . import autograd, data, graph, jit, math, metrics, nn, onnx, optim, random, return_types, utils  # noqa: E402
+from .utils.data import Generator  # noqa: E402 (torch.Generator)
 
 
 # `from ferrograd import *` leaves Python's builtins (sum, abs, float) alone.

@@ -38,8 +38,24 @@ impl Tensor {
             w.iter().all(|v| v.is_finite() && *v >= 0.0),
             "multinomial: weights must be finite and not negative"
         );
-        let rows = w.len() / n.max(1);
-        let mut out = Vec::with_capacity(rows * samples);
+        assert!(
+            n > 0,
+            "multinomial: the distribution is empty (shape {:?}): there is no category to draw",
+            self.shape()
+        );
+        assert!(
+            replacement || samples <= n,
+            "multinomial: cannot draw {samples} samples from {n} categories without replacement"
+        );
+        let rows = w.len() / n;
+        let mut out = Vec::new();
+        let fits = rows
+            .checked_mul(samples)
+            .is_some_and(|total| out.try_reserve_exact(total).is_ok());
+        assert!(
+            fits,
+            "multinomial: {samples} samples for each of {rows} rows do not fit in memory"
+        );
         for r in 0..rows {
             let mut row = w[r * n..(r + 1) * n].to_vec();
             for _ in 0..samples {

@@ -34,9 +34,12 @@ impl Tensor {
             "rope: base {base} must be finite and positive"
         );
         let (t, d) = (self.shape()[n - 2], self.shape()[n - 1]);
+        let Some(end) = start.checked_add(t) else {
+            panic!("rope: positions {start} to {start} + {t} are past the largest position")
+        };
         let half = d / 2;
         let (mut cos, mut sin) = (Vec::with_capacity(t * d), Vec::with_capacity(t * d));
-        for p in start..start + t {
+        for p in start..end {
             // Each angle twice: once for the first half of the features, once for the second.
             for _ in 0..2 {
                 for i in 0..half {

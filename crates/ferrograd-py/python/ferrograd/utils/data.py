@@ -78,8 +78,16 @@ def _fresh_seed():
     return int(_core.rand(1, dtype=_core.dtype.float64).item() * 2**62)
 
 
+def _check_generator(generator):
+    if generator is not None and not isinstance(generator, Generator):
+        raise TypeError(
+            f"generator must be a ferrograd Generator (fg.Generator().manual_seed(seed)), not {type(generator).__name__}"
+        )
+
+
 def random_split(dataset, lengths, generator=None):
     """Random non-overlapping subsets of the given lengths (or fractions summing to 1)."""
+    _check_generator(generator)
     n = len(dataset)
     if all(isinstance(x, float) for x in lengths) and abs(sum(lengths) - 1) < 1e-9:
         counts = [int(n * f) for f in lengths]
@@ -141,6 +149,7 @@ class DataLoader:
             raise ValueError(f"batch_size should be a positive integer value, but got batch_size={batch_size}")
         if sampler is not None and shuffle:
             raise ValueError("sampler option is mutually exclusive with shuffle")
+        _check_generator(generator)
         self.dataset, self.batch_size, self.shuffle = dataset, batch_size, shuffle
         self.sampler, self.batch_sampler = sampler, batch_sampler
         self.drop_last, self.generator = drop_last, generator
