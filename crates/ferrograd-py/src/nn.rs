@@ -30,7 +30,7 @@ pub fn core_error(e: ferrograd::Error) -> PyErr {
 }
 
 /// Base class of every layer: `layer(x)` runs it in training mode unless `eval()` was called.
-#[pyclass(name = "Layer", module = "ferrograd.nn", subclass)]
+#[pyclass(name = "Layer", module = "ferrograd.nn", subclass, weakref)]
 pub struct PyLayer {
     pub layer: Arc<dyn Layer>,
     training: AtomicBool,
@@ -50,6 +50,9 @@ pub struct PyLayer {
     /// The constructor's arguments under PyTorch's attribute names (`in_features`,
     /// `kernel_size`, `p`, ...), read as attributes.
     attributes: Vec<(&'static str, Py<PyAny>)>,
+    /// Whether a hook was ever registered (`ferrograd.nn._hooks` holds them): a layer
+    /// without one is called without asking Python.
+    hooked: AtomicBool,
 }
 
 /// Builds a new Python layer of one class and settings (a constructor and its arguments),
@@ -89,6 +92,32 @@ pub fn copy_state(from: &dyn Layer, to: &dyn Layer) {
 }
 
 impl PyLayer {
+    /// A hook of `kind` kept by `ferrograd.nn._hooks`. A class with a call of its own (the
+    /// recurrent layers, attention, the losses) refuses hooks rather than skip them.
+    fn register_hook(
+        slf: &Bound<'_, Self>,
+        kind: &str,
+        hook: &Bound<'_, PyAny>,
+        prepend: bool,
+        with_kwargs: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let own_call = slf.get_type().getattr("__call__")?;
+        let base_call = py.get_type::<PyLayer>().getattr("__call__")?;
+        if !own_call.is(&base_call) {
+            return Err(unsupported(&format!(
+                "a {kind} hook on {}",
+                slf.get_type().name()?
+            )));
+        }
+        let hooks = py.import("ferrograd.nn._hooks")?;
+        let handle = hooks
+            .getattr("register")?
+            .call1((slf, kind, hook, prepend, with_kwargs))?;
+        slf.borrow().hooked.store(true, Ordering::Relaxed);
+        Ok(handle.unbind())
+    }
+
     pub fn new(layer: Arc<dyn Layer>) -> PyLayer {
         let leaves = layer.params().iter().map(|(_, p)| leaf_of(p)).collect();
         PyLayer {
@@ -99,6 +128,7 @@ impl PyLayer {
             _leaves: leaves,
             recipe: None,
             attributes: Vec::new(),
+            hooked: AtomicBool::new(false),
         }
     }
 
@@ -281,8 +311,55 @@ impl PyLayer {
         self.run(py, x, self.mode()).map(PyTensor::new)
     }
 
-    fn __call__(&self, py: Python<'_>, x: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.forward(py, x)
+    fn __call__(slf: &Bound<'_, Self>, x: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        if slf.borrow().hooked.load(Ordering::Relaxed) {
+            let hooks = py.import("ferrograd.nn._hooks")?;
+            let args = PyTuple::new(py, [x])?;
+            return Ok(hooks
+                .getattr("call")?
+                .call1((slf, args, py.None()))?
+                .unbind());
+        }
+        let out = slf.borrow().forward(py, x)?;
+        Ok(Bound::new(py, out)?.into_any().unbind())
+    }
+
+    /// PyTorch's `register_forward_pre_hook`: `hook(module, args)` runs before each call
+    /// and may return new arguments. Returns a handle whose `remove()` takes it away.
+    #[pyo3(signature = (hook, *, prepend=false, with_kwargs=false))]
+    fn register_forward_pre_hook(
+        slf: &Bound<'_, Self>,
+        hook: &Bound<'_, PyAny>,
+        prepend: bool,
+        with_kwargs: bool,
+    ) -> PyResult<Py<PyAny>> {
+        Self::register_hook(slf, "forward_pre", hook, prepend, with_kwargs)
+    }
+
+    /// PyTorch's `register_forward_hook`: `hook(module, args, output)` runs after each call
+    /// and may return a new output.
+    #[pyo3(signature = (hook, *, prepend=false, with_kwargs=false, always_call=false))]
+    fn register_forward_hook(
+        slf: &Bound<'_, Self>,
+        hook: &Bound<'_, PyAny>,
+        prepend: bool,
+        with_kwargs: bool,
+        always_call: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let _ = always_call;
+        Self::register_hook(slf, "forward", hook, prepend, with_kwargs)
+    }
+
+    /// PyTorch's `register_full_backward_hook`: `hook(module, grad_input, grad_output)` runs
+    /// when the gradients of the call's inputs are known, and may return new ones.
+    #[pyo3(signature = (hook, prepend=false))]
+    fn register_full_backward_hook(
+        slf: &Bound<'_, Self>,
+        hook: &Bound<'_, PyAny>,
+        prepend: bool,
+    ) -> PyResult<Py<PyAny>> {
+        Self::register_hook(slf, "backward", hook, prepend, false)
     }
 
     /// Training mode (dropout on, batch statistics) or, with `False`, evaluation mode.

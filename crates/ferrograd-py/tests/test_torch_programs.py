@@ -79,3 +79,74 @@ def test_a_gradient_penalty_takes_the_gradient_not_its_first_row():
         """
     )
     assert out == "ok\n"
+
+
+def test_module_hooks_extract_features_and_see_gradients():
+    import numpy as np
+    import pytest
+
+    import ferrograd as fg
+    import ferrograd.nn as nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.fc(x).relu()
+
+    fg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), Block(), nn.Linear(3, 2))
+    seen = {}
+    # Feature extraction from a core layer and from a Python module.
+    h1 = model[0].register_forward_hook(lambda m, args, out: seen.__setitem__("fc0", out))
+    h2 = model[2].register_forward_hook(lambda m, args, out: seen.__setitem__("block", out))
+    x = fg.randn(5, 4)
+    y = model(x)
+    assert tuple(seen["fc0"].shape) == (5, 3) and tuple(seen["block"].shape) == (5, 3)
+    np.testing.assert_allclose(model[3](seen["block"]).detach().numpy(), y.detach().numpy(), rtol=1e-6)
+    # A pre-hook replaces the input, a forward hook the output; handles remove them.
+    with model[3].register_forward_pre_hook(lambda m, args: (args[0] * 0.0,)):
+        assert np.allclose(model(x).detach().numpy(), model[3].bias.detach().numpy())
+    doubled = model[3].register_forward_hook(lambda m, args, out: out * 2.0)
+    np.testing.assert_allclose(model(x).detach().numpy(), 2 * y.detach().numpy(), rtol=1e-6)
+    for h in (h1, h2, doubled):
+        h.remove()
+    seen.clear()
+    np.testing.assert_allclose(model(x).detach().numpy(), y.detach().numpy(), rtol=1e-6)
+    assert seen == {}
+    # A backward hook sees the gradients of the call's input and output, and may scale them.
+    grads = {}
+
+    def record(m, grad_input, grad_output):
+        grads["in"], grads["out"] = grad_input[0], grad_output[0]
+        return (grad_input[0] * 0.5,)
+
+    handle = model[3].register_full_backward_hook(record)
+    w = model[0].weight
+    w.grad = None
+    model(x).sum().backward()
+    np.testing.assert_allclose(grads["out"].numpy(), np.ones((5, 2)))
+    np.testing.assert_allclose(grads["in"].numpy(), np.ones((5, 2)) @ model[3].weight.detach().numpy(), rtol=1e-6)
+    halved = w.grad.numpy().copy()
+    handle.remove()
+    w.grad = None
+    model(x).sum().backward()
+    np.testing.assert_allclose(halved, 0.5 * w.grad.numpy(), rtol=1e-6)
+    # A layer with a call of its own refuses hooks rather than skip them.
+    with pytest.raises(NotImplementedError, match="hook on LSTM"):
+        nn.LSTM(2, 2).register_forward_hook(lambda *a: None)
+
+
+def test_a_parameter_replaced_by_a_cropped_one_is_used():
+    # nanoGPT's crop_block_size: a shorter position table replaces the longer one.
+    import ferrograd as fg
+    import ferrograd.nn as nn
+
+    wpe = nn.Embedding(8, 4)
+    first = wpe.weight.detach().numpy()[:5].copy()
+    wpe.weight = nn.Parameter(wpe.weight[:5])
+    assert tuple(wpe.weight.shape) == (5, 4)
+    assert (wpe(fg.arange(5)).detach().numpy() == first).all()
+    assert [tuple(p.shape) for p in wpe.parameters()] == [(5, 4)]

@@ -427,9 +427,24 @@ fn layers_tie_their_parameters_to_another_layers() {
     let m = Tied { tok, head };
     let names: Vec<String> = m.params().into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, ["tok.weight", "head.bias"]);
+    // Another size is taken only where the layer's parameters still fit together.
     let mut other = Dense::new(4, 11);
     let err = other.tie("weight", m.tok.weight()).unwrap_err().to_string();
-    assert!(err.contains("cannot share a [10, 4]"), "{err}");
+    assert!(err.contains("gives 10 outputs, the bias has 11"), "{err}");
+    let err = other.tie("bias", m.tok.weight()).unwrap_err().to_string();
+    assert!(
+        err.contains("a bias [10, 4] does not fit the weight [11, 4]"),
+        "{err}"
+    );
+    // A shorter embedding table (cropping a model's context) replaces the longer one.
+    let mut pos = Embedding::new(8, 4);
+    let cropped = Param::new(pos.weight().tensor().narrow(0, 0, 5).detach());
+    pos.tie("weight", &cropped).unwrap();
+    let flat = Param::new(Tensor::zeros(&[4], DType::F32));
+    let err = pos.tie("weight", &flat).unwrap_err().to_string();
+    assert!(err.contains("cannot take a [4] f32"), "{err}");
+    let ids = Tensor::from_vec(vec![0i64, 4], &[2]);
+    assert_eq!(Layer::forward(&pos, &ids, Mode::Eval).shape(), &[2, 4]);
     let err = other.tie("scale", m.tok.weight()).unwrap_err().to_string();
     assert!(err.contains("no parameter \"scale\""), "{err}");
     let mut emb = Embedding::new(10, 4);

@@ -135,8 +135,22 @@ impl Module for Dense {
 
     fn tie(&mut self, name: &str, to: &Param) -> Result<()> {
         let layer = self.name();
+        let outputs = |w: &Param| w.shape()[0];
         match (name, &mut self.bias) {
+            ("weight", Some(bias)) if bias.shape()[0] != outputs(to) => Err(Error::Shape(format!(
+                "{layer}: a weight {:?} gives {} outputs, the bias has {}",
+                to.shape(),
+                outputs(to),
+                bias.shape()[0]
+            ))),
             ("weight", _) => tie_slot(&layer, name, &mut self.weight, to),
+            ("bias", Some(_)) if to.shape() != [outputs(&self.weight)] => {
+                Err(Error::Shape(format!(
+                    "{layer}: a bias {:?} does not fit the weight {:?}",
+                    to.shape(),
+                    self.weight.shape()
+                )))
+            }
             ("bias", Some(bias)) => tie_slot(&layer, name, bias, to),
             _ => Err(Error::Shape(format!(
                 "{layer}: no parameter {name:?} to share"

@@ -40,8 +40,9 @@ pub trait Module: Send + Sync {
     }
 
     /// Makes `to` this layer's own parameter `name`, shared from then on with whoever else
-    /// holds it: tied weights, PyTorch's `head.weight = tok.weight`. `to` must have the shape
-    /// and dtype of the parameter it replaces. The layers that hold their parameters
+    /// holds it: tied weights, PyTorch's `head.weight = tok.weight`. `to` must have the number
+    /// of axes and the dtype of the parameter it replaces; other sizes are taken where the
+    /// layer's parameters still fit together. The layers that hold their parameters
     /// directly (`Dense`, `Embedding`) allow it; for the others, and for a name the layer
     /// does not own, an error says so.
     fn tie(&mut self, name: &str, to: &Param) -> Result<()> {
@@ -454,11 +455,14 @@ fn in_file(path: &Path, e: Error) -> Error {
     }
 }
 
-/// `*slot = to.clone()` for [`Module::tie`], when `to` has the slot's shape and dtype.
+/// `*slot = to.clone()` for [`Module::tie`], when `to` has the slot's number of axes and
+/// dtype. Its sizes may differ, as PyTorch's attribute assignment replaces a parameter by
+/// any other (cropping an embedding table to a shorter context); a layer whose other
+/// parameters must fit it checks them.
 pub(crate) fn tie_slot(layer: &str, name: &str, slot: &mut Param, to: &Param) -> Result<()> {
-    if to.shape() != slot.shape() || to.dtype() != slot.dtype() {
+    if to.shape().len() != slot.shape().len() || to.dtype() != slot.dtype() {
         return Err(Error::Shape(format!(
-            "{layer}: {name} is {:?} {}, cannot share a {:?} {} parameter",
+            "{layer}: {name} is {:?} {}, cannot take a {:?} {} parameter",
             slot.shape(),
             slot.dtype(),
             to.shape(),

@@ -6,6 +6,7 @@ import collections as _collections
 
 import numpy as _np
 
+from . import _hooks
 from .._core import Layer, Net, Tensor
 from .._core import load_tensors as _load_tensors
 from .._core import save_tensors as _save_tensors
@@ -135,7 +136,25 @@ class Module(metaclass=_ModuleType):
         raise NotImplementedError(f"{type(self).__name__} defines no forward")
 
     def __call__(self, *args, **kwargs):
+        if _hooks.hooked(self):
+            return _hooks.call(self, args, kwargs)
         return self.forward(*args, **kwargs)
+
+    # ---- hooks (PyTorch's, as the core's layers have them) ----
+
+    def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):
+        """``hook(module, args)`` runs before each call and may return new arguments."""
+        return _hooks.register(self, "forward_pre", hook, prepend, with_kwargs)
+
+    def register_forward_hook(self, hook, *, prepend=False, with_kwargs=False, always_call=False):
+        """``hook(module, args, output)`` runs after each call and may return a new output."""
+        del always_call
+        return _hooks.register(self, "forward", hook, prepend, with_kwargs)
+
+    def register_full_backward_hook(self, hook, prepend=False):
+        """``hook(module, grad_input, grad_output)`` runs once the gradients of the call's
+        inputs are known, and may return new ones."""
+        return _hooks.register(self, "backward", hook, prepend)
 
     # ---- walking the tree ----
 
