@@ -1267,20 +1267,20 @@ struct RecurrentArgs {
     batch_first: bool,
     dropout: f64,
     bidirectional: bool,
+    /// ReLU instead of tanh (the RNN's `nonlinearity='relu'`).
+    relu: bool,
 }
 
 impl RecurrentArgs {
-    /// Refuses what ferrograd's layers do not have. Dropout between layers does nothing in a
-    /// single layer (PyTorch only warns), so it is accepted there.
+    /// PyTorch's range for the dropout between layers (it does nothing in a single layer,
+    /// where PyTorch only warns).
     fn check(&self) -> PyResult<()> {
-        if !self.bias {
-            return Err(unsupported("a recurrent layer without biases (bias=False)"));
-        }
-        if self.bidirectional {
-            return Err(unsupported("a bidirectional recurrent layer"));
-        }
-        if self.dropout != 0.0 && self.num_layers > 1 {
-            return Err(unsupported("dropout between recurrent layers"));
+        if !(0.0..1.0).contains(&self.dropout) {
+            return Err(PyValueError::new_err(format!(
+                "dropout should be a number in range [0, 1) representing the probability of an \
+                 element being zeroed, got {}",
+                self.dropout
+            )));
         }
         Ok(())
     }
@@ -1306,11 +1306,17 @@ impl RecurrentArgs {
         if self.num_layers != 1 {
             s.push_str(&format!(", num_layers={}", self.num_layers));
         }
+        if !self.bias {
+            s.push_str(", bias=False");
+        }
         if self.batch_first {
             s.push_str(", batch_first=True");
         }
         if self.dropout != 0.0 {
             s.push_str(&format!(", dropout={}", py_float(self.dropout)));
+        }
+        if self.bidirectional {
+            s.push_str(", bidirectional=True");
         }
         s
     }
@@ -1324,11 +1330,21 @@ impl PyRecurrent {
         recipe: Recipe,
     ) -> PyResult<PyClassInitializer<PyRecurrent>> {
         a.check()?;
-        let (n, first) = (a.num_layers, a.batch_first);
+        let (n, first, both, bias, p) = (
+            a.num_layers,
+            a.batch_first,
+            a.bidirectional,
+            a.bias,
+            a.dropout,
+        );
         let (kind, layer): (RecurrentKind, Arc<dyn Layer>) = guard::run(|| match kind {
             "RNN" => {
                 let l = Rnn::new(a.input_size, a.hidden_size)
                     .num_layers(n)
+                    .bidirectional(both)
+                    .bias(bias)
+                    .dropout(p)
+                    .relu(a.relu)
                     .batch_first(first);
                 let l = Arc::new(l);
                 (RecurrentKind::Rnn(l.clone()), l as Arc<dyn Layer>)
@@ -1336,6 +1352,9 @@ impl PyRecurrent {
             "LSTM" => {
                 let l = Lstm::new(a.input_size, a.hidden_size)
                     .num_layers(n)
+                    .bidirectional(both)
+                    .bias(bias)
+                    .dropout(p)
                     .batch_first(first);
                 let l = Arc::new(l);
                 (RecurrentKind::Lstm(l.clone()), l as Arc<dyn Layer>)
@@ -1343,6 +1362,9 @@ impl PyRecurrent {
             _ => {
                 let l = Gru::new(a.input_size, a.hidden_size)
                     .num_layers(n)
+                    .bidirectional(both)
+                    .bias(bias)
+                    .dropout(p)
                     .batch_first(first);
                 let l = Arc::new(l);
                 (RecurrentKind::Gru(l.clone()), l as Arc<dyn Layer>)
@@ -1377,7 +1399,7 @@ impl PyRecurrent {
     /// (`h_0`, or `(h_0, c_0)`; zeros when None).
     #[pyo3(signature = (input, hx=None))]
     fn forward<'py>(
-        &self,
+        slf: PyRef<'py, Self>,
         py: Python<'py>,
         input: &Bound<'py, PyAny>,
         hx: Option<&Bound<'py, PyAny>>,
@@ -1385,14 +1407,16 @@ impl PyRecurrent {
         let x = crate::nn::input(input)?;
         // One unbatched sequence [T, F] runs as a batch of one.
         let unbatched = x.ndim() == 2;
-        let axis = usize::from(!self.batch_first);
+        let axis = usize::from(!slf.batch_first);
+        // Dropout between layers in training mode only.
+        let mode = slf.as_super().mode();
         let x = if unbatched { x.unsqueeze(axis) } else { x };
         let out_of = |t: Tensor| if unbatched { t.squeeze(axis) } else { t };
         let state_of = |t: Tensor| if unbatched { t.squeeze(1) } else { t };
         let wrap = |t: Tensor| Bound::new(py, PyTensor::new(t)).map(Bound::into_any);
         let hx = hx.filter(|s| !s.is_none());
         let heavy = x.numel() >= HEAVY;
-        match self.kind.clone() {
+        match slf.kind.clone() {
             RecurrentKind::Lstm(l) => {
                 let s = hx
                     .map(|s| -> PyResult<(Tensor, Tensor)> {
@@ -1400,18 +1424,18 @@ impl PyRecurrent {
                         Ok((state_in(&h, unbatched)?, state_in(&c, unbatched)?))
                     })
                     .transpose()?;
-                let (out, (h, c)) = guard::run_heavy(py, heavy, || l.forward_seq(&x, s))?;
+                let (out, (h, c)) = guard::run_heavy(py, heavy, || l.forward_seq_in(&x, s, mode))?;
                 let hc = PyTuple::new(py, [wrap(state_of(h))?, wrap(state_of(c))?])?;
                 PyTuple::new(py, [wrap(out_of(out))?, hc.into_any()])
             }
             RecurrentKind::Rnn(l) => {
                 let h0 = hx.map(|s| state_in(s, unbatched)).transpose()?;
-                let (out, h) = guard::run_heavy(py, heavy, || l.forward_seq(&x, h0))?;
+                let (out, h) = guard::run_heavy(py, heavy, || l.forward_seq_in(&x, h0, mode))?;
                 PyTuple::new(py, [wrap(out_of(out))?, wrap(state_of(h))?])
             }
             RecurrentKind::Gru(l) => {
                 let h0 = hx.map(|s| state_in(s, unbatched)).transpose()?;
-                let (out, h) = guard::run_heavy(py, heavy, || l.forward_seq(&x, h0))?;
+                let (out, h) = guard::run_heavy(py, heavy, || l.forward_seq_in(&x, h0, mode))?;
                 PyTuple::new(py, [wrap(out_of(out))?, wrap(state_of(h))?])
             }
         }
@@ -1419,33 +1443,33 @@ impl PyRecurrent {
 
     #[pyo3(signature = (input, hx=None))]
     fn __call__<'py>(
-        &self,
+        slf: PyRef<'py, Self>,
         py: Python<'py>,
         input: &Bound<'py, PyAny>,
         hx: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        self.forward(py, input, hx)
+        Self::forward(slf, py, input, hx)
     }
 
     /// The same as calling the layer (the name earlier versions had).
     #[pyo3(signature = (x, state=None))]
     fn forward_seq<'py>(
-        &self,
+        slf: PyRef<'py, Self>,
         py: Python<'py>,
         x: &Bound<'py, PyAny>,
         state: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        self.forward(py, x, state)
+        Self::forward(slf, py, x, state)
     }
 }
 
-/// Refuses an RNN non-linearity other than tanh.
-fn tanh_only(nonlinearity: &str) -> PyResult<()> {
+/// Whether an RNN's `nonlinearity` is ReLU (else tanh); another name is an error.
+fn is_relu(nonlinearity: &str) -> PyResult<bool> {
     match nonlinearity {
-        "tanh" => Ok(()),
-        "relu" => Err(unsupported("RNN with nonlinearity='relu'")),
+        "tanh" => Ok(false),
+        "relu" => Ok(true),
         other => Err(PyValueError::new_err(format!(
-            "unknown nonlinearity {other:?}"
+            "Unknown nonlinearity '{other}'. Select from 'tanh' or 'relu'."
         ))),
     }
 }
@@ -1466,9 +1490,10 @@ macro_rules! recurrent_class {
                 input_size: usize, hidden_size: usize, num_layers: usize, $($extra: $ty,)?
                 bias: bool, batch_first: bool, dropout: f64, bidirectional: bool
             ) -> PyResult<PyClassInitializer<Self>> {
-                $($check(&$extra)?;)?
+                let relu = false $(|| $check(&$extra)?)?;
                 let args = RecurrentArgs {
                     input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
+                    relu,
                 };
                 let recipe = {
                     $(let $extra = $extra.clone();)?
@@ -1487,7 +1512,7 @@ recurrent_class!(/// Elman RNN with tanh.
     PyRNN, "RNN",
     (input_size, hidden_size, num_layers=1, nonlinearity="tanh".to_string(), bias=true,
      batch_first=false, dropout=0.0, bidirectional=false),
-    nonlinearity: String => tanh_only);
+    nonlinearity: String => is_relu);
 recurrent_class!(/// LSTM, gates i, f, g, o.
     PyLSTM, "LSTM",
     (input_size, hidden_size, num_layers=1, bias=true, batch_first=false, dropout=0.0,

@@ -4,10 +4,12 @@ pointers, built here by hand; ``fg.save`` never leaves a checkpoint half-written
 
 import collections
 import copyreg
+import io
 import os
 import pickle
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import textwrap
@@ -47,8 +49,6 @@ def refused(data, match="weights_only"):
 
 
 def _bytes_file(data):
-    import io
-
     return io.BytesIO(data)
 
 
@@ -129,7 +129,7 @@ def test_pickles_that_run_code_are_refused_before_they_run(tmp_path):
     finally:
         copyreg.remove_extension("posix", "system", 240)
     # A persistent id, which the default unpickler would hand to persistent_load.
-    refused(b"\x80\x02Pabc\n.", "persistent")
+    refused(b"\x80\x02Pabc\n.", "PERSID")
     assert not marker.exists()
 
 
@@ -223,3 +223,114 @@ def test_a_save_killed_midway_leaves_a_whole_checkpoint(tmp_path):
         child.wait()
         back = fg.load(path)
         assert back["epoch"] >= 0 and len(back["w"]) == 16 and back["w"][15][0].item() == 15.0
+
+
+# ---- opcode by opcode: what a hostile file writes that no pickler would ----
+
+
+def S(s):
+    b = s.encode()
+    return b"X" + struct.pack("<I", len(b)) + b
+
+
+def I(n):
+    return b"J" + struct.pack("<i", n)
+
+
+def G(module, name):
+    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
+
+
+def T(*items):
+    return b"(" + b"".join(items) + b"t"
+
+
+def D(*items):
+    return b"(" + b"".join(items) + b"d"
+
+
+F4 = G("numpy", "dtype") + T(S("f4"), b"\x89", b"\x88") + b"R"
+BUILT = G("numpy.core.numeric", "_frombuffer") + T(b"B\x04\x00\x00\x00\x00\x00\x00\x00", F4, T(I(1)), S("C")) + b"R"
+# An object whose __array_interface__ points numpy at an address the file chooses.
+INTERFACE = D(S("shape"), T(I(4096)), S("typestr"), S("|u1"), S("data"), T(I(0x10000), b"\x89"), S("version"), I(3))
+POINTER = G("numpy", "ndarray") + b")\x81" + D(S("__array_interface__"), INTERFACE) + b"b"
+
+
+def load_in_child(payload):
+    """`fg.load` of `payload` in a process of its own: what it printed, or its crash."""
+    code = """
+import io, pickle, sys, ferrograd as fg
+try:
+    print("loaded", type(fg.load(io.BytesIO(sys.stdin.buffer.read()))).__name__)
+except pickle.UnpicklingError as e:
+    print("refused:", e)
+"""
+    run = subprocess.run([sys.executable, "-c", code], input=payload, capture_output=True, timeout=120)
+    run.stdout, run.stderr = run.stdout.decode(), run.stderr.decode()
+    assert run.returncode == 0, f"the loader died with {run.returncode}: {run.stderr[-500:]}"
+    return run.stdout
+
+
+def test_build_on_anything_but_numpys_stand_ins_is_refused():
+    # Each once read memory at an address of the file's choosing (or crashed there).
+    attacks = {
+        "state on a built array": b"\x80\x02" + G("ferrograd._core", "tensor") + T(BUILT + D(S("array"), POINTER) + b"b", b"N", b"\x89") + b"R.",
+        "a new ndarray": b"\x80\x02" + POINTER + b".",
+        "a tensor's data": b"\x80\x02" + G("ferrograd._core", "tensor") + T(BUILT, b"N", b"\x89") + b"R" + T(b"N", D(S("data"), POINTER)) + b"b.",
+        "a class's attributes": b"\x80\x02" + G("ferrograd.return_types", "topk") + T(b"N", D(S("values"), I(1337))) + b"b.",
+        "an ordered dict's attributes": b"\x80\x02" + G("collections", "OrderedDict") + b")R" + D(S("x"), I(5)) + b"b.",
+        "a function's defaults": b"\x80\x02" + G("builtins", "set") + T(b"N", D(S("__defaults__"), T(I(5)))) + b"b.",
+    }
+    for what, payload in attacks.items():
+        out = load_in_child(payload)
+        assert out.startswith("refused:"), f"{what}: {out}"
+    assert fg.tensor([3.0, 1.0, 2.0]).topk(2).values.tolist() == [3.0, 2.0]
+
+
+def test_names_are_values_only_as_arguments_and_stand_ins_never_escape():
+    for payload in (
+        b"\x80\x02" + G("numpy", "dtype") + b".",  # a class as the result
+        b"\x80\x02" + b"\x8f(" + T(G("numpy", "ndarray")) + b"\x90.",  # in a set, in a tuple
+        b"\x80\x02" + D(T(F4), I(1)) + b".",  # a dtype in a tuple as a key: numpy's, plain
+    ):
+        try:
+            back = fg.load(io.BytesIO(payload))
+        except pickle.UnpicklingError:
+            continue
+        assert back == {(np.dtype("<f4"),): 1}
+
+
+def test_deep_tuples_and_memo_tricks_cost_no_crash_and_no_memory():
+    # Hashing a 200,000-deep tuple as a dict key overflows C's stack in plain pickle.
+    deep = b"\x80\x02}" + b")" + b"\x85" * 200_000 + I(1) + b"s."
+    assert "nests tuples" in load_in_child(deep)
+    # A 9-byte file that makes pickle's memo table 2^28 entries long (4 GB).
+    code = (
+        "import io, resource, ferrograd as fg; "
+        "print(fg.load(io.BytesIO(b'\\x80\\x02Nr\\x00\\x00\\x00\\x10.')), "
+        "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    value, megabytes = run.stdout.split()
+    assert value == "None" and int(megabytes) < 1000, run.stdout
+
+
+def test_every_failure_is_an_unpickling_error():
+    f4 = np.dtype("f4").__reduce__()
+    for payload in (
+        array_pickle(f4, (0, 2**62, 2**62), b""),  # numpy: "array is too big"
+        array_pickle(f4, (1,) * 65, b"\0" * 4),  # more axes than numpy has
+        b"\x80\x02" + G("numpy", "dtype") + b")R.",  # dtype() without a name
+        b"\x80\x02" + G("_codecs", "encode") + T(S("\u20ac"), S("latin1")) + b"R.",
+        b"\x80\x02\x82\x01.",  # an extension code nobody registered
+        b"\x80\x02(N",  # no STOP
+    ):
+        refused(payload, "load:")
+
+
+def test_protocols_0_to_2_of_named_tuples_frozensets_and_bytearrays_load():
+    top = fg.tensor([3.0, 1.0, 2.0]).topk(2)
+    for protocol in range(6):
+        back = fg.load(io.BytesIO(pickle.dumps([top, frozenset({1, 2}), bytearray(b"ab")], protocol=protocol)))
+        assert type(back[0]).__name__ == "topk" and back[0].indices.tolist() == [0, 2]
+        assert back[1:] == [frozenset({1, 2}), bytearray(b"ab")]

@@ -526,14 +526,57 @@ def test_recurrent_layers_take_pytorchs_layout_and_return_pytorchs_tuples():
     close(out.numpy().transpose(1, 0, 2).ravel(), REF["lstm_seq_first"][0], rtol=1e-10, atol=1e-12)
     time_first = closed_form(nn.LSTM(3, 4, num_layers=2), 0.37)
     close(nn.Net([time_first])(fg.tensor(xs)).numpy().ravel(), REF["lstm_seq_first"][0], rtol=1e-10, atol=1e-12)
-    for refused in (
-        lambda: nn.LSTM(3, 4, bidirectional=True),
-        lambda: nn.GRU(3, 4, bias=False),
-        lambda: nn.RNN(3, 4, num_layers=2, dropout=0.5),
-        lambda: nn.RNN(3, 4, nonlinearity="relu"),
-    ):
-        with pytest.raises(NotImplementedError):
-            refused()
+    with pytest.raises(ValueError, match="Unknown nonlinearity 'gelu'"):
+        nn.RNN(3, 4, nonlinearity="gelu")
+    with pytest.raises(ValueError, match="dropout should be a number"):
+        nn.LSTM(3, 4, num_layers=2, dropout=1.5)
+
+
+def _values_and_input_grad(layer, x, h0=None, state_weight=0.0):
+    x = fg.tensor(x, dtype=fg.float64, requires_grad=True)
+    out, state = layer(x) if h0 is None else layer(x, fg.tensor(h0))
+    h = state[0] if isinstance(state, tuple) else state
+    (out.sum() + h.sum() * state_weight).backward()
+    return out, state, x.grad
+
+
+def test_bidirectional_bias_free_and_relu_stacks_give_pytorchs_numbers():
+    xs = np.cos(np.arange(30).reshape(5, 2, 3) * 0.45)
+    lstm = closed_form(nn.LSTM(3, 4, num_layers=2, bidirectional=True), 0.31)
+    out, (h, c), gx = _values_and_input_grad(lstm, xs, state_weight=0.5)
+    want = REF["lstm_bidirectional"]
+    assert out.shape == (5, 2, 8) and h.shape == (4, 2, 4)
+    for got, w in zip((out, h, c, gx), want[:4]):
+        close(got.numpy().ravel(), w, rtol=1e-10, atol=1e-12)
+    assert [n for n, _ in lstm.named_parameters()] == want[4]
+    gru = closed_form(nn.GRU(3, 4, bias=False, batch_first=True), 0.23)
+    out, h, gx = _values_and_input_grad(gru, xs.transpose(1, 0, 2).copy())
+    for got, w in zip((out, h, gx), REF["gru_no_bias"][:3]):
+        close(got.numpy().ravel(), w, rtol=1e-10, atol=1e-12)
+    assert [n for n, _ in gru.named_parameters()] == REF["gru_no_bias"][3]
+    rnn = closed_form(nn.RNN(3, 4, num_layers=2, nonlinearity="relu", bidirectional=True, bias=False), 0.41)
+    h0 = np.sin(np.arange(32).reshape(4, 2, 4)) * 0.3
+    out, h, gx = _values_and_input_grad(rnn, xs, h0, state_weight=1.0)
+    for got, w in zip((out, h, gx), REF["rnn_relu_bidirectional"]):
+        close(got.numpy().ravel(), w, rtol=1e-10, atol=1e-12)
+
+
+def test_dropout_between_recurrent_layers_acts_in_training_only():
+    fg.manual_seed(3)
+    lstm = nn.LSTM(3, 8, num_layers=3, dropout=0.5, batch_first=True)
+    plain = copy.deepcopy(lstm)
+    x = fg.randn(4, 6, 3)
+    lstm.eval()
+    evaluated = lstm(x)[0].numpy()
+    # The same weights without dropout, in training mode: what eval mode computes.
+    no_dropout = nn.LSTM(3, 8, num_layers=3, batch_first=True)
+    no_dropout.load_state_dict(lstm.state_dict())
+    close(evaluated, no_dropout(x)[0].numpy(), rtol=1e-6, atol=1e-7)
+    plain.train()
+    a, b = plain(x)[0].numpy(), plain(x)[0].numpy()
+    assert not np.allclose(a, evaluated) and not np.allclose(a, b)
+    # The single layer's output has no dropout after it; the state is the last layer's.
+    assert np.isfinite(a).all() and lstm.dropout == 0.5
 
 
 def test_print_module_shows_the_tree_as_pytorch_prints_it():

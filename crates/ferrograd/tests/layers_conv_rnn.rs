@@ -293,6 +293,75 @@ fn recurrent_layers_have_first_and_second_derivatives() {
 }
 
 #[test]
+fn bidirectional_bias_free_and_relu_stacks_have_first_and_second_derivatives() {
+    let opts = GradcheckOptions::default();
+    let x = randn(&[2, 3, 3], 30);
+    let lstm = LSTM::new(3, 2)
+        .num_layers(2)
+        .bidirectional(true)
+        .bias(false);
+    to_f64(&lstm);
+    let names: Vec<String> = lstm.params().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names[..4],
+        [
+            "weight_ih_l0",
+            "weight_hh_l0",
+            "weight_ih_l0_reverse",
+            "weight_hh_l0_reverse"
+        ]
+    );
+    assert_eq!(lstm.params()[4].1.shape(), &[8, 4]); // layer 1 reads both directions
+    let (h0, c0) = (randn(&[4, 2, 2], 31), randn(&[4, 2, 2], 32));
+    let f = |t: &[Tensor]| {
+        let (out, (h, c)) = lstm.forward_seq(&t[0], Some((t[1].clone(), t[2].clone())));
+        &(&out.square().sum() + &h.sum()) + &c.sum()
+    };
+    let inputs = [x.clone(), h0, c0];
+    gradcheck(f, &inputs, &opts).unwrap();
+    gradgradcheck(f, &inputs, &opts).unwrap();
+    // Away from ReLU's kink: positive inputs and weights keep every unit active.
+    let rnn = RNN::new(3, 2).relu(true).bidirectional(true);
+    to_f64(&rnn);
+    for (_, p) in rnn.params() {
+        p.set(&(&p.tensor().abs() + 0.1));
+    }
+    let xp = &x.abs() + 0.1;
+    let f = |t: &[Tensor]| rnn.forward_seq(&t[0], None).0.square().sum();
+    gradcheck(f, std::slice::from_ref(&xp), &opts).unwrap();
+    gradgradcheck(f, &[xp], &opts).unwrap();
+}
+
+#[test]
+fn the_backward_direction_is_the_forward_one_on_the_reversed_sequence() {
+    // PyTorch's definition: the reverse direction reads x from its end; its outputs are put
+    // back in time order after the forward direction's features.
+    let both = GRU::new(3, 4).bidirectional(true);
+    let (fwd, bwd) = (GRU::new(3, 4), GRU::new(3, 4));
+    let params = both.params();
+    for (i, layer) in [&fwd, &bwd].into_iter().enumerate() {
+        for (k, (_, p)) in layer.params().into_iter().enumerate() {
+            p.set(&params[4 * i + k].1.tensor());
+        }
+    }
+    let x = randn(&[2, 5, 3], 33).to_dtype(DType::F32);
+    let (out, h) = both.forward_seq(&x, None);
+    let (out_f, h_f) = fwd.forward_seq(&x, None);
+    let (out_b, h_b) = bwd.forward_seq(&x.flip(&[1]), None);
+    assert_close(&out.narrow(2, 0, 4), &out_f, 1e-6);
+    assert_close(&out.narrow(2, 4, 4), &out_b.flip(&[1]), 1e-6);
+    assert_close(&h, &Tensor::cat(&[&h_f, &h_b], 0), 1e-6);
+    // Dropout between layers: only in training, and never after the last layer.
+    let stack = LSTM::new(3, 4).num_layers(2).dropout(0.5);
+    let eval = stack.forward_seq_in(&x, None, Mode::Eval).0;
+    let again = stack.forward_seq_in(&x, None, Mode::Eval).0;
+    assert_close(&eval, &again, 0.0);
+    let train = stack.forward_seq_in(&x, None, Mode::Train).0;
+    assert!(!train.allclose(&eval, 1e-4, 1e-4));
+    assert!(stack.name().contains("dropout=0.5"));
+}
+
+#[test]
 fn layers_check_their_input() {
     let msg = |f: &dyn Fn()| {
         let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_err();

@@ -9,7 +9,9 @@ use smallvec::smallvec;
 
 use crate::kernels::reduce as kr;
 use crate::kernels::{checked_numel_of, part_numel, Rows};
-use crate::tensor::{record, record_nondiff, with_dtype, DType, Element, FloatElement, Tensor};
+use crate::tensor::{
+    filled, record, record_nondiff, with_dtype, DType, Element, FloatElement, Tensor,
+};
 
 /// A reduction arranged for the kernels: the data as `[outer, red, inner]` in row-major order.
 struct Reduction {
@@ -82,7 +84,9 @@ impl Reduction {
         x: &Tensor,
         kernel: impl FnOnce(&[T], Rows, &mut [T]),
     ) -> Tensor {
-        let mut out = vec![T::zero(); self.rows.outer * self.rows.inner];
+        // An empty input can reduce to a huge output (zeros over [0, 2^30, 2^29]): a refused
+        // allocation is a panic naming the op, not an abort.
+        let mut out = filled("reduction", self.rows.outer * self.rows.inner, T::zero());
         kernel(&self.data::<T>(x), self.rows, &mut out);
         Tensor::from_data(out, &self.out_shape)
     }
@@ -128,7 +132,7 @@ impl Tensor {
         if self.dtype() == DType::I64 {
             // Integers sum exactly, wrapping on overflow as PyTorch's int64 (no derivative:
             // an integer tensor is never tracked).
-            let mut out = vec![0i64; plan.rows.outer * plan.rows.inner];
+            let mut out = filled("sum_axes", plan.rows.outer * plan.rows.inner, 0i64);
             kr::sum_wrapping(&plan.data::<i64>(self), plan.rows, &mut out);
             return Tensor::from_data(out, &plan.out_shape);
         }
