@@ -71,6 +71,53 @@ pub fn tree_repr(name: &str, settings: &str, children: &[(String, String)]) -> S
 
 #[pymethods]
 impl PyLayer {
+    /// Pickling the whole layer (`torch.save(model)`, `pickle.dumps`): its class called
+    /// with its constructor's arguments again, then given its state (`__setstate__`: the
+    /// state dict, the mode, which parameters are frozen). Parameters shared between layers
+    /// come back as copies of their own.
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+        let py = slf.py();
+        let Some(args) = slf.borrow().made_with.as_ref().map(|a| a.clone_ref(py)) else {
+            return Err(PyTypeError::new_err(format!(
+                "cannot pickle a {} that was not made by its constructor: save its \
+                 state_dict() instead",
+                slf.get_type().name()?
+            )));
+        };
+        let frozen = PyList::empty(py);
+        for item in slf.call_method0("named_parameters")?.try_iter()? {
+            let (name, p): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item?.extract()?;
+            if !p.getattr("requires_grad")?.is_truthy()? {
+                frozen.append(name)?;
+            }
+        }
+        let state = [
+            ("state_dict", slf.call_method0("state_dict")?),
+            ("training", slf.getattr("training")?),
+            ("frozen", frozen.into_any()),
+        ]
+        .into_py_dict(py)?;
+        (slf.get_type(), args, state).into_pyobject(py)
+    }
+
+    /// The state a pickle gives back (see `__reduce__`).
+    fn __setstate__(slf: &Bound<'_, Self>, state: &Bound<'_, PyAny>) -> PyResult<()> {
+        slf.call_method1("load_state_dict", (state.get_item("state_dict")?,))?;
+        slf.call_method1("train", (state.get_item("training")?,))?;
+        let params = slf.call_method0("named_parameters")?;
+        let by_name: std::collections::HashMap<String, Bound<'_, PyAny>> = params
+            .try_iter()?
+            .map(|item| item?.extract())
+            .collect::<PyResult<_>>()?;
+        for name in state.get_item("frozen")?.try_iter()? {
+            let name: String = name?.extract()?;
+            if let Some(p) = by_name.get(&name) {
+                p.setattr("requires_grad", false)?;
+            }
+        }
+        Ok(())
+    }
+
     /// A copy with parameters of its own, as `copy.deepcopy` gives in PyTorch.
     fn __deepcopy__(slf: &Bound<'_, Self>, memo: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         PyLayer::deep_copy(slf, memo)

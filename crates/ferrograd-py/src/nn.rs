@@ -53,6 +53,9 @@ pub struct PyLayer {
     /// Whether a hook was ever registered (`ferrograd.nn._hooks` holds them): a layer
     /// without one is called without asking Python.
     hooked: AtomicBool,
+    /// The constructor's arguments, as given: what a pickle of the whole layer calls its
+    /// class with again (`torch.save(model)`).
+    pub made_with: Option<Py<PyTuple>>,
 }
 
 /// Builds a new Python layer of one class and settings (a constructor and its arguments),
@@ -104,7 +107,7 @@ impl PyLayer {
         let py = slf.py();
         let own_call = slf.get_type().getattr("__call__")?;
         let base_call = py.get_type::<PyLayer>().getattr("__call__")?;
-        if !own_call.is(&base_call) {
+        if !own_call.is(&base_call) && !slf.hasattr("_calls_hooks")? {
             return Err(unsupported(&format!(
                 "a {kind} hook on {}",
                 slf.get_type().name()?
@@ -118,6 +121,25 @@ impl PyLayer {
         Ok(handle.unbind())
     }
 
+    /// A call of a layer whose class has a call of its own (and `_calls_hooks`), made
+    /// through its hooks when it has any: `None` when it has none, to be run directly.
+    pub fn through_hooks<'py>(
+        slf: &Bound<'py, PyAny>,
+        args: Bound<'py, PyTuple>,
+        kwargs: Bound<'py, PyDict>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let hooked = slf
+            .cast::<PyLayer>()?
+            .borrow()
+            .hooked
+            .load(Ordering::Relaxed);
+        if !hooked {
+            return Ok(None);
+        }
+        let hooks = slf.py().import("ferrograd.nn._hooks")?;
+        hooks.getattr("call")?.call1((slf, args, kwargs)).map(Some)
+    }
+
     pub fn new(layer: Arc<dyn Layer>) -> PyLayer {
         let leaves = layer.params().iter().map(|(_, p)| leaf_of(p)).collect();
         PyLayer {
@@ -129,6 +151,15 @@ impl PyLayer {
             recipe: None,
             attributes: Vec::new(),
             hooked: AtomicBool::new(false),
+            made_with: None,
+        }
+    }
+
+    /// The layer with the constructor arguments that build it again when unpickled.
+    pub fn made_with(self, args: Bound<'_, PyTuple>) -> PyLayer {
+        PyLayer {
+            made_with: Some(args.unbind()),
+            ..self
         }
     }
 
@@ -726,7 +757,10 @@ impl PyNet {
             Ok(Py::new(py, PyNet::new(py, copies)?)?.into_any())
         });
         // A Python layer's parameters are read here, and it may raise.
-        let mut base = guard::run(|| PyLayer::new(Arc::new(Net::new(shared))))?.rebuilt_by(recipe);
+        let listed = PyList::new(py, net.layers.iter().map(|l| l.clone_ref(py)))?;
+        let mut base = guard::run(|| PyLayer::new(Arc::new(Net::new(shared))))?
+            .rebuilt_by(recipe)
+            .made_with(PyTuple::new(py, [listed])?);
         base.lists_children = true;
         Ok(PyClassInitializer::from(base).add_subclass(net))
     }
@@ -947,13 +981,17 @@ macro_rules! layer_class {
                     $(let $arg = $arg.clone();)*
                     recipe(move |py| $rust::new(py, $($arg.clone()),*))
                 };
+                let args = PyTuple::new(py, [$(
+                    pyo3::IntoPyObjectExt::into_py_any($arg.clone(), py)?
+                ),*].into_iter().collect::<Vec<Py<PyAny>>>())?;
                 let layer: Arc<dyn Layer> = guard::run(|| -> PyResult<Arc<dyn Layer>> {
                     Ok(Arc::new($build))
                 })??;
                 let base = PyLayer::new(layer)
                     .with_settings(settings)
                     .rebuilt_by(recipe)
-                    .with_attributes(attributes);
+                    .with_attributes(attributes)
+                    .made_with(args);
                 Ok(PyClassInitializer::from(base).add_subclass($rust))
             }
         }
@@ -1328,6 +1366,7 @@ impl PyRecurrent {
         kind: &str,
         a: &RecurrentArgs,
         recipe: Recipe,
+        made_with: Bound<'_, PyTuple>,
     ) -> PyResult<PyClassInitializer<PyRecurrent>> {
         a.check()?;
         let (n, first, both, bias, p) = (
@@ -1373,7 +1412,8 @@ impl PyRecurrent {
         let base = PyLayer::new(layer)
             .with_settings(a.settings())
             .rebuilt_by(recipe)
-            .with_attributes(a.attributes(py)?);
+            .with_attributes(a.attributes(py)?)
+            .made_with(made_with);
         let rec = PyRecurrent {
             kind,
             batch_first: first,
@@ -1443,12 +1483,25 @@ impl PyRecurrent {
 
     #[pyo3(signature = (input, hx=None))]
     fn __call__<'py>(
-        slf: PyRef<'py, Self>,
+        slf: &Bound<'py, Self>,
         py: Python<'py>,
         input: &Bound<'py, PyAny>,
         hx: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyTuple>> {
-        Self::forward(slf, py, input, hx)
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let args = match hx {
+            Some(h) => PyTuple::new(py, [input, h])?,
+            None => PyTuple::new(py, [input])?,
+        };
+        if let Some(out) = PyLayer::through_hooks(slf.as_any(), args, PyDict::new(py))? {
+            return Ok(out);
+        }
+        Ok(Self::forward(slf.borrow(), py, input, hx)?.into_any())
+    }
+
+    /// The recurrent layers run their hooks (as PyTorch's), from their own call.
+    #[classattr]
+    fn _calls_hooks() -> bool {
+        true
     }
 
     /// The same as calling the layer (the name earlier versions had).
@@ -1495,6 +1548,10 @@ macro_rules! recurrent_class {
                     input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
                     relu,
                 };
+                let made_with = (
+                    input_size, hidden_size, num_layers, $($extra.clone(),)?
+                    bias, batch_first, dropout, bidirectional,
+                ).into_pyobject(py)?;
                 let recipe = {
                     $(let $extra = $extra.clone();)?
                     recipe(move |py| $rust::new(
@@ -1502,7 +1559,7 @@ macro_rules! recurrent_class {
                         bias, batch_first, dropout, bidirectional,
                     ))
                 };
-                Ok(PyRecurrent::build(py, $py, &args, recipe)?.add_subclass($rust))
+                Ok(PyRecurrent::build(py, $py, &args, recipe, made_with)?.add_subclass($rust))
             }
         }
     };

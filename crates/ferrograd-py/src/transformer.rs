@@ -8,6 +8,7 @@ use std::sync::Arc;
 use ferrograd::prelude::*;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
 
 use crate::convert::{holds_bools, to_tensor};
 use crate::guard::{self, HEAVY};
@@ -216,6 +217,7 @@ impl PyMultiheadAttention {
     #[pyo3(signature = (embed_dim, num_heads, dropout=0.0, bias=true, add_bias_kv=false, add_zero_attn=false, kdim=None, vdim=None, batch_first=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
         embed_dim: usize,
         num_heads: usize,
         dropout: f64,
@@ -243,8 +245,9 @@ impl PyMultiheadAttention {
                 m.without_bias()
             }
         })?);
-        let recipe = recipe(move |_| {
+        let recipe = recipe(move |py| {
             PyMultiheadAttention::new(
+                py,
                 embed_dim,
                 num_heads,
                 dropout,
@@ -257,7 +260,19 @@ impl PyMultiheadAttention {
             )
         });
         let layer: Arc<dyn Layer> = inner.clone();
-        let base = PyLayer::new(layer).rebuilt_by(recipe);
+        let made_with = (
+            embed_dim,
+            num_heads,
+            dropout,
+            bias,
+            add_bias_kv,
+            add_zero_attn,
+            kdim,
+            vdim,
+            batch_first,
+        )
+            .into_pyobject(py)?;
+        let base = PyLayer::new(layer).rebuilt_by(recipe).made_with(made_with);
         Ok(
             PyClassInitializer::from(base).add_subclass(PyMultiheadAttention {
                 inner,
@@ -297,7 +312,7 @@ impl PyMultiheadAttention {
     #[pyo3(signature = (query, key, value, key_padding_mask=None, need_weights=true, attn_mask=None, average_attn_weights=true, is_causal=false))]
     #[allow(clippy::too_many_arguments)]
     fn __call__(
-        slf: PyRef<'_, Self>,
+        slf: &Bound<'_, Self>,
         query: &Bound<'_, PyAny>,
         key: &Bound<'_, PyAny>,
         value: &Bound<'_, PyAny>,
@@ -306,9 +321,20 @@ impl PyMultiheadAttention {
         attn_mask: Option<&Bound<'_, PyAny>>,
         average_attn_weights: bool,
         is_causal: bool,
-    ) -> PyResult<(PyTensor, Option<PyTensor>)> {
-        Self::forward(
-            slf,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let args = PyTuple::new(py, [query, key, value])?;
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("key_padding_mask", key_padding_mask)?;
+        kwargs.set_item("need_weights", need_weights)?;
+        kwargs.set_item("attn_mask", attn_mask)?;
+        kwargs.set_item("average_attn_weights", average_attn_weights)?;
+        kwargs.set_item("is_causal", is_causal)?;
+        if let Some(out) = PyLayer::through_hooks(slf.as_any(), args, kwargs)? {
+            return Ok(out.unbind());
+        }
+        let out = Self::forward(
+            slf.borrow(),
             query,
             key,
             value,
@@ -317,7 +343,14 @@ impl PyMultiheadAttention {
             attn_mask,
             average_attn_weights,
             is_causal,
-        )
+        )?;
+        Ok(out.into_pyobject(py)?.into_any().unbind())
+    }
+
+    /// Attention runs its hooks (as PyTorch's), from its own call.
+    #[classattr]
+    fn _calls_hooks() -> bool {
+        true
     }
 }
 
@@ -427,6 +460,7 @@ impl PyTransformerEncoderLayer {
     #[pyo3(signature = (d_model, nhead, dim_feedforward=2048, dropout=0.1, activation=None, layer_norm_eps=1e-5, batch_first=false, norm_first=false, bias=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
         d_model: usize,
         nhead: usize,
         dim_feedforward: usize,
@@ -438,8 +472,21 @@ impl PyTransformerEncoderLayer {
         bias: bool,
     ) -> PyResult<PyClassInitializer<Self>> {
         let given = activation.map(|a| Arc::new(a.clone().unbind()));
+        let made_with = (
+            d_model,
+            nhead,
+            dim_feedforward,
+            dropout,
+            activation.map(|a| a.clone().unbind()),
+            layer_norm_eps,
+            batch_first,
+            norm_first,
+            bias,
+        )
+            .into_pyobject(py)?;
         let recipe = recipe(move |py| {
             PyTransformerEncoderLayer::new(
+                py,
                 d_model,
                 nhead,
                 dim_feedforward,
@@ -469,7 +516,7 @@ impl PyTransformerEncoderLayer {
         let inner = settings.build()?;
         let layer: Arc<dyn Layer> = inner.clone();
         Ok(
-            PyClassInitializer::from(PyLayer::new(layer).rebuilt_by(recipe))
+            PyClassInitializer::from(PyLayer::new(layer).rebuilt_by(recipe).made_with(made_with))
                 .add_subclass(PyTransformerEncoderLayer { inner, settings }),
         )
     }
@@ -503,13 +550,29 @@ impl PyTransformerEncoderLayer {
 
     #[pyo3(signature = (src, src_mask=None, src_key_padding_mask=None, is_causal=false))]
     fn __call__(
-        slf: PyRef<'_, Self>,
+        slf: &Bound<'_, Self>,
         src: &Bound<'_, PyAny>,
         src_mask: Option<&Bound<'_, PyAny>>,
         src_key_padding_mask: Option<&Bound<'_, PyAny>>,
         is_causal: bool,
-    ) -> PyResult<PyTensor> {
-        Self::forward(slf, src, src_mask, src_key_padding_mask, is_causal)
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("src_mask", src_mask)?;
+        kwargs.set_item("src_key_padding_mask", src_key_padding_mask)?;
+        kwargs.set_item("is_causal", is_causal)?;
+        let args = PyTuple::new(py, [src])?;
+        if let Some(out) = PyLayer::through_hooks(slf.as_any(), args, kwargs)? {
+            return Ok(out.unbind());
+        }
+        let out = Self::forward(slf.borrow(), src, src_mask, src_key_padding_mask, is_causal)?;
+        Ok(Py::new(py, out)?.into_any())
+    }
+
+    /// The encoder layer runs its hooks (as PyTorch's), from its own call.
+    #[classattr]
+    fn _calls_hooks() -> bool {
+        true
     }
 }
 
@@ -522,7 +585,11 @@ pub struct PyRMSNorm;
 impl PyRMSNorm {
     #[new]
     #[pyo3(signature = (normalized_shape, eps=None))]
-    fn new(normalized_shape: usize, eps: Option<f64>) -> PyResult<PyClassInitializer<Self>> {
+    fn new(
+        py: Python<'_>,
+        normalized_shape: usize,
+        eps: Option<f64>,
+    ) -> PyResult<PyClassInitializer<Self>> {
         let layer: Arc<dyn Layer> = guard::run(|| -> Arc<dyn Layer> {
             let l = RMSNorm::new(normalized_shape);
             Arc::new(match eps {
@@ -530,8 +597,9 @@ impl PyRMSNorm {
                 None => l,
             })
         })?;
-        let recipe = recipe(move |_| PyRMSNorm::new(normalized_shape, eps));
-        let base = PyLayer::new(layer).rebuilt_by(recipe);
+        let recipe = recipe(move |py| PyRMSNorm::new(py, normalized_shape, eps));
+        let made_with = (normalized_shape, eps).into_pyobject(py)?;
+        let base = PyLayer::new(layer).rebuilt_by(recipe).made_with(made_with);
         Ok(PyClassInitializer::from(base).add_subclass(PyRMSNorm))
     }
 }

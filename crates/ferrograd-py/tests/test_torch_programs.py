@@ -134,9 +134,22 @@ def test_module_hooks_extract_features_and_see_gradients():
     w.grad = None
     model(x).sum().backward()
     np.testing.assert_allclose(halved, 0.5 * w.grad.numpy(), rtol=1e-6)
-    # A layer with a call of its own refuses hooks rather than skip them.
-    with pytest.raises(NotImplementedError, match="hook on LSTM"):
-        nn.LSTM(2, 2).register_forward_hook(lambda *a: None)
+    # Layers with calls of their own run their hooks too: attention maps, a recurrent state.
+    attn = nn.MultiheadAttention(4, 2, batch_first=True)
+    maps = []
+    attn.register_forward_hook(lambda m, args, kwargs, out: maps.append(out[1]), with_kwargs=True)
+    q = fg.randn(2, 3, 4)
+    attn(q, q, q, need_weights=True)
+    assert tuple(maps[0].shape) == (2, 3, 3)
+    lstm = nn.LSTM(2, 3, batch_first=True)
+    lstm.register_forward_pre_hook(lambda m, args: (args[0] * 0.0,))
+    states = []
+    lstm.register_forward_hook(lambda m, args, out: states.append(out[1][0]))
+    out, (h, _) = lstm(fg.randn(1, 4, 2))
+    assert states[0] is h and np.allclose(out.detach().numpy(), lstm(fg.zeros(1, 4, 2))[0].detach().numpy())
+    with pytest.raises(NotImplementedError, match="returns one tensor"):
+        lstm.register_full_backward_hook(lambda *a: None)
+        lstm(fg.randn(1, 4, 2, requires_grad=True))
 
 
 def test_a_parameter_replaced_by_a_cropped_one_is_used():
@@ -150,3 +163,54 @@ def test_a_parameter_replaced_by_a_cropped_one_is_used():
     assert tuple(wpe.weight.shape) == (5, 4)
     assert (wpe(fg.arange(5)).detach().numpy() == first).all()
     assert [tuple(p.shape) for p in wpe.parameters()] == [(5, 4)]
+
+
+class Classifier(__import__("ferrograd").nn.Module):
+    """A model of many kinds of layer, pickled whole below (a class pickle can import)."""
+
+    def __init__(self):
+        import ferrograd.nn as nn
+
+        super().__init__()
+        self.embed = nn.Embedding(10, 8)
+        self.lstm = nn.LSTM(8, 8, num_layers=2, batch_first=True, bidirectional=True)
+        self.attn = nn.MultiheadAttention(16, 2, batch_first=True)
+        self.block = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.0, batch_first=True)
+        self.head = nn.Sequential(nn.LayerNorm(16), nn.Linear(16, 3), nn.Dropout(0.1))
+        self.register_buffer("scale", __import__("ferrograd").ones(1) * 2)
+
+    def forward(self, ids):
+        x, _ = self.lstm(self.embed(ids))
+        x, _ = self.attn(x, x, x)
+        return self.head(self.block(x)).mean(1) * self.scale
+
+
+def test_a_whole_model_saves_and_loads_as_torch_save_does(tmp_path):
+    import pickle
+
+    import numpy as np
+    import pytest
+
+    import ferrograd as fg
+
+    fg.manual_seed(0)
+    model = Classifier()
+    model.embed.weight.requires_grad = False
+    model.eval()
+    ids = fg.tensor(np.arange(12).reshape(2, 6) % 10)
+    want = model(ids).detach().numpy()
+    fg.save(model, tmp_path / "model.pt")
+    # As PyTorch's, the default weights_only refuses a pickled class.
+    with pytest.raises(pickle.UnpicklingError, match="Classifier"):
+        fg.load(tmp_path / "model.pt")
+    back = fg.load(tmp_path / "model.pt", weights_only=False)
+    assert type(back) is Classifier and not back.training and not back.head[2].training
+    np.testing.assert_allclose(back(ids).detach().numpy(), want, rtol=1e-6)
+    assert not back.embed.weight.requires_grad and back.lstm.weight_ih_l1_reverse.requires_grad
+    assert [n for n, _ in back.named_parameters()] == [n for n, _ in model.named_parameters()]
+    # The copy trains on its own parameters.
+    back.train()
+    opt = fg.optim.SGD(back.parameters(), lr=0.1)
+    back(ids).sum().backward()
+    opt.step()
+    assert not np.allclose(back.head[1].weight.detach().numpy(), model.head[1].weight.detach().numpy())
