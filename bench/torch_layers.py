@@ -22,6 +22,14 @@ class SelfAttention(nn.Module):
         return nn.functional.scaled_dot_product_attention(x, x, x, is_causal=True)
 
 
+class Gram(nn.Module):
+    """`x @ xᵀ` over a batch of small matrices (attention with small heads, per-sample
+    gradients)."""
+
+    def forward(self, x):
+        return x @ x.transpose(-2, -1)
+
+
 # name: (layer, input shape); the same table as crates/ferrograd/examples/bench_layers.rs.
 CASES = {
     "conv3x3_64": (lambda: nn.Conv2d(64, 64, 3, padding=1), (32, 64, 32, 32)),
@@ -33,6 +41,9 @@ CASES = {
     "lstm": (lambda: nn.LSTM(32, 128, batch_first=True), (64, 50, 32)),
     "gru": (lambda: nn.GRU(32, 128, batch_first=True), (64, 50, 32)),
     "attention_gpt": (SelfAttention, (12, 4, 64, 32)),
+    "bmm_4": (Gram, (65536, 4, 4)),
+    "bmm_16": (Gram, (8192, 16, 16)),
+    "bmm_64": (Gram, (1024, 64, 64)),
 }
 
 

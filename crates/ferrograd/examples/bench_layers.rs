@@ -27,7 +27,19 @@ impl Layer for SelfAttention {
     }
 }
 
-const CASES: [Case; 9] = [
+/// `x @ xᵀ` over a batch of small matrices: the products of attention with small heads and of
+/// per-sample gradients (its backward is two more batched products, one of transposes).
+struct Gram;
+
+impl Module for Gram {}
+
+impl Layer for Gram {
+    fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
+        x.matmul(&x.transpose(-2, -1))
+    }
+}
+
+const CASES: [Case; 12] = [
     (
         "conv3x3_64",
         || Box::new(Conv2d::new(64, 64, 3).padding(1)),
@@ -61,6 +73,9 @@ const CASES: [Case; 9] = [
         || Box::new(SelfAttention),
         &[12, 4, 64, 32],
     ),
+    ("bmm_4", || Box::new(Gram), &[65536, 4, 4]),
+    ("bmm_16", || Box::new(Gram), &[8192, 16, 16]),
+    ("bmm_64", || Box::new(Gram), &[1024, 64, 64]),
 ];
 
 fn run(name: &str, make: fn() -> Box<dyn Layer>, shape: &[usize], repeats: usize) {

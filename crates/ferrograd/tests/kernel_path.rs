@@ -121,6 +121,46 @@ proptest! {
 proptest! {
     #![proptest_config(config())]
 
+    /// Batches of small products (the tiniest by the direct loop, in groups of products per
+    /// thread): every column block edge (16, 8, 4, 1), both layouts of the right operand, one
+    /// right operand broadcast over the batch, in f32 and f64.
+    #[test]
+    fn batches_of_small_products_match_f64_loops(
+        batch in 1usize..40,
+        m in 1usize..20,
+        k in 1usize..24,
+        n in 1usize..40,
+        tb in any::<bool>(),
+        shared in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let a = Tensor::randn(&[batch, m, k], DType::F64, &mut rng);
+        let rows = if shared { 1 } else { batch };
+        let b = if tb {
+            Tensor::randn(&[rows, n, k], DType::F64, &mut rng).transpose(1, 2)
+        } else {
+            Tensor::randn(&[rows, k, n], DType::F64, &mut rng)
+        };
+        for dtype in [DType::F32, DType::F64] {
+            let got = a.to_dtype(dtype).matmul(&b.to_dtype(dtype)).to_vec::<f64>();
+            let tol = if dtype == DType::F32 { 1e-5 } else { 1e-12 };
+            for i in 0..batch {
+                let bi = b.narrow(0, if shared { 0 } else { i }, 1).contiguous().to_vec::<f64>();
+                let ai = a.narrow(0, i, 1).to_vec::<f64>();
+                for (j, w) in naive(&ai, &bi, (m, k, n)).iter().enumerate() {
+                    let g = got[i * m * n + j];
+                    prop_assert!((g - w).abs() <= tol * (k as f64).sqrt() * (1.0 + w.abs()),
+                        "{batch}×{m}×{k}×{n} ({tb}, {shared}) {dtype} at {i}, {j}: {g} against {w}");
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
     /// `linear`'s bias joins the product as its row panels are stored: the same bits as the
     /// product and the addition written out, on every tile edge, both layouts of the input
     /// and the weight, and over several k blocks (where the bias must join only the last).

@@ -6,7 +6,7 @@ use std::mem::MaybeUninit;
 
 use ferrograd_derive::isa_dispatch;
 
-use super::parallel::run_tasks;
+use super::parallel::{run_tasks, threads};
 use super::Float;
 
 /// A strided matrix inside a slice: element (i, j) is `data[offset + i * rs + j * cs]`.
@@ -113,7 +113,13 @@ fn batch_append<T: Float>(
             .first()
             .is_some_and(|(a, _)| a.rows.saturating_mul(a.cols).saturating_mul(n) < SMALL_GEMM);
         if pairs.len() > 1 && small {
-            run_tasks(spare.chunks_mut(block).zip(pairs).collect(), run);
+            // A few groups of products per thread: one task per product would cost more in
+            // scheduling than a small product's arithmetic.
+            let per = pairs.len().div_ceil(threads() * GROUPS_PER_THREAD);
+            let groups = spare.chunks_mut(block * per).zip(pairs.chunks(per));
+            run_tasks(groups.collect(), |(c, ps)| {
+                c.chunks_mut(block).zip(ps).for_each(run);
+            });
         } else {
             spare.chunks_mut(block).zip(pairs).for_each(run);
         }
@@ -138,7 +144,14 @@ pub fn gemm_into<T: Float>(a: MatRef<'_, T>, b: MatRef<'_, T>, out: &mut [T]) {
 
 /// Below this many multiply-adds per matrix, a batch runs its matrices on separate threads
 /// instead of threading inside each product.
-const SMALL_GEMM: usize = 1 << 18;
+const SMALL_GEMM: usize = 1 << 20;
+
+/// Groups of a batch's small products per thread (the last to finish waits for one group).
+const GROUPS_PER_THREAD: usize = 4;
+
+/// At most this many multiply-adds, a product is a direct loop over rows ([`gemm_tiny`]):
+/// packing and the packed kernels' setup cost more than such a product's arithmetic.
+const TINY_GEMM: usize = 1 << 12;
 
 /// `a @ b + row`, `row` added to every row of the product (a layer's bias), appended to `out`
 /// as a row-major `[a.rows, b.cols]` block. Where the own f32 kernel runs, the row joins each
@@ -179,7 +192,11 @@ fn gemm_uninit<T: Float>(
         });
     } else {
         check(&a, &b, out.len());
-        if !super::gemv::applies(a.rows, b.cols) {
+        if super::gemv::applies(a.rows, b.cols) {
+            super::gemv::vector_product(&a, &b, out);
+        } else if a.rows.saturating_mul(a.cols).saturating_mul(b.cols) <= TINY_GEMM {
+            gemm_tiny(&a, &b, out);
+        } else {
             // SAFETY: checked above (`row`, when given, by `gemm_plus_row_append`); both
             // kernels write every element of the output without reading it first
             // (matrixmultiply with beta = 0, sgemm's first k block stores), so it may be
@@ -193,7 +210,6 @@ fn gemm_uninit<T: Float>(
                 )
             };
         }
-        super::gemv::vector_product(&a, &b, out);
     }
     if let Some(row) = row {
         // SAFETY: every element was written just above; MaybeUninit<T> has T's layout.
@@ -201,6 +217,86 @@ fn gemm_uninit<T: Float>(
             unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<T>(), out.len()) };
         add_row(out, row);
     }
+}
+
+/// `out = a @ b` for products of a few thousand multiply-adds (the many small products of
+/// attention heads and per-sample gradients), by blocks of 16, 8, 4 or 1 columns whose sums
+/// stay in registers ([`tiny_cols`]). Compiled for each instruction set, chosen at run time.
+/// A `b` with strided rows (a transposed view, as in `x @ xᵀ`) of at most this many elements
+/// is first copied into row-major order on the stack, so that its rows are read as vectors.
+const PACKED_TINY: usize = 1024;
+
+#[isa_dispatch]
+fn gemm_tiny<T: Float>(a: &MatRef<'_, T>, b: &MatRef<'_, T>, out: &mut [MaybeUninit<T>]) {
+    let len = b.rows * b.cols;
+    if b.cs == 1 || len > PACKED_TINY {
+        return tiny_blocks(a, b, out);
+    }
+    let mut buf = [MaybeUninit::<T>::uninit(); PACKED_TINY];
+    for (p, row) in buf[..len].chunks_exact_mut(b.cols).enumerate() {
+        for (j, v) in row.iter_mut().enumerate() {
+            v.write(b.data[b.offset + p * b.rs + j * b.cs]);
+        }
+    }
+    // SAFETY: the first `len` elements were written just above; MaybeUninit<T> has T's
+    // layout.
+    let data = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<T>(), len) };
+    let packed = MatRef {
+        data,
+        offset: 0,
+        rs: b.cols,
+        cs: 1,
+        ..*b
+    };
+    tiny_blocks(a, &packed, out);
+}
+
+/// [`gemm_tiny`]'s column blocks, widest first.
+#[inline(always)]
+fn tiny_blocks<T: Float>(a: &MatRef<'_, T>, b: &MatRef<'_, T>, out: &mut [MaybeUninit<T>]) {
+    let mut j0 = 0;
+    while j0 < b.cols {
+        j0 += match b.cols - j0 {
+            16.. => tiny_cols::<T, 16>(a, b, j0, out),
+            8.. => tiny_cols::<T, 8>(a, b, j0, out),
+            4.. => tiny_cols::<T, 4>(a, b, j0, out),
+            _ => tiny_cols::<T, 1>(a, b, j0, out),
+        };
+    }
+}
+
+/// Columns `j0..j0 + N` of `a @ b` into the row-major `out`, each row's `N` sums in a
+/// fixed-size array (registers) while `a`'s row is read once; returns `N`. (Two rows at a
+/// time, each row of `b` read once for both, measured slower.)
+#[inline(always)]
+fn tiny_cols<T: Float, const N: usize>(
+    a: &MatRef<'_, T>,
+    b: &MatRef<'_, T>,
+    j0: usize,
+    out: &mut [MaybeUninit<T>],
+) -> usize {
+    let n = b.cols;
+    for i in 0..a.rows {
+        let mut acc = [T::zero(); N];
+        for p in 0..a.cols {
+            let x = a.data[a.offset + i * a.rs + p * a.cs];
+            let start = b.offset + p * b.rs + j0 * b.cs;
+            if b.cs == 1 {
+                let row: &[T; N] = b.data[start..start + N].try_into().expect("N columns");
+                for (s, &y) in acc.iter_mut().zip(row) {
+                    *s = *s + x * y;
+                }
+            } else {
+                for (j, s) in acc.iter_mut().enumerate() {
+                    *s = *s + x * b.data[start + j * b.cs];
+                }
+            }
+        }
+        for (o, v) in out[i * n + j0..][..N].iter_mut().zip(acc) {
+            o.write(v);
+        }
+    }
+    N
 }
 
 fn check<T>(a: &MatRef<'_, T>, b: &MatRef<'_, T>, out_len: usize) {
