@@ -1498,6 +1498,10 @@ impl PyRecurrent {
         Ok(Self::forward(slf.borrow(), py, input, hx)?.into_any())
     }
 
+    /// PyTorch's call that lays the weights out in one block for cuDNN; on the CPU there is
+    /// nothing to lay out (PyTorch's own CPU layers do nothing here either).
+    fn flatten_parameters(&self) {}
+
     /// The recurrent layers run their hooks (as PyTorch's), from their own call.
     #[classattr]
     fn _calls_hooks() -> bool {

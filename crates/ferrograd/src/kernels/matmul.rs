@@ -284,11 +284,11 @@ fn tiny_cols<T: Float, const N: usize>(
             if b.cs == 1 {
                 let row: &[T; N] = b.data[start..start + N].try_into().expect("N columns");
                 for (s, &y) in acc.iter_mut().zip(row) {
-                    *s = *s + x * y;
+                    *s += x * y;
                 }
             } else {
                 for (j, s) in acc.iter_mut().enumerate() {
-                    *s = *s + x * b.data[start + j * b.cs];
+                    *s += x * b.data[start + j * b.cs];
                 }
             }
         }
