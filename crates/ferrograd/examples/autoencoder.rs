@@ -25,7 +25,7 @@ struct Args {
     #[arg(long)]
     conv: bool,
     /// Train on the first N training images only (a quick run).
-    #[arg(long)]
+    #[arg(long, value_parser = common::count)]
     limit: Option<usize>,
     #[command(flatten)]
     training: common::Training,

@@ -30,7 +30,7 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     epochs: u64,
     /// Stop each epoch after this many steps (a quick run).
-    #[arg(long)]
+    #[arg(long, value_parser = common::count)]
     steps: Option<usize>,
     /// Seed of the weights, the noise and the shuffles.
     #[arg(long, default_value_t = 0)]

@@ -22,16 +22,16 @@ struct Args {
     #[arg(long)]
     image: Option<PathBuf>,
     /// The painting's width and height in pixels.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     size: u32,
     /// Passes over every pixel.
     #[arg(long, default_value_t = 2000)]
     epochs: u64,
     /// Pixels per step.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = common::count)]
     batch_size: usize,
     /// Adam's learning rate.
-    #[arg(long, default_value_t = 3e-3)]
+    #[arg(long, default_value_t = 3e-3, value_parser = common::rate)]
     lr: f64,
     /// Seed of the weights and the shuffles.
     #[arg(long, default_value_t = 0)]

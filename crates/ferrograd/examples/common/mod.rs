@@ -12,14 +12,34 @@ pub struct Training {
     #[arg(long, default_value = "data/mnist")]
     pub data: PathBuf,
     /// Images per step.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = count)]
     pub batch_size: usize,
     /// Adam's learning rate.
-    #[arg(long, default_value_t = 1e-3)]
+    #[arg(long, default_value_t = 1e-3, value_parser = rate)]
     pub lr: f64,
     /// Seed of the weights and the shuffles.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+}
+
+/// clap's parser of a rate (a learning rate): a finite number above 0, so that a careless
+/// flag is an error naming it rather than a panic or NaN losses later.
+pub fn rate(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("{v} is not a finite number above 0"))
+    }
+}
+
+/// clap's parser of a count that must be at least 1 (sizes, steps, threads).
+pub fn count(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{e}")),
+    }
 }
 
 /// Flags of the examples that write pictures and weights.

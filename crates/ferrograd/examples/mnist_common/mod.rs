@@ -25,7 +25,7 @@ struct Args {
     #[command(flatten)]
     training: crate::common::Training,
     /// Threads of the pool the kernels run on (default: one per core).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::common::count)]
     threads: Option<usize>,
     /// Save a checkpoint to this file after every epoch.
     #[arg(long)]
@@ -48,9 +48,6 @@ pub struct EpochResult {
 
 fn run(args: Args, epochs: u64, build: fn(f64) -> Model) -> Result<Vec<EpochResult>, String> {
     let t = &args.training;
-    if t.batch_size == 0 {
-        return Err("--batch-size must be positive".into());
-    }
     if let Some(n) = args.threads {
         rayon::ThreadPoolBuilder::new()
             .num_threads(n)
