@@ -309,6 +309,11 @@ pub fn grad<'py>(
              once per row of grad_outputs",
         ));
     }
+    if materialize_grads && allow_unused == Some(false) {
+        return Err(PyValueError::new_err(
+            "grad: expected allow_unused to be True or not passed when materialize_grads=True",
+        ));
+    }
     let allow_unused = allow_unused.unwrap_or(materialize_grads);
     // Several outputs are taken together: the gradient of Σᵢ ⟨outputᵢ, grad_outputᵢ⟩.
     let (ys, _) = tensors(outputs)?;

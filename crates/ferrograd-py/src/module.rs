@@ -102,7 +102,14 @@ impl PyLayer {
 
     /// The state a pickle gives back (see `__reduce__`).
     fn __setstate__(slf: &Bound<'_, Self>, state: &Bound<'_, PyAny>) -> PyResult<()> {
-        slf.call_method1("load_state_dict", (state.get_item("state_dict")?,))?;
+        let saved = state.get_item("state_dict")?;
+        let mut values = Vec::new();
+        for item in saved.call_method0("items")?.try_iter()? {
+            let (name, value): (String, Bound<'_, PyAny>) = item?.extract()?;
+            values.push((name, crate::convert::to_tensor(&value, None)?));
+        }
+        slf.borrow_mut().take_sizes(values.into_iter())?;
+        slf.call_method1("load_state_dict", (saved,))?;
         slf.call_method1("train", (state.get_item("training")?,))?;
         let params = slf.call_method0("named_parameters")?;
         let by_name: std::collections::HashMap<String, Bound<'_, PyAny>> = params

@@ -199,6 +199,10 @@ impl PyLayer {
         };
         let copy = recipe(memo)?;
         let mut layer = copy.bind(py).cast::<PyLayer>()?.borrow_mut();
+        let sizes = guard::run(|| from.params())?
+            .into_iter()
+            .map(|(name, p)| (name, p.tensor()));
+        layer.take_sizes(sizes)?;
         let to = layer.layer.clone();
         guard::run(|| copy_state(&*from, &*to))?;
         layer.set_training(training);
@@ -206,6 +210,32 @@ impl PyLayer {
         layer.share_as_before(&*from, memo)?;
         drop(layer);
         Ok(copy)
+    }
+
+    /// Gives this new layer a parameter of its own of the size of each of `values` whose
+    /// size differs from its parameter of that name (a parameter replaced by one of another
+    /// size before the layer was copied or pickled); the values themselves are set later.
+    pub fn take_sizes(&mut self, values: impl Iterator<Item = (String, Tensor)>) -> PyResult<()> {
+        let ours: HashMap<String, Param> =
+            guard::run(|| self.layer.params())?.into_iter().collect();
+        for (name, value) in values {
+            let differs = ours.get(&name).is_some_and(|p| p.shape() != value.shape());
+            if !differs {
+                continue;
+            }
+            let layer = Arc::get_mut(&mut self.layer).ok_or_else(|| {
+                PyValueError::new_err(format!("cannot resize {name} of a shared layer"))
+            })?;
+            let fresh = Param::new(value.detach().to_dtype(ours[&name].dtype()));
+            layer.tie(&name, &fresh).map_err(core_error)?;
+        }
+        self._leaves = self
+            .layer
+            .params()
+            .iter()
+            .map(|(_, p)| leaf_of(p))
+            .collect();
+        Ok(())
     }
 
     /// Ties each parameter of this new copy of `from` to the copy `memo` already holds of the

@@ -108,6 +108,14 @@ def test_grad_returns_a_tuple_and_refuses_unused_inputs_as_torch_autograd_grad()
     assert gu is None and gx.shape == (2, 2)
     _, zero = fg.autograd.grad(out, [x, unused], materialize_grads=True)
     assert zero.item() == 0.0
+    with pytest.raises(ValueError, match="allow_unused"):
+        fg.autograd.grad(out, [x, unused], allow_unused=False, materialize_grads=True)
+    # TensorFlow's tape keeps giving zeros for a source the target does not reach.
+    with fg.GradientTape() as tape:
+        tape.watch(x)
+        y = (x * 2.0).sum()
+    gx, gu = tape.gradient(y, [x, unused])
+    assert gu.item() == 0.0 and gx.tolist() == [[2.0, 2.0], [2.0, 2.0]]
     # A zero gradient through a used input is a gradient, not "unused".
     assert fg.autograd.grad((x * 0.0).sum(), x)[0].tolist() == [[0.0, 0.0], [0.0, 0.0]]
     with pytest.raises(RuntimeError, match="does not require grad"):

@@ -304,6 +304,11 @@ def test_deep_tuples_and_memo_tricks_cost_no_crash_and_no_memory():
     # Hashing a 200,000-deep tuple as a dict key overflows C's stack in plain pickle.
     deep = b"\x80\x02}" + b")" + b"\x85" * 200_000 + I(1) + b"s."
     assert "nests tuples" in load_in_child(deep)
+    # The same depth reached through named tuples built by NEWOBJ every 900 levels.
+    wrapped = bytearray(b"\x80\x04" + G("ferrograd.return_types", "topk") + b"q\x000})")
+    for k in range(11, 344):
+        wrapped += b"\x85" * 900 + b"q\x010h\x00h\x01N\x86r" + k.to_bytes(4, "little") + b"\x81"
+    assert "nests tuples" in load_in_child(bytes(wrapped + b"Ns."))
     # A 9-byte file that makes pickle's memo table 2^28 entries long (4 GB).
     code = (
         "import io, resource, ferrograd as fg; "

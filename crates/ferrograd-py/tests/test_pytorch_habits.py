@@ -1655,6 +1655,10 @@ def test_std_has_gradient_zero_where_the_elements_are_equal():
     # The other row as PyTorch: (x - mean) / ((n - 1) · std).
     row = np.array([1.0, 2.0, 4.0])
     close(g[1], (row - row.mean()) / (2 * row.std(ddof=1)))
+    flat = fg.full((3,), 2.0, dtype=fg.float64, requires_grad=True)
+    std, mean = fg.std_mean(flat)
+    (std + mean).backward()
+    assert flat.grad.tolist() == [1 / 3] * 3
 
 
 def test_param_groups_are_read_live_as_pytorchs():

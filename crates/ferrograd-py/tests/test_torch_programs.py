@@ -152,6 +152,38 @@ def test_module_hooks_extract_features_and_see_gradients():
         lstm(fg.randn(1, 4, 2, requires_grad=True))
 
 
+def test_hooks_need_no_hash_refuse_what_they_cannot_do_and_fire_once_per_pass():
+    import numpy as np
+    import pytest
+
+    import ferrograd as fg
+    import ferrograd.nn as nn
+
+    class Scale(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.factor = 2.0
+
+        def __eq__(self, other):  # and so no __hash__, as a dataclass's eq=True makes it
+            return isinstance(other, Scale) and self.factor == other.factor
+
+        def forward(self, x, y=None):
+            return x * self.factor if y is None else x * y
+
+    m = Scale()
+    x = fg.ones(3, requires_grad=True)
+    assert m(x).tolist() == [2.0, 2.0, 2.0]
+    calls = []
+    m.register_full_backward_hook(lambda mod, gi, go: calls.append(gi[0].tolist()))
+    y = m(x).sum()
+    y.backward()
+    y.backward()
+    assert calls == [[2.0, 2.0, 2.0]] * 2
+    with pytest.raises(NotImplementedError, match="2 tensors that need gradients"):
+        m(x, fg.ones(3, requires_grad=True))
+    assert np.allclose(m(x, fg.ones(3)).detach().numpy(), 1.0)
+
+
 def test_a_parameter_replaced_by_a_cropped_one_is_used():
     # nanoGPT's crop_block_size: a shorter position table replaces the longer one.
     import ferrograd as fg
@@ -163,6 +195,13 @@ def test_a_parameter_replaced_by_a_cropped_one_is_used():
     assert tuple(wpe.weight.shape) == (5, 4)
     assert (wpe(fg.arange(5)).detach().numpy() == first).all()
     assert [tuple(p.shape) for p in wpe.parameters()] == [(5, 4)]
+    # It survives copying and pickling whole.
+    import copy
+    import pickle
+
+    for back in (copy.deepcopy(wpe), pickle.loads(pickle.dumps(wpe))):
+        assert tuple(back.weight.shape) == (5, 4)
+        assert (back(fg.arange(5)).detach().numpy() == first).all()
 
 
 class Classifier(__import__("ferrograd").nn.Module):

@@ -54,5 +54,6 @@ class GradientTape:
                 target = target.sum()
         elif output_gradients is None:
             target = [t.sum() for t in target]  # several targets: the gradient of their sum
-        grads = _core.grad(target, srcs, output_gradients)
+        # A source the target does not reach gets zeros, as the tape always gave.
+        grads = list(_core.grad(target, srcs, output_gradients, allow_unused=True, materialize_grads=True))
         return grads[0] if single else grads

@@ -230,7 +230,10 @@ class _Loader:
     call or the result), so none is ever returned."""
 
     def __init__(self):
-        self.stack, self.marks, self.memo, self.depth = [], [], {}, {}
+        self.stack, self.marks, self.memo = [], [], {}
+        # Depths of the tuples and frozensets built so far, by id; `kept` holds each of them
+        # so that no id is reused while the load runs.
+        self.depth, self.kept = {}, []
 
     # ---- values ----
 
@@ -272,25 +275,29 @@ class _Loader:
         return self.stack[-1]
 
     def tuple_of(self, items):
-        """A tuple (an `_Args` when it holds a name), deeper than its deepest item."""
+        """A tuple (an `_Args` when it holds a name)."""
         named = any(id(v) in _NAMED for v in items)
         values = [v if id(v) in _NAMED else self.value(v) for v in items]
-        t = _Args(values) if named else tuple(values)
-        self.nest(t, values)
-        return t
+        return self.nested(_Args(values) if named else tuple(values))
 
-    def nest(self, container, items):
-        depth = 1 + max((self.depth.get(id(v), 0) for v in items if isinstance(v, (tuple, frozenset))), default=0)
-        if depth > MAX_DEPTH:
-            refuse(f"the file nests tuples more than {MAX_DEPTH} deep")
-        self.depth[id(container)] = depth
+    def nested(self, obj):
+        """`obj`, its depth recorded when it is a tuple or frozenset (whichever opcode or call
+        made it): one deeper than its deepest item of those kinds."""
+        if isinstance(obj, (tuple, frozenset)):
+            inner = (self.depth.get(id(v), 0) for v in obj if isinstance(v, (tuple, frozenset)))
+            depth = 1 + max(inner, default=0)
+            if depth > MAX_DEPTH:
+                refuse(f"the file nests tuples more than {MAX_DEPTH} deep")
+            self.depth[id(obj)] = depth
+            self.kept.append(obj)
+        return obj
 
     # ---- calls ----
 
     def call(self, func, args):
         if id(func) not in _CALLABLE or not isinstance(args, tuple):
             refuse("the file calls something other than the functions a checkpoint uses")
-        return func(*args)
+        return self.nested(func(*args))
 
     def build(self):
         state, obj = self.value(self.pop()), self.pop()
@@ -302,7 +309,7 @@ class _Loader:
     def new_object(self, cls, args, kwargs=None):
         if cls not in _NAMED_TUPLES or not isinstance(args, tuple) or kwargs:
             refuse("the file creates an object of a class other than the named tuples")
-        return cls(*args)
+        return self.nested(cls(*args))
 
     def named(self, module, name):
         if type(module) is not str or type(name) is not str or (module, name) not in NAMES:
@@ -410,9 +417,7 @@ def _new_object_ex(loader, _):
 
 def _frozenset(loader, _):
     items = [loader.key(v) for v in loader.pop_mark()]
-    f = frozenset(items)
-    loader.nest(f, items)
-    loader.stack.append(f)
+    loader.stack.append(loader.nested(frozenset(items)))
 
 
 _OPS = {

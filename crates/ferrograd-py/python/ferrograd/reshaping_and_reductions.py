@@ -324,8 +324,11 @@ def var_mean(self, dim=None, unbiased=None, keepdim=False, *, correction=1):
 
 
 def std_mean(self, dim=None, unbiased=None, keepdim=False, *, correction=1):
-    v, m = var_mean(self, dim, correction=correction, keepdim=keepdim, unbiased=unbiased)
-    return v.sqrt(), m
+    correction = correction if unbiased is None else int(bool(unbiased))
+    # `std` itself, whose gradient is 0 where the elements are equal (a square root of the
+    # variance would make it NaN there).
+    return self.std(dim, correction=correction, keepdim=keepdim), (
+        self.mean() if dim is None else self.mean(dim, keepdim=keepdim))
 
 
 def trunc(self):

@@ -9,11 +9,12 @@ import weakref
 
 from .._core import Tensor
 
-# Each hooked module's hooks by kind, in registration order; a module that dies takes its
-# hooks with it.
-_HOOKS = weakref.WeakKeyDictionary()
-_IDS = itertools.count()
 KINDS = ("forward_pre", "forward", "backward")
+_IDS = itertools.count()
+# The hooks of the core's layers (which have no `__dict__`), by id, each with a weak
+# reference to its layer: a layer that dies takes its hooks with it. A Python module keeps
+# its own in its `__dict__`; neither way hashes the module (a module may define `__eq__`).
+_CORE = {}
 
 
 class RemovableHandle:
@@ -36,12 +37,33 @@ class RemovableHandle:
         self.remove()
 
 
+class _Tables(dict):
+    """A module's hooks by kind (a dict subclass, so that a handle can refer to it weakly)."""
+
+
+def _tables(module, create=False):
+    own = getattr(module, "__dict__", None)
+    if own is not None:
+        found = own.get("_hook_tables")
+        if found is None and create:
+            found = own["_hook_tables"] = _Tables({k: collections.OrderedDict() for k in KINDS})
+        return found
+    entry = _CORE.get(id(module))
+    if entry is not None and entry[0]() is module:
+        return entry[1]
+    if not create:
+        return None
+    key = id(module)
+    tables = _Tables({k: collections.OrderedDict() for k in KINDS})
+    _CORE[key] = (weakref.ref(module, lambda _: _CORE.pop(key, None)), tables)
+    return tables
+
+
 def register(module, kind, hook, prepend=False, with_kwargs=False):
     """Adds ``hook`` to ``module``'s hooks of ``kind`` and returns its handle."""
     if not callable(hook):
         raise TypeError(f"register_{kind}_hook: the hook must be callable, got {type(hook).__name__}")
-    tables = _HOOKS.setdefault(module, {k: collections.OrderedDict() for k in KINDS})
-    table = tables[kind]
+    table = _tables(module, create=True)[kind]
     handle = RemovableHandle(table)
     table[handle.id] = (hook, with_kwargs)
     if prepend:
@@ -51,7 +73,7 @@ def register(module, kind, hook, prepend=False, with_kwargs=False):
 
 def hooked(module):
     """Whether ``module`` has any hook now."""
-    tables = _HOOKS.get(module)
+    tables = _tables(module)
     return tables is not None and any(tables.values())
 
 
@@ -59,7 +81,7 @@ def call(module, args, kwargs):
     """``module.forward(*args, **kwargs)`` with its hooks: the pre-hooks may replace the
     arguments, the forward hooks the result, as PyTorch's; the backward hooks see the
     gradients of the inputs and of the result."""
-    tables = _HOOKS.get(module) or {k: {} for k in KINDS}
+    tables = _tables(module) or {k: {} for k in KINDS}
     kwargs = dict(kwargs or {})
     for hook, with_kwargs in list(tables["forward_pre"].values()):
         if with_kwargs:
@@ -84,12 +106,15 @@ def call(module, args, kwargs):
 
 
 class _Taps:
-    """One call's gradients on their way back: the output's arrives first, then the inputs'."""
+    """One call's gradients on their way back: the output's arrives first, then the input's
+    (each backward pass through the call starts again)."""
 
-    def __init__(self, module, hooks, slots):
-        self.module, self.hooks = module, hooks
-        self.grad_inputs = [None] * slots
-        self.waiting = 0
+    def __init__(self, module, hooks, slots, tracked):
+        self.module, self.hooks, self.slots, self.tracked = module, hooks, slots, tracked
+        self.reset()
+
+    def reset(self):
+        self.grad_inputs = [None] * self.slots
         self.grad_output = None
 
     def fire(self):
@@ -102,24 +127,26 @@ class _Taps:
 
 
 def _tap_inputs(module, hooks, args):
-    """The tensor arguments that need gradients, each through an identity whose derivative
-    hands its gradient to the hooks (once the last of them has arrived)."""
+    """The tensor argument that needs a gradient, through an identity whose derivative hands
+    its gradient to the hooks (which may replace it). A call with several such arguments is
+    refused: their gradients arrive one by one, and a hook could not replace them all."""
     from .. import custom_gradient
 
     tracked = [i for i, a in enumerate(args) if isinstance(a, Tensor) and a.requires_grad]
-    taps = _Taps(module, hooks, len(args))
-    taps.waiting = len(tracked)
+    if len(tracked) > 1:
+        raise NotImplementedError(
+            f"register_full_backward_hook: {type(module).__name__} was called with {len(tracked)} "
+            "tensors that need gradients; a backward hook supports one"
+        )
+    taps = _Taps(module, hooks, len(args), tracked)
     args = list(args)
     for i in tracked:
 
         def through(x, i=i):
             def grad_fn(upstream):
                 taps.grad_inputs[i] = upstream
-                taps.waiting -= 1
-                if taps.waiting > 0:
-                    return upstream
-                replaced = taps.fire()
-                return upstream if replaced[i] is None else replaced[i]
+                replaced = taps.fire()[i]
+                return upstream if replaced is None else replaced
 
             return x * 1.0, grad_fn
 
@@ -128,8 +155,8 @@ def _tap_inputs(module, hooks, args):
 
 
 def _tap_output(out, taps):
-    """The result through an identity whose derivative records the output's gradient, and
-    calls the hooks at once when no input needs a gradient (PyTorch then passes ``None``s)."""
+    """The result through an identity whose derivative records the output's gradient (and
+    calls the hooks at once when no input needs a gradient: PyTorch then passes ``None``)."""
     from .. import custom_gradient
 
     if not isinstance(out, Tensor):
@@ -142,8 +169,9 @@ def _tap_output(out, taps):
 
     def through(y):
         def grad_fn(upstream):
+            taps.reset()
             taps.grad_output = (upstream,)
-            if taps.waiting == 0:
+            if not taps.tracked:
                 taps.fire()
             return upstream
 
