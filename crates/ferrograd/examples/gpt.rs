@@ -496,6 +496,9 @@ const MAX_TEXT_BYTES: u64 = 256 << 20;
 /// would not fit in memory on a machine that trains this example.
 const MAX_SCORES: u128 = 1 << 30;
 
+/// Weights of the blocks beyond which the model and Adam's state would not fit in memory.
+const MAX_WEIGHTS: u128 = 1 << 30;
+
 impl Args {
     /// Every flag checked before anything starts: a message naming the flag, never a panic,
     /// a NaN loss or a hang later on.
@@ -522,12 +525,20 @@ impl Args {
             ));
         }
         let scores = self.batch as u128 * self.heads as u128 * (self.context as u128).pow(2);
-        if scores > MAX_SCORES || self.width > 1 << 16 || self.layers > 1 << 10 {
+        if scores > MAX_SCORES {
             return Err(format!(
-                "--batch {} × --heads {} × --context {}² is {scores} attention scores per step \
-                 (at most {MAX_SCORES}), or --width {} (at most 65536) or --layers {} (at most \
-                 1024) is too large to train here",
-                self.batch, self.heads, self.context, self.width, self.layers
+                "--batch {} × --heads {} × --context {}² is {scores} attention scores per \
+                 step, more than {MAX_SCORES} fit in a step here",
+                self.batch, self.heads, self.context
+            ));
+        }
+        // A block holds about 12·width² weights (and Adam two more copies of each).
+        let weights = 12 * (self.width as u128).pow(2) * self.layers as u128;
+        if weights > MAX_WEIGHTS {
+            return Err(format!(
+                "--width {} and --layers {} make about {weights} weights, more than \
+                 {MAX_WEIGHTS} fit here",
+                self.width, self.layers
             ));
         }
         let finite = |flag: &str, v: f64, ok: bool| {
@@ -701,7 +712,7 @@ mod tests {
         let dir = common::scratch("gpt-flags");
         let short = dir.join("short.txt");
         std::fs::write(&short, "to be or not to be").unwrap();
-        let cases: [(&[&str], &str); 14] = [
+        let cases: [(&[&str], &str); 15] = [
             (&["--heads", "0"], "--heads must be"),
             (&["--heads", "3", "--width", "128"], "multiple of --heads 3"),
             (&["--context", "0"], "--context must be"),
@@ -714,6 +725,10 @@ mod tests {
             (&["--beta2", "1"], "--beta2 1"),
             (&["--context", "100000000"], "attention scores"),
             (&["--batch", "100000000000"], "attention scores"),
+            (
+                &["--width", "65536", "--layers", "1024", "--heads", "1"],
+                "weights",
+            ),
             (&["--text", "/dev/zero"], "regular file"),
             (
                 &["--text", short.to_str().unwrap(), "--context", "8"],

@@ -62,7 +62,10 @@ pub use rand;
 
 /// Caps the threads that each op spreads its work over at `n` (at least 1), as PyTorch's
 /// `torch.set_num_threads`, at any time; the thread pool's size (`RAYON_NUM_THREADS`, or the
-/// cores) is the most there can be.
+/// cores) is the most there can be. Two kinds of work keep counts of their own: the f64
+/// products and the f32 products of the portable path, which `matrixmultiply` runs on its
+/// threads (`MATMUL_NUM_THREADS`, read once), and a kernel called from inside a pool
+/// thread, which rayon spreads over the pool (with `n = 1`, it runs on one thread).
 ///
 /// ```
 /// ferrograd::set_num_threads(1);

@@ -572,6 +572,28 @@ fn a_checkpoint_damaged_after_saving_is_refused_by_its_checksum() {
         err.contains("checksum") && err.contains("ck.safetensors"),
         "{err}"
     );
+    // A header edited to another shape of the same size: the bytes agree, the checksum not.
+    save_tensors(&path, &named, meta.clone()).unwrap();
+    let raw = std::fs::read(&path).unwrap();
+    let len = u64::from_le_bytes(raw[..8].try_into().unwrap()) as usize;
+    let header = std::str::from_utf8(&raw[8..8 + len]).unwrap();
+    let edited = header.replace("\"shape\":[3]", "\"shape\":[1,3]");
+    assert_ne!(edited, header);
+    let mut reshaped = (edited.len() as u64).to_le_bytes().to_vec();
+    reshaped.extend_from_slice(edited.as_bytes());
+    reshaped.extend_from_slice(&raw[8 + len..]);
+    std::fs::write(&path, &reshaped).unwrap();
+    let err = load_tensors(&path).unwrap_err().to_string();
+    assert!(err.contains("checksum"), "{err}");
+    // A read-only checkpoint is not replaced.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+        let err = save_tensors(&path, &named, meta.clone()).unwrap_err();
+        assert!(err.to_string().contains("read-only"), "{err}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
     // A whole model's checkpoint, its last byte flipped.
     save_checkpoint(&path, &dropout_model(), 3).unwrap();
     let mut raw = std::fs::read(&path).unwrap();

@@ -137,13 +137,15 @@ proptest! {
         let mut rng = StdRng::seed_from_u64(seed);
         let a = Tensor::randn(&[batch, m, k], DType::F64, &mut rng);
         let rows = if shared { 1 } else { batch };
-        let b = if tb {
-            Tensor::randn(&[rows, n, k], DType::F64, &mut rng).transpose(1, 2)
-        } else {
-            Tensor::randn(&[rows, k, n], DType::F64, &mut rng)
-        };
+        // Stored as [rows, n, k] and transposed after the cast, so that the f32 operand is a
+        // strided view too.
+        let stored = if tb { [rows, n, k] } else { [rows, k, n] };
+        let b_stored = Tensor::randn(&stored, DType::F64, &mut rng);
+        let view = |t: Tensor| if tb { t.transpose(1, 2) } else { t };
+        let b = view(b_stored.clone());
         for dtype in [DType::F32, DType::F64] {
-            let got = a.to_dtype(dtype).matmul(&b.to_dtype(dtype)).to_vec::<f64>();
+            let b_d = view(b_stored.to_dtype(dtype));
+            let got = a.to_dtype(dtype).matmul(&b_d).to_vec::<f64>();
             let tol = if dtype == DType::F32 { 1e-5 } else { 1e-12 };
             for i in 0..batch {
                 let bi = b.narrow(0, if shared { 0 } else { i }, 1).contiguous().to_vec::<f64>();

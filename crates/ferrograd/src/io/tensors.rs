@@ -84,6 +84,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         WRITES.fetch_add(1, Ordering::Relaxed)
     ));
     let kept = std::fs::metadata(&target).ok().map(|m| m.permissions());
+    // A read-only file is not replaced behind its owner's back (opening it for writing
+    // would fail; the rename would not).
+    if kept.as_ref().is_some_and(std::fs::Permissions::readonly) {
+        return Err(io(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "the file is read-only",
+        )));
+    }
     let mut created = false;
     let result = (|| {
         let mut f = std::fs::OpenOptions::new()
@@ -159,17 +167,23 @@ fn remove_stale_temps(dir: &Path, name: &str) {
 }
 
 /// The metadata entry that holds the checksum of a file's tensors ([`checksum`]): a file
-/// damaged after it was written (flipped bits, a partial copy) is refused when loaded, not
-/// read as other weights. Files without it (PyTorch's) load unchecked.
+/// damaged or changed after it was written (flipped bits, an edited header, a tool that
+/// rewrites the tensors but copies the metadata) is refused when loaded, not read as other
+/// weights. Files without it (PyTorch's) load unchecked.
 const CHECKSUM_KEY: &str = "ferrograd.crc32";
 
-/// CRC-32 of the named tensors' names and bytes, in name order, as 8 hex digits.
-fn checksum<'a>(tensors: impl Iterator<Item = (&'a str, &'a [u8])>) -> String {
-    let mut sorted: Vec<(&str, &[u8])> = tensors.collect();
-    sorted.sort_unstable_by_key(|&(name, _)| name);
+/// One tensor as the checksum reads it: its name, dtype, shape and bytes.
+type Summed<'a> = (&'a str, Dtype, &'a [usize], &'a [u8]);
+
+/// CRC-32 of the named tensors' names, dtypes, shapes and bytes, in name order, as 8 hex
+/// digits.
+fn checksum<'a>(tensors: impl Iterator<Item = Summed<'a>>) -> String {
+    let mut sorted: Vec<Summed<'a>> = tensors.collect();
+    sorted.sort_unstable_by_key(|t| t.0);
     let mut hasher = crc32fast::Hasher::new();
-    for (name, data) in sorted {
+    for (name, dtype, shape, data) in sorted {
         hasher.update(name.as_bytes());
+        hasher.update(format!("{dtype:?}{shape:?}").as_bytes());
         hasher.update(&(data.len() as u64).to_le_bytes());
         hasher.update(data);
     }
@@ -200,7 +214,11 @@ pub fn save_tensors(
         .map(|(n, t)| (n.clone(), to_bytes(t)))
         .collect();
     let mut metadata = metadata;
-    let sum = checksum(bytes.iter().map(|(n, b)| (n.as_str(), b.data.as_slice())));
+    let sum = checksum(
+        bytes
+            .iter()
+            .map(|(n, b)| (n.as_str(), b.dtype, b.shape.as_slice(), b.data.as_slice())),
+    );
     metadata.insert(CHECKSUM_KEY.to_string(), sum);
     let views = bytes.iter().map(|(n, b)| (n.as_str(), b));
     let encoded = safetensors::serialize(views, &Some(metadata))
@@ -376,7 +394,11 @@ fn parse_safetensors(
         .collect::<HashMap<String, FileTensor>>();
     let mut metadata = meta.metadata().clone().unwrap_or_default();
     if let Some(stored) = metadata.remove(CHECKSUM_KEY) {
-        let found = checksum(tensors.iter().map(|(n, t)| (n.as_str(), t.data.as_slice())));
+        let found = checksum(
+            tensors
+                .iter()
+                .map(|(n, t)| (n.as_str(), t.dtype, t.shape.as_slice(), t.data.as_slice())),
+        );
         if found != stored {
             return Err(Error::format(
                 path,
