@@ -55,7 +55,8 @@ def _tables(module, create=False):
         return None
     key = id(module)
     tables = _Tables({k: collections.OrderedDict() for k in KINDS})
-    _CORE[key] = (weakref.ref(module, lambda _: _CORE.pop(key, None)), tables)
+    # The table is bound now: at interpreter exit the module's globals may be gone first.
+    _CORE[key] = (weakref.ref(module, lambda _, core=_CORE: core.pop(key, None)), tables)
     return tables
 
 
