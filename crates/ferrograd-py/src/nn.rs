@@ -44,8 +44,8 @@ pub struct PyLayer {
     /// The parameters' leaves, held while the layer lives so that backward sets their
     /// `.grad` even when Python holds no other reference to them.
     _leaves: Vec<Arc<Leaf>>,
-    /// How to build a layer of the same class and settings (what `copy.deepcopy` starts
-    /// from); None for a layer made from a core layer directly.
+    /// How `copy.deepcopy` builds a layer like this one when calling its class again with
+    /// `made_with` would not do (a `Net` copies its layers through the deepcopy's memo).
     recipe: Option<Recipe>,
     /// The constructor's arguments under PyTorch's attribute names (`in_features`,
     /// `kernel_size`, `p`, ...), read as attributes.
@@ -53,24 +53,14 @@ pub struct PyLayer {
     /// Whether a hook was ever registered (`ferrograd.nn._hooks` holds them): a layer
     /// without one is called without asking Python.
     hooked: AtomicBool,
-    /// The constructor's arguments, as given: what a pickle of the whole layer calls its
-    /// class with again (`torch.save(model)`).
+    /// The constructor's arguments, as given: what a copy or a pickle of the whole layer
+    /// calls its class with again (`copy.deepcopy`, `torch.save(model)`).
     pub made_with: Option<Py<PyTuple>>,
 }
 
 /// Builds a new Python layer of one class and settings (a constructor and its arguments),
 /// given the memo of the `copy.deepcopy` it serves (what a net copies its layers with).
 pub type Recipe = Arc<dyn Fn(&Bound<'_, PyAny>) -> PyResult<Py<PyAny>> + Send + Sync>;
-
-/// The recipe that calls a class's constructor again (`build` returns what `#[new]` does).
-pub fn recipe<T: pyo3::PyClass>(
-    build: impl Fn(Python<'_>) -> PyResult<PyClassInitializer<T>> + Send + Sync + 'static,
-) -> Recipe {
-    Arc::new(move |memo: &Bound<'_, PyAny>| {
-        let py = memo.py();
-        Ok(Py::new(py, build(py)?)?.into_any())
-    })
-}
 
 /// `to` takes `from`'s parameter and buffer values (their dtypes too) and frozen flags, and
 /// each parameter's `.grad`.
@@ -183,21 +173,26 @@ impl PyLayer {
     /// layer copied earlier) stays shared with that copy.
     pub fn deep_copy(slf: &Bound<'_, PyLayer>, memo: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let py = slf.py();
-        let (recipe, from, training) = {
+        let (recipe, made_with, from, training) = {
             let this = slf.borrow();
             (
                 this.recipe.clone(),
+                this.made_with.as_ref().map(|a| a.clone_ref(py)),
                 this.layer.clone(),
                 this.mode() == Mode::Train,
             )
         };
-        let Some(recipe) = recipe else {
-            return Err(PyTypeError::new_err(format!(
-                "cannot deepcopy this {}: it was not built by its constructor",
-                slf.get_type().name()?
-            )));
+        // A layer made by its constructor is made again by it, from the same arguments.
+        let copy = match (recipe, made_with) {
+            (Some(recipe), _) => recipe(memo)?,
+            (None, Some(args)) => slf.get_type().call1(args.bind(py))?.unbind(),
+            (None, None) => {
+                return Err(PyTypeError::new_err(format!(
+                    "cannot deepcopy this {}: it was not built by its constructor",
+                    slf.get_type().name()?
+                )))
+            }
         };
-        let copy = recipe(memo)?;
         let mut layer = copy.bind(py).cast::<PyLayer>()?.borrow_mut();
         let sizes = guard::run(|| from.params())?
             .into_iter()
@@ -229,13 +224,18 @@ impl PyLayer {
             let fresh = Param::new(value.detach().to_dtype(ours[&name].dtype()));
             layer.tie(&name, &fresh).map_err(core_error)?;
         }
+        self.refresh_leaves();
+        Ok(())
+    }
+
+    /// Holds the leaves of the layer's parameters as they are now (after one was replaced).
+    fn refresh_leaves(&mut self) {
         self._leaves = self
             .layer
             .params()
             .iter()
             .map(|(_, p)| leaf_of(p))
             .collect();
-        Ok(())
     }
 
     /// Ties each parameter of this new copy of `from` to the copy `memo` already holds of the
@@ -267,12 +267,7 @@ impl PyLayer {
                 None => memo.set_item(key, wrap_param(py, &dst)?)?,
             }
         }
-        self._leaves = self
-            .layer
-            .params()
-            .iter()
-            .map(|(_, p)| leaf_of(p))
-            .collect();
+        self.refresh_leaves();
         Ok(())
     }
 
@@ -631,7 +626,7 @@ impl PyLayer {
             )));
         };
         layer.tie(name, &param).map_err(core_error)?;
-        slf._leaves = slf.layer.params().iter().map(|(_, p)| leaf_of(p)).collect();
+        slf.refresh_leaves();
         Ok(())
     }
 
@@ -1007,10 +1002,6 @@ macro_rules! layer_class {
                         attributes.push((name, value));
                     }
                 )?
-                let recipe = {
-                    $(let $arg = $arg.clone();)*
-                    recipe(move |py| $rust::new(py, $($arg.clone()),*))
-                };
                 let args = PyTuple::new(py, [$(
                     pyo3::IntoPyObjectExt::into_py_any($arg.clone(), py)?
                 ),*].into_iter().collect::<Vec<Py<PyAny>>>())?;
@@ -1019,7 +1010,6 @@ macro_rules! layer_class {
                 })??;
                 let base = PyLayer::new(layer)
                     .with_settings(settings)
-                    .rebuilt_by(recipe)
                     .with_attributes(attributes)
                     .made_with(args);
                 Ok(PyClassInitializer::from(base).add_subclass($rust))
@@ -1395,7 +1385,6 @@ impl PyRecurrent {
         py: Python<'_>,
         kind: &str,
         a: &RecurrentArgs,
-        recipe: Recipe,
         made_with: Bound<'_, PyTuple>,
     ) -> PyResult<PyClassInitializer<PyRecurrent>> {
         a.check()?;
@@ -1441,7 +1430,6 @@ impl PyRecurrent {
         })?;
         let base = PyLayer::new(layer)
             .with_settings(a.settings())
-            .rebuilt_by(recipe)
             .with_attributes(a.attributes(py)?)
             .made_with(made_with);
         let rec = PyRecurrent {
@@ -1586,14 +1574,7 @@ macro_rules! recurrent_class {
                     input_size, hidden_size, num_layers, $($extra.clone(),)?
                     bias, batch_first, dropout, bidirectional,
                 ).into_pyobject(py)?;
-                let recipe = {
-                    $(let $extra = $extra.clone();)?
-                    recipe(move |py| $rust::new(
-                        py, input_size, hidden_size, num_layers, $($extra.clone(),)?
-                        bias, batch_first, dropout, bidirectional,
-                    ))
-                };
-                Ok(PyRecurrent::build(py, $py, &args, recipe, made_with)?.add_subclass($rust))
+                Ok(PyRecurrent::build(py, $py, &args, made_with)?.add_subclass($rust))
             }
         }
     };

@@ -12,7 +12,7 @@ use pyo3::types::{PyDict, PyTuple};
 
 use crate::convert::{holds_bools, to_tensor};
 use crate::guard::{self, HEAVY};
-use crate::nn::{input, recipe, unsupported, PyLayer};
+use crate::nn::{input, unsupported, PyLayer};
 use crate::tensor::PyTensor;
 
 /// An additive mask (0 where a key takes part, −∞ where it is hidden) from PyTorch's forms:
@@ -245,20 +245,6 @@ impl PyMultiheadAttention {
                 m.without_bias()
             }
         })?);
-        let recipe = recipe(move |py| {
-            PyMultiheadAttention::new(
-                py,
-                embed_dim,
-                num_heads,
-                dropout,
-                bias,
-                add_bias_kv,
-                add_zero_attn,
-                kdim,
-                vdim,
-                batch_first,
-            )
-        });
         let layer: Arc<dyn Layer> = inner.clone();
         let made_with = (
             embed_dim,
@@ -272,7 +258,7 @@ impl PyMultiheadAttention {
             batch_first,
         )
             .into_pyobject(py)?;
-        let base = PyLayer::new(layer).rebuilt_by(recipe).made_with(made_with);
+        let base = PyLayer::new(layer).made_with(made_with);
         Ok(
             PyClassInitializer::from(base).add_subclass(PyMultiheadAttention {
                 inner,
@@ -471,7 +457,6 @@ impl PyTransformerEncoderLayer {
         norm_first: bool,
         bias: bool,
     ) -> PyResult<PyClassInitializer<Self>> {
-        let given = activation.map(|a| Arc::new(a.clone().unbind()));
         let made_with = (
             d_model,
             nhead,
@@ -484,20 +469,6 @@ impl PyTransformerEncoderLayer {
             bias,
         )
             .into_pyobject(py)?;
-        let recipe = recipe(move |py| {
-            PyTransformerEncoderLayer::new(
-                py,
-                d_model,
-                nhead,
-                dim_feedforward,
-                dropout,
-                given.as_ref().map(|a| a.bind(py)),
-                layer_norm_eps,
-                batch_first,
-                norm_first,
-                bias,
-            )
-        });
         let activation = match activation {
             Some(a) => Activation::from_py(a)?,
             None => Activation::Relu,
@@ -516,7 +487,7 @@ impl PyTransformerEncoderLayer {
         let inner = settings.build()?;
         let layer: Arc<dyn Layer> = inner.clone();
         Ok(
-            PyClassInitializer::from(PyLayer::new(layer).rebuilt_by(recipe).made_with(made_with))
+            PyClassInitializer::from(PyLayer::new(layer).made_with(made_with))
                 .add_subclass(PyTransformerEncoderLayer { inner, settings }),
         )
     }
@@ -597,9 +568,8 @@ impl PyRMSNorm {
                 None => l,
             })
         })?;
-        let recipe = recipe(move |py| PyRMSNorm::new(py, normalized_shape, eps));
         let made_with = (normalized_shape, eps).into_pyobject(py)?;
-        let base = PyLayer::new(layer).rebuilt_by(recipe).made_with(made_with);
+        let base = PyLayer::new(layer).made_with(made_with);
         Ok(PyClassInitializer::from(base).add_subclass(PyRMSNorm))
     }
 }

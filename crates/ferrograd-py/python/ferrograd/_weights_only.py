@@ -138,11 +138,13 @@ def _tensor(values, dtype=None, requires_grad=False):
 
 
 def _frozen_leaf(values):
+    """``ferrograd.serialization._frozen_leaf`` (a pickled frozen parameter), from an array
+    only."""
+    from .serialization import _frozen_leaf as frozen  # serialization imports this module
+
     if type(values) is not np.ndarray:
         refuse("the file builds a parameter from something other than a saved array")
-    leaf = _core.tensor(values, requires_grad=True)
-    leaf.requires_grad = False
-    return leaf
+    return frozen(values)
 
 
 def _encode(text, encoding):

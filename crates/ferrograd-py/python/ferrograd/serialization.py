@@ -26,7 +26,7 @@ def _is_state_dict(obj):
 
 def _frozen_leaf(values):
     """A parameter whose gradients are off (``requires_grad = False``), from its values: how
-    a pickled frozen parameter comes back."""
+    a pickled frozen parameter comes back (``Tensor.__reduce__`` names this function)."""
     leaf = _core.tensor(values, requires_grad=True)
     leaf.requires_grad = False
     return leaf
