@@ -255,13 +255,13 @@ fn softmax_row<T: Float>(o: &mut [T], x: &[T], log: bool) {
     }
 }
 
-/// Integer sums over `mid` ([`Rows`] as [`sum`]), in two's-complement arithmetic that wraps
-/// on overflow, as PyTorch's int64 sums do: exact at every size, unlike a sum through f64.
+/// Integer sums over `mid` ([`Rows`] as [`sum`]) added into `out` (zeros from the caller's
+/// allocation), in two's-complement arithmetic that wraps on overflow, as PyTorch's int64
+/// sums do: exact at every size, unlike a sum through f64.
 pub fn sum_wrapping(x: &[i64], rows: Rows, out: &mut [i64]) {
     let Rows { outer, mid, inner } = rows;
     debug_assert_eq!(x.len(), outer * mid * inner);
     debug_assert_eq!(out.len(), outer * inner);
-    out.iter_mut().for_each(|v| *v = 0);
     for (block, o) in x
         .chunks_exact((mid * inner).max(1))
         .zip(out.chunks_exact_mut(inner.max(1)))

@@ -1,6 +1,6 @@
-//! Statistics over axes, PyTorch's `var`, `std` and `logsumexp`, and running sums
-//! (`cumsum`, `cumprod`), written with the differentiable reductions, selections and element-wise ops,
-//! so each has derivatives of every order.
+//! Statistics over axes, PyTorch's `var`, `std` and `logsumexp`, and running sums and
+//! products (`cumsum`, `cumprod`), written with the differentiable reductions, selections and
+//! element-wise ops, so each has derivatives of every order (integer scans are exact loops).
 
 use super::{axes_in, axis_in, Axis};
 use crate::kernels::reduce::scan_with;
