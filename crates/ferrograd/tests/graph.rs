@@ -8,7 +8,7 @@ use common::{panic_message, scratch};
 use ferrograd::graph::{Feed, GradientDescentOptimizer, Graph, GraphOptimizer, Node, Session};
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Normal};
 
 /// The seed's data: y = 3x + N(0, 0.5²) on 100 points in [−1, 1].
@@ -754,7 +754,7 @@ fn layer_norm_is_one_node_with_the_eager_values_and_gradients() {
     let bad = x.layer_norm(&short, &b, 1e-5);
     let err = sess.run(&bad, &feed).unwrap_err().to_string();
     assert!(
-        err.contains("layer_norm(eps=0.00001): expected input [..., D] with weight and bias [D]"),
+        err.contains("layer_norm(eps=1e-5): expected input [..., D] with weight and bias [D]"),
         "{err}"
     );
 }
@@ -906,4 +906,190 @@ fn graph_and_eager_ops_refuse_the_same_shapes_in_the_same_words() {
             "{op}: the graph says {graph_msg:?}, the eager op {eager_msg:?}"
         );
     }
+}
+
+/// One pre-norm transformer block `[n, t, c]` → `[n, t, c]` with `h` heads, written once and
+/// expanded for tensors and for nodes: the graph is built with the eager calls. `p` holds the
+/// two norms, the fused QKV projection, the output projection and the MLP (12 values).
+macro_rules! transformer_block {
+    ($x:expr, $p:expr, ($n:expr, $t:expr, $c:expr, $h:expr)) => {{
+        let (x, p, (n, t, c, h)) = ($x, $p, ($n, $t, $c, $h));
+        let qkv = x.layer_norm(&p[0], &p[1], 1e-5).linear(&p[2], Some(&p[3]));
+        let split = |i: usize| {
+            qkv.narrow(2, i * c, c)
+                .reshape(&[n, t, h, c / h])
+                .transpose(1, 2)
+        };
+        let (q, k, v) = (split(0), split(1), split(2));
+        let a = q.scaled_dot_product_attention(&k, &v, &Attention::new().causal(true));
+        let x = x + &a
+            .transpose(1, 2)
+            .reshape(&[n, t, c])
+            .linear(&p[4], Some(&p[5]));
+        let hidden = x
+            .layer_norm(&p[6], &p[7], 1e-5)
+            .linear(&p[8], Some(&p[9]))
+            .gelu_tanh();
+        &x + &hidden.linear(&p[10], Some(&p[11]))
+    }};
+}
+
+/// Values for a block of width `c`, in `transformer_block!`'s order.
+fn block_values(c: usize, seed: u64) -> Vec<Tensor> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let shapes: [&[usize]; 12] = [
+        &[c],
+        &[c],
+        &[3 * c, c],
+        &[3 * c],
+        &[c, c],
+        &[c],
+        &[c],
+        &[c],
+        &[4 * c, c],
+        &[4 * c],
+        &[c, 4 * c],
+        &[c],
+    ];
+    shapes
+        .iter()
+        .map(|s| &Tensor::randn(s, DType::F64, &mut rng) * 0.3)
+        .collect()
+}
+
+#[test]
+fn a_transformer_block_built_as_a_graph_gives_eagers_values_and_gradients() {
+    let (n, t, c, h) = (2, 5, 8, 2);
+    let mut rng = StdRng::seed_from_u64(7);
+    let x0 = Tensor::randn(&[n, t, c], DType::F64, &mut rng);
+    let m0 = Tensor::randn(&[c, 3], DType::F64, &mut rng);
+    let values = block_values(c, 1);
+
+    let x = x0.requires_grad();
+    let m = m0.requires_grad();
+    let p: Vec<Tensor> = values.iter().map(|v| v.requires_grad()).collect();
+    let y = transformer_block!(&x, &p, (n, t, c, h));
+    let out = Tensor::einsum("btc,cd->btd", &[&y, &m]);
+    let loss = out.square().mean();
+    let mut wrt: Vec<&Tensor> = vec![&x, &m];
+    wrt.extend(&p);
+    let eager_grads = grad(&loss, &wrt);
+
+    let g = Graph::new();
+    let gx = g.placeholder_with("x", &[None, Some(t), Some(c)], DType::F64);
+    let gm = g.variable("m", m0.clone());
+    let gp: Vec<Node> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| g.variable(&format!("p{i}"), v.clone()))
+        .collect();
+    let gy = transformer_block!(&gx, &gp, (n, t, c, h));
+    let gout = Node::einsum("btc,cd->btd", &[&gy, &gm]);
+    assert_eq!(gout.shape(), Some(vec![Some(n), Some(t), Some(3)]));
+    let gloss = gout.square().mean();
+    let mut gwrt: Vec<&Node> = vec![&gx, &gm];
+    gwrt.extend(&gp);
+    let mut fetches = vec![gloss.clone()];
+    fetches.extend(g.gradients(&gloss, &gwrt));
+    let refs: Vec<&Node> = fetches.iter().collect();
+    let got = Session::new(&g)
+        .run_many(&refs, &Feed::new().with(&gx, x0.clone()))
+        .unwrap();
+
+    assert_eq!(got[0].to_vec::<f64>(), loss.to_vec::<f64>());
+    assert_eq!(got.len(), eager_grads.len() + 1);
+    for (i, (a, b)) in got[1..].iter().zip(&eager_grads).enumerate() {
+        assert_eq!(a.to_vec::<f64>(), b.to_vec::<f64>(), "gradient {i}");
+    }
+    // The listing names each op with its attributes.
+    let listing = g.to_string();
+    for op in [
+        "linear",
+        "scaled_dot_product_attention(causal=true, scale=None, dropout=None)",
+        "einsum(spec=\"btc,cd->btd\")",
+        "gelu_tanh",
+        "narrow(axis=2, start=8, len=8)",
+    ] {
+        assert!(listing.contains(op), "{op} not in\n{listing}");
+    }
+}
+
+/// A two-block GPT's mean cross-entropy on `ids` `[n·t]` (i64) predicting `targets`
+/// `[n, t, 1]`, written once for tensors and nodes; `p` holds the token table `[v, c]` (tied
+/// to the output), the position table `[t, c]`, the final norm and 12 values per block.
+macro_rules! tiny_gpt_loss {
+    ($ids:expr, $targets:expr, $p:expr, ($n:expr, $t:expr, $c:expr, $h:expr)) => {{
+        let (p, (n, t, c, h)) = ($p, ($n, $t, $c, $h));
+        let tokens = p[0].index_select(0, $ids).reshape(&[n, t, c]);
+        let mut x = &tokens + &p[1];
+        for b in 0..2 {
+            x = transformer_block!(&x, &p[4 + 12 * b..], (n, t, c, h));
+        }
+        let logits = x.layer_norm(&p[2], &p[3], 1e-5).linear(&p[0], None);
+        -&logits.log_softmax(2).gather(2, $targets).mean()
+    }};
+}
+
+#[test]
+fn a_gpt_built_as_a_graph_trains_with_eagers_losses() {
+    let (vocab, n, t, c, h) = (11, 3, 6, 8, 2);
+    let mut rng = StdRng::seed_from_u64(3);
+    let mut values = vec![
+        &Tensor::randn(&[vocab, c], DType::F64, &mut rng) * 0.3,
+        &Tensor::randn(&[t, c], DType::F64, &mut rng) * 0.3,
+        Tensor::ones(&[c], DType::F64),
+        Tensor::zeros(&[c], DType::F64),
+    ];
+    values.extend(block_values(c, 4));
+    values.extend(block_values(c, 5));
+    let batches: Vec<(Tensor, Tensor)> = (0..4)
+        .map(|_| {
+            let draw = |shape: &[usize], rng: &mut StdRng| {
+                let ids: Vec<i64> = (0..shape.iter().product())
+                    .map(|_| rng.gen_range(0..vocab as i64))
+                    .collect();
+                Tensor::from_vec(ids, shape)
+            };
+            (draw(&[n * t], &mut rng), draw(&[n, t, 1], &mut rng))
+        })
+        .collect();
+
+    let params: Vec<Param> = values.iter().cloned().map(Param::new).collect();
+    let named: Vec<(String, Param)> = params
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (format!("p{i}"), p.clone()))
+        .collect();
+    let mut adam = Adam::new(1e-2);
+    let mut eager_losses = Vec::new();
+    for (ids, targets) in &batches {
+        let p: Vec<Tensor> = params.iter().map(Param::tensor).collect();
+        let loss = tiny_gpt_loss!(ids, targets, &p, (n, t, c, h));
+        eager_losses.push(loss.item());
+        adam.step(&named, &loss.backward());
+    }
+
+    let g = Graph::new();
+    let ids = g.placeholder_with("ids", &[Some(n * t)], DType::I64);
+    let targets = g.placeholder_with("targets", &[Some(n), Some(t), Some(1)], DType::I64);
+    let p: Vec<Node> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| g.variable(&format!("p{i}"), v.clone()))
+        .collect();
+    let loss = tiny_gpt_loss!(&ids, &targets, &p, (n, t, c, h));
+    let train = GraphOptimizer::new(Adam::new(1e-2)).minimize(&loss);
+    let mut sess = Session::new(&g);
+    let graph_losses: Vec<f64> = batches
+        .iter()
+        .map(|(i, y)| {
+            let feed = Feed::new().with(&ids, i.clone()).with(&targets, y.clone());
+            sess.run(&train, &feed).unwrap().item()
+        })
+        .collect();
+
+    assert_eq!(graph_losses, eager_losses);
+    assert!(eager_losses[3] < eager_losses[0], "{eager_losses:?}");
+    let last = sess.run(&p[5], &Feed::new()).unwrap();
+    assert_eq!(last.to_vec::<f64>(), params[5].tensor().to_vec::<f64>());
 }

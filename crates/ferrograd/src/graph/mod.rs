@@ -28,10 +28,10 @@
 //! ```
 
 mod build;
-mod infer;
 mod op;
 mod optimize;
 mod session;
+mod table;
 mod train;
 
 use std::fmt;
@@ -39,8 +39,9 @@ use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-pub use op::{Binary, Op, Reduce, Shape, Unary};
+pub use op::{Binary, Op, Shape, Unary};
 pub use session::{Feed, Session};
+pub use table::NodeIndices;
 pub use train::{GradientDescentOptimizer, GraphOptimizer};
 
 use crate::tensor::DType;

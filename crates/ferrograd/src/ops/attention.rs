@@ -107,6 +107,11 @@ impl Attention {
         self.mask.as_ref()
     }
 
+    /// The scale given, if one was.
+    pub fn scale_given(&self) -> Option<f64> {
+        self.scale
+    }
+
     /// The scale given, or `default` (the caller's `1/√E`).
     pub fn scale_or(&self, default: f64) -> f64 {
         self.scale.unwrap_or(default)

@@ -3,6 +3,7 @@
 //! `reshape` and batched `matmul`), so it has derivatives of every order and needs no rule of
 //! its own. Operands are contracted left to right, each pair as one batched product.
 
+use super::shape::{Rule, Shape};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
@@ -374,4 +375,29 @@ impl Tensor {
         }
         acc.sum_except(&output).arranged(&output, &sizes)
     }
+}
+
+/// The result shape of `spec` on operands whose shapes may have free axes (`None`): a free
+/// axis fits any length; a result axis is free where any operand's axis of its label is.
+pub(crate) fn einsum_rule(spec: &str, shapes: &[Shape]) -> Rule {
+    if shapes.is_empty() {
+        return Err(format!("einsum {spec:?}: no operands"));
+    }
+    let ones: Vec<Vec<usize>> = shapes
+        .iter()
+        .map(|s| s.iter().map(|d| d.unwrap_or(1)).collect())
+        .collect();
+    let refs: Vec<&[usize]> = ones.iter().map(Vec::as_slice).collect();
+    let (inputs, output) = parse(spec, &refs).map_err(|e| e.to_string())?;
+    let sizes = label_sizes(spec, &inputs, &refs).map_err(|e| e.to_string())?;
+    let free = |l: Label| {
+        inputs
+            .iter()
+            .zip(shapes)
+            .any(|(labels, s)| labels.iter().zip(s).any(|(&m, d)| m == l && d.is_none()))
+    };
+    Ok(output
+        .iter()
+        .map(|&l| (!free(l)).then(|| size_of(&sizes, l)))
+        .collect())
 }

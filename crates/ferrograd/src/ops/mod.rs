@@ -8,7 +8,7 @@ mod compare;
 pub(crate) mod concat;
 pub(crate) mod conv;
 pub(crate) mod dtype;
-mod einsum;
+pub(crate) mod einsum;
 pub(crate) mod index;
 pub(crate) mod matmul;
 pub(crate) mod norm;

@@ -1,0 +1,1013 @@
+//! Every op a graph node can hold beyond the leaves, gradients and element-wise tables, each
+//! declared once: its attributes, its shape and dtype rule (the eager op's own rule functions,
+//! so that both accept the same inputs), its evaluation (the eager `Tensor` method of the same
+//! name, so that a graph gives eager's values and gradients to the bit) and the `Node` methods
+//! that add it, with the eager method's name and signature (`Node` for `Tensor`).
+
+use super::op::declare_ops;
+use super::Node;
+use crate::error::Result;
+use crate::ops::attention::Attention;
+use crate::ops::concat::{cat_rule, pad_rule};
+use crate::ops::conv::{conv_rule, conv_weight_rule, ConvOpts};
+use crate::ops::dtype::{
+    float_rule, floats_rule, joined_rule, positions_rule, promoted_float_rule, sum_rule,
+};
+use crate::ops::einsum::einsum_rule;
+use crate::ops::index::{index_add_rule, index_select_rule};
+use crate::ops::matmul::matmul_rule;
+use crate::ops::norm::{layer_norm_dtype, layer_norm_rule};
+use crate::ops::pool::{pool_rule, resize_rule};
+use crate::ops::reduce::{reduce_rule, sum_to_rule};
+use crate::ops::shape::{broadcast, check_axis, same, show, Rule, Shape};
+use crate::ops::view::{
+    broadcast_to_rule, flatten_from_rule, narrow_rule, permute_rule, reshape_rule, squeeze_rule,
+    unsqueeze_rule,
+};
+use crate::tensor::{DType, Tensor};
+use crate::Axis;
+
+/// A rule's answer.
+type Inferred = super::op::Inferred;
+
+declare_ops! {
+    /// The matrix product (batched, with broadcast batch axes).
+    Matmul "matmul" {}
+    infer(i) { Ok((matmul_rule(&i[0].0, &i[1].0)?, promoted_float_rule(i[0].1, i[1].1)?)) }
+    eval(x) { x[0].matmul(&x[1]) }
+    node {
+        /// The matrix product (2-D, or batched with broadcast batch axes).
+        pub fn matmul(&self, other: &Node) -> Node {
+            self.try_matmul(other).unwrap_or_else(|e| panic!("{e}"))
+        }
+
+        /// [`Node::matmul`] returning the shape error.
+        pub fn try_matmul(&self, other: &Node) -> Result<Node> {
+            self.graph.try_add(Op::Matmul {}, &[self, other])
+        }
+    }
+
+    /// `x · wᵀ (+ b)`, PyTorch's `F.linear`.
+    Linear "linear" {}
+    infer(i) { linear_rule(i) }
+    eval(x) { x[0].linear(&x[1], x.get(2)) }
+    node {
+        /// `self · weightᵀ + bias`, PyTorch's `F.linear`: `self` `[.., in]`, `weight`
+        /// `[out, in]`, `bias` `[out]` or none; as [`Tensor::linear`].
+        pub fn linear(&self, weight: &Node, bias: Option<&Node>) -> Node {
+            self.try_linear(weight, bias).unwrap_or_else(|e| panic!("{e}"))
+        }
+
+        /// [`Node::linear`] returning the shape error.
+        pub fn try_linear(&self, weight: &Node, bias: Option<&Node>) -> Result<Node> {
+            let mut inputs = vec![self, weight];
+            inputs.extend(bias);
+            self.graph.try_add(Op::Linear {}, &inputs)
+        }
+    }
+
+    /// `softmax(q kᵀ · scale + mask) v`, PyTorch's `F.scaled_dot_product_attention`; the mask,
+    /// when there is one, is input 3.
+    ScaledDotProductAttention "scaled_dot_product_attention" {
+        causal: bool,
+        scale: Option<f64>,
+        dropout: Option<(f64, u64)>,
+    }
+    infer(i) { attention_rule(i) }
+    eval(x) {
+        let mut opts = Attention::new().causal(*causal);
+        if let Some(s) = scale {
+            opts = opts.scale(*s);
+        }
+        if let Some((p, key)) = dropout {
+            opts = opts.dropout(*p, *key);
+        }
+        if let Some(m) = x.get(3) {
+            opts = opts.mask(m);
+        }
+        x[0].scaled_dot_product_attention(&x[1], &x[2], &opts)
+    }
+    node {
+        /// Attention of these queries over `k` and `v`, as
+        /// [`Tensor::scaled_dot_product_attention`]; a mask in `opts` joins the graph as a
+        /// constant.
+        pub fn scaled_dot_product_attention(&self, k: &Node, v: &Node, opts: &Attention) -> Node {
+            let op = Op::ScaledDotProductAttention {
+                causal: opts.is_causal(),
+                scale: opts.scale_given(),
+                dropout: opts.dropout_of(),
+            };
+            let mask = opts.mask_tensor().map(|m| {
+                let m = match m.ndim() {
+                    // A 1-d mask, [S], applies to every row, as the eager op reads it.
+                    0 | 1 => m.reshape(&[&[1][..], m.shape()].concat()),
+                    _ => m.clone(),
+                };
+                self.graph.constant(m)
+            });
+            let mut inputs = vec![self, k, v];
+            inputs.extend(mask.as_ref());
+            self.graph.add(op, &inputs)
+        }
+    }
+
+    /// Einstein summation over the inputs, PyTorch's `einsum`.
+    Einsum "einsum" { spec: String }
+    infer(i) {
+        let shapes: Vec<Shape> = i.iter().map(|(s, _)| s.clone()).collect();
+        let names: Vec<(&str, DType)> = i.iter().map(|(_, d)| ("operand", *d)).collect();
+        Ok((einsum_rule(spec, &shapes)?, floats_rule(&names)?))
+    }
+    eval(x) { Tensor::einsum(spec, &x.iter().collect::<Vec<_>>()) }
+    node {
+        /// Einstein summation, as [`Tensor::einsum`].
+        pub fn einsum(spec: &str, operands: &[&Node]) -> Node {
+            Node::try_einsum(spec, operands).unwrap_or_else(|e| panic!("{e}"))
+        }
+
+        /// [`Node::einsum`] returning a malformed equation or lengths that do not fit.
+        pub fn try_einsum(spec: &str, operands: &[&Node]) -> Result<Node> {
+            let first = operands.first().ok_or_else(|| {
+                crate::Error::Shape(format!("einsum {spec:?}: no operands"))
+            })?;
+            let op = Op::Einsum { spec: spec.to_string() };
+            first.graph.try_add(op, operands)
+        }
+    }
+
+    /// Σ of all elements (0-d).
+    Sum "sum" {}
+    infer(i) { Ok((Vec::new(), sum_rule(i[0].1)?)) }
+    eval(x) { x[0].sum() }
+    node {
+        /// Sum of all elements (0-d).
+        pub fn sum(&self) -> Node {
+            self.graph.add(Op::Sum {}, &[self])
+        }
+    }
+
+    /// The mean of all elements (0-d).
+    Mean "mean" {}
+    infer(i) { Ok((Vec::new(), float_rule(i[0].1)?)) }
+    eval(x) { x[0].mean() }
+    node {
+        /// Mean of all elements (0-d).
+        pub fn mean(&self) -> Node {
+            self.graph.add(Op::Mean {}, &[self])
+        }
+    }
+
+    /// The largest element (0-d).
+    Max "max" {}
+    infer(i) { Ok((Vec::new(), float_rule(i[0].1)?)) }
+    eval(x) { x[0].max() }
+    node {
+        /// Maximum of all elements (0-d).
+        pub fn max(&self) -> Node {
+            self.graph.add(Op::Max {}, &[self])
+        }
+    }
+
+    /// The smallest element (0-d).
+    Min "min" {}
+    infer(i) { Ok((Vec::new(), float_rule(i[0].1)?)) }
+    eval(x) { x[0].min() }
+    node {
+        /// Minimum of all elements (0-d).
+        pub fn min(&self) -> Node {
+            self.graph.add(Op::Min {}, &[self])
+        }
+    }
+
+    /// Σ over axes.
+    SumAxes "sum_axes" { axes: Vec<usize>, keepdim: bool }
+    infer(i) { Ok((reduce_rule(&i[0].0, axes, *keepdim)?, sum_rule(i[0].1)?)) }
+    eval(x) { x[0].sum_axes(axes, *keepdim) }
+    node {
+        /// Sum over `axes`; with `keepdim` they stay as size-1 axes.
+        pub fn sum_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Node {
+            let axes = self.axes("sum_axes", axes);
+            self.graph.add(Op::SumAxes { axes, keepdim }, &[self])
+        }
+    }
+
+    /// The mean over axes.
+    MeanAxes "mean_axes" { axes: Vec<usize>, keepdim: bool }
+    infer(i) { float_reduction(i, axes, *keepdim) }
+    eval(x) { x[0].mean_axes(axes, *keepdim) }
+    node {
+        /// Mean over `axes`.
+        pub fn mean_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Node {
+            let axes = self.axes("mean_axes", axes);
+            self.graph.add(Op::MeanAxes { axes, keepdim }, &[self])
+        }
+    }
+
+    /// The largest element over axes.
+    MaxAxes "max_axes" { axes: Vec<usize>, keepdim: bool }
+    infer(i) { float_reduction(i, axes, *keepdim) }
+    eval(x) { x[0].max_axes(axes, *keepdim) }
+    node {
+        /// Maximum over `axes`.
+        pub fn max_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Node {
+            let axes = self.axes("max_axes", axes);
+            self.graph.add(Op::MaxAxes { axes, keepdim }, &[self])
+        }
+    }
+
+    /// The smallest element over axes.
+    MinAxes "min_axes" { axes: Vec<usize>, keepdim: bool }
+    infer(i) { float_reduction(i, axes, *keepdim) }
+    eval(x) { x[0].min_axes(axes, *keepdim) }
+    node {
+        /// Minimum over `axes`.
+        pub fn min_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Node {
+            let axes = self.axes("min_axes", axes);
+            self.graph.add(Op::MinAxes { axes, keepdim }, &[self])
+        }
+    }
+
+    /// `log Σ exp` over axes, PyTorch's `logsumexp`.
+    Logsumexp "logsumexp" { axes: Vec<usize>, keepdim: bool }
+    infer(i) { float_reduction(i, axes, *keepdim) }
+    eval(x) { x[0].logsumexp(axes, *keepdim) }
+    node {
+        /// `log Σ exp` over `axes`, as [`Tensor::logsumexp`].
+        pub fn logsumexp<A: Axis>(&self, axes: &[A], keepdim: bool) -> Node {
+            let axes = self.axes("logsumexp", axes);
+            self.graph.add(Op::Logsumexp { axes, keepdim }, &[self])
+        }
+    }
+
+    /// The variance over axes with a divisor of the count less `correction`.
+    VarAxes "var_axes" { axes: Vec<usize>, correction: usize, keepdim: bool }
+    infer(i) { float_reduction(i, axes, *keepdim) }
+    eval(x) { x[0].var_axes(axes, *correction, *keepdim) }
+    node {
+        /// The variance over `axes`, as [`Tensor::var_axes`].
+        pub fn var_axes<A: Axis>(&self, axes: &[A], correction: usize, keepdim: bool) -> Node {
+            let axes = self.axes("var_axes", axes);
+            self.graph.add(Op::VarAxes { axes, correction, keepdim }, &[self])
+        }
+    }
+
+    /// The standard deviation over axes.
+    StdAxes "std_axes" { axes: Vec<usize>, correction: usize, keepdim: bool }
+    infer(i) { float_reduction(i, axes, *keepdim) }
+    eval(x) { x[0].std_axes(axes, *correction, *keepdim) }
+    node {
+        /// The standard deviation over `axes`, as [`Tensor::std_axes`].
+        pub fn std_axes<A: Axis>(&self, axes: &[A], correction: usize, keepdim: bool) -> Node {
+            let axes = self.axes("std_axes", axes);
+            self.graph.add(Op::StdAxes { axes, correction, keepdim }, &[self])
+        }
+    }
+
+    /// The running sums along an axis.
+    Cumsum "cumsum" { axis: usize }
+    infer(i) { scan_rule(i, *axis) }
+    eval(x) { x[0].cumsum(*axis) }
+    node {
+        /// The running sums along `axis`, as [`Tensor::cumsum`].
+        pub fn cumsum<A: Axis>(&self, axis: A) -> Node {
+            let axis = self.axis("cumsum", axis, 0);
+            self.graph.add(Op::Cumsum { axis }, &[self])
+        }
+    }
+
+    /// The running products along an axis.
+    Cumprod "cumprod" { axis: usize }
+    infer(i) { scan_rule(i, *axis) }
+    eval(x) { x[0].cumprod(*axis) }
+    node {
+        /// The running products along `axis`, as [`Tensor::cumprod`].
+        pub fn cumprod<A: Axis>(&self, axis: A) -> Node {
+            let axis = self.axis("cumprod", axis, 0);
+            self.graph.add(Op::Cumprod { axis }, &[self])
+        }
+    }
+
+    /// A broadcast result summed back down to a shape.
+    SumTo "sum_to" { shape: Vec<usize> }
+    infer(i) { Ok((sum_to_rule(&i[0].0, shape)?, float_rule(i[0].1)?)) }
+    eval(x) { x[0].sum_to(shape) }
+    node {
+        /// Sums a broadcast result back down to `shape` (the gradient of a broadcast operand).
+        pub fn sum_to(&self, shape: &[usize]) -> Node {
+            self.graph.add(Op::SumTo { shape: shape.to_vec() }, &[self])
+        }
+    }
+
+    /// The same elements in another shape.
+    Reshape "reshape" { shape: Vec<usize> }
+    infer(i) { same_dtype(i, |s| reshape_rule(s, shape)) }
+    eval(x) { x[0].reshape(shape) }
+    node {
+        /// The same elements in `shape`.
+        pub fn reshape(&self, shape: &[usize]) -> Node {
+            self.try_reshape(shape).unwrap_or_else(|e| panic!("{e}"))
+        }
+
+        /// [`Node::reshape`] returning the shape error.
+        pub fn try_reshape(&self, shape: &[usize]) -> Result<Node> {
+            self.graph.try_add(Op::Reshape { shape: shape.to_vec() }, &[self])
+        }
+    }
+
+    /// Axes reordered.
+    Permute "permute" { perm: Vec<usize> }
+    infer(i) { same_dtype(i, |s| permute_rule(s, perm)) }
+    eval(x) { x[0].permute(perm) }
+    node {
+        /// Axes reordered: axis `i` of the result is axis `perm[i]`.
+        pub fn permute(&self, perm: &[usize]) -> Node {
+            self.graph.add(Op::Permute { perm: perm.to_vec() }, &[self])
+        }
+    }
+
+    /// Repeated to a larger shape.
+    BroadcastTo "broadcast_to" { shape: Vec<usize> }
+    infer(i) { same_dtype(i, |s| broadcast_to_rule(s, shape)) }
+    eval(x) { x[0].broadcast_to(shape) }
+    node {
+        /// Repeated along new leading and size-1 axes to `shape`.
+        pub fn broadcast_to(&self, shape: &[usize]) -> Node {
+            self.try_broadcast_to(shape).unwrap_or_else(|e| panic!("{e}"))
+        }
+
+        /// [`Node::broadcast_to`] returning the shape error.
+        pub fn try_broadcast_to(&self, shape: &[usize]) -> Result<Node> {
+            self.graph.try_add(Op::BroadcastTo { shape: shape.to_vec() }, &[self])
+        }
+    }
+
+    /// Softmax along an axis.
+    Softmax "softmax" { axis: usize }
+    infer(i) { along_float(i, *axis) }
+    eval(x) { x[0].softmax(*axis) }
+    node {
+        /// exp(x) / Σ exp(x) along `axis`.
+        pub fn softmax<A: Axis>(&self, axis: A) -> Node {
+            let axis = self.axis("softmax", axis, 0);
+            self.graph.add(Op::Softmax { axis }, &[self])
+        }
+    }
+
+    /// Log-softmax along an axis.
+    LogSoftmax "log_softmax" { axis: usize }
+    infer(i) { along_float(i, *axis) }
+    eval(x) { x[0].log_softmax(*axis) }
+    node {
+        /// x − log Σ exp(x) along `axis`.
+        pub fn log_softmax<A: Axis>(&self, axis: A) -> Node {
+            let axis = self.axis("log_softmax", axis, 0);
+            self.graph.add(Op::LogSoftmax { axis }, &[self])
+        }
+    }
+
+    /// 2-D convolution of input 0 (`[N, C, H, W]`) by the weight input 1.
+    Conv2d "conv2d" { opts: ConvOpts }
+    infer(i) { conv_infer(i, opts, false) }
+    eval(x) { x[0].conv2d(&x[1], opts) }
+    node {
+        /// 2-D convolution (PyTorch's `conv2d`): `self` `[N, C, H, W]`, `w`
+        /// `[O, C/groups, kh, kw]`.
+        pub fn conv2d(&self, w: &Node, opts: &ConvOpts) -> Node {
+            self.graph.add(Op::Conv2d { opts: *opts }, &[self, w])
+        }
+    }
+
+    /// The transposed 2-D convolution of input 0 by the weight input 1.
+    ConvTranspose2d "conv_transpose2d" { opts: ConvOpts }
+    infer(i) { conv_infer(i, opts, true) }
+    eval(x) { x[0].conv_transpose2d(&x[1], opts) }
+    node {
+        /// The transposed convolution (PyTorch's `conv_transpose2d`): `w` `[Cin, Cout/groups,
+        /// kh, kw]`.
+        pub fn conv_transpose2d(&self, w: &Node, opts: &ConvOpts) -> Node {
+            self.graph.add(Op::ConvTranspose2d { opts: *opts }, &[self, w])
+        }
+    }
+
+    /// The weight gradient of a convolution of input 0 for the output gradient input 1.
+    Conv2dWeight "conv2d_weight" { kernel: (usize, usize), opts: ConvOpts }
+    infer(i) {
+        let ((x, dx), (dy, ddy)) = (&i[0], &i[1]);
+        let d = floats_rule(&[("input", *dx), ("output gradient", *ddy)])?;
+        Ok((conv_weight_rule(x, dy, *kernel, opts)?, d))
+    }
+    eval(x) { x[0].conv2d_weight(&x[1], *kernel, opts) }
+    node {
+        /// The weight gradient of `conv2d(self, w)` for an upstream gradient `dy`.
+        pub fn conv2d_weight(&self, dy: &Node, kernel: (usize, usize), opts: &ConvOpts) -> Node {
+            self.graph.add(Op::Conv2dWeight { kernel, opts: *opts }, &[self, dy])
+        }
+    }
+
+    /// Max pooling over square windows.
+    MaxPool2d "max_pool2d" { kernel: usize, stride: usize, padding: usize }
+    infer(i) { pool_infer(i, *kernel, *stride, *padding) }
+    eval(x) { x[0].max_pool2d(*kernel, *stride, *padding) }
+    node {
+        /// Max pooling over square windows (PyTorch's semantics).
+        pub fn max_pool2d(&self, kernel: usize, stride: usize, padding: usize) -> Node {
+            self.graph.add(Op::MaxPool2d { kernel, stride, padding }, &[self])
+        }
+    }
+
+    /// Average pooling over square windows (the padding counts).
+    AvgPool2d "avg_pool2d" { kernel: usize, stride: usize, padding: usize }
+    infer(i) { pool_infer(i, *kernel, *stride, *padding) }
+    eval(x) { x[0].avg_pool2d(*kernel, *stride, *padding) }
+    node {
+        /// Average pooling over square windows (the padding counts).
+        pub fn avg_pool2d(&self, kernel: usize, stride: usize, padding: usize) -> Node {
+            self.graph.add(Op::AvgPool2d { kernel, stride, padding }, &[self])
+        }
+    }
+
+    /// Average pooling to an output size.
+    AdaptiveAvgPool2d "adaptive_avg_pool2d" { h: usize, w: usize }
+    infer(i) { Ok((resize_rule(&i[0].0, (*h, *w), true)?, float_rule(i[0].1)?)) }
+    eval(x) { x[0].adaptive_avg_pool2d(*h, *w) }
+    node {
+        /// Average pooling to an `out_h × out_w` output.
+        pub fn adaptive_avg_pool2d(&self, out_h: usize, out_w: usize) -> Node {
+            self.graph.add(Op::AdaptiveAvgPool2d { h: out_h, w: out_w }, &[self])
+        }
+    }
+
+    /// Nearest-neighbour upsampling by integer factors.
+    UpsampleNearest2d "upsample_nearest2d" { h: usize, w: usize }
+    // Built from views: it moves elements, integers included.
+    infer(i) { same_dtype(i, |s| resize_rule(s, (*h, *w), false)) }
+    eval(x) { x[0].upsample_nearest2d(*h, *w) }
+    node {
+        /// Nearest-neighbour upsampling by integer factors.
+        pub fn upsample_nearest2d(&self, scale_h: usize, scale_w: usize) -> Node {
+            self.graph.add(Op::UpsampleNearest2d { h: scale_h, w: scale_w }, &[self])
+        }
+    }
+
+    /// The inputs joined along an axis.
+    Cat "cat" { axis: usize }
+    infer(i) {
+        let shapes: Vec<Shape> = i.iter().map(|(s, _)| s.clone()).collect();
+        Ok((cat_rule(&shapes, *axis)?, joined_rule(i.iter().map(|(_, d)| *d))))
+    }
+    eval(x) { Tensor::cat(&x.iter().collect::<Vec<_>>(), *axis) }
+    node {
+        /// Nodes joined along `axis`; all other axes must agree.
+        pub fn cat<A: Axis>(nodes: &[&Node], axis: A) -> Node {
+            Node::try_cat(nodes, axis).unwrap_or_else(|e| panic!("{e}"))
+        }
+
+        /// [`Node::cat`] returning the shape error.
+        pub fn try_cat<A: Axis>(nodes: &[&Node], axis: A) -> Result<Node> {
+            let first = nodes
+                .first()
+                .ok_or_else(|| crate::Error::Shape("cat: no nodes given".into()))?;
+            let axis = first.axis("cat", axis, 0);
+            first.graph.try_add(Op::Cat { axis }, nodes)
+        }
+    }
+
+    /// Elements `start..start + len` along an axis.
+    Narrow "narrow" { axis: usize, start: usize, len: usize }
+    infer(i) { same_dtype(i, |s| narrow_rule(s, *axis, *start, *len)) }
+    eval(x) { x[0].narrow(*axis, *start, *len) }
+    node {
+        /// Elements `start..start + len` along `axis`.
+        pub fn narrow<A: Axis>(&self, axis: A, start: usize, len: usize) -> Node {
+            let axis = self.axis("narrow", axis, 0);
+            self.graph.add(Op::Narrow { axis, start, len }, &[self])
+        }
+    }
+
+    /// Axes from one on merged into one.
+    FlattenFrom "flatten_from" { start: usize }
+    infer(i) { same_dtype(i, |s| flatten_from_rule(s, *start)) }
+    eval(x) { x[0].flatten_from(*start) }
+    node {
+        /// Axes from `start` on merged into one.
+        pub fn flatten_from(&self, start: usize) -> Node {
+            self.graph.add(Op::FlattenFrom { start }, &[self])
+        }
+    }
+
+    /// A size-1 axis removed.
+    Squeeze "squeeze" { axis: usize }
+    infer(i) { same_dtype(i, |s| squeeze_rule(s, *axis)) }
+    eval(x) { x[0].squeeze(*axis) }
+    node {
+        /// Removes axis `axis`, which must have size 1.
+        pub fn squeeze<A: Axis>(&self, axis: A) -> Node {
+            let axis = self.axis("squeeze", axis, 0);
+            self.graph.add(Op::Squeeze { axis }, &[self])
+        }
+    }
+
+    /// A size-1 axis inserted.
+    Unsqueeze "unsqueeze" { axis: usize }
+    infer(i) { same_dtype(i, |s| unsqueeze_rule(s, *axis)) }
+    eval(x) { x[0].unsqueeze(*axis) }
+    node {
+        /// Inserts a size-1 axis at `axis` (0..=rank).
+        pub fn unsqueeze<A: Axis>(&self, axis: A) -> Node {
+            let axis = self.axis("unsqueeze", axis, 1);
+            self.graph.add(Op::Unsqueeze { axis }, &[self])
+        }
+    }
+
+    /// Padded with a constant: `(before, after)` per axis.
+    Pad "pad" { pads: Vec<(usize, usize)>, value: f64 }
+    infer(i) { same_dtype(i, |s| pad_rule(s, pads)) }
+    eval(x) { x[0].pad(pads, *value) }
+    node {
+        /// Padded with `value`: `pads[i] = (before, after)` elements along axis `i`.
+        pub fn pad(&self, pads: &[(usize, usize)], value: f64) -> Node {
+            self.graph.add(Op::Pad { pads: pads.to_vec(), value }, &[self])
+        }
+    }
+
+    /// The entries at fixed positions along an axis.
+    IndexSelect "index_select" { axis: usize, indices: Vec<usize> }
+    infer(i) { same_dtype(i, |s| index_select_rule(s, *axis, indices)) }
+    eval(x) { x[0].index_select(*axis, indices) }
+    node {
+        /// The entries `indices` along `axis`, in that order: positions known when the graph
+        /// is built (`&[usize]`) or a node of 1-d `I64` positions, as [`Tensor::index_select`]
+        /// takes either.
+        pub fn index_select<A: Axis, I: NodeIndices + ?Sized>(&self, axis: A, indices: &I) -> Node {
+            self.try_index_select(axis, indices).unwrap_or_else(|e| panic!("{e}"))
+        }
+
+        /// [`Node::index_select`] returning the error.
+        pub fn try_index_select<A: Axis, I: NodeIndices + ?Sized>(
+            &self,
+            axis: A,
+            indices: &I,
+        ) -> Result<Node> {
+            let axis = self.axis("index_select", axis, 0);
+            match indices.operand() {
+                Ok(indices) => self.graph.try_add(Op::IndexSelect { axis, indices }, &[self]),
+                Err(node) => self.graph.try_add(Op::IndexSelectBy { axis }, &[self, node]),
+            }
+        }
+    }
+
+    /// The entries at the positions input 1 holds (1-d `I64`) along an axis.
+    IndexSelectBy "index_select" { axis: usize }
+    infer(i) {
+        let ((s, d), (ix, dx)) = (&i[0], &i[1]);
+        if ix.len() != 1 || *dx != DType::I64 {
+            return Err(format!("indices must be a 1-d i64 tensor, got {} {dx}", show(ix)));
+        }
+        check_axis(*axis, s)?;
+        let mut out = s.clone();
+        out[*axis] = ix[0];
+        Ok((out, *d))
+    }
+    eval(x) { x[0].index_select(*axis, &x[1]) }
+    node {}
+
+    /// Input 0 with input 1's entries added at positions along an axis.
+    IndexAdd "index_add" { axis: usize, indices: Vec<usize> }
+    infer(i) {
+        let ((s, d), (src, _)) = (&i[0], &i[1]);
+        Ok((index_add_rule(s, src, *axis, indices)?, float_rule(*d)?))
+    }
+    eval(x) { x[0].index_add(*axis, indices, &x[1]) }
+    node {
+        /// This node with `source`'s entries along `axis` added at `indices` (repeats add up).
+        pub fn index_add<A: Axis>(&self, axis: A, indices: &[usize], source: &Node) -> Node {
+            let axis = self.axis("index_add", axis, 0);
+            let op = Op::IndexAdd { axis, indices: indices.to_vec() };
+            self.graph.add(op, &[self, source])
+        }
+    }
+
+    /// PyTorch's `gather` along an axis, positions in input 1.
+    Gather "gather" { axis: usize }
+    infer(i) {
+        let ((s, d), (ix, _)) = (&i[0], &i[1]);
+        check_axis(*axis, s)?;
+        let fits = ix.len() == s.len()
+            && ix
+                .iter()
+                .zip(s)
+                .enumerate()
+                .all(|(a, (n, m))| a == *axis || !matches!((n, m), (Some(n), Some(m)) if n > m));
+        if !fits {
+            return Err(format!(
+                "index {} does not fit {} along axis {axis}",
+                show(ix),
+                show(s)
+            ));
+        }
+        Ok((ix.clone(), *d))
+    }
+    eval(x) { x[0].gather(*axis, &x[1]) }
+    node {
+        /// PyTorch's `gather` along `axis`, as [`Tensor::gather`].
+        pub fn gather<A: Axis>(&self, axis: A, index: &Node) -> Node {
+            let axis = self.axis("gather", axis, 0);
+            self.graph.add(Op::Gather { axis }, &[self, index])
+        }
+    }
+
+    /// Input 1 where input 0 is non-zero, input 2 elsewhere (broadcast).
+    WhereCond "where_cond" {}
+    infer(i) {
+        let ((c, _), (a, da), (b, db)) = (&i[0], &i[1], &i[2]);
+        let d = promoted_float_rule(*da, *db)?;
+        Ok((broadcast(&broadcast(c, a)?, b)?, d))
+    }
+    eval(x) { x[0].where_cond(&x[1], &x[2]) }
+    node {
+        /// `on_true` where this mask is non-zero, `on_false` elsewhere (all three broadcast).
+        pub fn where_cond(&self, on_true: &Node, on_false: &Node) -> Node {
+            self.graph.add(Op::WhereCond {}, &[self, on_true, on_false])
+        }
+    }
+
+    /// A value where input 1 (broadcast) is non-zero, input 0 elsewhere.
+    MaskedFill "masked_fill" { value: f64 }
+    infer(i) {
+        let ((s, d), (m, _)) = (&i[0], &i[1]);
+        match broadcast(s, m) {
+            Ok(b) if b.len() == s.len() && b.iter().zip(s).all(|(x, y)| same(*x, *y)) => {
+                Ok((s.clone(), *d))
+            }
+            _ => Err(format!("mask {} does not broadcast to {}", show(m), show(s))),
+        }
+    }
+    eval(x) { x[0].masked_fill(&x[1], *value) }
+    node {
+        /// `value` where `mask` is non-zero, as [`Tensor::masked_fill`].
+        pub fn masked_fill(&self, mask: &Node, value: f64) -> Node {
+            self.graph.add(Op::MaskedFill { value }, &[self, mask])
+        }
+    }
+
+    /// The elements on and below a diagonal of the last two axes.
+    Tril "tril" { k: isize }
+    infer(i) { matrices(i) }
+    eval(x) { x[0].tril(*k) }
+    node {
+        /// Zeros above diagonal `k` of the last two axes, as [`Tensor::tril`].
+        pub fn tril(&self, k: isize) -> Node {
+            self.graph.add(Op::Tril { k }, &[self])
+        }
+    }
+
+    /// The elements on and above a diagonal of the last two axes.
+    Triu "triu" { k: isize }
+    infer(i) { matrices(i) }
+    eval(x) { x[0].triu(*k) }
+    node {
+        /// Zeros below diagonal `k` of the last two axes, as [`Tensor::triu`].
+        pub fn triu(&self, k: isize) -> Node {
+            self.graph.add(Op::Triu { k }, &[self])
+        }
+    }
+
+    /// GELU with the tanh approximation.
+    GeluTanh "gelu_tanh" {}
+    infer(i) { Ok((i[0].0.clone(), float_rule(i[0].1)?)) }
+    eval(x) { x[0].gelu_tanh() }
+    node {
+        /// GELU with the tanh approximation, as [`Tensor::gelu_tanh`].
+        pub fn gelu_tanh(&self) -> Node {
+            self.graph.add(Op::GeluTanh {}, &[self])
+        }
+    }
+
+    /// Normalised over the last axis with `eps`, scaled by input 1 and shifted by input 2.
+    LayerNorm "layer_norm" { eps: f64 }
+    infer(i) {
+        let shapes = [0, 1, 2].map(|k| i[k].0.clone());
+        let dtypes = [0, 1, 2].map(|k| i[k].1);
+        Ok((layer_norm_rule(&shapes)?, layer_norm_dtype(dtypes)?))
+    }
+    eval(x) { x[0].layer_norm(&x[1], &x[2], *eps) }
+    node {
+        /// Layer normalisation over the last axis, scaled by `weight` and shifted by `bias`
+        /// (`[D]` each): `Tensor::layer_norm`, PyTorch's `F.layer_norm`.
+        pub fn layer_norm(&self, weight: &Node, bias: &Node, eps: f64) -> Node {
+            self.graph.add(Op::LayerNorm { eps }, &[self, weight, bias])
+        }
+    }
+
+    /// RMS normalisation over the last axis, times input 1 when there is one.
+    RmsNorm "rms_norm" { eps: Option<f64> }
+    infer(i) {
+        let (s, d) = &i[0];
+        if s.is_empty() {
+            return Err("needs at least one axis, got a 0-d tensor".into());
+        }
+        match i.get(1) {
+            None => Ok((s.clone(), float_rule(*d)?)),
+            Some((w, dw)) => {
+                let out = broadcast(s, w)?;
+                if out.len() != s.len() {
+                    return Err(format!("weight {} does not fit {}", show(w), show(s)));
+                }
+                Ok((out, promoted_float_rule(*d, *dw)?))
+            }
+        }
+    }
+    eval(x) { x[0].rms_norm(x.get(1), *eps) }
+    node {
+        /// RMS normalisation over the last axis, as [`Tensor::rms_norm`].
+        pub fn rms_norm(&self, weight: Option<&Node>, eps: Option<f64>) -> Node {
+            let mut inputs = vec![self];
+            inputs.extend(weight);
+            self.graph.add(Op::RmsNorm { eps }, &inputs)
+        }
+    }
+
+    /// Rotary position embedding of positions `start..` with this base.
+    Rope "rope" { start: usize, base: f64 }
+    infer(i) {
+        let (s, d) = &i[0];
+        let even = s.last().is_some_and(|n| n.is_none_or(|n| n % 2 == 0));
+        if s.len() < 2 || !even {
+            return Err(format!("expected [.., T, D] with D even, got {}", show(s)));
+        }
+        Ok((s.clone(), float_rule(*d)?))
+    }
+    eval(x) { x[0].rope(*start, *base) }
+    node {
+        /// Rotary position embedding, as [`Tensor::rope`].
+        pub fn rope(&self, start: usize, base: f64) -> Node {
+            self.graph.add(Op::Rope { start, base }, &[self])
+        }
+    }
+
+    /// The elements in reverse order along axes.
+    Flip "flip" { axes: Vec<usize> }
+    infer(i) { Ok(i[0].clone()) }
+    eval(x) { x[0].flip(axes) }
+    node {
+        /// Reversed along each of `axes`, as [`Tensor::flip`].
+        pub fn flip<A: Axis>(&self, axes: &[A]) -> Node {
+            let axes = self.axes("flip", axes);
+            self.graph.add(Op::Flip { axes }, &[self])
+        }
+    }
+
+    /// The elements shifted cyclically along an axis.
+    Roll "roll" { shift: isize, axis: usize }
+    infer(i) { Ok(i[0].clone()) }
+    eval(x) { x[0].roll(*shift, *axis) }
+    node {
+        /// Shifted cyclically by `shift` along `axis`, as [`Tensor::roll`].
+        pub fn roll<A: Axis>(&self, shift: isize, axis: A) -> Node {
+            let axis = self.axis("roll", axis, 0);
+            self.graph.add(Op::Roll { shift, axis }, &[self])
+        }
+    }
+
+    /// Tiled `reps` times along each axis.
+    Repeat "repeat" { reps: Vec<usize> }
+    infer(i) {
+        let (s, d) = &i[0];
+        if reps.len() < s.len() {
+            return Err(format!("{} repeats for {}", reps.len(), show(s)));
+        }
+        let padded = std::iter::repeat_n(Some(1), reps.len() - s.len()).chain(s.iter().copied());
+        Ok((padded.zip(reps).map(|(n, r)| n.map(|n| n * r)).collect(), *d))
+    }
+    eval(x) { x[0].repeat(reps) }
+    node {
+        /// Tiled `reps[i]` times along axis `i`, as [`Tensor::repeat`].
+        pub fn repeat(&self, reps: &[usize]) -> Node {
+            self.graph.add(Op::Repeat { reps: reps.to_vec() }, &[self])
+        }
+    }
+
+    /// One GRU step from its gate pre-activations (inputs 0 and 1) and state (input 2).
+    GruCell "gru_cell" {}
+    infer(i) {
+        let ((gi, a), (gh, b), (h, c)) = (&i[0], &i[1], &i[2]);
+        let fits = h.len() == 2
+            && [gi, gh].iter().all(|g| {
+                g.len() == 2 && same(g[0], h[0]) && same(g[1], h[1].map(|n| 3 * n))
+            });
+        if !fits {
+            return Err(format!(
+                "expected gates [N, 3H] and state [N, H], got {}, {} and {}",
+                show(gi),
+                show(gh),
+                show(h)
+            ));
+        }
+        Ok((h.clone(), floats_rule(&[("gi", *a), ("gh", *b), ("h", *c)])?))
+    }
+    eval(x) { Tensor::gru_cell(&x[0], &x[1], &x[2]) }
+    node {
+        /// One GRU step, as [`Tensor::gru_cell`].
+        pub fn gru_cell(gi: &Node, gh: &Node, h: &Node) -> Node {
+            gi.graph.add(Op::GruCell {}, &[gi, gh, h])
+        }
+    }
+
+    /// The same values, cut from differentiation.
+    StopGradient "stop_gradient" {}
+    infer(i) { Ok(i[0].clone()) }
+    eval(x) { x[0].detach() }
+    node {
+        /// The same values, cut from differentiation (`detach`, TensorFlow's `stop_gradient`).
+        pub fn stop_gradient(&self) -> Node {
+            self.graph.add(Op::StopGradient {}, &[self])
+        }
+
+        /// Alias of [`Node::stop_gradient`] under the eager name.
+        pub fn detach(&self) -> Node {
+            self.stop_gradient()
+        }
+    }
+
+    /// The same values in another dtype.
+    ToDtype "to_dtype" { dtype: DType }
+    infer(i) { Ok((i[0].0.clone(), *dtype)) }
+    eval(x) { x[0].to_dtype(*dtype) }
+    node {
+        /// The same values in `dtype` (into an integer: truncated, no derivative).
+        pub fn to_dtype(&self, dtype: DType) -> Node {
+            self.graph.add(Op::ToDtype { dtype }, &[self])
+        }
+    }
+
+    /// The index of the largest element along an axis, as i64.
+    Argmax "argmax" { axis: usize }
+    infer(i) { positions(i, *axis) }
+    eval(x) { x[0].argmax(*axis) }
+    node {
+        /// Index of the largest element along `axis` (an i64 node). Has no derivative.
+        pub fn argmax<A: Axis>(&self, axis: A) -> Node {
+            let axis = self.axis("argmax", axis, 0);
+            self.graph.add(Op::Argmax { axis }, &[self])
+        }
+    }
+
+    /// The index of the smallest element along an axis, as i64.
+    Argmin "argmin" { axis: usize }
+    infer(i) { positions(i, *axis) }
+    eval(x) { x[0].argmin(*axis) }
+    node {
+        /// Index of the smallest element along `axis` (an i64 node). Has no derivative.
+        pub fn argmin<A: Axis>(&self, axis: A) -> Node {
+            let axis = self.axis("argmin", axis, 0);
+            self.graph.add(Op::Argmin { axis }, &[self])
+        }
+    }
+}
+
+/// Positions a graph's `index_select` takes: fixed ones, or a node that holds them.
+pub trait NodeIndices {
+    /// The positions when fixed, else the node.
+    fn operand(&self) -> std::result::Result<Vec<usize>, &Node>;
+}
+
+impl NodeIndices for [usize] {
+    fn operand(&self) -> std::result::Result<Vec<usize>, &Node> {
+        Ok(self.to_vec())
+    }
+}
+
+impl<const N: usize> NodeIndices for [usize; N] {
+    fn operand(&self) -> std::result::Result<Vec<usize>, &Node> {
+        Ok(self.to_vec())
+    }
+}
+
+impl NodeIndices for Vec<usize> {
+    fn operand(&self) -> std::result::Result<Vec<usize>, &Node> {
+        Ok(self.clone())
+    }
+}
+
+impl NodeIndices for Node {
+    fn operand(&self) -> std::result::Result<Vec<usize>, &Node> {
+        Err(self)
+    }
+}
+
+/// An op that keeps its input's dtype, with its shape rule.
+fn same_dtype(i: &[(Shape, DType)], rule: impl FnOnce(&Shape) -> Rule) -> Inferred {
+    Ok((rule(&i[0].0)?, i[0].1))
+}
+
+/// A float reduction over `axes`.
+fn float_reduction(i: &[(Shape, DType)], axes: &[usize], keepdim: bool) -> Inferred {
+    Ok((reduce_rule(&i[0].0, axes, keepdim)?, float_rule(i[0].1)?))
+}
+
+/// A float op along `axis` that keeps the shape.
+fn along_float(i: &[(Shape, DType)], axis: usize) -> Inferred {
+    check_axis(axis, &i[0].0)?;
+    Ok((i[0].0.clone(), float_rule(i[0].1)?))
+}
+
+/// A running sum or product: exact on integers, else float.
+fn scan_rule(i: &[(Shape, DType)], axis: usize) -> Inferred {
+    let (s, d) = &i[0];
+    check_axis(axis, s)?;
+    let d = if *d == DType::I64 {
+        *d
+    } else {
+        float_rule(*d)?
+    };
+    Ok((s.clone(), d))
+}
+
+/// An op on the last two axes that keeps shape and dtype.
+fn matrices(i: &[(Shape, DType)]) -> Inferred {
+    if i[0].0.len() < 2 {
+        return Err(format!("needs at least 2 axes, got {}", show(&i[0].0)));
+    }
+    Ok(i[0].clone())
+}
+
+/// Positions along `axis` (the axis removed), as i64.
+fn positions(i: &[(Shape, DType)], axis: usize) -> Inferred {
+    let (s, d) = &i[0];
+    let d = positions_rule(*d)?;
+    check_axis(axis, s)?;
+    Ok((
+        (0..s.len()).filter(|&a| a != axis).map(|a| s[a]).collect(),
+        d,
+    ))
+}
+
+fn conv_infer(i: &[(Shape, DType)], opts: &ConvOpts, transposed: bool) -> Inferred {
+    let ((x, dx), (w, dw)) = (&i[0], &i[1]);
+    let d = floats_rule(&[("input", *dx), ("weight", *dw)])?;
+    Ok((conv_rule(x, w, opts, transposed)?, d))
+}
+
+fn pool_infer(i: &[(Shape, DType)], kernel: usize, stride: usize, padding: usize) -> Inferred {
+    let out = pool_rule(&i[0].0, [kernel; 2], [stride; 2], [padding; 2])?;
+    Ok((out, float_rule(i[0].1)?))
+}
+
+/// `x [.., in]`, `w [out, in]`, `b [out]` give `[.., out]`.
+fn linear_rule(i: &[(Shape, DType)]) -> Inferred {
+    let (x, w) = (&i[0].0, &i[1].0);
+    let bias = i.get(2).map(|(b, _)| b);
+    let fits = match (x.as_slice(), w.as_slice()) {
+        ([.., k], [n, kw]) => same(*k, *kw) && bias.is_none_or(|b| b.len() == 1 && same(b[0], *n)),
+        _ => false,
+    };
+    if !fits {
+        let b = bias.map_or("no bias".to_string(), |b| format!("bias {}", show(b)));
+        return Err(format!(
+            "input {}, weight {} and {b} do not fit ([.., in], [out, in] and [out])",
+            show(x),
+            show(w)
+        ));
+    }
+    let mut out = x[..x.len() - 1].to_vec();
+    out.push(w[0]);
+    let names = ["input", "weight", "bias"];
+    let dtypes: Vec<(&str, DType)> = i.iter().zip(names).map(|((_, d), n)| (n, *d)).collect();
+    Ok((out, floats_rule(&dtypes)?))
+}
+
+/// `q [.., L, E]`, `k [.., S, E]`, `v [.., S, Ev]` and a mask broadcast to `[.., L, S]` give
+/// `[.., L, Ev]`, the leading axes broadcast.
+fn attention_rule(i: &[(Shape, DType)]) -> Inferred {
+    let (q, k, v) = (&i[0].0, &i[1].0, &i[2].0);
+    let bad = || {
+        let shapes: Vec<String> = i.iter().map(|(s, _)| show(s)).collect();
+        format!("q, k, v (and mask) do not fit: {}", shapes.join(", "))
+    };
+    if q.len() < 2 || k.len() < 2 || v.len() < 2 {
+        return Err(bad());
+    }
+    let split = |s: &Shape| (s[..s.len() - 2].to_vec(), s[s.len() - 2], s[s.len() - 1]);
+    let ((bq, l, e), (bk, s, ek), (bv, sv, ev)) = (split(q), split(k), split(v));
+    if !same(e, ek) || !same(s, sv) {
+        return Err(bad());
+    }
+    let mut batch = broadcast(&broadcast(&bq, &bk)?, &bv)?;
+    let mut dtype = promoted_float_rule(i[0].1, i[1].1)?;
+    dtype = promoted_float_rule(dtype, i[2].1)?;
+    if let Some((m, dm)) = i.get(3) {
+        if *dm != DType::F32 && *dm != DType::F64 {
+            return Err(format!(
+                "the mask is {dm}; it must be an additive float mask"
+            ));
+        }
+        let tail = broadcast(&m[m.len().saturating_sub(2)..], &[l, s]).map_err(|_| bad())?;
+        if !(same(tail[0], l) && same(tail[1], s)) || m.len() < 2 {
+            return Err(bad());
+        }
+        batch = broadcast(&batch, &m[..m.len() - 2])?;
+        dtype = promoted_float_rule(dtype, *dm)?;
+    }
+    batch.extend([l, ev]);
+    Ok((batch, dtype))
+}
