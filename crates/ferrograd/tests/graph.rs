@@ -7,6 +7,7 @@ mod common;
 use common::{panic_message, scratch};
 use ferrograd::graph::{Feed, GradientDescentOptimizer, Graph, GraphOptimizer, Node, Session};
 use ferrograd::prelude::*;
+use ferrograd::RecurrentWeights;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Normal};
@@ -1092,4 +1093,279 @@ fn a_gpt_built_as_a_graph_trains_with_eagers_losses() {
     assert!(eager_losses[3] < eager_losses[0], "{eager_losses:?}");
     let last = sess.run(&p[5], &Feed::new()).unwrap();
     assert_eq!(last.to_vec::<f64>(), params[5].tensor().to_vec::<f64>());
+}
+
+#[test]
+fn ops_with_several_outputs_give_each_as_a_node_with_eagers_values_and_gradients() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let (n, h) = (3, 4);
+    let gi0 = Tensor::randn(&[n, 4 * h], DType::F64, &mut rng);
+    let gh0 = Tensor::randn(&[n, 4 * h], DType::F64, &mut rng);
+    let c0 = Tensor::randn(&[n, h], DType::F64, &mut rng);
+    let x0 = Tensor::randn(&[n, h, 2], DType::F64, &mut rng);
+    let (w0, b0) = (
+        Tensor::randn(&[h], DType::F64, &mut rng),
+        Tensor::ones(&[h], DType::F64),
+    );
+
+    let (gi, c, x) = (gi0.requires_grad(), c0.requires_grad(), x0.requires_grad());
+    let (hn, cn) = Tensor::lstm_cell(&gi, &gh0, &c);
+    let (top, at) = hn.topk(2);
+    let (y, mean, var) = x.batch_norm(&w0, &b0, 1e-5);
+    let loss = &(&(&top.sum() + &cn.square().sum()) + &y.square().mean()) + &(&mean + &var).sum();
+    let eager = grad(&loss, &[&gi, &c, &x]);
+
+    let g = Graph::new();
+    let (ggi, gc, gx) = (
+        g.variable("gi", gi0.clone()),
+        g.variable("c", c0.clone()),
+        g.variable("x", x0.clone()),
+    );
+    let (gw, gb, ggh) = (g.constant(w0), g.constant(b0), g.constant(gh0));
+    let (ghn, gcn) = Node::lstm_cell(&ggi, &ggh, &gc);
+    let (gtop, gat) = ghn.topk(2);
+    assert_eq!(gat.shape(), Some(vec![Some(n), Some(2)]));
+    assert_eq!(gat.dtype(), Some(DType::I64));
+    let (gy, gmean, gvar) = gx.batch_norm(&gw, &gb, 1e-5);
+    assert_eq!(gvar.shape(), Some(vec![Some(h)]));
+    let gloss =
+        &(&(&gtop.sum() + &gcn.square().sum()) + &gy.square().mean()) + &(&gmean + &gvar).sum();
+    let grads = g.gradients(&gloss, &[&ggi, &gc, &gx]);
+    let mut sess = Session::new(&g);
+    let got = sess
+        .run_many(
+            &[&gloss, &gat, &grads[0], &grads[1], &grads[2]],
+            &Feed::new(),
+        )
+        .unwrap();
+    assert_eq!(got[0].to_vec::<f64>(), loss.to_vec::<f64>());
+    assert_eq!(got[1].to_vec::<i64>(), at.to_vec::<i64>());
+    for k in 0..3 {
+        assert_eq!(
+            got[2 + k].to_vec::<f64>(),
+            eager[k].to_vec::<f64>(),
+            "gradient {k}"
+        );
+    }
+    // A second topk of the same node is merged with the first, outputs included.
+    let again = ghn.topk(2).1;
+    let before = sess.evaluations();
+    sess.run_many(&[&gat, &again], &Feed::new()).unwrap();
+    let lstm_and_topk = 2;
+    assert_eq!(sess.evaluations() - before, lstm_and_topk);
+    assert!(g.to_string().contains("output(1)"), "{g}");
+}
+
+#[test]
+fn recurrent_layers_same_convolutions_and_rectangular_pools_match_eager() {
+    let mut rng = StdRng::seed_from_u64(12);
+    let mut randn = |s: &[usize]| &Tensor::randn(s, DType::F64, &mut rng) * 0.5;
+    let (n, t, input, h) = (2, 4, 3, 5);
+    let x0 = randn(&[n, t, input]);
+    let h0 = randn(&[n, h]);
+    let weights: Vec<[Tensor; 4]> = [4, 3, 1]
+        .iter()
+        .map(|&gates| {
+            [
+                randn(&[gates * h, input]),
+                randn(&[gates * h, h]),
+                randn(&[gates * h]),
+                randn(&[gates * h]),
+            ]
+        })
+        .collect();
+    let image = randn(&[1, 2, 5, 6]);
+    let kernel = randn(&[3, 2, 2, 3]);
+    let opts = ConvOpts::new().dilation(2);
+
+    let w = |k: usize| RecurrentWeights {
+        w_ih: &weights[k][0],
+        w_hh: &weights[k][1],
+        b_ih: &weights[k][2],
+        b_hh: &weights[k][3],
+    };
+    let x = x0.requires_grad();
+    let (lo, lh, lc) = x.lstm(&h0, &h0, w(0));
+    let (go, gh) = x.gru(&h0, w(1));
+    let (ro, rh) = x.rnn_tanh(&h0, w(2));
+    let conv = image.conv2d_same(&kernel, &opts);
+    let pools = &conv.max_pool2d_hw([2, 3], [1, 2], [1, 1]).sum()
+        + &conv.avg_pool2d_hw([3, 2], [2, 1], [0, 1]).sum();
+    let parts = [&lo, &lh, &lc, &go, &gh, &ro, &rh];
+    let loss = parts
+        .iter()
+        .fold(pools.clone(), |acc, p| &acc + &p.square().sum());
+    let eager = grad(&loss, &[&x]).remove(0);
+
+    let g = Graph::new();
+    let gx = g.variable("x", x0.clone());
+    let gh0 = g.constant(h0.clone());
+    let gw: Vec<Vec<Node>> = weights
+        .iter()
+        .map(|ws| ws.iter().map(|v| g.constant(v.clone())).collect())
+        .collect();
+    let nw = |k: usize| RecurrentWeights {
+        w_ih: &gw[k][0],
+        w_hh: &gw[k][1],
+        b_ih: &gw[k][2],
+        b_hh: &gw[k][3],
+    };
+    let (glo, glh, glc) = gx.lstm(&gh0, &gh0, nw(0));
+    let (ggo, ggh) = gx.gru(&gh0, nw(1));
+    let (gro, grh) = gx.rnn_tanh(&gh0, nw(2));
+    assert_eq!(glc.shape(), Some(vec![Some(n), Some(h)]));
+    assert_eq!(gro.shape(), Some(vec![Some(n), Some(t), Some(h)]));
+    let gconv = g.constant(image).conv2d_same(&g.constant(kernel), &opts);
+    assert_eq!(
+        gconv.shape(),
+        Some(vec![Some(1), Some(3), Some(5), Some(6)])
+    );
+    let gpools = &gconv.max_pool2d_hw([2, 3], [1, 2], [1, 1]).sum()
+        + &gconv.avg_pool2d_hw([3, 2], [2, 1], [0, 1]).sum();
+    let gparts = [&glo, &glh, &glc, &ggo, &ggh, &gro, &grh];
+    let gloss = gparts
+        .iter()
+        .fold(gpools.clone(), |acc, p| &acc + &p.square().sum());
+    let dx = g.gradients(&gloss, &[&gx]).remove(0);
+    let got = Session::new(&g)
+        .run_many(&[&gloss, &dx], &Feed::new())
+        .unwrap();
+    assert_eq!(got[0].to_vec::<f64>(), loss.to_vec::<f64>());
+    assert_eq!(got[1].to_vec::<f64>(), eager.to_vec::<f64>());
+    // A weight of the wrong size is refused where the graph is built.
+    let short = g.constant(Tensor::zeros(&[3 * h], DType::F64));
+    let bad = RecurrentWeights {
+        b_hh: &short,
+        ..nw(0)
+    };
+    let msg = panic_message(|| {
+        gx.lstm(&gh0, &gh0, bad);
+    });
+    assert!(msg.contains("lstm: expected x [N, T, in]"), "{msg}");
+}
+
+/// The `Tensor` methods of the op layer (`src/ops`): the names of `pub fn`s in `impl Tensor`
+/// blocks, and the comparisons its macro writes.
+fn tensor_ops_in(dir: &std::path::Path, found: &mut Vec<String>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            tensor_ops_in(&path, found);
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut in_impl = false;
+        for line in text.lines() {
+            if line.starts_with("impl Tensor {") {
+                in_impl = true;
+            } else if line == "}" {
+                in_impl = false;
+            } else if let Some(rest) = line.trim_start().strip_prefix("comparison_with_scalar!(") {
+                found.push(rest.split(", ").nth(1).unwrap().to_string());
+            } else if let Some(rest) = line.strip_prefix("    pub fn ") {
+                if in_impl {
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    found.push(name);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_tensor_op_has_a_graph_form() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut ops = Vec::new();
+    tensor_ops_in(&src.join("ops"), &mut ops);
+    assert!(ops.len() > 60, "the scan found only {ops:?}");
+    let mut graph = String::new();
+    for entry in std::fs::read_dir(src.join("graph")).unwrap() {
+        graph += &std::fs::read_to_string(entry.unwrap().path()).unwrap();
+    }
+    // What is not an op a graph holds, and why.
+    let outside = [
+        ("allclose", "compares two values into a bool"),
+        (
+            "shuffle",
+            "draws from the caller's generator; a graph's ops are pure",
+        ),
+        (
+            "multinomial",
+            "draws from the caller's generator; a graph's ops are pure",
+        ),
+    ];
+    let missing: Vec<&String> = ops
+        .iter()
+        .filter(|op| !outside.iter().any(|(name, _)| name == op))
+        .filter(|op| {
+            let forms = [
+                format!("pub fn {op}("),
+                format!("pub fn {op}<"),
+                format!("compare_scalar!({op} "),
+            ];
+            !forms.iter().any(|f| graph.contains(f.as_str()))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "Tensor ops without a Node form: {missing:?}"
+    );
+}
+
+/// Selections, scans, statistics and norms, written once for tensors and nodes: `x` `[3, 4]`,
+/// `w` `[4]`, `at` `[3, 2]` positions along axis 1, `rows` 1-d positions along axis 0.
+macro_rules! selections_and_statistics {
+    ($x:expr, $w:expr, $at:expr, $rows:expr) => {{
+        let (x, w) = ($x, $w);
+        let mask = x.gt_scalar(0.3);
+        let picked = x.gather(1, $at).cumsum(1).cumprod(0);
+        let filled = x.masked_fill(&mask, -1.5).tril(0) + x.triu(1);
+        let normed = x.rms_norm(Some(w), None) + x.reshape(&[1, 3, 4]).rope(2, 100.0).squeeze(0);
+        let stats = &x.logsumexp(&[1], true) + &x.var_axes(&[0], 1, false);
+        let moved = x
+            .flip(&[0, 1])
+            .roll(-1, 1)
+            .repeat(&[2, 1])
+            .index_select(0, $rows);
+        let compared = &x.detach().le_scalar(0.0) + &x.detach().ne_scalar(0.5);
+        picked.sum()
+            + filled.square().sum()
+            + normed.sum()
+            + stats.std_axes(&[0, 1], 0, false)
+            + moved.square().mean()
+            + compared.sum()
+    }};
+}
+
+#[test]
+fn selections_scans_statistics_and_norms_match_eager() {
+    let mut rng = StdRng::seed_from_u64(13);
+    let x0 = Tensor::randn(&[3, 4], DType::F64, &mut rng);
+    let w0 = Tensor::randn(&[4], DType::F64, &mut rng);
+    let at = Tensor::from_vec(vec![3i64, 0, 1, 1, 2, 3], &[3, 2]);
+    let rows = Tensor::from_vec(vec![5i64, 0, 2], &[3]);
+    let (x, w) = (x0.requires_grad(), w0.requires_grad());
+    let loss = selections_and_statistics!(&x, &w, &at, &rows);
+    let eager = grad(&loss, &[&x, &w]);
+
+    let g = Graph::new();
+    let (gx, gw) = (g.variable("x", x0), g.variable("w", w0));
+    let (gat, grows) = (
+        g.constant(at),
+        g.placeholder_with("rows", &[Some(3)], DType::I64),
+    );
+    let gloss = selections_and_statistics!(&gx, &gw, &gat, &grows);
+    let grads = g.gradients(&gloss, &[&gx, &gw]);
+    let got = Session::new(&g)
+        .run_many(
+            &[&gloss, &grads[0], &grads[1]],
+            &Feed::new().with(&grows, rows),
+        )
+        .unwrap();
+    assert_eq!(got[0].to_vec::<f64>(), loss.to_vec::<f64>());
+    assert_eq!(got[1].to_vec::<f64>(), eager[0].to_vec::<f64>());
+    assert_eq!(got[2].to_vec::<f64>(), eager[1].to_vec::<f64>());
 }

@@ -201,6 +201,11 @@ impl Node {
         axes.iter().map(|&a| self.axis(op, a, 0)).collect()
     }
 
+    /// Output `index` of this node's op, which has several (output 0 is this node).
+    pub(super) fn output(&self, index: usize) -> Node {
+        self.graph.add(Op::Output { index }, &[self])
+    }
+
     /// The same values (graph values are always laid out for the ops that read them).
     pub fn contiguous(&self) -> Node {
         self.clone()

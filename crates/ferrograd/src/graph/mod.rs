@@ -58,6 +58,9 @@ pub struct NodeData {
     pub shape: Option<Shape>,
     /// The dtype inferred when it was added, when known.
     pub dtype: Option<DType>,
+    /// The shapes and dtypes inferred for the op's further outputs, which `Op::Output` nodes
+    /// read (a `topk`'s positions); empty for an op of one output.
+    pub rest: Vec<(Option<Shape>, Option<DType>)>,
 }
 
 struct GraphInner {
@@ -173,7 +176,17 @@ impl Graph {
                 .map(|&i| (nodes[i].shape.clone(), nodes[i].dtype))
                 .collect()
         };
-        let (shape, dtype) = op.infer_partial(&shapes).map_err(|why| {
+        let inferred = match op {
+            Op::Output { index } => {
+                let source = &self.nodes()[idx[0]];
+                match index.checked_sub(1).and_then(|k| source.rest.get(k)) {
+                    Some(out) => Ok(vec![out.clone()]),
+                    None => Err(format!("%{} has no output {index}", idx[0])),
+                }
+            }
+            _ => op.infer_partial(&shapes),
+        };
+        let mut outputs = inferred.map_err(|why| {
             let given: Vec<String> = shapes
                 .iter()
                 .map(|(s, d)| format!("{} {}", op::show_opt(s), dtype_name(*d)))
@@ -184,12 +197,14 @@ impl Graph {
                 given.join(", ")
             ))
         })?;
+        let (shape, dtype) = outputs.remove(0);
         let mut g = self.write();
         g.nodes.push(NodeData {
             op,
             inputs: idx,
             shape,
             dtype,
+            rest: outputs,
         });
         Ok(Node {
             graph: self.clone(),

@@ -25,6 +25,7 @@ macro_rules! declare_ops {
     ($(
         $(#[$doc:meta])*
         $Variant:ident $name:literal { $($field:ident: $fty:ty),* $(,)? }
+        $(outputs($count:literal))?
         infer($ins:ident) $infer:block
         eval($x:ident) $eval:block
         node { $($node:item)* }
@@ -59,6 +60,12 @@ macro_rules! declare_ops {
             /// One step of an optimizer on `vars` against the loss (input 0); the loss is its
             /// value.
             Minimize($crate::graph::train::Minimizer),
+            /// Output `index` (from 1) of input 0, whose op has several outputs (a `topk`'s
+            /// positions); the node of that op is its output 0.
+            Output {
+                /// Which output.
+                index: usize,
+            },
             $(
                 $(#[$doc])*
                 $Variant {
@@ -83,29 +90,42 @@ macro_rules! declare_ops {
                 }
             }
 
-            /// A declared op's shape and dtype rule.
+            /// How many values the op gives.
+            pub(crate) fn outputs(&self) -> usize {
+                match self {
+                    $(Op::$Variant { .. } => 1 $(- 1 + $count)?,)*
+                    _ => 1,
+                }
+            }
+
+            /// A declared op's shape and dtype rule, one answer per output.
             #[allow(unused_variables)]
             pub(super) fn declared_infer(
                 &self,
                 inputs: &[($crate::ops::shape::Shape, $crate::tensor::DType)],
-            ) -> Option<$crate::graph::op::Inferred> {
+            ) -> Option<$crate::graph::op::InferredOutputs> {
+                use $crate::graph::op::IntoOutputs;
                 match self {
                     $(Op::$Variant { $($field),* } => {
                         let $ins = inputs;
-                        let rule = || -> $crate::graph::op::Inferred { $infer };
-                        Some(rule())
+                        let rule = || -> Result<_, String> { $infer };
+                        Some(rule().map(IntoOutputs::into_outputs))
                     })*
                     _ => None,
                 }
             }
 
-            /// A declared op on evaluated inputs.
+            /// A declared op on evaluated inputs, one value per output.
             #[allow(unused_variables)]
-            pub(super) fn declared_eval(&self, inputs: &[$crate::tensor::Tensor]) -> Option<$crate::tensor::Tensor> {
+            pub(super) fn declared_eval(
+                &self,
+                inputs: &[$crate::tensor::Tensor],
+            ) -> Option<Vec<$crate::tensor::Tensor>> {
+                use $crate::graph::op::IntoOutputs;
                 match self {
                     $(Op::$Variant { $($field),* } => {
                         let $x = inputs;
-                        Some($eval)
+                        Some($eval.into_outputs())
                     })*
                     _ => None,
                 }
@@ -121,6 +141,48 @@ pub(crate) use declare_ops;
 
 /// A rule's answer: the result's shape and dtype, or why the inputs do not fit.
 pub(crate) type Inferred = Result<(Shape, DType), String>;
+
+/// The answers of a rule for each of the op's outputs.
+pub(crate) type InferredOutputs = Result<Vec<(Shape, DType)>, String>;
+
+/// An op's value, or its values, as the list a session keeps (output 0 first); a rule's answer
+/// likewise.
+pub(crate) trait IntoOutputs<T> {
+    fn into_outputs(self) -> Vec<T>;
+}
+
+impl IntoOutputs<Tensor> for Tensor {
+    fn into_outputs(self) -> Vec<Tensor> {
+        vec![self]
+    }
+}
+
+impl IntoOutputs<Tensor> for (Tensor, Tensor) {
+    fn into_outputs(self) -> Vec<Tensor> {
+        vec![self.0, self.1]
+    }
+}
+
+impl IntoOutputs<Tensor> for (Tensor, Tensor, Tensor) {
+    fn into_outputs(self) -> Vec<Tensor> {
+        vec![self.0, self.1, self.2]
+    }
+}
+
+impl IntoOutputs<(Shape, DType)> for (Shape, DType) {
+    fn into_outputs(self) -> Vec<(Shape, DType)> {
+        vec![self]
+    }
+}
+
+impl IntoOutputs<(Shape, DType)> for Vec<(Shape, DType)> {
+    fn into_outputs(self) -> Vec<(Shape, DType)> {
+        self
+    }
+}
+
+/// What is known of a value's shape and dtype.
+pub(crate) type Partial = (Option<Shape>, Option<DType>);
 
 /// `name(a, b)`, or `name` without attributes.
 pub(crate) fn call_name(name: &str, attributes: &[String]) -> String {
@@ -142,6 +204,7 @@ impl Op {
             Op::Binary(b) => b.to_string(),
             Op::Grad => "grad".into(),
             Op::Minimize(m) => format!("minimize({})", m.describe()),
+            Op::Output { index } => format!("output({index})"),
             op => op.declared_name().expect("every other op is declared"),
         }
     }
@@ -155,71 +218,85 @@ impl Op {
         )
     }
 
-    /// The result's shape and dtype where every input's is known; where one is not, what the
-    /// op alone fixes (a reshape's shape, a gradient's), the rest unknown.
-    pub(crate) fn infer_partial(
-        &self,
-        inputs: &[(Option<Shape>, Option<DType>)],
-    ) -> Result<(Option<Shape>, Option<DType>), String> {
+    /// Each output's shape and dtype where every input's is known; where one is not, what the
+    /// op alone fixes (a reshape's shape, a gradient's), the rest unknown. An `Output` node's
+    /// is its source's, which the graph looks up.
+    pub(crate) fn infer_partial(&self, inputs: &[Partial]) -> Result<Vec<Partial>, String> {
         if let Op::Placeholder { shape, dtype, .. } = self {
-            return Ok((shape.clone(), *dtype));
+            return Ok(vec![(shape.clone(), *dtype)]);
         }
         let all: Option<Vec<(Shape, DType)>> = inputs
             .iter()
             .map(|(s, d)| Some((s.clone()?, (*d)?)))
             .collect();
         if let Some(all) = all {
-            return self.infer(&all).map(|(s, d)| (Some(s), Some(d)));
+            let outputs = self.infer(&all)?;
+            return Ok(outputs
+                .into_iter()
+                .map(|(s, d)| (Some(s), Some(d)))
+                .collect());
         }
         Ok(match self {
-            Op::Reshape { shape } | Op::BroadcastTo { shape } => (Some(known(shape)), inputs[0].1),
+            Op::Reshape { shape } | Op::BroadcastTo { shape } => {
+                vec![(Some(known(shape)), inputs[0].1)]
+            }
             Op::Grad => {
                 if let Some(of) = &inputs[0].0 {
                     one_element(of, "gradients need a one-element value to differentiate")?;
                 }
-                inputs[1].clone()
+                vec![inputs[1].clone()]
             }
-            Op::Minimize(_) => (Some(Vec::new()), inputs[0].1),
-            Op::Sum {} | Op::Mean {} | Op::Max {} | Op::Min {} => (Some(Vec::new()), None),
-            _ => (None, None),
+            Op::Minimize(_) => vec![(Some(Vec::new()), inputs[0].1)],
+            Op::Sum {} | Op::Mean {} | Op::Max {} | Op::Min {} => vec![(Some(Vec::new()), None)],
+            _ => vec![(None, None); self.outputs()],
         })
     }
 
-    /// The result's shape and dtype from the inputs', or why they do not fit.
-    pub(super) fn infer(&self, inputs: &[(Shape, DType)]) -> Inferred {
-        match self {
-            Op::Placeholder { .. } => unreachable!("a placeholder's shape and dtype are its own"),
-            Op::Variable { param, .. } => Ok((known(&param.shape()), param.dtype())),
-            Op::Constant(t) => Ok((known(t.shape()), t.dtype())),
-            Op::Unary(u) => Ok((inputs[0].0.clone(), u.result_dtype(inputs[0].1)?)),
+    /// Each output's shape and dtype from the inputs', or why they do not fit.
+    pub(super) fn infer(&self, inputs: &[(Shape, DType)]) -> InferredOutputs {
+        let one = match self {
+            Op::Placeholder { .. } | Op::Output { .. } => {
+                unreachable!("the graph knows a placeholder's and an output's shape")
+            }
+            Op::Variable { param, .. } => (known(&param.shape()), param.dtype()),
+            Op::Constant(t) => (known(t.shape()), t.dtype()),
+            Op::Unary(u) => (inputs[0].0.clone(), u.result_dtype(inputs[0].1)?),
             Op::Binary(op) => {
                 let ((a, da), (b, db)) = (&inputs[0], &inputs[1]);
-                Ok((broadcast(a, b)?, op.result_dtype(*da, *db)?))
+                (broadcast(a, b)?, op.result_dtype(*da, *db)?)
             }
             Op::Grad => {
                 let ((of, _), (wrt, d)) = (&inputs[0], &inputs[1]);
                 one_element(of, "gradients need a one-element value to differentiate")?;
-                Ok((wrt.clone(), float_rule(*d)?))
+                (wrt.clone(), float_rule(*d)?)
             }
             Op::Minimize(_) => {
                 let (of, d) = &inputs[0];
                 one_element(of, "minimize needs a one-element loss")?;
-                Ok((Vec::new(), *d))
+                (Vec::new(), *d)
             }
-            op => op
-                .declared_infer(inputs)
-                .expect("every other op is declared"),
-        }
+            op => {
+                return op
+                    .declared_infer(inputs)
+                    .expect("every other op is declared")
+            }
+        };
+        Ok(vec![one])
     }
 
-    /// The op on evaluated inputs (leaves are evaluated by the session).
-    pub(crate) fn eval(&self, x: &[Tensor]) -> Tensor {
+    /// The op on evaluated inputs, one value per output (leaves, gradients and outputs are
+    /// evaluated by the session).
+    pub(crate) fn eval(&self, x: &[Tensor]) -> Vec<Tensor> {
         match self {
-            Op::Unary(u) => u.apply(&x[0]),
-            Op::Binary(b) => b.apply(&x[0], &x[1]),
-            Op::Constant(t) => t.clone(),
-            Op::Placeholder { .. } | Op::Variable { .. } | Op::Grad | Op::Minimize(_) => {
-                unreachable!("the session evaluates leaves, gradients and training ops")
+            Op::Unary(u) => vec![u.apply(&x[0])],
+            Op::Binary(b) => vec![b.apply(&x[0], &x[1])],
+            Op::Constant(t) => vec![t.clone()],
+            Op::Placeholder { .. }
+            | Op::Variable { .. }
+            | Op::Grad
+            | Op::Minimize(_)
+            | Op::Output { .. } => {
+                unreachable!("the session evaluates leaves, gradients, training ops and outputs")
             }
             op => op.declared_eval(x).expect("every other op is declared"),
         }

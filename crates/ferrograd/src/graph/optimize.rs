@@ -51,8 +51,9 @@ impl Plan {
             let constant: Option<Vec<Tensor>> =
                 inputs.iter().map(|&j| plan.folded[j].clone()).collect();
             match constant {
-                Some(values) if !matches!(n.op, Op::Grad) && !varies[i] => {
-                    plan.folded[i] = Some(no_grad(|| n.op.eval(&values)));
+                // (An op of several outputs is merged, not folded: a fold keeps one value.)
+                Some(values) if folds(&n.op) && !varies[i] => {
+                    plan.folded[i] = Some(no_grad(|| n.op.eval(&values)).remove(0));
                 }
                 _ => match seen.get(&(n.op.key(), inputs.clone())) {
                     Some(&earlier) => plan.repr[i] = earlier,
@@ -73,4 +74,9 @@ pub(crate) fn gradient_targets(nodes: &[super::NodeData]) -> HashSet<usize> {
         .filter(|n| matches!(n.op, Op::Grad))
         .map(|n| n.inputs[1])
         .collect()
+}
+
+/// Whether a pure op on constants is computed ahead of the runs.
+fn folds(op: &Op) -> bool {
+    !matches!(op, Op::Grad | Op::Output { .. }) && op.outputs() == 1
 }

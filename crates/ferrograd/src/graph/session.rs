@@ -303,6 +303,8 @@ fn evaluate(
 ) -> Result<(Vec<Option<Tensor>>, Vec<PendingStep>)> {
     let nodes = graph.nodes();
     let mut values: Vec<Option<Tensor>> = plan.folded.clone();
+    // The further outputs of ops that have several, by node.
+    let mut parts: HashMap<usize, Vec<Tensor>> = HashMap::new();
     let mut steps = Vec::new();
     for &i in &needs.order {
         let v = match values[i].take() {
@@ -337,17 +339,25 @@ fn evaluate(
                         }
                         loss.detach()
                     }
+                    Op::Output { index } => {
+                        let source = plan.repr[n.inputs[0]];
+                        parts[&source][*index - 1].clone()
+                    }
                     op => {
                         *evaluations += 1;
                         let inferred = match check {
                             true => Some(check_run_shapes(i, op, &inputs)?),
                             false => None,
                         };
-                        let v = op.eval(&inputs);
+                        let mut v = op.eval(&inputs);
                         if let Some(inferred) = inferred {
-                            agrees(i, op, inferred, &v);
+                            agrees(i, op, &inferred, &v);
                         }
-                        v
+                        let first = v.remove(0);
+                        if !v.is_empty() {
+                            parts.insert(i, v);
+                        }
+                        first
                     }
                 }
             }
@@ -407,8 +417,8 @@ fn gradients_of(
     Ok(grads.remove(0))
 }
 
-/// The shape and dtype the graph inferred for a node, as far as known.
-type Inferred = (Option<super::Shape>, Option<crate::tensor::DType>);
+/// The shape and dtype the graph inferred for each output of a node, as far as known.
+type Inferred = Vec<super::op::Partial>;
 
 /// The op's shape rule on the values' actual shapes (free axes and unshaped placeholders are
 /// only known now): an error naming the node, not a panic inside the op.
@@ -430,14 +440,32 @@ fn check_run_shapes(i: usize, op: &Op, inputs: &[Tensor]) -> Result<Inferred> {
     })
 }
 
-/// Panics unless the eager op produced the shape and dtype the graph inferred for it: the
+/// Panics unless the eager op produced the shapes and dtypes the graph inferred for it: the
 /// graph's shape rules and the eager ops' must never disagree (checked on each first run).
-fn agrees(i: usize, op: &Op, (shape, dtype): Inferred, value: &Tensor) {
+fn agrees(i: usize, op: &Op, inferred: &Inferred, values: &[Tensor]) {
+    assert_eq!(
+        inferred.len(),
+        values.len(),
+        "graph %{i} {}: outputs",
+        op.name()
+    );
+    for ((shape, dtype), value) in inferred.iter().zip(values) {
+        agrees_one(i, op, shape, *dtype, value);
+    }
+}
+
+fn agrees_one(
+    i: usize,
+    op: &Op,
+    shape: &Option<super::Shape>,
+    dtype: Option<crate::tensor::DType>,
+    value: &Tensor,
+) {
     assert!(
         fits(shape.as_ref(), value) && dtype.is_none_or(|d| d == value.dtype()),
         "graph %{i} {}: inferred {} {}, but the op gave {:?} {}",
         op.name(),
-        super::op::show_opt(&shape),
+        super::op::show_opt(shape),
         dtype.map_or("?".to_string(), |d| d.to_string()),
         value.shape(),
         value.dtype()

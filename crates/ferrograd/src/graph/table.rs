@@ -4,7 +4,7 @@
 //! name, so that a graph gives eager's values and gradients to the bit) and the `Node` methods
 //! that add it, with the eager method's name and signature (`Node` for `Tensor`).
 
-use super::op::declare_ops;
+use super::op::{declare_ops, Binary};
 use super::Node;
 use crate::error::Result;
 use crate::ops::attention::Attention;
@@ -29,6 +29,22 @@ use crate::Axis;
 
 /// A rule's answer.
 type Inferred = super::op::Inferred;
+/// A rule's answers, one per output.
+type InferredOutputs = super::op::InferredOutputs;
+
+/// The `Node` form of a comparison with a number, as `Tensor`'s.
+macro_rules! compare_scalar {
+    ($name:ident $Variant:ident $symbol:literal) => {
+        #[doc = concat!("1 where `self ", $symbol, " value`, else 0, as [`Tensor::", stringify!($name), "`].")]
+        pub fn $name(&self, value: f64) -> Node {
+            let op = Op::CompareScalar {
+                comparison: Binary::$Variant,
+                value,
+            };
+            self.graph.add(op, &[self])
+        }
+    };
+}
 
 declare_ops! {
     /// The matrix product (batched, with broadcast batch axes).
@@ -389,6 +405,36 @@ declare_ops! {
         }
     }
 
+    /// 2-D convolution keeping the height and width (PyTorch's `padding="same"`).
+    Conv2dSame "conv2d_same" { opts: ConvOpts }
+    infer(i) {
+        let ((x, _), (w, _)) = (&i[0], &i[1]);
+        if opts.stride != [1, 1] || x.len() != 4 || w.len() != 4 {
+            return Err(format!(
+                "padding \"same\" needs stride 1, input [N, C, H, W] and weight [O, C/groups, \
+                 kh, kw], got stride {:?}, {} and {}",
+                opts.stride,
+                show(x),
+                show(w)
+            ));
+        }
+        let mut padded = x.clone();
+        for a in 0..2 {
+            let total = w[2 + a].map(|k| opts.dilation[a] * k.saturating_sub(1));
+            padded[2 + a] = x[2 + a].zip(total).map(|(n, t)| n + t);
+        }
+        let mut o = conv_infer(&[(padded, i[0].1), i[1].clone()], &opts.padding(0), false)?;
+        o.0[2..].copy_from_slice(&x[2..]);
+        Ok(o)
+    }
+    eval(x) { x[0].conv2d_same(&x[1], opts) }
+    node {
+        /// 2-D convolution with PyTorch's `padding="same"`, as [`Tensor::conv2d_same`].
+        pub fn conv2d_same(&self, w: &Node, opts: &ConvOpts) -> Node {
+            self.graph.add(Op::Conv2dSame { opts: *opts }, &[self, w])
+        }
+    }
+
     /// The weight gradient of a convolution of input 0 for the output gradient input 1.
     Conv2dWeight "conv2d_weight" { kernel: (usize, usize), opts: ConvOpts }
     infer(i) {
@@ -404,24 +450,34 @@ declare_ops! {
         }
     }
 
-    /// Max pooling over square windows.
-    MaxPool2d "max_pool2d" { kernel: usize, stride: usize, padding: usize }
+    /// Max pooling over `[height, width]` windows.
+    MaxPool2d "max_pool2d" { kernel: [usize; 2], stride: [usize; 2], padding: [usize; 2] }
     infer(i) { pool_infer(i, *kernel, *stride, *padding) }
-    eval(x) { x[0].max_pool2d(*kernel, *stride, *padding) }
+    eval(x) { x[0].max_pool2d_hw(*kernel, *stride, *padding) }
     node {
-        /// Max pooling over square windows (PyTorch's semantics).
+        /// Max pooling over square windows, as [`Tensor::max_pool2d`].
         pub fn max_pool2d(&self, kernel: usize, stride: usize, padding: usize) -> Node {
+            self.max_pool2d_hw([kernel; 2], [stride; 2], [padding; 2])
+        }
+
+        /// Max pooling with sizes `[height, width]`, as [`Tensor::max_pool2d_hw`].
+        pub fn max_pool2d_hw(&self, kernel: [usize; 2], stride: [usize; 2], padding: [usize; 2]) -> Node {
             self.graph.add(Op::MaxPool2d { kernel, stride, padding }, &[self])
         }
     }
 
-    /// Average pooling over square windows (the padding counts).
-    AvgPool2d "avg_pool2d" { kernel: usize, stride: usize, padding: usize }
+    /// Average pooling over `[height, width]` windows (the padding counts).
+    AvgPool2d "avg_pool2d" { kernel: [usize; 2], stride: [usize; 2], padding: [usize; 2] }
     infer(i) { pool_infer(i, *kernel, *stride, *padding) }
-    eval(x) { x[0].avg_pool2d(*kernel, *stride, *padding) }
+    eval(x) { x[0].avg_pool2d_hw(*kernel, *stride, *padding) }
     node {
-        /// Average pooling over square windows (the padding counts).
+        /// Average pooling over square windows (the padding counts), as [`Tensor::avg_pool2d`].
         pub fn avg_pool2d(&self, kernel: usize, stride: usize, padding: usize) -> Node {
+            self.avg_pool2d_hw([kernel; 2], [stride; 2], [padding; 2])
+        }
+
+        /// Average pooling with sizes `[height, width]`, as [`Tensor::avg_pool2d_hw`].
+        pub fn avg_pool2d_hw(&self, kernel: [usize; 2], stride: [usize; 2], padding: [usize; 2]) -> Node {
             self.graph.add(Op::AvgPool2d { kernel, stride, padding }, &[self])
         }
     }
@@ -789,28 +845,181 @@ declare_ops! {
 
     /// One GRU step from its gate pre-activations (inputs 0 and 1) and state (input 2).
     GruCell "gru_cell" {}
-    infer(i) {
-        let ((gi, a), (gh, b), (h, c)) = (&i[0], &i[1], &i[2]);
-        let fits = h.len() == 2
-            && [gi, gh].iter().all(|g| {
-                g.len() == 2 && same(g[0], h[0]) && same(g[1], h[1].map(|n| 3 * n))
-            });
-        if !fits {
-            return Err(format!(
-                "expected gates [N, 3H] and state [N, H], got {}, {} and {}",
-                show(gi),
-                show(gh),
-                show(h)
-            ));
-        }
-        Ok((h.clone(), floats_rule(&[("gi", *a), ("gh", *b), ("h", *c)])?))
-    }
+    infer(i) { cell_rule(i, 3) }
     eval(x) { Tensor::gru_cell(&x[0], &x[1], &x[2]) }
     node {
         /// One GRU step, as [`Tensor::gru_cell`].
         pub fn gru_cell(gi: &Node, gh: &Node, h: &Node) -> Node {
             gi.graph.add(Op::GruCell {}, &[gi, gh, h])
         }
+    }
+
+    /// One LSTM step from its gate pre-activations (inputs 0 and 1) and cell (input 2): the
+    /// new state and, as output 1, the new cell.
+    LstmCell "lstm_cell" {}
+    outputs(2)
+    infer(i) {
+        let h = cell_rule(i, 4)?;
+        Ok(vec![h.clone(), h])
+    }
+    eval(x) { Tensor::lstm_cell(&x[0], &x[1], &x[2]) }
+    node {
+        /// One LSTM step, `(h', c')`, as [`Tensor::lstm_cell`].
+        pub fn lstm_cell(gi: &Node, gh: &Node, c: &Node) -> (Node, Node) {
+            let h = gi.graph.add(Op::LstmCell {}, &[gi, gh, c]);
+            let c = h.output(1);
+            (h, c)
+        }
+    }
+
+    /// The `k` largest (or smallest) entries along an axis and, as output 1, their positions.
+    TopK "topk" { k: usize, axis: usize, largest: bool }
+    outputs(2)
+    infer(i) {
+        let (s, d) = &i[0];
+        check_axis(*axis, s)?;
+        if s[*axis].is_some_and(|n| *k > n) {
+            return Err(format!("k {k} is more than the entries of axis {axis} of {}", show(s)));
+        }
+        let mut out = s.clone();
+        out[*axis] = Some(*k);
+        Ok(vec![(out.clone(), *d), (out, DType::I64)])
+    }
+    eval(x) { x[0].topk_along(*k, *axis, *largest) }
+    node {
+        /// The `k` largest entries along the last axis and their positions, as
+        /// [`Tensor::topk`].
+        pub fn topk(&self, k: usize) -> (Node, Node) {
+            self.topk_along(k, -1, true)
+        }
+
+        /// [`Node::topk`] along `axis`, of the largest or the smallest entries, as
+        /// [`Tensor::topk_along`].
+        pub fn topk_along<A: Axis>(&self, k: usize, axis: A, largest: bool) -> (Node, Node) {
+            let axis = self.axis("topk", axis, 0);
+            let values = self.graph.add(Op::TopK { k, axis, largest }, &[self]);
+            let positions = values.output(1);
+            (values, positions)
+        }
+    }
+
+    /// Batch normalisation with the batch's statistics, scaled by input 1 and shifted by
+    /// input 2; outputs 1 and 2 are the per-channel mean and (biased) variance.
+    BatchNorm "batch_norm" { eps: f64 }
+    outputs(3)
+    infer(i) {
+        let ((x, dx), (w, dw), (b, db)) = (&i[0], &i[1], &i[2]);
+        let fits = x.len() >= 2 && [w, b].iter().all(|p| p.len() == 1 && same(p[0], x[1]));
+        if !fits || dw != dx || db != dx {
+            return Err(format!(
+                "expected input [N, C, ...] with weight and bias [C] of its dtype, got {} {dx}, \
+                 {} {dw} and {} {db}",
+                show(x),
+                show(w),
+                show(b)
+            ));
+        }
+        let d = float_rule(*dx)?;
+        Ok(vec![(x.clone(), d), (vec![x[1]], d), (vec![x[1]], d)])
+    }
+    eval(x) { x[0].batch_norm(&x[1], &x[2], *eps) }
+    node {
+        /// Batch normalisation with the batch's statistics, `(y, mean, var)`, as
+        /// [`Tensor::batch_norm`].
+        pub fn batch_norm(&self, weight: &Node, bias: &Node, eps: f64) -> (Node, Node, Node) {
+            let y = self.graph.add(Op::BatchNorm { eps }, &[self, weight, bias]);
+            let (mean, var) = (y.output(1), y.output(2));
+            (y, mean, var)
+        }
+    }
+
+    /// One LSTM layer over a batch-first sequence (input 0) from states `h0`, `c0` (inputs 1
+    /// and 2) with weights `w_ih`, `w_hh`, `b_ih`, `b_hh` (inputs 3 to 6): the outputs, and
+    /// the last state and cell as outputs 1 and 2.
+    Lstm "lstm" {}
+    outputs(3)
+    infer(i) {
+        let mut outputs = sequence_rule(i, 4, 2)?;
+        outputs.push(outputs[1].clone());
+        Ok(outputs)
+    }
+    eval(x) { x[0].lstm(&x[1], &x[2], weights_of(&x[3..])) }
+    node {
+        /// One LSTM layer, `(out, h_n, c_n)`, as [`Tensor::lstm`].
+        pub fn lstm(
+            &self,
+            h0: &Node,
+            c0: &Node,
+            w: crate::RecurrentWeights<'_, Node>,
+        ) -> (Node, Node, Node) {
+            let mut inputs = vec![self, h0, c0];
+            inputs.extend(w.all());
+            let out = self.graph.add(Op::Lstm {}, &inputs);
+            let (h, c) = (out.output(1), out.output(2));
+            (out, h, c)
+        }
+    }
+
+    /// One GRU layer over a batch-first sequence (input 0) from `h0` (input 1) with weights
+    /// (inputs 2 to 5): the outputs, and the last state as output 1.
+    Gru "gru" {}
+    outputs(2)
+    infer(i) {
+        sequence_rule(i, 3, 1)
+    }
+    eval(x) { x[0].gru(&x[1], weights_of(&x[2..])) }
+    node {
+        /// One GRU layer, `(out, h_n)`, as [`Tensor::gru`].
+        pub fn gru(&self, h0: &Node, w: crate::RecurrentWeights<'_, Node>) -> (Node, Node) {
+            let mut inputs = vec![self, h0];
+            inputs.extend(w.all());
+            let out = self.graph.add(Op::Gru {}, &inputs);
+            let h = out.output(1);
+            (out, h)
+        }
+    }
+
+    /// One Elman RNN layer (tanh) over a batch-first sequence, as [`Op::Gru`] is laid out.
+    RnnTanh "rnn_tanh" {}
+    outputs(2)
+    infer(i) {
+        sequence_rule(i, 1, 1)
+    }
+    eval(x) { x[0].rnn_tanh(&x[1], weights_of(&x[2..])) }
+    node {
+        /// One Elman RNN layer, `(out, h_n)`, as [`Tensor::rnn_tanh`].
+        pub fn rnn_tanh(&self, h0: &Node, w: crate::RecurrentWeights<'_, Node>) -> (Node, Node) {
+            let mut inputs = vec![self, h0];
+            inputs.extend(w.all());
+            let out = self.graph.add(Op::RnnTanh {}, &inputs);
+            let h = out.output(1);
+            (out, h)
+        }
+    }
+
+    /// A comparison of each element with a number: 1 where it holds, else 0, in the input's
+    /// dtype.
+    CompareScalar "compare_scalar" { comparison: Binary, value: f64 }
+    infer(i) { Ok(i[0].clone()) }
+    eval(x) {
+        let (t, v) = (&x[0], *value);
+        match comparison {
+            Binary::Eq => t.eq_scalar(v),
+            Binary::Ne => t.ne_scalar(v),
+            Binary::Lt => t.lt_scalar(v),
+            Binary::Le => t.le_scalar(v),
+            Binary::Gt => t.gt_scalar(v),
+            Binary::Ge => t.ge_scalar(v),
+            other => unreachable!("{other} is not a comparison"),
+        }
+    }
+    node {
+        compare_scalar!(eq_scalar Eq "==");
+        compare_scalar!(ne_scalar Ne "!=");
+        compare_scalar!(lt_scalar Lt "<");
+        compare_scalar!(le_scalar Le "<=");
+        compare_scalar!(gt_scalar Gt ">");
+        compare_scalar!(ge_scalar Ge ">=");
     }
 
     /// The same values, cut from differentiation.
@@ -948,8 +1157,13 @@ fn conv_infer(i: &[(Shape, DType)], opts: &ConvOpts, transposed: bool) -> Inferr
     Ok((conv_rule(x, w, opts, transposed)?, d))
 }
 
-fn pool_infer(i: &[(Shape, DType)], kernel: usize, stride: usize, padding: usize) -> Inferred {
-    let out = pool_rule(&i[0].0, [kernel; 2], [stride; 2], [padding; 2])?;
+fn pool_infer(
+    i: &[(Shape, DType)],
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    padding: [usize; 2],
+) -> Inferred {
+    let out = pool_rule(&i[0].0, kernel, stride, padding)?;
     Ok((out, float_rule(i[0].1)?))
 }
 
@@ -1010,4 +1224,73 @@ fn attention_rule(i: &[(Shape, DType)]) -> Inferred {
     }
     batch.extend([l, ev]);
     Ok((batch, dtype))
+}
+
+/// A recurrent step's gates `[N, G·H]` (inputs 0 and 1) and state `[N, H]` (input 2) give a
+/// state `[N, H]`.
+fn cell_rule(i: &[(Shape, DType)], gates: usize) -> Inferred {
+    let ((gi, a), (gh, b), (h, c)) = (&i[0], &i[1], &i[2]);
+    let fits = h.len() == 2
+        && [gi, gh]
+            .iter()
+            .all(|g| g.len() == 2 && same(g[0], h[0]) && same(g[1], h[1].map(|n| gates * n)));
+    if !fits {
+        return Err(format!(
+            "expected gates [N, {gates}H] and state [N, H], got {}, {} and {}",
+            show(gi),
+            show(gh),
+            show(h)
+        ));
+    }
+    Ok((
+        h.clone(),
+        floats_rule(&[("gi", *a), ("gh", *b), ("state", *c)])?,
+    ))
+}
+
+/// Weights in `RecurrentWeights`' order.
+fn weights_of(w: &[Tensor]) -> crate::RecurrentWeights<'_> {
+    crate::RecurrentWeights {
+        w_ih: &w[0],
+        w_hh: &w[1],
+        b_ih: &w[2],
+        b_hh: &w[3],
+    }
+}
+
+/// A recurrent layer of `gates` gates: the sequence `[N, T, in]` (input 0), `states` states
+/// `[N, H]` and then `w_ih [G·H, in]`, `w_hh [G·H, H]`, `b_ih`, `b_hh [G·H]` give the outputs
+/// `[N, T, H]` and a state `[N, H]`.
+fn sequence_rule(i: &[(Shape, DType)], gates: usize, states: usize) -> InferredOutputs {
+    let shape = |k: usize| &i[k].0;
+    let (x, h) = (shape(0), shape(1));
+    let w = &i[1 + states..];
+    let g = h.get(1).copied().flatten().map(|n| gates * n);
+    let fits = x.len() == 3
+        && h.len() == 2
+        && same(x[0], h[0])
+        && i[1..=states].iter().all(|(s, _)| s == h)
+        && w[0].0.len() == 2
+        && same(w[0].0[0], g)
+        && same(w[0].0[1], x[2])
+        && w[1].0.len() == 2
+        && same(w[1].0[0], g)
+        && same(w[1].0[1], h[1])
+        && w[2..].iter().all(|(b, _)| b.len() == 1 && same(b[0], g));
+    if !fits {
+        let shapes: Vec<String> = i.iter().map(|(s, _)| show(s)).collect();
+        return Err(format!(
+            "expected x [N, T, in], states [N, H], w_ih [{gates}H, in], w_hh [{gates}H, H] and \
+             biases [{gates}H], got {}",
+            shapes.join(", ")
+        ));
+    }
+    let names = ["input", "state", "state", "w_ih", "w_hh", "b_ih", "b_hh"];
+    let dtypes: Vec<(&str, DType)> = i
+        .iter()
+        .enumerate()
+        .map(|(k, (_, d))| (names[if k > states { k + 2 - states } else { k }], *d))
+        .collect();
+    let d = floats_rule(&dtypes)?;
+    Ok(vec![(vec![x[0], x[1], h[1]], d), (h.clone(), d)])
 }

@@ -255,17 +255,32 @@ impl Tensor {
 }
 
 /// A recurrent layer's weights, PyTorch's layouts: `w_ih [G·H, in]`, `w_hh [G·H, H]`,
-/// `b_ih [G·H]`, `b_hh [G·H]`.
-#[derive(Clone, Copy)]
-pub struct RecurrentWeights<'a> {
+/// `b_ih [G·H]`, `b_hh [G·H]`; tensors, or a graph's nodes (`RecurrentWeights<Node>`).
+pub struct RecurrentWeights<'a, T = Tensor> {
     /// Input projection, `[G·H, in]`.
-    pub w_ih: &'a Tensor,
+    pub w_ih: &'a T,
     /// Hidden projection, `[G·H, H]`.
-    pub w_hh: &'a Tensor,
+    pub w_hh: &'a T,
     /// Input bias, `[G·H]`.
-    pub b_ih: &'a Tensor,
+    pub b_ih: &'a T,
     /// Hidden bias, `[G·H]`.
-    pub b_hh: &'a Tensor,
+    pub b_hh: &'a T,
+}
+
+// Written out: a derive would ask `T: Clone` of the values behind the references.
+impl<T> Clone for RecurrentWeights<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for RecurrentWeights<'_, T> {}
+
+impl<'a, T> RecurrentWeights<'a, T> {
+    /// The four, in the order above.
+    pub fn all(&self) -> [&'a T; 4] {
+        [self.w_ih, self.w_hh, self.b_ih, self.b_hh]
+    }
 }
 
 mod sequence;
