@@ -266,6 +266,31 @@ fn einsum(py: Python<'_>, equation: &str, operands: &Bound<'_, PyAny>) -> PyResu
     .map(PyTensor::new)
 }
 
+/// One LSTM step from its gate pre-activations `gi`, `gh` (`[N, 4H]`, gates i, f, g, o) and
+/// cell `c` (`[N, H]`): `(h', c')`, by the core's fused cell.
+#[pyfunction]
+fn lstm_cell(
+    gi: &Bound<'_, PyAny>,
+    gh: &Bound<'_, PyAny>,
+    c: &Bound<'_, PyAny>,
+) -> PyResult<(PyTensor, PyTensor)> {
+    let (gi, gh, c) = (to_tensor(gi, None)?, to_tensor(gh, None)?, to_tensor(c, None)?);
+    let (h, c) = guard::run(|| Tensor::lstm_cell(&gi, &gh, &c))?;
+    Ok((PyTensor::new(h), PyTensor::new(c)))
+}
+
+/// One GRU step from its gate pre-activations `gi`, `gh` (`[N, 3H]`, gates r, z, n) and state
+/// `h` (`[N, H]`): `h'`, by the core's fused cell.
+#[pyfunction]
+fn gru_cell(
+    gi: &Bound<'_, PyAny>,
+    gh: &Bound<'_, PyAny>,
+    h: &Bound<'_, PyAny>,
+) -> PyResult<PyTensor> {
+    let (gi, gh, h) = (to_tensor(gi, None)?, to_tensor(gh, None)?, to_tensor(h, None)?);
+    guard::run(|| Tensor::gru_cell(&gi, &gh, &h)).map(PyTensor::new)
+}
+
 /// The entries of `x` along axis 0 in a random order from the generator `manual_seed` sets.
 /// Has no derivative: wrap it in `stop_gradient` where a gradient could reach it.
 #[pyfunction]
@@ -451,6 +476,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cat, m)?)?;
     m.add_function(wrap_pyfunction!(stack, m)?)?;
     m.add_function(wrap_pyfunction!(einsum, m)?)?;
+    m.add_function(wrap_pyfunction!(lstm_cell, m)?)?;
+    m.add_function(wrap_pyfunction!(gru_cell, m)?)?;
     m.add_function(wrap_pyfunction!(seed_generator, m)?)?;
     m.add_function(wrap_pyfunction!(shuffle, m)?)?;
     m.add_function(wrap_pyfunction!(epoch_order, m)?)?;

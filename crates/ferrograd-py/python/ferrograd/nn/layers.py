@@ -8,6 +8,7 @@ core's layers are in ``ferrograd._core``)."""
 import math
 
 from . import functional as F
+from .. import _core
 from ._module import Module
 
 
@@ -337,10 +338,7 @@ class _RecurrentCell(Module):
         self.to(*[a for a in (device, dtype) if a is not None])
 
     def _projections(self, x, h):
-        gi, gh = x @ self.weight_ih.t(), h @ self.weight_hh.t()
-        if self.bias_ih is not None:
-            gi, gh = gi + self.bias_ih, gh + self.bias_hh
-        return gi, gh
+        return F.linear(x, self.weight_ih, self.bias_ih), F.linear(h, self.weight_hh, self.bias_hh)
 
     def _batched(self, x, state):
         """``x`` as ``[N, in]``, the state (zeros when None) as ``[N, H]``, and whether the
@@ -392,9 +390,7 @@ class LSTMCell(_RecurrentCell):
         x, state, single = self._batched(input, hx)
         h, c = (_zeros_state(x, self.hidden_size),) * 2 if state is None else state
         gi, gh = self._projections(x, h)
-        i, f, g, o = (gi + gh).chunk(4, 1)
-        c = f.sigmoid() * c + i.sigmoid() * g.tanh()
-        h = o.sigmoid() * c.tanh()
+        h, c = _core.lstm_cell(gi, gh, c)
         return (h.squeeze(0), c.squeeze(0)) if single else (h, c)
 
 
@@ -408,9 +404,5 @@ class GRUCell(_RecurrentCell):
         x, state, single = self._batched(input, None if hx is None else (hx,))
         h = _zeros_state(x, self.hidden_size) if state is None else state[0]
         gi, gh = self._projections(x, h)
-        ir, iz, in_ = gi.chunk(3, 1)
-        hr, hz, hn = gh.chunk(3, 1)
-        r, z = (ir + hr).sigmoid(), (iz + hz).sigmoid()
-        n = (in_ + r * hn).tanh()
-        out = (1.0 - z) * n + z * h
+        out = _core.gru_cell(gi, gh, h)
         return out.squeeze(0) if single else out
