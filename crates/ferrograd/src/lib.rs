@@ -88,6 +88,12 @@ pub mod from_pytorch {}
 #[cfg(doctest)]
 pub struct ReadmeExamples;
 
+/// The Rust examples of the guides in `docs/`, compiled and run by `cargo test --doc`.
+#[doc = include_str!("../../../docs/modules.md")]
+#[doc = include_str!("../../../docs/examples.md")]
+#[cfg(doctest)]
+pub struct GuideExamples;
+
 /// The names most programs need.
 pub mod prelude {
     pub use crate::autograd::{
