@@ -194,3 +194,24 @@ def test_a_result_names_the_op_that_made_it():
     assert w.grad_fn is None and fg.tensor([1.0]).grad_fn is None
     assert repr(w * w).endswith("grad_fn=mul)") and repr(w).endswith("requires_grad=true)")
     assert [l.split()[2] for l in y.graph_listing().splitlines()] == ["leaf", "mul(%0,", "sum_axes(%1)"]
+
+
+def test_tensors_inside_lists_stay_on_the_graph():
+    a = fg.tensor(2.0, requires_grad=True)
+    b = fg.tensor(3.0, requires_grad=True)
+    s = fg.tensor([1.0, 1.0]) * [a, b]
+    s.sum().backward()
+    assert (a.grad.item(), b.grad.item()) == (1.0, 1.0)
+    ga, gb = fg.grad([a * a, a * b], [a, b])
+    assert (ga.item(), gb.item()) == (2 * 2.0 + 3.0, 2.0)
+
+
+def test_grad_outputs_stay_differentiable_for_hessian_vector_products():
+    x = fg.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    v = fg.tensor(np.array([1.0, 0.0]), requires_grad=True)
+    y = (x * x * x).sum()
+    (g,) = fg.grad(y, [x], create_graph=True)  # 3x²
+    (hv,) = fg.grad(g, [x], grad_outputs=v, create_graph=True)  # 6x · v
+    assert hv.tolist() == [6.0, 0.0]
+    (dv,) = fg.grad(hv.sum(), [v])  # d/dv Σ 6x·v = 6x
+    assert dv.tolist() == [6.0, 12.0]

@@ -176,3 +176,16 @@ def test_seed_004_linear_model():
     prediction = model(feature)
     assert round(prediction.item(), 3) == 1013352.429
     assert mse(prediction, label).item() == pytest.approx(1026548766283.6302, rel=1e-13)
+
+
+def test_custom_gradient_warns_when_read_variables_get_no_gradient():
+    w = fg.tensor(2.0, requires_grad=True)
+
+    @fg.custom_gradient
+    def scaled(x):
+        return x * w, lambda up: up * w
+
+    x = fg.tensor(3.0, requires_grad=True)
+    with pytest.warns(UserWarning, match="variables"):
+        scaled(x).backward()
+    assert x.grad.item() == 2.0

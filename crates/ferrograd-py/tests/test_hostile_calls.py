@@ -11,6 +11,7 @@ import threading
 import types
 
 import numpy as np
+import pytest
 
 import ferrograd as fg
 from ferrograd import _core
@@ -148,3 +149,16 @@ def test_graph_objects_work_from_another_thread():
     assert "error" not in got, repr(got.get("error"))
     assert got["value"] == 6.0
     assert float(sess.run(got["node"], {x: np.ones(3, np.float32)})) == 6.0
+
+
+def test_more_hostile_sizes_raise():
+    for make in [
+        lambda: fg.linspace(0, 1, 10**13),
+        lambda: fg.arange(0, 1e15),
+        lambda: fg.ones(1, 1).pad([(0, 10**7), (0, 10**7)]),
+        lambda: fg.ones(1).expand(10**6, 10**6) * 2,
+        lambda: fg.ones(1).expand(10**6, 10**6).numpy(),
+        lambda: fg.ones(10**6, 1) @ fg.ones(1, 10**6),
+    ]:
+        with pytest.raises(ValueError, match="allocate|fits in memory|fit in memory"):
+            make()

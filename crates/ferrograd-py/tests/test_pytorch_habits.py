@@ -1419,13 +1419,7 @@ def test_more_of_pytorchs_layers_and_functions():
     assert fg.isclose(fg.tensor([1.0, inf, nan]), fg.tensor([1.0 + 1e-9, inf, nan]), equal_nan=True).tolist() == [True] * 3
 
 
-def test_review_cases_of_the_new_habits():
-    import io
-    import pickle
-
-    from ferrograd.utils.checkpoint import checkpoint
-
-    # Booleans and big integers are written exactly.
+def test_booleans_and_big_integers_are_written_exactly():
     flags = fg.zeros(3) > 1
     flags[0] = True
     flags[flags] = False
@@ -1434,7 +1428,11 @@ def test_review_cases_of_the_new_habits():
     big[1] = 1
     assert big.tolist() == [2**60 + 1, 1] and big.flip(0).tolist() == [1, 2**60 + 1]
     assert big.roll(1).tolist() == [1, 2**60 + 1] and big.masked_fill(big == 1, 0).tolist() == [2**60 + 1, 0]
-    # A frozen parameter stays one through pickling and nn.Parameter.
+
+
+def test_a_frozen_parameter_stays_frozen_through_pickling_and_parameter():
+    import pickle
+
     p = fg.ones(2, requires_grad=True)
     p.requires_grad = False
     back = pickle.loads(pickle.dumps(p))
@@ -1442,6 +1440,9 @@ def test_review_cases_of_the_new_habits():
     assert isinstance(nn.Parameter(fg.ones(2), requires_grad=False), nn.Parameter)
     with pytest.raises(RuntimeError, match="leaf"):
         (fg.ones(2, requires_grad=True) * 2).requires_grad = False
+
+
+def test_var_and_argsort_take_pytorchs_overloads():
     # var(False) is unbiased=False over everything, as PyTorch's overload.
     x = fg.tensor([[1.0, 2.0], [3.0, 5.0]])
     close(x.var(False).item(), 2.1875)
@@ -1450,6 +1451,12 @@ def test_review_cases_of_the_new_habits():
     assert fg.tensor([3.0, float("nan"), 1.0]).argsort(descending=True).tolist() == [1, 0, 2]
     assert fg.tensor([True, False, True]).argsort(descending=True).tolist() == [0, 2, 1]
     assert fg.tensor(5.0).argsort().tolist() == 0
+
+
+def test_load_keeps_the_allow_list_and_reads_file_objects():
+    import io
+    import pickle
+
     # weights_only=None keeps the allow-list; a file object holding safetensors loads.
     evil = io.BytesIO(pickle.dumps(collections.Counter("a")))
     with pytest.raises(pickle.UnpicklingError):
@@ -1458,13 +1465,19 @@ def test_review_cases_of_the_new_habits():
     buf.write(open(_saved_state_dict(), "rb").read())
     buf.seek(0)
     assert sorted(fg.load(buf)) == ["bias", "weight"]
-    # checkpoint: non-tensor arguments pass through; one tensor must come back.
+
+
+def test_checkpoint_passes_other_arguments_and_wants_one_tensor_back():
+    from ferrograd.utils.checkpoint import checkpoint
+
     lin = nn.Linear(2, 2)
     a = fg.ones(1, 2, requires_grad=True)
     assert checkpoint(lambda t, scale: lin(t) * scale, a, 3.0).shape == (1, 2)
     with pytest.raises(TypeError, match="one tensor"):
         checkpoint(lambda t: (lin(t), t), a)
-    # Misc.
+
+
+def test_devices_dtypes_and_parameter_dicts_as_pytorchs():
     assert fg.device("cpu") != "cpu:x" and fg.tensor([True]).dtype == fg.bool and fg.Tensor([True]).dtype == fg.float32
     assert fg.full((2,), np.int64(3)).dtype == fg.int64
     with pytest.raises(KeyError, match="keys"):
@@ -1572,19 +1585,24 @@ def test_conv1d_group_norm_and_submodules_as_pytorchs():
         model.get_submodule("1.5")
 
 
-def test_second_review_cases():
+def test_pools_embeddings_and_convolutions_keep_pytorchs_attributes():
     pool = nn.MaxPool2d(2)
     assert (pool.kernel_size, pool.stride, pool.padding, pool.dilation, pool.ceil_mode) == (2, 2, 0, 1, False)
     assert nn.MaxPool2d((2, 3), stride=1).kernel_size == (2, 3) and nn.AvgPool2d(3).count_include_pad
     assert nn.Embedding(10, 3, padding_idx=-1).padding_idx == 9 and nn.Embedding(10, 3).padding_idx is None
     conv = nn.Conv1d(4, 8, (3,), stride=(2,), bias=False)
     assert repr(conv) == "Conv1d(4, 8, kernel_size=(3,), stride=(2,), bias=False)" and conv.stride == (2,)
-    assert fg.tensor([0.5, 0.5, 0.7]).cumsum(0, dtype=fg.int64).tolist() == [0, 0, 0]  # converted first
-    assert fg.tensor([1.0, float("inf"), 2.0]).cumsum(0).tolist() == [1.0, float("inf"), float("inf")]
     assert nn.GroupNorm(2, 6)(fg.zeros(0, 6, 3)).shape == (0, 6, 3)
     with pytest.raises(NotImplementedError, match="scale_grad_by_freq"):
         nn.Embedding.from_pretrained(fg.ones(3, 2), scale_grad_by_freq=True)
-    # A failed recomputation leaves the default generator where it was.
+
+
+def test_cumsum_converts_before_summing_and_carries_infinities():
+    assert fg.tensor([0.5, 0.5, 0.7]).cumsum(0, dtype=fg.int64).tolist() == [0, 0, 0]  # converted first
+    assert fg.tensor([1.0, float("inf"), 2.0]).cumsum(0).tolist() == [1.0, float("inf"), float("inf")]
+
+
+def test_a_failed_recomputation_leaves_the_generator_where_it_was():
     from ferrograd.utils.checkpoint import checkpoint
 
     def failing_on_the_second_run():

@@ -1,5 +1,7 @@
 """Tensors from Python: creation, dtypes, numpy round trips, operators and indexing."""
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -155,3 +157,87 @@ def test_no_grad_scopes_nest_and_restore():
     assert not f(w).requires_grad
     assert (w * 2).requires_grad
     assert not (w * 2).detach().requires_grad
+
+
+def test_in_place_ops_on_the_same_object():
+    x = fg.tensor([1.0, 2.0])
+    x += x
+    x *= x
+    assert x.tolist() == [4.0, 16.0]
+    w = fg.tensor([1.0, 2.0], requires_grad=True)
+    with fg.no_grad():
+        w += w
+    assert w.tolist() == [2.0, 4.0] and w.is_leaf
+    t = fg.tensor([3.0])
+    t.data = t
+    assert t.tolist() == [3.0]
+
+
+def test_numpy_scalars_and_zero_d_arrays_stay_zero_d():
+    assert fg.tensor(np.array(3.0)).shape == ()
+    assert fg.tensor(np.float32(2.0)).dtype == fg.float32
+    assert fg.tensor(np.float64(2.0)).dtype == fg.float64
+    assert (fg.tensor(2.0) * np.float32(3.0)).shape == ()
+    a = np.arange(60.0).reshape(3, 4, 5)
+    t = fg.tensor(a)
+    for i in np.random.default_rng(0).permutation(3):
+        np.testing.assert_array_equal(t[i].numpy(), a[i])
+    assert t[fg.tensor(1)].shape == (4, 5)
+    assert t[[]].shape == (0, 4, 5)
+    np.testing.assert_array_equal(t[::-2, 1:0:-1].numpy(), a[::-2, 1:0:-1])
+    with pytest.raises(IndexError, match="single ellipsis"):
+        t[..., ...]
+    with pytest.raises(IndexError, match="one list"):
+        t[[0, 1], [0, 1]]
+
+
+def test_numpy_reductions_on_tensors():
+    a = np.arange(6.0).reshape(2, 3)
+    t = fg.tensor(a)
+    assert isinstance(np.sum(t), fg.Tensor) and np.sum(t).item() == 15.0
+    np.testing.assert_array_equal(np.max(t, axis=1).numpy(), [2.0, 5.0])
+    np.testing.assert_array_equal(np.mean(t, axis=0, keepdims=True).numpy(), [[1.5, 2.5, 3.5]])
+    values, idx = t.max(dim=1)
+    assert idx.tolist() == [2, 2]
+    assert (t == None) is False and (t != None) is True  # noqa: E711
+
+
+def test_integer_tensors_compare_with_float_arrays_exactly():
+    labels = fg.tensor([0, 1, 2])
+    assert (labels == np.array([0.5, 1.0, 2.0])).tolist() == [0.0, 1.0, 1.0]
+
+
+def test_ops_from_several_threads_at_once():
+    fg.manual_seed(0)
+    w = fg.tensor(np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32), requires_grad=True)
+    x = fg.randn(256, 256)
+    want = (x @ w).sum().item()
+    results, errors = [], []
+
+    def work():
+        try:
+            for _ in range(20):
+                y = (x @ w).sum()
+                y.backward()
+                results.append(y.item())
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 80
+    assert all(r == want for r in results)
+
+    def graph_in_thread():
+        import ferrograd.graph as sf
+
+        x = sf.placeholder("x")
+        results.append(sf.Session().run(x * 2.0, {x: [1.0]}).tolist())
+
+    t = threading.Thread(target=graph_in_thread)
+    t.start()
+    t.join()
+    assert results[-1] == [2.0]

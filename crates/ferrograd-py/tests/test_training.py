@@ -215,3 +215,57 @@ def test_python_modules_follow_the_mode_and_report_their_mistakes():
 
     with pytest.raises(AttributeError):
         Net([NoInit()])
+
+
+def test_requires_grad_false_freezes_a_parameter():
+    fg.manual_seed(0)
+    layer = fg.nn.Dense(2, 1)
+    before = layer.weight.numpy().copy()
+    layer.weight.requires_grad_(False)
+    assert not layer.weight.requires_grad and layer.weight.is_leaf
+    opt = fg.optim.SGD(layer.parameters(), lr=0.5)
+    layer(fg.ones(1, 2)).sum().backward()
+    opt.step()
+    np.testing.assert_array_equal(layer.weight.numpy(), before)
+    layer.weight.requires_grad_(True)
+    layer(fg.ones(1, 2)).sum().backward()
+    opt.step()
+    assert not np.array_equal(layer.weight.numpy(), before)
+    with pytest.raises(RuntimeError, match="leaf"):
+        (layer.weight * 2).requires_grad_()
+
+
+def test_model_extras_and_grad_mode_helpers():
+    fg.manual_seed(1)
+    net = fg.nn.Net([fg.nn.Dense(3, 8), fg.nn.Dropout(0.5), fg.nn.Dense(8, 2)])
+    model = fg.Model(net, fg.nn.MSELoss(), fg.optim.SGD(lr=0.1))
+    x, y = np.ones((4, 3), dtype=np.float32), np.zeros((4, 2), dtype=np.float32)
+    losses = [model.train_step(x, y) for _ in range(30)]
+    assert losses[-1] < losses[0]
+    model.set_phase("TEST")
+    np.testing.assert_array_equal(model.forward(x).numpy(), model.predict(x).numpy())
+    assert not model.predict(x).requires_grad
+    with pytest.raises(ValueError, match="TRAIN or TEST"):
+        model.set_phase("sideways")
+    w = fg.tensor([1.0], requires_grad=True)
+    with fg.set_grad_enabled(False):
+        assert not (w * 2).requires_grad
+    assert fg.is_grad_enabled()
+
+    @fg.no_grad
+    def bare(t):
+        return t * 2
+
+    assert not bare(w).requires_grad
+    names = {}
+    exec("from ferrograd import *", names)
+    assert "sum" not in names and "tensor" in names
+
+
+def test_batch_iterator_checks_at_once_and_yields_named_tuples():
+    it = fg.data.BatchIterator(batch_size=2, shuffle=False)
+    with pytest.raises(ValueError, match="3 inputs but 2 targets"):
+        it([1, 2, 3], [1, 2])
+    batches = list(it([[1.0], [2.0], [3.0]], [0, 1, 2]))
+    x, y = batches[0]
+    assert x.tolist() == [[1.0], [2.0]] and y.tolist() == [0, 1]
