@@ -7,7 +7,10 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="${PYENV:-$root/target/pyenv}"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet --upgrade pip
-"$venv/bin/pip" install --quiet "maturin>=1.9.4,<2" numpy pytest
+"$venv/bin/pip" install --quiet "maturin>=1.9.4,<2" numpy pytest "ruff>=0.6,<1"
+# Lint and format, by the settings in the package's pyproject.toml.
+(cd "$root/crates/ferrograd-py" && "$venv/bin/ruff" check python tests examples &&
+    "$venv/bin/ruff" format --check python tests examples)
 # A release wheel, built by maturin as pip would build it for any user, then installed.
 rm -rf "$root/target/wheels"
 (cd "$root/crates/ferrograd-py" && "$venv/bin/maturin" build --release --quiet --out "$root/target/wheels")

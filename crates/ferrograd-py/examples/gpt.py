@@ -81,7 +81,7 @@ class GPT(nn.Module):
     @fg.no_grad()
     def generate(self, idx, n, temperature=1.0, top_k=None):
         for _ in range(n):
-            logits, _ = self(idx[:, -self.context:])
+            logits, _ = self(idx[:, -self.context :])
             logits = logits[:, -1, :] / temperature
             if top_k is not None:
                 kth = fg.topk(logits, top_k)[0][:, -1:]
@@ -128,17 +128,17 @@ def main(argv=None):
     def batch(part):
         d = parts[part]
         starts = rng.integers(0, len(d) - args.context - 1, size=args.batch)
-        x = np.stack([d[s:s + args.context] for s in starts])
-        y = np.stack([d[s + 1:s + 1 + args.context] for s in starts])
+        x = np.stack([d[s : s + args.context] for s in starts])
+        y = np.stack([d[s + 1 : s + 1 + args.context] for s in starts])
         return fg.from_numpy(x), fg.from_numpy(y)
 
     model = GPT(len(chars), args.context, args.width, args.heads, args.layers)
     n_params = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = fg.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                          {"params": no_decay, "weight_decay": 0.0}],
-                         lr=1e-3, betas=(0.9, 0.99))
+    opt = fg.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}], lr=1e-3, betas=(0.9, 0.99)
+    )
     print(f"{args.framework} {fg.__version__} chars={len(text)} vocab={len(chars)} params={n_params}")
 
     @fg.no_grad()
@@ -155,8 +155,11 @@ def main(argv=None):
     for it in range(args.iters + 1):
         if it % args.eval_interval == 0 or it == args.iters:
             losses = evaluate()
-            print(f"iter {it}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
-                  f"{time.perf_counter() - t_start:.1f} s", flush=True)
+            print(
+                f"iter {it}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
+                f"{time.perf_counter() - t_start:.1f} s",
+                flush=True,
+            )
         if it == args.iters:
             break
         for g in opt.param_groups:

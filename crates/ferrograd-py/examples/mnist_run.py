@@ -41,13 +41,7 @@ def main():
     num_ep = args.num_ep
 
     # example/mnist/run.py, as the seed writes it.
-    net = Net([
-      Dense(784, 400),
-      ReLU(),
-      Dense(400, 100),
-      ReLU(),
-      Dense(100, 10)
-    ])
+    net = Net([Dense(784, 400), ReLU(), Dense(400, 100), ReLU(), Dense(100, 10)])
     model = Model(net=net, loss=SoftmaxCrossEntropyLoss(), optimizer=Adam(lr=args.lr))
 
     iterator = BatchIterator(batch_size=args.batch_size)

@@ -183,6 +183,7 @@ def test_gradcheck_first_and_second_order():
     @fg.custom_gradient
     def wrong(a):
         return a * a, lambda up: up * a  # should be 2a
+
     with pytest.raises(ValueError, match="gradcheck"):
         fg.gradcheck(wrong, [x])
 
@@ -193,7 +194,7 @@ def test_a_result_names_the_op_that_made_it():
     assert y.grad_fn == "sum_axes" and (w * w).grad_fn == "mul"
     assert w.grad_fn is None and fg.tensor([1.0]).grad_fn is None
     assert repr(w * w).endswith("grad_fn=mul)") and repr(w).endswith("requires_grad=true)")
-    assert [l.split()[2] for l in y.graph_listing().splitlines()] == ["leaf", "mul(%0,", "sum_axes(%1)"]
+    assert [line.split()[2] for line in y.graph_listing().splitlines()] == ["leaf", "mul(%0,", "sum_axes(%1)"]
 
 
 def test_tensors_inside_lists_stay_on_the_graph():

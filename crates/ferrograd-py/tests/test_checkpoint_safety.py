@@ -34,7 +34,7 @@ class Reduce:
 
 
 def _reconstruct():
-    return getattr(sys.modules[NUMPY_CORE], "_reconstruct")
+    return sys.modules[NUMPY_CORE]._reconstruct
 
 
 def array_pickle(dtype_reduce, shape, data):
@@ -81,7 +81,9 @@ def test_a_plain_dtype_given_fields_or_flags_by_its_state_is_refused():
     refused(array_pickle((np.dtype, ("f8", False, True), fields), (1,), b"\0" * 8), "fields")
     flags = (3, "<", None, None, None, -1, -1, 63)  # NPY_ITEM_REFCOUNT and more
     refused(array_pickle((np.dtype, ("f8", False, True), flags), (1,), b"\0" * 8), "flags")
-    refused(array_pickle((np.dtype, ("O8", False, True), (3, "|", None, None, None, -1, -1, 63)), (1,), b"\0" * 8), "O8")
+    refused(
+        array_pickle((np.dtype, ("O8", False, True), (3, "|", None, None, None, -1, -1, 63)), (1,), b"\0" * 8), "O8"
+    )
 
 
 def test_object_structured_and_subarray_arrays_are_refused():
@@ -233,7 +235,7 @@ def S(s):
     return b"X" + struct.pack("<I", len(b)) + b
 
 
-def I(n):
+def int32_op(n):
     return b"J" + struct.pack("<i", n)
 
 
@@ -250,9 +252,20 @@ def D(*items):
 
 
 F4 = G("numpy", "dtype") + T(S("f4"), b"\x89", b"\x88") + b"R"
-BUILT = G("numpy.core.numeric", "_frombuffer") + T(b"B\x04\x00\x00\x00\x00\x00\x00\x00", F4, T(I(1)), S("C")) + b"R"
+BUILT = (
+    G("numpy.core.numeric", "_frombuffer") + T(b"B\x04\x00\x00\x00\x00\x00\x00\x00", F4, T(int32_op(1)), S("C")) + b"R"
+)
 # An object whose __array_interface__ points numpy at an address the file chooses.
-INTERFACE = D(S("shape"), T(I(4096)), S("typestr"), S("|u1"), S("data"), T(I(0x10000), b"\x89"), S("version"), I(3))
+INTERFACE = D(
+    S("shape"),
+    T(int32_op(4096)),
+    S("typestr"),
+    S("|u1"),
+    S("data"),
+    T(int32_op(0x10000), b"\x89"),
+    S("version"),
+    int32_op(3),
+)
 POINTER = G("numpy", "ndarray") + b")\x81" + D(S("__array_interface__"), INTERFACE) + b"b"
 
 
@@ -274,12 +287,30 @@ except pickle.UnpicklingError as e:
 def test_build_on_anything_but_numpys_stand_ins_is_refused():
     # Each once read memory at an address of the file's choosing (or crashed there).
     attacks = {
-        "state on a built array": b"\x80\x02" + G("ferrograd._core", "tensor") + T(BUILT + D(S("array"), POINTER) + b"b", b"N", b"\x89") + b"R.",
+        "state on a built array": b"\x80\x02"
+        + G("ferrograd._core", "tensor")
+        + T(BUILT + D(S("array"), POINTER) + b"b", b"N", b"\x89")
+        + b"R.",
         "a new ndarray": b"\x80\x02" + POINTER + b".",
-        "a tensor's data": b"\x80\x02" + G("ferrograd._core", "tensor") + T(BUILT, b"N", b"\x89") + b"R" + T(b"N", D(S("data"), POINTER)) + b"b.",
-        "a class's attributes": b"\x80\x02" + G("ferrograd.return_types", "topk") + T(b"N", D(S("values"), I(1337))) + b"b.",
-        "an ordered dict's attributes": b"\x80\x02" + G("collections", "OrderedDict") + b")R" + D(S("x"), I(5)) + b"b.",
-        "a function's defaults": b"\x80\x02" + G("builtins", "set") + T(b"N", D(S("__defaults__"), T(I(5)))) + b"b.",
+        "a tensor's data": b"\x80\x02"
+        + G("ferrograd._core", "tensor")
+        + T(BUILT, b"N", b"\x89")
+        + b"R"
+        + T(b"N", D(S("data"), POINTER))
+        + b"b.",
+        "a class's attributes": b"\x80\x02"
+        + G("ferrograd.return_types", "topk")
+        + T(b"N", D(S("values"), int32_op(1337)))
+        + b"b.",
+        "an ordered dict's attributes": b"\x80\x02"
+        + G("collections", "OrderedDict")
+        + b")R"
+        + D(S("x"), int32_op(5))
+        + b"b.",
+        "a function's defaults": b"\x80\x02"
+        + G("builtins", "set")
+        + T(b"N", D(S("__defaults__"), T(int32_op(5))))
+        + b"b.",
     }
     for what, payload in attacks.items():
         out = load_in_child(payload)
@@ -291,7 +322,7 @@ def test_names_are_values_only_as_arguments_and_stand_ins_never_escape():
     for payload in (
         b"\x80\x02" + G("numpy", "dtype") + b".",  # a class as the result
         b"\x80\x02" + b"\x8f(" + T(G("numpy", "ndarray")) + b"\x90.",  # in a set, in a tuple
-        b"\x80\x02" + D(T(F4), I(1)) + b".",  # a dtype in a tuple as a key: numpy's, plain
+        b"\x80\x02" + D(T(F4), int32_op(1)) + b".",  # a dtype in a tuple as a key: numpy's, plain
     ):
         try:
             back = fg.load(io.BytesIO(payload))
@@ -302,7 +333,7 @@ def test_names_are_values_only_as_arguments_and_stand_ins_never_escape():
 
 def test_deep_tuples_and_memo_tricks_cost_no_crash_and_no_memory():
     # Hashing a 200,000-deep tuple as a dict key overflows C's stack in plain pickle.
-    deep = b"\x80\x02}" + b")" + b"\x85" * 200_000 + I(1) + b"s."
+    deep = b"\x80\x02}" + b")" + b"\x85" * 200_000 + int32_op(1) + b"s."
     assert "nests tuples" in load_in_child(deep)
     # The same depth reached through named tuples built by NEWOBJ every 900 levels.
     wrapped = bytearray(b"\x80\x04" + G("ferrograd.return_types", "topk") + b"q\x000})")

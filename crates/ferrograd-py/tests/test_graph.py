@@ -14,12 +14,10 @@ EXAMPLE = pathlib.Path(__file__).resolve().parents[1] / "examples" / "linear_reg
 
 
 def test_seed_001_linear_regression_runs_as_written():
-    out = subprocess.run(
-        [sys.executable, str(EXAMPLE)], check=True, capture_output=True, text=True
-    ).stdout.splitlines()
-    steps = [l for l in out if l.startswith("step: ")]
+    out = subprocess.run([sys.executable, str(EXAMPLE)], check=True, capture_output=True, text=True).stdout.splitlines()
+    steps = [line for line in out if line.startswith("step: ")]
     assert len(steps) == 20
-    losses = [float(l.split("loss: ")[1].split(",")[0]) for l in steps]
+    losses = [float(line.split("loss: ")[1].split(",")[0]) for line in steps]
     assert all(a > b for a, b in zip(losses, losses[1:])), losses
     w = float(out[-1].split("[[")[1].split("]]")[0])
     assert abs(w - 3.0) < 0.2, out[-1]

@@ -4,7 +4,6 @@ written."""
 import re
 
 import pytest
-
 from conftest import REPO
 
 GUIDE = REPO / "docs" / "from_pytorch_python.md"

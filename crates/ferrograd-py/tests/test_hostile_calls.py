@@ -39,10 +39,33 @@ HOSTILE = [
 
 # Dunders that Python calls on a user's behalf (operators, indexing, conversion).
 DUNDERS = [
-    "__call__", "__getitem__", "__setitem__", "__add__", "__sub__", "__mul__", "__truediv__",
-    "__matmul__", "__pow__", "__rpow__", "__radd__", "__rsub__", "__rtruediv__", "__neg__",
-    "__eq__", "__lt__", "__gt__", "__len__", "__float__", "__int__", "__bool__", "__iter__",
-    "__repr__", "__array__", "__contains__", "__enter__", "__exit__",
+    "__call__",
+    "__getitem__",
+    "__setitem__",
+    "__add__",
+    "__sub__",
+    "__mul__",
+    "__truediv__",
+    "__matmul__",
+    "__pow__",
+    "__rpow__",
+    "__radd__",
+    "__rsub__",
+    "__rtruediv__",
+    "__neg__",
+    "__eq__",
+    "__lt__",
+    "__gt__",
+    "__len__",
+    "__float__",
+    "__int__",
+    "__bool__",
+    "__iter__",
+    "__repr__",
+    "__array__",
+    "__contains__",
+    "__enter__",
+    "__exit__",
 ]
 
 

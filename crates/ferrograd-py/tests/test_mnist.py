@@ -16,7 +16,7 @@ def test_seed_run_py_trains_one_epoch(mnist_dir):
         capture_output=True,
         text=True,
     ).stdout
-    line = next(l for l in out.splitlines() if l.startswith("Epoch 0"))
+    line = next(row for row in out.splitlines() if row.startswith("Epoch 0"))
     res = eval(line.split("\t")[1])  # the dict tinynn prints
     assert res["total_num"] == 10000 and res["accuracy"] >= 0.96, line
     expected = os.environ.get("FERROGRAD_EXPECT_HITS")

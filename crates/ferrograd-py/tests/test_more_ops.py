@@ -36,14 +36,22 @@ def compare(got, want, what):
             compare(g, w, what)
         return
     assert tuple(got.shape) == tuple(want["shape"]), f"{what}: shape {tuple(got.shape)} against {want['shape']}"
-    np.testing.assert_allclose(np.asarray(got.numpy(), dtype=np.float64).ravel(), np.array(want["values"], dtype=np.float64),
-                               rtol=1e-10, atol=1e-12, err_msg=what)
+    np.testing.assert_allclose(
+        np.asarray(got.numpy(), dtype=np.float64).ravel(),
+        np.array(want["values"], dtype=np.float64),
+        rtol=1e-10,
+        atol=1e-12,
+        err_msg=what,
+    )
 
 
 def check_gradients(result, named, want, what):
     parts = list(result) if isinstance(result, (tuple, list)) else [result]
-    weighted = [(t * fg.tensor(np.cos(np.arange(t.numel())).reshape(tuple(t.shape)))).sum()
-                for t in parts if t.is_floating_point() and t.requires_grad]
+    weighted = [
+        (t * fg.tensor(np.cos(np.arange(t.numel())).reshape(tuple(t.shape)))).sum()
+        for t in parts
+        if t.is_floating_point() and t.requires_grad
+    ]
     if not weighted:
         # Not tracked: PyTorch's gradients must then be zero (round, trunc, sign).
         assert not any(np.any(g) for g in want.values()), f"{what}: PyTorch's result has gradients"
@@ -53,8 +61,9 @@ def check_gradients(result, named, want, what):
         if name in want:
             assert t.grad is not None, f"{what}: no gradient for {name}"
             rtol = LOOSER.get(what.split(":")[0], 1e-9)
-            np.testing.assert_allclose(t.grad.numpy().ravel(), want[name], rtol=rtol, atol=1e-12,
-                                       err_msg=f"{what}: d/d{name}")
+            np.testing.assert_allclose(
+                t.grad.numpy().ravel(), want[name], rtol=rtol, atol=1e-12, err_msg=f"{what}: d/d{name}"
+            )
         elif t.grad is not None:
             assert not np.abs(t.grad.numpy()).any(), f"{what}: a gradient for {name}, PyTorch's has none"
 

@@ -21,7 +21,9 @@ TARGET = np.array([0, 2, 1, -100, 2])
 
 
 def close(got, want, rtol=1e-12, atol=1e-15):
-    np.testing.assert_allclose(np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64), rtol=rtol, atol=atol)
+    np.testing.assert_allclose(
+        np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64), rtol=rtol, atol=atol
+    )
 
 
 # ---- gradients ----
@@ -426,7 +428,7 @@ def test_dataloader_batches_shuffles_reproducibly_and_drops_the_last():
 def test_init_functions_fill_in_place_with_pytorchs_bounds():
     lin = nn.Linear(50, 40)
     w = lin.weight
-    nn.init.kaiming_uniform_(w, a=5 ** 0.5)
+    nn.init.kaiming_uniform_(w, a=5**0.5)
     bound = 1 / 50**0.5  # PyTorch's default Linear init
     assert lin.weight is w and np.abs(w.numpy()).max() <= bound
     nn.init.xavier_normal_(w)
@@ -461,8 +463,11 @@ def test_convolution_and_pooling_take_pytorchs_per_axis_sizes_and_same_padding()
     close(rect(xf).numpy().ravel(), REF["conv_rect"], rtol=1e-5, atol=1e-5)
     assert rect.weight.shape == (2, 2, 3, 5) and same(xf).shape == (1, 3, 4, 5)
     w = fg.tensor(np.cos(np.arange(24) * 0.3).reshape(3, 2, 2, 2))
-    close(F.conv2d(x, w, dilation=(1, 2), padding="same").numpy().ravel() + np.repeat([0.0, 0.1, 0.2], 20),
-          REF["conv_same"], atol=1e-12)
+    close(
+        F.conv2d(x, w, dilation=(1, 2), padding="same").numpy().ravel() + np.repeat([0.0, 0.1, 0.2], 20),
+        REF["conv_same"],
+        atol=1e-12,
+    )
     with pytest.raises(ValueError, match="stride 1"):
         nn.Conv2d(1, 8, (3, 5), stride=(1, 2), padding="same")
     xp = fg.tensor(np.sin(np.arange(70).reshape(1, 2, 5, 7) * 0.9))
@@ -609,7 +614,11 @@ def test_core_layers_are_modules_with_pytorchs_methods():
     assert names == ["", "body", "body.0", "body.1", "body.2", "out"]
     assert [type(c).__name__ for c in m.body.children()] == ["Linear", "BatchNorm1d", "ReLU"]
     assert [t.shape for t in m.body[1].buffers()] == [(4,), (4,), ()]
-    assert [n for n, _ in m.named_buffers()] == ["body.1.running_mean", "body.1.running_var", "body.1.num_batches_tracked"]
+    assert [n for n, _ in m.named_buffers()] == [
+        "body.1.running_mean",
+        "body.1.running_var",
+        "body.1.num_batches_tracked",
+    ]
     seen = []
     m.apply(lambda mod: seen.append(type(mod).__name__))
     assert seen == ["Linear", "BatchNorm1d", "ReLU", "Sequential", "Linear", "Head"]
@@ -952,7 +961,7 @@ def test_what_grad_data_and_buffers_hand_out_reads_and_writes_the_storage():
         fg.tensor([1, 2]).fill_(float("nan"))
     # a gradient built with create_graph stays differentiable through in-place updates
     v = fg.tensor([1.0, 2.0], requires_grad=True)
-    (v ** 3).sum().backward(create_graph=True)
+    (v**3).sum().backward(create_graph=True)
     v.grad.mul_(2)
     (dv2,) = fg.grad(v.grad.sum(), [v])
     assert dv2.tolist() == [12.0, 24.0]
@@ -1049,7 +1058,9 @@ def test_deepcopy_of_a_model_its_state_dict_and_tensors_as_in_pytorch():
     target.zero_grad()
     opt.step()
     for k, v in model.state_dict().items():
-        assert not np.array_equal(v.numpy(), before[k]) or k.endswith(("running_mean", "running_var", "num_batches_tracked", "seen")), k
+        assert not np.array_equal(v.numpy(), before[k]) or k.endswith(
+            ("running_mean", "running_var", "num_batches_tracked", "seen")
+        ), k
         np.testing.assert_array_equal(best[k].numpy(), before[k], err_msg=k)
     model.load_state_dict(best)
     np.testing.assert_array_equal(model(img, seq).numpy(), target(img, seq).numpy())
@@ -1083,11 +1094,21 @@ def test_deepcopy_keeps_tied_weights_tied():
     np.testing.assert_array_equal(twin(ids).numpy(), lm(ids).numpy())
 
 
-@pytest.mark.parametrize("cls,kwargs,want", [
-    (fg.optim.Adam, {}, [0.500000005, 0.048778214191592284, -0.27065920667453525, -0.45127728538111, -0.5133505264097651]),
-    (fg.optim.AdamW, {"weight_decay": 0.1},
-     [0.45000000499999987, -0.007606722158518486, -0.301918481757861, -0.4430515900902796, -0.4656321399012202]),
-])
+@pytest.mark.parametrize(
+    "cls,kwargs,want",
+    [
+        (
+            fg.optim.Adam,
+            {},
+            [0.500000005, 0.048778214191592284, -0.27065920667453525, -0.45127728538111, -0.5133505264097651],
+        ),
+        (
+            fg.optim.AdamW,
+            {"weight_decay": 0.1},
+            [0.45000000499999987, -0.007606722158518486, -0.301918481757861, -0.4430515900902796, -0.4656321399012202],
+        ),
+    ],
+)
 def test_amsgrad_steps_as_pytorchs(cls, kwargs, want):
     # torch.optim.Adam / AdamW(lr=0.5, betas=(0.9, 0.5), amsgrad=True), float64, on x²/2 from 1.
     x = fg.tensor([1.0], dtype=fg.float64, requires_grad=True)
@@ -1253,8 +1274,14 @@ def test_device_boilerplate_of_pytorch_scripts_runs_on_the_cpu():
     pos = fg.arange(0, 5, dtype=fg.long, device=idx.device)
     assert pos.tolist() == [0, 1, 2, 3, 4] and idx.device == "cpu" and idx.device.type == "cpu"
     assert str(fg.device("cpu:0")) == "cpu:0" and fg.device("cpu") == idx.device
-    for make in (lambda d: fg.zeros(2, device=d), lambda d: fg.randn(2, 2, device=d), lambda d: fg.tensor([1.0], device=d),
-                 lambda d: fg.ones_like(pos, device=d), lambda d: fg.eye(2, device=d), lambda d: fg.randint(0, 3, (2,), device=d)):
+    for make in (
+        lambda d: fg.zeros(2, device=d),
+        lambda d: fg.randn(2, 2, device=d),
+        lambda d: fg.tensor([1.0], device=d),
+        lambda d: fg.ones_like(pos, device=d),
+        lambda d: fg.eye(2, device=d),
+        lambda d: fg.randint(0, 3, (2,), device=d),
+    ):
         assert make(fg.device("cpu")).shape[0] >= 1
         with pytest.raises(ValueError, match="CPU only"):
             make("cuda")
@@ -1340,8 +1367,9 @@ def test_pytorchs_rearrangements_statistics_and_smaller_methods():
     assert m.new_full((2,), 7).tolist() == [7, 7] and x.new_tensor([1.0]).dtype == fg.float64
     # Derivatives through the compositions, to second order.
     w = fg.tensor(a[0], requires_grad=True)
-    assert fg.gradcheck(lambda t: t.gather(0, fg.tensor([[1, 0, 2, 2]])).sum() + t.logsumexp(1).sum() + t.std(), [w],
-                        second_order=True)
+    assert fg.gradcheck(
+        lambda t: t.gather(0, fg.tensor([[1, 0, 2, 2]])).sum() + t.logsumexp(1).sum() + t.std(), [w], second_order=True
+    )
     assert fg.gradcheck(lambda t: (t.sort(1).values * fg.arange(4).double()).sum() + t.roll(1, 0).flip(1)[0].sum(), [w])
 
 
@@ -1384,10 +1412,14 @@ def test_more_of_pytorchs_layers_and_functions():
     x = fg.randn(1, 2, 3, 3)
     assert nn.AdaptiveAvgPool2d(1)(x).shape == (1, 2, 1, 1)
     np.testing.assert_array_equal(nn.Upsample(scale_factor=2)(x).numpy(), x.numpy().repeat(2, 2).repeat(2, 3))
-    assert F.interpolate(x, size=(6, 6)).shape == (1, 2, 6, 6) and repr(nn.Upsample(scale_factor=2)).startswith("Upsample(")
+    assert F.interpolate(x, size=(6, 6)).shape == (1, 2, 6, 6) and repr(nn.Upsample(scale_factor=2)).startswith(
+        "Upsample("
+    )
     with pytest.raises(NotImplementedError, match="bilinear"):
         F.interpolate(x, scale_factor=2, mode="bilinear")
-    assert nn.Unflatten(1, (2, 1))(fg.ones(3, 2)).shape == (3, 2, 1) and nn.ReLU6()(fg.tensor([-1.0, 7.0])).tolist() == [0.0, 6.0]
+    assert nn.Unflatten(1, (2, 1))(fg.ones(3, 2)).shape == (3, 2, 1) and nn.ReLU6()(
+        fg.tensor([-1.0, 7.0])
+    ).tolist() == [0.0, 6.0]
 
     class Holder(nn.Module):
         def __init__(self):
@@ -1413,10 +1445,14 @@ def test_more_of_pytorchs_layers_and_functions():
         assert fg.is_grad_enabled()
     assert fg.inference_mode(lambda: fg.is_grad_enabled())() is False and fg.is_grad_enabled()
     assert [t.tolist() for t in fg.split(fg.arange(6), 4)] == [[0, 1, 2, 3], [4, 5]]
-    assert fg.numel(fg.ones(2, 3)) == 6 and fg.empty(2, 2).shape == (2, 2) and fg.dot(fg.ones(3), fg.ones(3)).item() == 3.0
+    assert (
+        fg.numel(fg.ones(2, 3)) == 6 and fg.empty(2, 2).shape == (2, 2) and fg.dot(fg.ones(3), fg.ones(3)).item() == 3.0
+    )
     assert fg.outer(fg.arange(2), fg.arange(3)).tolist() == [[0, 0, 0], [0, 1, 2]]
     inf, nan = float("inf"), float("nan")
-    assert fg.isclose(fg.tensor([1.0, inf, nan]), fg.tensor([1.0 + 1e-9, inf, nan]), equal_nan=True).tolist() == [True] * 3
+    assert (
+        fg.isclose(fg.tensor([1.0, inf, nan]), fg.tensor([1.0 + 1e-9, inf, nan]), equal_nan=True).tolist() == [True] * 3
+    )
 
 
 def test_booleans_and_big_integers_are_written_exactly():
@@ -1500,13 +1536,19 @@ def test_an_optimizer_load_that_does_not_fit_changes_nothing():
     (w * w).sum().backward()
     opt.step()
     good = opt.state_dict()
-    for bad_group, error in [({"lr": "abc"}, TypeError), ({"lr": -1.0}, ValueError), ({"betas": (0.9, 1.5)}, ValueError)]:
+    for bad_group, error in [
+        ({"lr": "abc"}, TypeError),
+        ({"lr": -1.0}, ValueError),
+        ({"betas": (0.9, 1.5)}, ValueError),
+    ]:
         bad = opt.state_dict()
         bad["param_groups"][0].update(bad_group)
         with pytest.raises(error):
             opt.load_state_dict(bad)
         assert opt.param_groups[0]["lr"] == 0.1 and opt.param_groups[0]["betas"] == (0.9, 0.999)
-        np.testing.assert_array_equal(opt.state_dict()["state"][0]["exp_avg"].numpy(), good["state"][0]["exp_avg"].numpy())
+        np.testing.assert_array_equal(
+            opt.state_dict()["state"][0]["exp_avg"].numpy(), good["state"][0]["exp_avg"].numpy()
+        )
     with pytest.raises(TypeError, match="state"):
         opt.load_state_dict({"state": None, "param_groups": good["param_groups"]})
     opt.step()  # still steps
@@ -1547,17 +1589,27 @@ def test_layers_keep_their_arguments_as_pytorchs_attributes():
     head = nn.Linear(backbone.out_features, 3, bias=False)  # transfer learning's habit
     assert (backbone.in_features, head.in_features, head.bias) == (16, 8, None)
     conv = nn.Conv2d(1, 8, 3, padding="same")
-    assert (conv.kernel_size, conv.stride, conv.padding, conv.in_channels, conv.groups) == ((3, 3), (1, 1), "same", 1, 1)
+    assert (conv.kernel_size, conv.stride, conv.padding, conv.in_channels, conv.groups) == (
+        (3, 3),
+        (1, 1),
+        "same",
+        1,
+        1,
+    )
     valid = nn.Conv2d(1, 2, 3, padding="valid")
-    assert valid.padding == "valid" and "padding=valid" in repr(valid) and valid(fg.ones(1, 1, 5, 5)).shape == (1, 2, 3, 3)
-    assert copy.deepcopy(valid).padding == "valid" and F.conv2d(fg.ones(1, 1, 5, 5), valid.weight, padding="valid").shape == (1, 2, 3, 3)
+    assert (
+        valid.padding == "valid" and "padding=valid" in repr(valid) and valid(fg.ones(1, 1, 5, 5)).shape == (1, 2, 3, 3)
+    )
+    assert copy.deepcopy(valid).padding == "valid" and F.conv2d(
+        fg.ones(1, 1, 5, 5), valid.weight, padding="valid"
+    ).shape == (1, 2, 3, 3)
     assert nn.Dropout(0.2).p == 0.2 and nn.LayerNorm(8).normalized_shape == (8,) and nn.LayerNorm(8).eps == 1e-5
     assert nn.Embedding(5, 3).embedding_dim == 3 and nn.BatchNorm2d(4).num_features == 4
     lstm = nn.LSTM(3, 5, num_layers=2, batch_first=True)
     assert (lstm.hidden_size, lstm.num_layers, lstm.batch_first, lstm.bias) == (5, 2, True, True)
     assert copy.deepcopy(lstm).hidden_size == 5
     with pytest.raises(AttributeError, match="foo"):
-        backbone.foo
+        _ = backbone.foo
 
 
 def test_conv1d_group_norm_and_submodules_as_pytorchs():
@@ -1570,7 +1622,11 @@ def test_conv1d_group_norm_and_submodules_as_pytorchs():
     assert y.shape == (2, 6, 5) and sorted(conv.state_dict()) == ["bias", "weight"]
     close(y.sum().item(), 133.80316213255094)
     close(y[1, 2].tolist()[:3], [-0.050997061698979884, 1.2656500483938702, 5.036963459509744])
-    assert conv(x[0]).shape == (6, 5) and F.conv1d(x, conv.weight, conv.bias, padding="same", groups=2).shape == (2, 6, 9)
+    assert conv(x[0]).shape == (6, 5) and F.conv1d(x, conv.weight, conv.bias, padding="same", groups=2).shape == (
+        2,
+        6,
+        9,
+    )
     norm = nn.GroupNorm(2, 4).double()
     norm.weight.data = fg.arange(1, 5).double()
     norm.bias.data = fg.arange(4).double()
@@ -1649,7 +1705,9 @@ def test_einsum_matches_numpy(equation, shapes):
     assert got.shape == want.shape
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12)
     # The operands as one list, as torch.einsum also takes them.
-    np.testing.assert_allclose(fg.einsum(equation, [fg.tensor(a) for a in arrays]).numpy(), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        fg.einsum(equation, [fg.tensor(a) for a in arrays]).numpy(), want, rtol=1e-12, atol=1e-12
+    )
 
 
 def test_einsum_gradients_and_errors():

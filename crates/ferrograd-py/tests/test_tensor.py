@@ -86,8 +86,14 @@ def test_indexing_matches_numpy():
     with pytest.raises(IndexError, match="too many indices"):
         t[0, 0, 0, 0]
     # Assignment as numpy assigns (PyTorch's setitem): the same keys, a value broadcast.
-    for key, value in [(0, 1.0), ((slice(None), 1), -2.0), ((slice(1, None), Ellipsis, 0), 7.0),
-                       ([2, 0], 3.5), ((1, [0, 2]), np.array([[5.0], [6.0]])[0]), (np.array([True, False, True]), 9.0)]:
+    for key, value in [
+        (0, 1.0),
+        ((slice(None), 1), -2.0),
+        ((slice(1, None), Ellipsis, 0), 7.0),
+        ([2, 0], 3.5),
+        ((1, [0, 2]), np.array([[5.0], [6.0]])[0]),
+        (np.array([True, False, True]), 9.0),
+    ]:
         want, got = t.numpy().copy(), fg.tensor(t.numpy())
         want[key] = value
         got[key] = value

@@ -73,7 +73,7 @@ def test_parameters_are_named_as_pytorch_and_keep_their_identity():
     assert net[0].weight.shape == (3, 4) and net.num_params() == 4 * 3 + 3 + 3 * 2 + 2
     assert net.params["2.bias"].shape == (2,)
     with pytest.raises(AttributeError, match="no parameter"):
-        net[0].kernel
+        _ = net[0].kernel
 
 
 def test_state_dict_and_safetensors_round_trip(tmp_path):
@@ -84,7 +84,12 @@ def test_state_dict_and_safetensors_round_trip(tmp_path):
     x = fg.randn(2, 1, 5, 5)
     a(x)  # moves a's running statistics
     assert set(a.state_dict()) == {
-        "0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean", "1.running_var",
+        "0.weight",
+        "0.bias",
+        "1.weight",
+        "1.bias",
+        "1.running_mean",
+        "1.running_var",
         "1.num_batches_tracked",
     }
     path = tmp_path / "a.safetensors"

@@ -5,11 +5,11 @@ import copy
 
 import numpy as np
 import pytest
+from conftest import REPO
 
 import ferrograd as fg
 import ferrograd.nn as nn
 import ferrograd.nn.functional as F
-from conftest import REPO
 
 REF = fg.load(REPO / "crates" / "ferrograd" / "tests" / "fixtures" / "torch_attention.safetensors")
 
@@ -24,7 +24,7 @@ def close(got, key, tol=1e-12):
 
 def state(prefix):
     head = f"{prefix}.state."
-    return {k[len(head):]: v for k, v in REF.items() if k.startswith(head)}
+    return {k[len(head) :]: v for k, v in REF.items() if k.startswith(head)}
 
 
 def in_f64(layer):
@@ -118,8 +118,9 @@ def test_multihead_attention_of_other_key_widths_masks_and_unbatched_inputs(name
     # Sequence first (PyTorch's default layout), unbatched the same.
     seq = in_f64(nn.MultiheadAttention(8, 2, bias=bias, kdim=6, vdim=3))
     seq.load_state_dict(state(name))
-    ys, _ = seq(x.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), attn_mask=per_head,
-                key_padding_mask=padded)
+    ys, _ = seq(
+        x.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), attn_mask=per_head, key_padding_mask=padded
+    )
     close(ys.transpose(0, 1), f"{name}.out")
     with pytest.raises(ValueError, match=r"attn_mask must be \[L, S\] or \[4, L, S\]"):
         mha(x, key, value, attn_mask=per_head[:3])
@@ -130,8 +131,11 @@ def test_multihead_attention_of_other_key_widths_masks_and_unbatched_inputs(name
 
 
 def test_an_encoder_layer_without_bias_with_its_eps_and_a_callable_activation():
-    layer = in_f64(nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True,
-                                              activation=fg.tanh, layer_norm_eps=1e-3, bias=False))
+    layer = in_f64(
+        nn.TransformerEncoderLayer(
+            8, 2, dim_feedforward=16, dropout=0.0, batch_first=True, activation=fg.tanh, layer_norm_eps=1e-3, bias=False
+        )
+    )
     assert sorted(n for n, _ in layer.named_parameters()) == sorted(state("enc_custom"))
     layer.load_state_dict(state("enc_custom"))
     layer.eval()
@@ -264,9 +268,28 @@ def test_the_gpt_example_trains_and_samples(tmp_path, capsys):
     spec.loader.exec_module(gpt)
     text = tmp_path / "text.txt"
     text.write_text("Shall I compare thee to a summer's day?\nThou art more lovely.\n" * 30)
-    args = ["--text", str(text), "--iters", "30", "--eval-interval", "15", "--eval-iters", "3",
-            "--batch", "4", "--context", "16", "--width", "32", "--heads", "2", "--layers", "2",
-            "--sample", "40"]
+    args = [
+        "--text",
+        str(text),
+        "--iters",
+        "30",
+        "--eval-interval",
+        "15",
+        "--eval-iters",
+        "3",
+        "--batch",
+        "4",
+        "--context",
+        "16",
+        "--width",
+        "32",
+        "--heads",
+        "2",
+        "--layers",
+        "2",
+        "--sample",
+        "40",
+    ]
     losses = gpt.main(args)
     out = capsys.readouterr().out
     vocab = len(set(text.read_text()))
@@ -544,8 +567,10 @@ def test_transformer_decoder_layer_loads_pytorchs_weights(name, kwargs):
     close(layer(x, memory).numpy(), f"{name}.out")
     hidden = np.triu(np.ones((5, 5), dtype=bool), 1)
     padded = np.array([[False, False, False, True], [False, True, False, False]])
-    close(layer(x, memory, tgt_mask=hidden, tgt_is_causal=True, memory_key_padding_mask=padded).numpy(),
-          f"{name}.out_masked")
+    close(
+        layer(x, memory, tgt_mask=hidden, tgt_is_causal=True, memory_key_padding_mask=padded).numpy(),
+        f"{name}.out_masked",
+    )
     close(layer(x, memory, tgt_is_causal=True, memory_key_padding_mask=padded).numpy(), f"{name}.out_masked")
     # PyTorch's default layout [T, N, E]: the same values, transposed.
     seq = in_f64(nn.TransformerDecoderLayer(8, 2, dim_feedforward=16, dropout=0.0, **kwargs))
@@ -557,8 +582,15 @@ def test_transformer_decoder_layer_loads_pytorchs_weights(name, kwargs):
 
 def test_transformer_loads_pytorchs_weights_and_trains():
     fg.manual_seed(0)
-    model = nn.Transformer(d_model=8, nhead=2, num_encoder_layers=2, num_decoder_layers=1, dim_feedforward=16,
-                           dropout=0.0, batch_first=True).double()
+    model = nn.Transformer(
+        d_model=8,
+        nhead=2,
+        num_encoder_layers=2,
+        num_decoder_layers=1,
+        dim_feedforward=16,
+        dropout=0.0,
+        batch_first=True,
+    ).double()
     assert sorted(model.state_dict()) == sorted(state("transformer"))
     # Every matrix drawn from Xavier's uniform distribution, as PyTorch's: within ±√(6/(in+out)).
     w = model.state_dict()["encoder.layers.0.linear1.weight"].numpy()

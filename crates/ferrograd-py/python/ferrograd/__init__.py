@@ -16,6 +16,8 @@ from builtins import bool as _builtin_bool
 from importlib import metadata as _metadata
 
 from . import _core
+from . import reshaping_and_reductions as _reshaping_and_reductions  # noqa: F401 (attaches more)
+from . import tensor_methods as _tensor_methods  # noqa: F401 (attaches PyTorch's smaller methods)
 from ._core import (
     Gradients,
     Model,
@@ -39,15 +41,29 @@ from ._core import (
     tensor,
     zeros,
 )
-
-from . import tensor_methods as _tensor_methods  # noqa: F401 (attaches PyTorch's smaller methods)
-from . import reshaping_and_reductions as _reshaping_and_reductions  # noqa: F401 (attaches more)
-from .matrices import (  # noqa: E402,F401
-    addmm, atleast_1d, atleast_2d, atleast_3d, baddbmm, broadcast_tensors, cdist, column_stack, diag, diagonal,
-    dstack, hstack, kron, meshgrid, tensordot, trace, tril_indices, triu_indices, vstack,
-)
 from .devices import backends, cuda, device
 from .devices import on_cpu as _on_cpu
+from .matrices import (  # noqa: E402,F401
+    addmm,
+    atleast_1d,
+    atleast_2d,
+    atleast_3d,
+    baddbmm,
+    broadcast_tensors,
+    cdist,
+    column_stack,
+    diag,
+    diagonal,
+    dstack,
+    hstack,
+    kron,
+    meshgrid,
+    tensordot,
+    trace,
+    tril_indices,
+    triu_indices,
+    vstack,
+)
 from .serialization import load, save
 
 try:
@@ -280,10 +296,39 @@ argsort = _unary("argsort")
 unbind = _unary("unbind")
 nonzero = _unary("nonzero")
 unique = _unary("unique")
-for _method in ("prod", "cumprod", "diff", "movedim", "moveaxis", "swapaxes", "swapdims", "tile", "ravel", "norm",
-                "lerp", "logaddexp", "hypot", "logit", "scatter", "scatter_add", "take_along_dim", "nansum",
-                "nanmean", "count_nonzero", "aminmax", "median", "trunc", "fix", "frac", "round", "fmod",
-                "remainder", "nan_to_num", "signbit", "sgn"):
+for _method in (
+    "prod",
+    "cumprod",
+    "diff",
+    "movedim",
+    "moveaxis",
+    "swapaxes",
+    "swapdims",
+    "tile",
+    "ravel",
+    "norm",
+    "lerp",
+    "logaddexp",
+    "hypot",
+    "logit",
+    "scatter",
+    "scatter_add",
+    "take_along_dim",
+    "nansum",
+    "nanmean",
+    "count_nonzero",
+    "aminmax",
+    "median",
+    "trunc",
+    "fix",
+    "frac",
+    "round",
+    "fmod",
+    "remainder",
+    "nan_to_num",
+    "signbit",
+    "sgn",
+):
     globals()[_method] = _unary(_method)
 del _method
 var_mean = _reshaping_and_reductions.var_mean
@@ -482,11 +527,10 @@ from ._tape import GradientTape, Variable, constant, function  # noqa: E402
 reduce_sum = sum
 reduce_mean = mean
 
-from . import autograd, data, graph, jit, math, metrics, nn, onnx, optim, random, return_types, utils  # noqa: E402
-from .utils.data import Generator  # noqa: E402 (torch.Generator)
-
-
 # `from ferrograd import *` leaves Python's builtins (sum, abs, float) alone.
 import builtins as _builtins  # noqa: E402
+
+from . import autograd, data, graph, jit, math, metrics, nn, onnx, optim, random, return_types, utils  # noqa: E402
+from .utils.data import Generator  # noqa: E402 (torch.Generator)
 
 __all__ = [n for n in dir() if not n.startswith("_") and not hasattr(_builtins, n)]

@@ -17,7 +17,6 @@ Size2 = Union[int, Tuple[int, int]]
 _Float = float
 _Int = int
 
-
 class OpError(RuntimeError, ValueError):
     """An op that cannot run on its operands: a RuntimeError (as PyTorch's) and a ValueError."""
 
@@ -85,7 +84,14 @@ class Tensor:
     def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray: ...
     def item(self) -> Union[_Float, _Int]: ...
     def tolist(self) -> Any: ...
-    def to(self, *args: Any, dtype: Optional[DTypeLike] = None, device: Any = None, non_blocking: bool = False, copy: bool = False) -> Tensor: ...
+    def to(
+        self,
+        *args: Any,
+        dtype: Optional[DTypeLike] = None,
+        device: Any = None,
+        non_blocking: bool = False,
+        copy: bool = False,
+    ) -> Tensor: ...
     def cpu(self) -> Tensor: ...
     @property
     def device(self) -> str: ...
@@ -193,20 +199,44 @@ class Tensor:
     def minimum(self, other: ArrayLike) -> Tensor: ...
     def matmul(self, other: ArrayLike) -> Tensor: ...
     def sum(
-        self, dim: Dims = None, keepdim: bool = False, *, axis: Dims = None, keepdims: Optional[bool] = None,
-        out: None = None, dtype: None = None,
+        self,
+        dim: Dims = None,
+        keepdim: bool = False,
+        *,
+        axis: Dims = None,
+        keepdims: Optional[bool] = None,
+        out: None = None,
+        dtype: None = None,
     ) -> Tensor: ...
     def mean(
-        self, dim: Dims = None, keepdim: bool = False, *, axis: Dims = None, keepdims: Optional[bool] = None,
-        out: None = None, dtype: None = None,
+        self,
+        dim: Dims = None,
+        keepdim: bool = False,
+        *,
+        axis: Dims = None,
+        keepdims: Optional[bool] = None,
+        out: None = None,
+        dtype: None = None,
     ) -> Tensor: ...
     def amax(
-        self, dim: Dims = None, keepdim: bool = False, *, axis: Dims = None, keepdims: Optional[bool] = None,
-        out: None = None, dtype: None = None,
+        self,
+        dim: Dims = None,
+        keepdim: bool = False,
+        *,
+        axis: Dims = None,
+        keepdims: Optional[bool] = None,
+        out: None = None,
+        dtype: None = None,
     ) -> Tensor: ...
     def amin(
-        self, dim: Dims = None, keepdim: bool = False, *, axis: Dims = None, keepdims: Optional[bool] = None,
-        out: None = None, dtype: None = None,
+        self,
+        dim: Dims = None,
+        keepdim: bool = False,
+        *,
+        axis: Dims = None,
+        keepdims: Optional[bool] = None,
+        out: None = None,
+        dtype: None = None,
     ) -> Tensor: ...
     @overload
     def max(self) -> Tensor: ...
@@ -248,20 +278,43 @@ class Tensor:
     def flip(self, *dims: Any) -> Tensor: ...
     def roll(self, shifts: Union[_Int, Sequence[_Int]], dims: Union[_Int, Sequence[_Int], None] = None) -> Tensor: ...
     def repeat(self, *sizes: Any) -> Tensor: ...
-    def var(self, dim: Any = None, unbiased: Optional[bool] = None, keepdim: bool = False, *,
-            correction: Optional[float] = None) -> Tensor: ...
-    def std(self, dim: Any = None, unbiased: Optional[bool] = None, keepdim: bool = False, *,
-            correction: Optional[float] = None) -> Tensor: ...
+    def var(
+        self,
+        dim: Any = None,
+        unbiased: Optional[bool] = None,
+        keepdim: bool = False,
+        *,
+        correction: Optional[float] = None,
+    ) -> Tensor: ...
+    def std(
+        self,
+        dim: Any = None,
+        unbiased: Optional[bool] = None,
+        keepdim: bool = False,
+        *,
+        correction: Optional[float] = None,
+    ) -> Tensor: ...
     def logsumexp(self, dim: Any, keepdim: bool = False) -> Tensor: ...
     def cumsum(self, dim: _Int, *, dtype: Optional[DTypeLike] = None) -> Tensor: ...
     def cumprod(self, dim: _Int, *, dtype: Optional[DTypeLike] = None) -> Tensor: ...
     def conv2d(
-        self, weight: ArrayLike, bias: Optional[ArrayLike] = None, stride: Size2 = 1,
-        padding: Union[Size2, str] = 0, dilation: Size2 = 1, groups: _Int = 1,
+        self,
+        weight: ArrayLike,
+        bias: Optional[ArrayLike] = None,
+        stride: Size2 = 1,
+        padding: Union[Size2, str] = 0,
+        dilation: Size2 = 1,
+        groups: _Int = 1,
     ) -> Tensor: ...
     def conv_transpose2d(
-        self, weight: ArrayLike, bias: Optional[ArrayLike] = None, stride: Size2 = 1, padding: Size2 = 0,
-        output_padding: Size2 = 0, groups: _Int = 1, dilation: Size2 = 1,
+        self,
+        weight: ArrayLike,
+        bias: Optional[ArrayLike] = None,
+        stride: Size2 = 1,
+        padding: Size2 = 0,
+        output_padding: Size2 = 0,
+        groups: _Int = 1,
+        dilation: Size2 = 1,
     ) -> Tensor: ...
     def max_pool2d(self, kernel_size: Size2, stride: Optional[Size2] = None, padding: Size2 = 0) -> Tensor: ...
     def avg_pool2d(self, kernel_size: Size2, stride: Optional[Size2] = None, padding: Size2 = 0) -> Tensor: ...
@@ -280,12 +333,27 @@ class Gradients:
     def norm(self) -> float: ...
 
 def tensor(data: ArrayLike, dtype: Optional[DTypeLike] = None, requires_grad: bool = False) -> Tensor: ...
-def zeros(*shape: Union[int, Sequence[int]], dtype: Optional[DTypeLike] = None, requires_grad: bool = False) -> Tensor: ...
-def ones(*shape: Union[int, Sequence[int]], dtype: Optional[DTypeLike] = None, requires_grad: bool = False) -> Tensor: ...
-def full(shape: Sequence[int], fill_value: Union[bool, int, float], dtype: Optional[DTypeLike] = None, requires_grad: bool = False) -> Tensor: ...
-def randn(*shape: Union[int, Sequence[int]], dtype: Optional[DTypeLike] = None, requires_grad: bool = False) -> Tensor: ...
-def rand(*shape: Union[int, Sequence[int]], dtype: Optional[DTypeLike] = None, requires_grad: bool = False) -> Tensor: ...
-def arange(start: float, end: Optional[float] = None, step: Optional[float] = None, dtype: Optional[DTypeLike] = None) -> Tensor: ...
+def zeros(
+    *shape: Union[int, Sequence[int]], dtype: Optional[DTypeLike] = None, requires_grad: bool = False
+) -> Tensor: ...
+def ones(
+    *shape: Union[int, Sequence[int]], dtype: Optional[DTypeLike] = None, requires_grad: bool = False
+) -> Tensor: ...
+def full(
+    shape: Sequence[int],
+    fill_value: Union[bool, int, float],
+    dtype: Optional[DTypeLike] = None,
+    requires_grad: bool = False,
+) -> Tensor: ...
+def randn(
+    *shape: Union[int, Sequence[int]], dtype: Optional[DTypeLike] = None, requires_grad: bool = False
+) -> Tensor: ...
+def rand(
+    *shape: Union[int, Sequence[int]], dtype: Optional[DTypeLike] = None, requires_grad: bool = False
+) -> Tensor: ...
+def arange(
+    start: float, end: Optional[float] = None, step: Optional[float] = None, dtype: Optional[DTypeLike] = None
+) -> Tensor: ...
 def _global_norm(tensors: Sequence[Tensor]) -> float: ...
 def linspace(start: float, end: float, steps: int, dtype: Optional[DTypeLike] = None) -> Tensor: ...
 def cat(tensors: Sequence[ArrayLike], dim: int = 0) -> Tensor: ...
@@ -299,8 +367,13 @@ def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray: ...
 def load_mnist(directory: Union[str, PathLike[str]], train: bool = True) -> Tuple[np.ndarray, np.ndarray]: ...
 def live_nodes() -> int: ...
 def scaled_dot_product_attention(
-    query: ArrayLike, key: ArrayLike, value: ArrayLike, attn_mask: Optional[ArrayLike] = None,
-    dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,
+    query: ArrayLike,
+    key: ArrayLike,
+    value: ArrayLike,
+    attn_mask: Optional[ArrayLike] = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: Optional[float] = None,
 ) -> Tensor: ...
 def multinomial(input: ArrayLike, num_samples: int, replacement: bool = False, generator: Any = None) -> Tensor: ...
 def take_rows(array: np.ndarray, index: np.ndarray) -> Optional[Tensor]: ...
@@ -326,7 +399,11 @@ def set_grad_enabled(enabled: bool) -> bool: ...
 def is_grad_enabled() -> bool: ...
 def custom_gradient_call(f: Callable[..., Any], args: Tuple[Any, ...], name: str) -> Tensor: ...
 def gradcheck(
-    f: Callable[..., Tensor], inputs: Sequence[ArrayLike], eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
+    f: Callable[..., Tensor],
+    inputs: Sequence[ArrayLike],
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
     second_order: bool = False,
 ) -> bool: ...
 
@@ -335,10 +412,12 @@ class Layer:
 
     def forward(self, x: ArrayLike) -> Tensor: ...
     def __call__(self, x: ArrayLike) -> Tensor: ...
-    def register_forward_pre_hook(self, hook: Callable[..., Any], *, prepend: bool = False,
-                                  with_kwargs: bool = False) -> Any: ...
-    def register_forward_hook(self, hook: Callable[..., Any], *, prepend: bool = False,
-                              with_kwargs: bool = False, always_call: bool = False) -> Any: ...
+    def register_forward_pre_hook(
+        self, hook: Callable[..., Any], *, prepend: bool = False, with_kwargs: bool = False
+    ) -> Any: ...
+    def register_forward_hook(
+        self, hook: Callable[..., Any], *, prepend: bool = False, with_kwargs: bool = False, always_call: bool = False
+    ) -> Any: ...
     def register_full_backward_hook(self, hook: Callable[..., Any], prepend: bool = False) -> Any: ...
     def train(self, mode: bool = True) -> Layer: ...
     def eval(self) -> Layer: ...
@@ -394,14 +473,29 @@ class Linear(Layer):
 
 class Conv2d(Layer):
     def __init__(
-        self, in_channels: int, out_channels: int, kernel_size: Size2, stride: Size2 = 1,
-        padding: Union[Size2, str] = 0, dilation: Size2 = 1, groups: int = 1, bias: bool = True,
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: Size2,
+        stride: Size2 = 1,
+        padding: Union[Size2, str] = 0,
+        dilation: Size2 = 1,
+        groups: int = 1,
+        bias: bool = True,
     ) -> None: ...
 
 class ConvTranspose2d(Layer):
     def __init__(
-        self, in_channels: int, out_channels: int, kernel_size: Size2, stride: Size2 = 1, padding: Size2 = 0,
-        output_padding: Size2 = 0, dilation: Size2 = 1, groups: int = 1, bias: bool = True,
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: Size2,
+        stride: Size2 = 1,
+        padding: Size2 = 0,
+        output_padding: Size2 = 0,
+        dilation: Size2 = 1,
+        groups: int = 1,
+        bias: bool = True,
     ) -> None: ...
 
 class MaxPool2d(Layer):
@@ -412,50 +506,94 @@ class AvgPool2d(Layer):
 
 class BatchNorm1d(Layer):
     def __init__(
-        self, num_features: int, eps: float = 1e-5, momentum: Optional[float] = 0.1, affine: bool = True,
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: Optional[float] = 0.1,
+        affine: bool = True,
         track_running_stats: bool = True,
     ) -> None: ...
 
 class BatchNorm2d(Layer):
     def __init__(
-        self, num_features: int, eps: float = 1e-5, momentum: Optional[float] = 0.1, affine: bool = True,
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: Optional[float] = 0.1,
+        affine: bool = True,
         track_running_stats: bool = True,
     ) -> None: ...
 
 class LayerNorm(Layer):
     def __init__(
-        self, normalized_shape: Union[int, Sequence[int]], eps: float = 1e-5, elementwise_affine: bool = True,
+        self,
+        normalized_shape: Union[int, Sequence[int]],
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
         bias: bool = True,
     ) -> None: ...
 
 class MultiheadAttention(Layer):
     def __init__(
-        self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True, add_bias_kv: bool = False,
-        add_zero_attn: bool = False, kdim: Optional[int] = None, vdim: Optional[int] = None, batch_first: bool = False,
+        self,
+        embed_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        add_bias_kv: bool = False,
+        add_zero_attn: bool = False,
+        kdim: Optional[int] = None,
+        vdim: Optional[int] = None,
+        batch_first: bool = False,
     ) -> None: ...
     def forward(  # type: ignore[override]
-        self, query: ArrayLike, key: ArrayLike, value: ArrayLike, key_padding_mask: Optional[ArrayLike] = None,
-        need_weights: bool = True, attn_mask: Optional[ArrayLike] = None, average_attn_weights: bool = True,
+        self,
+        query: ArrayLike,
+        key: ArrayLike,
+        value: ArrayLike,
+        key_padding_mask: Optional[ArrayLike] = None,
+        need_weights: bool = True,
+        attn_mask: Optional[ArrayLike] = None,
+        average_attn_weights: bool = True,
         is_causal: bool = False,
     ) -> Tuple[Tensor, Optional[Tensor]]: ...
     def __call__(  # type: ignore[override]
-        self, query: ArrayLike, key: ArrayLike, value: ArrayLike, key_padding_mask: Optional[ArrayLike] = None,
-        need_weights: bool = True, attn_mask: Optional[ArrayLike] = None, average_attn_weights: bool = True,
+        self,
+        query: ArrayLike,
+        key: ArrayLike,
+        value: ArrayLike,
+        key_padding_mask: Optional[ArrayLike] = None,
+        need_weights: bool = True,
+        attn_mask: Optional[ArrayLike] = None,
+        average_attn_weights: bool = True,
         is_causal: bool = False,
     ) -> Tuple[Tensor, Optional[Tensor]]: ...
 
 class TransformerEncoderLayer(Layer):
     def __init__(
-        self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
-        activation: Union[str, Callable[[Tensor], Tensor], None] = None, layer_norm_eps: float = 1e-5, batch_first: bool = False,
-        norm_first: bool = False, bias: bool = True,
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: Union[str, Callable[[Tensor], Tensor], None] = None,
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
     ) -> None: ...
     def forward(  # type: ignore[override]
-        self, src: ArrayLike, src_mask: Optional[ArrayLike] = None, src_key_padding_mask: Optional[ArrayLike] = None,
+        self,
+        src: ArrayLike,
+        src_mask: Optional[ArrayLike] = None,
+        src_key_padding_mask: Optional[ArrayLike] = None,
         is_causal: bool = False,
     ) -> Tensor: ...
     def __call__(  # type: ignore[override]
-        self, src: ArrayLike, src_mask: Optional[ArrayLike] = None, src_key_padding_mask: Optional[ArrayLike] = None,
+        self,
+        src: ArrayLike,
+        src_mask: Optional[ArrayLike] = None,
+        src_key_padding_mask: Optional[ArrayLike] = None,
         is_causal: bool = False,
     ) -> Tensor: ...
 
@@ -518,24 +656,43 @@ class Recurrent(Layer):
 
 class RNN(Recurrent):
     def __init__(
-        self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh", bias: bool = True,
-        batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        nonlinearity: str = "tanh",
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
     ) -> None: ...
     def forward(self, input: ArrayLike, hx: Optional[ArrayLike] = None) -> Tuple[Tensor, Tensor]: ...  # type: ignore[override]
     def __call__(self, input: ArrayLike, hx: Optional[ArrayLike] = None) -> Tuple[Tensor, Tensor]: ...  # type: ignore[override]
 
 class GRU(Recurrent):
     def __init__(
-        self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True, batch_first: bool = False,
-        dropout: float = 0.0, bidirectional: bool = False,
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
     ) -> None: ...
     def forward(self, input: ArrayLike, hx: Optional[ArrayLike] = None) -> Tuple[Tensor, Tensor]: ...  # type: ignore[override]
     def __call__(self, input: ArrayLike, hx: Optional[ArrayLike] = None) -> Tuple[Tensor, Tensor]: ...  # type: ignore[override]
 
 class LSTM(Recurrent):
     def __init__(
-        self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True, batch_first: bool = False,
-        dropout: float = 0.0, bidirectional: bool = False,
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
     ) -> None: ...
     def forward(  # type: ignore[override]
         self, input: ArrayLike, hx: Optional[Tuple[ArrayLike, ArrayLike]] = None
@@ -570,7 +727,9 @@ class NLLLoss(Loss):
 Params = Union[Layer, Iterable[Tensor], Sequence[Dict[str, Any]], None]
 
 class Optimizer:
-    def step(self, grads: Union[Gradients, Callable[[], Any], None] = None, closure: Optional[Callable[[], Any]] = None) -> Any: ...
+    def step(
+        self, grads: Union[Gradients, Callable[[], Any], None] = None, closure: Optional[Callable[[], Any]] = None
+    ) -> Any: ...
     def zero_grad(self, set_to_none: bool = True) -> None: ...
     @property
     def param_groups(self) -> List[Dict[str, Any]]: ...
@@ -583,27 +742,48 @@ class Optimizer:
 
 class SGD(Optimizer):
     def __init__(
-        self, params: Params = None, lr: float = 0.01, momentum: float = 0.0, nesterov: bool = False,
+        self,
+        params: Params = None,
+        lr: float = 0.01,
+        momentum: float = 0.0,
+        nesterov: bool = False,
         weight_decay: float = 0.0,
     ) -> None: ...
 
 class Adam(Optimizer):
     def __init__(
-        self, params: Params = None, lr: float = 0.001, beta1: float = 0.9, beta2: float = 0.999,
-        eps: float = 1e-8, weight_decay: float = 0.0, betas: Optional[Tuple[float, float]] = None,
+        self,
+        params: Params = None,
+        lr: float = 0.001,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        betas: Optional[Tuple[float, float]] = None,
         amsgrad: bool = False,
     ) -> None: ...
 
 class AdamW(Optimizer):
     def __init__(
-        self, params: Params = None, lr: float = 0.001, beta1: float = 0.9, beta2: float = 0.999,
-        eps: float = 1e-8, weight_decay: float = 0.01, betas: Optional[Tuple[float, float]] = None,
+        self,
+        params: Params = None,
+        lr: float = 0.001,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        eps: float = 1e-8,
+        weight_decay: float = 0.01,
+        betas: Optional[Tuple[float, float]] = None,
         amsgrad: bool = False,
     ) -> None: ...
 
 class RAdam(Optimizer):
     def __init__(
-        self, params: Params = None, lr: float = 0.001, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+        self,
+        params: Params = None,
+        lr: float = 0.001,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        eps: float = 1e-8,
         betas: Optional[Tuple[float, float]] = None,
     ) -> None: ...
 

@@ -43,7 +43,9 @@ class _Dtype:
 
     def __init__(self, name, align=False, copy=True):
         if type(name) is not str or name not in PLAIN_DTYPES:
-            refuse(f"the file holds an array of dtype {name!r} (only {' '.join(sorted(PLAIN_DTYPES))} are plain numbers)")
+            refuse(
+                f"the file holds an array of dtype {name!r} (only {' '.join(sorted(PLAIN_DTYPES))} are plain numbers)"
+            )
         if type(align) is not bool or type(copy) is not bool:
             refuse("the file builds a dtype from arguments numpy never writes")
         self.name, self.order = name, "="
@@ -427,9 +429,25 @@ _OPS = {
     **{
         name: _push
         for name in (
-            "INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "FLOAT", "BINFLOAT",
-            "STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "BINUNICODE", "SHORT_BINUNICODE",
-            "BINUNICODE8", "BINBYTES", "SHORT_BINBYTES", "BINBYTES8",
+            "INT",
+            "BININT",
+            "BININT1",
+            "BININT2",
+            "LONG",
+            "LONG1",
+            "LONG4",
+            "FLOAT",
+            "BINFLOAT",
+            "STRING",
+            "BINSTRING",
+            "SHORT_BINSTRING",
+            "UNICODE",
+            "BINUNICODE",
+            "SHORT_BINUNICODE",
+            "BINUNICODE8",
+            "BINBYTES",
+            "SHORT_BINBYTES",
+            "BINBYTES8",
         )
     },
     "NONE": lambda ld, _: ld.stack.append(None),
@@ -451,7 +469,7 @@ _OPS = {
     "APPEND": lambda ld, _: _append(ld, _last(ld, 1)),
     "APPENDS": lambda ld, _: _append(ld, ld.pop_mark()),
     "TUPLE": lambda ld, _: ld.stack.append(ld.tuple_of(ld.pop_mark())),
-    **{f"TUPLE{n}": (lambda n: lambda ld, _: ld.stack.append(ld.tuple_of(_last(ld, n))))(n) for n in (1, 2, 3)},
+    **{f"TUPLE{n}": (lambda k: lambda ld, _: ld.stack.append(ld.tuple_of(_last(ld, k))))(n) for n in (1, 2, 3)},
     "DICT": lambda ld, _: ld.stack.append({ld.key(k): ld.value(v) for k, v in _pairs(ld.pop_mark())}),
     "SETITEM": lambda ld, _: _setitems(ld, [_last(ld, 2)]),
     "SETITEMS": lambda ld, _: _setitems(ld, _pairs(ld.pop_mark())),

@@ -17,9 +17,9 @@ import itertools as _itertools
 import threading as _threading
 
 from ._core import GradientDescentOptimizer, Graph, Node  # noqa: F401
+from ._core import Session as _Session
 from ._core import binary_primitives as _binary_primitives
 from ._core import elementwise_primitives as _elementwise_primitives
-from ._core import Session as _Session
 
 # A graph belongs to the thread that built it, so each thread has its own default graph.
 _local = _threading.local()

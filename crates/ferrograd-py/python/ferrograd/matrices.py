@@ -77,8 +77,10 @@ def tensordot(a, b, dims=2):
     da, db = [d % a.ndim for d in da], [d % b.ndim for d in db]
     for i, j in zip(da, db):
         if a.shape[i] != b.shape[j]:
-            raise RuntimeError(f"contracted dimensions need to match, but first has size {a.shape[i]} in dim {i} "
-                               f"and second has size {b.shape[j]} in dim {j}")
+            raise RuntimeError(
+                f"contracted dimensions need to match, but first has size {a.shape[i]} in dim {i} "
+                f"and second has size {b.shape[j]} in dim {j}"
+            )
     keep_a = [d for d in range(a.ndim) if d not in da]
     keep_b = [d for d in range(b.ndim) if d not in db]
     k = int(np.prod([a.shape[d] for d in da]))

@@ -40,7 +40,9 @@ def _zero_derivative(name, values):
 
 def _axis(t, dim):
     if not -max(t.ndim, 1) <= dim < max(t.ndim, 1):
-        raise IndexError(f"Dimension out of range (expected to be in range of [{-max(t.ndim, 1)}, {max(t.ndim, 1) - 1}], but got {dim})")
+        raise IndexError(
+            f"Dimension out of range (expected to be in range of [{-max(t.ndim, 1)}, {max(t.ndim, 1) - 1}], but got {dim})"
+        )
     return dim % max(t.ndim, 1)
 
 
@@ -92,7 +94,9 @@ def movedim(self, source, destination):
     src = [source] if isinstance(source, int) else list(source)
     dst = [destination] if isinstance(destination, int) else list(destination)
     if len(src) != len(dst):
-        raise RuntimeError(f"movedim: Invalid source or destination dims: source ({src} dims) should contain the same number of dims as destination ({dst} dims)")
+        raise RuntimeError(
+            f"movedim: Invalid source or destination dims: source ({src} dims) should contain the same number of dims as destination ({dst} dims)"
+        )
     src, dst = [_axis(self, s) for s in src], [_axis(self, s) for s in dst]
     if self.ndim == 0:
         return self
@@ -132,7 +136,6 @@ def _safe_root(s, p=2.0):
     return positive.where_(base.sqrt() if p == 2 else base ** (1.0 / p), s * 0)
 
 
-
 def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
     """The vector p-norm over ``dim`` (every axis when None): ``"fro"`` and 2, 1, any
     positive number, ``inf``, ``-inf``, or 0 (the count of non-zeros)."""
@@ -150,8 +153,8 @@ def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
     if p == 1:
         return a.sum(dims, keepdim=keepdim)
     if isinstance(p, str) or p < 0:
-        raise ValueError(f"norm: p={p!r} is not supported (\"fro\", inf, -inf or a number ≥ 0)")
-    return _safe_root((a ** p).sum(dims, keepdim=keepdim), p)
+        raise ValueError(f'norm: p={p!r} is not supported ("fro", inf, -inf or a number ≥ 0)')
+    return _safe_root((a**p).sum(dims, keepdim=keepdim), p)
 
 
 def lerp(self, end, weight):
@@ -206,10 +209,14 @@ def _scatter_targets(self, dim, index, src_shape, op):
         raise RuntimeError(f"{op}(): Index tensor must have the same number of dimensions as self tensor")
     for a in range(idx.ndim):
         if (a != d and idx.shape[a] > self.shape[a]) or (src_shape is not None and idx.shape[a] > src_shape[a]):
-            raise RuntimeError(f"{op}(): Expected index {tuple(idx.shape)} to be smaller than self {tuple(self.shape)} apart from dimension {d} and to be smaller size than src {tuple(src_shape or ())}")
+            raise RuntimeError(
+                f"{op}(): Expected index {tuple(idx.shape)} to be smaller than self {tuple(self.shape)} apart from dimension {d} and to be smaller size than src {tuple(src_shape or ())}"
+            )
     n = self.shape[d]
     if idx.size and (idx.min() < 0 or idx.max() >= n):
-        raise RuntimeError(f"{op}(): index {int(idx.min() if idx.min() < 0 else idx.max())} is out of bounds for dimension {d} with size {n}")
+        raise RuntimeError(
+            f"{op}(): index {int(idx.min() if idx.min() < 0 else idx.max())} is out of bounds for dimension {d} with size {n}"
+        )
     grids = list(np.indices(idx.shape))
     grids[d] = idx
     return np.ravel_multi_index(grids, self.shape).reshape(-1) if idx.size else np.zeros(0, np.int64), idx.shape
@@ -240,7 +247,7 @@ def scatter(self, dim, index, src=None, value=None, reduce=None):
         index_shape = np.shape(index.numpy() if isinstance(index, Tensor) else index)
         return scatter_add(self, dim, index, _source(self, index_shape, src, value))
     if reduce is not None:
-        raise RuntimeError(f"scatter(): reduce={reduce!r} is not supported (\"add\" or None)")
+        raise RuntimeError(f'scatter(): reduce={reduce!r} is not supported ("add" or None)')
     src_shape = tuple(src.shape) if isinstance(src, Tensor) else None
     targets, shape = _scatter_targets(self, dim, index, src_shape, "scatter")
     values = _source(self, shape, src, value).reshape(-1)
@@ -259,8 +266,12 @@ def take_along_dim(self, indices, dim=None):
     if dim is None:
         return self.reshape(-1).gather(0, indices.reshape(-1))
     d = _axis(self, dim)
-    shape = list(np.broadcast_shapes(
-        tuple(s for a, s in enumerate(self.shape) if a != d), tuple(s for a, s in enumerate(indices.shape) if a != d)))
+    shape = list(
+        np.broadcast_shapes(
+            tuple(s for a, s in enumerate(self.shape) if a != d),
+            tuple(s for a, s in enumerate(indices.shape) if a != d),
+        )
+    )
     with_axis = lambda n: shape[:d] + [n] + shape[d:]  # noqa: E731
     return self.expand(*with_axis(self.shape[d])).gather(d, indices.expand(*with_axis(indices.shape[d])))
 
@@ -320,7 +331,8 @@ def median(self, dim=None, keepdim=False):
 def var_mean(self, dim=None, unbiased=None, keepdim=False, *, correction=1):
     correction = correction if unbiased is None else int(bool(unbiased))
     return self.var(dim, correction=correction, keepdim=keepdim), (
-        self.mean() if dim is None else self.mean(dim, keepdim=keepdim))
+        self.mean() if dim is None else self.mean(dim, keepdim=keepdim)
+    )
 
 
 def std_mean(self, dim=None, unbiased=None, keepdim=False, *, correction=1):
@@ -328,7 +340,8 @@ def std_mean(self, dim=None, unbiased=None, keepdim=False, *, correction=1):
     # `std` itself, whose gradient is 0 where the elements are equal (a square root of the
     # variance would make it NaN there).
     return self.std(dim, correction=correction, keepdim=keepdim), (
-        self.mean() if dim is None else self.mean(dim, keepdim=keepdim))
+        self.mean() if dim is None else self.mean(dim, keepdim=keepdim)
+    )
 
 
 def trunc(self):
@@ -348,7 +361,7 @@ def round_half_even(self, decimals=0):
     (derivative 0; integers unchanged)."""
     if not self.is_floating_point():
         return self
-    scale = 10.0 ** decimals
+    scale = 10.0**decimals
     return _zero_derivative("round", lambda v: np.round(v * scale) / scale if decimals else np.round(v))(self)
 
 
@@ -360,7 +373,11 @@ def remainder(self, other):
 def fmod(self, other):
     """The remainder with the sign of ``self`` (C's fmod): ``%``'s, less ``other`` where
     their signs differ; ``self`` itself where ``other`` is infinite."""
-    other = other if isinstance(other, Tensor) else _core.tensor(other, dtype=self.dtype if self.is_floating_point() else None)
+    other = (
+        other
+        if isinstance(other, Tensor)
+        else _core.tensor(other, dtype=self.dtype if self.is_floating_point() else None)
+    )
     r = self % other
     flip = (r != 0) & ((r < 0) != (self < 0))
     r = flip.where_(r - other, r)
@@ -406,20 +423,78 @@ def _in_place(name):
 
 
 _METHODS = [
-    ("prod", prod), ("diff", diff), ("movedim", movedim), ("moveaxis", movedim),
-    ("swapaxes", swapaxes), ("swapdims", swapaxes), ("tile", tile), ("ravel", ravel), ("type_as", type_as),
-    ("norm", norm), ("lerp", lerp), ("logaddexp", logaddexp), ("hypot", hypot), ("logit", logit),
-    ("scatter", scatter), ("scatter_add", scatter_add), ("take_along_dim", take_along_dim),
-    ("nansum", nansum), ("nanmean", nanmean), ("count_nonzero", count_nonzero), ("aminmax", aminmax),
-    ("median", median), ("trunc", trunc), ("fix", trunc), ("frac", frac), ("round", round_half_even),
-    ("fmod", fmod), ("remainder", remainder), ("nan_to_num", nan_to_num), ("signbit", signbit), ("sgn", sgn),
+    ("prod", prod),
+    ("diff", diff),
+    ("movedim", movedim),
+    ("moveaxis", movedim),
+    ("swapaxes", swapaxes),
+    ("swapdims", swapaxes),
+    ("tile", tile),
+    ("ravel", ravel),
+    ("type_as", type_as),
+    ("norm", norm),
+    ("lerp", lerp),
+    ("logaddexp", logaddexp),
+    ("hypot", hypot),
+    ("logit", logit),
+    ("scatter", scatter),
+    ("scatter_add", scatter_add),
+    ("take_along_dim", take_along_dim),
+    ("nansum", nansum),
+    ("nanmean", nanmean),
+    ("count_nonzero", count_nonzero),
+    ("aminmax", aminmax),
+    ("median", median),
+    ("trunc", trunc),
+    ("fix", trunc),
+    ("frac", frac),
+    ("round", round_half_even),
+    ("fmod", fmod),
+    ("remainder", remainder),
+    ("nan_to_num", nan_to_num),
+    ("signbit", signbit),
+    ("sgn", sgn),
 ]
 # In-place forms, for the out-of-place methods that keep the shape.
 _IN_PLACE = [
-    "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "abs", "neg", "sign", "floor", "trunc", "frac", "round",
-    "relu", "sigmoid", "tanh", "sin", "cos", "erf", "square", "reciprocal", "pow", "masked_fill", "index_add",
-    "scatter", "scatter_add", "clamp_min", "clamp_max", "lerp", "fmod", "remainder", "nan_to_num", "cumsum",
-    "cumprod", "tril", "triu", "logit", "hypot",
+    "exp",
+    "log",
+    "log1p",
+    "expm1",
+    "sqrt",
+    "rsqrt",
+    "abs",
+    "neg",
+    "sign",
+    "floor",
+    "trunc",
+    "frac",
+    "round",
+    "relu",
+    "sigmoid",
+    "tanh",
+    "sin",
+    "cos",
+    "erf",
+    "square",
+    "reciprocal",
+    "pow",
+    "masked_fill",
+    "index_add",
+    "scatter",
+    "scatter_add",
+    "clamp_min",
+    "clamp_max",
+    "lerp",
+    "fmod",
+    "remainder",
+    "nan_to_num",
+    "cumsum",
+    "cumprod",
+    "tril",
+    "triu",
+    "logit",
+    "hypot",
 ]
 
 for _name, _method in _METHODS:

@@ -11,7 +11,6 @@ import numpy as np
 
 from . import _core
 from ._core import Tensor
-
 from .reshaping_and_reductions import _axis
 from .return_types import sort
 
@@ -152,8 +151,12 @@ def unique(self, sorted=True, return_inverse=False, return_counts=False, dim=Non
 
 
 # PyTorch's names of the tensor types, which programs compare `x.type()` with.
-_TYPE_NAMES = {"float32": "torch.FloatTensor", "float64": "torch.DoubleTensor", "int64": "torch.LongTensor",
-               "bool": "torch.BoolTensor"}
+_TYPE_NAMES = {
+    "float32": "torch.FloatTensor",
+    "float64": "torch.DoubleTensor",
+    "int64": "torch.LongTensor",
+    "bool": "torch.BoolTensor",
+}
 
 
 def type_(self, dtype=None, non_blocking=False):
@@ -177,13 +180,29 @@ def equal(self, other):
 
 
 for _name, _method in [
-    ("rsqrt", rsqrt), ("reciprocal", reciprocal), ("log2", log2), ("log10", log10),
-    ("clip", Tensor.clamp), ("clamp_min", clamp_min), ("clamp_max", clamp_max),
-    ("select", select), ("unbind", unbind), ("unflatten", unflatten), ("expand_as", expand_as),
-    ("new_full", new_full), ("new_tensor", new_tensor), ("nelement", nelement),
-    ("is_floating_point", is_floating_point), ("masked_select", masked_select),
-    ("repeat_interleave", repeat_interleave), ("argsort", argsort), ("sort", sort_method),
-    ("nonzero", nonzero), ("unique", unique), ("equal", equal), ("type", type_),
+    ("rsqrt", rsqrt),
+    ("reciprocal", reciprocal),
+    ("log2", log2),
+    ("log10", log10),
+    ("clip", Tensor.clamp),
+    ("clamp_min", clamp_min),
+    ("clamp_max", clamp_max),
+    ("select", select),
+    ("unbind", unbind),
+    ("unflatten", unflatten),
+    ("expand_as", expand_as),
+    ("new_full", new_full),
+    ("new_tensor", new_tensor),
+    ("nelement", nelement),
+    ("is_floating_point", is_floating_point),
+    ("masked_select", masked_select),
+    ("repeat_interleave", repeat_interleave),
+    ("argsort", argsort),
+    ("sort", sort_method),
+    ("nonzero", nonzero),
+    ("unique", unique),
+    ("equal", equal),
+    ("type", type_),
 ]:
     if not hasattr(Tensor, _name):
         setattr(Tensor, _name, _method)

@@ -9,9 +9,6 @@ Every layer is callable (``layer(x)``), runs in training mode until ``eval()``, 
 attributes (``dense.weight``). Layers written in Python subclass ``Module``.
 """
 
-import numpy as _np
-
-from .._core import Tensor
 from .._core import (  # noqa: F401
     ELU,
     GELU,
@@ -53,6 +50,7 @@ from .._core import (  # noqa: F401
     SoftmaxCrossEntropyLoss,
     Softplus,
     Tanh,
+    Tensor,
     TransformerEncoderLayer,
 )
 
@@ -81,18 +79,16 @@ AvgPool2D = AvgPool2d
 
 
 from ._module import Module, ModuleDict, ModuleList, Sequential  # noqa: E402,F401
-from .transformer import Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder  # noqa: E402,F401
 from .layers import (  # noqa: E402,F401
-    AdaptiveAvgPool2d,
-    Conv1d,
-    GroupNorm,
-    ParameterDict,
     CELU,
     GLU,
     SELU,
+    AdaptiveAvgPool2d,
     ConstantPad1d,
     ConstantPad2d,
+    Conv1d,
     CosineSimilarity,
+    GroupNorm,
     GRUCell,
     Hardsigmoid,
     Hardswish,
@@ -101,6 +97,7 @@ from .layers import (  # noqa: E402,F401
     LSTMCell,
     Mish,
     PairwiseDistance,
+    ParameterDict,
     ParameterList,
     PixelShuffle,
     PixelUnshuffle,
@@ -122,6 +119,7 @@ from .losses import (  # noqa: E402,F401
     L1Loss,
     SmoothL1Loss,
 )
+from .transformer import Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder  # noqa: E402,F401
 
 CrossEntropy = CrossEntropyLoss
 
@@ -138,7 +136,8 @@ class Parameter(metaclass=_ParameterType):
     ``isinstance(p, nn.Parameter)`` is true of every trainable leaf (a layer's weight too)."""
 
     def __new__(cls, data=None, requires_grad=True):
-        from .. import tensor as _tensor, zeros as _zeros
+        from .. import tensor as _tensor
+        from .. import zeros as _zeros
 
         base = _zeros(0) if data is None else data
         value = base.detach().numpy() if isinstance(base, Tensor) else base

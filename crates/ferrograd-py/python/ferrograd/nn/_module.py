@@ -6,11 +6,10 @@ import collections as _collections
 
 import numpy as _np
 
-from . import _hooks
-from .._core import Layer, Net, Tensor
+from .._core import Layer, Tensor
 from .._core import load_tensors as _load_tensors
 from .._core import save_tensors as _save_tensors
-
+from . import _hooks
 
 _DEVICES = ("cpu", "cuda", "mps", "xpu", "meta")
 
@@ -179,7 +178,6 @@ class Module(metaclass=_ModuleType):
         walk(self, prefix)
         return iter(out)
 
-
     def modules(self):
         return iter([m for _, m in self.named_modules()])
 
@@ -295,7 +293,7 @@ class Module(metaclass=_ModuleType):
         for n, child in self.named_children():
             sub = f"{prefix}{n}."
             if isinstance(child, Layer):
-                child.load_state_dict({k[len(sub):]: v for k, v in state.items() if k.startswith(sub)})
+                child.load_state_dict({k[len(sub) :]: v for k, v in state.items() if k.startswith(sub)})
             else:
                 child._load_checked(state, sub)
 
@@ -351,7 +349,7 @@ class Module(metaclass=_ModuleType):
                     raise TypeError(f"Module.to only accepts floating point dtypes, got {a}")
                 self._convert(a)
                 continue
-            if isinstance(a, str) and not a.split(":")[0] in _DEVICES:
+            if isinstance(a, str) and a.split(":")[0] not in _DEVICES:
                 self.to(_dtype_named(a))
                 continue
             name = a if isinstance(a, str) else getattr(a, "type", None)

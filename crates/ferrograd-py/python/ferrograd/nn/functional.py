@@ -149,8 +149,11 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     x = x.unsqueeze(0) if unbatched else x
     one = lambda v: (1, v) if isinstance(v, int) else (1, v[0])  # noqa: E731
     pad = padding if isinstance(padding, str) else (0, one(padding)[1])
-    y = x.unsqueeze(2).conv2d(_t(weight).unsqueeze(2), bias, stride=one(stride), padding=pad,
-                              dilation=one(dilation), groups=groups).squeeze(2)
+    y = (
+        x.unsqueeze(2)
+        .conv2d(_t(weight).unsqueeze(2), bias, stride=one(stride), padding=pad, dilation=one(dilation), groups=groups)
+        .squeeze(2)
+    )
     return y.squeeze(0) if unbatched else y
 
 
@@ -456,7 +459,6 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
     raise ValueError(f"{reduction!r} is not a valid value for reduction")
 
 
-
 # ---- more activations and distances, composed of the core's ops ----
 
 
@@ -546,10 +548,14 @@ def pixel_shuffle(input, upscale_factor):
     """``[.., C·r², H, W]`` → ``[.., C, H·r, W·r]``."""
     x, r = _t(input), upscale_factor
     if x.ndim < 3:
-        raise RuntimeError(f"pixel_shuffle expects input to have at least 3 dimensions, but got input with {x.ndim} dimension(s)")
+        raise RuntimeError(
+            f"pixel_shuffle expects input to have at least 3 dimensions, but got input with {x.ndim} dimension(s)"
+        )
     *lead, c, h, w = x.shape
     if c % (r * r):
-        raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be divisible by the square of upscale_factor, but input.size(-3)={c} is not divisible by {r * r}")
+        raise RuntimeError(
+            f"pixel_shuffle expects its input's 'channel' dimension to be divisible by the square of upscale_factor, but input.size(-3)={c} is not divisible by {r * r}"
+        )
     x = x.reshape(-1, c // (r * r), r, r, h, w).permute(0, 1, 4, 2, 5, 3)
     return x.reshape(*lead, c // (r * r), h * r, w * r)
 
@@ -558,9 +564,13 @@ def pixel_unshuffle(input, downscale_factor):
     """``[.., C, H·r, W·r]`` → ``[.., C·r², H, W]``."""
     x, r = _t(input), downscale_factor
     if x.ndim < 3:
-        raise RuntimeError(f"pixel_unshuffle expects input to have at least 3 dimensions, but got input with {x.ndim} dimension(s)")
+        raise RuntimeError(
+            f"pixel_unshuffle expects input to have at least 3 dimensions, but got input with {x.ndim} dimension(s)"
+        )
     *lead, c, h, w = x.shape
     if h % r or w % r:
-        raise RuntimeError(f"pixel_unshuffle expects height and width to be divisible by downscale_factor {r}, got {h}×{w}")
+        raise RuntimeError(
+            f"pixel_unshuffle expects height and width to be divisible by downscale_factor {r}, got {h}×{w}"
+        )
     x = x.reshape(-1, c, h // r, r, w // r, r).permute(0, 1, 3, 5, 2, 4)
     return x.reshape(*lead, c * r * r, h // r, w // r)

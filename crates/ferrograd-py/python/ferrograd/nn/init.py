@@ -29,7 +29,16 @@ def _draw(shape, normal):
 def calculate_gain(nonlinearity, param=None):
     """PyTorch's recommended gains: 1 for linear and sigmoid, 5/3 for tanh, √2 for relu,
     √(2/(1+a²)) for leaky relu (a = ``param``, default 0.01), 3/4 for selu."""
-    linear = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "sigmoid")
+    linear = (
+        "linear",
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "conv_transpose1d",
+        "conv_transpose2d",
+        "conv_transpose3d",
+        "sigmoid",
+    )
     if nonlinearity in linear:
         return 1.0
     if nonlinearity == "tanh":

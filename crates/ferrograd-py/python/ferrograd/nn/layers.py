@@ -7,8 +7,8 @@ core's layers are in ``ferrograd._core``)."""
 
 import math
 
-from . import functional as F
 from .. import _core
+from . import functional as F
 from ._module import Module
 
 
@@ -21,8 +21,7 @@ class Conv1d(Module):
     """PyTorch's ``Conv1d`` over ``[N, C, L]``: ``weight`` ``[out, in/groups, k]`` and ``bias``
     ``[out]``, drawn as PyTorch draws them (U(±1/√(in/groups·k))), through ``F.conv1d``."""
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
-                 bias=True):
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True):
         super().__init__()
         from .. import rand
 
@@ -219,7 +218,9 @@ def _activation_module(name, function, doc, **defaults):
         Module.__init__(self)
         kwargs.pop("inplace", None)
         if len(args) > len(defaults) + 1:
-            raise TypeError(f"{name}.__init__() takes {len(defaults) + 1} positional arguments but {len(args)} were given")
+            raise TypeError(
+                f"{name}.__init__() takes {len(defaults) + 1} positional arguments but {len(args)} were given"
+            )
         args = args[: len(defaults)]  # PyTorch's trailing positional `inplace`
         settings = dict(defaults)
         settings.update(zip(defaults, args))
@@ -239,8 +240,11 @@ def _activation_module(name, function, doc, **defaults):
     def extra_repr(self):
         return ", ".join(f"{k}={getattr(self, k)}" for k in defaults)
 
-    return type(name, (Module,), {"__init__": __init__, "forward": forward, "extra_repr": extra_repr,
-                                  "__doc__": doc, "__module__": __name__})
+    return type(
+        name,
+        (Module,),
+        {"__init__": __init__, "forward": forward, "extra_repr": extra_repr, "__doc__": doc, "__module__": __name__},
+    )
 
 
 Hardtanh = _activation_module("Hardtanh", F.hardtanh, "``clamp(x, min_val, max_val)``.", min_val=-1.0, max_val=1.0)
@@ -253,12 +257,15 @@ GLU = _activation_module("GLU", F.glu, "The first half along ``dim`` gated by σ
 CELU = _activation_module("CELU", F.celu, "``max(0, x) + min(0, α(e^(x/α) − 1))``.", alpha=1.0)
 SELU = _activation_module("SELU", F.selu, "Scaled ELU with PyTorch's constants.")
 Softsign = _activation_module("Softsign", F.softsign, "``x / (1 + |x|)``.")
-Threshold = _activation_module("Threshold", F.threshold, "``x`` above ``threshold``, else ``value``.",
-                               threshold=_REQUIRED, value=_REQUIRED)
-PixelShuffle = _activation_module("PixelShuffle", F.pixel_shuffle, "``[.., C·r², H, W]`` → ``[.., C, H·r, W·r]``.",
-                                  upscale_factor=_REQUIRED)
-PixelUnshuffle = _activation_module("PixelUnshuffle", F.pixel_unshuffle, "The inverse of ``PixelShuffle``.",
-                                    downscale_factor=_REQUIRED)
+Threshold = _activation_module(
+    "Threshold", F.threshold, "``x`` above ``threshold``, else ``value``.", threshold=_REQUIRED, value=_REQUIRED
+)
+PixelShuffle = _activation_module(
+    "PixelShuffle", F.pixel_shuffle, "``[.., C·r², H, W]`` → ``[.., C, H·r, W·r]``.", upscale_factor=_REQUIRED
+)
+PixelUnshuffle = _activation_module(
+    "PixelUnshuffle", F.pixel_unshuffle, "The inverse of ``PixelShuffle``.", downscale_factor=_REQUIRED
+)
 
 
 class CosineSimilarity(Module):

@@ -71,4 +71,3 @@ class KLDivLoss(Module):
 
     def forward(self, input, target):
         return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
-

@@ -70,8 +70,20 @@ class TransformerDecoderLayer(Module):
     ``linear1.*``, ``linear2.*``, ``norm1.*``, ``norm2.*``, ``norm3.*``; layout ``[T, N, E]``
     unless ``batch_first``, or unbatched ``[T, E]``."""
 
-    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu", layer_norm_eps=1e-5,
-                 batch_first=False, norm_first=False, bias=True, device=None, dtype=None):
+    def __init__(
+        self,
+        d_model,
+        nhead,
+        dim_feedforward=2048,
+        dropout=0.1,
+        activation="relu",
+        layer_norm_eps=1e-5,
+        batch_first=False,
+        norm_first=False,
+        bias=True,
+        device=None,
+        dtype=None,
+    ):
         super().__init__()
         attention = dict(dropout=dropout, bias=bias, batch_first=batch_first)
         self.self_attn = _core.MultiheadAttention(d_model, nhead, **attention)
@@ -80,16 +92,23 @@ class TransformerDecoderLayer(Module):
         self.dropout = _core.Dropout(dropout)
         self.linear2 = _core.Linear(dim_feedforward, d_model, bias=bias)
         self.norm_first = norm_first
-        self.norm1, self.norm2, self.norm3 = (
-            _core.LayerNorm(d_model, eps=layer_norm_eps, bias=bias) for _ in range(3)
-        )
+        self.norm1, self.norm2, self.norm3 = (_core.LayerNorm(d_model, eps=layer_norm_eps, bias=bias) for _ in range(3))
         self.dropout1, self.dropout2, self.dropout3 = (_core.Dropout(dropout) for _ in range(3))
         self.activation = _activation(activation)
         if dtype is not None:
             self.to(dtype)
 
-    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
-                memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False):
+    def forward(
+        self,
+        tgt,
+        memory,
+        tgt_mask=None,
+        memory_mask=None,
+        tgt_key_padding_mask=None,
+        memory_key_padding_mask=None,
+        tgt_is_causal=False,
+        memory_is_causal=False,
+    ):
         """The target ``tgt`` attending to itself (``tgt_mask``, ``tgt_key_padding_mask``,
         ``tgt_is_causal``) and to ``memory`` (``memory_mask``, ``memory_key_padding_mask``,
         ``memory_is_causal``), masks as ``MultiheadAttention`` takes them."""
@@ -105,13 +124,15 @@ class TransformerDecoderLayer(Module):
         return self.norm3(x + self._feed_forward(x))
 
     def _self_attention(self, x, mask, padding, causal):
-        y = self.self_attn(x, x, x, attn_mask=mask, key_padding_mask=padding, is_causal=bool(causal),
-                           need_weights=False)[0]
+        y = self.self_attn(
+            x, x, x, attn_mask=mask, key_padding_mask=padding, is_causal=bool(causal), need_weights=False
+        )[0]
         return self.dropout1(y)
 
     def _cross_attention(self, x, memory, mask, padding, causal):
-        y = self.multihead_attn(x, memory, memory, attn_mask=mask, key_padding_mask=padding,
-                                is_causal=bool(causal), need_weights=False)[0]
+        y = self.multihead_attn(
+            x, memory, memory, attn_mask=mask, key_padding_mask=padding, is_causal=bool(causal), need_weights=False
+        )[0]
         return self.dropout2(y)
 
     def _feed_forward(self, x):
@@ -128,15 +149,30 @@ class TransformerDecoder(Module):
         self.layers, self.num_layers = _copies(_layer(decoder_layer, "decoder_layer"), num_layers)
         self.norm = norm
 
-    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
-                memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal=False):
+    def forward(
+        self,
+        tgt,
+        memory,
+        tgt_mask=None,
+        memory_mask=None,
+        tgt_key_padding_mask=None,
+        memory_key_padding_mask=None,
+        tgt_is_causal=None,
+        memory_is_causal=False,
+    ):
         """Each layer in turn on the target, every one attending to the same ``memory``."""
         out = tgt
         for layer in self.layers:
-            out = layer(out, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
-                        tgt_key_padding_mask=tgt_key_padding_mask,
-                        memory_key_padding_mask=memory_key_padding_mask,
-                        tgt_is_causal=bool(tgt_is_causal), memory_is_causal=memory_is_causal)
+            out = layer(
+                out,
+                memory,
+                tgt_mask=tgt_mask,
+                memory_mask=memory_mask,
+                tgt_key_padding_mask=tgt_key_padding_mask,
+                memory_key_padding_mask=memory_key_padding_mask,
+                tgt_is_causal=bool(tgt_is_causal),
+                memory_is_causal=memory_is_causal,
+            )
         return out if self.norm is None else self.norm(out)
 
 
@@ -148,25 +184,51 @@ class Transformer(Module):
     LayerNorm (``encoder.norm``, ``decoder.norm``), every matrix drawn again from
     Xavier's uniform distribution, as PyTorch draws them."""
 
-    def __init__(self, d_model=512, nhead=8, num_encoder_layers=6, num_decoder_layers=6, dim_feedforward=2048,
-                 dropout=0.1, activation="relu", custom_encoder=None, custom_decoder=None, layer_norm_eps=1e-5,
-                 batch_first=False, norm_first=False, bias=True, device=None, dtype=None):
+    def __init__(
+        self,
+        d_model=512,
+        nhead=8,
+        num_encoder_layers=6,
+        num_decoder_layers=6,
+        dim_feedforward=2048,
+        dropout=0.1,
+        activation="relu",
+        custom_encoder=None,
+        custom_decoder=None,
+        layer_norm_eps=1e-5,
+        batch_first=False,
+        norm_first=False,
+        bias=True,
+        device=None,
+        dtype=None,
+    ):
         super().__init__()
         from . import init
 
-        layer = dict(dim_feedforward=dim_feedforward, dropout=dropout, activation=activation,
-                     layer_norm_eps=layer_norm_eps, batch_first=batch_first, norm_first=norm_first, bias=bias)
+        layer = dict(
+            dim_feedforward=dim_feedforward,
+            dropout=dropout,
+            activation=activation,
+            layer_norm_eps=layer_norm_eps,
+            batch_first=batch_first,
+            norm_first=norm_first,
+            bias=bias,
+        )
         norm = dict(eps=layer_norm_eps, bias=bias)
         if custom_encoder is not None:
             self.encoder = _layer(custom_encoder, "custom_encoder")
         else:
-            self.encoder = TransformerEncoder(_core.TransformerEncoderLayer(d_model, nhead, **layer),
-                                              num_encoder_layers, _core.LayerNorm(d_model, **norm))
+            self.encoder = TransformerEncoder(
+                _core.TransformerEncoderLayer(d_model, nhead, **layer),
+                num_encoder_layers,
+                _core.LayerNorm(d_model, **norm),
+            )
         if custom_decoder is not None:
             self.decoder = _layer(custom_decoder, "custom_decoder")
         else:
-            self.decoder = TransformerDecoder(TransformerDecoderLayer(d_model, nhead, **layer),
-                                              num_decoder_layers, _core.LayerNorm(d_model, **norm))
+            self.decoder = TransformerDecoder(
+                TransformerDecoderLayer(d_model, nhead, **layer), num_decoder_layers, _core.LayerNorm(d_model, **norm)
+            )
         self.d_model, self.nhead, self.batch_first = d_model, nhead, batch_first
         for p in self.parameters():
             if p.dim() > 1:
@@ -174,9 +236,20 @@ class Transformer(Module):
         if dtype is not None:
             self.to(dtype)
 
-    def forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None, src_key_padding_mask=None,
-                tgt_key_padding_mask=None, memory_key_padding_mask=None, src_is_causal=None, tgt_is_causal=None,
-                memory_is_causal=False):
+    def forward(
+        self,
+        src,
+        tgt,
+        src_mask=None,
+        tgt_mask=None,
+        memory_mask=None,
+        src_key_padding_mask=None,
+        tgt_key_padding_mask=None,
+        memory_key_padding_mask=None,
+        src_is_causal=None,
+        tgt_is_causal=None,
+        memory_is_causal=False,
+    ):
         """The encoder on ``src``, then the decoder on ``tgt`` attending to its output."""
         batch = 0 if self.batch_first else 1
         if src.dim() == 3 and tgt.dim() == 3 and src.shape[batch] != tgt.shape[batch]:
@@ -184,10 +257,16 @@ class Transformer(Module):
         if src.shape[-1] != self.d_model or tgt.shape[-1] != self.d_model:
             raise RuntimeError("the feature number of src and tgt must be equal to d_model")
         memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask, is_causal=src_is_causal)
-        return self.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
-                            tgt_key_padding_mask=tgt_key_padding_mask,
-                            memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=tgt_is_causal,
-                            memory_is_causal=memory_is_causal)
+        return self.decoder(
+            tgt,
+            memory,
+            tgt_mask=tgt_mask,
+            memory_mask=memory_mask,
+            tgt_key_padding_mask=tgt_key_padding_mask,
+            memory_key_padding_mask=memory_key_padding_mask,
+            tgt_is_causal=tgt_is_causal,
+            memory_is_causal=memory_is_causal,
+        )
 
     @staticmethod
     def generate_square_subsequent_mask(sz, device=None, dtype=None):

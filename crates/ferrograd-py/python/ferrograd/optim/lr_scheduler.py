@@ -338,9 +338,7 @@ class OneCycleLR(LRScheduler):
     def get_lr(self):
         step = self.last_epoch
         if step > self.total_steps:
-            raise ValueError(
-                f"Tried to step {step} times. The specified number of total steps is {self.total_steps}"
-            )
+            raise ValueError(f"Tried to step {step} times. The specified number of total steps is {self.total_steps}")
         lrs = []
         for group in self.optimizer.param_groups:
             start_step = 0.0

@@ -119,9 +119,11 @@ def default_collate(batch):
     if isinstance(first, dict):
         return {k: default_collate([b[k] for b in batch]) for k in first}
     if isinstance(first, (tuple, list)):
-        return type(first)(default_collate(list(field)) for field in zip(*batch)) if isinstance(first, tuple) else [
-            default_collate(list(field)) for field in zip(*batch)
-        ]
+        return (
+            type(first)(default_collate(list(field)) for field in zip(*batch))
+            if isinstance(first, tuple)
+            else [default_collate(list(field)) for field in zip(*batch)]
+        )
     return list(batch)
 
 
