@@ -7,8 +7,9 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="${PYENV:-$root/target/pyenv}"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet --upgrade pip
-"$venv/bin/pip" install --quiet "maturin>=1.9.4,<2" numpy pytest "ruff>=0.6,<1"
-# Lint and format, by the settings in the package's pyproject.toml.
+"$venv/bin/pip" install --quiet "maturin>=1.9.4,<2" numpy pytest "ruff==0.17.6"
+# Lint and format, by the settings in the package's pyproject.toml (ruff pinned: its format
+# changes between versions).
 (cd "$root/crates/ferrograd-py" && "$venv/bin/ruff" check python tests examples &&
     "$venv/bin/ruff" format --check python tests examples)
 # A release wheel, built by maturin as pip would build it for any user, then installed.
