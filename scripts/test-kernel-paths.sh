@@ -8,11 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo_options=("$@")
 
-suites=(--test kernel_path --test conv --test layers_conv_rnn --test gradcheck_ops
-        --test tensor_ops --test prop_views --test hostile_shapes --test training --lib)
+suites=(--test ops --test training --lib)
 run() { cargo test --release -q -p ferrograd "${cargo_options[@]}" "$@"; }
 
-supported="$(run --test kernel_path -- --ignored --exact supported_paths --nocapture |
+supported="$(run --test ops -- --ignored --exact kernel_path::supported_paths --nocapture |
     sed -n 's/^SUPPORTED //p')"
 [ -n "$supported" ] || { echo "kernel paths: none reported" >&2; exit 1; }
 echo "kernel paths this CPU supports: $supported"
@@ -20,8 +19,8 @@ ran=()
 declare -A digest
 for isa in $supported; do
     echo "== kernel path $isa"
-    said="$(FERROGRAD_ISA="$isa" run --test kernel_path -- --exact \
-        the_requested_path_is_the_one_that_runs --nocapture 2>&1)" || true
+    said="$(FERROGRAD_ISA="$isa" run --test ops -- --exact \
+        kernel_path::the_requested_path_is_the_one_that_runs --nocapture 2>&1)" || true
     echo "$said" | grep -q "kernel path: $isa " || {
         echo "$said" >&2
         echo "kernel paths: the run for $isa did not report running on it" >&2
@@ -33,8 +32,8 @@ for isa in $supported; do
         exit 1
     }
     echo "$out" | grep -E '^test result' | awk '{p += $4; f += $6} END {print "  " p " passed, " f " failed"}'
-    digest["$isa"]="$(FERROGRAD_ISA="$isa" run --test kernel_path -- --ignored --exact \
-        result_digest --nocapture | sed -n 's/^DIGEST //p')"
+    digest["$isa"]="$(FERROGRAD_ISA="$isa" run --test ops -- --ignored --exact \
+        kernel_path::result_digest --nocapture | sed -n 's/^DIGEST //p')"
     echo "  digest of products and gradients: ${digest[$isa]}"
     ran+=("$isa")
 done

@@ -2,12 +2,11 @@
 //! same structure, loading PyTorch-layout safetensors files, every mismatch reported with
 //! nothing changed, freezing, copying, and the mode reaching every inner layer.
 
-mod common;
 
 use std::borrow::Cow;
 use std::path::Path;
 
-use common::{scratch, turn};
+use crate::common::{scratch, turn};
 use ferrograd::prelude::*;
 use safetensors::tensor::{Dtype, View};
 

@@ -4,7 +4,6 @@
 //! per path the CPU supports; the first test here fails a run that did not get the path it
 //! asked for, so a path cannot silently go untested.
 
-mod common;
 
 use ferrograd::prelude::*;
 use ferrograd::Isa;
@@ -89,7 +88,7 @@ fn operand(rows: usize, cols: usize, transposed: bool, rng: &mut StdRng) -> Tens
 }
 
 fn config() -> ProptestConfig {
-    common::proptest_config(200)
+    crate::common::proptest_config(200)
 }
 
 proptest! {

@@ -2,9 +2,8 @@
 //! contractions, diagonals, broadcasting, ellipses, PyTorch's implicit result; first and
 //! second derivatives; and the errors of malformed equations.
 
-mod common;
 
-use common::{check, panic_message, randn};
+use crate::common::{check, panic_message, randn};
 use ferrograd::prelude::*;
 
 /// The equation summed directly: every assignment of every letter (`spec` in letters only,

@@ -2,7 +2,6 @@
 //! of any shape including zero sizes) as on a contiguous copy of the same elements, and the
 //! kernels never read outside the view.
 
-mod common;
 
 use ferrograd::prelude::*;
 use proptest::prelude::*;
@@ -10,7 +9,7 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 
 fn config() -> ProptestConfig {
-    common::proptest_config(500)
+    crate::common::proptest_config(500)
 }
 
 /// How a view is cut from its base tensor.

@@ -7,7 +7,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use ferrograd::prelude::*;
 use proptest::prelude::*;
 
-mod common;
 
 const HUGE: usize = (1 << 63) + 1;
 
@@ -143,7 +142,7 @@ fn zero_size_axes_with_huge_neighbours_stay_empty() {
     // (for floats and integers alike).
     for dtype in [DType::F32, DType::I64] {
         let e = Tensor::zeros(&[0, 1 << 30, 1 << 29], dtype);
-        let msg = common::panic_message(|| drop(e.sum_axes(&[0], false)));
+        let msg = crate::common::panic_message(|| drop(e.sum_axes(&[0], false)));
         assert!(msg.contains("cannot allocate"), "{msg}");
     }
 }
@@ -401,7 +400,7 @@ fn clean(name: &str, op: impl FnOnce() -> Tensor) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(common::proptest_config(256))]
+    #![proptest_config(crate::common::proptest_config(256))]
 
     #[test]
     fn hostile_geometry_gives_a_result_or_a_message_naming_the_op(

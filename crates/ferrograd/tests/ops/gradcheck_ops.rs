@@ -1,9 +1,8 @@
 //! Every differentiable op checked against central finite differences in f64, at random
 //! points, with broadcast shapes and views; second derivatives checked too.
 
-mod common;
 
-use common::{check, randn};
+use crate::common::{check, randn};
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -24,7 +23,7 @@ fn check1(name: &str, f: impl Fn(&Tensor) -> Tensor, x: &Tensor) {
     check(name, |t| f(&t[0]), std::slice::from_ref(x));
 }
 
-/// The element-wise primitives are checked from their table (`tests/primitives.rs`); these are
+/// The element-wise primitives are checked from their table (`tests/autodiff/primitives.rs`); these are
 /// the composites written from them.
 #[test]
 fn unary_composites() {
@@ -437,7 +436,7 @@ fn batch_norm_statistics_keep_their_digits_far_from_zero() {
 fn batch_norm_refuses_mismatched_shapes_by_name() {
     let x = Tensor::zeros(&[2, 3], DType::F32);
     let w = Tensor::ones(&[4], DType::F32);
-    let m = common::panic_message(|| drop(x.batch_norm(&w, &w, 1e-5)));
+    let m = crate::common::panic_message(|| drop(x.batch_norm(&w, &w, 1e-5)));
     assert!(
         m.contains("batch_norm") && m.contains("[2, 3]") && m.contains("[4]"),
         "{m}"
@@ -483,10 +482,10 @@ fn recurrent_cells_fused() {
 fn recurrent_cells_refuse_mismatched_gates_by_name() {
     let gates = Tensor::zeros(&[2, 12], DType::F32);
     let state = Tensor::zeros(&[2, 4], DType::F32);
-    let m = common::panic_message(|| drop(Tensor::lstm_cell(&gates, &gates, &state)));
+    let m = crate::common::panic_message(|| drop(Tensor::lstm_cell(&gates, &gates, &state)));
     assert!(m.contains("lstm_cell") && m.contains("[2, 12]"), "{m}");
     let wide = Tensor::zeros(&[2, 16], DType::F32);
-    let m = common::panic_message(|| drop(Tensor::gru_cell(&wide, &gates, &state)));
+    let m = crate::common::panic_message(|| drop(Tensor::gru_cell(&wide, &gates, &state)));
     assert!(m.contains("gru_cell") && m.contains("[2, 16]"), "{m}");
 }
 

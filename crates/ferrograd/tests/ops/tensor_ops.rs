@@ -1,9 +1,8 @@
 //! Forward values of the tensor core: every op against hand-computed results, broadcasting,
 //! views, f64 paths and the panic messages.
 
-mod common;
 
-use common::turn;
+use crate::common::turn;
 
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;

@@ -2,11 +2,10 @@
 //! and safetensors checkpoints must load or fail with `Err`, never panic. Each property runs
 //! `CASES` inputs; `PROPTEST_CASES` raises it for a longer run.
 
-mod common;
 
 use std::path::PathBuf;
 
-use common::{gzip, scratch, turn};
+use crate::common::{gzip, scratch, turn};
 use ferrograd::data::{encode_idx_u8, parse_idx_u8, read_idx_u8};
 use ferrograd::io::{load_checkpoint, save_checkpoint};
 use ferrograd::prelude::*;

@@ -3,9 +3,8 @@
 //! classifier with a checkpoint round trip, and a physics-informed fit of u'' = −u that needs
 //! second derivatives.
 
-mod common;
 
-use common::{scratch, turn};
+use crate::common::{scratch, turn};
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;

@@ -4,11 +4,10 @@
 //! graph as it runs eagerly, and the dtype rule refuses an integer input with the same message
 //! in both. A primitive added to a table is checked here without a line of this file changing.
 
-mod common;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use common::check;
+use crate::common::check;
 use ferrograd::prelude::*;
 use ferrograd::{Binary, BinaryKind, Unary, UnaryDomain};
 use rand::rngs::StdRng;
@@ -74,7 +73,7 @@ fn every_differentiable_primitive_passes_gradcheck_to_second_order() {
         );
         // On a strided view too, and with a tracked factor after it, so that the second
         // derivative passes through the rule's own rule.
-        let y = common::randn(&[4, 3], 50 + i as u64);
+        let y = crate::common::randn(&[4, 3], 50 + i as u64);
         check(
             &format!("{op} of a transposed view, times y"),
             |t| &op.apply(&t[0].transpose(0, 1)) * &t[1],
@@ -206,7 +205,7 @@ fn every_differentiable_binary_primitive_passes_gradcheck_to_second_order() {
         // The broadcast operand first, the other a strided view, and a tracked factor after
         // it, so that the second derivative passes through the rule's own rule. (Only where
         // the operands may swap domains: not the divisor.)
-        let y = common::randn(&[3, 4], 150 + i as u64);
+        let y = crate::common::randn(&[3, 4], 150 + i as u64);
         let b_first =
             |t: &[Tensor]| &op.apply(&t[1].reshape(&[1, 4]), &t[0].transpose(0, 1)) * &t[2];
         if op.smooth_on().0 == op.smooth_on().1 {

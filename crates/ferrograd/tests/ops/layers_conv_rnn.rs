@@ -2,9 +2,8 @@
 //! equations (the recurrent cells against a step written out here from PyTorch's
 //! documentation), derivatives in f64 to second order, and a small CNN that learns.
 
-mod common;
 
-use common::{randn, turn};
+use crate::common::{randn, turn};
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;

@@ -1,9 +1,8 @@
 //! Convolution, its transpose and pooling: values against direct loops written here from
 //! PyTorch's definitions, and first and second derivatives against finite differences in f64.
 
-mod common;
 
-use common::{check, randn};
+use crate::common::{check, randn};
 use ferrograd::prelude::*;
 
 /// PyTorch's conv2d, one output element at a time.

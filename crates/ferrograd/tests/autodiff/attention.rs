@@ -3,12 +3,11 @@
 //! against its own definition written with tensor ops, and its first and second derivatives
 //! against finite differences.
 
-mod common;
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use common::{check, randn};
+use crate::common::{check, randn};
 use ferrograd::io::load_tensors;
 use ferrograd::prelude::*;
 
@@ -755,17 +754,17 @@ fn multinomial_draws_follow_the_weights() {
     // Careless calls are refused with what was wrong, before any draw.
     let rng = &mut StdRng::seed_from_u64(5);
     let empty = Tensor::zeros(&[0], DType::F64);
-    let msg = common::panic_message(|| drop(empty.multinomial(1, false, rng)));
+    let msg = crate::common::panic_message(|| drop(empty.multinomial(1, false, rng)));
     assert!(
         msg.contains("multinomial: the distribution is empty"),
         "{msg}"
     );
-    let msg = common::panic_message(|| drop(probs.multinomial(5, false, rng)));
+    let msg = crate::common::panic_message(|| drop(probs.multinomial(5, false, rng)));
     assert!(
         msg.contains("cannot draw 5 samples from 4 categories"),
         "{msg}"
     );
-    let msg = common::panic_message(|| drop(probs.multinomial(1 << 62, true, rng)));
+    let msg = crate::common::panic_message(|| drop(probs.multinomial(1 << 62, true, rng)));
     assert!(msg.contains("do not fit in memory"), "{msg}");
 }
 
@@ -950,7 +949,7 @@ fn multihead_attention_drops_in_training_from_its_stream() {
 fn an_integer_mask_is_refused_not_added_as_numbers() {
     let (q, k, v) = (randn(&[3, 4], 9), randn(&[5, 4], 10), randn(&[5, 2], 11));
     let keep = Tensor::from_vec(vec![1i64, 1, 0, 0, 1], &[5]);
-    let msg = common::panic_message(|| {
+    let msg = crate::common::panic_message(|| {
         q.scaled_dot_product_attention(&k, &v, &Attention::new().mask(&keep));
     });
     assert!(

@@ -1,8 +1,7 @@
 //! The public API contract of DESIGN.md, written as its users write it. If this stops compiling, code outside the repository breaks too.
 
-mod common;
 
-use common::turn;
+use crate::common::turn;
 
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;

@@ -2,9 +2,8 @@
 //! values, optimizers' first steps against hand-computed values, schedules, train/eval
 //! behaviour, and small problems trained to completion.
 
-mod common;
 
-use common::{panic_message, turn};
+use crate::common::{panic_message, turn};
 
 use ferrograd::optim::{
     ConstantLr, CosineAnnealing, ExponentialLr, LinearWarmup, MultiStepLr, StepLr, WarmupThen,

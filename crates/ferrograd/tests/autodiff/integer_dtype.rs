@@ -3,11 +3,10 @@
 //! buffers in modules and files, and clear refusals where arithmetic or gradients would need a
 //! float.
 
-mod common;
 
 use std::collections::HashMap;
 
-use common::{panic_message, scratch};
+use crate::common::{panic_message, scratch};
 use ferrograd::io::{load_tensors, save_tensors};
 use ferrograd::prelude::*;
 

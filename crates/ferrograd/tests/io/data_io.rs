@@ -2,12 +2,11 @@
 //! the file, batch iteration, checkpoint round trips, mismatch reports, atomic writes and an
 //! exact resume.
 
-mod common;
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use common::{gzip, scratch, turn};
+use crate::common::{gzip, scratch, turn};
 use ferrograd::data::{encode_idx_u8, read_idx_u8, BatchIterator, Dataset, Mnist, TensorDataset};
 use ferrograd::io::{load_checkpoint, load_tensors, save_checkpoint, save_tensors};
 use ferrograd::prelude::*;
@@ -393,7 +392,7 @@ fn shards_cover_every_sample_once_per_epoch_with_one_shuffle() {
             assert_eq!(seen, (0..n).collect::<Vec<_>>());
         }
     }
-    let m = common::panic_message(|| {
+    let m = crate::common::panic_message(|| {
         let _ = Batches::new(&data, 4).shard(2, 2);
     });
     assert!(m.contains("rank 2"), "{m}");

@@ -3,9 +3,8 @@
 //! token embedding (one parameter: listed, stepped and saved once), and layers applied to
 //! `[N, T, E]` inputs as one product, rotary position embeddings and gradient checkpointing.
 
-mod common;
 
-use common::{check, randn, turn};
+use crate::common::{check, randn, turn};
 use ferrograd::prelude::*;
 
 /// `sin(0.37·i)` over `[2, 3, 5]`, in f64.
@@ -267,7 +266,7 @@ fn rotary_embeddings_turn_pairs_by_position() {
     check("rope", |t| t[0].rope(2, 500.0), &[randn(&[2, 4, 4], 7)]);
     assert_eq!(x.to_dtype(DType::F32).rope(0, 10.0).dtype(), DType::F32);
     // Positions past the largest one are refused by name, not as a shape error elsewhere.
-    let msg = common::panic_message(|| drop(x.rope(usize::MAX - 2, 10000.0)));
+    let msg = crate::common::panic_message(|| drop(x.rope(usize::MAX - 2, 10000.0)));
     assert!(msg.starts_with("rope: positions"), "{msg}");
 }
 
