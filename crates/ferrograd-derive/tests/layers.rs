@@ -22,7 +22,7 @@ const LAYERS: &[&[&str]] = &[
     &["tensor"],
     &["ops"],
     &["autograd"],
-    &["init", "io/tensors", "data"],
+    &["init", "io/tensors", "data", "func"],
     &["nn", "loss", "optim", "metrics"],
     &["model"],
     &["io/checkpoint", "io", "distributed"],

@@ -274,7 +274,11 @@ fn lstm_cell(
     gh: &Bound<'_, PyAny>,
     c: &Bound<'_, PyAny>,
 ) -> PyResult<(PyTensor, PyTensor)> {
-    let (gi, gh, c) = (to_tensor(gi, None)?, to_tensor(gh, None)?, to_tensor(c, None)?);
+    let (gi, gh, c) = (
+        to_tensor(gi, None)?,
+        to_tensor(gh, None)?,
+        to_tensor(c, None)?,
+    );
     let (h, c) = guard::run(|| Tensor::lstm_cell(&gi, &gh, &c))?;
     Ok((PyTensor::new(h), PyTensor::new(c)))
 }
@@ -287,7 +291,11 @@ fn gru_cell(
     gh: &Bound<'_, PyAny>,
     h: &Bound<'_, PyAny>,
 ) -> PyResult<PyTensor> {
-    let (gi, gh, h) = (to_tensor(gi, None)?, to_tensor(gh, None)?, to_tensor(h, None)?);
+    let (gi, gh, h) = (
+        to_tensor(gi, None)?,
+        to_tensor(gh, None)?,
+        to_tensor(h, None)?,
+    );
     guard::run(|| Tensor::gru_cell(&gi, &gh, &h)).map(PyTensor::new)
 }
 

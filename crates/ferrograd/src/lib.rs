@@ -37,6 +37,7 @@ pub mod data;
 #[cfg(feature = "mpi")]
 pub mod distributed;
 pub mod error;
+pub mod func;
 pub mod graph;
 pub mod init;
 pub mod io;

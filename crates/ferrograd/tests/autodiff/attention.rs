@@ -3,7 +3,6 @@
 //! against its own definition written with tensor ops, and its first and second derivatives
 //! against finite differences.
 
-
 use std::collections::HashMap;
 use std::path::Path;
 

@@ -2,7 +2,6 @@
 //! contractions, diagonals, broadcasting, ellipses, PyTorch's implicit result; first and
 //! second derivatives; and the errors of malformed equations.
 
-
 use crate::common::{check, panic_message, randn};
 use ferrograd::prelude::*;
 

@@ -3,7 +3,6 @@
 //! buffers in modules and files, and clear refusals where arithmetic or gradients would need a
 //! float.
 
-
 use std::collections::HashMap;
 
 use crate::common::{panic_message, scratch};

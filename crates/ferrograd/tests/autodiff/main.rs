@@ -4,10 +4,11 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod attention;
 mod autograd_engine;
 mod autograd_seed;
 mod custom_gradient;
-mod primitives;
 mod einsum;
-mod attention;
+mod func;
 mod integer_dtype;
+mod primitives;

@@ -4,7 +4,6 @@
 //! graph as it runs eagerly, and the dtype rule refuses an integer input with the same message
 //! in both. A primitive added to a table is checked here without a line of this file changing.
 
-
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::common::check;

@@ -2,7 +2,6 @@
 //! the file, batch iteration, checkpoint round trips, mismatch reports, atomic writes and an
 //! exact resume.
 
-
 use std::collections::HashMap;
 use std::path::Path;
 

@@ -2,7 +2,6 @@
 //! and safetensors checkpoints must load or fail with `Err`, never panic. Each property runs
 //! `CASES` inputs; `PROPTEST_CASES` raises it for a longer run.
 
-
 use std::path::PathBuf;
 
 use crate::common::{gzip, scratch, turn};

@@ -1,7 +1,6 @@
 //! Careless and hostile inputs that once gave silent wrong answers or aborts: each is now a
 //! right answer, an `Err`, or a panic whose message names the op or layer.
 
-
 use crate::common::{panic_message, scratch, turn};
 use ferrograd::data::{encode_idx_u8, one_hot, read_idx_u8, BatchIterator, TensorDataset};
 use ferrograd::io::{load_checkpoint, load_tensors, save_checkpoint, save_tensors};

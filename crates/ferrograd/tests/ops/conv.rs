@@ -1,7 +1,6 @@
 //! Convolution, its transpose and pooling: values against direct loops written here from
 //! PyTorch's definitions, and first and second derivatives against finite differences in f64.
 
-
 use crate::common::{check, randn};
 use ferrograd::prelude::*;
 

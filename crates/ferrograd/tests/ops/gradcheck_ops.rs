@@ -1,7 +1,6 @@
 //! Every differentiable op checked against central finite differences in f64, at random
 //! points, with broadcast shapes and views; second derivatives checked too.
 
-
 use crate::common::{check, randn};
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;

@@ -7,7 +7,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use ferrograd::prelude::*;
 use proptest::prelude::*;
 
-
 const HUGE: usize = (1 << 63) + 1;
 
 /// Runs `f`, expecting a panic whose message contains `needle`.

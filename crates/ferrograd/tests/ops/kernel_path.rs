@@ -4,7 +4,6 @@
 //! per path the CPU supports; the first test here fails a run that did not get the path it
 //! asked for, so a path cannot silently go untested.
 
-
 use ferrograd::prelude::*;
 use ferrograd::Isa;
 use proptest::prelude::*;

@@ -2,7 +2,6 @@
 //! equations (the recurrent cells against a step written out here from PyTorch's
 //! documentation), derivatives in f64 to second order, and a small CNN that learns.
 
-
 use crate::common::{randn, turn};
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;

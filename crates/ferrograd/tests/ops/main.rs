@@ -6,10 +6,10 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-mod kernel_path;
 mod conv;
+mod gradcheck_ops;
+mod hostile_shapes;
+mod kernel_path;
 mod layers_conv_rnn;
 mod prop_views;
-mod hostile_shapes;
 mod tensor_ops;
-mod gradcheck_ops;

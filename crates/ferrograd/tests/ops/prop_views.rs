@@ -2,7 +2,6 @@
 //! of any shape including zero sizes) as on a contiguous copy of the same elements, and the
 //! kernels never read outside the view.
 
-
 use ferrograd::prelude::*;
 use proptest::prelude::*;
 use rand::rngs::StdRng;

@@ -1,7 +1,6 @@
 //! Forward values of the tensor core: every op against hand-computed results, broadcasting,
 //! views, f64 paths and the panic messages.
 
-
 use crate::common::turn;
 
 use ferrograd::prelude::*;

@@ -1,6 +1,5 @@
 //! The public API contract of DESIGN.md, written as its users write it. If this stops compiling, code outside the repository breaks too.
 
-
 use crate::common::turn;
 
 use ferrograd::prelude::*;

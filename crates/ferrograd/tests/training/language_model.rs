@@ -3,7 +3,6 @@
 //! token embedding (one parameter: listed, stepped and saved once), and layers applied to
 //! `[N, T, E]` inputs as one product, rotary position embeddings and gradient checkpointing.
 
-
 use crate::common::{check, randn, turn};
 use ferrograd::prelude::*;
 

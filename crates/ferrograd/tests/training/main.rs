@@ -4,10 +4,10 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-mod training;
-mod modules;
-mod language_model;
-mod tutorials;
-mod conveniences;
 mod api_contract;
+mod conveniences;
+mod language_model;
+mod modules;
 mod torch_fixture;
+mod training;
+mod tutorials;

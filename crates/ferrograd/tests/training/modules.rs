@@ -2,7 +2,6 @@
 //! same structure, loading PyTorch-layout safetensors files, every mismatch reported with
 //! nothing changed, freezing, copying, and the mode reaching every inner layer.
 
-
 use std::borrow::Cow;
 use std::path::Path;
 

@@ -2,7 +2,6 @@
 //! values, optimizers' first steps against hand-computed values, schedules, train/eval
 //! behaviour, and small problems trained to completion.
 
-
 use crate::common::{panic_message, turn};
 
 use ferrograd::optim::{

@@ -3,7 +3,6 @@
 //! classifier with a checkpoint round trip, and a physics-informed fit of u'' = −u that needs
 //! second derivatives.
 
-
 use crate::common::{scratch, turn};
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;
