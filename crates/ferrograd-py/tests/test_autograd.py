@@ -216,3 +216,139 @@ def test_grad_outputs_stay_differentiable_for_hessian_vector_products():
     assert hv.tolist() == [6.0, 0.0]
     (dv,) = fg.grad(hv.sum(), [v])  # d/dv Σ 6x·v = 6x
     assert dv.tolist() == [6.0, 12.0]
+
+
+def _f64(values):
+    return fg.tensor(np.array(values, dtype=np.float64))
+
+
+def test_functional_jacobians_and_products_have_their_closed_forms():
+    from ferrograd.autograd import functional as AF
+
+    x = _f64([1.0, 2.0, -1.0])
+    v = _f64([0.5, -1.0, 2.0])
+    cube = lambda t: t**3  # noqa: E731
+    np.testing.assert_array_equal(AF.jacobian(cube, x).numpy(), np.diag(3 * x.numpy() ** 2))
+    out, jv = AF.jvp(cube, x, v)
+    np.testing.assert_array_equal(out.numpy(), x.numpy() ** 3)
+    np.testing.assert_array_equal(jv.numpy(), 3 * x.numpy() ** 2 * v.numpy())
+    out, vj = AF.vjp(cube, x, v)
+    np.testing.assert_array_equal(vj.numpy(), 3 * x.numpy() ** 2 * v.numpy())
+    total = lambda t: (t**3).sum()  # noqa: E731
+    h = AF.hessian(total, x)
+    np.testing.assert_array_equal(h.numpy(), np.diag(6 * x.numpy()))
+    for product in (AF.hvp, AF.vhp):
+        value, hv = product(total, x, v)
+        assert value.item() == 8.0
+        np.testing.assert_array_equal(hv.numpy(), 6 * x.numpy() * v.numpy())
+    # Several inputs and outputs: PyTorch's nesting, outputs outside, inputs inside.
+    a, b = _f64([1.0, 2.0]), _f64([3.0])
+    jac = AF.jacobian(lambda p, q: (p * q, q.sum() * 2), (a, b))
+    assert len(jac) == 2 and len(jac[0]) == 2
+    assert tuple(jac[0][0].shape) == (2, 2) and tuple(jac[0][1].shape) == (2, 1) and tuple(jac[1][1].shape) == (1,)
+    np.testing.assert_array_equal(jac[0][1].numpy(), [[1.0], [2.0]])
+    hh = AF.hessian(lambda p, q: (p * p * q).sum(), (a, b))
+    np.testing.assert_array_equal(hh[0][1].numpy(), [[2.0], [4.0]])  # ∂²/∂p∂q = 2p
+    # The results are cut from the graph unless create_graph; strict refuses an unused input.
+    w = fg.tensor(np.array([2.0]), requires_grad=True)
+    (_, g) = AF.vjp(lambda t: t * w, _f64([3.0]), create_graph=True)
+    (dw,) = fg.autograd.grad(g.sum(), [w])
+    assert dw.item() == 1.0
+    with pytest.raises(RuntimeError, match="does not depend on input 1"):
+        AF.jacobian(lambda p, q: p * 2, (a, b), strict=True)
+    with pytest.raises(RuntimeError, match="one-element outputs"):
+        AF.vjp(cube, x)
+
+
+def test_func_transforms_compose_and_follow_argnums():
+    x = _f64([1.0, 2.0])
+    f = lambda t: (t**3).sum()  # noqa: E731
+    np.testing.assert_array_equal(fg.func.grad(f)(x).numpy(), [3.0, 12.0])
+    second = fg.func.grad(lambda t: fg.func.grad(f)(t).sum())(x)
+    np.testing.assert_array_equal(second.numpy(), [6.0, 12.0])
+    np.testing.assert_array_equal(fg.func.hessian(f)(x).numpy(), [[6.0, 0.0], [0.0, 12.0]])
+    g, (value, aux) = fg.func.grad_and_value(lambda t, s: ((t * s).sum(), "aux"), argnums=(0, 1), has_aux=True)(
+        x, _f64([4.0, 5.0])
+    )
+    assert value.item() == 14.0 and aux == "aux"
+    np.testing.assert_array_equal(g[0].numpy(), [4.0, 5.0])
+    np.testing.assert_array_equal(g[1].numpy(), [1.0, 2.0])
+    out, pull = fg.func.vjp(lambda t: t * t, x)
+    (got,) = pull(_f64([1.0, 1.0]))
+    np.testing.assert_array_equal(got.numpy(), [2.0, 4.0])
+    assert tuple(fg.func.jacrev(lambda t: t.reshape(2, 1) * t)(x).shape) == (2, 2, 2)
+    with pytest.raises(RuntimeError, match="one-element tensor"):
+        fg.func.grad(lambda t: t * 2)(x)
+
+
+class _Exp(fg.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x.exp()
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * y
+
+
+class _ScaleAndSplit(fg.autograd.Function):
+    """Two outputs, a non-tensor argument, PyTorch 2's setup_context."""
+
+    @staticmethod
+    def forward(x, scale):
+        return x * scale, (x * x).sum()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, scale = inputs
+        ctx.save_for_backward(x)
+        ctx.scale = scale
+
+    @staticmethod
+    def backward(ctx, g_scaled, g_sum):
+        (x,) = ctx.saved_tensors
+        return g_scaled * ctx.scale + g_sum * 2 * x, None
+
+
+def test_a_function_with_its_own_backward_is_differentiated_again():
+    x = fg.tensor(np.array([0.0, 1.0]), requires_grad=True)
+    y = _Exp.apply(x)
+    np.testing.assert_allclose(y.detach().numpy(), np.exp([0.0, 1.0]))
+    (g,) = fg.autograd.grad(y.sum(), [x], create_graph=True)
+    np.testing.assert_allclose(g.detach().numpy(), np.exp([0.0, 1.0]))
+    (gg,) = fg.autograd.grad(g.sum(), [x])  # the backward's g * y differentiated
+    np.testing.assert_allclose(gg.numpy(), np.exp([0.0, 1.0]))
+    scaled, total = _ScaleAndSplit.apply(x, 3.0)
+    assert total.item() == 1.0
+    (g,) = fg.autograd.grad((scaled.sum() + total * 10), [x])
+    np.testing.assert_array_equal(g.numpy(), [3.0, 3.0 + 20.0])
+    # Without anything to differentiate, apply just runs forward.
+    assert not _Exp.apply(fg.tensor([1.0])).requires_grad
+
+
+def test_once_differentiable_refuses_a_second_derivative():
+    class Square(fg.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        @fg.autograd.once_differentiable
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * 2 * x
+
+    x = fg.tensor(np.array([3.0]), requires_grad=True)
+    (g,) = fg.autograd.grad(Square.apply(x), [x])
+    assert g.item() == 6.0
+    # An upstream gradient that itself depends on x (z = y², dz/dy = 2y) is what a second
+    # derivative flows back through, as in PyTorch.
+    y = Square.apply(x)
+    (g,) = fg.autograd.grad((y * y).sum(), [x], create_graph=True)
+    assert g.item() == 4 * 27.0
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        fg.autograd.grad(g, [x])

@@ -1,9 +1,12 @@
-"""``torch.autograd``'s names: ``grad`` (a tuple, one gradient per input) and ``backward``
-(gradients added to each leaf's ``.grad``)."""
+"""``torch.autograd``'s names: ``grad`` (a tuple, one gradient per input), ``backward``
+(gradients added to each leaf's ``.grad``), ``Function`` (an op with a backward of its own)
+and ``functional`` (Jacobians, Hessians and their products)."""
 
 from .._core import Tensor, grad
+from . import functional
+from .function import Function, FunctionCtx, once_differentiable
 
-__all__ = ["backward", "grad"]
+__all__ = ["Function", "FunctionCtx", "backward", "functional", "grad", "once_differentiable"]
 
 
 def _as_list(tensors):
