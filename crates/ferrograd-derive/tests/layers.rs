@@ -22,7 +22,7 @@ const LAYERS: &[&[&str]] = &[
     &["tensor"],
     &["ops"],
     &["autograd"],
-    &["init", "io/tensors", "data", "func"],
+    &["init", "io/tensors", "data", "func", "profiler"],
     &["nn", "loss", "optim", "metrics"],
     &["model"],
     &["io/checkpoint", "io", "distributed"],

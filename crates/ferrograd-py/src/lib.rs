@@ -13,6 +13,7 @@ mod guard;
 mod index;
 mod module;
 mod nn;
+mod profiler;
 mod rearrange;
 mod spellings;
 mod tensor;
@@ -466,6 +467,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     guard::install_panic_hook();
     guard::register(m)?;
     m.add_class::<PyTensor>()?;
+    m.add_class::<profiler::PyProfile>()?;
+    m.add_class::<profiler::PyRecordFunction>()?;
+    m.add_function(wrap_pyfunction!(profiler::profiler_start, m)?)?;
+    m.add_function(wrap_pyfunction!(profiler::profiler_stop, m)?)?;
     m.add_class::<PyDType>()?;
     m.add_class::<autograd::PyGradients>()?;
     nn::register(m)?;

@@ -48,6 +48,7 @@ pub mod model;
 pub mod nn;
 mod ops;
 pub mod optim;
+pub mod profiler;
 pub mod tensor;
 
 pub use error::{Error, Result};

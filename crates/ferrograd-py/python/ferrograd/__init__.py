@@ -530,7 +530,7 @@ reduce_mean = mean
 # `from ferrograd import *` leaves Python's builtins (sum, abs, float) alone.
 import builtins as _builtins  # noqa: E402
 
-from . import autograd, data, func, graph, jit, math, metrics, nn, onnx, optim, random, return_types, utils  # noqa: E402
+from . import autograd, data, func, graph, jit, math, metrics, nn, onnx, optim, profiler, random, return_types, utils  # noqa: E402
 from .utils.data import Generator  # noqa: E402 (torch.Generator)
 
 __all__ = [n for n in dir() if not n.startswith("_") and not hasattr(_builtins, n)]

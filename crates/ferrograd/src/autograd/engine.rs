@@ -256,6 +256,7 @@ fn pass_on(
 /// gradient per input (`None` where `needs` is false), checked for NaN/Inf when anomaly
 /// detection is on. An op without a derivative is an error naming it.
 fn apply_rule(rec: &OpRecord, out: &Tensor, g: &Tensor, needs: &[bool]) -> Result<InputGrads> {
+    let _profiled = crate::tensor::profile::scope_with(|| format!("{} backward", rec.name));
     let Some(rule) = &rec.rule else {
         return Err(Error::Backward(format!(
             "{} has no derivative: a gradient reached it during backward; detach its input \

@@ -276,6 +276,7 @@ impl Tensor {
     /// `F.scaled_dot_product_attention`. A query row hidden from every key (its mask row all
     /// −∞) is 0 and passes no gradient, as there.
     pub fn scaled_dot_product_attention(&self, k: &Tensor, v: &Tensor, opts: &Attention) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("scaled_dot_product_attention");
         let op = "scaled_dot_product_attention";
         let mask = opts.mask.as_ref().map(|m| match m.ndim() {
             // A 1-d mask, [S], applies to every row.

@@ -235,6 +235,7 @@ macro_rules! define_binary {
             $(
                 $(#[$doc])*
                 pub fn $name(&self, other: &Tensor) -> Tensor {
+                    let _profiled = crate::tensor::profile::scope(stringify!($name));
                     let op = Binary::$Variant;
                     let (a, b) = if self.dtype() == other.dtype() {
                         (self.clone(), other.clone())
@@ -285,6 +286,7 @@ impl Tensor {
     /// Elements of `on_true` where this mask is non-zero, of `on_false` elsewhere (all three
     /// broadcast together). The mask receives no gradient.
     pub fn where_cond(&self, on_true: &Tensor, on_false: &Tensor) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("where_cond");
         let rule = promoted_float_rule(on_true.dtype(), on_false.dtype());
         eager_dtype_or_panic("where_cond", rule);
         if on_true.dtype() != on_false.dtype() {

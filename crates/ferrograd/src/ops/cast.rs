@@ -9,6 +9,7 @@ impl Tensor {
     /// an integer: truncated toward zero). Between floats it is differentiable (the gradient is
     /// cast back); a cast into an integer has no derivative.
     pub fn to_dtype(&self, dtype: DType) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("to_dtype");
         if self.dtype() == dtype {
             return self.clone();
         }
@@ -24,6 +25,7 @@ impl Tensor {
 
     /// The elements in a fresh row-major buffer, or this tensor when it already is one.
     pub fn contiguous(&self) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("contiguous");
         if self.is_contiguous() {
             return self.clone();
         }

@@ -32,6 +32,7 @@ impl Tensor {
     /// Whether every element is within `atol + rtol·|other|` of `other`'s (numpy's and
     /// PyTorch's `allclose`: the shapes broadcast, NaN equals nothing).
     pub fn allclose(&self, other: &Tensor, rtol: f64, atol: f64) -> bool {
+        let _profiled = crate::tensor::profile::scope("allclose");
         let shape = super::broadcast_shape_or_panic("allclose", self.shape(), other.shape());
         let (a, b) = (self.broadcast_to(&shape), other.broadcast_to(&shape));
         a.to_vec::<f64>()

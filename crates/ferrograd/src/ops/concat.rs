@@ -13,6 +13,7 @@ use crate::tensor::{checked_numel, filled, record, with_any_dtype, Element, Tens
 impl Tensor {
     /// Padded with `value`: `pads[i] = (before, after)` elements along axis `i`.
     pub fn pad(&self, pads: &[(usize, usize)], value: f64) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("pad");
         let out_shape = eager_or_panic("pad", pad_rule(&known(self.shape()), pads));
         let len = checked_numel(&out_shape).expect("the rule checked the count");
         let start: Vec<usize> = pads.iter().map(|&(before, _)| before).collect();
@@ -34,12 +35,14 @@ impl Tensor {
 
     /// Tensors joined along `axis`; all other axes must agree.
     pub fn cat<A: Axis>(tensors: &[&Tensor], axis: A) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("cat");
         Tensor::try_cat(tensors, axis).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// [`Tensor::cat`], returning [`Error::Shape`] instead of panicking when the list is empty,
     /// the axis is out of range or the other axes disagree.
     pub fn try_cat<A: Axis>(tensors: &[&Tensor], axis: A) -> Result<Tensor> {
+        let _profiled = crate::tensor::profile::scope("cat");
         let first = tensors
             .first()
             .ok_or_else(|| Error::Shape("cat: no tensors given".into()))?;
@@ -79,6 +82,7 @@ impl Tensor {
     /// Tensors of one shape stacked along a new axis `axis`.
     /// A negative `axis` counts from the back of the result.
     pub fn stack<A: Axis>(tensors: &[&Tensor], axis: A) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("stack");
         let expanded: Vec<Tensor> = tensors.iter().map(|t| t.unsqueeze(axis)).collect();
         let refs: Vec<&Tensor> = expanded.iter().collect();
         Tensor::cat(&refs, axis)

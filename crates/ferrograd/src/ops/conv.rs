@@ -172,6 +172,7 @@ impl Tensor {
     /// bottom and right, as PyTorch splits them. `opts`' padding is ignored; its stride must
     /// be 1.
     pub fn conv2d_same(&self, w: &Tensor, opts: &ConvOpts) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("conv2d_same");
         assert!(
             opts.stride == [1, 1],
             "conv2d: padding \"same\" needs stride 1, got {:?} (as in PyTorch)",
@@ -195,6 +196,7 @@ impl Tensor {
     /// 2-D cross-correlation (PyTorch's `conv2d`): `self` `[N, C, H, W]`, `w`
     /// `[O, C/groups, kh, kw]`; the result is `[N, O, Ho, Wo]`. Bias is added separately.
     pub fn conv2d(&self, w: &Tensor, opts: &ConvOpts) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("conv2d");
         floats("conv2d", self, w);
         let (x, w) = binary_promote(self, w);
         let rule = conv_rule(&known(x.shape()), &known(w.shape()), opts, false);
@@ -220,6 +222,7 @@ impl Tensor {
     /// `self` `[N, Cin, H, W]`, `w` `[Cin, Cout/groups, kh, kw]`; the output size is
     /// `(H − 1)·stride − 2·padding + dilation·(k − 1) + output_padding + 1`.
     pub fn conv_transpose2d(&self, w: &Tensor, opts: &ConvOpts) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("conv_transpose2d");
         floats("conv_transpose2d", self, w);
         let rule = conv_rule(&known(self.shape()), &known(w.shape()), opts, true);
         let out = eager_or_panic("conv_transpose2d", rule);
@@ -273,6 +276,7 @@ impl Tensor {
     /// `[O, C/groups, kh, kw]` with `O` from `dy` `[N, O, Ho, Wo]`. Bilinear in `self` and
     /// `dy`, and differentiable again.
     pub fn conv2d_weight(&self, dy: &Tensor, (kh, kw): (usize, usize), opts: &ConvOpts) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("conv2d_weight");
         let operands = [("input", self.dtype()), ("output gradient", dy.dtype())];
         eager_dtype_or_panic("conv2d_weight", floats_rule(&operands));
         let (x, dy) = binary_promote(self, dy);

@@ -339,12 +339,14 @@ impl Tensor {
     /// assert_eq!(Tensor::einsum("ii", &[&a]).item(), 5.0);   // the trace
     /// ```
     pub fn einsum(spec: &str, operands: &[&Tensor]) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("einsum");
         Tensor::try_einsum(spec, operands).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// [`Tensor::einsum`], returning a malformed equation or lengths that do not fit as an
     /// error.
     pub fn try_einsum(spec: &str, operands: &[&Tensor]) -> Result<Tensor> {
+        let _profiled = crate::tensor::profile::scope("einsum");
         if operands.is_empty() {
             return Err(shape_error(spec, "no operands"));
         }

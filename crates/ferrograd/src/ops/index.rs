@@ -61,6 +61,7 @@ impl Indices for Tensor {
 impl Tensor {
     /// The entries `indices` along `axis`, in that order (repeats allowed).
     pub fn index_select<A: Axis, I: Indices + ?Sized>(&self, axis: A, indices: &I) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("index_select");
         self.try_index_select(axis, indices)
             .unwrap_or_else(|e| panic!("{e}"))
     }
@@ -73,6 +74,7 @@ impl Tensor {
         axis: A,
         indices: &I,
     ) -> Result<Tensor> {
+        let _profiled = crate::tensor::profile::scope("index_select");
         let Some(axis) = axis.position(self.ndim()) else {
             return Err(Error::Shape(format!(
                 "index_select: axis {axis} out of range for shape {:?}",
@@ -98,6 +100,7 @@ impl Tensor {
     /// This tensor with `source`'s entries along `axis` added at `indices` (repeats add up):
     /// `out[.., indices[j], ..] += source[.., j, ..]`.
     pub fn index_add<A: Axis>(&self, axis: A, indices: &[usize], source: &Tensor) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("index_add");
         let axis = axis_in("index_add", axis, self.shape());
         let rule = index_add_rule(&known(self.shape()), &known(source.shape()), axis, indices);
         eager_or_panic("index_add", rule);

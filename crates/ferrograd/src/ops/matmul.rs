@@ -16,12 +16,14 @@ use crate::tensor::{checked_numel, no_grad, record, with_dtype, FloatElement, Te
 impl Tensor {
     /// Matrix product `self @ other`. Panics with both shapes when they do not fit.
     pub fn matmul(&self, other: &Tensor) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("matmul");
         self.try_matmul(other).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// [`Tensor::matmul`], returning [`Error::Shape`] instead of panicking when the shapes do
     /// not fit.
     pub fn try_matmul(&self, other: &Tensor) -> Result<Tensor> {
+        let _profiled = crate::tensor::profile::scope("matmul");
         let out_shape = eager(
             "matmul",
             matmul_rule(&known(self.shape()), &known(other.shape())),
@@ -87,6 +89,7 @@ impl Tensor {
     /// runs, the bias joins each row panel of the product once it is stored, still in cache.
     /// Mixed dtypes are promoted. Panics when the shapes do not fit.
     pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("linear");
         self.try_linear(weight, bias)
             .unwrap_or_else(|e| panic!("{e}"))
     }
@@ -94,6 +97,7 @@ impl Tensor {
     /// [`Tensor::linear`], returning [`Error::Shape`] instead of panicking when the shapes do
     /// not fit.
     pub fn try_linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        let _profiled = crate::tensor::profile::scope("linear");
         let (out_shape, rows, k, n) = linear_shape(self, weight, bias)?;
         let mut operands = vec![("input", self.dtype()), ("weight", weight.dtype())];
         operands.extend(bias.map(|b| ("bias", b.dtype())));

@@ -104,6 +104,7 @@ impl Tensor {
     /// assert_eq!((mean.to_vec::<f32>(), var.to_vec::<f32>()), (vec![2.0, 14.0], vec![1.0, 16.0]));
     /// ```
     pub fn batch_norm(&self, weight: &Tensor, bias: &Tensor, eps: f64) -> (Tensor, Tensor, Tensor) {
+        let _profiled = crate::tensor::profile::scope("batch_norm");
         let channels = self.shape().get(1).copied();
         assert!(
             self.ndim() >= 2
@@ -183,6 +184,7 @@ impl Tensor {
     /// assert_eq!(y.to_vec::<f64>(), vec![-1.0, 1.0, -1.0, 1.0]);
     /// ```
     pub fn layer_norm(&self, weight: &Tensor, bias: &Tensor, eps: f64) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("layer_norm");
         let shapes = [self, weight, bias].map(|t| known(t.shape()));
         eager_or_panic("layer_norm", layer_norm_rule(&shapes));
         let dtype = layer_norm_dtype([self, weight, bias].map(Tensor::dtype));
@@ -242,6 +244,7 @@ impl Tensor {
     /// times `weight` (`[D]`) when given. Without `eps`, the dtype's machine epsilon, as
     /// PyTorch's default. Written with differentiable ops: every order of derivative.
     pub fn rms_norm(&self, weight: Option<&Tensor>, eps: Option<f64>) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("rms_norm");
         assert!(
             self.ndim() >= 1,
             "rms_norm: needs at least one axis, got a 0-d tensor"

@@ -90,6 +90,7 @@ impl Tensor {
     /// Max pooling with a square `kernel`, `stride` and `padding` (padding ≤ kernel / 2, as
     /// PyTorch requires). The gradient goes to the first maximal element of each window.
     pub fn max_pool2d(&self, kernel: usize, stride: usize, padding: usize) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("max_pool2d");
         self.max_pool2d_hw([kernel; 2], [stride; 2], [padding; 2])
     }
 
@@ -100,6 +101,7 @@ impl Tensor {
         [sh, sw]: [usize; 2],
         [ph, pw]: [usize; 2],
     ) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("max_pool2d_hw");
         let rule = pool_rule(&known(self.shape()), [kh, kw], [sh, sw], [ph, pw]);
         eager_or_panic("max_pool2d", rule);
         eager_dtype_or_panic("max_pool2d", float_rule(self.dtype()));
@@ -144,6 +146,7 @@ impl Tensor {
     /// Average pooling with a square `kernel`, `stride` and `padding`; the padding counts in
     /// the divisor (PyTorch's default `count_include_pad=True`).
     pub fn avg_pool2d(&self, kernel: usize, stride: usize, padding: usize) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("avg_pool2d");
         self.avg_pool2d_hw([kernel; 2], [stride; 2], [padding; 2])
     }
 
@@ -154,6 +157,7 @@ impl Tensor {
         [sh, sw]: [usize; 2],
         [ph, pw]: [usize; 2],
     ) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("avg_pool2d_hw");
         let rule = pool_rule(&known(self.shape()), [kh, kw], [sh, sw], [ph, pw]);
         eager_or_panic("avg_pool2d", rule);
         eager_dtype_or_panic("avg_pool2d", float_rule(self.dtype()));
@@ -166,6 +170,7 @@ impl Tensor {
     /// Average pooling to an `out_h × out_w` output whatever the input size (PyTorch's
     /// `adaptive_avg_pool2d`).
     pub fn adaptive_avg_pool2d(&self, out_h: usize, out_w: usize) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("adaptive_avg_pool2d");
         let rule = resize_rule(&known(self.shape()), (out_h, out_w), true);
         eager_or_panic("adaptive_avg_pool2d", rule);
         eager_dtype_or_panic("adaptive_avg_pool2d", float_rule(self.dtype()));
@@ -179,6 +184,7 @@ impl Tensor {
     /// Nearest-neighbour upsampling by integer factors: each pixel becomes a
     /// `scale_h × scale_w` block. Built from views, so its gradient sums each block.
     pub fn upsample_nearest2d(&self, scale_h: usize, scale_w: usize) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("upsample_nearest2d");
         let rule = resize_rule(&known(self.shape()), (scale_h, scale_w), false);
         eager_or_panic("upsample_nearest2d", rule);
         let (_, h, w) = planes("upsample_nearest2d", self);

@@ -9,6 +9,7 @@ impl Tensor {
     /// The entries along axis 0 in a random order drawn from `rng`. Has no derivative: wrap it
     /// in `stop_gradient` (or `detach`) where a gradient could reach it.
     pub fn shuffle(&self, rng: &mut impl Rng) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("shuffle");
         assert!(
             self.ndim() > 0,
             "shuffle: needs at least one axis, shape is []"
@@ -24,6 +25,7 @@ impl Tensor {
     /// `multinomial`: with `replacement`, independent draws; without, each class at most once
     /// (then `samples` must not exceed the classes with non-zero weight). Has no derivative.
     pub fn multinomial(&self, samples: usize, replacement: bool, rng: &mut impl Rng) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("multinomial");
         assert!(
             self.ndim() >= 1,
             "multinomial: needs at least one axis, got a 0-d tensor"

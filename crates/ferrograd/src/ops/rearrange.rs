@@ -18,6 +18,7 @@ impl Tensor {
     /// assert_eq!(q.gather(1, &taken).to_vec::<f32>(), [2.0, 3.0]);
     /// ```
     pub fn gather<A: Axis>(&self, axis: A, index: &Tensor) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("gather");
         let axis = axis_in("gather", axis, self.shape());
         let (shape, ishape) = (self.shape(), index.shape());
         assert!(
@@ -60,6 +61,7 @@ impl Tensor {
     /// The elements in reverse order along each of `axes` (PyTorch's `flip`; an axis named
     /// twice is refused, as there).
     pub fn flip<A: Axis>(&self, axes: &[A]) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("flip");
         let axes = axes_in("flip", axes, self.shape());
         assert!(
             axes.iter().enumerate().all(|(i, a)| !axes[..i].contains(a)),
@@ -74,6 +76,7 @@ impl Tensor {
     /// The elements shifted `shift` places along `axis`, those that fall off one end coming
     /// back at the other (PyTorch's `roll`; a negative shift goes the other way).
     pub fn roll<A: Axis>(&self, shift: isize, axis: A) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("roll");
         let axis = axis_in("roll", axis, self.shape());
         let n = self.shape()[axis];
         if n == 0 {
@@ -90,6 +93,7 @@ impl Tensor {
     /// The tensor tiled `reps[a]` times along each axis (PyTorch's `repeat`; more `reps` than
     /// axes add leading axes).
     pub fn repeat(&self, reps: &[usize]) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("repeat");
         assert!(
             reps.len() >= self.ndim(),
             "repeat: {} repetitions for {} axes (at least one per axis)",

@@ -235,6 +235,7 @@ impl Tensor {
     /// assert_eq!(h.item(), 0.5 * 1f64.tanh());
     /// ```
     pub fn lstm_cell(gi: &Tensor, gh: &Tensor, c: &Tensor) -> (Tensor, Tensor) {
+        let _profiled = crate::tensor::profile::scope("lstm_cell");
         let packed = step_op::<LstmCell>("lstm_cell", gi, gh, c);
         (packed.plane(0), packed.plane(1))
     }
@@ -250,6 +251,7 @@ impl Tensor {
     /// assert_eq!(Tensor::gru_cell(&zeros, &zeros, &h).item(), 1.0); // z = ½, n = 0
     /// ```
     pub fn gru_cell(gi: &Tensor, gh: &Tensor, h: &Tensor) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("gru_cell");
         step_op::<GruCell>("gru_cell", gi, gh, h).plane(0)
     }
 }

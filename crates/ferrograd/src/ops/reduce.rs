@@ -103,11 +103,13 @@ fn split_last_run(axes: &[usize]) -> Option<(Vec<usize>, Vec<usize>)> {
 impl Tensor {
     /// Sum of all elements (0-d).
     pub fn sum(&self) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("sum");
         self.sum_axes(&self.all_axes(), false)
     }
 
     /// Mean of all elements (0-d).
     pub fn mean(&self) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("mean");
         self.mean_axes(&self.all_axes(), false)
     }
 
@@ -123,6 +125,7 @@ impl Tensor {
     /// assert_eq!(wraps.sum().to_vec::<i64>(), [i64::MIN]);
     /// ```
     pub fn sum_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("sum_axes");
         let axes = &axes_in("sum_axes", axes, self.shape());
         let plan = Reduction::new("sum_axes", self.shape(), axes, keepdim);
         eager_dtype_or_panic("sum_axes", sum_rule(self.dtype()));
@@ -159,6 +162,7 @@ impl Tensor {
 
     /// Mean over `axes`.
     pub fn mean_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("mean_axes");
         let axes = &axes_in("mean_axes", axes, self.shape());
         let plan = Reduction::new("mean_axes", self.shape(), axes, keepdim);
         eager_dtype_or_panic("mean_axes", float_rule(self.dtype()));
@@ -171,6 +175,7 @@ impl Tensor {
 
     /// Maximum over `axes`. The gradient goes to the maximal elements, split evenly at ties.
     pub fn max_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("max_axes");
         self.extremum(
             "max_axes",
             &axes_in("max_axes", axes, self.shape()),
@@ -181,6 +186,7 @@ impl Tensor {
 
     /// Minimum over `axes`; gradient as in [`Tensor::max_axes`].
     pub fn min_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("min_axes");
         self.extremum(
             "min_axes",
             &axes_in("min_axes", axes, self.shape()),
@@ -191,11 +197,13 @@ impl Tensor {
 
     /// Maximum of all elements (0-d).
     pub fn max(&self) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("max");
         self.max_axes(&self.all_axes(), false)
     }
 
     /// Minimum of all elements (0-d).
     pub fn min(&self) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("min");
         self.min_axes(&self.all_axes(), false)
     }
 
@@ -230,11 +238,13 @@ impl Tensor {
     /// Index of the largest element along `axis` (first at ties; NaN counts as the largest,
     /// as in numpy), an `I64` tensor with `axis` removed. Has no derivative.
     pub fn argmax<A: Axis>(&self, axis: A) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("argmax");
         self.arg_extremum("argmax", axis_in("argmax", axis, self.shape()), true)
     }
 
     /// Index of the smallest element along `axis` (first at ties). Has no derivative.
     pub fn argmin<A: Axis>(&self, axis: A) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("argmin");
         self.arg_extremum("argmin", axis_in("argmin", axis, self.shape()), false)
     }
 
@@ -269,6 +279,7 @@ impl Tensor {
     /// Sums a broadcast result back down to `shape` (the reverse of `broadcast_to`): the
     /// gradient of a broadcast operand.
     pub fn sum_to(&self, shape: &[usize]) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("sum_to");
         // Every operand of a broadcast op's derivative passes here, mostly to its own shape:
         // that takes no shape rule.
         let same = self.shape() == shape;

@@ -23,6 +23,7 @@ impl Tensor {
     /// assert!(len.iter().all(|l| (l - 4.0).abs() < 1e-12));
     /// ```
     pub fn rope(&self, start: usize, base: f64) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("rope");
         let n = self.ndim();
         assert!(
             n >= 2 && self.shape()[n - 1].is_multiple_of(2),

@@ -9,11 +9,13 @@ impl Tensor {
     /// The elements on and below diagonal `k` of the last two axes, zeros above (PyTorch's
     /// `tril`: `k` > 0 keeps more, `k` < 0 fewer).
     pub fn tril(&self, k: isize) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("tril");
         self.triangle("tril", k, |i, j, k| j - i <= k)
     }
 
     /// The elements on and above diagonal `k` of the last two axes, zeros below (`triu`).
     pub fn triu(&self, k: isize) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("triu");
         self.triangle("triu", k, |i, j, k| j - i >= k)
     }
 
@@ -44,6 +46,7 @@ impl Tensor {
     /// `value` where `mask` (broadcast to this shape) is non-zero, this tensor's elements
     /// elsewhere (PyTorch's `masked_fill`). The gradient passes where the mask is zero.
     pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("masked_fill");
         let fill = Tensor::full(&[], value, self.dtype());
         let out = mask.detach().ne_scalar(0.0).where_cond(&fill, self);
         if out.shape() != self.shape() {
@@ -60,6 +63,7 @@ impl Tensor {
     /// (`I64`), as PyTorch's `topk`. Ties keep the earlier position first; NaN counts as
     /// largest. The values are differentiable (the gradient goes to the chosen positions).
     pub fn topk(&self, k: usize) -> (Tensor, Tensor) {
+        let _profiled = crate::tensor::profile::scope("topk");
         self.topk_along(k, -1, true)
     }
 
@@ -67,6 +71,7 @@ impl Tensor {
     /// `largest` false the smallest (smallest first; NaN still counts as largest, as in
     /// PyTorch's `topk(largest=False)`).
     pub fn topk_along<A: Axis>(&self, k: usize, axis: A, largest: bool) -> (Tensor, Tensor) {
+        let _profiled = crate::tensor::profile::scope("topk_along");
         if self.ndim() == 0 {
             // A number is its own single entry (axis 0 or −1, as PyTorch's).
             assert!(

@@ -19,6 +19,7 @@ fn fused<T: FloatElement>(x: &Tensor, axis: usize, log: bool) -> Tensor {
 impl Tensor {
     /// exp(x) / Σ exp(x) along `axis`.
     pub fn softmax<A: Axis>(&self, axis: A) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("softmax");
         let axis = axis_in("softmax", axis, self.shape());
         eager_dtype_or_panic("softmax", float_rule(self.dtype()));
         let out = with_dtype!(self.dtype(), T => fused::<T>(self, axis, false));
@@ -31,6 +32,7 @@ impl Tensor {
 
     /// x − log Σ exp(x) along `axis`.
     pub fn log_softmax<A: Axis>(&self, axis: A) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("log_softmax");
         let axis = axis_in("log_softmax", axis, self.shape());
         eager_dtype_or_panic("log_softmax", float_rule(self.dtype()));
         let out = with_dtype!(self.dtype(), T => fused::<T>(self, axis, true));

@@ -13,6 +13,7 @@ impl Tensor {
     /// Where the count is at most `correction` the divisor is 0, as PyTorch's: infinite, or
     /// NaN for a sum of 0.
     pub fn var_axes<A: Axis>(&self, axes: &[A], correction: usize, keepdim: bool) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("var_axes");
         let axes = axes_in("var_axes", axes, self.shape());
         let count: usize = axes.iter().map(|&a| self.shape()[a]).product();
         let centered = self - &self.mean_axes(&axes, true);
@@ -33,6 +34,7 @@ impl Tensor {
     /// assert_eq!(g.to_vec::<f64>(), [0.0, 0.0, -0.5, 0.5]);
     /// ```
     pub fn std_axes<A: Axis>(&self, axes: &[A], correction: usize, keepdim: bool) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("std_axes");
         let var = self.var_axes(axes, correction, keepdim);
         let nonzero = var.detach().ne_scalar(0.0);
         let safe = nonzero.where_cond(&var, &var.ones_like());
@@ -42,6 +44,7 @@ impl Tensor {
     /// `log Σ exp(x)` over `axes`, without overflow: the largest element is taken out first
     /// (where it is infinite, the sum is of the infinities themselves, as PyTorch's).
     pub fn logsumexp<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("logsumexp");
         let axes = axes_in("logsumexp", axes, self.shape());
         if axes.iter().any(|&a| self.shape()[a] == 0) {
             // The log of an empty sum.
@@ -75,6 +78,7 @@ impl Tensor {
     /// assert_eq!(x.cumsum(1).to_vec::<f32>(), [1.0, 3.0, 3.0, 7.0]);
     /// ```
     pub fn cumsum<A: Axis>(&self, axis: A) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("cumsum");
         let axis = axis_in("cumsum", axis, self.shape());
         if self.dtype() == DType::I64 {
             return self.integer_scan(axis, i64::wrapping_add);
@@ -95,6 +99,7 @@ impl Tensor {
     /// assert_eq!(big.cumprod(0).to_vec::<i64>(), [1 << 40, 1 << 60, 0]); // 2⁶⁴ wraps to 0
     /// ```
     pub fn cumprod<A: Axis>(&self, axis: A) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("cumprod");
         let axis = axis_in("cumprod", axis, self.shape());
         if self.dtype() == DType::I64 {
             return self.integer_scan(axis, i64::wrapping_mul);

@@ -305,6 +305,7 @@ macro_rules! define_elementwise {
             $(
                 $(#[$doc])*
                 pub fn $name(&self $($(, $arg: $ty)+)?) -> Tensor {
+                    let _profiled = crate::tensor::profile::scope(stringify!($name));
                     let op = Unary::$Variant $(($($arg),+))?;
                     if let Err(e) = op.result_dtype(self.dtype()) {
                         panic!("{e}");
@@ -410,6 +411,7 @@ impl Tensor {
     /// GELU with PyTorch's tanh approximation (`approximate="tanh"`):
     /// `½x(1 + tanh(√(2/π)(x + 0.044715x³)))`.
     pub fn gelu_tanh(&self) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("gelu_tanh");
         let inner = (self + &self.powf(3.0).mul_scalar(0.044715))
             .mul_scalar((2.0 / std::f64::consts::PI).sqrt());
         &(self * 0.5) * &inner.tanh().add_scalar(1.0)
@@ -418,6 +420,7 @@ impl Tensor {
     /// ELU: x for x > 0, `alpha · (eˣ − 1)` otherwise, written as
     /// relu(x) + alpha · (e^−relu(−x) − 1) so that the exponential never overflows.
     pub fn elu(&self, alpha: f64) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("elu");
         let negative_part = (-&(-self).relu()).exp().add_scalar(-1.0).mul_scalar(alpha);
         &self.relu() + &negative_part
     }

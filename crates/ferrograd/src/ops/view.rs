@@ -18,12 +18,14 @@ impl Tensor {
     /// the new shape (always for a contiguous tensor; for a strided one when only axes that
     /// step evenly through memory are merged), else a copy: PyTorch's `reshape`.
     pub fn reshape(&self, shape: &[usize]) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("reshape");
         self.try_reshape(shape).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// [`Tensor::reshape`], returning [`Error::Shape`](crate::error::Error::Shape) instead of
     /// panicking when the element counts differ.
     pub fn try_reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        let _profiled = crate::tensor::profile::scope("reshape");
         if shape == self.shape() {
             return Ok(self.clone());
         }
@@ -49,6 +51,7 @@ impl Tensor {
 
     /// Axes reordered: axis `i` of the result is axis `perm[i]` of this tensor. A view.
     pub fn permute(&self, perm: &[usize]) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("permute");
         eager_or_panic("permute", permute_rule(&known(self.shape()), perm));
         let n = self.ndim();
         let out = self.view_untracked(self.layout().permuted(perm));
@@ -63,6 +66,7 @@ impl Tensor {
 
     /// Axes `a` and `b` swapped. A view.
     pub fn transpose<A: Axis, B: Axis>(&self, a: A, b: B) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("transpose");
         let (a, b) = (
             axis_in("transpose", a, self.shape()),
             axis_in("transpose", b, self.shape()),
@@ -74,6 +78,7 @@ impl Tensor {
 
     /// The last two axes swapped (the matrix transpose of a batch). A view.
     pub fn t(&self) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("t");
         assert!(
             self.ndim() >= 2,
             "t: needs at least 2 axes, shape is {:?}",
@@ -85,6 +90,7 @@ impl Tensor {
     /// This tensor repeated along new leading axes and size-1 axes to `shape`, as a view
     /// (stride 0 on the repeated axes). The gradient sums back.
     pub fn broadcast_to(&self, shape: &[usize]) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("broadcast_to");
         self.try_broadcast_to(shape)
             .unwrap_or_else(|e| panic!("{e}"))
     }
@@ -92,6 +98,7 @@ impl Tensor {
     /// [`Tensor::broadcast_to`], returning [`Error::Shape`](crate::error::Error::Shape) instead of
     /// panicking when the shape cannot be broadcast to `shape`.
     pub fn try_broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
+        let _profiled = crate::tensor::profile::scope("broadcast_to");
         if shape == self.shape() {
             return Ok(self.clone());
         }
@@ -112,6 +119,7 @@ impl Tensor {
 
     /// Removes axis `axis`, which must have size 1.
     pub fn squeeze<A: Axis>(&self, axis: A) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("squeeze");
         let axis = axis_in("squeeze", axis, self.shape());
         self.reshape(&eager_or_panic(
             "squeeze",
@@ -122,6 +130,7 @@ impl Tensor {
     /// Inserts a size-1 axis at position `axis` (0..=ndim).
     /// A negative `axis` counts from the back of the result (`-1` appends an axis).
     pub fn unsqueeze<A: Axis>(&self, axis: A) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("unsqueeze");
         let axis = axis.position(self.ndim() + 1).unwrap_or_else(|| {
             panic!(
                 "unsqueeze: axis {axis} out of range for shape {:?}",
@@ -136,6 +145,7 @@ impl Tensor {
 
     /// Axes from `start` on merged into one: `[N, C, H, W].flatten_from(1)` is `[N, C*H*W]`.
     pub fn flatten_from(&self, start: usize) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("flatten_from");
         self.reshape(&eager_or_panic(
             "flatten_from",
             flatten_from_rule(&known(self.shape()), start),
@@ -144,6 +154,7 @@ impl Tensor {
 
     /// Elements `start..start + len` along `axis`. A view.
     pub fn narrow<A: Axis>(&self, axis: A, start: usize, len: usize) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("narrow");
         let axis = axis_in("narrow", axis, self.shape());
         eager_or_panic(
             "narrow",

@@ -11,6 +11,7 @@ pub(crate) mod draws;
 mod element;
 mod layout;
 mod mode;
+pub mod profile;
 pub(crate) mod record;
 
 use std::borrow::Cow;

@@ -12,3 +12,4 @@ mod einsum;
 mod func;
 mod integer_dtype;
 mod primitives;
+mod profiler;

@@ -277,6 +277,7 @@ impl Tensor {
         c0: &Tensor,
         w: RecurrentWeights<'_>,
     ) -> (Tensor, Tensor, Tensor) {
+        let _profiled = crate::tensor::profile::scope("lstm");
         let (out, h, c) = layer::<LstmCell>(self, &[h0, c0], w);
         (out, h, c.expect("the LSTM has a cell state"))
     }
@@ -285,6 +286,7 @@ impl Tensor {
     /// with PyTorch's weight layouts and gate order (r, z, n): the outputs `[N, T, H]` and the
     /// last state. One op, as [`Tensor::lstm`].
     pub fn gru(&self, h0: &Tensor, w: RecurrentWeights<'_>) -> (Tensor, Tensor) {
+        let _profiled = crate::tensor::profile::scope("gru");
         let (out, h, _) = layer::<GruCell>(self, &[h0], w);
         (out, h)
     }
@@ -293,6 +295,7 @@ impl Tensor {
     /// batch-first sequence `[N, T, in]` from `h0` (`[N, H]`): the outputs `[N, T, H]` and the
     /// last state. One op, as [`Tensor::lstm`].
     pub fn rnn_tanh(&self, h0: &Tensor, w: RecurrentWeights<'_>) -> (Tensor, Tensor) {
+        let _profiled = crate::tensor::profile::scope("rnn_tanh");
         let (out, h, _) = layer::<TanhCell>(self, &[h0], w);
         (out, h)
     }
