@@ -153,42 +153,48 @@ def hessian(func, inputs, create_graph=False, strict=False, vectorize=False, out
     inputs, in_tuple = _as_tuple(inputs, "hessian: inputs")
 
     def gradient(*xs):
-        (y,), _ = _call(func, xs, "hessian")
-        if y.numel() != 1:
-            raise RuntimeError(f"hessian: the function must return one element, got shape {tuple(y.shape)}")
-        return _grad([y.reshape(())], xs, None, True, strict, "hessian")
+        return _one_element_gradient(func, xs, strict, "hessian")[1]
 
     # One block per (output, input) pair: the gradient's entries are the rows.
     result = jacobian(gradient, inputs, create_graph=create_graph, strict=strict)
     return result if in_tuple else result[0][0]
 
 
-def vhp(func, inputs, v=None, create_graph=False, strict=False):
-    """``(func(*inputs), vᵀ·H)`` for a function of one-element output."""
-    inputs, in_tuple = _as_tuple(inputs, "vhp: inputs")
-    v = _check_v(v, inputs, "vhp")
+def _one_element_gradient(func, xs, strict, name):
+    """``func(*xs)``, which must hold one element, and its gradient with a graph."""
+    (y,), _ = _call(func, xs, name)
+    if y.numel() != 1:
+        raise RuntimeError(f"{name}: the function must return one element, got shape {tuple(y.shape)}")
+    return y, _grad([y.reshape(())], xs, None, True, strict, name)
+
+
+def _second_order(func, inputs, v, create_graph, strict, name, product):
+    """``(y, product(gradient, xs, v))`` in PyTorch's structure, for ``vhp`` and ``hvp``."""
+    inputs, in_tuple = _as_tuple(inputs, f"{name}: inputs")
+    v = _check_v(v, inputs, name)
     with enable_grad():
         xs = _leaves(inputs, create_graph)
-        (y,), _ = _call(func, xs, "vhp")
-        if y.numel() != 1:
-            raise RuntimeError(f"vhp: the function must return one element, got shape {tuple(y.shape)}")
-        grads = _grad([y.reshape(())], xs, None, True, strict, "vhp")
-        result = _grad(grads, xs, v, create_graph, strict, "vhp")
+        y, grads = _one_element_gradient(func, xs, strict, name)
+        result = product(grads, xs, v)
     return _detached((y,), create_graph)[0], _unpack(_detached(result, create_graph), in_tuple)
+
+
+def vhp(func, inputs, v=None, create_graph=False, strict=False):
+    """``(func(*inputs), vᵀ·H)`` for a function of one-element output."""
+
+    def product(grads, xs, v):
+        return _grad(grads, xs, v, create_graph, strict, "vhp")
+
+    return _second_order(func, inputs, v, create_graph, strict, "vhp", product)
 
 
 def hvp(func, inputs, v=None, create_graph=False, strict=False):
     """``(func(*inputs), H·v)`` for a function of one-element output, by the double-backward
     trick (the same as ``vhp`` where the Hessian is symmetric)."""
-    inputs, in_tuple = _as_tuple(inputs, "hvp: inputs")
-    v = _check_v(v, inputs, "hvp")
-    with enable_grad():
-        xs = _leaves(inputs, create_graph)
-        (y,), _ = _call(func, xs, "hvp")
-        if y.numel() != 1:
-            raise RuntimeError(f"hvp: the function must return one element, got shape {tuple(y.shape)}")
-        grads = _grad([y.reshape(())], xs, None, True, strict, "hvp")
+
+    def product(grads, xs, v):
         cotangents = tuple(zeros_like(x).requires_grad_() for x in xs)
         back = _grad(grads, xs, cotangents, True, strict, "hvp")
-        result = _grad(back, cotangents, v, create_graph, strict, "hvp")
-    return _detached((y,), create_graph)[0], _unpack(_detached(result, create_graph), in_tuple)
+        return _grad(back, cotangents, v, create_graph, strict, "hvp")
+
+    return _second_order(func, inputs, v, create_graph, strict, "hvp", product)
