@@ -606,3 +606,45 @@ pub fn checkpoint(function: &Bound<'_, PyAny>, args: &Bound<'_, PyTuple>) -> PyR
     };
     guard::run(|| ferrograd::autograd::checkpoint(run, &refs)).map(PyTensor::new)
 }
+
+/// While entered, the given values stand in for parameters and core buffers on this thread
+/// (`torch.func.functional_call`'s mechanism, over the core's `Substitutes`).
+#[pyclass(name = "ParamSubstitutes", module = "ferrograd._core", unsendable)]
+pub struct PySubstitutes {
+    pairs: Vec<(Param, Tensor)>,
+    guard: Option<ferrograd::autograd::Substitutes>,
+}
+
+#[pymethods]
+impl PySubstitutes {
+    /// `pairs`: `(parameter, value)` tuples; the parameter a trainable leaf or a core layer's
+    /// buffer, the value a tensor of its shape and dtype.
+    #[new]
+    fn new(pairs: Vec<(PyRef<'_, PyTensor>, Bound<'_, PyAny>)>) -> PyResult<PySubstitutes> {
+        let pairs = pairs
+            .into_iter()
+            .map(|(p, v)| {
+                let param = p.backing_param().ok_or_else(|| {
+                    PyTypeError::new_err(
+                        "functional_call: only a parameter or a layer's buffer can be replaced here",
+                    )
+                })?;
+                Ok((param, to_tensor(&v, None)?))
+            })
+            .collect::<PyResult<_>>()?;
+        Ok(PySubstitutes { pairs, guard: None })
+    }
+
+    fn __enter__(mut slf: PyRefMut<'_, Self>) -> PyResult<PyRefMut<'_, Self>> {
+        let refs: Vec<(&Param, Tensor)> = slf.pairs.iter().map(|(p, t)| (p, t.clone())).collect();
+        let guard = ferrograd::autograd::Substitutes::push(&refs).map_err(crate::nn::core_error)?;
+        slf.guard = Some(guard);
+        Ok(slf)
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&mut self, _args: &Bound<'_, PyTuple>) -> bool {
+        self.guard = None;
+        false
+    }
+}

@@ -469,6 +469,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyTensor>()?;
     m.add_class::<profiler::PyProfile>()?;
     m.add_class::<profiler::PyRecordFunction>()?;
+    m.add_class::<autograd::PySubstitutes>()?;
     m.add_function(wrap_pyfunction!(profiler::profiler_start, m)?)?;
     m.add_function(wrap_pyfunction!(profiler::profiler_stop, m)?)?;
     m.add_class::<PyDType>()?;

@@ -439,6 +439,15 @@ impl PyTensor {
         }
     }
 
+    /// The parameter behind a trainable leaf or a core layer's buffer, None for any other
+    /// tensor.
+    pub fn backing_param(&self) -> Option<Param> {
+        match &self.writes_to {
+            Some(WriteBack::Buffer(p)) => Some(p.clone()),
+            _ => self.leaf_param(),
+        }
+    }
+
     /// Keeps the values and drops the graph behind them (what `Model.backward` does to its
     /// prediction once the gradients are taken).
     pub fn release_graph(&self) {
@@ -454,10 +463,16 @@ impl PyTensor {
 
     /// The current value (a leaf's is tracked, with the leaf's identity).
     pub fn tensor(&self) -> Tensor {
+        // A leaf first: an alias of another tensor's storage (`p.detach()`) made trainable by
+        // `requires_grad_()` is a leaf of its own from then on.
+        let value = self.value();
+        if let Value::Leaf(l) = &value {
+            return l.param.tensor();
+        }
         if let Some(live) = self.writes_to.as_ref().and_then(WriteBack::current) {
             return live;
         }
-        match (self.value(), self.view_of()) {
+        match (value, self.view_of()) {
             (Value::Plain(t), Some(of)) => self.fresh(&of, t),
             (Value::Plain(t), None) => t,
             (Value::Leaf(l), _) => l.param.tensor(),

@@ -352,3 +352,61 @@ def test_once_differentiable_refuses_a_second_derivative():
     assert g.item() == 4 * 27.0
     with pytest.raises(RuntimeError, match="once_differentiable"):
         fg.autograd.grad(g, [x])
+
+
+def test_functional_call_computes_with_given_values_and_leaves_the_module_alone():
+    fg.manual_seed(0)
+    model = fg.nn.Sequential(fg.nn.Linear(3, 4), fg.nn.ReLU(), fg.nn.Linear(4, 2))
+    before = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+    x = fg.ones(5, 3)
+    delta = fg.full((4, 3), 0.5, requires_grad=True)
+    w = model[0].weight + delta  # a step taken inside the call, as MAML's inner loop does
+    y = fg.func.functional_call(model, {"0.weight": w}, (x,))
+    by_hand = fg.nn.functional.linear(
+        fg.nn.functional.linear(x, w, model[0].bias).relu(), model[2].weight, model[2].bias
+    )
+    np.testing.assert_array_equal(y.detach().numpy(), by_hand.detach().numpy())
+    (g,) = fg.autograd.grad(y.sum(), [delta])
+    (g_hand,) = fg.autograd.grad(by_hand.sum(), [delta])
+    np.testing.assert_array_equal(g.numpy(), g_hand.numpy())
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), before[k])
+    np.testing.assert_array_equal(model(x).detach().numpy(), fg.nn.Sequential(*model)(x).detach().numpy())
+    # Per-sample gradients, one call per sample: grad of functional_call in its parameters.
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def loss(p, xi):
+        return fg.func.functional_call(model, p, (xi.unsqueeze(0),)).square().sum()
+
+    g0 = fg.func.grad(lambda p0: loss({**params, "2.bias": p0}, x[0]))(params["2.bias"])
+    assert tuple(g0.shape) == (2,)
+    with pytest.raises(RuntimeError, match=r"no parameter or buffer named \['9.weight'\]"):
+        fg.func.functional_call(model, {"9.weight": w}, (x,))
+    with pytest.raises(RuntimeError, match="strict=True"):
+        fg.func.functional_call(model, {"0.weight": w}, (x,), strict=True)
+
+
+def test_functional_call_reaches_python_modules_parameters_and_buffers():
+    class Scale(fg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.s = fg.nn.Parameter(fg.tensor(2.0))
+            self.register_buffer("shift", fg.tensor(1.0))
+
+        def forward(self, x):
+            return x * self.s + self.shift
+
+    m = Scale()
+    y = fg.func.functional_call(m, ({"s": fg.tensor(3.0)}, {"shift": fg.tensor(10.0)}), fg.tensor(2.0))
+    assert y.item() == 16.0
+    assert m(fg.tensor(2.0)).item() == 5.0 and m.shift.item() == 1.0
+
+
+def test_a_detached_parameter_made_trainable_is_a_leaf_of_its_own():
+    lin = fg.nn.Linear(3, 2)
+    for p in (lin.bias.detach().requires_grad_(), lin.bias.detach().detach().requires_grad_()):
+        y = (p * 2).sum()
+        assert y.requires_grad
+        (g,) = fg.autograd.grad(y, [p])
+        assert g.tolist() == [2.0, 2.0]
+    assert not lin.bias.detach().requires_grad and lin.bias.requires_grad

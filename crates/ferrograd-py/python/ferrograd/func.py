@@ -1,13 +1,13 @@
 """``torch.func``'s transforms that reverse mode gives: ``grad``, ``grad_and_value``, ``vjp``,
-``jacrev`` and ``hessian``. Each returns a function; they compose (``grad(grad(f))`` is the
-second derivative), as the Rust ``ferrograd::func`` does. Forward mode (``jvp``,
-``jacfwd``) and ``vmap`` are not built yet."""
+``jacrev`` and ``hessian``, and ``functional_call``. Each transform returns a function; they
+compose (``grad(grad(f))`` is the second derivative), as the Rust ``ferrograd::func`` does.
+Forward mode (``jvp``, ``jacfwd``) and ``vmap`` are not built yet."""
 
-from . import enable_grad, stack, zeros, zeros_like
+from . import _core, enable_grad, stack, zeros, zeros_like
 from ._core import Tensor
 from ._core import grad as _core_grad
 
-__all__ = ["grad", "grad_and_value", "hessian", "jacrev", "vjp"]
+__all__ = ["functional_call", "grad", "grad_and_value", "hessian", "jacrev", "vjp"]
 
 
 def _argnums(argnums, args, name):
@@ -133,3 +133,58 @@ def hessian(func, argnums=0):
     """A function giving the Hessian of ``func`` (one-element output): ``jacrev`` of its
     gradient, shaped ``input.shape + input.shape``."""
     return jacrev(grad(func, argnums), argnums)
+
+
+def _merged(dicts):
+    dicts = dicts if isinstance(dicts, (tuple, list)) else (dicts,)
+    values = {}
+    for d in dicts:
+        for k, v in d.items():
+            if k in values:
+                raise ValueError(f"functional_call: {k!r} is given in more than one dict")
+            values[k] = v
+    return values
+
+
+def _owner(module, name):
+    path, _, leaf = name.rpartition(".")
+    return (module.get_submodule(path) if path else module), leaf
+
+
+def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, *, tie_weights=True, strict=False):
+    """``module(*args, **kwargs)`` computed with the parameters and buffers named in the dicts
+    (``"0.weight"``) replaced by the given tensors, as ``torch.func.functional_call``: gradients
+    reach what those tensors were computed from, and the module does not change. A tied
+    parameter is replaced wherever it is used. With ``strict``, every parameter and buffer
+    must be given."""
+    del tie_weights
+    values = _merged(parameter_and_buffer_dicts)
+    named = dict(module.named_parameters())
+    named.update(dict(module.named_buffers()))
+    unknown = sorted(k for k in values if k not in named)
+    if unknown:
+        raise RuntimeError(f"functional_call: the module has no parameter or buffer named {unknown}")
+    if strict:
+        missing = sorted(k for k in named if k not in values)
+        if missing:
+            raise RuntimeError(f"functional_call: strict=True and no value given for {missing}")
+    substitutes, swaps = [], []
+    for name, value in values.items():
+        target = named[name]
+        try:
+            _core.ParamSubstitutes([(target, value)])
+        except TypeError:
+            # A plain tensor a Python module holds (a buffer): swapped on the module itself.
+            swaps.append((*_owner(module, name), value))
+        else:
+            substitutes.append((target, value))
+    args = () if args is None else (args if isinstance(args, tuple) else (args,))
+    before = [(owner, leaf, getattr(owner, leaf)) for owner, leaf, _ in swaps]
+    try:
+        for owner, leaf, value in swaps:
+            owner.__setattr__(leaf, value)
+        with _core.ParamSubstitutes(substitutes):
+            return module(*args, **(kwargs or {}))
+    finally:
+        for owner, leaf, value in before:
+            owner.__setattr__(leaf, value)

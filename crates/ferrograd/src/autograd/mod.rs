@@ -25,4 +25,4 @@ pub use custom::{
 pub use engine::{grad, grad_with_graph, try_grad, try_grad_reached};
 pub use gradcheck::{gradcheck, gradgradcheck, GradcheckOptions};
 pub use gradients::{global_norm, Gradients};
-pub use param::Param;
+pub use param::{with_substitutes, Param, Substitutes};

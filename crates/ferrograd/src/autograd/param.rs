@@ -1,5 +1,6 @@
 //! Trainable parameters: leaves with a stable identity whose value optimizers replace.
 
+use std::cell::RefCell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -74,8 +75,12 @@ impl Param {
         self.id
     }
 
-    /// The current value, tracked as this parameter's leaf (untracked while frozen).
+    /// The current value, tracked as this parameter's leaf (untracked while frozen); inside
+    /// [`with_substitutes`], the value put in its place on this thread.
     pub fn tensor(&self) -> Tensor {
+        if let Some(value) = substitute(self.id) {
+            return value;
+        }
         let value = self.value.read().unwrap_or_else(|e| e.into_inner()).clone();
         if self.is_frozen() {
             value.detach()
@@ -175,4 +180,77 @@ impl Param {
             .shape()
             .to_vec()
     }
+}
+
+thread_local! {
+    /// Values standing in for parameters on this thread, by parameter identity, innermost last.
+    static SUBSTITUTES: RefCell<Vec<(u64, Tensor)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The value standing in for parameter `id` on this thread, if any.
+fn substitute(id: u64) -> Option<Tensor> {
+    SUBSTITUTES.with(|s| {
+        let s = s.borrow();
+        s.iter()
+            .rev()
+            .find(|(p, _)| *p == id)
+            .map(|(_, t)| t.clone())
+    })
+}
+
+/// While it lives, [`Param::tensor`] on this thread gives other values for some parameters;
+/// made by [`Substitutes::push`], for bindings whose scopes are not closures.
+pub struct Substitutes {
+    below: usize,
+}
+
+impl Substitutes {
+    /// Puts each `(param, value)`'s value in the parameter's place (same shape and dtype)
+    /// until the guard drops. The value is used as it is, tracked or not, so gradients reach
+    /// whatever it was computed from.
+    pub fn push(values: &[(&Param, Tensor)]) -> crate::Result<Substitutes> {
+        for (p, v) in values {
+            if v.shape() != p.shape().as_slice() || v.dtype() != p.dtype() {
+                return Err(crate::Error::Shape(format!(
+                    "substitute: a value {:?} ({}) for a parameter {:?} ({})",
+                    v.shape(),
+                    v.dtype(),
+                    p.shape(),
+                    p.dtype()
+                )));
+            }
+        }
+        let below = SUBSTITUTES.with(|s| {
+            let mut s = s.borrow_mut();
+            let below = s.len();
+            s.extend(values.iter().map(|(p, v)| (p.id, v.clone())));
+            below
+        });
+        Ok(Substitutes { below })
+    }
+}
+
+impl Drop for Substitutes {
+    fn drop(&mut self) {
+        SUBSTITUTES.with(|s| s.borrow_mut().truncate(self.below));
+    }
+}
+
+/// Runs `f` with each `(param, value)`'s value in the parameter's place on this thread
+/// (`torch.func.functional_call`'s mechanism): the module computes with the given values, and
+/// gradients reach what they were computed from. The parameters themselves do not change.
+///
+/// ```
+/// use ferrograd::prelude::*;
+/// use ferrograd::autograd::with_substitutes;
+///
+/// let w = Param::new(Tensor::from_vec(vec![1.0f32, 2.0], &[2]));
+/// let other = Tensor::from_vec(vec![5.0f32, 6.0], &[2]);
+/// let sum = with_substitutes(&[(&w, other)], || w.tensor().sum()).unwrap();
+/// assert_eq!(sum.item(), 11.0);
+/// assert_eq!(w.tensor().to_vec::<f32>(), vec![1.0, 2.0]);
+/// ```
+pub fn with_substitutes<R>(values: &[(&Param, Tensor)], f: impl FnOnce() -> R) -> crate::Result<R> {
+    let _guard = Substitutes::push(values)?;
+    Ok(f())
 }

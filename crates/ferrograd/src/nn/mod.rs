@@ -26,7 +26,7 @@ pub use dense::Dense;
 pub use dropout::{Dropout, Dropout2d, DropoutOf};
 pub use embedding::Embedding;
 pub(crate) use module::indexed;
-pub use module::{distinct, prefixed, LoadReport, Module};
+pub use module::{distinct, functional_call, prefixed, LoadReport, Module};
 pub use norm::{BatchNorm1d, BatchNorm2d, BatchNormNd, LayerNorm};
 pub use recurrent::{Gru, Lstm, Rnn};
 pub use shape::{Flatten, Reshape};

@@ -472,3 +472,50 @@ pub(crate) fn tie_slot(layer: &str, name: &str, slot: &mut Param, to: &Param) ->
     *slot = to.clone();
     Ok(())
 }
+
+/// `torch.func.functional_call`: runs `f` while `module`'s parameters and buffers named in
+/// `values` (nested names, `"0.weight"`) compute with the given tensors instead, on this
+/// thread; gradients reach what those tensors were computed from, and the module itself does
+/// not change. Every unknown name and every shape or dtype mismatch is an error, before `f`
+/// runs.
+///
+/// ```
+/// use ferrograd::nn::functional_call;
+/// use ferrograd::prelude::*;
+///
+/// let layer = Dense::new(2, 1);
+/// let x = Tensor::ones(&[1, 2], DType::F32);
+/// let w = Tensor::from_vec(vec![3.0f32, 4.0], &[1, 2]).requires_grad();
+/// let b = Tensor::zeros(&[1], DType::F32);
+/// let y = functional_call(&layer, &[("weight", w.clone()), ("bias", b)], || {
+///     layer.forward(&x, Mode::Eval)
+/// })?;
+/// assert_eq!(y.item(), 7.0);
+/// assert_eq!(grad(&y.sum(), &[&w])[0].to_vec::<f32>(), vec![1.0, 1.0]);
+/// # Ok::<(), ferrograd::Error>(())
+/// ```
+pub fn functional_call<M: Module + ?Sized, R>(
+    module: &M,
+    values: &[(&str, Tensor)],
+    f: impl FnOnce() -> R,
+) -> Result<R> {
+    let mut named: HashMap<String, Param> = module.params().into_iter().collect();
+    named.extend(module.buffers());
+    let unknown: Vec<&str> = values
+        .iter()
+        .map(|(n, _)| *n)
+        .filter(|n| !named.contains_key(*n))
+        .collect();
+    if !unknown.is_empty() {
+        let mut known: Vec<&String> = named.keys().collect();
+        known.sort();
+        return Err(Error::Shape(format!(
+            "functional_call: no parameter or buffer named {unknown:?} (the module has {known:?})"
+        )));
+    }
+    let pairs: Vec<(&Param, Tensor)> = values
+        .iter()
+        .map(|(n, t)| (&named[*n], t.clone()))
+        .collect();
+    crate::autograd::with_substitutes(&pairs, f)
+}

@@ -454,3 +454,58 @@ fn layers_tie_their_parameters_to_another_layers() {
         .to_string();
     assert!(err.contains("cannot tie \"weight\""), "{err}");
 }
+
+#[test]
+fn functional_call_computes_with_given_values_and_leaves_the_module_alone() {
+    use ferrograd::nn::functional_call;
+
+    let _turn = crate::common::turn();
+    let net = Net::new(vec![
+        Box::new(Dense::new(3, 4)),
+        Box::new(Relu::new()),
+        Box::new(Dense::new(4, 2)),
+    ]);
+    let before: Vec<Vec<f32>> = net
+        .params()
+        .iter()
+        .map(|(_, p)| p.tensor().to_vec::<f32>())
+        .collect();
+    let x = Tensor::ones(&[5, 3], DType::F32);
+    // A step of gradient descent taken inside the call (as MAML's inner loop does): the
+    // outer gradient reaches the original weight through the updated one.
+    let w0 = net.params()[0].1.tensor();
+    let delta = Tensor::full(&[4, 3], 0.5, DType::F32).requires_grad();
+    let shifted = &w0 + &delta;
+    let y = functional_call(&net, &[("0.weight", shifted.clone())], || {
+        Layer::forward(&net, &x, Mode::Eval)
+    })
+    .unwrap();
+    let by_hand = {
+        let (b0, w2, b2) = (
+            net.params()[1].1.tensor(),
+            net.params()[2].1.tensor(),
+            net.params()[3].1.tensor(),
+        );
+        x.linear(&shifted, Some(&b0)).relu().linear(&w2, Some(&b2))
+    };
+    assert_eq!(y.to_vec::<f32>(), by_hand.to_vec::<f32>());
+    let g = grad(&y.sum(), &[&delta]).remove(0);
+    let g_hand = grad(&by_hand.sum(), &[&delta]).remove(0);
+    assert_eq!(g.to_vec::<f32>(), g_hand.to_vec::<f32>());
+    let after: Vec<Vec<f32>> = net
+        .params()
+        .iter()
+        .map(|(_, p)| p.tensor().to_vec::<f32>())
+        .collect();
+    assert_eq!(before, after);
+    // Unknown names and misfits are errors before anything runs.
+    let err = functional_call(&net, &[("9.weight", w0.clone())], || unreachable!())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("no parameter or buffer named [\"9.weight\"]"),
+        "{err}"
+    );
+    let wrong = Tensor::zeros(&[2, 2], DType::F32);
+    assert!(functional_call(&net, &[("0.weight", wrong)], || unreachable!()).is_err());
+}
