@@ -13,12 +13,19 @@ pub struct PyProfile {
 
 #[pymethods]
 impl PyProfile {
-    /// The calls grouped by name, longest total first: `(name, calls, total_ns, self_ns)`.
-    fn key_averages(&self) -> Vec<(String, u64, u64, u64)> {
+    /// The calls grouped by name, longest total first: `(name, calls, total_ns, self_ns,
+    /// bytes, self_bytes, flops, threads)`.
+    #[allow(clippy::type_complexity)]
+    fn key_averages(&self) -> Vec<(String, u64, u64, u64, u64, u64, u64, usize)> {
         self.profile
             .key_averages()
             .into_iter()
-            .map(|s| (s.name, s.calls, s.total_ns, s.self_ns))
+            .map(|s| {
+                let sizes = (s.bytes, s.self_bytes, s.flops, s.threads);
+                (
+                    s.name, s.calls, s.total_ns, s.self_ns, sizes.0, sizes.1, sizes.2, sizes.3,
+                )
+            })
             .collect()
     }
 

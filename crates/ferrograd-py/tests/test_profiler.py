@@ -23,6 +23,9 @@ def test_a_profile_of_a_training_step_names_its_ops_rules_and_ranges(tmp_path):
     averages = prof.key_averages()
     names = {e.key for e in averages}
     assert {"train step", "linear", "relu", "linear backward"} <= names, names
+    first = next(e for e in averages if e.key == "linear")
+    assert first.flops == 2 * 4 * 8 * 16 + 2 * 4 * 16 * 2  # both layers' products
+    assert first.self_cpu_memory_usage == 4 * (4 * 16 + 4 * 2)  # their float32 outputs
     step = next(e for e in averages if e.key == "train step")
     assert step.count == 1 and step.cpu_time_total >= step.self_cpu_time_total >= 0
     assert max(e.cpu_time_total for e in averages) == step.cpu_time_total

@@ -1,7 +1,9 @@
 //! A profiler in the manner of `torch.profiler`: [`profile`] runs a closure while every op,
 //! every derivative rule that backward runs (`matmul backward`) and every range named with
 //! [`record_function`] is timed, and gives a [`Profile`]: a table by op, sorted by total time,
-//! and a Chrome trace that Perfetto (`ui.perfetto.dev`) or `chrome://tracing` opens.
+//! with the bytes of the tensors each op made, the floating-point operations of the products
+//! and convolutions, and the most threads its kernels ran on; and a Chrome trace that Perfetto
+//! (`ui.perfetto.dev`) or `chrome://tracing` opens.
 //!
 //! Off, each op pays one relaxed atomic load: `bench_autograd`'s scalar graph (about 200 ns a
 //! node) ran as fast with the recording compiled in as without. On, an op costs 0.13–0.23 µs
@@ -81,6 +83,14 @@ pub struct OpStats {
     pub total_ns: u64,
     /// Nanoseconds outside nested scopes.
     pub self_ns: u64,
+    /// Bytes of the tensors made, nested scopes included.
+    pub bytes: u64,
+    /// Bytes of the tensors made outside nested scopes.
+    pub self_bytes: u64,
+    /// Floating-point operations of its products and convolutions, nested included.
+    pub flops: u64,
+    /// The most threads a kernel inside it ran on.
+    pub threads: usize,
 }
 
 /// The order of [`Profile::table_sorted`]'s rows.
@@ -128,10 +138,18 @@ impl Profile {
                 calls: 0,
                 total_ns: 0,
                 self_ns: 0,
+                bytes: 0,
+                self_bytes: 0,
+                flops: 0,
+                threads: 0,
             });
             s.calls += 1;
             s.total_ns += e.total_ns;
             s.self_ns += e.self_ns;
+            s.bytes += e.bytes;
+            s.self_bytes += e.self_bytes;
+            s.flops += e.flops;
+            s.threads = s.threads.max(e.threads);
         }
         let mut stats: Vec<OpStats> = by_name.into_values().collect();
         stats.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.name.cmp(&b.name)));
@@ -144,7 +162,9 @@ impl Profile {
     }
 
     /// A text table, one row per name (`torch.profiler`'s columns: self time and its share,
-    /// total time and its share, the mean, the calls), the first `rows` in `order`.
+    /// total time and its share, the mean, the calls; then the bytes of the tensors it made
+    /// itself, its products' floating-point operations and the most threads its kernels ran
+    /// on), the first `rows` in `order`.
     pub fn table_sorted(&self, order: SortBy, rows: usize) -> String {
         let mut stats = self.key_averages();
         match order {
@@ -161,22 +181,34 @@ impl Profile {
             .unwrap_or(4)
             .clamp(4, 60);
         let mut out = format!(
-            "{:<width$}  {:>10}  {:>7}  {:>10}  {:>7}  {:>10}  {:>8}\n",
-            "Name", "Self", "Self %", "Total", "Total %", "Mean", "Calls"
+            "{:<width$}  {:>10}  {:>7}  {:>10}  {:>7}  {:>10}  {:>8}  {:>10}  {:>9}  {:>7}\n",
+            "Name",
+            "Self",
+            "Self %",
+            "Total",
+            "Total %",
+            "Mean",
+            "Calls",
+            "Self mem",
+            "FLOPs",
+            "Threads"
         );
-        out += &"-".repeat(width + 67);
+        out += &"-".repeat(width + 100);
         out.push('\n');
         for s in stats.iter().take(rows) {
             let _ = writeln!(
                 out,
-                "{:<width$}  {:>10}  {:>6.1}%  {:>10}  {:>6.1}%  {:>10}  {:>8}",
+                "{:<width$}  {:>10}  {:>6.1}%  {:>10}  {:>6.1}%  {:>10}  {:>8}  {:>10}  {:>9}  {:>7}",
                 s.name,
                 duration(s.self_ns),
                 100.0 * s.self_ns as f64 / whole,
                 duration(s.total_ns),
                 100.0 * s.total_ns as f64 / whole,
                 duration(s.total_ns / s.calls.max(1)),
-                s.calls
+                s.calls,
+                bytes(s.self_bytes),
+                count(s.flops),
+                s.threads
             );
         }
         let _ = writeln!(out, "Self time in all: {}", duration(whole as u64));
@@ -193,11 +225,15 @@ impl Profile {
             }
             let _ = write!(
                 out,
-                "{{\"name\":{},\"cat\":\"op\",\"ph\":\"X\",\"ts\":{:.3},\"dur\":{:.3},\"pid\":0,\"tid\":{}}}",
+                "{{\"name\":{},\"cat\":\"op\",\"ph\":\"X\",\"ts\":{:.3},\"dur\":{:.3},\"pid\":0,\"tid\":{},\
+                 \"args\":{{\"bytes\":{},\"flops\":{},\"threads\":{}}}}}",
                 json_string(&e.name),
                 e.start_ns as f64 / 1e3,
                 e.total_ns as f64 / 1e3,
-                e.thread
+                e.thread,
+                e.bytes,
+                e.flops,
+                e.threads
             );
         }
         out + "],\"displayTimeUnit\":\"ms\"}"
@@ -220,6 +256,28 @@ fn duration(ns: u64) -> String {
         n if n >= 1_000_000 => format!("{:.3}ms", n as f64 / 1e6),
         n if n >= 1_000 => format!("{:.3}us", n as f64 / 1e3),
         n => format!("{n}ns"),
+    }
+}
+
+/// `1.50 MB`, `512 B`: powers of 1000, as `torch.profiler`'s memory columns.
+fn bytes(b: u64) -> String {
+    match b {
+        0 => "0 B".into(),
+        b if b >= 1_000_000_000 => format!("{:.2} GB", b as f64 / 1e9),
+        b if b >= 1_000_000 => format!("{:.2} MB", b as f64 / 1e6),
+        b if b >= 1_000 => format!("{:.2} kB", b as f64 / 1e3),
+        b => format!("{b} B"),
+    }
+}
+
+/// `2.36 G`, `12.5 k`, `--` for none.
+fn count(n: u64) -> String {
+    match n {
+        0 => "--".into(),
+        n if n >= 1_000_000_000 => format!("{:.2} G", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{:.2} M", n as f64 / 1e6),
+        n if n >= 1_000 => format!("{:.2} k", n as f64 / 1e3),
+        n => n.to_string(),
     }
 }
 

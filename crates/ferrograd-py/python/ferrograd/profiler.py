@@ -3,8 +3,10 @@ op, every derivative rule that backward runs (``matmul backward``) and every
 ``record_function`` range, on every thread; ``prof.key_averages().table(sort_by=...)`` prints
 them by name and ``prof.export_chrome_trace(path)`` writes a trace that Perfetto opens.
 
-There is no accelerator, so ``ProfilerActivity.CUDA`` records nothing; shapes, memory, stacks
-and FLOPs are not recorded (``record_shapes`` and the like are accepted and change nothing)."""
+Each name also gets the bytes of the tensors it made, the floating-point operations of the
+products and convolutions in it, and the most threads its kernels ran on. There is no
+accelerator, so ``ProfilerActivity.CUDA`` records nothing; shapes and stacks are not recorded
+(``record_shapes`` and the like are accepted and change nothing)."""
 
 import contextlib
 import enum
@@ -39,14 +41,20 @@ class record_function(contextlib.ContextDecorator):
 
 
 class FunctionEventAvg:
-    """The calls of one name: ``key``, ``count``, and times in microseconds."""
+    """The calls of one name: ``key``, ``count``, times in microseconds, the bytes of the
+    tensors made (``cpu_memory_usage``, ``self_cpu_memory_usage``), the products' ``flops``
+    and the most ``threads`` a kernel inside ran on."""
 
-    def __init__(self, key, count, total_ns, self_ns):
+    def __init__(self, key, count, total_ns, self_ns, memory, self_memory, flops, threads):
         self.key = key
         self.count = count
         self.cpu_time_total = total_ns / 1e3
         self.self_cpu_time_total = self_ns / 1e3
         self.cpu_time = self.cpu_time_total / max(count, 1)
+        self.cpu_memory_usage = memory
+        self.self_cpu_memory_usage = self_memory
+        self.flops = flops
+        self.threads = threads
 
     def __repr__(self):
         return f"<FunctionEventAvg key={self.key} count={self.count} cpu_time_total={self.cpu_time_total:.3f}us>"

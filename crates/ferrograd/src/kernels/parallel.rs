@@ -137,6 +137,9 @@ thread_local! {
     /// made from inside one runs serially when the outer call has a part for every thread,
     /// as the cores are then busy with them.
     static IN_PART: Cell<usize> = const { Cell::new(0) };
+    /// The most threads a parallel loop called from this thread has run on, since
+    /// [`take_threads_used`] last read it (for the profiler).
+    static USED: Cell<usize> = const { Cell::new(0) };
     /// Whether this thread is a helper. A helper that runs other rayon work may pick up
     /// another queued helper: that one leaves at once, so that helpers do not stack on one
     /// thread.
@@ -267,9 +270,11 @@ pub(crate) fn run_parts(parts: usize, part: impl Fn(usize) + Sync) {
 fn run_dyn_parts(parts: usize, part: &(dyn Fn(usize) + Sync)) {
     let threads = threads();
     if parts <= 1 || threads <= 1 || IN_PART.with(Cell::get) >= threads {
+        note_threads(1);
         (0..parts).for_each(part);
         return;
     }
+    note_threads(parts.min(threads));
     if rayon::current_thread_index().is_some() {
         // Inside the pool, rayon's own wait runs other work meanwhile: nothing to gain, and a
         // spinning worker could hold up the very part it waits for.
@@ -399,6 +404,23 @@ pub(crate) fn chunks_per_part(chunks: usize) -> usize {
 /// Parts per thread that [`for_each_chunk`] makes at most: the last to finish waits for one
 /// part of many, whatever the threads' speeds.
 const PARTS_PER_THREAD: usize = 8;
+
+/// Records that a loop ran on `n` threads, for [`take_threads_used`].
+fn note_threads(n: usize) {
+    USED.with(|u| u.set(u.get().max(n)));
+}
+
+/// The most threads a parallel loop called from this thread has run on since the last call,
+/// reset to 0 (the profiler brackets each op with it).
+pub(crate) fn take_threads_used() -> usize {
+    USED.with(|u| u.replace(0))
+}
+
+/// Sets what [`take_threads_used`] gives next, for the profiler to hand a nested op's count
+/// on to the op around it.
+pub(crate) fn restore_threads_used(n: usize) {
+    USED.with(|u| u.set(n));
+}
 
 #[cfg(test)]
 mod tests {

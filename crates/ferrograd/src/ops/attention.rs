@@ -291,6 +291,8 @@ impl Tensor {
             .unwrap_or(if e == 0 { 1.0 } else { 1.0 / (e as f64).sqrt() });
         let heads: usize = batch.iter().product();
         let d = AttentionDims { heads, l, s, e, ev };
+        // The scores q·kᵀ and the weighted sum of the values.
+        crate::tensor::profile::note_product_flops(&[heads, l, s, e + ev]);
         let pattern = opts.dropout.map(|(p, key)| DropPattern::new(p, key));
         let with = |tail: [usize; 2]| [&batch[..], &tail].concat();
         let out_shape = with([l, ev]);

@@ -82,6 +82,7 @@ impl Tensor {
             "tensor: {} elements for shape {shape:?}",
             data.len()
         );
+        profile::note_bytes(std::mem::size_of_val(data.as_slice()));
         Tensor::from_parts(T::into_storage(data), Layout::contiguous(shape), None)
     }
 

@@ -1,6 +1,8 @@
 //! The profiler's recording: every op of the op layer, every derivative rule the backward
-//! engine runs, and the ranges a caller names, each with its wall time and thread. Off, a scope
-//! costs one relaxed atomic load; the report is built in `crate::profiler`.
+//! engine runs, and the ranges a caller names, each with its wall time, its thread, the bytes
+//! of the tensors it made, the floating-point operations the products and convolutions in it
+//! report, and the most threads its kernels ran on. Off, a scope costs one relaxed atomic
+//! load; the report is built in `crate::profiler`.
 
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -17,11 +19,22 @@ static EVENTS: Mutex<Option<(Instant, Vec<Event>)>> = Mutex::new(None);
 /// A number per recording thread, in the order threads first record.
 static NEXT_THREAD: AtomicU64 = AtomicU64::new(0);
 
+/// A scope open on this thread, with what its closed children took.
+struct Open {
+    name: Cow<'static, str>,
+    children_ns: u64,
+    bytes: u64,
+    children_bytes: u64,
+    flops: u64,
+    children_flops: u64,
+    /// The kernels' thread count seen by the scopes around this one before it opened.
+    outer_threads: usize,
+}
+
 thread_local! {
     static THREAD: u64 = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
-    /// The names of the scopes open on this thread, innermost last, with the time their
-    /// closed children took.
-    static OPEN: RefCell<Vec<(Cow<'static, str>, u64)>> = const { RefCell::new(Vec::new()) };
+    /// The scopes open on this thread, innermost last.
+    static OPEN: RefCell<Vec<Open>> = const { RefCell::new(Vec::new()) };
 }
 
 /// One recorded scope.
@@ -39,6 +52,14 @@ pub struct Event {
     pub thread: u64,
     /// How many scopes were open around it.
     pub depth: usize,
+    /// Bytes of the tensors the scope made, its nested scopes' included.
+    pub bytes: u64,
+    /// Bytes of the tensors the scope made outside its nested scopes.
+    pub self_bytes: u64,
+    /// Floating-point operations its products and convolutions reported, nested included.
+    pub flops: u64,
+    /// The most threads a kernel inside it ran on (0 for none that splits its work).
+    pub threads: usize,
 }
 
 /// Starts recording (dropping what an earlier profile left); false if one is already on.
@@ -75,15 +96,51 @@ pub fn scope(name: impl Into<Cow<'static, str>>) -> Option<Scope> {
     let name = name.into();
     OPEN.with(|open| {
         let mut open = open.borrow_mut();
-        if open.last().is_some_and(|(n, _)| *n == name) {
+        if open.last().is_some_and(|o| o.name == name) {
             return None;
         }
-        open.push((name, 0));
+        open.push(Open {
+            name,
+            children_ns: 0,
+            bytes: 0,
+            children_bytes: 0,
+            flops: 0,
+            children_flops: 0,
+            outer_threads: crate::kernels::parallel::take_threads_used(),
+        });
         Some(Scope {
             begun: Instant::now(),
             depth: open.len() - 1,
         })
     })
+}
+
+/// Adds `bytes` of new tensors to the innermost open scope.
+#[inline]
+pub(crate) fn note_bytes(bytes: usize) {
+    if ACTIVE.load(Ordering::Relaxed) {
+        OPEN.with(|open| {
+            if let Some(o) = open.borrow_mut().last_mut() {
+                o.bytes += bytes as u64;
+            }
+        });
+    }
+}
+
+/// Adds the floating-point operations of a product (a multiply and an add for each term:
+/// twice the product of `factors`) to the innermost open scope.
+#[inline]
+pub(crate) fn note_product_flops(factors: &[usize]) {
+    if ACTIVE.load(Ordering::Relaxed) {
+        let flops = factors
+            .iter()
+            .fold(2u64, |acc, &f| acc.saturating_mul(f as u64));
+        OPEN.with(|open| {
+            if let Some(o) = open.borrow_mut().last_mut() {
+                o.flops = o.flops.saturating_add(flops);
+            }
+        });
+    }
 }
 
 /// [`scope`] with a name built only when a profile is being recorded.
@@ -99,15 +156,19 @@ impl Drop for Scope {
     fn drop(&mut self) {
         let end = Instant::now();
         let total = end.duration_since(self.begun).as_nanos() as u64;
-        let Some((name, children)) = OPEN.with(|open| {
+        let threads = crate::kernels::parallel::take_threads_used();
+        let Some(own) = OPEN.with(|open| {
             let mut open = open.borrow_mut();
             // Scopes close innermost first; a panic unwinding through them keeps that order.
             open.truncate(self.depth + 1);
-            let own = open.pop();
+            let own = open.pop()?;
+            crate::kernels::parallel::restore_threads_used(own.outer_threads.max(threads));
             if let Some(parent) = open.last_mut() {
-                parent.1 += total;
+                parent.children_ns += total;
+                parent.children_bytes += own.bytes + own.children_bytes;
+                parent.children_flops += own.flops + own.children_flops;
             }
-            own
+            Some(own)
         }) else {
             return;
         };
@@ -118,12 +179,16 @@ impl Drop for Scope {
                 return;
             }
             list.push(Event {
-                name: name.into_owned(),
+                name: own.name.into_owned(),
                 start_ns: self.begun.duration_since(*origin).as_nanos() as u64,
                 total_ns: total,
-                self_ns: total.saturating_sub(children),
+                self_ns: total.saturating_sub(own.children_ns),
                 thread: THREAD.with(|t| *t),
                 depth: self.depth,
+                bytes: own.bytes + own.children_bytes,
+                self_bytes: own.bytes,
+                flops: own.flops + own.children_flops,
+                threads,
             });
         }
     }

@@ -54,13 +54,19 @@ fn a_profile_times_every_op_and_rule_of_a_step() {
     let forward = mine.iter().find(|e| e.name == "forward").unwrap();
     let matmul = mine.iter().find(|e| e.name == "matmul").unwrap();
     assert_eq!(matmul.depth, forward.depth + 1);
+    // [4, 16] @ [16, 8]: 2·4·8·16 operations and a 4×8 f64 result; the range around it sums
+    // what happened inside.
+    assert_eq!(matmul.flops, 2 * 4 * 8 * 16);
+    assert_eq!((matmul.bytes, matmul.self_bytes), (4 * 8 * 8, 4 * 8 * 8));
+    assert!(forward.flops >= matmul.flops && forward.bytes >= matmul.bytes + 4 * 8 * 8);
+    assert!(step.threads <= ferrograd::num_threads());
 
     let table = report.table_sorted(SortBy::Calls, 100);
     assert!(table.starts_with("Name"), "{table}");
     assert!(table.contains("matmul backward"), "{table}");
     let trace = report.chrome_trace();
     assert!(trace.starts_with("{\"traceEvents\":[{") && trace.contains("\"name\":\"one step\""));
-    assert!(trace.contains("\"ph\":\"X\""));
+    assert!(trace.contains("\"ph\":\"X\"") && trace.contains("\"flops\":1024"));
     let path = crate::common::scratch("profiler").join("trace.json");
     report.export_chrome_trace(&path).unwrap();
     assert_eq!(std::fs::read_to_string(&path).unwrap(), trace);
