@@ -292,7 +292,7 @@ impl Tensor {
         let heads: usize = batch.iter().product();
         let d = AttentionDims { heads, l, s, e, ev };
         // The scores q·kᵀ and the weighted sum of the values.
-        crate::tensor::profile::note_product_flops(&[heads, l, s, e + ev]);
+        crate::tensor::profile::note_product_flops([heads, l, s, e.saturating_add(ev)]);
         let pattern = opts.dropout.map(|(p, key)| DropPattern::new(p, key));
         let with = |tail: [usize; 2]| [&batch[..], &tail].concat();
         let out_shape = with([l, ev]);

@@ -206,8 +206,8 @@ impl Tensor {
         let g = opts.geom("conv2d", (h, wd), (kh, kw));
         let sizes = Sizes::new(&g, opts.groups, [n, c, o]);
         let out = with_dtype!(x.dtype(), T => conv_forward::<T>(&x, &w, &sizes));
-        let per_output = (c / opts.groups.max(1)) * kh * kw;
-        crate::tensor::profile::note_product_flops(&[out.numel(), per_output]);
+        let per_output = [c / opts.groups.max(1), kh, kw];
+        crate::tensor::profile::note_product_flops([out.numel()].into_iter().chain(per_output));
         let opts = *opts;
         record("conv2d", out, &[&x, &w], move |c, up| {
             let (x, w) = (c.input(0), c.input(1));
@@ -230,8 +230,8 @@ impl Tensor {
         let out = eager_or_panic("conv_transpose2d", rule);
         let (oh, ow) = (out[2], out[3]);
         // Each input element meets Cout/groups · kh · kw weights.
-        let per_input: usize = w.shape()[1..].iter().product();
-        crate::tensor::profile::note_product_flops(&[self.numel(), per_input]);
+        let per_input = w.shape()[1..].iter().copied();
+        crate::tensor::profile::note_product_flops([self.numel()].into_iter().chain(per_input));
         self.conv_transpose2d_to(w, opts, (oh, ow))
     }
 

@@ -39,7 +39,7 @@ impl Tensor {
         }
         let (ra, rb) = (a.ndim(), b.ndim());
         let k = a.shape()[ra - 1];
-        crate::tensor::profile::note_product_flops(&[out_shape.iter().product(), k]);
+        crate::tensor::profile::note_product_flops(out_shape.iter().copied().chain([k]));
         let rows = a.numel() / k.max(1);
         if ra > 2 && rb == 2 && k > 0 && rows > 0 {
             // A stack of matrices times one matrix (a layer applied to [N, T, E]) is one
@@ -100,7 +100,7 @@ impl Tensor {
     pub fn try_linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         let _profiled = crate::tensor::profile::scope("linear");
         let (out_shape, rows, k, n) = linear_shape(self, weight, bias)?;
-        crate::tensor::profile::note_product_flops(&[rows, k, n]);
+        crate::tensor::profile::note_product_flops([rows, k, n]);
         let mut operands = vec![("input", self.dtype()), ("weight", weight.dtype())];
         operands.extend(bias.map(|b| ("bias", b.dtype())));
         let dtype = eager_dtype("linear", floats_rule(&operands))?;

@@ -130,11 +130,12 @@ pub(crate) fn note_bytes(bytes: usize) {
 /// Adds the floating-point operations of a product (a multiply and an add for each term:
 /// twice the product of `factors`) to the innermost open scope.
 #[inline]
-pub(crate) fn note_product_flops(factors: &[usize]) {
+pub(crate) fn note_product_flops(factors: impl IntoIterator<Item = usize>) {
     if ACTIVE.load(Ordering::Relaxed) {
+        // Saturating: hostile shapes (a zero-size axis beside huge ones) must not overflow.
         let flops = factors
-            .iter()
-            .fold(2u64, |acc, &f| acc.saturating_mul(f as u64));
+            .into_iter()
+            .fold(2u64, |acc, f| acc.saturating_mul(f as u64));
         OPEN.with(|open| {
             if let Some(o) = open.borrow_mut().last_mut() {
                 o.flops = o.flops.saturating_add(flops);
