@@ -27,6 +27,7 @@ use clap::Parser;
 use ferrograd::init;
 use ferrograd::io::{load_tensors, save_tensors};
 use ferrograd::prelude::*;
+use ferrograd::profiler::{profile, record_function, Profile, SortBy};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -107,6 +108,10 @@ struct Args {
     /// (gradient checkpointing): less memory, one more forward pass of the blocks.
     #[arg(long)]
     grad_checkpoint: bool,
+    /// Profile this training step: print the time of every op and derivative rule in it, and
+    /// write its Chrome trace (`gpt_step.json` in `--out-dir`, for Perfetto).
+    #[arg(long)]
+    profile_step: Option<u64>,
     /// Where to write the loss curves.
     #[arg(long, default_value = ".")]
     out_dir: PathBuf,
@@ -518,6 +523,12 @@ impl Args {
         if self.eval_interval == 0 {
             return Err("--eval-interval must be at least 1".into());
         }
+        if let Some(step) = self.profile_step.filter(|&s| s >= self.iters) {
+            return Err(format!(
+                "--profile-step {step} is not a training step (there are {})",
+                self.iters
+            ));
+        }
         if !self.width.is_multiple_of(self.heads) {
             return Err(format!(
                 "--width {} must be a multiple of --heads {}",
@@ -661,23 +672,13 @@ fn train(
         let mut rng = StdRng::seed_from_u64(args.seed.wrapping_add(it));
         let (x, y) = corpus.batch(false, args.batch, args.context, &mut rng);
         let t0 = Instant::now();
-        let loss = gpt.loss(&x, &y);
-        let grads = loss.backward();
-        // The graph goes before the update: while it holds the parameters' values (a second
-        // backward could need them), the optimizer must copy each parameter to update it.
-        let loss = {
-            let value = loss.item();
-            drop(loss);
-            value
-        };
-        // The global norm clipped as torch.nn.utils.clip_grad_norm_ does.
-        let norm = grads.norm();
-        let grads = if norm > args.clip {
-            grads.scale(args.clip / (norm + 1e-6))
+        let loss = if args.profile_step == Some(it) {
+            let (loss, report) = profile(|| step(gpt, opts, &x, &y, lr_at(it, args), args.clip));
+            bar.suspend(|| print_profile(&report, &args.out_dir))?;
+            loss
         } else {
-            grads
+            step(gpt, opts, &x, &y, lr_at(it, args), args.clip)
         };
-        opts.step(lr_at(it, args), &grads);
         times.push(t0.elapsed().as_secs_f64());
         bar.inc(1);
         bar.set_message(format!("loss {loss:.3}"));
@@ -685,6 +686,42 @@ fn train(
     bar.finish_and_clear();
     report(&times, clock.elapsed().as_secs_f64());
     Ok(Some(curves))
+}
+
+/// One training step at learning rate `lr`: the loss before it.
+fn step(gpt: &Gpt, opts: &mut Optimizers, x: &Tensor, y: &Tensor, lr: f64, clip: f64) -> f64 {
+    let _step = record_function("training step");
+    let loss = gpt.loss(x, y);
+    let grads = {
+        let _backward = record_function("backward");
+        loss.backward()
+    };
+    // The graph goes before the update: while it holds the parameters' values (a second
+    // backward could need them), the optimizer must copy each parameter to update it.
+    let loss = {
+        let value = loss.item();
+        drop(loss);
+        value
+    };
+    let _update = record_function("clip and update");
+    // The global norm clipped as torch.nn.utils.clip_grad_norm_ does.
+    let norm = grads.norm();
+    let grads = if norm > clip {
+        grads.scale(clip / (norm + 1e-6))
+    } else {
+        grads
+    };
+    opts.step(lr, &grads);
+    loss
+}
+
+/// The profiled step's table, by time outside nested scopes, and its trace in `dir`.
+fn print_profile(report: &Profile, dir: &Path) -> ferrograd::Result<()> {
+    println!("{}", report.table_sorted(SortBy::SelfTime, 25));
+    let path = dir.join("gpt_step.json");
+    report.export_chrome_trace(&path)?;
+    println!("trace: {}", path.display());
+    Ok(())
 }
 
 /// Median step time (the first 10 excluded, as the PyTorch script does) and peak memory.
@@ -712,13 +749,17 @@ mod tests {
         let dir = common::scratch("gpt-flags");
         let short = dir.join("short.txt");
         std::fs::write(&short, "to be or not to be").unwrap();
-        let cases: [(&[&str], &str); 15] = [
+        let cases: [(&[&str], &str); 16] = [
             (&["--heads", "0"], "--heads must be"),
             (&["--heads", "3", "--width", "128"], "multiple of --heads 3"),
             (&["--context", "0"], "--context must be"),
             (&["--width", "0"], "--width must be"),
             (&["--batch", "0"], "--batch must be"),
             (&["--eval-interval", "0"], "--eval-interval"),
+            (
+                &["--profile-step", "2000"],
+                "--profile-step 2000 is not a training step",
+            ),
             (&["--temperature=-1"], "--temperature -1"),
             (&["--temperature", "0"], "--temperature 0"),
             (&["--lr", "NaN"], "--lr NaN"),
@@ -787,7 +828,10 @@ mod tests {
         let (parts, recomputed) = (dir.join("parts.safetensors"), dir.join("ckpt.safetensors"));
         run_with(&["--stop-at", "4"], &parts);
         run_with(&["--resume"], &parts);
-        run_with(&["--grad-checkpoint"], &recomputed);
+        // A profiled step changes nothing either, and leaves its trace.
+        run_with(&["--grad-checkpoint", "--profile-step", "1"], &recomputed);
+        let trace = std::fs::read_to_string(dir.join("gpt_step.json")).unwrap();
+        assert!(trace.contains("\"name\":\"training step\""));
         for other in [&parts, &recomputed] {
             let b = load_tensors(other).unwrap();
             assert_eq!(a.1, b.1, "metadata");
