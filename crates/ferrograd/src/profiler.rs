@@ -261,23 +261,22 @@ fn duration(ns: u64) -> String {
 
 /// `1.50 MB`, `512 B`: powers of 1000, as `torch.profiler`'s memory columns.
 fn bytes(b: u64) -> String {
-    match b {
-        0 => "0 B".into(),
-        b if b >= 1_000_000_000 => format!("{:.2} GB", b as f64 / 1e9),
-        b if b >= 1_000_000 => format!("{:.2} MB", b as f64 / 1e6),
-        b if b >= 1_000 => format!("{:.2} kB", b as f64 / 1e3),
-        b => format!("{b} B"),
-    }
+    scaled(b, ["B", "kB", "MB", "GB"], "0 B")
 }
 
 /// `2.36 G`, `12.5 k`, `--` for none.
 fn count(n: u64) -> String {
-    match n {
-        0 => "--".into(),
-        n if n >= 1_000_000_000 => format!("{:.2} G", n as f64 / 1e9),
-        n if n >= 1_000_000 => format!("{:.2} M", n as f64 / 1e6),
-        n if n >= 1_000 => format!("{:.2} k", n as f64 / 1e3),
-        n => n.to_string(),
+    scaled(n, ["", "k", "M", "G"], "--")
+}
+
+/// `n` with two decimals in the largest power of 1000 it reaches, named by `units` (for 1,
+/// 10³, 10⁶, 10⁹); `zero` for 0, and a whole number below 1000.
+fn scaled(n: u64, units: [&str; 4], zero: &str) -> String {
+    let power = [1e9, 1e6, 1e3].iter().position(|&p| n as f64 >= p);
+    match (n, power) {
+        (0, _) => zero.to_string(),
+        (n, None) => format!("{n} {}", units[0]).trim_end().to_string(),
+        (n, Some(i)) => format!("{:.2} {}", n as f64 / [1e9, 1e6, 1e3][i], units[3 - i]),
     }
 }
 
