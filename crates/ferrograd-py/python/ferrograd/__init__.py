@@ -15,6 +15,8 @@ import functools as _functools
 from builtins import bool as _builtin_bool
 from importlib import metadata as _metadata
 
+import numpy as _np
+
 from . import _core
 from . import reshaping_and_reductions as _reshaping_and_reductions  # noqa: F401 (attaches more)
 from . import tensor_methods as _tensor_methods  # noqa: F401 (attaches PyTorch's smaller methods)
@@ -481,8 +483,6 @@ def randperm(n, dtype=None):
 @_on_cpu
 def eye(n, m=None, dtype=None, requires_grad=False):
     """The ``n × m`` identity matrix (``m = n`` when None)."""
-    import numpy as _np
-
     return tensor(_np.eye(n, m), dtype=dtype or float32, requires_grad=requires_grad)
 
 

@@ -7,6 +7,7 @@ import collections
 import itertools
 import weakref
 
+from .. import custom_gradient
 from .._core import Tensor
 
 KINDS = ("forward_pre", "forward", "backward")
@@ -131,7 +132,6 @@ def _tap_inputs(module, hooks, args):
     """The tensor argument that needs a gradient, through an identity whose derivative hands
     its gradient to the hooks (which may replace it). A call with several such arguments is
     refused: their gradients arrive one by one, and a hook could not replace them all."""
-    from .. import custom_gradient
 
     tracked = [i for i, a in enumerate(args) if isinstance(a, Tensor) and a.requires_grad]
     if len(tracked) > 1:
@@ -158,7 +158,6 @@ def _tap_inputs(module, hooks, args):
 def _tap_output(out, taps):
     """The result through an identity whose derivative records the output's gradient (and
     calls the hooks at once when no input needs a gradient: PyTorch then passes ``None``)."""
-    from .. import custom_gradient
 
     if not isinstance(out, Tensor):
         raise NotImplementedError(

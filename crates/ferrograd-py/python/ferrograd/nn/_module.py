@@ -7,8 +7,10 @@ import collections as _collections
 import numpy as _np
 
 from .._core import Layer, Tensor
+from .._core import dtype as _dtype
 from .._core import load_tensors as _load_tensors
 from .._core import save_tensors as _save_tensors
+from .._core import tensor as _tensor
 from . import _hooks
 
 _DEVICES = ("cpu", "cuda", "mps", "xpu", "meta")
@@ -16,7 +18,6 @@ _DEVICES = ("cpu", "cuda", "mps", "xpu", "meta")
 
 def _dtype_named(name):
     """The dtype a string such as ``"float64"`` names."""
-    from .. import dtype as _dtype
 
     name = {"double": "float64", "float": "float32", "long": "int64"}.get(name, name)
     found = getattr(_dtype, name, None)
@@ -108,7 +109,6 @@ class Module(metaclass=_ModuleType):
 
     def register_buffer(self, name, tensor, persistent=True):
         """A tensor saved in ``state_dict`` (unless ``persistent=False``) but not trained."""
-        from .. import tensor as _tensor
 
         value = None if tensor is None else (tensor if isinstance(tensor, Tensor) else _tensor(tensor))
         self._parameters.pop(name, None)
@@ -280,7 +280,6 @@ class Module(metaclass=_ModuleType):
         return IncompatibleKeys(missing, unexpected)
 
     def _load_checked(self, state, prefix):
-        from .. import tensor as _tensor
 
         for n, p in self._parameters.items():
             if p is not None:
@@ -341,7 +340,6 @@ class Module(metaclass=_ModuleType):
     def to(self, *args, **kwargs):
         """The module itself, its floating-point parameters and buffers converted when a dtype
         is given (``to(fg.float64)``); the device can only be the CPU."""
-        from .. import dtype as _dtype
 
         for a in list(args) + list(kwargs.values()):
             if isinstance(a, _dtype):
@@ -360,7 +358,6 @@ class Module(metaclass=_ModuleType):
         return self
 
     def _convert(self, dtype):
-        from .. import tensor as _tensor
 
         for p in self._parameters.values():
             if p is not None:
@@ -377,15 +374,13 @@ class Module(metaclass=_ModuleType):
 
     def double(self):
         """Parameters and buffers converted to float64 in place, as PyTorch's."""
-        from .. import float64
 
-        return self.to(float64)
+        return self.to(_dtype.float64)
 
     def float(self):
         """Parameters and buffers converted to float32 in place, as PyTorch's."""
-        from .. import float32
 
-        return self.to(float32)
+        return self.to(_dtype.float32)
 
     def cpu(self):
         return self

@@ -6,7 +6,7 @@ import math as _math
 
 import numpy as _np
 
-from .. import _core
+from .. import _core, no_grad
 
 
 def _fill(tensor, values):
@@ -16,7 +16,6 @@ def _fill(tensor, values):
 
 
 def _no_grad():
-    from .. import no_grad
 
     return no_grad()
 

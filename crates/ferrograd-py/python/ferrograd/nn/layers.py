@@ -8,8 +8,10 @@ core's layers are in ``ferrograd._core``)."""
 import math
 
 from .. import _core
+from .._core import full, ones, rand, zeros
 from . import functional as F
 from ._module import Module
+from .parameter import Parameter
 
 
 def _single(v):
@@ -23,7 +25,6 @@ class Conv1d(Module):
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True):
         super().__init__()
-        from .. import rand
 
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"Conv1d: {groups} groups do not divide {in_channels} → {out_channels} channels")
@@ -56,7 +57,6 @@ class GroupNorm(Module):
 
     def __init__(self, num_groups, num_channels, eps=1e-5, affine=True):
         super().__init__()
-        from .. import ones, zeros
 
         if num_channels % num_groups:
             raise ValueError(f"GroupNorm: {num_groups} groups do not divide {num_channels} channels")
@@ -201,7 +201,6 @@ class ParameterDict(Module):
 
 
 def _as_parameter(value):
-    from . import Parameter
 
     return value if isinstance(value, Parameter) else Parameter(value)
 
@@ -292,7 +291,6 @@ class PReLU(Module):
 
     def __init__(self, num_parameters=1, init=0.25, device=None, dtype=None):
         super().__init__()
-        from .. import full
 
         self.num_parameters = num_parameters
         self.weight = full((num_parameters,), init, dtype=dtype).requires_grad_()
@@ -333,7 +331,6 @@ class _RecurrentCell(Module):
 
     def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None):
         super().__init__()
-        from .. import rand
 
         self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
         bound = 1.0 / math.sqrt(hidden_size)
@@ -363,7 +360,6 @@ class _RecurrentCell(Module):
 
 
 def _zeros_state(x, hidden_size):
-    from .. import zeros
 
     return zeros(x.shape[0], hidden_size, dtype=x.dtype)
 

@@ -6,8 +6,12 @@ core's ``MultiheadAttention``, ``Linear``, ``LayerNorm`` and ``Dropout``."""
 import copy
 import operator
 
+import numpy as np
+
 from .. import _core
 from .._core import Layer
+from . import functional as F
+from . import init
 from ._module import Module, ModuleList
 
 
@@ -49,7 +53,6 @@ class TransformerEncoder(Module):
 
 def _activation(activation):
     """PyTorch's ``activation`` argument: ``"relu"``, ``"gelu"`` or a callable."""
-    from . import functional as F
 
     if isinstance(activation, str):
         named = {"relu": F.relu, "gelu": F.gelu}
@@ -203,7 +206,6 @@ class Transformer(Module):
         dtype=None,
     ):
         super().__init__()
-        from . import init
 
         layer = dict(
             dim_feedforward=dim_feedforward,
@@ -271,8 +273,5 @@ class Transformer(Module):
     @staticmethod
     def generate_square_subsequent_mask(sz, device=None, dtype=None):
         """``[sz, sz]`` with ``-inf`` above the diagonal and 0 elsewhere: the causal mask."""
-        import numpy as np
-
-        from .. import float32, tensor
-
-        return tensor(np.triu(np.full((sz, sz), -np.inf), 1), dtype=dtype or float32)
+        del device
+        return _core.tensor(np.triu(np.full((sz, sz), -np.inf), 1), dtype=dtype or _core.dtype.float32)
