@@ -343,7 +343,7 @@ pub fn grad<'py>(
         let refs: Vec<&Tensor> = xs.iter().collect();
         try_grad_reached(&y, &refs, create_graph)
     })?
-    .map_err(crate::nn::core_error)?;
+    .map_err(crate::guard::core_error)?;
     let out: Vec<Option<Tensor>> = gs
         .into_iter()
         .zip(&xs)
@@ -637,7 +637,8 @@ impl PySubstitutes {
 
     fn __enter__(mut slf: PyRefMut<'_, Self>) -> PyResult<PyRefMut<'_, Self>> {
         let refs: Vec<(&Param, Tensor)> = slf.pairs.iter().map(|(p, t)| (p, t.clone())).collect();
-        let guard = ferrograd::autograd::Substitutes::push(&refs).map_err(crate::nn::core_error)?;
+        let guard =
+            ferrograd::autograd::Substitutes::push(&refs).map_err(crate::guard::core_error)?;
         slf.guard = Some(guard);
         Ok(slf)
     }

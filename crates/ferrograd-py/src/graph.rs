@@ -9,7 +9,8 @@ use pyo3::types::{PyDict, PyFloat, PyInt, PyList, PyTuple};
 
 use crate::convert::{axes_arg, to_numpy};
 use crate::guard;
-use crate::nn::{core_error, input};
+use crate::guard::core_error;
+use crate::nn::input;
 
 /// A static computational graph: placeholders, variables and the ops between them, run by a
 /// `Session`. `ferrograd.graph` keeps a default one; `with Graph().as_default():` replaces it

@@ -8,7 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Once;
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
 /// Guarded calls in progress on any thread: their panics are reported as exceptions, so the
@@ -139,4 +139,14 @@ pub fn raise_through(err: PyErr, context: &str) -> ! {
     let message = format!("{context}: {err}");
     PENDING.with(|p| *p.borrow_mut() = Some(err));
     std::panic::panic_any(message)
+}
+
+/// A core error as the Python exception for it: file errors as `OSError`, the rest as
+/// `fg.OpError` (a `RuntimeError` and a `ValueError`), each with the core's message (which
+/// names the file or the key).
+pub fn core_error(e: ferrograd::Error) -> PyErr {
+    match e {
+        ferrograd::Error::Io { .. } => PyOSError::new_err(e.to_string()),
+        other => op_error(other.to_string()),
+    }
 }

@@ -13,6 +13,7 @@ mod guard;
 mod index;
 mod module;
 mod nn;
+mod printing;
 mod profiler;
 mod rearrange;
 mod spellings;
@@ -341,7 +342,7 @@ fn load_mnist<'py>(
     train: bool,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let set = guard::run_heavy(py, true, || ferrograd::data::Mnist::load(&directory, train))?
-        .map_err(nn::core_error)?;
+        .map_err(guard::core_error)?;
     let labels: Vec<i64> = set.labels.iter().map(|&l| l as i64).collect();
     PyTuple::new(
         py,
@@ -364,7 +365,7 @@ fn save_tensors(state: &Bound<'_, PyDict>, path: std::path::PathBuf) -> PyResult
         named.push((name, convert::to_tensor(&v, None)?.detach()));
     }
     guard::run(|| ferrograd::io::save_tensors(&path, &named, Default::default()))?
-        .map_err(nn::core_error)
+        .map_err(guard::core_error)
 }
 
 /// PyTorch's `torch.set_num_threads`: each op spreads its work over at most `n` threads from
@@ -390,7 +391,7 @@ fn get_num_threads() -> usize {
 /// (its mode kept, a symbolic link written through), so the old file survives any failure.
 #[pyfunction]
 fn write_file(data: &[u8], path: std::path::PathBuf) -> PyResult<()> {
-    ferrograd::io::write_atomic(&path, data).map_err(nn::core_error)
+    ferrograd::io::write_atomic(&path, data).map_err(guard::core_error)
 }
 
 /// The named tensors of a safetensors file (one written by `save_tensors` or by
@@ -398,7 +399,7 @@ fn write_file(data: &[u8], path: std::path::PathBuf) -> PyResult<()> {
 #[pyfunction]
 fn load_tensors<'py>(py: Python<'py>, path: std::path::PathBuf) -> PyResult<Bound<'py, PyDict>> {
     let (tensors, _) =
-        guard::run(|| ferrograd::io::load_tensors(&path))?.map_err(nn::core_error)?;
+        guard::run(|| ferrograd::io::load_tensors(&path))?.map_err(guard::core_error)?;
     named_tensors(py, tensors)
 }
 
@@ -406,8 +407,8 @@ fn load_tensors<'py>(py: Python<'py>, path: std::path::PathBuf) -> PyResult<Boun
 #[pyfunction]
 fn load_tensor_bytes<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyDict>> {
     let origin = std::path::Path::new("<file object>");
-    let (tensors, _) =
-        guard::run(|| ferrograd::io::load_tensors_from(data, origin))?.map_err(nn::core_error)?;
+    let (tensors, _) = guard::run(|| ferrograd::io::load_tensors_from(data, origin))?
+        .map_err(guard::core_error)?;
     named_tensors(py, tensors)
 }
 

@@ -8,26 +8,16 @@ use std::sync::Arc;
 use ferrograd::nn::{LayerNorm, Module, RngStream};
 use ferrograd::prelude::*;
 use pyo3::exceptions::{
-    PyAttributeError, PyIndexError, PyNotImplementedError, PyOSError, PyTypeError, PyValueError,
+    PyAttributeError, PyIndexError, PyNotImplementedError, PyTypeError, PyValueError,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::autograd::{leaf_of, wrap_param, Leaf};
 use crate::convert::{to_tensor, LastAxis, Padding, Size2};
-use crate::guard::{self, HEAVY};
-use crate::module::{py_bool, py_float, py_pair, py_size, tree_repr};
+use crate::guard::{self, core_error, HEAVY};
+use crate::printing::{py_bool, py_float, py_pair, py_size, tree_repr};
 use crate::tensor::{PyTensor, WriteBack};
-
-/// A core error as the Python exception for it: file errors as `OSError`, the rest as
-/// `fg.OpError` (a `RuntimeError` and a `ValueError`), each with the core's message (which
-/// names the file or the key).
-pub fn core_error(e: ferrograd::Error) -> PyErr {
-    match e {
-        ferrograd::Error::Io { .. } => PyOSError::new_err(e.to_string()),
-        other => guard::op_error(other.to_string()),
-    }
-}
 
 /// Base class of every layer: `layer(x)` runs it in training mode unless `eval()` was called.
 #[pyclass(name = "Layer", module = "ferrograd.nn", subclass, weakref)]

@@ -74,7 +74,7 @@ impl PyProfile {
     fn export_chrome_trace(&self, path: std::path::PathBuf) -> PyResult<()> {
         self.profile
             .export_chrome_trace(&path)
-            .map_err(crate::nn::core_error)
+            .map_err(crate::guard::core_error)
     }
 }
 

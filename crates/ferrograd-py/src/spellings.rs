@@ -255,7 +255,7 @@ impl PyTensor {
     fn copy_<'py>(slf: &Bound<'py, Self>, src: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
         let t = slf.get().tensor();
         let s = to_tensor(src, Some(t.dtype()))?.detach();
-        let s = guard::run(|| s.try_broadcast_to(t.shape()))?.map_err(crate::nn::core_error)?;
+        let s = guard::run(|| s.try_broadcast_to(t.shape()))?.map_err(crate::guard::core_error)?;
         updated(slf, slf.get().like(s.to_dtype(t.dtype())), "copy_")
     }
     #[pyo3(signature = (min=None, max=None))]

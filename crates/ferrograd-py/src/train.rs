@@ -10,8 +10,9 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::autograd::{update_leaf_grads, GradUpdate, PyGradients};
 use crate::convert::to_tensor;
+use crate::guard::core_error;
 use crate::guard::{self, HEAVY};
-use crate::nn::{core_error, input, PyLayer};
+use crate::nn::{input, PyLayer};
 use crate::tensor::{PyTensor, Value};
 
 /// A loss's target: class indices stay int64, anything else takes the prediction's dtype.
