@@ -2,7 +2,7 @@
 //! `grad`, recording scopes, custom gradients written in Python, and gradient checks.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use ferrograd::autograd::custom_gradient_with_variables;
 use ferrograd::prelude::*;
@@ -12,31 +12,7 @@ use pyo3::types::{PyList, PyTuple, PyWeakrefMethods, PyWeakrefReference};
 
 use crate::convert::to_tensor;
 use crate::guard;
-use crate::tensor::{PyTensor, Value};
-
-/// A trainable leaf seen from Python: the parameter (value and identity) and the gradient the
-/// last backward gave it.
-pub struct Leaf {
-    pub param: Param,
-    grad: Mutex<Option<Tensor>>,
-    /// The Python object that first wrapped this leaf, so that the same parameter reached
-    /// twice (a layer's `weight`, a custom gradient's `variables`) is the same object.
-    owner: Mutex<Option<Py<PyWeakrefReference>>>,
-}
-
-impl Leaf {
-    pub fn grad(&self) -> Option<Tensor> {
-        lock(&self.grad).clone()
-    }
-
-    pub fn set_grad(&self, g: Option<Tensor>) {
-        *lock(&self.grad) = g;
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+use crate::value::{lock, Leaf, PyTensor, Value};
 
 /// Every leaf Python holds, by parameter identity. Entries die with their last Python
 /// wrapper and are swept when the table has doubled since the last sweep.

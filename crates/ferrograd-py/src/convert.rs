@@ -8,7 +8,7 @@ use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-use crate::tensor::PyTensor;
+use crate::value::PyTensor;
 
 /// A tensor's element type: `ferrograd.float32`, `ferrograd.float64` or `ferrograd.int64`.
 #[pyclass(name = "dtype", module = "ferrograd", eq, eq_int, frozen, hash)]

@@ -10,7 +10,7 @@ use pyo3::types::{PyBool, PyEllipsis, PyList, PySlice, PySliceMethods, PyTuple};
 
 use crate::convert::to_tensor;
 use crate::guard;
-use crate::tensor::PyTensor;
+use crate::value::PyTensor;
 
 enum Item {
     Int(isize),

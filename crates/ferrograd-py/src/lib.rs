@@ -20,6 +20,7 @@ mod spellings;
 mod tensor;
 mod train;
 mod transformer;
+mod value;
 
 use ferrograd::prelude::*;
 use numpy::ndarray::Array1;

@@ -13,11 +13,12 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use crate::autograd::{leaf_of, wrap_param, Leaf};
+use crate::autograd::{leaf_of, wrap_param};
 use crate::convert::{to_tensor, LastAxis, Padding, Size2};
 use crate::guard::{self, core_error, HEAVY};
 use crate::printing::{py_bool, py_float, py_pair, py_size, tree_repr};
 use crate::tensor::{PyTensor, WriteBack};
+use crate::value::Leaf;
 
 /// Base class of every layer: `layer(x)` runs it in training mode unless `eval()` was called.
 #[pyclass(name = "Layer", module = "ferrograd.nn", subclass, weakref)]
