@@ -29,8 +29,22 @@ const LAYERS: &[&[&str]] = &[
     &["graph"],
 ];
 
-fn layer_of(unit: &str) -> usize {
-    LAYERS
+/// The layers of the Python binding's modules (`crates/ferrograd-py/src`), bottom up: the
+/// tensor's data model (`value`) under the conversions, those under indexing and autograd,
+/// the tensor class over them, the layers over the class.
+const BINDING_LAYERS: &[&[&str]] = &[
+    &["guard", "printing"],
+    &["value", "profiler"],
+    &["convert"],
+    &["index", "autograd"],
+    &["tensor"],
+    &["nn", "rearrange", "spellings"],
+    &["module", "train", "transformer", "graph"],
+    &["elementwise"],
+];
+
+fn layer_of(layers: &[&[&str]], unit: &str) -> usize {
+    layers
         .iter()
         .position(|l| l.contains(&unit))
         .unwrap_or_else(|| panic!("module {unit} is on no layer: add it to LAYERS"))
@@ -245,6 +259,7 @@ fn paths_in(module: &[String], code: &str) -> Vec<(Vec<String>, Vec<String>)> {
 
 /// The imports of `code` (module `module`) against the layers, as messages.
 fn problems_in(
+    layers: &[&[&str]],
     module: &[String],
     code: &str,
     roots: &Reexports,
@@ -253,13 +268,13 @@ fn problems_in(
     let Some(unit) = unit_of(module) else {
         return Vec::new(); // the root only declares and re-exports
     };
-    let own = layer_of(&unit);
+    let own = layer_of(layers, &unit);
     let mut out = Vec::new();
     for (written, abs) in paths_in(module, code) {
         let Some(target) = roots.unit(&abs, modules) else {
             continue;
         };
-        let theirs = layer_of(&target);
+        let theirs = layer_of(layers, &target);
         if target != unit && theirs >= own {
             out.push(format!(
                 "`{}` names {target} (layer {theirs}) from {unit} (layer {own})",
@@ -287,8 +302,8 @@ fn src() -> PathBuf {
 }
 
 /// The root's re-exports and the names of the top-level modules.
-fn crate_root() -> (Reexports, Vec<String>) {
-    let root = syn::parse_file(&fs::read_to_string(src().join("lib.rs")).expect("lib.rs"))
+fn crate_root(src: &Path) -> (Reexports, Vec<String>) {
+    let root = syn::parse_file(&fs::read_to_string(src.join("lib.rs")).expect("lib.rs"))
         .expect("lib.rs parses");
     let modules = root
         .items
@@ -301,20 +316,26 @@ fn crate_root() -> (Reexports, Vec<String>) {
     (Reexports::of_root(&root), modules)
 }
 
-#[test]
-fn no_module_imports_upward_or_sideways() {
-    let (roots, modules) = crate_root();
+/// Every import of the crate under `src` against `layers`, as messages.
+fn crate_problems(src: &Path, layers: &[&[&str]]) -> Vec<String> {
+    let (roots, modules) = crate_root(src);
     let mut files = Vec::new();
-    rust_files(&src(), &mut files);
+    rust_files(src, &mut files);
     files.sort();
     let mut problems = Vec::new();
     for file in &files {
-        let rel = file.strip_prefix(src()).expect("under src/");
+        let rel = file.strip_prefix(src).expect("under src/");
         let code = fs::read_to_string(file).expect("readable source");
-        for p in problems_in(&module_of_file(rel), &code, &roots, &modules) {
+        for p in problems_in(layers, &module_of_file(rel), &code, &roots, &modules) {
             problems.push(format!("{}: {p}", rel.display()));
         }
     }
+    problems
+}
+
+#[test]
+fn no_module_imports_upward_or_sideways() {
+    let problems = crate_problems(&src(), LAYERS);
     assert!(
         problems.is_empty(),
         "imports against the layers:\n{}",
@@ -323,10 +344,27 @@ fn no_module_imports_upward_or_sideways() {
 }
 
 #[test]
+fn no_module_of_the_python_binding_imports_upward_or_sideways() {
+    let binding = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ferrograd-py/src");
+    let problems = crate_problems(&binding, BINDING_LAYERS);
+    assert!(
+        problems.is_empty(),
+        "the binding's imports against its layers:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
 fn the_checker_sees_every_form_of_path() {
-    let (roots, modules) = crate_root();
+    let (roots, modules) = crate_root(&src());
     let check = |file: &str, code: &str| {
-        problems_in(&module_of_file(Path::new(file)), code, &roots, &modules)
+        problems_in(
+            LAYERS,
+            &module_of_file(Path::new(file)),
+            code,
+            &roots,
+            &modules,
+        )
     };
     // Each form names a higher layer (nn or graph) from a lower one and must be caught.
     let caught = [
