@@ -151,13 +151,8 @@ pub fn jacrev(f: impl FnOnce(&Tensor) -> Tensor, x: &Tensor) -> Tensor {
 /// The Hessian of the one-element `f` at `x` (`torch.func.hessian`), shaped as `x`'s shape
 /// twice: the Jacobian of the gradient.
 pub fn hessian(f: impl Fn(&Tensor) -> Tensor, x: &Tensor) -> Tensor {
-    let inner = |x: &Tensor| {
-        let xs = leaves(&[x]);
-        let y = f(&xs[0]);
-        try_grad(&y, &[&xs[0]], true)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .remove(0)
-    };
+    // Inside `jacrev` the point is tracked, so this gradient keeps its graph.
+    let inner = |x: &Tensor| grad(|p: &[Tensor]| f(&p[0]), &[x]).remove(0);
     let h = jacrev(inner, x);
     h.reshape(&[x.shape(), x.shape()].concat())
 }

@@ -3,7 +3,7 @@
 compose (``grad(grad(f))`` is the second derivative), as the Rust ``ferrograd::func`` does.
 Forward mode (``jvp``, ``jacfwd``) and ``vmap`` are not built yet."""
 
-from . import _core, enable_grad, stack, zeros, zeros_like
+from . import _core, enable_grad, stack, zeros
 from ._core import Tensor
 from ._core import grad as _core_grad
 
@@ -32,8 +32,7 @@ def _primals(args, nums):
 
 
 def _gradients(y, xs, nested):
-    found = _core_grad(y, list(xs), create_graph=nested, allow_unused=True)
-    return tuple(zeros_like(x) if g is None else g for x, g in zip(xs, found))
+    return _core_grad(y, list(xs), create_graph=nested, materialize_grads=True)
 
 
 def grad_and_value(func, argnums=0, has_aux=False):
@@ -93,8 +92,7 @@ def vjp(func, *primals, has_aux=False):
             raise RuntimeError(f"vjp: the cotangent has shape {tuple(cotangent.shape)}, the output {tuple(out.shape)}")
         with enable_grad():
             keep = nested or cotangent.requires_grad
-            found = _core_grad([out], args, grad_outputs=[cotangent], create_graph=keep, allow_unused=True)
-        return tuple(zeros_like(x) if g is None else g for x, g in zip(args, found))
+            return _core_grad([out], args, grad_outputs=[cotangent], create_graph=keep, materialize_grads=True)
 
     value = out if nested else out.detach()
     return (value, vjp_fn, aux) if has_aux else (value, vjp_fn)

@@ -1210,7 +1210,7 @@ fn attention_rule(i: &[(Shape, DType)]) -> Inferred {
     let mut dtype = promoted_float_rule(i[0].1, i[1].1)?;
     dtype = promoted_float_rule(dtype, i[2].1)?;
     if let Some((m, dm)) = i.get(3) {
-        if *dm != DType::F32 && *dm != DType::F64 {
+        if !dm.is_float() {
             return Err(format!(
                 "the mask is {dm}; it must be an additive float mask"
             ));

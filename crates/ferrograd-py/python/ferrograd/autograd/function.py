@@ -111,21 +111,17 @@ def _pack(outs, ctx):
     """The differentiable outputs flattened end to end (one node holds them all), and where
     each lies: ``(start, end, shape)``, or None for an output passed through as it is."""
     pieces, flat, at = [], [], 0
+    packed_dtype = next((o.dtype for o in outs if _differentiable(o, ctx)), None)
     for o in outs:
         if _differentiable(o, ctx):
             n = o.numel()
             pieces.append((at, at + n, tuple(o.shape)))
-            flat.append(o.reshape(-1).to(outs_dtype(outs, ctx)))
+            flat.append(o.reshape(-1).to(packed_dtype))
             at += n
         else:
             pieces.append(None)
     packed = cat(flat, 0) if flat else None
     return packed, pieces
-
-
-def outs_dtype(outs, ctx):
-    dtypes = [o.dtype for o in outs if _differentiable(o, ctx)]
-    return dtypes[0]
 
 
 def _unpack_upstream(upstream, outs, pieces, ctx):
