@@ -32,6 +32,7 @@ mod op;
 mod optimize;
 mod session;
 mod table;
+mod trace;
 mod train;
 
 use std::fmt;
@@ -42,6 +43,7 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use op::{Binary, Op, Shape, Unary};
 pub use session::{Feed, Session};
 pub use table::NodeIndices;
+pub use trace::{trace, Trace};
 pub use train::{GradientDescentOptimizer, GraphOptimizer};
 
 use crate::tensor::DType;

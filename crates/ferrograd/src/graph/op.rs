@@ -90,6 +90,24 @@ macro_rules! declare_ops {
                 }
             }
 
+            /// A declared op from a traced event: its variant's name and its attributes, in
+            /// the order of the variant's fields (`tensor::trace`).
+            #[allow(unused_variables, unused_mut)]
+            pub(crate) fn declared_from_trace(
+                variant: &str,
+                attrs: Vec<Box<dyn std::any::Any>>,
+            ) -> Option<Result<Op, String>> {
+                let mut attrs = attrs.into_iter();
+                match variant {
+                    $(stringify!($Variant) => Some((|| Ok(Op::$Variant {
+                        $($field: $crate::graph::op::traced_attr::<$fty>(
+                            attrs.next(), stringify!($Variant), stringify!($field),
+                        )?,)*
+                    }))()),)*
+                    _ => None,
+                }
+            }
+
             /// How many values the op gives.
             pub(crate) fn outputs(&self) -> usize {
                 match self {
@@ -138,6 +156,21 @@ macro_rules! declare_ops {
     };
 }
 pub(crate) use declare_ops;
+
+/// One attribute of a traced event, read back as the field's type.
+pub(crate) fn traced_attr<T: 'static>(
+    attr: Option<Box<dyn std::any::Any>>,
+    variant: &str,
+    field: &str,
+) -> Result<T, String> {
+    let attr = attr.ok_or_else(|| format!("a traced {variant} lacks its attribute {field}"))?;
+    attr.downcast::<T>().map(|a| *a).map_err(|_| {
+        format!(
+            "a traced {variant}'s attribute {field} is not a {}",
+            std::any::type_name::<T>()
+        )
+    })
+}
 
 /// A rule's answer: the result's shape and dtype, or why the inputs do not fit.
 pub(crate) type Inferred = Result<(Shape, DType), String>;
@@ -194,6 +227,20 @@ pub(crate) fn call_name(name: &str, attributes: &[String]) -> String {
 }
 
 impl Op {
+    /// The op of a traced event (`tensor::trace`): its variant's name and its attributes.
+    pub(crate) fn from_trace(
+        variant: &str,
+        attrs: Vec<Box<dyn std::any::Any>>,
+    ) -> Result<Op, String> {
+        let mut attrs = attrs.into_iter();
+        match variant {
+            "Unary" => Ok(Op::Unary(traced_attr(attrs.next(), variant, "op")?)),
+            "Binary" => Ok(Op::Binary(traced_attr(attrs.next(), variant, "op")?)),
+            _ => Op::declared_from_trace(variant, attrs.collect())
+                .unwrap_or_else(|| Err(format!("no graph op is named {variant}"))),
+        }
+    }
+
     /// The op's name in listings.
     pub fn name(&self) -> String {
         match self {

@@ -128,6 +128,15 @@ impl Layer for Embedding {
             .collect();
         let mut shape = x.shape().to_vec();
         shape.push(dim);
-        self.lookup(&ids).reshape(&shape)
+        let rows = match self.padding {
+            // The padding row's vectors pass no gradient: that mask is made from the ids.
+            Some(p) if ids.contains(&p) => self.lookup(&ids),
+            // Selected by the ids as a tensor, so that a trace keeps them an input.
+            _ => {
+                let flat = x.to_dtype(DType::I64).reshape(&[ids.len()]);
+                self.table.tensor().index_select(0, &flat)
+            }
+        };
+        rows.reshape(&shape)
     }
 }

@@ -17,6 +17,7 @@ use crate::kernels::attention::{
     AttentionInputs, DropPattern, Heads, Settings,
 };
 use crate::kernels::Float;
+use crate::tensor::trace::{self, traced};
 use crate::tensor::{
     broadcast_shapes, filled, is_grad_enabled, numel_or_panic, record, with_dtype, BackwardCtx,
     DType, Element, InputGrads, Tensor,
@@ -277,6 +278,7 @@ impl Tensor {
     /// −∞) is 0 and passes no gradient, as there.
     pub fn scaled_dot_product_attention(&self, k: &Tensor, v: &Tensor, opts: &Attention) -> Tensor {
         let _profiled = crate::tensor::profile::scope("scaled_dot_product_attention");
+        let traced = trace::enter();
         let op = "scaled_dot_product_attention";
         let mask = opts.mask.as_ref().map(|m| match m.ndim() {
             // A 1-d mask, [S], applies to every row.
@@ -327,7 +329,7 @@ impl Tensor {
         let mut inputs = vec![self, k, v];
         inputs.extend(mask.as_ref());
         let (causal, masked, drop) = (opts.causal, mask.is_some(), opts.dropout);
-        record(op, out, &inputs, move |c, up| {
+        let out = record(op, out, &inputs, move |c, up| {
             if is_grad_enabled() || l * s * e * ev == 0 {
                 let shape = [&batch[..], &[l, s]].concat();
                 let factors = drop.map(|(p, key)| dropout_factors(p, key, &shape, dtype));
@@ -350,7 +352,15 @@ impl Tensor {
                 };
                 with_dtype!(dtype, T => fused.backward::<T>(c, up))
             }
-        })
+        });
+        let attrs = (opts.causal, opts.scale, opts.dropout);
+        traced!(
+            traced,
+            ScaledDotProductAttention(attrs.0, attrs.1, attrs.2),
+            inputs,
+            [&out]
+        );
+        out
     }
 }
 

@@ -17,6 +17,7 @@
 use super::dtype::{eager_dtype_or_panic, promoted_float_rule};
 use super::unary::UnaryDomain;
 use super::{broadcast_shape_or_panic, has_rule, zip_dispatch, zip_elems};
+use crate::tensor::trace::{self, attrs};
 use smallvec::smallvec;
 
 use crate::kernels::strided;
@@ -236,6 +237,7 @@ macro_rules! define_binary {
                 $(#[$doc])*
                 pub fn $name(&self, other: &Tensor) -> Tensor {
                     let _profiled = crate::tensor::profile::scope(stringify!($name));
+                    let traced = crate::tensor::trace::enter();
                     let op = Binary::$Variant;
                     let (a, b) = if self.dtype() == other.dtype() {
                         (self.clone(), other.clone())
@@ -246,7 +248,9 @@ macro_rules! define_binary {
                         panic!("{e}");
                     }
                     let out = binary_forward!($kind, stringify!($name), &a, &b, |$x, $y| $forward);
-                    record_binary!(stringify!($name), out, &a, &b, $($rule)+)
+                    let out = record_binary!(stringify!($name), out, &a, &b, $($rule)+);
+                    crate::tensor::trace::traced!(traced, Binary(op), [self, other], [&out]);
+                    out
                 }
             )*
         }
@@ -287,6 +291,12 @@ impl Tensor {
     /// broadcast together). The mask receives no gradient.
     pub fn where_cond(&self, on_true: &Tensor, on_false: &Tensor) -> Tensor {
         let _profiled = crate::tensor::profile::scope("where_cond");
+        trace::op("WhereCond", attrs![], &[self, on_true, on_false], || {
+            self.where_cond_untraced(on_true, on_false)
+        })
+    }
+
+    fn where_cond_untraced(&self, on_true: &Tensor, on_false: &Tensor) -> Tensor {
         let rule = promoted_float_rule(on_true.dtype(), on_false.dtype());
         eager_dtype_or_panic("where_cond", rule);
         if on_true.dtype() != on_false.dtype() {

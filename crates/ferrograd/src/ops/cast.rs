@@ -1,5 +1,6 @@
 //! Conversion between dtypes, and materialising views.
 
+use crate::tensor::trace::{self, attrs};
 use smallvec::smallvec;
 
 use crate::tensor::{record, record_nondiff, with_any_dtype, DType, Element, Tensor};
@@ -10,6 +11,12 @@ impl Tensor {
     /// cast back); a cast into an integer has no derivative.
     pub fn to_dtype(&self, dtype: DType) -> Tensor {
         let _profiled = crate::tensor::profile::scope("to_dtype");
+        trace::op("ToDtype", attrs![dtype], &[self], || {
+            self.to_dtype_untraced(dtype)
+        })
+    }
+
+    fn to_dtype_untraced(&self, dtype: DType) -> Tensor {
         if self.dtype() == dtype {
             return self.clone();
         }

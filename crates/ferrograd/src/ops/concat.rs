@@ -1,6 +1,7 @@
 //! New buffers assembled from blocks: cat and stack join tensors along an axis, pad surrounds
 //! one with a constant. Their gradients are views of the upstream gradient (narrow).
 
+use crate::tensor::trace::{self, attrs};
 use smallvec::smallvec;
 
 use super::dtype::joined_rule;
@@ -14,6 +15,12 @@ impl Tensor {
     /// Padded with `value`: `pads[i] = (before, after)` elements along axis `i`.
     pub fn pad(&self, pads: &[(usize, usize)], value: f64) -> Tensor {
         let _profiled = crate::tensor::profile::scope("pad");
+        trace::op("Pad", attrs![pads.to_vec(), value], &[self], || {
+            self.pad_untraced(pads, value)
+        })
+    }
+
+    fn pad_untraced(&self, pads: &[(usize, usize)], value: f64) -> Tensor {
         let out_shape = eager_or_panic("pad", pad_rule(&known(self.shape()), pads));
         let len = checked_numel(&out_shape).expect("the rule checked the count");
         let start: Vec<usize> = pads.iter().map(|&(before, _)| before).collect();
@@ -43,6 +50,16 @@ impl Tensor {
     /// the axis is out of range or the other axes disagree.
     pub fn try_cat<A: Axis>(tensors: &[&Tensor], axis: A) -> Result<Tensor> {
         let _profiled = crate::tensor::profile::scope("cat");
+        let resolved = tensors
+            .first()
+            .and_then(|t| axis.position(t.ndim()))
+            .unwrap_or(0);
+        trace::op("Cat", attrs![resolved], &tensors, || {
+            Tensor::cat_untraced(tensors, axis)
+        })
+    }
+
+    fn cat_untraced<A: Axis>(tensors: &[&Tensor], axis: A) -> Result<Tensor> {
         let first = tensors
             .first()
             .ok_or_else(|| Error::Shape("cat: no tensors given".into()))?;

@@ -15,6 +15,7 @@
 //! f64, groups and the other strided transposed convolutions keep im2col and col2im, or a
 //! direct kernel where the channels are few. [`Algo`] is the one place that chooses.
 
+use crate::tensor::trace::{self, attrs};
 use std::ops::Range;
 
 use smallvec::smallvec;
@@ -173,6 +174,12 @@ impl Tensor {
     /// be 1.
     pub fn conv2d_same(&self, w: &Tensor, opts: &ConvOpts) -> Tensor {
         let _profiled = crate::tensor::profile::scope("conv2d_same");
+        trace::op("Conv2dSame", attrs![opts.clone()], &[self, w], || {
+            self.conv2d_same_untraced(w, opts)
+        })
+    }
+
+    fn conv2d_same_untraced(&self, w: &Tensor, opts: &ConvOpts) -> Tensor {
         assert!(
             opts.stride == [1, 1],
             "conv2d: padding \"same\" needs stride 1, got {:?} (as in PyTorch)",
@@ -197,6 +204,12 @@ impl Tensor {
     /// `[O, C/groups, kh, kw]`; the result is `[N, O, Ho, Wo]`. Bias is added separately.
     pub fn conv2d(&self, w: &Tensor, opts: &ConvOpts) -> Tensor {
         let _profiled = crate::tensor::profile::scope("conv2d");
+        trace::op("Conv2d", attrs![opts.clone()], &[self, w], || {
+            self.conv2d_untraced(w, opts)
+        })
+    }
+
+    fn conv2d_untraced(&self, w: &Tensor, opts: &ConvOpts) -> Tensor {
         floats("conv2d", self, w);
         let (x, w) = binary_promote(self, w);
         let rule = conv_rule(&known(x.shape()), &known(w.shape()), opts, false);
@@ -225,6 +238,12 @@ impl Tensor {
     /// `(H − 1)·stride − 2·padding + dilation·(k − 1) + output_padding + 1`.
     pub fn conv_transpose2d(&self, w: &Tensor, opts: &ConvOpts) -> Tensor {
         let _profiled = crate::tensor::profile::scope("conv_transpose2d");
+        trace::op("ConvTranspose2d", attrs![opts.clone()], &[self, w], || {
+            self.conv_transpose2d_untraced(w, opts)
+        })
+    }
+
+    fn conv_transpose2d_untraced(&self, w: &Tensor, opts: &ConvOpts) -> Tensor {
         floats("conv_transpose2d", self, w);
         let rule = conv_rule(&known(self.shape()), &known(w.shape()), opts, true);
         let out = eager_or_panic("conv_transpose2d", rule);
@@ -282,6 +301,20 @@ impl Tensor {
     /// `dy`, and differentiable again.
     pub fn conv2d_weight(&self, dy: &Tensor, (kh, kw): (usize, usize), opts: &ConvOpts) -> Tensor {
         let _profiled = crate::tensor::profile::scope("conv2d_weight");
+        trace::op(
+            "Conv2dWeight",
+            attrs![(kh, kw), opts.clone()],
+            &[self, dy],
+            || self.conv2d_weight_untraced(dy, (kh, kw), opts),
+        )
+    }
+
+    fn conv2d_weight_untraced(
+        &self,
+        dy: &Tensor,
+        (kh, kw): (usize, usize),
+        opts: &ConvOpts,
+    ) -> Tensor {
         let operands = [("input", self.dtype()), ("output gradient", dy.dtype())];
         eager_dtype_or_panic("conv2d_weight", floats_rule(&operands));
         let (x, dy) = binary_promote(self, dy);

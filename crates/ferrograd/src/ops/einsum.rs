@@ -5,6 +5,7 @@
 
 use super::shape::{Rule, Shape};
 use crate::error::{Error, Result};
+use crate::tensor::trace::{self, attrs};
 use crate::tensor::Tensor;
 
 /// A subscript: a letter (its ASCII code), or one of the axes an ellipsis stands for
@@ -347,6 +348,12 @@ impl Tensor {
     /// error.
     pub fn try_einsum(spec: &str, operands: &[&Tensor]) -> Result<Tensor> {
         let _profiled = crate::tensor::profile::scope("einsum");
+        trace::op("Einsum", attrs![spec.to_string()], &operands, || {
+            Tensor::einsum_untraced(spec, operands)
+        })
+    }
+
+    fn einsum_untraced(spec: &str, operands: &[&Tensor]) -> Result<Tensor> {
         if operands.is_empty() {
             return Err(shape_error(spec, "no operands"));
         }

@@ -1,6 +1,7 @@
 //! Selection by index along an axis (index_select) and its adjoint (index_add), each the
 //! other's derivative. The loops are `kernels::index`.
 
+use crate::tensor::trace::{self, attrs};
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -19,6 +20,12 @@ pub trait Indices {
     /// The positions; an error naming `op` for a tensor that is not 1-d `I64` or holds a
     /// negative value.
     fn positions(&self, op: &str) -> Result<Cow<'_, [usize]>>;
+
+    /// The tensor holding them, when they are one: a trace records it as an input (its
+    /// values may differ from run to run) instead of fixing the positions.
+    fn tensor(&self) -> Option<&Tensor> {
+        None
+    }
 }
 
 impl Indices for [usize] {
@@ -56,6 +63,10 @@ impl Indices for Tensor {
             .collect::<Result<Vec<usize>>>()
             .map(Cow::Owned)
     }
+
+    fn tensor(&self) -> Option<&Tensor> {
+        Some(self)
+    }
 }
 
 impl Tensor {
@@ -75,6 +86,23 @@ impl Tensor {
         indices: &I,
     ) -> Result<Tensor> {
         let _profiled = crate::tensor::profile::scope("index_select");
+        let resolved = axis.position(self.ndim()).unwrap_or(0);
+        let body = || self.index_select_untraced(axis, indices);
+        match indices.tensor() {
+            Some(by) => trace::op("IndexSelectBy", attrs![resolved], &[self, by], body),
+            None => {
+                let positions = || indices.positions("index_select").map(Cow::into_owned);
+                let attrs = attrs![resolved, positions().unwrap_or_default()];
+                trace::op("IndexSelect", attrs, &[self], body)
+            }
+        }
+    }
+
+    fn index_select_untraced<A: Axis, I: Indices + ?Sized>(
+        &self,
+        axis: A,
+        indices: &I,
+    ) -> Result<Tensor> {
         let Some(axis) = axis.position(self.ndim()) else {
             return Err(Error::Shape(format!(
                 "index_select: axis {axis} out of range for shape {:?}",
@@ -101,6 +129,16 @@ impl Tensor {
     /// `out[.., indices[j], ..] += source[.., j, ..]`.
     pub fn index_add<A: Axis>(&self, axis: A, indices: &[usize], source: &Tensor) -> Tensor {
         let _profiled = crate::tensor::profile::scope("index_add");
+        let resolved = super::axis_in("index_add", axis, self.shape());
+        trace::op(
+            "IndexAdd",
+            attrs![resolved, indices.to_vec()],
+            &[self, source],
+            || self.index_add_untraced(axis, indices, source),
+        )
+    }
+
+    fn index_add_untraced<A: Axis>(&self, axis: A, indices: &[usize], source: &Tensor) -> Tensor {
         let axis = axis_in("index_add", axis, self.shape());
         let rule = index_add_rule(&known(self.shape()), &known(source.shape()), axis, indices);
         eager_or_panic("index_add", rule);

@@ -11,6 +11,7 @@ use super::shape::{broadcast, eager, known, numel, same, show, Rule};
 use crate::error::{Error, Result};
 use crate::kernels::matmul::{gemm_batch_append, gemm_plus_row_append, MatRef};
 use crate::kernels::part_numel;
+use crate::tensor::trace::{self, attrs};
 use crate::tensor::{checked_numel, no_grad, record, with_dtype, FloatElement, Tensor};
 
 impl Tensor {
@@ -24,6 +25,12 @@ impl Tensor {
     /// not fit.
     pub fn try_matmul(&self, other: &Tensor) -> Result<Tensor> {
         let _profiled = crate::tensor::profile::scope("matmul");
+        trace::op("Matmul", attrs![], &[self, other], || {
+            self.matmul_untraced(other)
+        })
+    }
+
+    fn matmul_untraced(&self, other: &Tensor) -> Result<Tensor> {
         let out_shape = eager(
             "matmul",
             matmul_rule(&known(self.shape()), &known(other.shape())),
@@ -99,6 +106,13 @@ impl Tensor {
     /// not fit.
     pub fn try_linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         let _profiled = crate::tensor::profile::scope("linear");
+        let inputs: Vec<&Tensor> = [self, weight].into_iter().chain(bias).collect();
+        trace::op("Linear", attrs![], &inputs, || {
+            self.linear_untraced(weight, bias)
+        })
+    }
+
+    fn linear_untraced(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         let (out_shape, rows, k, n) = linear_shape(self, weight, bias)?;
         crate::tensor::profile::note_product_flops([rows, k, n]);
         let mut operands = vec![("input", self.dtype()), ("weight", weight.dtype())];

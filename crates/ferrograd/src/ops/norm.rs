@@ -5,6 +5,7 @@
 //! writes the same derivative with tensor ops when it is (`backward_with_graph`), so that
 //! second derivatives work as for every op.
 
+use crate::tensor::trace::{self, attrs};
 use smallvec::smallvec;
 
 use super::shape::{eager_or_panic, known, show, Rule, Shape};
@@ -105,6 +106,17 @@ impl Tensor {
     /// ```
     pub fn batch_norm(&self, weight: &Tensor, bias: &Tensor, eps: f64) -> (Tensor, Tensor, Tensor) {
         let _profiled = crate::tensor::profile::scope("batch_norm");
+        trace::op("BatchNorm", attrs![eps], &[self, weight, bias], || {
+            self.batch_norm_untraced(weight, bias, eps)
+        })
+    }
+
+    fn batch_norm_untraced(
+        &self,
+        weight: &Tensor,
+        bias: &Tensor,
+        eps: f64,
+    ) -> (Tensor, Tensor, Tensor) {
         let channels = self.shape().get(1).copied();
         assert!(
             self.ndim() >= 2
@@ -185,6 +197,12 @@ impl Tensor {
     /// ```
     pub fn layer_norm(&self, weight: &Tensor, bias: &Tensor, eps: f64) -> Tensor {
         let _profiled = crate::tensor::profile::scope("layer_norm");
+        trace::op("LayerNorm", attrs![eps], &[self, weight, bias], || {
+            self.layer_norm_untraced(weight, bias, eps)
+        })
+    }
+
+    fn layer_norm_untraced(&self, weight: &Tensor, bias: &Tensor, eps: f64) -> Tensor {
         let shapes = [self, weight, bias].map(|t| known(t.shape()));
         eager_or_panic("layer_norm", layer_norm_rule(&shapes));
         let dtype = layer_norm_dtype([self, weight, bias].map(Tensor::dtype));
@@ -245,6 +263,14 @@ impl Tensor {
     /// PyTorch's default. Written with differentiable ops: every order of derivative.
     pub fn rms_norm(&self, weight: Option<&Tensor>, eps: Option<f64>) -> Tensor {
         let _profiled = crate::tensor::profile::scope("rms_norm");
+        let _profiled = crate::tensor::profile::scope("rms_norm");
+        let inputs: Vec<&Tensor> = [self].into_iter().chain(weight).collect();
+        trace::op("RmsNorm", attrs![eps], &inputs, || {
+            self.rms_norm_untraced(weight, eps)
+        })
+    }
+
+    fn rms_norm_untraced(&self, weight: Option<&Tensor>, eps: Option<f64>) -> Tensor {
         assert!(
             self.ndim() >= 1,
             "rms_norm: needs at least one axis, got a 0-d tensor"

@@ -6,6 +6,7 @@
 //! arg-max (its derivative in the input is zero, as PyTorch's), and a window mean's adjoint
 //! spreads each output back over its window.
 
+use crate::tensor::trace::{self, attrs};
 use std::sync::Arc;
 
 use smallvec::smallvec;
@@ -102,6 +103,21 @@ impl Tensor {
         [ph, pw]: [usize; 2],
     ) -> Tensor {
         let _profiled = crate::tensor::profile::scope("max_pool2d_hw");
+        let _profiled = crate::tensor::profile::scope("max_pool2d_hw");
+        trace::op(
+            "MaxPool2d",
+            attrs![[kh, kw], [sh, sw], [ph, pw]],
+            &[self],
+            || self.max_pool2d_hw_untraced([kh, kw], [sh, sw], [ph, pw]),
+        )
+    }
+
+    fn max_pool2d_hw_untraced(
+        &self,
+        [kh, kw]: [usize; 2],
+        [sh, sw]: [usize; 2],
+        [ph, pw]: [usize; 2],
+    ) -> Tensor {
         let rule = pool_rule(&known(self.shape()), [kh, kw], [sh, sw], [ph, pw]);
         eager_or_panic("max_pool2d", rule);
         eager_dtype_or_panic("max_pool2d", float_rule(self.dtype()));
@@ -158,6 +174,21 @@ impl Tensor {
         [ph, pw]: [usize; 2],
     ) -> Tensor {
         let _profiled = crate::tensor::profile::scope("avg_pool2d_hw");
+        let _profiled = crate::tensor::profile::scope("avg_pool2d_hw");
+        trace::op(
+            "AvgPool2d",
+            attrs![[kh, kw], [sh, sw], [ph, pw]],
+            &[self],
+            || self.avg_pool2d_hw_untraced([kh, kw], [sh, sw], [ph, pw]),
+        )
+    }
+
+    fn avg_pool2d_hw_untraced(
+        &self,
+        [kh, kw]: [usize; 2],
+        [sh, sw]: [usize; 2],
+        [ph, pw]: [usize; 2],
+    ) -> Tensor {
         let rule = pool_rule(&known(self.shape()), [kh, kw], [sh, sw], [ph, pw]);
         eager_or_panic("avg_pool2d", rule);
         eager_dtype_or_panic("avg_pool2d", float_rule(self.dtype()));
@@ -171,6 +202,12 @@ impl Tensor {
     /// `adaptive_avg_pool2d`).
     pub fn adaptive_avg_pool2d(&self, out_h: usize, out_w: usize) -> Tensor {
         let _profiled = crate::tensor::profile::scope("adaptive_avg_pool2d");
+        trace::op("AdaptiveAvgPool2d", attrs![out_h, out_w], &[self], || {
+            self.adaptive_avg_pool2d_untraced(out_h, out_w)
+        })
+    }
+
+    fn adaptive_avg_pool2d_untraced(&self, out_h: usize, out_w: usize) -> Tensor {
         let rule = resize_rule(&known(self.shape()), (out_h, out_w), true);
         eager_or_panic("adaptive_avg_pool2d", rule);
         eager_dtype_or_panic("adaptive_avg_pool2d", float_rule(self.dtype()));
@@ -185,6 +222,15 @@ impl Tensor {
     /// `scale_h × scale_w` block. Built from views, so its gradient sums each block.
     pub fn upsample_nearest2d(&self, scale_h: usize, scale_w: usize) -> Tensor {
         let _profiled = crate::tensor::profile::scope("upsample_nearest2d");
+        trace::op(
+            "UpsampleNearest2d",
+            attrs![scale_h, scale_w],
+            &[self],
+            || self.upsample_nearest2d_untraced(scale_h, scale_w),
+        )
+    }
+
+    fn upsample_nearest2d_untraced(&self, scale_h: usize, scale_w: usize) -> Tensor {
         let rule = resize_rule(&known(self.shape()), (scale_h, scale_w), false);
         eager_or_panic("upsample_nearest2d", rule);
         let (_, h, w) = planes("upsample_nearest2d", self);

@@ -3,6 +3,7 @@
 //! derivatives of every order.
 
 use super::{axes_in, axis_in, Axis};
+use crate::tensor::trace::{self, attrs};
 use crate::tensor::Tensor;
 
 impl Tensor {
@@ -19,6 +20,13 @@ impl Tensor {
     /// ```
     pub fn gather<A: Axis>(&self, axis: A, index: &Tensor) -> Tensor {
         let _profiled = crate::tensor::profile::scope("gather");
+        let resolved = super::axis_in("gather", axis, self.shape());
+        trace::op("Gather", attrs![resolved], &[self, index], || {
+            self.gather_untraced(axis, index)
+        })
+    }
+
+    fn gather_untraced<A: Axis>(&self, axis: A, index: &Tensor) -> Tensor {
         let axis = axis_in("gather", axis, self.shape());
         let (shape, ishape) = (self.shape(), index.shape());
         assert!(
@@ -62,6 +70,13 @@ impl Tensor {
     /// twice is refused, as there).
     pub fn flip<A: Axis>(&self, axes: &[A]) -> Tensor {
         let _profiled = crate::tensor::profile::scope("flip");
+        let resolved = super::axes_in("flip", axes, self.shape());
+        trace::op("Flip", attrs![resolved.clone()], &[self], || {
+            self.flip_untraced(axes)
+        })
+    }
+
+    fn flip_untraced<A: Axis>(&self, axes: &[A]) -> Tensor {
         let axes = axes_in("flip", axes, self.shape());
         assert!(
             axes.iter().enumerate().all(|(i, a)| !axes[..i].contains(a)),
@@ -77,6 +92,13 @@ impl Tensor {
     /// back at the other (PyTorch's `roll`; a negative shift goes the other way).
     pub fn roll<A: Axis>(&self, shift: isize, axis: A) -> Tensor {
         let _profiled = crate::tensor::profile::scope("roll");
+        let resolved = super::axis_in("roll", axis, self.shape());
+        trace::op("Roll", attrs![shift, resolved], &[self], || {
+            self.roll_untraced(shift, axis)
+        })
+    }
+
+    fn roll_untraced<A: Axis>(&self, shift: isize, axis: A) -> Tensor {
         let axis = axis_in("roll", axis, self.shape());
         let n = self.shape()[axis];
         if n == 0 {
@@ -94,6 +116,12 @@ impl Tensor {
     /// axes add leading axes).
     pub fn repeat(&self, reps: &[usize]) -> Tensor {
         let _profiled = crate::tensor::profile::scope("repeat");
+        trace::op("Repeat", attrs![reps.to_vec()], &[self], || {
+            self.repeat_untraced(reps)
+        })
+    }
+
+    fn repeat_untraced(&self, reps: &[usize]) -> Tensor {
         assert!(
             reps.len() >= self.ndim(),
             "repeat: {} repetitions for {} axes (at least one per axis)",

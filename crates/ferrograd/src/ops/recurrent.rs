@@ -4,6 +4,7 @@
 //! As for batch normalisation, each rule runs the fused kernel in an ordinary backward and the
 //! same derivative in tensor ops when a graph is being built, so that second derivatives work.
 
+use crate::tensor::trace::{self, attrs};
 use smallvec::smallvec;
 
 use crate::kernels::cells::{Cell, GruCell, LstmCell, StepGrads, StepIn, TanhCell};
@@ -236,6 +237,12 @@ impl Tensor {
     /// ```
     pub fn lstm_cell(gi: &Tensor, gh: &Tensor, c: &Tensor) -> (Tensor, Tensor) {
         let _profiled = crate::tensor::profile::scope("lstm_cell");
+        trace::op("LstmCell", attrs![], &[gi, gh, c], || {
+            Tensor::lstm_cell_untraced(gi, gh, c)
+        })
+    }
+
+    fn lstm_cell_untraced(gi: &Tensor, gh: &Tensor, c: &Tensor) -> (Tensor, Tensor) {
         let packed = step_op::<LstmCell>("lstm_cell", gi, gh, c);
         (packed.plane(0), packed.plane(1))
     }
@@ -252,6 +259,12 @@ impl Tensor {
     /// ```
     pub fn gru_cell(gi: &Tensor, gh: &Tensor, h: &Tensor) -> Tensor {
         let _profiled = crate::tensor::profile::scope("gru_cell");
+        trace::op("GruCell", attrs![], &[gi, gh, h], || {
+            Tensor::gru_cell_untraced(gi, gh, h)
+        })
+    }
+
+    fn gru_cell_untraced(gi: &Tensor, gh: &Tensor, h: &Tensor) -> Tensor {
         step_op::<GruCell>("gru_cell", gi, gh, h).plane(0)
     }
 }

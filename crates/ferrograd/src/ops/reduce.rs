@@ -9,6 +9,7 @@ use smallvec::smallvec;
 
 use crate::kernels::reduce as kr;
 use crate::kernels::{checked_numel_of, part_numel, Rows};
+use crate::tensor::trace::{self, attrs};
 use crate::tensor::{
     filled, record, record_nondiff, with_dtype, DType, Element, FloatElement, Tensor,
 };
@@ -104,13 +105,17 @@ impl Tensor {
     /// Sum of all elements (0-d).
     pub fn sum(&self) -> Tensor {
         let _profiled = crate::tensor::profile::scope("sum");
-        self.sum_axes(&self.all_axes(), false)
+        trace::op("Sum", attrs![], &[self], || {
+            self.sum_axes(&self.all_axes(), false)
+        })
     }
 
     /// Mean of all elements (0-d).
     pub fn mean(&self) -> Tensor {
         let _profiled = crate::tensor::profile::scope("mean");
-        self.mean_axes(&self.all_axes(), false)
+        trace::op("Mean", attrs![], &[self], || {
+            self.mean_axes(&self.all_axes(), false)
+        })
     }
 
     /// Sum over `axes`; with `keepdim` they stay as size-1 axes. An `I64` tensor sums exactly
@@ -127,6 +132,12 @@ impl Tensor {
     pub fn sum_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
         let _profiled = crate::tensor::profile::scope("sum_axes");
         let axes = &axes_in("sum_axes", axes, self.shape());
+        trace::op("SumAxes", attrs![axes.clone(), keepdim], &[self], || {
+            self.sum_axes_untraced(axes, keepdim)
+        })
+    }
+
+    fn sum_axes_untraced(&self, axes: &[usize], keepdim: bool) -> Tensor {
         let plan = Reduction::new("sum_axes", self.shape(), axes, keepdim);
         eager_dtype_or_panic("sum_axes", sum_rule(self.dtype()));
         if plan.axes.is_empty() {
@@ -164,6 +175,12 @@ impl Tensor {
     pub fn mean_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
         let _profiled = crate::tensor::profile::scope("mean_axes");
         let axes = &axes_in("mean_axes", axes, self.shape());
+        trace::op("MeanAxes", attrs![axes.clone(), keepdim], &[self], || {
+            self.mean_axes_untraced(axes, keepdim)
+        })
+    }
+
+    fn mean_axes_untraced(&self, axes: &[usize], keepdim: bool) -> Tensor {
         let plan = Reduction::new("mean_axes", self.shape(), axes, keepdim);
         eager_dtype_or_panic("mean_axes", float_rule(self.dtype()));
         if plan.rows.mid == 0 {
@@ -176,35 +193,35 @@ impl Tensor {
     /// Maximum over `axes`. The gradient goes to the maximal elements, split evenly at ties.
     pub fn max_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
         let _profiled = crate::tensor::profile::scope("max_axes");
-        self.extremum(
-            "max_axes",
-            &axes_in("max_axes", axes, self.shape()),
-            keepdim,
-            true,
-        )
+        let axes = axes_in("max_axes", axes, self.shape());
+        trace::op("MaxAxes", attrs![axes.clone(), keepdim], &[self], || {
+            self.extremum("max_axes", &axes, keepdim, true)
+        })
     }
 
     /// Minimum over `axes`; gradient as in [`Tensor::max_axes`].
     pub fn min_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
         let _profiled = crate::tensor::profile::scope("min_axes");
-        self.extremum(
-            "min_axes",
-            &axes_in("min_axes", axes, self.shape()),
-            keepdim,
-            false,
-        )
+        let axes = axes_in("min_axes", axes, self.shape());
+        trace::op("MinAxes", attrs![axes.clone(), keepdim], &[self], || {
+            self.extremum("min_axes", &axes, keepdim, false)
+        })
     }
 
     /// Maximum of all elements (0-d).
     pub fn max(&self) -> Tensor {
         let _profiled = crate::tensor::profile::scope("max");
-        self.max_axes(&self.all_axes(), false)
+        trace::op("Max", attrs![], &[self], || {
+            self.max_axes(&self.all_axes(), false)
+        })
     }
 
     /// Minimum of all elements (0-d).
     pub fn min(&self) -> Tensor {
         let _profiled = crate::tensor::profile::scope("min");
-        self.min_axes(&self.all_axes(), false)
+        trace::op("Min", attrs![], &[self], || {
+            self.min_axes(&self.all_axes(), false)
+        })
     }
 
     fn extremum(&self, op: &'static str, axes: &[usize], keepdim: bool, is_max: bool) -> Tensor {
@@ -239,13 +256,19 @@ impl Tensor {
     /// as in numpy), an `I64` tensor with `axis` removed. Has no derivative.
     pub fn argmax<A: Axis>(&self, axis: A) -> Tensor {
         let _profiled = crate::tensor::profile::scope("argmax");
-        self.arg_extremum("argmax", axis_in("argmax", axis, self.shape()), true)
+        let axis = axis_in("argmax", axis, self.shape());
+        trace::op("Argmax", attrs![axis], &[self], || {
+            self.arg_extremum("argmax", axis, true)
+        })
     }
 
     /// Index of the smallest element along `axis` (first at ties). Has no derivative.
     pub fn argmin<A: Axis>(&self, axis: A) -> Tensor {
         let _profiled = crate::tensor::profile::scope("argmin");
-        self.arg_extremum("argmin", axis_in("argmin", axis, self.shape()), false)
+        let axis = axis_in("argmin", axis, self.shape());
+        trace::op("Argmin", attrs![axis], &[self], || {
+            self.arg_extremum("argmin", axis, false)
+        })
     }
 
     fn arg_extremum(&self, op: &'static str, axis: usize, is_max: bool) -> Tensor {
@@ -280,6 +303,12 @@ impl Tensor {
     /// gradient of a broadcast operand.
     pub fn sum_to(&self, shape: &[usize]) -> Tensor {
         let _profiled = crate::tensor::profile::scope("sum_to");
+        trace::op("SumTo", attrs![shape.to_vec()], &[self], || {
+            self.sum_to_untraced(shape)
+        })
+    }
+
+    fn sum_to_untraced(&self, shape: &[usize]) -> Tensor {
         // Every operand of a broadcast op's derivative passes here, mostly to its own shape:
         // that takes no shape rule.
         let same = self.shape() == shape;

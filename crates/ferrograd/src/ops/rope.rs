@@ -3,6 +3,7 @@
 //! two positions are. A composite of primitives (products with constant cos/sin tables, a
 //! negation and a concatenation): differentiable to every order with no rule of its own.
 
+use crate::tensor::trace::{self, attrs};
 use crate::tensor::{DType, Tensor};
 
 impl Tensor {
@@ -24,6 +25,12 @@ impl Tensor {
     /// ```
     pub fn rope(&self, start: usize, base: f64) -> Tensor {
         let _profiled = crate::tensor::profile::scope("rope");
+        trace::op("Rope", attrs![start, base], &[self], || {
+            self.rope_untraced(start, base)
+        })
+    }
+
+    fn rope_untraced(&self, start: usize, base: f64) -> Tensor {
         let n = self.ndim();
         assert!(
             n >= 2 && self.shape()[n - 1].is_multiple_of(2),

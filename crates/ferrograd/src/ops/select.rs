@@ -3,6 +3,7 @@
 //! constant mask, `index_select`), so each has derivatives of every order.
 
 use super::Axis;
+use crate::tensor::trace::{self, attrs};
 use crate::tensor::{no_grad, DType, Tensor};
 
 impl Tensor {
@@ -10,12 +11,20 @@ impl Tensor {
     /// `tril`: `k` > 0 keeps more, `k` < 0 fewer).
     pub fn tril(&self, k: isize) -> Tensor {
         let _profiled = crate::tensor::profile::scope("tril");
+        trace::op("Tril", attrs![k], &[self], || self.tril_untraced(k))
+    }
+
+    fn tril_untraced(&self, k: isize) -> Tensor {
         self.triangle("tril", k, |i, j, k| j - i <= k)
     }
 
     /// The elements on and above diagonal `k` of the last two axes, zeros below (`triu`).
     pub fn triu(&self, k: isize) -> Tensor {
         let _profiled = crate::tensor::profile::scope("triu");
+        trace::op("Triu", attrs![k], &[self], || self.triu_untraced(k))
+    }
+
+    fn triu_untraced(&self, k: isize) -> Tensor {
         self.triangle("triu", k, |i, j, k| j - i >= k)
     }
 
@@ -47,6 +56,12 @@ impl Tensor {
     /// elsewhere (PyTorch's `masked_fill`). The gradient passes where the mask is zero.
     pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Tensor {
         let _profiled = crate::tensor::profile::scope("masked_fill");
+        trace::op("MaskedFill", attrs![value], &[self, mask], || {
+            self.masked_fill_untraced(mask, value)
+        })
+    }
+
+    fn masked_fill_untraced(&self, mask: &Tensor, value: f64) -> Tensor {
         let fill = Tensor::full(&[], value, self.dtype());
         let out = mask.detach().ne_scalar(0.0).where_cond(&fill, self);
         if out.shape() != self.shape() {
@@ -72,6 +87,13 @@ impl Tensor {
     /// PyTorch's `topk(largest=False)`).
     pub fn topk_along<A: Axis>(&self, k: usize, axis: A, largest: bool) -> (Tensor, Tensor) {
         let _profiled = crate::tensor::profile::scope("topk_along");
+        let resolved = super::axis_in("topk", axis, self.shape());
+        trace::op("TopK", attrs![k, resolved, largest], &[self], || {
+            self.topk_along_untraced(k, axis, largest)
+        })
+    }
+
+    fn topk_along_untraced<A: Axis>(&self, k: usize, axis: A, largest: bool) -> (Tensor, Tensor) {
         if self.ndim() == 0 {
             // A number is its own single entry (axis 0 or −1, as PyTorch's).
             assert!(

@@ -3,6 +3,7 @@
 
 use super::dtype::{eager_dtype_or_panic, float_rule};
 use super::{axis_in, Axis};
+use crate::tensor::trace::{self, attrs};
 use smallvec::smallvec;
 
 use crate::kernels::reduce as kr;
@@ -20,6 +21,13 @@ impl Tensor {
     /// exp(x) / Σ exp(x) along `axis`.
     pub fn softmax<A: Axis>(&self, axis: A) -> Tensor {
         let _profiled = crate::tensor::profile::scope("softmax");
+        let resolved = super::axis_in("softmax", axis, self.shape());
+        trace::op("Softmax", attrs![resolved], &[self], || {
+            self.softmax_untraced(axis)
+        })
+    }
+
+    fn softmax_untraced<A: Axis>(&self, axis: A) -> Tensor {
         let axis = axis_in("softmax", axis, self.shape());
         eager_dtype_or_panic("softmax", float_rule(self.dtype()));
         let out = with_dtype!(self.dtype(), T => fused::<T>(self, axis, false));
@@ -33,6 +41,13 @@ impl Tensor {
     /// x − log Σ exp(x) along `axis`.
     pub fn log_softmax<A: Axis>(&self, axis: A) -> Tensor {
         let _profiled = crate::tensor::profile::scope("log_softmax");
+        let resolved = super::axis_in("log_softmax", axis, self.shape());
+        trace::op("LogSoftmax", attrs![resolved], &[self], || {
+            self.log_softmax_untraced(axis)
+        })
+    }
+
+    fn log_softmax_untraced<A: Axis>(&self, axis: A) -> Tensor {
         let axis = axis_in("log_softmax", axis, self.shape());
         eager_dtype_or_panic("log_softmax", float_rule(self.dtype()));
         let out = with_dtype!(self.dtype(), T => fused::<T>(self, axis, true));

@@ -5,6 +5,7 @@
 use super::{axes_in, axis_in, Axis};
 use crate::kernels::reduce::scan_with;
 use crate::kernels::Rows;
+use crate::tensor::trace::{self, attrs};
 use crate::tensor::{DType, Tensor};
 
 impl Tensor {
@@ -14,6 +15,16 @@ impl Tensor {
     /// NaN for a sum of 0.
     pub fn var_axes<A: Axis>(&self, axes: &[A], correction: usize, keepdim: bool) -> Tensor {
         let _profiled = crate::tensor::profile::scope("var_axes");
+        let resolved = super::axes_in("var_axes", axes, self.shape());
+        trace::op(
+            "VarAxes",
+            attrs![resolved.clone(), correction, keepdim],
+            &[self],
+            || self.var_axes_untraced(axes, correction, keepdim),
+        )
+    }
+
+    fn var_axes_untraced<A: Axis>(&self, axes: &[A], correction: usize, keepdim: bool) -> Tensor {
         let axes = axes_in("var_axes", axes, self.shape());
         let count: usize = axes.iter().map(|&a| self.shape()[a]).product();
         let centered = self - &self.mean_axes(&axes, true);
@@ -35,6 +46,16 @@ impl Tensor {
     /// ```
     pub fn std_axes<A: Axis>(&self, axes: &[A], correction: usize, keepdim: bool) -> Tensor {
         let _profiled = crate::tensor::profile::scope("std_axes");
+        let resolved = super::axes_in("std_axes", axes, self.shape());
+        trace::op(
+            "StdAxes",
+            attrs![resolved.clone(), correction, keepdim],
+            &[self],
+            || self.std_axes_untraced(axes, correction, keepdim),
+        )
+    }
+
+    fn std_axes_untraced<A: Axis>(&self, axes: &[A], correction: usize, keepdim: bool) -> Tensor {
         let var = self.var_axes(axes, correction, keepdim);
         let nonzero = var.detach().ne_scalar(0.0);
         let safe = nonzero.where_cond(&var, &var.ones_like());
@@ -45,6 +66,16 @@ impl Tensor {
     /// (where it is infinite, the sum is of the infinities themselves, as PyTorch's).
     pub fn logsumexp<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
         let _profiled = crate::tensor::profile::scope("logsumexp");
+        let resolved = super::axes_in("logsumexp", axes, self.shape());
+        trace::op(
+            "Logsumexp",
+            attrs![resolved.clone(), keepdim],
+            &[self],
+            || self.logsumexp_untraced(axes, keepdim),
+        )
+    }
+
+    fn logsumexp_untraced<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
         let axes = axes_in("logsumexp", axes, self.shape());
         if axes.iter().any(|&a| self.shape()[a] == 0) {
             // The log of an empty sum.
@@ -79,6 +110,13 @@ impl Tensor {
     /// ```
     pub fn cumsum<A: Axis>(&self, axis: A) -> Tensor {
         let _profiled = crate::tensor::profile::scope("cumsum");
+        let resolved = super::axis_in("cumsum", axis, self.shape());
+        trace::op("Cumsum", attrs![resolved], &[self], || {
+            self.cumsum_untraced(axis)
+        })
+    }
+
+    fn cumsum_untraced<A: Axis>(&self, axis: A) -> Tensor {
         let axis = axis_in("cumsum", axis, self.shape());
         if self.dtype() == DType::I64 {
             return self.integer_scan(axis, i64::wrapping_add);
@@ -100,6 +138,13 @@ impl Tensor {
     /// ```
     pub fn cumprod<A: Axis>(&self, axis: A) -> Tensor {
         let _profiled = crate::tensor::profile::scope("cumprod");
+        let resolved = super::axis_in("cumprod", axis, self.shape());
+        trace::op("Cumprod", attrs![resolved], &[self], || {
+            self.cumprod_untraced(axis)
+        })
+    }
+
+    fn cumprod_untraced<A: Axis>(&self, axis: A) -> Tensor {
         let axis = axis_in("cumprod", axis, self.shape());
         if self.dtype() == DType::I64 {
             return self.integer_scan(axis, i64::wrapping_mul);

@@ -16,6 +16,7 @@
 //! cannot be added without its rule (`derivative: none` says, explicitly, that there is none).
 
 use super::{has_rule, map_dispatch, map_slices_dispatch, zip_dispatch};
+use crate::tensor::trace::{self, attrs};
 use smallvec::smallvec;
 
 use crate::kernels::{strided, Float};
@@ -306,6 +307,7 @@ macro_rules! define_elementwise {
                 $(#[$doc])*
                 pub fn $name(&self $($(, $arg: $ty)+)?) -> Tensor {
                     let _profiled = crate::tensor::profile::scope(stringify!($name));
+                    let traced = crate::tensor::trace::enter();
                     let op = Unary::$Variant $(($($arg),+))?;
                     if let Err(e) = op.result_dtype(self.dtype()) {
                         panic!("{e}");
@@ -314,7 +316,9 @@ macro_rules! define_elementwise {
                         let $x = self;
                         $forward
                     };
-                    record_elementwise!(stringify!($name), out, self, $($rule)+)
+                    let out = record_elementwise!(stringify!($name), out, self, $($rule)+);
+                    crate::tensor::trace::traced!(traced, Unary(op), [self], [&out]);
+                    out
                 }
             )*
         }
@@ -412,6 +416,10 @@ impl Tensor {
     /// `½x(1 + tanh(√(2/π)(x + 0.044715x³)))`.
     pub fn gelu_tanh(&self) -> Tensor {
         let _profiled = crate::tensor::profile::scope("gelu_tanh");
+        trace::op("GeluTanh", attrs![], &[self], || self.gelu_tanh_untraced())
+    }
+
+    fn gelu_tanh_untraced(&self) -> Tensor {
         let inner = (self + &self.powf(3.0).mul_scalar(0.044715))
             .mul_scalar((2.0 / std::f64::consts::PI).sqrt());
         &(self * 0.5) * &inner.tanh().add_scalar(1.0)

@@ -2,6 +2,7 @@
 //! squeeze, unsqueeze, flatten_from and narrow share the input's storage. Each gradient maps
 //! back through the inverse view (broadcast sums, narrow pads).
 
+use crate::tensor::trace::{self, attrs};
 use smallvec::smallvec;
 
 use super::shape::{check_axis, eager, eager_or_panic, known, numel, same, show, Rule, Shape};
@@ -26,6 +27,12 @@ impl Tensor {
     /// panicking when the element counts differ.
     pub fn try_reshape(&self, shape: &[usize]) -> Result<Tensor> {
         let _profiled = crate::tensor::profile::scope("reshape");
+        trace::op("Reshape", attrs![shape.to_vec()], &[self], || {
+            self.reshape_untraced(shape)
+        })
+    }
+
+    fn reshape_untraced(&self, shape: &[usize]) -> Result<Tensor> {
         if shape == self.shape() {
             return Ok(self.clone());
         }
@@ -52,6 +59,12 @@ impl Tensor {
     /// Axes reordered: axis `i` of the result is axis `perm[i]` of this tensor. A view.
     pub fn permute(&self, perm: &[usize]) -> Tensor {
         let _profiled = crate::tensor::profile::scope("permute");
+        trace::op("Permute", attrs![perm.to_vec()], &[self], || {
+            self.permute_untraced(perm)
+        })
+    }
+
+    fn permute_untraced(&self, perm: &[usize]) -> Tensor {
         eager_or_panic("permute", permute_rule(&known(self.shape()), perm));
         let n = self.ndim();
         let out = self.view_untracked(self.layout().permuted(perm));
@@ -99,6 +112,12 @@ impl Tensor {
     /// panicking when the shape cannot be broadcast to `shape`.
     pub fn try_broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
         let _profiled = crate::tensor::profile::scope("broadcast_to");
+        trace::op("BroadcastTo", attrs![shape.to_vec()], &[self], || {
+            self.broadcast_to_untraced(shape)
+        })
+    }
+
+    fn broadcast_to_untraced(&self, shape: &[usize]) -> Result<Tensor> {
         if shape == self.shape() {
             return Ok(self.clone());
         }
@@ -120,6 +139,13 @@ impl Tensor {
     /// Removes axis `axis`, which must have size 1.
     pub fn squeeze<A: Axis>(&self, axis: A) -> Tensor {
         let _profiled = crate::tensor::profile::scope("squeeze");
+        let resolved = super::axis_in("squeeze", axis, self.shape());
+        trace::op("Squeeze", attrs![resolved], &[self], || {
+            self.squeeze_untraced(axis)
+        })
+    }
+
+    fn squeeze_untraced<A: Axis>(&self, axis: A) -> Tensor {
         let axis = axis_in("squeeze", axis, self.shape());
         self.reshape(&eager_or_panic(
             "squeeze",
@@ -131,6 +157,13 @@ impl Tensor {
     /// A negative `axis` counts from the back of the result (`-1` appends an axis).
     pub fn unsqueeze<A: Axis>(&self, axis: A) -> Tensor {
         let _profiled = crate::tensor::profile::scope("unsqueeze");
+        let resolved = axis.position(self.ndim() + 1).unwrap_or(0);
+        trace::op("Unsqueeze", attrs![resolved], &[self], || {
+            self.unsqueeze_untraced(axis)
+        })
+    }
+
+    fn unsqueeze_untraced<A: Axis>(&self, axis: A) -> Tensor {
         let axis = axis.position(self.ndim() + 1).unwrap_or_else(|| {
             panic!(
                 "unsqueeze: axis {axis} out of range for shape {:?}",
@@ -146,6 +179,12 @@ impl Tensor {
     /// Axes from `start` on merged into one: `[N, C, H, W].flatten_from(1)` is `[N, C*H*W]`.
     pub fn flatten_from(&self, start: usize) -> Tensor {
         let _profiled = crate::tensor::profile::scope("flatten_from");
+        trace::op("FlattenFrom", attrs![start], &[self], || {
+            self.flatten_from_untraced(start)
+        })
+    }
+
+    fn flatten_from_untraced(&self, start: usize) -> Tensor {
         self.reshape(&eager_or_panic(
             "flatten_from",
             flatten_from_rule(&known(self.shape()), start),
@@ -155,6 +194,13 @@ impl Tensor {
     /// Elements `start..start + len` along `axis`. A view.
     pub fn narrow<A: Axis>(&self, axis: A, start: usize, len: usize) -> Tensor {
         let _profiled = crate::tensor::profile::scope("narrow");
+        let resolved = super::axis_in("narrow", axis, self.shape());
+        trace::op("Narrow", attrs![resolved, start, len], &[self], || {
+            self.narrow_untraced(axis, start, len)
+        })
+    }
+
+    fn narrow_untraced<A: Axis>(&self, axis: A, start: usize, len: usize) -> Tensor {
         let axis = axis_in("narrow", axis, self.shape());
         eager_or_panic(
             "narrow",

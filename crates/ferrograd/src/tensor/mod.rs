@@ -13,6 +13,7 @@ mod layout;
 mod mode;
 pub mod profile;
 pub(crate) mod record;
+pub(crate) mod trace;
 
 use std::borrow::Cow;
 use std::sync::Arc;

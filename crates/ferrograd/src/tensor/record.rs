@@ -268,7 +268,9 @@ impl Tensor {
 
     /// The same values cut from the graph: no gradient flows through the result.
     pub fn detach(&self) -> Tensor {
-        Tensor::from_parts(self.storage().clone(), self.layout().clone(), None)
+        super::trace::op("StopGradient", super::trace::attrs![], &[self], || {
+            Tensor::from_parts(self.storage().clone(), self.layout().clone(), None)
+        })
     }
 
     /// Alias of [`Tensor::detach`] under the name TensorFlow and JAX use.

@@ -1,6 +1,7 @@
 //! A whole recurrent layer over a batch-first sequence as one op: the step loop runs inside the
 //! kernel (`kernels::sequence::sequence_forward`), and the rule runs it backwards.
 
+use crate::tensor::trace::{self, attrs};
 use std::borrow::Cow;
 
 use super::*;
@@ -278,8 +279,11 @@ impl Tensor {
         w: RecurrentWeights<'_>,
     ) -> (Tensor, Tensor, Tensor) {
         let _profiled = crate::tensor::profile::scope("lstm");
-        let (out, h, c) = layer::<LstmCell>(self, &[h0, c0], w);
-        (out, h, c.expect("the LSTM has a cell state"))
+        let inputs: Vec<&Tensor> = [self, h0, c0].into_iter().chain(w.all()).collect();
+        trace::op("Lstm", attrs![], &inputs, || {
+            let (out, h, c) = layer::<LstmCell>(self, &[h0, c0], w);
+            (out, h, c.expect("the LSTM has a cell state"))
+        })
     }
 
     /// One GRU layer over this batch-first sequence `[N, T, in]` from the state `h0` (`[N, H]`),
@@ -287,8 +291,11 @@ impl Tensor {
     /// last state. One op, as [`Tensor::lstm`].
     pub fn gru(&self, h0: &Tensor, w: RecurrentWeights<'_>) -> (Tensor, Tensor) {
         let _profiled = crate::tensor::profile::scope("gru");
-        let (out, h, _) = layer::<GruCell>(self, &[h0], w);
-        (out, h)
+        let inputs: Vec<&Tensor> = [self, h0].into_iter().chain(w.all()).collect();
+        trace::op("Gru", attrs![], &inputs, || {
+            let (out, h, _) = layer::<GruCell>(self, &[h0], w);
+            (out, h)
+        })
     }
 
     /// One Elman RNN layer (`h' = tanh(x·W_ihᵀ + b_ih + h·W_hhᵀ + b_hh)`) over this
@@ -296,7 +303,10 @@ impl Tensor {
     /// last state. One op, as [`Tensor::lstm`].
     pub fn rnn_tanh(&self, h0: &Tensor, w: RecurrentWeights<'_>) -> (Tensor, Tensor) {
         let _profiled = crate::tensor::profile::scope("rnn_tanh");
-        let (out, h, _) = layer::<TanhCell>(self, &[h0], w);
-        (out, h)
+        let inputs: Vec<&Tensor> = [self, h0].into_iter().chain(w.all()).collect();
+        trace::op("RnnTanh", attrs![], &inputs, || {
+            let (out, h, _) = layer::<TanhCell>(self, &[h0], w);
+            (out, h)
+        })
     }
 }

@@ -1,8 +1,11 @@
 //! Static-graph mode (seed 001): building with checked shapes, sessions and feeds, gradients
 //! from the eager engine (first and second order), training ops, the optimisation pass,
-//! listings, DOT, and saving variables.
+//! listings, DOT, and saving variables; graphs traced from eager code.
 
+#[path = "../common/mod.rs"]
 mod common;
+
+mod trace;
 
 use common::{panic_message, scratch};
 use ferrograd::graph::{Feed, GradientDescentOptimizer, Graph, GraphOptimizer, Node, Session};
