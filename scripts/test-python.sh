@@ -7,7 +7,8 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="${PYENV:-$root/target/pyenv}"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet --upgrade pip
-"$venv/bin/pip" install --quiet "maturin>=1.9.4,<2" numpy pytest "ruff==0.17.6"
+"$venv/bin/pip" install --quiet "maturin>=1.9.4,<2" numpy pytest "ruff==0.17.6" \
+    onnx onnxruntime safetensors
 # Lint and format, by the settings in the package's pyproject.toml (ruff pinned: its format
 # changes between versions).
 (cd "$root/crates/ferrograd-py" && "$venv/bin/ruff" check python tests examples &&

@@ -27,6 +27,7 @@ const LAYERS: &[&[&str]] = &[
     &["model"],
     &["io/checkpoint", "io", "distributed"],
     &["graph"],
+    &["onnx"],
 ];
 
 /// The layers of the Python binding's modules (`crates/ferrograd-py/src`), bottom up: the

@@ -46,6 +46,8 @@ pub mod loss;
 pub mod metrics;
 pub mod model;
 pub mod nn;
+#[cfg(feature = "onnx")]
+pub mod onnx;
 mod ops;
 pub mod optim;
 pub mod profiler;

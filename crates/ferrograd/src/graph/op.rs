@@ -99,11 +99,16 @@ macro_rules! declare_ops {
             ) -> Option<Result<Op, String>> {
                 let mut attrs = attrs.into_iter();
                 match variant {
-                    $(stringify!($Variant) => Some((|| Ok(Op::$Variant {
-                        $($field: $crate::graph::op::traced_attr::<$fty>(
-                            attrs.next(), stringify!($Variant), stringify!($field),
-                        )?,)*
-                    }))()),)*
+                    $(stringify!($Variant) => {
+                        let mut build = || -> Result<Op, String> {
+                            Ok(Op::$Variant {
+                                $($field: $crate::graph::op::traced_attr::<$fty>(
+                                    attrs.next(), stringify!($Variant), stringify!($field),
+                                )?,)*
+                            })
+                        };
+                        Some(build())
+                    })*
                     _ => None,
                 }
             }

@@ -54,7 +54,7 @@ impl Tensor {
             .first()
             .and_then(|t| axis.position(t.ndim()))
             .unwrap_or(0);
-        trace::op("Cat", attrs![resolved], &tensors, || {
+        trace::op("Cat", attrs![resolved], tensors, || {
             Tensor::cat_untraced(tensors, axis)
         })
     }

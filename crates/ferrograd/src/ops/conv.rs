@@ -174,7 +174,7 @@ impl Tensor {
     /// be 1.
     pub fn conv2d_same(&self, w: &Tensor, opts: &ConvOpts) -> Tensor {
         let _profiled = crate::tensor::profile::scope("conv2d_same");
-        trace::op("Conv2dSame", attrs![opts.clone()], &[self, w], || {
+        trace::op("Conv2dSame", attrs![*opts], &[self, w], || {
             self.conv2d_same_untraced(w, opts)
         })
     }
@@ -204,7 +204,7 @@ impl Tensor {
     /// `[O, C/groups, kh, kw]`; the result is `[N, O, Ho, Wo]`. Bias is added separately.
     pub fn conv2d(&self, w: &Tensor, opts: &ConvOpts) -> Tensor {
         let _profiled = crate::tensor::profile::scope("conv2d");
-        trace::op("Conv2d", attrs![opts.clone()], &[self, w], || {
+        trace::op("Conv2d", attrs![*opts], &[self, w], || {
             self.conv2d_untraced(w, opts)
         })
     }
@@ -238,7 +238,7 @@ impl Tensor {
     /// `(H − 1)·stride − 2·padding + dilation·(k − 1) + output_padding + 1`.
     pub fn conv_transpose2d(&self, w: &Tensor, opts: &ConvOpts) -> Tensor {
         let _profiled = crate::tensor::profile::scope("conv_transpose2d");
-        trace::op("ConvTranspose2d", attrs![opts.clone()], &[self, w], || {
+        trace::op("ConvTranspose2d", attrs![*opts], &[self, w], || {
             self.conv_transpose2d_untraced(w, opts)
         })
     }
@@ -301,12 +301,9 @@ impl Tensor {
     /// `dy`, and differentiable again.
     pub fn conv2d_weight(&self, dy: &Tensor, (kh, kw): (usize, usize), opts: &ConvOpts) -> Tensor {
         let _profiled = crate::tensor::profile::scope("conv2d_weight");
-        trace::op(
-            "Conv2dWeight",
-            attrs![(kh, kw), opts.clone()],
-            &[self, dy],
-            || self.conv2d_weight_untraced(dy, (kh, kw), opts),
-        )
+        trace::op("Conv2dWeight", attrs![(kh, kw), *opts], &[self, dy], || {
+            self.conv2d_weight_untraced(dy, (kh, kw), opts)
+        })
     }
 
     fn conv2d_weight_untraced(

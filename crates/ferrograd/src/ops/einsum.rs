@@ -348,7 +348,7 @@ impl Tensor {
     /// error.
     pub fn try_einsum(spec: &str, operands: &[&Tensor]) -> Result<Tensor> {
         let _profiled = crate::tensor::profile::scope("einsum");
-        trace::op("Einsum", attrs![spec.to_string()], &operands, || {
+        trace::op("Einsum", attrs![spec.to_string()], operands, || {
             Tensor::einsum_untraced(spec, operands)
         })
     }

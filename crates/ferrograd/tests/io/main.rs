@@ -7,3 +7,5 @@ mod common;
 mod data_io;
 mod fuzz_formats;
 mod hardening;
+#[cfg(feature = "onnx")]
+mod onnx;

@@ -1,0 +1,201 @@
+//! ONNX export (feature `onnx`): the examples' kinds of network written as ONNX models. Each
+//! model is written with its input and ferrograd's output at two batch sizes (the traced one
+//! and another) to `target/onnx-models`, where `scripts/check-onnx.py` runs them in
+//! onnxruntime and compares; here the files are read back and checked for what they must hold.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use ferrograd::graph::trace;
+use ferrograd::io::save_tensors;
+use ferrograd::onnx::{model_of, proto::ModelProto, ExportOptions};
+use ferrograd::prelude::*;
+use prost::Message;
+
+fn out_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/onnx-models");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn normal(shape: &[usize], seed: u64) -> Tensor {
+    manual_seed(seed);
+    Tensor::randn_default(shape, DType::F32)
+}
+
+/// Exports `f` traced on `x`, and writes the model with `x`, `other` (another batch size)
+/// and ferrograd's outputs for both; returns the model's op types.
+fn write_case(
+    name: &str,
+    params: &[(String, Param)],
+    x: &Tensor,
+    other: &Tensor,
+    f: &dyn Fn(&Tensor) -> Tensor,
+) -> Vec<String> {
+    let t = trace(&[("input", x)], params, |xs| vec![f(&xs[0])]).unwrap();
+    let model = model_of(&t, &ExportOptions::default()).unwrap();
+    let bytes = model.encode_to_vec();
+    std::fs::write(out_dir().join(format!("{name}.onnx")), &bytes).unwrap();
+    let io = vec![
+        ("input".to_string(), x.clone()),
+        ("output".to_string(), f(x)),
+        ("input_other".to_string(), other.clone()),
+        ("output_other".to_string(), f(other)),
+    ];
+    save_tensors(
+        &out_dir().join(format!("{name}.io.safetensors")),
+        &io,
+        HashMap::new(),
+    )
+    .unwrap();
+    let back = ModelProto::decode(bytes.as_slice()).unwrap();
+    let graph = back.graph.unwrap();
+    // Every parameter and buffer is an initializer under its state_dict name (but the count
+    // of batches, which evaluation does not read).
+    let inits: Vec<String> = graph
+        .initializer
+        .iter()
+        .filter_map(|t| t.name.clone())
+        .collect();
+    for (p, _) in params
+        .iter()
+        .filter(|(p, _)| !p.ends_with("num_batches_tracked"))
+    {
+        assert!(
+            inits.contains(p),
+            "{name}: {p} is not an initializer: {inits:?}"
+        );
+    }
+    graph
+        .node
+        .iter()
+        .filter_map(|n| n.op_type.clone())
+        .collect()
+}
+
+fn layer_case(name: &str, layer: &dyn Layer, x: &Tensor, other: &Tensor) -> Vec<String> {
+    write_case(name, &layer.state_params(), x, other, &|x| {
+        layer.forward(x, Mode::Eval)
+    })
+}
+
+#[test]
+fn an_mlp_and_a_cnn_export_with_their_layers_names() {
+    manual_seed(1);
+    let mlp = Net::new(vec![
+        Box::new(Dense::new(6, 16)),
+        Box::new(ReLU::new()),
+        Box::new(Dense::new(16, 4)),
+        Box::new(Softmax::new(1)),
+    ]);
+    let ops = layer_case("mlp", &mlp, &normal(&[2, 6], 2), &normal(&[5, 6], 3));
+    assert!(ops.contains(&"Gemm".to_string()), "{ops:?}");
+
+    let cnn = Net::new(vec![
+        Box::new(Conv2d::new(1, 4, 3).padding(1)),
+        Box::new(BatchNorm2d::new(4)),
+        Box::new(ReLU::new()),
+        Box::new(MaxPool2D::new(2, 2)),
+        Box::new(Conv2d::new(4, 8, 3)),
+        Box::new(Sigmoid::new()),
+        Box::new(Flatten::new()),
+        Box::new(Dense::new(8 * 2 * 2, 10)),
+    ]);
+    let ops = layer_case(
+        "cnn",
+        &cnn,
+        &normal(&[2, 1, 8, 8], 4),
+        &normal(&[3, 1, 8, 8], 5),
+    );
+    for op in ["Conv", "MaxPool", "Flatten"] {
+        assert!(ops.contains(&op.to_string()), "{ops:?}");
+    }
+}
+
+#[test]
+fn recurrent_layers_export_as_onnx_recurrent_ops() {
+    manual_seed(6);
+    let lstm = Lstm::new(3, 5);
+    let ops = layer_case(
+        "lstm",
+        &lstm,
+        &normal(&[2, 4, 3], 7),
+        &normal(&[3, 4, 3], 8),
+    );
+    assert!(ops.contains(&"LSTM".to_string()), "{ops:?}");
+    let gru = Gru::new(3, 5);
+    let ops = layer_case("gru", &gru, &normal(&[2, 4, 3], 9), &normal(&[3, 4, 3], 10));
+    assert!(ops.contains(&"GRU".to_string()), "{ops:?}");
+}
+
+#[test]
+fn a_generator_and_a_small_gpt_export() {
+    manual_seed(11);
+    let generator = Net::new(vec![
+        Box::new(ConvTranspose2d::new(4, 3, 4).stride(2).padding(1)),
+        Box::new(BatchNorm2d::new(3)),
+        Box::new(LeakyReLU::new(0.2)),
+        Box::new(Tanh::new()),
+    ]);
+    let ops = layer_case(
+        "generator",
+        &generator,
+        &normal(&[2, 4, 3, 3], 12),
+        &normal(&[1, 4, 3, 3], 13),
+    );
+    assert!(ops.contains(&"ConvTranspose".to_string()), "{ops:?}");
+
+    let emb = Embedding::new(11, 8);
+    let block = TransformerEncoderLayer::new(8, 2)
+        .dim_feedforward(16)
+        .dropout(0.0)
+        .gelu()
+        .norm_first(true);
+    let head = Dense::new(8, 11);
+    let mut params = emb
+        .state_params()
+        .into_iter()
+        .map(|(n, p)| (format!("wte.{n}"), p))
+        .collect::<Vec<_>>();
+    params.extend(
+        block
+            .state_params()
+            .into_iter()
+            .map(|(n, p)| (format!("h.{n}"), p)),
+    );
+    params.extend(
+        head.state_params()
+            .into_iter()
+            .map(|(n, p)| (format!("lm_head.{n}"), p)),
+    );
+    let gpt = |ids: &Tensor| {
+        let x = emb.forward(ids, Mode::Eval);
+        let x = block.forward_masked(&x, Mode::Eval, &Attention::new().causal(true));
+        head.forward(&x, Mode::Eval).log_softmax(2)
+    };
+    let ids = Tensor::from_vec((0..10).map(|i| i % 11).collect::<Vec<i64>>(), &[2, 5]);
+    let other = Tensor::from_vec((0..15).map(|i| (i * 7) % 11).collect::<Vec<i64>>(), &[3, 5]);
+    let ops = write_case("gpt", &params, &ids, &other, &gpt);
+    for op in ["Gather", "LayerNormalization", "Softmax", "Erf"] {
+        assert!(ops.contains(&op.to_string()), "{ops:?}");
+    }
+}
+
+#[test]
+fn ops_without_an_onnx_form_are_named_together_and_nothing_is_written() {
+    let x = normal(&[2, 4, 6], 14);
+    let t = trace(&[("input", &x)], &[], |xs| {
+        vec![xs[0].rope(0, 10000.0).cumprod(1)]
+    })
+    .unwrap();
+    let err = model_of(&t, &ExportOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("rope") && err.contains("cumprod"), "{err}");
+    let unsupported_opset = ExportOptions {
+        opset: 9,
+        ..ExportOptions::default()
+    };
+    let t = trace(&[("input", &x)], &[], |xs| vec![xs[0].exp()]).unwrap();
+    assert!(model_of(&t, &unsupported_opset).is_err());
+}
