@@ -13,6 +13,7 @@ mod guard;
 mod index;
 mod module;
 mod nn;
+mod onnx;
 mod printing;
 mod profiler;
 mod rearrange;
@@ -469,6 +470,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     guard::install_panic_hook();
     guard::register(m)?;
     m.add_class::<PyTensor>()?;
+    m.add_function(wrap_pyfunction!(onnx::onnx_export, m)?)?;
     m.add_class::<profiler::PyProfile>()?;
     m.add_class::<profiler::PyRecordFunction>()?;
     m.add_class::<autograd::PySubstitutes>()?;

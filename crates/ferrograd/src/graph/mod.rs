@@ -43,7 +43,7 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use op::{Binary, Op, Shape, Unary};
 pub use session::{Feed, Session};
 pub use table::NodeIndices;
-pub use trace::{trace, Trace};
+pub use trace::{trace, trace_named, Trace};
 pub use train::{GradientDescentOptimizer, GraphOptimizer};
 
 use crate::tensor::DType;

@@ -51,6 +51,21 @@ pub fn trace(
     params: &[(String, Param)],
     f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
 ) -> Result<Trace> {
+    let named: Vec<(String, Tensor)> = params
+        .iter()
+        .map(|(n, p)| (n.clone(), p.tensor()))
+        .collect();
+    trace_named(inputs, &named, f)
+}
+
+/// [`trace`] with the values to name given as tensors (a Python module's parameters and
+/// buffers): a tracked leaf is known by its identity, which a parameter keeps across updates,
+/// any other tensor by being the same tensor.
+pub fn trace_named(
+    inputs: &[(&str, &Tensor)],
+    named: &[(String, Tensor)],
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Result<Trace> {
     // Inputs of a float dtype are tracked, so that a tensor computed from them by an op with
     // no graph form is told from a constant.
     let fed: Vec<Tensor> = inputs
@@ -64,7 +79,12 @@ pub fn trace(
     let mut b = Builder {
         graph: Graph::new(),
         known: HashMap::new(),
-        params: params.iter().map(|(n, p)| (p.id(), n.as_str())).collect(),
+        by_id: named
+            .iter()
+            .filter(|(_, t)| t.is_leaf())
+            .filter_map(|(n, t)| Some((t.id()?, n.as_str())))
+            .collect(),
+        by_value: named.iter().map(|(n, t)| (t, n.as_str())).collect(),
         untraced: BTreeSet::new(),
     };
     let inputs = inputs
@@ -104,7 +124,11 @@ fn key(t: &Tensor) -> usize {
 struct Builder<'a> {
     graph: Graph,
     known: HashMap<usize, Node>,
-    params: HashMap<u64, &'a str>,
+    /// Names of parameters, by their leaves' identity.
+    by_id: HashMap<u64, &'a str>,
+    /// Names of other values (buffers, which may reach ops as detached copies): a tensor
+    /// that views the same elements of the same buffer has the name.
+    by_value: Vec<(&'a Tensor, &'a str)>,
     /// The ops whose results reached the trace without an event of their own.
     untraced: BTreeSet<String>,
 }
@@ -117,7 +141,10 @@ impl Builder<'_> {
             return n.clone();
         }
         let param = t.is_leaf().then(|| t.id()).flatten();
-        let node = match param.and_then(|id| self.params.get(&id)) {
+        let name = param.and_then(|id| self.by_id.get(&id));
+        let same = |(v, _): &&(&Tensor, &str)| v.shares_storage(t) && v.layout() == t.layout();
+        let by_value = || self.by_value.iter().find(same).map(|(_, n)| n);
+        let node = match name.or_else(by_value) {
             Some(name) => self.graph.variable(name, t.detach()),
             None => {
                 if let Some(op) = t.grad_fn() {

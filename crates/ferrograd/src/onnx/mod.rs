@@ -85,7 +85,12 @@ pub fn to_bytes(
     let traced = trace(inputs, &model.state_params(), |xs| {
         vec![model.forward(&xs[0], Mode::Eval)]
     })?;
-    Ok(model_of(&traced, opts)?.encode_to_vec())
+    bytes_of(&traced, opts)
+}
+
+/// A traced function as the bytes of an ONNX model.
+pub fn bytes_of(traced: &Trace, opts: &ExportOptions) -> Result<Vec<u8>> {
+    Ok(model_of(traced, opts)?.encode_to_vec())
 }
 
 /// A traced function as an ONNX model.

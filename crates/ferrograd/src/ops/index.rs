@@ -129,7 +129,7 @@ impl Tensor {
     /// `out[.., indices[j], ..] += source[.., j, ..]`.
     pub fn index_add<A: Axis>(&self, axis: A, indices: &[usize], source: &Tensor) -> Tensor {
         let _profiled = crate::tensor::profile::scope("index_add");
-        let resolved = super::axis_in("index_add", axis, self.shape());
+        let resolved = super::traced_axis(axis, self.ndim());
         trace::op(
             "IndexAdd",
             attrs![resolved, indices.to_vec()],

@@ -150,6 +150,17 @@ macro_rules! signed_axis {
 }
 signed_axis!(i8, i16, i32, i64, isize);
 
+/// An axis's position as a trace records it; 0 where it is out of range, which the op itself
+/// reports (in its own words) before anything is recorded.
+pub(crate) fn traced_axis<A: Axis>(axis: A, ndim: usize) -> usize {
+    axis.position(ndim).unwrap_or(0)
+}
+
+/// Axes' positions as a trace records them, as [`traced_axis`].
+pub(crate) fn traced_axes<A: Axis>(axes: &[A], ndim: usize) -> Vec<usize> {
+    axes.iter().map(|&a| traced_axis(a, ndim)).collect()
+}
+
 /// `axis` as a position in `shape`, or a panic naming `op`.
 pub(crate) fn axis_in<A: Axis>(op: &str, axis: A, shape: &[usize]) -> usize {
     axis.position(shape.len())

@@ -20,7 +20,7 @@ impl Tensor {
     /// ```
     pub fn gather<A: Axis>(&self, axis: A, index: &Tensor) -> Tensor {
         let _profiled = crate::tensor::profile::scope("gather");
-        let resolved = super::axis_in("gather", axis, self.shape());
+        let resolved = super::traced_axis(axis, self.ndim());
         trace::op("Gather", attrs![resolved], &[self, index], || {
             self.gather_untraced(axis, index)
         })
@@ -70,7 +70,7 @@ impl Tensor {
     /// twice is refused, as there).
     pub fn flip<A: Axis>(&self, axes: &[A]) -> Tensor {
         let _profiled = crate::tensor::profile::scope("flip");
-        let resolved = super::axes_in("flip", axes, self.shape());
+        let resolved = super::traced_axes(axes, self.ndim());
         trace::op("Flip", attrs![resolved.clone()], &[self], || {
             self.flip_untraced(axes)
         })
@@ -92,7 +92,7 @@ impl Tensor {
     /// back at the other (PyTorch's `roll`; a negative shift goes the other way).
     pub fn roll<A: Axis>(&self, shift: isize, axis: A) -> Tensor {
         let _profiled = crate::tensor::profile::scope("roll");
-        let resolved = super::axis_in("roll", axis, self.shape());
+        let resolved = super::traced_axis(axis, self.ndim());
         trace::op("Roll", attrs![shift, resolved], &[self], || {
             self.roll_untraced(shift, axis)
         })

@@ -87,7 +87,7 @@ impl Tensor {
     /// PyTorch's `topk(largest=False)`).
     pub fn topk_along<A: Axis>(&self, k: usize, axis: A, largest: bool) -> (Tensor, Tensor) {
         let _profiled = crate::tensor::profile::scope("topk_along");
-        let resolved = super::axis_in("topk", axis, self.shape());
+        let resolved = super::traced_axis(axis, self.ndim());
         trace::op("TopK", attrs![k, resolved, largest], &[self], || {
             self.topk_along_untraced(k, axis, largest)
         })

@@ -21,7 +21,7 @@ impl Tensor {
     /// exp(x) / Σ exp(x) along `axis`.
     pub fn softmax<A: Axis>(&self, axis: A) -> Tensor {
         let _profiled = crate::tensor::profile::scope("softmax");
-        let resolved = super::axis_in("softmax", axis, self.shape());
+        let resolved = super::traced_axis(axis, self.ndim());
         trace::op("Softmax", attrs![resolved], &[self], || {
             self.softmax_untraced(axis)
         })
@@ -41,7 +41,7 @@ impl Tensor {
     /// x − log Σ exp(x) along `axis`.
     pub fn log_softmax<A: Axis>(&self, axis: A) -> Tensor {
         let _profiled = crate::tensor::profile::scope("log_softmax");
-        let resolved = super::axis_in("log_softmax", axis, self.shape());
+        let resolved = super::traced_axis(axis, self.ndim());
         trace::op("LogSoftmax", attrs![resolved], &[self], || {
             self.log_softmax_untraced(axis)
         })

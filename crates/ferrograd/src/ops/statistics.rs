@@ -15,7 +15,7 @@ impl Tensor {
     /// NaN for a sum of 0.
     pub fn var_axes<A: Axis>(&self, axes: &[A], correction: usize, keepdim: bool) -> Tensor {
         let _profiled = crate::tensor::profile::scope("var_axes");
-        let resolved = super::axes_in("var_axes", axes, self.shape());
+        let resolved = super::traced_axes(axes, self.ndim());
         trace::op(
             "VarAxes",
             attrs![resolved.clone(), correction, keepdim],
@@ -46,7 +46,7 @@ impl Tensor {
     /// ```
     pub fn std_axes<A: Axis>(&self, axes: &[A], correction: usize, keepdim: bool) -> Tensor {
         let _profiled = crate::tensor::profile::scope("std_axes");
-        let resolved = super::axes_in("std_axes", axes, self.shape());
+        let resolved = super::traced_axes(axes, self.ndim());
         trace::op(
             "StdAxes",
             attrs![resolved.clone(), correction, keepdim],
@@ -66,7 +66,7 @@ impl Tensor {
     /// (where it is infinite, the sum is of the infinities themselves, as PyTorch's).
     pub fn logsumexp<A: Axis>(&self, axes: &[A], keepdim: bool) -> Tensor {
         let _profiled = crate::tensor::profile::scope("logsumexp");
-        let resolved = super::axes_in("logsumexp", axes, self.shape());
+        let resolved = super::traced_axes(axes, self.ndim());
         trace::op(
             "Logsumexp",
             attrs![resolved.clone(), keepdim],
@@ -110,7 +110,7 @@ impl Tensor {
     /// ```
     pub fn cumsum<A: Axis>(&self, axis: A) -> Tensor {
         let _profiled = crate::tensor::profile::scope("cumsum");
-        let resolved = super::axis_in("cumsum", axis, self.shape());
+        let resolved = super::traced_axis(axis, self.ndim());
         trace::op("Cumsum", attrs![resolved], &[self], || {
             self.cumsum_untraced(axis)
         })
@@ -138,7 +138,7 @@ impl Tensor {
     /// ```
     pub fn cumprod<A: Axis>(&self, axis: A) -> Tensor {
         let _profiled = crate::tensor::profile::scope("cumprod");
-        let resolved = super::axis_in("cumprod", axis, self.shape());
+        let resolved = super::traced_axis(axis, self.ndim());
         trace::op("Cumprod", attrs![resolved], &[self], || {
             self.cumprod_untraced(axis)
         })

@@ -139,7 +139,7 @@ impl Tensor {
     /// Removes axis `axis`, which must have size 1.
     pub fn squeeze<A: Axis>(&self, axis: A) -> Tensor {
         let _profiled = crate::tensor::profile::scope("squeeze");
-        let resolved = super::axis_in("squeeze", axis, self.shape());
+        let resolved = super::traced_axis(axis, self.ndim());
         trace::op("Squeeze", attrs![resolved], &[self], || {
             self.squeeze_untraced(axis)
         })
@@ -194,7 +194,7 @@ impl Tensor {
     /// Elements `start..start + len` along `axis`. A view.
     pub fn narrow<A: Axis>(&self, axis: A, start: usize, len: usize) -> Tensor {
         let _profiled = crate::tensor::profile::scope("narrow");
-        let resolved = super::axis_in("narrow", axis, self.shape());
+        let resolved = super::traced_axis(axis, self.ndim());
         trace::op("Narrow", attrs![resolved, start, len], &[self], || {
             self.narrow_untraced(axis, start, len)
         })
