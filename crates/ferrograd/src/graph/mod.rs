@@ -148,11 +148,6 @@ impl Graph {
         self.read().nodes[index].clone()
     }
 
-    /// A copy of every node, in the order they were added.
-    pub(crate) fn node_list(&self) -> Vec<NodeData> {
-        self.nodes().clone()
-    }
-
     pub(crate) fn nodes(&self) -> NodesRef<'_> {
         NodesRef(self.read())
     }

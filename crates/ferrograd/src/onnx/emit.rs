@@ -209,7 +209,7 @@ fn needed(nodes: &[NodeData], outputs: &[usize]) -> Vec<bool> {
 
 /// The ONNX graph of a trace.
 pub(super) fn graph_of(traced: &Trace, opts: &ExportOptions) -> Result<GraphProto> {
-    let nodes = traced.graph.node_list();
+    let nodes = traced.graph.nodes().clone();
     let out_ix: Vec<usize> = traced.outputs.iter().map(|n| n.index()).collect();
     let need = needed(&nodes, &out_ix);
     let mut e = Emitter {

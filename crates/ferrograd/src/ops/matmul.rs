@@ -106,10 +106,11 @@ impl Tensor {
     /// not fit.
     pub fn try_linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         let _profiled = crate::tensor::profile::scope("linear");
-        let inputs: Vec<&Tensor> = [self, weight].into_iter().chain(bias).collect();
-        trace::op("Linear", attrs![], &inputs, || {
-            self.linear_untraced(weight, bias)
-        })
+        let body = || self.linear_untraced(weight, bias);
+        match bias {
+            Some(b) => trace::op("Linear", attrs![], &[self, weight, b], body),
+            None => trace::op("Linear", attrs![], &[self, weight], body),
+        }
     }
 
     fn linear_untraced(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {

@@ -264,10 +264,11 @@ impl Tensor {
     pub fn rms_norm(&self, weight: Option<&Tensor>, eps: Option<f64>) -> Tensor {
         let _profiled = crate::tensor::profile::scope("rms_norm");
         let _profiled = crate::tensor::profile::scope("rms_norm");
-        let inputs: Vec<&Tensor> = [self].into_iter().chain(weight).collect();
-        trace::op("RmsNorm", attrs![eps], &inputs, || {
-            self.rms_norm_untraced(weight, eps)
-        })
+        let body = || self.rms_norm_untraced(weight, eps);
+        match weight {
+            Some(w) => trace::op("RmsNorm", attrs![eps], &[self, w], body),
+            None => trace::op("RmsNorm", attrs![eps], &[self], body),
+        }
     }
 
     fn rms_norm_untraced(&self, weight: Option<&Tensor>, eps: Option<f64>) -> Tensor {

@@ -279,7 +279,7 @@ impl Tensor {
         w: RecurrentWeights<'_>,
     ) -> (Tensor, Tensor, Tensor) {
         let _profiled = crate::tensor::profile::scope("lstm");
-        let inputs: Vec<&Tensor> = [self, h0, c0].into_iter().chain(w.all()).collect();
+        let inputs = [self, h0, c0, w.w_ih, w.w_hh, w.b_ih, w.b_hh];
         trace::op("Lstm", attrs![], &inputs, || {
             let (out, h, c) = layer::<LstmCell>(self, &[h0, c0], w);
             (out, h, c.expect("the LSTM has a cell state"))
@@ -291,7 +291,7 @@ impl Tensor {
     /// last state. One op, as [`Tensor::lstm`].
     pub fn gru(&self, h0: &Tensor, w: RecurrentWeights<'_>) -> (Tensor, Tensor) {
         let _profiled = crate::tensor::profile::scope("gru");
-        let inputs: Vec<&Tensor> = [self, h0].into_iter().chain(w.all()).collect();
+        let inputs = [self, h0, w.w_ih, w.w_hh, w.b_ih, w.b_hh];
         trace::op("Gru", attrs![], &inputs, || {
             let (out, h, _) = layer::<GruCell>(self, &[h0], w);
             (out, h)
@@ -303,7 +303,7 @@ impl Tensor {
     /// last state. One op, as [`Tensor::lstm`].
     pub fn rnn_tanh(&self, h0: &Tensor, w: RecurrentWeights<'_>) -> (Tensor, Tensor) {
         let _profiled = crate::tensor::profile::scope("rnn_tanh");
-        let inputs: Vec<&Tensor> = [self, h0].into_iter().chain(w.all()).collect();
+        let inputs = [self, h0, w.w_ih, w.w_hh, w.b_ih, w.b_hh];
         trace::op("RnnTanh", attrs![], &inputs, || {
             let (out, h, _) = layer::<TanhCell>(self, &[h0], w);
             (out, h)
