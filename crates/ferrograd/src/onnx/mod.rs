@@ -24,12 +24,16 @@
 //! ```
 
 mod emit;
+mod import;
+mod interpret;
 mod ops;
 mod recurrent;
 
 use std::path::Path;
 
 use prost::Message;
+
+pub use import::{from_bytes, load, OnnxModel};
 
 use crate::error::{Error, Result};
 use crate::graph::{trace, Trace};

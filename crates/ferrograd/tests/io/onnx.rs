@@ -48,6 +48,19 @@ fn write_case(
         HashMap::new(),
     )
     .unwrap();
+    // Imported again, the model gives ferrograd's outputs at both batch sizes.
+    let imported = ferrograd::onnx::from_bytes(&bytes).unwrap();
+    for (input, output) in [(0, 1), (2, 3)] {
+        let got = imported.run(&[&io[input].1]).unwrap().remove(0);
+        let (got, want) = (got.to_vec::<f64>(), io[output].1.to_vec::<f64>());
+        assert_eq!(got.len(), want.len(), "{name}");
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                "{name}: {g} against {w}"
+            );
+        }
+    }
     let back = ModelProto::decode(bytes.as_slice()).unwrap();
     let graph = back.graph.unwrap();
     // Every parameter and buffer is an initializer under its state_dict name (but the count
@@ -198,4 +211,62 @@ fn ops_without_an_onnx_form_are_named_together_and_nothing_is_written() {
     };
     let t = trace(&[("input", &x)], &[], |xs| vec![xs[0].exp()]).unwrap();
     assert!(model_of(&t, &unsupported_opset).is_err());
+}
+
+#[test]
+fn an_imported_model_fine_tunes_and_keeps_its_weights_names() {
+    manual_seed(15);
+    let mlp = Net::new(vec![
+        Box::new(Dense::new(4, 8)),
+        Box::new(Tanh::new()),
+        Box::new(Dense::new(8, 1)),
+    ]);
+    let x = normal(&[16, 4], 16);
+    let bytes =
+        ferrograd::onnx::to_bytes(&mlp, &[("input", &x)], &ExportOptions::default()).unwrap();
+    let model = ferrograd::onnx::from_bytes(&bytes).unwrap();
+    let names: Vec<String> = model.params().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["0.weight", "0.bias", "2.weight", "2.bias"]);
+    let target = x.sum_axes(&[1], true).sin();
+    let loss = |m: &dyn Layer| (&m.forward(&x, Mode::Train) - &target).square().mean();
+    let first = loss(&model).item();
+    let mut opt = Adam::new(0.01);
+    for _ in 0..20 {
+        let l = loss(&model);
+        opt.step(&model.params(), &l.backward());
+    }
+    let last = loss(&model).item();
+    assert!(last < 0.5 * first, "the loss went from {first} to {last}");
+}
+
+#[test]
+fn operators_that_cannot_run_are_named_together_with_their_nodes() {
+    use ferrograd::onnx::proto::{GraphProto, NodeProto};
+    let node = |op: &str, name: &str| NodeProto {
+        op_type: Some(op.into()),
+        name: Some(name.into()),
+        ..Default::default()
+    };
+    let model = ModelProto {
+        graph: Some(GraphProto {
+            node: vec![
+                node("Relu", "a"),
+                node("NonMaxSuppression", "b"),
+                node("Loop", "c"),
+            ],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let err = ferrograd::onnx::from_bytes(&model.encode_to_vec())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("NonMaxSuppression (node \"b\")") && err.contains("Loop (node \"c\")"),
+        "{err}"
+    );
+    assert!(!err.contains("Relu"), "{err}");
+    // Bytes that are not a model are an error, not a panic.
+    assert!(ferrograd::onnx::from_bytes(&[0xff, 0x01, 0x02]).is_err());
 }
