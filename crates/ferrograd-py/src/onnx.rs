@@ -8,7 +8,10 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
+use std::sync::Arc;
+
 use crate::guard::core_error;
+use crate::nn::PyLayer;
 use crate::value::PyTensor;
 
 /// The tensors a forward returned: one tensor, or a tuple or list of them.
@@ -77,4 +80,17 @@ pub fn onnx_export<'py>(
     };
     let bytes = bytes_of(&traced.map_err(core_error)?, &opts).map_err(core_error)?;
     Ok(PyBytes::new(py, &bytes))
+}
+
+/// An ONNX model's bytes as a layer: called on one tensor, it gives the model's first
+/// output; its parameters are the model's float weights, under their names.
+#[pyfunction]
+pub fn onnx_load(py: Python<'_>, data: &[u8]) -> PyResult<Py<PyLayer>> {
+    let model = ferrograd::onnx::from_bytes(data).map_err(core_error)?;
+    let settings = format!(
+        "inputs={:?}, outputs={:?}",
+        model.input_names(),
+        model.output_names()
+    );
+    Py::new(py, PyLayer::new(Arc::new(model)).with_settings(settings))
 }

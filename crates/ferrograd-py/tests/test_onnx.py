@@ -118,3 +118,45 @@ def test_torch_onnx_export_is_the_same_function():
     import ferrograd as torch
 
     assert torch.onnx.export is fg.onnx.export
+
+
+def test_a_loaded_model_gives_its_outputs_and_fine_tunes(tmp_path):
+    fg.manual_seed(3)
+    model = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1))
+    x = fg.randn(32, 4)
+    path = tmp_path / "mlp.onnx"
+    fg.onnx.export(model, (x,), path, dynamic_axes={"input": {0: "batch"}})
+    loaded = fg.onnx.load(path)
+    np.testing.assert_allclose(loaded(x).numpy(), model(x).numpy(), rtol=1e-6, atol=1e-6)
+    names = [n for n, _ in loaded.named_parameters()]
+    assert names == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    target = fg.sin(x.sum(dim=1, keepdim=True))
+    opt = fg.optim.Adam(loaded.parameters(), lr=0.01)
+    losses = []
+    for _ in range(100):
+        opt.zero_grad()
+        loss = F.mse_loss(loaded(x), target)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.2 * losses[0], losses[::10]
+    # The original is untouched: the loaded model has weights of its own.
+    with open(path, "rb") as f:
+        again = fg.onnx.load(f)
+    np.testing.assert_allclose(again(x).numpy(), model(x).numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_loading_what_cannot_run_names_every_operator():
+    graph = onnx.helper.make_graph(
+        [
+            onnx.helper.make_node("Relu", ["x"], ["y"], name="r"),
+            onnx.helper.make_node("NonMaxSuppression", ["y"], ["z"], name="nms"),
+            onnx.helper.make_node("Loop", ["z"], ["w"], name="loop"),
+        ],
+        "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+        [onnx.helper.make_tensor_value_info("w", onnx.TensorProto.FLOAT, [1])],
+    )
+    data = onnx.helper.make_model(graph).SerializeToString()
+    with pytest.raises(Exception, match=r"NonMaxSuppression \(node \"nms\"\).*Loop|Loop.*NonMax"):
+        fg.onnx.load(io.BytesIO(data))

@@ -1,4 +1,5 @@
-"""``torch.onnx``: ``export`` writes a module as an ONNX model that any ONNX runtime runs.
+"""``torch.onnx``: ``export`` writes a module as an ONNX model that any ONNX runtime runs;
+``load`` reads one (ferrograd's or another framework's) as a trainable layer.
 
 The module's forward runs once on the example inputs while the core records each op it calls
 (``ferrograd.graph`` tracing); the core's exporter writes the record, with the parameters and
@@ -11,7 +12,7 @@ import os
 from . import _core
 from ._core import Tensor
 
-__all__ = ["export", "TrainingMode"]
+__all__ = ["export", "load", "TrainingMode"]
 
 
 class TrainingMode:
@@ -129,3 +130,16 @@ def export(
         f.write(data)
     else:
         _core.write_file(data, os.fspath(f))
+
+
+def load(f):
+    """An ONNX model (a path or a binary file object) as a layer: called on a tensor it gives
+    the model's first output, computed by ferrograd's ops; its parameters are the model's
+    float weights under their names, so it trains and fine-tunes as any module. Operators
+    ferrograd cannot run are named together, with their nodes."""
+    if hasattr(f, "read"):
+        data = f.read()
+    else:
+        with open(os.fspath(f), "rb") as file:
+            data = file.read()
+    return _core.onnx_load(data)
