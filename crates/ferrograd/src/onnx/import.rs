@@ -74,10 +74,11 @@ pub fn from_bytes(bytes: &[u8]) -> Result<OnnxModel> {
     for t in &graph.initializer {
         let name = t.name.clone().unwrap_or_default();
         let value = tensor_of(t)?;
-        // Weights train; exporters' own constants (PyTorch's `onnx::…`, ferrograd's `/…`) and
+        // Named float values train, PyTorch's folded weights (`onnx::Conv_…`) among them;
+        // its single numbers (`onnx::Div_…`), ferrograd's own constants (`/…`, masks) and
         // integer values (shapes, axes, indices) do not.
-        let internal = name.starts_with('/') || name.starts_with("onnx::");
-        if value.dtype().is_float() && !internal {
+        let exporters = name.starts_with('/') || (name.starts_with("onnx::") && value.numel() <= 1);
+        if value.dtype().is_float() && !exporters {
             params.push((name, Param::new(value)));
         } else {
             constants.insert(name, value);

@@ -158,6 +158,11 @@ pub(super) fn evaluate(
 ) -> Result<Vec<Tensor>> {
     let op = node.op_type();
     let a = Attrs(node);
+    if op == "Constant" {
+        let value = a.find("value").and_then(|v| v.t.as_ref());
+        let value = value.ok_or_else(|| refuse("Constant without a tensor value"))?;
+        return Ok(vec![super::import::tensor_of(value)?]);
+    }
     if let Some(y) = elementwise(op, &a, ins)? {
         return Ok(vec![y]);
     }
@@ -526,13 +531,6 @@ fn reshape_dims(x: &Tensor, spec: &[i64]) -> Result<Vec<usize>> {
 
 /// Shape operators.
 fn shapes(op: &str, a: &Attrs<'_>, ins: &[Option<Tensor>]) -> Result<Option<Vec<Tensor>>> {
-    if op == "Constant" {
-        let value = a
-            .find("value")
-            .and_then(|v| v.t.as_ref())
-            .ok_or_else(|| refuse("Constant without a tensor value"))?;
-        return Ok(Some(vec![super::import::tensor_of(value)?]));
-    }
     let x = need(ins, 0)?;
     let rank = x.ndim();
     let ints_in = |k: usize| need(ins, k).map(int_values);

@@ -270,3 +270,56 @@ fn operators_that_cannot_run_are_named_together_with_their_nodes() {
     // Bytes that are not a model are an error, not a panic.
     assert!(ferrograd::onnx::from_bytes(&[0xff, 0x01, 0x02]).is_err());
 }
+
+/// A fixture of `scripts/make-torch-onnx-fixtures.py`: PyTorch's export and PyTorch's outputs.
+fn torch_fixture(name: &str) -> (ferrograd::onnx::OnnxModel, HashMap<String, Tensor>) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/onnx");
+    let model = ferrograd::onnx::load(dir.join(format!("torch_{name}.onnx"))).unwrap();
+    let (io, _) =
+        ferrograd::io::load_tensors(&dir.join(format!("torch_{name}.io.safetensors"))).unwrap();
+    (model, io)
+}
+
+#[test]
+fn models_exported_by_pytorch_import_with_pytorchs_outputs() {
+    for name in ["mlp", "cnn", "gpt"] {
+        let (model, io) = torch_fixture(name);
+        for suffix in ["", "_other"] {
+            let got = model
+                .run(&[&io[&format!("input{suffix}")]])
+                .unwrap()
+                .remove(0);
+            let want = &io[&format!("output{suffix}")];
+            assert_eq!(got.shape(), want.shape(), "{name}{suffix}");
+            for (g, w) in got.to_vec::<f64>().iter().zip(want.to_vec::<f64>()) {
+                assert!(
+                    (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "{name}{suffix}: {g} against {w}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_gpt_exported_by_pytorch_fine_tunes() {
+    let (model, io) = torch_fixture("gpt");
+    let ids = &io["input_other"];
+    let names: Vec<String> = model.params().into_iter().map(|(n, _)| n).collect();
+    assert!(names.contains(&"wte.weight".to_string()), "{names:?}");
+    // Next-token targets: each position predicts the id after it (the last its own).
+    let next = Tensor::cat(&[&ids.narrow(1, 1, 7), &ids.narrow(1, 7, 1)], 1);
+    let loss = || {
+        let logits = model.run(&[ids]).unwrap().remove(0);
+        let logp = logits.log_softmax(2).reshape(&[24, 20]);
+        -&logp.gather(1, &next.reshape(&[24, 1])).mean()
+    };
+    let first = loss().item();
+    let mut opt = Adam::new(0.01);
+    for _ in 0..5 {
+        let l = loss();
+        opt.step(&model.params(), &l.backward());
+    }
+    let last = loss().item();
+    assert!(last < first, "the loss went from {first} to {last}");
+}
