@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the ONNX fixtures that tests/io/onnx.rs imports: small versions of the peer scripts'
 MLP, CNN and GPT, exported by PyTorch's own `torch.onnx.export` with a free batch axis, each
-with an input and PyTorch's output at two batch sizes. Run once with PyTorch (and onnxscript)
+with an input and PyTorch's output at two batch sizes; and the peer `torch_cnn.py`'s MNIST CNN
+as PyTorch initializes it, which `examples/onnx_finetune.rs` trains. Run once with PyTorch (and onnxscript)
 installed; the files are checked in:
 
     python scripts/make-torch-onnx-fixtures.py crates/ferrograd/tests/fixtures/onnx
@@ -89,6 +90,12 @@ def main():
         cnn.bn.running_var.uniform_(0.5, 1.5)
     write(out, "cnn", cnn, torch.randn(2, 1, 8, 8), torch.randn(3, 1, 8, 8))
     write(out, "gpt", Gpt(), torch.randint(0, 20, (2, 8)), torch.randint(0, 20, (3, 8)))
+    mnist_cnn = nn.Sequential(
+        nn.Unflatten(1, (1, 28, 28)),
+        nn.Conv2d(1, 8, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(16 * 7 * 7, 10))
+    write(out, "mnist_cnn", mnist_cnn, torch.rand(2, 784), torch.rand(3, 784))
 
 
 if __name__ == "__main__":

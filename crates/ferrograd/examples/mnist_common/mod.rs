@@ -33,6 +33,11 @@ struct Args {
     /// Resume from a checkpoint written by --save.
     #[arg(long)]
     resume: Option<PathBuf>,
+    /// Write the trained network as an ONNX model to this file (feature `onnx`), for any ONNX
+    /// runtime (`crates/ferrograd-py/examples/onnx_mnist.py` runs it in onnxruntime).
+    #[cfg(feature = "onnx")]
+    #[arg(long)]
+    export_onnx: Option<PathBuf>,
 }
 
 /// What one epoch ends with: the mean training loss and the test accuracy (read by the
@@ -119,6 +124,14 @@ fn run(args: Args, epochs: u64, build: fn(f64) -> Model) -> Result<Vec<EpochResu
             loss: loss_sum / seen as f64,
             accuracy: acc.accuracy,
         });
+    }
+    #[cfg(feature = "onnx")]
+    if let Some(path) = &args.export_onnx {
+        let example = test.images.narrow(0, 0, 1);
+        let opts = ferrograd::onnx::ExportOptions::default();
+        ferrograd::onnx::export(model.net(), &[("input", &example)], path, &opts)
+            .map_err(|e| e.to_string())?;
+        println!("wrote {}", path.display());
     }
     if let Some(mib) = peak_rss_mib() {
         println!("peak memory (RSS): {mib:.0} MiB");

@@ -282,7 +282,7 @@ fn torch_fixture(name: &str) -> (ferrograd::onnx::OnnxModel, HashMap<String, Ten
 
 #[test]
 fn models_exported_by_pytorch_import_with_pytorchs_outputs() {
-    for name in ["mlp", "cnn", "gpt"] {
+    for name in ["mlp", "cnn", "gpt", "mnist_cnn"] {
         let (model, io) = torch_fixture(name);
         for suffix in ["", "_other"] {
             let got = model
