@@ -98,6 +98,11 @@ pub struct ReadmeExamples;
 #[cfg(doctest)]
 pub struct GuideExamples;
 
+/// The ONNX guide's Rust examples (feature `onnx`).
+#[doc = include_str!("../../../docs/onnx.md")]
+#[cfg(all(doctest, feature = "onnx"))]
+pub struct OnnxGuideExamples;
+
 /// The names most programs need.
 pub mod prelude {
     pub use crate::autograd::{
