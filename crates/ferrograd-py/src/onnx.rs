@@ -2,12 +2,13 @@
 //! it once, written by the core's exporter (`ferrograd::onnx`).
 
 use ferrograd::graph::trace_named;
-use ferrograd::onnx::{bytes_of, ExportOptions};
+use ferrograd::onnx::{bytes_of, check_free_batch, ExportOptions};
 use ferrograd::tensor::Tensor;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use crate::guard::core_error;
@@ -28,10 +29,11 @@ fn outputs_of(out: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {
             )))
         }
     };
-    items
-        .iter()
-        .map(|o| outputs_of(o).map(|mut v| v.remove(0)))
-        .collect()
+    let mut all = Vec::new();
+    for item in &items {
+        all.extend(outputs_of(item)?);
+    }
+    Ok(all)
 }
 
 /// `fn(*inputs)` traced and written as an ONNX model; its bytes. `named` holds the module's
@@ -56,8 +58,9 @@ pub fn onnx_export<'py>(
         .zip(&values)
         .collect();
     let named: Vec<(String, Tensor)> = named.into_iter().map(|(n, t)| (n, t.tensor())).collect();
-    let mut failure = None;
-    let traced = trace_named(&fed, &named, |xs| {
+    // A Python error inside the core's call is kept here and raised after it.
+    let failure = RefCell::new(None);
+    let call = |xs: &[Tensor]| {
         let run = || -> PyResult<Vec<Tensor>> {
             let args: Vec<Py<PyTensor>> = xs
                 .iter()
@@ -66,19 +69,35 @@ pub fn onnx_export<'py>(
             outputs_of(&f.call1(PyTuple::new(py, args)?)?)
         };
         run().unwrap_or_else(|e| {
-            failure = Some(e);
+            failure.borrow_mut().get_or_insert(e);
             Vec::new()
         })
-    });
-    if let Some(e) = failure {
-        return Err(e);
-    }
+    };
+    let traced = trace_named(&fed, &named, call);
     let opts = ExportOptions {
         opset,
         dynamic_batch,
         output_names,
     };
-    let bytes = bytes_of(&traced.map_err(core_error)?, &opts).map_err(core_error)?;
+    let traced = traced.and_then(|t| bytes_of(&t, &opts));
+    let bytes = match failure.borrow_mut().take() {
+        Some(e) => return Err(e),
+        None => traced.map_err(core_error)?,
+    };
+    if dynamic_batch {
+        let checked = check_free_batch(&bytes, &values.iter().collect::<Vec<_>>(), call);
+        match (checked, failure.borrow_mut().take()) {
+            (Ok(()), None) => {}
+            (Ok(()), Some(e)) => return Err(e),
+            (Err(e), None) => return Err(core_error(e)),
+            // The model raised on one more row: the batch size is its own.
+            (Err(e), Some(raised)) => {
+                return Err(core_error(ferrograd::Error::Graph(format!(
+                    "{e}: {raised}"
+                ))))
+            }
+        }
+    }
     Ok(PyBytes::new(py, &bytes))
 }
 

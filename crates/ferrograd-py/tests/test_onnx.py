@@ -160,3 +160,17 @@ def test_loading_what_cannot_run_names_every_operator():
     data = onnx.helper.make_model(graph).SerializeToString()
     with pytest.raises(Exception, match=r"NonMaxSuppression \(node \"nms\"\).*Loop|Loop.*NonMax"):
         fg.onnx.load(io.BytesIO(data))
+
+
+def test_a_model_that_fixes_its_batch_size_is_refused_a_free_batch_axis():
+    class FixedBatch(nn.Module):
+        def forward(self, x):
+            return x + fg.ones(2, 1)
+
+    x = fg.randn(2, 3)
+    with pytest.raises(Exception, match="batch size"):
+        fg.onnx.export(FixedBatch(), x, io.BytesIO(), dynamic_axes={"input": {0: "batch"}})
+    buffer = io.BytesIO()
+    fg.onnx.export(FixedBatch(), x, buffer)
+    (got,) = run(buffer.getvalue(), input=x)
+    np.testing.assert_allclose(got, (x + 1).numpy())

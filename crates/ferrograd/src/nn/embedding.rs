@@ -128,14 +128,18 @@ impl Layer for Embedding {
             .collect();
         let mut shape = x.shape().to_vec();
         shape.push(dim);
+        // Selected by the ids as a tensor, and the padding mask made from them by ops, so
+        // that a trace keeps the ids an input.
+        let flat = x.to_dtype(DType::I64).reshape(&[ids.len()]);
+        let rows = self.table.tensor().index_select(0, &flat);
         let rows = match self.padding {
-            // The padding row's vectors pass no gradient: that mask is made from the ids.
-            Some(p) if ids.contains(&p) => self.lookup(&ids),
-            // Selected by the ids as a tensor, so that a trace keeps them an input.
-            _ => {
-                let flat = x.to_dtype(DType::I64).reshape(&[ids.len()]);
-                self.table.tensor().index_select(0, &flat)
+            // The padding row's vectors pass no gradient.
+            Some(p) if ids.contains(&p) => {
+                let pad = flat.eq_scalar(p as f64).to_dtype(rows.dtype());
+                pad.reshape(&[ids.len(), 1])
+                    .where_cond(&rows.detach(), &rows)
             }
+            _ => rows,
         };
         rows.reshape(&shape)
     }

@@ -70,6 +70,13 @@ pub fn from_bytes(bytes: &[u8]) -> Result<OnnxModel> {
             list.join(", ")
         )));
     }
+    // Batch norm's running statistics (its inputs 3 and 4) are state, not weights.
+    let statistics: BTreeSet<&str> = graph
+        .node
+        .iter()
+        .filter(|n| n.op_type() == "BatchNormalization")
+        .flat_map(|n| n.input.iter().skip(3).take(2).map(String::as_str))
+        .collect();
     let (mut params, mut constants) = (Vec::new(), HashMap::new());
     for t in &graph.initializer {
         let name = t.name.clone().unwrap_or_default();
@@ -78,7 +85,7 @@ pub fn from_bytes(bytes: &[u8]) -> Result<OnnxModel> {
         // its single numbers (`onnx::Div_…`), ferrograd's own constants (`/…`, masks) and
         // integer values (shapes, axes, indices) do not.
         let exporters = name.starts_with('/') || (name.starts_with("onnx::") && value.numel() <= 1);
-        if value.dtype().is_float() && !exporters {
+        if value.dtype().is_float() && !exporters && !statistics.contains(name.as_str()) {
             params.push((name, Param::new(value)));
         } else {
             constants.insert(name, value);

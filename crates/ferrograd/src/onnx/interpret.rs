@@ -29,10 +29,19 @@ pub(super) const SUPPORTED: &[&str] = &[
     "LSTM", "GRU", "RNN",
 ];
 
-/// The attributes of a node, read by name.
-struct Attrs<'a>(&'a NodeProto);
+/// The attributes of a node, read by name, and the model's opset.
+struct Attrs<'a>(&'a NodeProto, i64);
 
 impl Attrs<'_> {
+    fn opset(&self) -> i64 {
+        self.1
+    }
+
+    /// How many outputs the node names.
+    fn outputs(&self) -> usize {
+        self.0.output.len()
+    }
+
     fn find(&self, name: &str) -> Option<&super::proto::AttributeProto> {
         self.0.attribute.iter().find(|a| a.name() == name)
     }
@@ -91,12 +100,13 @@ pub(super) fn evaluate(
     opset: i64,
 ) -> Result<Vec<Tensor>> {
     let op = node.op_type();
-    let a = Attrs(node);
+    let a = Attrs(node, opset);
     if op == "Constant" {
         let value = a.find("value").and_then(|v| v.t.as_ref());
         let value = value.ok_or_else(|| refuse("Constant without a tensor value"))?;
         return Ok(vec![super::import::tensor_of(value)?]);
     }
+    refuse_unread(op, &a, ins)?;
     if let Some(y) = elementwise(op, &a, ins)? {
         return Ok(vec![y]);
     }
@@ -115,19 +125,42 @@ pub(super) fn evaluate(
     }
 }
 
-/// Element-wise operators, with numpy broadcasting.
+/// Refuses a node that sets an input or attribute the operators here do not read, rather than
+/// run it differently.
+fn refuse_unread(op: &str, a: &Attrs<'_>, ins: &[Option<Tensor>]) -> Result<()> {
+    let set = |name: &str| a.find(name).is_some();
+    let input = |k: usize| ins.get(k).is_some_and(Option::is_some);
+    let unread = match op {
+        "LSTM" if input(7) || set("clip") || a.int("input_forget", 0) != 0 => {
+            "peepholes, clip or input_forget"
+        }
+        "GRU" | "RNN" if set("clip") => "clip",
+        "ConvTranspose" if set("output_shape") => "output_shape",
+        "ArgMax" | "ArgMin" if a.int("select_last_index", 0) != 0 => "select_last_index",
+        "Reshape" if a.int("allowzero", 0) != 0 => "allowzero",
+        "Pad" if input(3) => "axes",
+        "Resize" if !resize_floors(a) => "coordinate_transformation_mode and nearest_mode",
+        _ => return Ok(()),
+    };
+    Err(refuse(format!("{op}: {unread} is not supported")))
+}
+
+/// Whether `Resize`'s settings pick source pixel `floor(x / s)` for a whole factor `s`: the
+/// asymmetric transform with `floor`, or the half-pixel ones with rounding (where
+/// `(x + ½)/s − ½` is within ½ of it).
+fn resize_floors(a: &Attrs<'_>) -> bool {
+    let transform = a.string("coordinate_transformation_mode", "half_pixel");
+    let rounding = a.string("nearest_mode", "round_prefer_floor");
+    match transform.as_str() {
+        "asymmetric" => rounding == "floor",
+        "half_pixel" | "pytorch_half_pixel" => rounding.starts_with("round_prefer"),
+        _ => false,
+    }
+}
+
+/// Element-wise operators of one input.
 fn elementwise(op: &str, a: &Attrs<'_>, ins: &[Option<Tensor>]) -> Result<Option<Tensor>> {
     let x = need(ins, 0)?;
-    let int_pair = |f: fn(f64, f64) -> f64| -> Result<Tensor> {
-        // Shape arithmetic on integers, exact for any size a tensor can have.
-        let b = need(ins, 1)?;
-        let y = f64_op(x, b, f);
-        Ok(if x.dtype() == DType::I64 && b.dtype() == DType::I64 {
-            y.to_dtype(DType::I64)
-        } else {
-            y
-        })
-    };
     Ok(Some(match op {
         "Identity" | "Dropout" => x.clone(),
         "Neg" => x.neg(),
@@ -150,6 +183,11 @@ fn elementwise(op: &str, a: &Attrs<'_>, ins: &[Option<Tensor>]) -> Result<Option
             "tanh" => x.gelu_tanh(),
             _ => x.gelu(),
         },
+        // Bounds are inputs from opset 11, attributes before.
+        "Clip" if a.opset() < 11 => x.clamp(
+            a.float("min", f64::NEG_INFINITY),
+            a.float("max", f64::INFINITY),
+        ),
         "Clip" => {
             let bound = |k: usize, d: f64| {
                 ins.get(k)
@@ -158,11 +196,30 @@ fn elementwise(op: &str, a: &Attrs<'_>, ins: &[Option<Tensor>]) -> Result<Option
             };
             x.clamp(bound(1, f64::NEG_INFINITY), bound(2, f64::INFINITY))
         }
+        "Cast" => cast(x, a.int("to", 1))?,
+        _ => return arithmetic(op, a, ins),
+    }))
+}
+
+/// Element-wise operators of several inputs, with numpy broadcasting.
+fn arithmetic(op: &str, a: &Attrs<'_>, ins: &[Option<Tensor>]) -> Result<Option<Tensor>> {
+    let x = need(ins, 0)?;
+    let int_pair = |f: fn(f64, f64) -> f64| -> Result<Tensor> {
+        // Shape arithmetic on integers, exact for any size a tensor can have.
+        let b = need(ins, 1)?;
+        let y = f64_op(x, b, f);
+        Ok(if x.dtype() == DType::I64 && b.dtype() == DType::I64 {
+            y.to_dtype(DType::I64)
+        } else {
+            y
+        })
+    };
+    Ok(Some(match op {
         "Add" | "Sub" | "Mul" | "Div" if x.dtype() == DType::I64 => int_pair(match op {
             "Add" => |p, q| p + q,
             "Sub" => |p, q| p - q,
             "Mul" => |p, q| p * q,
-            _ => |p: f64, q: f64| (p / q).floor(),
+            _ => |p: f64, q: f64| (p / q).trunc(),
         })?,
         // The remainder of shape arithmetic: with the divisor's sign unless `fmod` (C's).
         "Mod" if a.int("fmod", 0) == 1 => int_pair(|p, q| p % q)?,
@@ -175,7 +232,8 @@ fn elementwise(op: &str, a: &Attrs<'_>, ins: &[Option<Tensor>]) -> Result<Option
             let p = need(ins, 1)?;
             match p.numel() {
                 1 => x.powf(p.to_vec::<f64>()[0]),
-                _ => (p * &x.log()).exp(),
+                // Element by element, negative bases included (no derivative through it).
+                _ => f64_op(x, p, f64::powf).to_dtype(x.dtype()),
             }
         }
         "Max" | "Min" | "Sum" => fold(op, ins)?,
@@ -185,8 +243,24 @@ fn elementwise(op: &str, a: &Attrs<'_>, ins: &[Option<Tensor>]) -> Result<Option
         "Greater" => x.gt(need(ins, 1)?),
         "GreaterOrEqual" => x.ge(need(ins, 1)?),
         "Not" => x.eq_scalar(0.0),
-        "Where" => x.where_cond(need(ins, 1)?, need(ins, 2)?),
-        "Cast" => cast(x, a.int("to", 1))?,
+        "Where" => {
+            let (t, f) = (need(ins, 1)?, need(ins, 2)?);
+            // The condition in the branches' float type (f64 for integers), as a 0/1 mask.
+            let float = if t.dtype().is_float() {
+                t.dtype()
+            } else {
+                DType::F64
+            };
+            let x = &x.ne_scalar(0.0).to_dtype(float);
+            match t.dtype() {
+                // PyTorch's shape code selects integers: the selection is exact in f64.
+                DType::I64 => {
+                    let wide = |v: &Tensor| v.to_dtype(DType::F64);
+                    x.where_cond(&wide(t), &wide(f)).to_dtype(DType::I64)
+                }
+                _ => x.where_cond(t, f),
+            }
+        }
         _ => return Ok(None),
     }))
 }
@@ -262,10 +336,24 @@ fn layers(op: &str, a: &Attrs<'_>, ins: &[Option<Tensor>]) -> Result<Option<Tens
             let b = ins.get(2).and_then(Option::as_ref).unwrap_or(&zeros);
             x.layer_norm(w, b, a.float("epsilon", 1e-5))
         }
-        "Softmax" => x.softmax(axis(a.int("axis", -1), x.ndim())?),
-        "LogSoftmax" => x.log_softmax(axis(a.int("axis", -1), x.ndim())?),
+        "Softmax" | "LogSoftmax" => softmax(op, a, x)?,
         _ => return Ok(None),
     }))
+}
+
+/// `Softmax` and `LogSoftmax`: over one axis from opset 13; before, over the input flattened to
+/// two dimensions at `axis` (1 by default).
+fn softmax(op: &str, a: &Attrs<'_>, x: &Tensor) -> Result<Tensor> {
+    let f = |t: &Tensor, ax: usize| match op {
+        "Softmax" => t.softmax(ax),
+        _ => t.log_softmax(ax),
+    };
+    if a.opset() >= 13 {
+        return Ok(f(x, axis(a.int("axis", -1), x.ndim())?));
+    }
+    let ax = axis(a.int("axis", 1), x.ndim())?;
+    let rows: usize = x.shape()[..ax].iter().product();
+    Ok(f(&x.reshape(&[rows, x.numel() / rows.max(1)]), 1).reshape(x.shape()))
 }
 
 /// `alpha · A' B' + beta · C`.
@@ -279,7 +367,7 @@ fn gemm(a: &Attrs<'_>, ins: &[Option<Tensor>]) -> Result<Tensor> {
     let c = ins.get(2).and_then(Option::as_ref);
     let (alpha, beta) = (a.float("alpha", 1.0), a.float("beta", 1.0));
     let y = match a.int("transB", 0) {
-        1 if alpha == 1.0 && beta == 1.0 && c.is_none_or(|c| c.ndim() == 1) => {
+        1 if alpha == 1.0 && beta == 1.0 && c.is_none_or(|c| c.shape() == [w.shape()[0]]) => {
             x.try_linear(w, c)?
         }
         t => {
@@ -472,7 +560,14 @@ fn shapes(op: &str, a: &Attrs<'_>, ins: &[Option<Tensor>]) -> Result<Option<Vec<
     let rank = x.ndim();
     let ints_in = |k: usize| need(ins, k).map(int_values);
     let y = match op {
-        "Shape" => Tensor::from_vec(x.shape().iter().map(|&d| d as i64).collect(), &[rank]),
+        "Shape" => {
+            // Opset 15's `start` and `end` select a range of the dims, as Python slices.
+            let bound = |v: i64| (if v < 0 { v + rank as i64 } else { v }).clamp(0, rank as i64);
+            let start = bound(a.int("start", 0)) as usize;
+            let end = (bound(a.int("end", rank as i64)) as usize).max(start);
+            let dims: Vec<i64> = x.shape()[start..end].iter().map(|&d| d as i64).collect();
+            Tensor::from_vec(dims, &[end - start])
+        }
         "Reshape" => x.try_reshape(&reshape_dims(x, &ints_in(1)?)?)?,
         "Flatten" => {
             let ax = if a.int("axis", 1) == rank as i64 {
@@ -499,7 +594,7 @@ fn shapes(op: &str, a: &Attrs<'_>, ins: &[Option<Tensor>]) -> Result<Option<Vec<
             Tensor::try_cat(&parts, axis(a.int("axis", 0), rank)?)?
         }
         "Slice" => slice(x, ins)?,
-        "Split" => return split(x, ins, a).map(Some),
+        "Split" => return split(x, ins, a, a.outputs()).map(Some),
         "Gather" => gather(x, need(ins, 1)?, axis(a.int("axis", 0), rank)?)?,
         "GatherElements" => x.gather(
             axis(a.int("axis", 0), rank)?,
@@ -598,9 +693,10 @@ fn slice(x: &Tensor, ins: &[Option<Tensor>]) -> Result<Tensor> {
                 y.narrow(ax, s as usize, (e - s).max(0) as usize)
             }
             _ => {
+                // Backwards, ONNX clamps the start to [0, n-1] and the end to [-1, n-1].
                 let (lo, hi) = if step > 0 { (0, n) } else { (-1, n - 1) };
                 let (s, e) = (
-                    clamp(start, lo, hi),
+                    clamp(start, lo.max(0), hi),
                     clamp(*ends.get(k).unwrap_or(&n), lo, hi),
                 );
                 let mut at = Vec::new();
@@ -616,7 +712,8 @@ fn slice(x: &Tensor, ins: &[Option<Tensor>]) -> Result<Tensor> {
     Ok(y)
 }
 
-fn split(x: &Tensor, ins: &[Option<Tensor>], a: &Attrs<'_>) -> Result<Vec<Tensor>> {
+/// `Split` by the sizes given, or into `outputs` parts as equal as they can be.
+fn split(x: &Tensor, ins: &[Option<Tensor>], a: &Attrs<'_>, outputs: usize) -> Result<Vec<Tensor>> {
     let ax = axis(a.int("axis", 0), x.ndim())?;
     let n = x.shape()[ax];
     let sizes: Vec<usize> = match ins
@@ -627,9 +724,13 @@ fn split(x: &Tensor, ins: &[Option<Tensor>], a: &Attrs<'_>) -> Result<Vec<Tensor
     {
         Some(v) => v.iter().map(|&s| s.max(0) as usize).collect(),
         None => {
-            let parts = a.int("num_outputs", 0).max(1) as usize;
-            let each = n.div_ceil(parts);
-            (0..parts)
+            if a.find("num_outputs")
+                .is_some_and(|v| v.i != Some(outputs as i64))
+            {
+                return Err(refuse("Split: num_outputs differs from the node's outputs"));
+            }
+            let each = n.div_ceil(outputs.max(1));
+            (0..outputs)
                 .map(|p| each.min(n.saturating_sub(p * each)))
                 .collect()
         }

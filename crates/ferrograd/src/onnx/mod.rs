@@ -86,10 +86,68 @@ pub fn to_bytes(
     inputs: &[(&str, &Tensor)],
     opts: &ExportOptions,
 ) -> Result<Vec<u8>> {
-    let traced = trace(inputs, &model.state_params(), |xs| {
-        vec![model.forward(&xs[0], Mode::Eval)]
-    })?;
-    bytes_of(&traced, opts)
+    if inputs.len() != 1 {
+        return Err(Error::Graph(format!(
+            "onnx export: a layer takes one input, got {}",
+            inputs.len()
+        )));
+    }
+    let forward = |xs: &[Tensor]| vec![model.forward(&xs[0], Mode::Eval)];
+    let traced = trace(inputs, &model.state_params(), forward)?;
+    let bytes = bytes_of(&traced, opts)?;
+    if opts.dynamic_batch {
+        let values: Vec<&Tensor> = inputs.iter().map(|(_, t)| *t).collect();
+        check_free_batch(&bytes, &values, forward)?;
+    }
+    Ok(bytes)
+}
+
+/// Checks that the model in `bytes`, run (by [`OnnxModel`]) on `inputs` with one more row,
+/// gives what `run` gives eagerly: an exported model whose shapes were fixed to the traced
+/// batch size (a broadcast to it, a reshape that names it) is refused instead of written with
+/// a batch axis that only looks free.
+pub fn check_free_batch(
+    bytes: &[u8],
+    inputs: &[&Tensor],
+    run: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Result<()> {
+    let grown: Vec<Tensor> = inputs
+        .iter()
+        .map(|t| match t.shape().first() {
+            Some(&n) if n > 0 => Tensor::cat(&[*t, &t.narrow(0, 0, 1)], 0),
+            _ => (*t).clone(),
+        })
+        .collect();
+    let fixed = |why: String| {
+        Error::Graph(format!(
+            "onnx export: the model's shapes depend on the batch size ({why}); export it \
+             without a free batch axis (dynamic_batch false, or no dynamic_axes in Python)"
+        ))
+    };
+    // A model that cannot take one more row fixes its batch size itself.
+    let eager = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        crate::tensor::no_grad(|| run(&grown))
+    }));
+    let want = eager.map_err(|_| fixed("it refuses one more row".into()))?;
+    let refs: Vec<&Tensor> = grown.iter().collect();
+    let got = from_bytes(bytes)?
+        .run(&refs)
+        .map_err(|e| fixed(e.to_string()))?;
+    if got.len() != want.len() {
+        return Err(fixed(format!(
+            "it gives {} outputs at one more row",
+            want.len()
+        )));
+    }
+    let near =
+        |a: f64, b: f64| (a - b).abs() <= 1e-4 * (1.0 + b.abs()) || (a.is_nan() && b.is_nan());
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        let (gv, wv) = (g.to_vec::<f64>(), w.to_vec::<f64>());
+        if g.shape() != w.shape() || !gv.iter().zip(&wv).all(|(&a, &b)| near(a, b)) {
+            return Err(fixed(format!("output {k} differs at one more row")));
+        }
+    }
+    Ok(())
 }
 
 /// A traced function as the bytes of an ONNX model.

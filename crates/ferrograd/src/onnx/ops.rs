@@ -37,10 +37,15 @@ onnx_forms! { e, i, op, x;
         },
         Op::Grad | Op::Minimize(_) => None,
         Op::Unary(u) => one(unary(e, i, *u, x[0])?),
-        Op::Binary(b) => one(binary(e, i, *b, x)),
+        Op::Binary(b) => {
+            let ins = &e.nodes[i].inputs;
+            let dtypes = [e.dtype(ins[0]), e.dtype(ins[1])];
+            one(binary(e, i, *b, x, dtypes))
+        },
         Op::CompareScalar { comparison, value } => {
-            let c = e.scalar(*value, e.dtype(e.nodes[i].inputs[0]));
-            one(binary(e, i, *comparison, &[x[0], &c]))
+            let d = e.dtype(e.nodes[i].inputs[0]);
+            let c = e.scalar(*value, d);
+            one(binary(e, i, *comparison, &[x[0], &c], [d, d]))
         },
         Op::Matmul {} => one(e.node("MatMul", x, vec![])),
         Op::Linear {} => one(linear(e, i, x)),
@@ -108,7 +113,11 @@ onnx_forms! { e, i, op, x;
         } => one(pool(e, "AveragePool", x[0], *kernel, *stride, *padding)),
         Op::AdaptiveAvgPool2d { h, w } => adaptive_avg_pool(e, i, x[0], [*h, *w]),
         Op::UpsampleNearest2d { h, w } => one(upsample(e, x[0], [*h, *w])),
-        Op::Cat { axis } => one(e.node("Concat", x, vec![int("axis", *axis as i64)])),
+        Op::Cat { axis } => {
+            let parts = in_own_dtype(e, i, x);
+            let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+            one(e.node("Concat", &parts, vec![int("axis", *axis as i64)]))
+        },
         Op::Narrow { axis, start, len } => one(slice(
             e,
             x[0],
@@ -141,10 +150,14 @@ onnx_forms! { e, i, op, x;
         },
         Op::IndexSelectBy { axis } => one(e.node("Gather", x, vec![int("axis", *axis as i64)])),
         Op::IndexAdd { .. } => None,
-        Op::Gather { axis } => one(e.node("GatherElements", x, vec![int("axis", *axis as i64)])),
+        Op::Gather { axis } => {
+            let index = as_dtype(e, e.nodes[i].inputs[1], x[1], DType::I64);
+            one(e.node("GatherElements", &[x[0], &index], vec![int("axis", *axis as i64)]))
+        },
         Op::WhereCond {} => {
             let cond = to_bool(e, x[0]);
-            one(e.node("Where", &[&cond, x[1], x[2]], vec![]))
+            let branches = in_own_dtype(e, i, x);
+            one(e.node("Where", &[&cond, &branches[1], &branches[2]], vec![]))
         },
         Op::MaskedFill { value } => {
             let cond = to_bool(e, x[1]);
@@ -195,6 +208,23 @@ onnx_forms! { e, i, op, x;
             x,
             vec![int("axis", *axis as i64), int("keepdims", 0)],
         )),
+}
+
+/// Value `x` of graph node `j` in `dtype`: itself, or cast.
+fn as_dtype(e: &mut Emitter<'_>, j: usize, x: &str, dtype: DType) -> String {
+    match e.dtype(j) == dtype {
+        true => x.to_string(),
+        false => cast(e, x, dtype),
+    }
+}
+
+/// Every input of graph node `i` in the node's own dtype (ONNX joins only equal types).
+fn in_own_dtype(e: &mut Emitter<'_>, i: usize, x: &[&str]) -> Vec<String> {
+    let (d, ins) = (e.dtype(i), e.nodes[i].inputs.clone());
+    ins.iter()
+        .zip(x)
+        .map(|(&j, v)| as_dtype(e, j, v, d))
+        .collect()
 }
 
 /// A `Cast` to `dtype`.
@@ -272,10 +302,9 @@ fn unary(e: &mut Emitter<'_>, i: usize, u: Unary, x: &str) -> Option<String> {
 
 /// An element-wise primitive of two inputs, each first cast to the result's dtype as
 /// ferrograd promotes them; comparisons give 0/1 in that dtype, as ferrograd's do.
-fn binary(e: &mut Emitter<'_>, i: usize, b: Binary, x: &[&str]) -> String {
-    let ins = e.nodes[i].inputs.clone();
-    let common = e.dtype(ins[0]).promote(e.dtype(ins[1]));
-    let operand = |e: &mut Emitter<'_>, k: usize| match e.dtype(ins[k]) == common {
+fn binary(e: &mut Emitter<'_>, i: usize, b: Binary, x: &[&str], dtypes: [DType; 2]) -> String {
+    let common = dtypes[0].promote(dtypes[1]);
+    let operand = |e: &mut Emitter<'_>, k: usize| match dtypes[k] == common {
         true => x[k].to_string(),
         false => cast(e, x[k], common),
     };

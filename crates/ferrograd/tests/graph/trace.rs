@@ -78,15 +78,17 @@ fn a_traced_cnn_and_a_transformer_layer_give_eagers_values() {
 #[test]
 fn a_traced_embedding_keeps_its_ids_an_input() {
     manual_seed(9);
-    let emb = Embedding::new(10, 4);
-    let ids = Tensor::from_vec(vec![1i64, 7, 3], &[3]);
-    let other = Tensor::from_vec(vec![9i64, 0, 0], &[3]);
-    let t = trace(&[("ids", &ids)], &emb.state_params(), |xs| {
-        vec![emb.forward(&xs[0], Mode::Eval)]
-    })
-    .unwrap();
-    let want = emb.forward(&other, Mode::Eval);
-    assert_eq!(run(&t, &[&other])[0].to_vec::<f32>(), want.to_vec::<f32>());
+    // With a padding row too, traced on ids that hold it.
+    for emb in [Embedding::new(10, 4), Embedding::new(10, 4).padding_idx(3)] {
+        let ids = Tensor::from_vec(vec![1i64, 7, 3], &[3]);
+        let other = Tensor::from_vec(vec![9i64, 0, 0], &[3]);
+        let t = trace(&[("ids", &ids)], &emb.state_params(), |xs| {
+            vec![emb.forward(&xs[0], Mode::Eval)]
+        })
+        .unwrap();
+        let want = emb.forward(&other, Mode::Eval);
+        assert_eq!(run(&t, &[&other])[0].to_vec::<f32>(), want.to_vec::<f32>());
+    }
 }
 
 #[test]

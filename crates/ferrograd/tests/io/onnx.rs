@@ -8,7 +8,8 @@ use std::path::PathBuf;
 
 use ferrograd::graph::trace;
 use ferrograd::io::save_tensors;
-use ferrograd::onnx::{model_of, proto::ModelProto, ExportOptions};
+use ferrograd::onnx::proto::{AttributeProto, ModelProto};
+use ferrograd::onnx::{model_of, ExportOptions};
 use ferrograd::prelude::*;
 use prost::Message;
 
@@ -322,4 +323,229 @@ fn a_gpt_exported_by_pytorch_fine_tunes() {
     }
     let last = loss().item();
     assert!(last < first, "the loss went from {first} to {last}");
+}
+
+/// A one-node ONNX model of `opset`: inputs `x` (and the initializers given), output `y`.
+fn one_node(
+    op: &str,
+    inputs: &[&str],
+    outputs: usize,
+    attrs: Vec<AttributeProto>,
+    inits: &[(&str, Tensor)],
+    opset: i64,
+) -> Vec<u8> {
+    use ferrograd::onnx::proto::{GraphProto, NodeProto, OperatorSetIdProto, ValueInfoProto};
+    let tensor = |name: &str, t: &Tensor| ferrograd::onnx::proto::TensorProto {
+        name: Some(name.into()),
+        dims: t.shape().iter().map(|&d| d as i64).collect(),
+        data_type: Some(if t.dtype() == DType::I64 { 7 } else { 1 }),
+        int64_data: if t.dtype() == DType::I64 {
+            t.to_vec::<i64>()
+        } else {
+            vec![]
+        },
+        float_data: if t.dtype() == DType::I64 {
+            vec![]
+        } else {
+            t.to_vec::<f32>()
+        },
+        ..Default::default()
+    };
+    let outs: Vec<String> = (0..outputs).map(|k| format!("y{k}")).collect();
+    let graph = GraphProto {
+        node: vec![NodeProto {
+            op_type: Some(op.into()),
+            name: Some("n".into()),
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: outs.clone(),
+            attribute: attrs,
+            ..Default::default()
+        }],
+        initializer: inits.iter().map(|(n, t)| tensor(n, t)).collect(),
+        input: vec![ValueInfoProto {
+            name: Some("x".into()),
+            ..Default::default()
+        }],
+        output: outs
+            .iter()
+            .map(|o| ValueInfoProto {
+                name: Some(o.clone()),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    ModelProto {
+        graph: Some(graph),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(opset),
+        }],
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+fn attr_i(name: &str, v: i64) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(2),
+        i: Some(v),
+        ..Default::default()
+    }
+}
+
+fn attr_f(name: &str, v: f32) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(1),
+        f: Some(v),
+        ..Default::default()
+    }
+}
+
+fn run_one(bytes: &[u8], x: &Tensor) -> ferrograd::Result<Vec<Tensor>> {
+    ferrograd::onnx::from_bytes(bytes)?.run(&[x])
+}
+
+#[test]
+fn imported_operators_follow_their_opsets_and_onnxs_rules() {
+    let x = Tensor::from_vec(vec![0.0f32, 1.0, 2.0, 3.0, 4.0], &[5]);
+    // Split without sizes: as many equal parts as the node has outputs (opset 13).
+    let y = run_one(&one_node("Split", &["x"], 2, vec![], &[], 13), &x).unwrap();
+    assert_eq!(
+        (y[0].to_vec::<f32>(), y[1].to_vec::<f32>()),
+        (vec![0.0, 1.0, 2.0], vec![3.0, 4.0])
+    );
+    // Backwards, a start before the first entry is clamped to it.
+    let ints = |v: Vec<i64>| Tensor::from_vec(v, &[1]);
+    let slice = one_node(
+        "Slice",
+        &["x", "s", "e", "a", "t"],
+        1,
+        vec![],
+        &[
+            ("s", ints(vec![-100])),
+            ("e", ints(vec![i64::MIN])),
+            ("a", ints(vec![0])),
+            ("t", ints(vec![-1])),
+        ],
+        13,
+    );
+    assert_eq!(run_one(&slice, &x).unwrap()[0].to_vec::<f32>(), vec![0.0]);
+    // Clip's bounds are attributes before opset 11.
+    let clip = one_node(
+        "Clip",
+        &["x"],
+        1,
+        vec![attr_f("min", 1.0), attr_f("max", 3.0)],
+        &[],
+        6,
+    );
+    assert_eq!(
+        run_one(&clip, &x).unwrap()[0].to_vec::<f32>(),
+        vec![1.0, 1.0, 2.0, 3.0, 3.0]
+    );
+    // Softmax before opset 13 flattens at axis 1: the rows of [2, 2, 2] sum to 1 over 4.
+    let sm = one_node("Softmax", &["x"], 1, vec![], &[], 11);
+    let y = run_one(&sm, &Tensor::zeros(&[2, 2, 2], DType::F32))
+        .unwrap()
+        .remove(0);
+    assert_eq!(y.to_vec::<f32>(), vec![0.25; 8]);
+    // Integer division truncates toward zero.
+    let div = one_node("Div", &["x", "d"], 1, vec![], &[("d", ints(vec![2]))], 13);
+    let y = run_one(&div, &Tensor::from_vec(vec![-7i64, 7], &[2]))
+        .unwrap()
+        .remove(0);
+    assert_eq!(y.to_vec::<i64>(), vec![-3, 3]);
+    // A setting the operator does not read is refused, not ignored.
+    let argmax = one_node(
+        "ArgMax",
+        &["x"],
+        1,
+        vec![attr_i("select_last_index", 1)],
+        &[],
+        13,
+    );
+    let err = run_one(&argmax, &x).unwrap_err().to_string();
+    assert!(err.contains("select_last_index"), "{err}");
+}
+
+#[test]
+fn batch_norms_statistics_are_state_and_a_batch_fixed_export_is_refused() {
+    manual_seed(17);
+    let cnn = Net::new(vec![
+        Box::new(Conv2d::new(1, 2, 3)),
+        Box::new(BatchNorm2d::new(2)),
+    ]);
+    let x = normal(&[2, 1, 4, 4], 18);
+    let t = trace(&[("input", &x)], &cnn.state_params(), |xs| {
+        vec![Layer::forward(&cnn, &xs[0], Mode::Eval)]
+    })
+    .unwrap();
+    let mut model = model_of(&t, &ExportOptions::default()).unwrap();
+    // As PyTorch writes it: one BatchNormalization node (ferrograd's own export spells it out).
+    let graph = model.graph.as_mut().unwrap();
+    let conv_out = graph
+        .node
+        .iter()
+        .find(|n| n.op_type() == "Conv")
+        .unwrap()
+        .output[0]
+        .clone();
+    graph.node.retain(|n| n.op_type() == "Conv");
+    graph.node.push(ferrograd::onnx::proto::NodeProto {
+        op_type: Some("BatchNormalization".into()),
+        input: ["1.weight", "1.bias", "1.running_mean", "1.running_var"]
+            .iter()
+            .fold(vec![conv_out], |mut v, s| {
+                v.push(s.to_string());
+                v
+            }),
+        output: vec!["output".into()],
+        ..Default::default()
+    });
+    let imported = ferrograd::onnx::from_bytes(&model.encode_to_vec()).unwrap();
+    let names: Vec<String> = imported.params().into_iter().map(|(n, _)| n).collect();
+    assert!(names.contains(&"1.weight".to_string()), "{names:?}");
+    assert!(!names.iter().any(|n| n.contains("running")), "{names:?}");
+
+    // A layer that adds a constant of the traced batch size cannot have a free batch axis.
+    struct FixedBatch;
+    impl Module for FixedBatch {}
+    impl Layer for FixedBatch {
+        fn forward(&self, x: &Tensor, _: Mode) -> Tensor {
+            x + &Tensor::ones(&[2, 1], DType::F32)
+        }
+    }
+    let x = normal(&[2, 3], 19);
+    let err = ferrograd::onnx::to_bytes(&FixedBatch, &[("input", &x)], &ExportOptions::default())
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("depend on the batch size"),
+        "{err}"
+    );
+    let fixed = ExportOptions {
+        dynamic_batch: false,
+        ..ExportOptions::default()
+    };
+    assert!(ferrograd::onnx::to_bytes(&FixedBatch, &[("input", &x)], &fixed).is_ok());
+}
+
+#[test]
+fn a_graph_with_a_comparison_to_a_number_exports() {
+    let g = ferrograd::graph::Graph::new();
+    let x = g.placeholder_with("input", &[Some(3)], DType::F32);
+    let y = x.gt_scalar(0.5);
+    let t = ferrograd::graph::Trace {
+        graph: g,
+        inputs: vec![x],
+        outputs: vec![y],
+    };
+    let bytes = ferrograd::onnx::bytes_of(&t, &ExportOptions::default()).unwrap();
+    let v = Tensor::from_vec(vec![0.0f32, 1.0, 0.4], &[3]);
+    assert_eq!(
+        run_one(&bytes, &v).unwrap()[0].to_vec::<f32>(),
+        vec![0.0, 1.0, 0.0]
+    );
 }
