@@ -472,6 +472,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyTensor>()?;
     m.add_function(wrap_pyfunction!(onnx::onnx_export, m)?)?;
     m.add_function(wrap_pyfunction!(onnx::onnx_load, m)?)?;
+    m.add_class::<onnx::PyOnnxModule>()?;
     m.add_class::<profiler::PyProfile>()?;
     m.add_class::<profiler::PyRecordFunction>()?;
     m.add_class::<autograd::PySubstitutes>()?;

@@ -2,11 +2,12 @@
 //! it once, written by the core's exporter (`ferrograd::onnx`).
 
 use ferrograd::graph::trace_named;
-use ferrograd::onnx::{bytes_of, check_free_batch, ExportOptions};
+use ferrograd::onnx::{bytes_of, check_free_batch, ExportOptions, OnnxModel};
 use ferrograd::tensor::Tensor;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyTuple};
+use pyo3::PyClassInitializer;
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -101,15 +102,86 @@ pub fn onnx_export<'py>(
     Ok(PyBytes::new(py, &bytes))
 }
 
-/// An ONNX model's bytes as a layer: called on one tensor, it gives the model's first
-/// output; its parameters are the model's float weights, under their names.
+/// An imported ONNX model: a layer (parameters under the model's weight names, `state_dict`,
+/// `train()`/`eval()`, hooks) whose call takes the model's inputs in order and gives its
+/// output, or a tuple of its outputs.
+#[pyclass(name = "OnnxModule", module = "ferrograd.onnx", extends = PyLayer)]
+pub struct PyOnnxModule {
+    model: Arc<OnnxModel>,
+}
+
+#[pymethods]
+impl PyOnnxModule {
+    /// The model's outputs for `inputs` (one tensor per model input).
+    #[pyo3(signature = (*inputs))]
+    fn forward<'py>(
+        slf: PyRef<'py, Self>,
+        py: Python<'py>,
+        inputs: Vec<PyRef<'py, PyTensor>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let values: Vec<Tensor> = inputs.iter().map(|t| t.tensor()).collect();
+        let refs: Vec<&Tensor> = values.iter().collect();
+        let mut outs: Vec<Bound<'py, PyAny>> = slf
+            .model
+            .run(&refs)
+            .map_err(core_error)?
+            .into_iter()
+            .map(|t| Bound::new(py, PyTensor::new(t)).map(Bound::into_any))
+            .collect::<PyResult<_>>()?;
+        match outs.len() {
+            1 => Ok(outs.remove(0)),
+            _ => Ok(PyTuple::new(py, outs)?.into_any()),
+        }
+    }
+
+    #[pyo3(signature = (*inputs))]
+    fn __call__<'py>(
+        slf: &Bound<'py, Self>,
+        py: Python<'py>,
+        inputs: Vec<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let args = PyTuple::new(py, &inputs)?;
+        if let Some(out) = PyLayer::through_hooks(slf.as_any(), args, PyDict::new(py))? {
+            return Ok(out);
+        }
+        let tensors = inputs
+            .iter()
+            .map(|x| x.extract::<PyRef<'py, PyTensor>>().map_err(PyErr::from))
+            .collect::<PyResult<Vec<_>>>()?;
+        Self::forward(slf.borrow(), py, tensors)
+    }
+
+    /// The names of the model's inputs, in the order its call takes them.
+    #[getter]
+    fn input_names(&self) -> Vec<String> {
+        self.model.input_names().to_vec()
+    }
+
+    /// The names of its outputs, in the order its call gives them.
+    #[getter]
+    fn output_names(&self) -> Vec<String> {
+        self.model.output_names().to_vec()
+    }
+
+    /// It runs its hooks from its own call.
+    #[classattr]
+    fn _calls_hooks() -> bool {
+        true
+    }
+}
+
+/// An ONNX model's bytes as an [`PyOnnxModule`].
 #[pyfunction]
-pub fn onnx_load(py: Python<'_>, data: &[u8]) -> PyResult<Py<PyLayer>> {
-    let model = ferrograd::onnx::from_bytes(data).map_err(core_error)?;
+pub fn onnx_load(py: Python<'_>, data: &[u8]) -> PyResult<Py<PyOnnxModule>> {
+    let model = Arc::new(ferrograd::onnx::from_bytes(data).map_err(core_error)?);
     let settings = format!(
         "inputs={:?}, outputs={:?}",
         model.input_names(),
         model.output_names()
     );
-    Py::new(py, PyLayer::new(Arc::new(model)).with_settings(settings))
+    let layer = PyLayer::new(model.clone()).with_settings(settings);
+    Py::new(
+        py,
+        PyClassInitializer::from(layer).add_subclass(PyOnnxModule { model }),
+    )
 }

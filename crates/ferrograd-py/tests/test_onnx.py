@@ -174,3 +174,23 @@ def test_a_model_that_fixes_its_batch_size_is_refused_a_free_batch_axis():
     fg.onnx.export(FixedBatch(), x, buffer)
     (got,) = run(buffer.getvalue(), input=x)
     np.testing.assert_allclose(got, (x + 1).numpy())
+
+
+def test_a_loaded_model_takes_all_its_inputs_and_gives_all_its_outputs():
+    fg.manual_seed(4)
+    lstm = nn.LSTM(3, 5, batch_first=True)
+    x = fg.randn(2, 4, 3)
+    buffer = io.BytesIO()
+    fg.onnx.export(lstm, (x,), buffer, output_names=["out", "h", "c"])
+    loaded = fg.onnx.load(io.BytesIO(buffer.getvalue()))
+    assert isinstance(loaded, fg.onnx.OnnxModule) and isinstance(loaded, nn.Module)
+    assert loaded.output_names == ["out", "h", "c"]
+    out, h, c = loaded(x)
+    want, (h_want, c_want) = lstm(x)
+    np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(h.numpy(), h_want.numpy().reshape(h.shape), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(c.numpy(), c_want.numpy().reshape(c.shape), rtol=1e-6, atol=1e-6)
+    seen = []
+    loaded.register_forward_hook(lambda module, args, output: seen.append(len(output)))
+    loaded(x)
+    assert seen == [3]

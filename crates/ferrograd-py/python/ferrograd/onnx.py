@@ -12,7 +12,9 @@ import os
 from . import _core
 from ._core import Tensor
 
-__all__ = ["export", "load", "TrainingMode"]
+__all__ = ["export", "load", "OnnxModule", "TrainingMode"]
+
+OnnxModule = _core.OnnxModule
 
 
 class TrainingMode:
@@ -133,10 +135,11 @@ def export(
 
 
 def load(f):
-    """An ONNX model (a path or a binary file object) as a layer: called on a tensor it gives
-    the model's first output, computed by ferrograd's ops; its parameters are the model's
-    float weights under their names, so it trains and fine-tunes as any module. Operators
-    ferrograd cannot run are named together, with their nodes."""
+    """An ONNX model (a path or a binary file object) as an ``OnnxModule``: called on the
+    model's inputs, in order, it gives its output (a tuple when it has several), computed by
+    ferrograd's ops; its parameters are the model's float weights under their names, so it
+    trains and fine-tunes as any module. Operators ferrograd cannot run are named together,
+    with their nodes."""
     if hasattr(f, "read"):
         data = f.read()
     else:
