@@ -71,11 +71,17 @@ class Gpt(nn.Module):
 def write(out, name, model, example, other):
     model.eval()
     path = out / f"torch_{name}.onnx"
-    torch.onnx.export(model, (example,), str(path), input_names=["input"], output_names=["output"],
-                      dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}}, dynamo=False)
+    torch.onnx.export(
+        model,
+        (example,),
+        str(path),
+        input_names=["input"],
+        output_names=["output"],
+        dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
+        dynamo=False,
+    )
     with torch.no_grad():
-        io = {"input": example, "output": model(example), "input_other": other,
-              "output_other": model(other)}
+        io = {"input": example, "output": model(example), "input_other": other, "output_other": model(other)}
     save_file({k: v.contiguous() for k, v in io.items()}, str(out / f"torch_{name}.io.safetensors"))
     print(f"wrote {path}")
 
@@ -92,9 +98,15 @@ def main():
     write(out, "gpt", Gpt(), torch.randint(0, 20, (2, 8)), torch.randint(0, 20, (3, 8)))
     mnist_cnn = nn.Sequential(
         nn.Unflatten(1, (1, 28, 28)),
-        nn.Conv2d(1, 8, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(8, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(16 * 7 * 7, 10))
+        nn.Conv2d(1, 8, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(16 * 7 * 7, 10),
+    )
     write(out, "mnist_cnn", mnist_cnn, torch.rand(2, 784), torch.rand(3, 784))
 
 

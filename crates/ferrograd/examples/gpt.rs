@@ -115,6 +115,11 @@ struct Args {
     /// Where to write the loss curves.
     #[arg(long, default_value = ".")]
     out_dir: PathBuf,
+    /// Write the trained model as an ONNX model to this file (feature `onnx`): the logits of
+    /// `[batch, context]` ids, the batch free.
+    #[cfg(feature = "onnx")]
+    #[arg(long)]
+    export_onnx: Option<PathBuf>,
 }
 
 /// One pre-norm transformer block, with PyTorch the PyTorch script's names.
@@ -619,12 +624,30 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         )?;
         println!("loss curves: {}", path.display());
     }
+    #[cfg(feature = "onnx")]
+    if let Some(path) = &args.export_onnx {
+        std::fs::write(path, onnx_bytes(&gpt, args.context)?)?;
+        println!("ONNX model: {}", path.display());
+    }
     let newline = corpus.chars.iter().position(|&c| c == '\n').unwrap_or(0);
     let mut rng = StdRng::seed_from_u64(args.seed);
     let sample = gpt.generate(&[newline], args.sample, &args, &mut rng);
     let text: String = sample.iter().map(|&i| corpus.chars[i]).collect();
     println!("sample:\n{text}");
     Ok(())
+}
+
+/// The model as ONNX bytes: its logits for `[batch, context]` ids, traced on one row of zeros,
+/// with the batch axis free (checked on one more row).
+#[cfg(feature = "onnx")]
+fn onnx_bytes(gpt: &Gpt, context: usize) -> ferrograd::Result<Vec<u8>> {
+    use ferrograd::onnx::{bytes_of, check_free_batch, ExportOptions};
+    let ids = Tensor::zeros(&[1, context], DType::I64);
+    let logits = |xs: &[Tensor]| vec![gpt.logits(&xs[0], 0, None)];
+    let traced = ferrograd::graph::trace(&[("ids", &ids)], &gpt.state_params(), logits)?;
+    let bytes = bytes_of(&traced, &ExportOptions::default())?;
+    check_free_batch(&bytes, &[&ids], logits)?;
+    Ok(bytes)
 }
 
 /// The step, train loss and validation loss of one evaluation.
@@ -742,6 +765,34 @@ fn report(times: &[f64], total: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The model written as ONNX and read back gives its logits, at another batch size too.
+    #[cfg(feature = "onnx")]
+    #[test]
+    fn exports_to_onnx_with_its_logits() {
+        let flags = [
+            "gpt",
+            "--width",
+            "16",
+            "--heads",
+            "2",
+            "--layers",
+            "2",
+            "--context",
+            "8",
+        ];
+        let args = Args::parse_from(flags);
+        manual_seed(3);
+        let gpt = Gpt::new(11, &args);
+        let model = ferrograd::onnx::from_bytes(&onnx_bytes(&gpt, 8).unwrap()).unwrap();
+        let ids = Tensor::from_vec((0..24).map(|i| (i * 7) % 11).collect::<Vec<i64>>(), &[3, 8]);
+        let got = model.run(&[&ids]).unwrap().remove(0).to_vec::<f32>();
+        let want = no_grad(|| gpt.logits(&ids, 0, None)).to_vec::<f32>();
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{g} against {w}");
+        }
+    }
 
     /// Each careless flag is refused before anything starts, with a message naming it.
     #[test]
