@@ -158,6 +158,23 @@ fn a_generator_and_a_small_gpt_export() {
         &normal(&[1, 4, 3, 3], 13),
     );
     assert!(ops.contains(&"ConvTranspose".to_string()), "{ops:?}");
+    let discriminator = Net::new(vec![
+        Box::new(Conv2d::new(1, 4, 4).stride(2).padding(1)),
+        Box::new(LeakyReLU::new(0.2)),
+        Box::new(Conv2d::new(4, 8, 4).stride(2).padding(1)),
+        Box::new(BatchNorm2d::new(8)),
+        Box::new(LeakyReLU::new(0.2)),
+        Box::new(Flatten::new()),
+        Box::new(Dense::new(8 * 2 * 2, 1)),
+        Box::new(Sigmoid::new()),
+    ]);
+    let ops = layer_case(
+        "discriminator",
+        &discriminator,
+        &normal(&[2, 1, 8, 8], 20),
+        &normal(&[4, 1, 8, 8], 21),
+    );
+    assert!(ops.contains(&"LeakyRelu".to_string()), "{ops:?}");
 
     let emb = Embedding::new(11, 8);
     let block = TransformerEncoderLayer::new(8, 2)
