@@ -148,3 +148,54 @@ fn a_trace_inside_a_trace_is_refused_and_tracing_ends_after_a_panic() {
     // The thread traces again afterwards.
     assert!(trace(&[("x", &x)], &[], |xs| vec![xs[0].exp()]).is_ok());
 }
+
+/// The Rust sources of a folder and its subfolders, one string.
+fn sources_in(dir: &std::path::Path, out: &mut String) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            sources_in(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            *out += &std::fs::read_to_string(&path).unwrap();
+        }
+    }
+}
+
+#[test]
+fn every_declared_op_is_noted_by_its_eager_method() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let table = std::fs::read_to_string(src.join("graph/table.rs")).unwrap();
+    // The variants: lines `    Name "name" {` of the declarations.
+    let variants: Vec<&str> = table
+        .lines()
+        .filter_map(|l| l.strip_prefix("    "))
+        .filter(|l| l.starts_with(|c: char| c.is_ascii_uppercase()) && l.contains(" \""))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    assert!(variants.len() > 60, "the scan found only {variants:?}");
+    let mut eager = String::new();
+    sources_in(&src.join("ops"), &mut eager);
+    sources_in(&src.join("tensor"), &mut eager);
+    // Read without whitespace: a call may be wrapped over lines.
+    let eager: String = eager.split_whitespace().collect();
+    // Declared ops that eager code never calls as one op, and why.
+    let outside = [(
+        "CompareScalar",
+        "an eager comparison with a number is a binary op against a constant",
+    )];
+    let missing: Vec<&&str> = variants
+        .iter()
+        .filter(|v| !outside.iter().any(|(name, _)| name == *v))
+        .filter(|v| {
+            let forms = [
+                format!("trace::op(\"{v}\""),
+                format!("traced!(traced,{v}("),
+            ];
+            !forms.iter().any(|f| eager.contains(f.as_str()))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "declared ops no eager method notes for a trace: {missing:?}"
+    );
+}
