@@ -187,10 +187,7 @@ fn every_declared_op_is_noted_by_its_eager_method() {
         .iter()
         .filter(|v| !outside.iter().any(|(name, _)| name == *v))
         .filter(|v| {
-            let forms = [
-                format!("trace::op(\"{v}\""),
-                format!("traced!(traced,{v}("),
-            ];
+            let forms = [format!("trace::op(\"{v}\""), format!("traced!(traced,{v}(")];
             !forms.iter().any(|f| eager.contains(f.as_str()))
         })
         .collect();
