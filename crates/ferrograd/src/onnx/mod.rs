@@ -139,11 +139,8 @@ pub fn check_free_batch(
             want.len()
         )));
     }
-    let near =
-        |a: f64, b: f64| (a - b).abs() <= 1e-4 * (1.0 + b.abs()) || (a.is_nan() && b.is_nan());
     for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-        let (gv, wv) = (g.to_vec::<f64>(), w.to_vec::<f64>());
-        if g.shape() != w.shape() || !gv.iter().zip(&wv).all(|(&a, &b)| near(a, b)) {
+        if g.shape() != w.shape() || !g.allclose(w, 1e-4, 1e-4) {
             return Err(fixed(format!("output {k} differs at one more row")));
         }
     }

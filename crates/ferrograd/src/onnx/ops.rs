@@ -156,8 +156,9 @@ onnx_forms! { e, i, op, x;
         },
         Op::WhereCond {} => {
             let cond = to_bool(e, x[0]);
-            let branches = in_own_dtype(e, i, x);
-            one(e.node("Where", &[&cond, &branches[1], &branches[2]], vec![]))
+            let (d, ins) = (e.dtype(i), e.nodes[i].inputs.clone());
+            let (t, f) = (as_dtype(e, ins[1], x[1], d), as_dtype(e, ins[2], x[2], d));
+            one(e.node("Where", &[&cond, &t, &f], vec![]))
         },
         Op::MaskedFill { value } => {
             let cond = to_bool(e, x[1]);

@@ -17,7 +17,7 @@ use crate::kernels::attention::{
     AttentionInputs, DropPattern, Heads, Settings,
 };
 use crate::kernels::Float;
-use crate::tensor::trace::{self, traced};
+use crate::tensor::trace::{self, attrs};
 use crate::tensor::{
     broadcast_shapes, filled, is_grad_enabled, numel_or_panic, record, with_dtype, BackwardCtx,
     DType, Element, InputGrads, Tensor,
@@ -278,13 +278,27 @@ impl Tensor {
     /// −∞) is 0 and passes no gradient, as there.
     pub fn scaled_dot_product_attention(&self, k: &Tensor, v: &Tensor, opts: &Attention) -> Tensor {
         let _profiled = crate::tensor::profile::scope("scaled_dot_product_attention");
-        let traced = trace::enter();
-        let op = "scaled_dot_product_attention";
         let mask = opts.mask.as_ref().map(|m| match m.ndim() {
             // A 1-d mask, [S], applies to every row.
             0 | 1 => m.reshape(&[&[1][..], m.shape()].concat()),
             _ => m.clone(),
         });
+        let mut inputs = vec![self, k, v];
+        inputs.extend(mask.as_ref());
+        let attrs = attrs![opts.causal, opts.scale, opts.dropout];
+        trace::op("ScaledDotProductAttention", attrs, &inputs, || {
+            self.attention_untraced(k, v, opts, &mask)
+        })
+    }
+
+    fn attention_untraced(
+        &self,
+        k: &Tensor,
+        v: &Tensor,
+        opts: &Attention,
+        mask: &Option<Tensor>,
+    ) -> Tensor {
+        let op = "scaled_dot_product_attention";
         let (batch, [l, e, s, ev], dtype) = attention_shapes([self, k, v], mask.as_ref());
         // With E = 0 every score is an empty sum, 0 whatever the scale: 1/√0 would make it
         // 0·∞ = NaN, where PyTorch gives the mean of the values.
@@ -329,7 +343,7 @@ impl Tensor {
         let mut inputs = vec![self, k, v];
         inputs.extend(mask.as_ref());
         let (causal, masked, drop) = (opts.causal, mask.is_some(), opts.dropout);
-        let out = record(op, out, &inputs, move |c, up| {
+        record(op, out, &inputs, move |c, up| {
             if is_grad_enabled() || l * s * e * ev == 0 {
                 let shape = [&batch[..], &[l, s]].concat();
                 let factors = drop.map(|(p, key)| dropout_factors(p, key, &shape, dtype));
@@ -352,15 +366,7 @@ impl Tensor {
                 };
                 with_dtype!(dtype, T => fused.backward::<T>(c, up))
             }
-        });
-        let attrs = (opts.causal, opts.scale, opts.dropout);
-        traced!(
-            traced,
-            ScaledDotProductAttention(attrs.0, attrs.1, attrs.2),
-            inputs,
-            [&out]
-        );
-        out
+        })
     }
 }
 

@@ -237,20 +237,20 @@ macro_rules! define_binary {
                 $(#[$doc])*
                 pub fn $name(&self, other: &Tensor) -> Tensor {
                     let _profiled = crate::tensor::profile::scope(stringify!($name));
-                    let traced = crate::tensor::trace::enter();
                     let op = Binary::$Variant;
-                    let (a, b) = if self.dtype() == other.dtype() {
-                        (self.clone(), other.clone())
-                    } else {
-                        promote(self, other)
-                    };
-                    if let Err(e) = op.result_dtype(a.dtype(), b.dtype()) {
-                        panic!("{e}");
-                    }
-                    let out = binary_forward!($kind, stringify!($name), &a, &b, |$x, $y| $forward);
-                    let out = record_binary!(stringify!($name), out, &a, &b, $($rule)+);
-                    crate::tensor::trace::traced!(traced, Binary(op), [self, other], [&out]);
-                    out
+                    let attrs = crate::tensor::trace::attrs![op];
+                    crate::tensor::trace::op("Binary", attrs, &[self, other], || {
+                        let (a, b) = if self.dtype() == other.dtype() {
+                            (self.clone(), other.clone())
+                        } else {
+                            promote(self, other)
+                        };
+                        if let Err(e) = op.result_dtype(a.dtype(), b.dtype()) {
+                            panic!("{e}");
+                        }
+                        let out = binary_forward!($kind, stringify!($name), &a, &b, |$x, $y| $forward);
+                        record_binary!(stringify!($name), out, &a, &b, $($rule)+)
+                    })
                 }
             )*
         }

@@ -307,18 +307,18 @@ macro_rules! define_elementwise {
                 $(#[$doc])*
                 pub fn $name(&self $($(, $arg: $ty)+)?) -> Tensor {
                     let _profiled = crate::tensor::profile::scope(stringify!($name));
-                    let traced = crate::tensor::trace::enter();
                     let op = Unary::$Variant $(($($arg),+))?;
                     if let Err(e) = op.result_dtype(self.dtype()) {
                         panic!("{e}");
                     }
-                    let out = {
-                        let $x = self;
-                        $forward
-                    };
-                    let out = record_elementwise!(stringify!($name), out, self, $($rule)+);
-                    crate::tensor::trace::traced!(traced, Unary(op), [self], [&out]);
-                    out
+                    let attrs = crate::tensor::trace::attrs![op];
+                    crate::tensor::trace::op("Unary", attrs, &[self], || {
+                        let out = {
+                            let $x = self;
+                            $forward
+                        };
+                        record_elementwise!(stringify!($name), out, self, $($rule)+)
+                    })
                 }
             )*
         }

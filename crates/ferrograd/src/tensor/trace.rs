@@ -38,7 +38,7 @@ static TRACING: AtomicUsize = AtomicUsize::new(0);
 
 /// An op's place on the tape while it runs: only the outermost op notes its event; dropping
 /// the guard leaves the op.
-pub(crate) struct Traced {
+struct Traced {
     outermost: bool,
 }
 
@@ -54,7 +54,7 @@ impl Drop for Traced {
 
 /// Enters an op: `None` unless this thread is tracing.
 #[inline]
-pub(crate) fn enter() -> Option<Traced> {
+fn enter() -> Option<Traced> {
     if TRACING.load(Ordering::Relaxed) == 0 {
         return None;
     }
@@ -69,7 +69,7 @@ pub(crate) fn enter() -> Option<Traced> {
 }
 
 /// Notes an op's event, if it is the outermost op running.
-pub(crate) fn record(
+fn record(
     traced: Traced,
     variant: &'static str,
     attrs: Vec<Box<dyn Any>>,
@@ -90,24 +90,6 @@ pub(crate) fn record(
         }
     });
 }
-
-/// Notes an op's event when a trace is running: `traced!(guard, Narrow(axis, start, len),
-/// [self], [out])`, with the attributes in the order of the graph variant's fields, the
-/// inputs as an iterator of `&Tensor` and the outputs as the tensors returned.
-macro_rules! traced {
-    ($guard:expr, $Variant:ident($($attr:expr),* $(,)?), $inputs:expr, [$($out:expr),+ $(,)?]) => {
-        if let Some(guard) = $guard {
-            $crate::tensor::trace::record(
-                guard,
-                stringify!($Variant),
-                vec![$(Box::new($attr) as Box<dyn std::any::Any>),*],
-                $inputs.into_iter().cloned().collect(),
-                vec![$(Tensor::clone($out)),+],
-            );
-        }
-    };
-}
-pub(crate) use traced;
 
 /// What an op returns, as the outputs its event lists (none for an error).
 pub(crate) trait Outputs {

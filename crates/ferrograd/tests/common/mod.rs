@@ -47,6 +47,11 @@ pub fn randn(shape: &[usize], seed: u64) -> Tensor {
     Tensor::randn(shape, DType::F64, &mut StdRng::seed_from_u64(seed))
 }
 
+/// [`randn`]'s values as f32, the layers' dtype.
+pub fn randn_f32(shape: &[usize], seed: u64) -> Tensor {
+    randn(shape, seed).to_dtype(DType::F32)
+}
+
 /// First and second derivatives of `f` at `inputs` against central differences, panicking
 /// with `name` and the worst element on a mismatch.
 pub fn check(name: &str, f: impl Fn(&[Tensor]) -> Tensor, inputs: &[Tensor]) {

@@ -11,17 +11,14 @@ use ferrograd::io::save_tensors;
 use ferrograd::onnx::proto::{AttributeProto, ModelProto};
 use ferrograd::onnx::{model_of, ExportOptions};
 use ferrograd::prelude::*;
+
+use crate::common::{randn_f32, turn};
 use prost::Message;
 
 fn out_dir() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/onnx-models");
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-fn normal(shape: &[usize], seed: u64) -> Tensor {
-    manual_seed(seed);
-    Tensor::randn_default(shape, DType::F32)
 }
 
 /// Exports `f` traced on `x`, and writes the model with `x`, `other` (another batch size)
@@ -95,6 +92,7 @@ fn layer_case(name: &str, layer: &dyn Layer, x: &Tensor, other: &Tensor) -> Vec<
 
 #[test]
 fn an_mlp_and_a_cnn_export_with_their_layers_names() {
+    let _turn = turn();
     manual_seed(1);
     let mlp = Net::new(vec![
         Box::new(Dense::new(6, 16)),
@@ -102,7 +100,7 @@ fn an_mlp_and_a_cnn_export_with_their_layers_names() {
         Box::new(Dense::new(16, 4)),
         Box::new(Softmax::new(1)),
     ]);
-    let ops = layer_case("mlp", &mlp, &normal(&[2, 6], 2), &normal(&[5, 6], 3));
+    let ops = layer_case("mlp", &mlp, &randn_f32(&[2, 6], 2), &randn_f32(&[5, 6], 3));
     assert!(ops.contains(&"Gemm".to_string()), "{ops:?}");
 
     let cnn = Net::new(vec![
@@ -118,8 +116,8 @@ fn an_mlp_and_a_cnn_export_with_their_layers_names() {
     let ops = layer_case(
         "cnn",
         &cnn,
-        &normal(&[2, 1, 8, 8], 4),
-        &normal(&[3, 1, 8, 8], 5),
+        &randn_f32(&[2, 1, 8, 8], 4),
+        &randn_f32(&[3, 1, 8, 8], 5),
     );
     for op in ["Conv", "MaxPool", "Flatten"] {
         assert!(ops.contains(&op.to_string()), "{ops:?}");
@@ -128,22 +126,29 @@ fn an_mlp_and_a_cnn_export_with_their_layers_names() {
 
 #[test]
 fn recurrent_layers_export_as_onnx_recurrent_ops() {
+    let _turn = turn();
     manual_seed(6);
     let lstm = Lstm::new(3, 5);
     let ops = layer_case(
         "lstm",
         &lstm,
-        &normal(&[2, 4, 3], 7),
-        &normal(&[3, 4, 3], 8),
+        &randn_f32(&[2, 4, 3], 7),
+        &randn_f32(&[3, 4, 3], 8),
     );
     assert!(ops.contains(&"LSTM".to_string()), "{ops:?}");
     let gru = Gru::new(3, 5);
-    let ops = layer_case("gru", &gru, &normal(&[2, 4, 3], 9), &normal(&[3, 4, 3], 10));
+    let ops = layer_case(
+        "gru",
+        &gru,
+        &randn_f32(&[2, 4, 3], 9),
+        &randn_f32(&[3, 4, 3], 10),
+    );
     assert!(ops.contains(&"GRU".to_string()), "{ops:?}");
 }
 
 #[test]
 fn a_generator_and_a_small_gpt_export() {
+    let _turn = turn();
     manual_seed(11);
     let generator = Net::new(vec![
         Box::new(ConvTranspose2d::new(4, 3, 4).stride(2).padding(1)),
@@ -154,8 +159,8 @@ fn a_generator_and_a_small_gpt_export() {
     let ops = layer_case(
         "generator",
         &generator,
-        &normal(&[2, 4, 3, 3], 12),
-        &normal(&[1, 4, 3, 3], 13),
+        &randn_f32(&[2, 4, 3, 3], 12),
+        &randn_f32(&[1, 4, 3, 3], 13),
     );
     assert!(ops.contains(&"ConvTranspose".to_string()), "{ops:?}");
     let discriminator = Net::new(vec![
@@ -171,8 +176,8 @@ fn a_generator_and_a_small_gpt_export() {
     let ops = layer_case(
         "discriminator",
         &discriminator,
-        &normal(&[2, 1, 8, 8], 20),
-        &normal(&[4, 1, 8, 8], 21),
+        &randn_f32(&[2, 1, 8, 8], 20),
+        &randn_f32(&[4, 1, 8, 8], 21),
     );
     assert!(ops.contains(&"LeakyRelu".to_string()), "{ops:?}");
 
@@ -214,7 +219,7 @@ fn a_generator_and_a_small_gpt_export() {
 
 #[test]
 fn ops_without_an_onnx_form_are_named_together_and_nothing_is_written() {
-    let x = normal(&[2, 4, 6], 14);
+    let x = randn_f32(&[2, 4, 6], 14);
     let t = trace(&[("input", &x)], &[], |xs| {
         vec![xs[0].rope(0, 10000.0).cumprod(1)]
     })
@@ -233,13 +238,14 @@ fn ops_without_an_onnx_form_are_named_together_and_nothing_is_written() {
 
 #[test]
 fn an_imported_model_fine_tunes_and_keeps_its_weights_names() {
+    let _turn = turn();
     manual_seed(15);
     let mlp = Net::new(vec![
         Box::new(Dense::new(4, 8)),
         Box::new(Tanh::new()),
         Box::new(Dense::new(8, 1)),
     ]);
-    let x = normal(&[16, 4], 16);
+    let x = randn_f32(&[16, 4], 16);
     let bytes =
         ferrograd::onnx::to_bytes(&mlp, &[("input", &x)], &ExportOptions::default()).unwrap();
     let model = ferrograd::onnx::from_bytes(&bytes).unwrap();
@@ -490,12 +496,13 @@ fn imported_operators_follow_their_opsets_and_onnxs_rules() {
 
 #[test]
 fn batch_norms_statistics_are_state_and_a_batch_fixed_export_is_refused() {
+    let _turn = turn();
     manual_seed(17);
     let cnn = Net::new(vec![
         Box::new(Conv2d::new(1, 2, 3)),
         Box::new(BatchNorm2d::new(2)),
     ]);
-    let x = normal(&[2, 1, 4, 4], 18);
+    let x = randn_f32(&[2, 1, 4, 4], 18);
     let t = trace(&[("input", &x)], &cnn.state_params(), |xs| {
         vec![Layer::forward(&cnn, &xs[0], Mode::Eval)]
     })
@@ -535,7 +542,7 @@ fn batch_norms_statistics_are_state_and_a_batch_fixed_export_is_refused() {
             x + &Tensor::ones(&[2, 1], DType::F32)
         }
     }
-    let x = normal(&[2, 3], 19);
+    let x = randn_f32(&[2, 3], 19);
     let err = ferrograd::onnx::to_bytes(&FixedBatch, &[("input", &x)], &ExportOptions::default())
         .unwrap_err();
     assert!(
