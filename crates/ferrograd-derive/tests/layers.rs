@@ -22,12 +22,12 @@ const LAYERS: &[&[&str]] = &[
     &["tensor"],
     &["ops"],
     &["autograd"],
-    &["init", "io/tensors", "data", "func", "profiler"],
+    &["init", "io/tensors", "data", "profiler"],
     &["nn", "loss", "optim", "metrics"],
     &["model"],
     &["io/checkpoint", "io", "distributed"],
     &["graph"],
-    &["onnx"],
+    &["func", "onnx"],
 ];
 
 /// The layers of the Python binding's modules (`crates/ferrograd-py/src`), bottom up: the

@@ -1,5 +1,7 @@
-//! Function transforms with `torch.func`'s names, on reverse mode: the gradient of a closure,
-//! its vector-Jacobian product, Hessian-vector products, and whole Jacobians and Hessians.
+//! Function transforms with `torch.func`'s names: in reverse mode the gradient of a closure,
+//! its vector-Jacobian product, Hessian-vector products, and whole Jacobians and Hessians; in
+//! forward mode its Jacobian-vector product ([`jvp`], [`linearize`], [`jacfwd`]), with a
+//! tangent rule per op (`graph::tangent`), and [`jvpcheck`] to check those rules.
 //!
 //! Each transform calls the closure on fresh leaves that carry the primals' values. Where a
 //! primal is itself tracked (the transform runs inside another differentiation), the leaves
@@ -17,9 +19,13 @@
 //! assert_eq!(h.to_vec::<f64>(), [6.0, 0.0, 0.0, 12.0]); // diag(6x)
 //! ```
 
-use crate::autograd::try_grad;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+use crate::autograd::{try_grad, GradcheckOptions};
 use crate::error::{Error, Result};
-use crate::tensor::Tensor;
+use crate::graph::tangent::Linearization;
+use crate::tensor::{no_grad, DType, Tensor};
 
 /// The primals as the closure sees them: tracked ones as they are (an outer differentiation
 /// follows them through), the others as fresh leaves.
@@ -155,4 +161,230 @@ pub fn hessian(f: impl Fn(&Tensor) -> Tensor, x: &Tensor) -> Tensor {
     let inner = |x: &Tensor| grad(|p: &[Tensor]| f(&p[0]), &[x]).remove(0);
     let h = jacrev(inner, x);
     h.reshape(&[x.shape(), x.shape()].concat())
+}
+
+/// `f(primals)` and its derivative along `tangents` (one per primal, of its shape and dtype),
+/// by forward mode (`torch.func.jvp`, JAX's `jvp`): the tangent of each op is computed beside
+/// its value, from the op's tangent rule, at a small constant times the cost of `f`.
+///
+/// Tangent rules are written with tensor ops, so the results are differentiable: a `jvp`
+/// inside [`grad`] (reverse over forward), a [`grad`] inside a `jvp` (forward over reverse,
+/// as [`hessian_fwd`]) and a `jvp` inside a `jvp` all work.
+///
+/// ```
+/// use ferrograd::func;
+/// use ferrograd::prelude::*;
+///
+/// let x = Tensor::from_vec(vec![0.0f64, 1.0], &[2]);
+/// let t = Tensor::from_vec(vec![1.0f64, 2.0], &[2]);
+/// let (y, ty) = func::jvp(|p: &[Tensor]| p[0].sin(), &[&x], &[&t]);
+/// assert_eq!(ty.to_vec::<f64>(), [1.0, 2.0 * 1f64.cos()]); // cos(x) · t
+/// assert_eq!(y.to_vec::<f64>(), [0.0, 1f64.sin()]);
+/// ```
+pub fn jvp(
+    f: impl FnOnce(&[Tensor]) -> Tensor,
+    primals: &[&Tensor],
+    tangents: &[&Tensor],
+) -> (Tensor, Tensor) {
+    try_jvp(f, primals, tangents).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`jvp`] returning the error: tangents that do not fit the primals, or an op in `f` with
+/// no tangent rule (named).
+pub fn try_jvp(
+    f: impl FnOnce(&[Tensor]) -> Tensor,
+    primals: &[&Tensor],
+    tangents: &[&Tensor],
+) -> Result<(Tensor, Tensor)> {
+    let (mut ys, mut ts) = jvp_many(|p| vec![f(p)], primals, tangents)?;
+    Ok((ys.remove(0), ts.remove(0)))
+}
+
+/// [`jvp`] of a function of several outputs: each output and its tangent.
+pub fn jvp_many(
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+    primals: &[&Tensor],
+    tangents: &[&Tensor],
+) -> Result<(Vec<Tensor>, Vec<Tensor>)> {
+    let lin = linearize_many(f, primals)?;
+    let ts = lin.jvp_many(tangents)?;
+    Ok((lin.values, ts))
+}
+
+/// A function linearized at a point (`torch.func.linearize`): its value there and the linear
+/// map `tangents ↦ ∂f·tangents`. The function ran once; each [`Linearized::jvp`] runs only the
+/// tangent rules of the ops it recorded.
+///
+/// ```
+/// use ferrograd::func;
+/// use ferrograd::prelude::*;
+///
+/// let x = Tensor::from_vec(vec![2.0f64], &[1]);
+/// let cube = func::linearize(|p: &[Tensor]| p[0].powf(3.0), &[&x])?;
+/// assert_eq!(cube.value().item(), 8.0);
+/// assert_eq!(cube.jvp(&[&Tensor::from_vec(vec![1.0f64], &[1])])?.item(), 12.0); // 3x²
+/// assert_eq!(cube.jvp(&[&Tensor::from_vec(vec![0.5f64], &[1])])?.item(), 6.0);
+/// # Ok::<(), ferrograd::Error>(())
+/// ```
+pub struct Linearized {
+    values: Vec<Tensor>,
+    recorded: Linearization,
+    /// Whether the results belong to an outer differentiation.
+    keep: bool,
+}
+
+impl Linearized {
+    /// The function's value (its first output).
+    pub fn value(&self) -> &Tensor {
+        &self.values[0]
+    }
+
+    /// Every output of a function of several.
+    pub fn values(&self) -> &[Tensor] {
+        &self.values
+    }
+
+    /// The derivative along `tangents` (one per primal, of its shape and dtype) of the first
+    /// output.
+    pub fn jvp(&self, tangents: &[&Tensor]) -> Result<Tensor> {
+        Ok(self.jvp_many(tangents)?.remove(0))
+    }
+
+    /// The derivative along `tangents` of every output.
+    pub fn jvp_many(&self, tangents: &[&Tensor]) -> Result<Vec<Tensor>> {
+        // Outside another differentiation the pass records nothing.
+        if self.keep || tangents.iter().any(|t| t.is_tracked()) {
+            self.recorded.push(tangents)
+        } else {
+            no_grad(|| self.recorded.push(tangents))
+        }
+    }
+}
+
+/// Runs `f` once at `primals` and keeps what forward mode needs: see [`Linearized`].
+pub fn linearize(f: impl FnOnce(&[Tensor]) -> Tensor, primals: &[&Tensor]) -> Result<Linearized> {
+    linearize_many(|p| vec![f(p)], primals)
+}
+
+/// [`linearize`] of a function of several outputs.
+pub fn linearize_many(
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+    primals: &[&Tensor],
+) -> Result<Linearized> {
+    let keep = nested(primals);
+    let recorded = Linearization::record(f, primals)?;
+    // Outside another differentiation the values are cut from what `f` recorded.
+    let values: Vec<Tensor> = match keep {
+        true => recorded.outputs().to_vec(),
+        false => recorded.outputs().iter().map(Tensor::detach).collect(),
+    };
+    Ok(Linearized {
+        values,
+        recorded,
+        keep,
+    })
+}
+
+/// The Jacobian of `f` at `x` by forward mode (`torch.func.jacfwd`), shaped as the output's
+/// shape followed by the input's: `f` runs once, then one tangent pass per input element.
+/// Cheaper than [`jacrev`] where the input has fewer elements than the output.
+pub fn jacfwd(f: impl FnOnce(&Tensor) -> Tensor, x: &Tensor) -> Tensor {
+    try_jacfwd(f, x).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`jacfwd`] returning the error.
+pub fn try_jacfwd(f: impl FnOnce(&Tensor) -> Tensor, x: &Tensor) -> Result<Tensor> {
+    let lin = linearize(|p: &[Tensor]| f(&p[0]), &[x])?;
+    let y = lin.value();
+    let n = x.numel();
+    let columns = (0..n)
+        .map(|j| {
+            let mut basis = vec![0.0; n];
+            basis[j] = 1.0;
+            let e = Tensor::from_vec(basis, x.shape()).to_dtype(x.dtype());
+            lin.jvp(&[&e])
+        })
+        .collect::<Result<Vec<Tensor>>>()?;
+    let shape = [y.shape(), x.shape()].concat();
+    if columns.is_empty() {
+        return Ok(Tensor::zeros(&shape, y.dtype()));
+    }
+    // Column j is ∂y/∂xⱼ: stacked last, they give [.. y, n], reshaped to y's shape ++ x's.
+    let refs: Vec<&Tensor> = columns.iter().collect();
+    Ok(Tensor::stack(&refs, y.ndim()).reshape(&shape))
+}
+
+/// The Hessian of the one-element `f` at `x` by forward over reverse (JAX's and
+/// `torch.func`'s recipe for `hessian`): the forward-mode Jacobian of the gradient.
+pub fn hessian_fwd(f: impl Fn(&Tensor) -> Tensor, x: &Tensor) -> Tensor {
+    let inner = |x: &Tensor| grad(|p: &[Tensor]| f(&p[0]), &[x]).remove(0);
+    jacfwd(inner, x).reshape(&[x.shape(), x.shape()].concat())
+}
+
+/// Checks the tangent rules used by `f` at `inputs` (converted to f64) against central
+/// differences: along random tangents (seeded by `opts.seed`), `jvp`'s output tangent must
+/// match `(f(x + εt) − f(x − εt)) / 2ε` element by element within `atol + rtol·|numeric|`. The
+/// error names the worst element.
+///
+/// ```
+/// use ferrograd::autograd::GradcheckOptions;
+/// use ferrograd::func::jvpcheck;
+/// use ferrograd::prelude::*;
+///
+/// let x = Tensor::from_vec(vec![0.3f64, -1.2, 2.0], &[3]);
+/// jvpcheck(|p: &[Tensor]| p[0].tanh().softmax(0), &[x], &GradcheckOptions::default())?;
+/// # Ok::<(), ferrograd::Error>(())
+/// ```
+pub fn jvpcheck(
+    f: impl Fn(&[Tensor]) -> Tensor,
+    inputs: &[Tensor],
+    opts: &GradcheckOptions,
+) -> Result<()> {
+    let xs: Vec<Tensor> = inputs
+        .iter()
+        .map(|t| t.to_dtype(DType::F64).detach())
+        .collect();
+    let mut rng = StdRng::seed_from_u64(opts.seed);
+    let ts: Vec<Tensor> = xs
+        .iter()
+        .map(|x| Tensor::randn(x.shape(), DType::F64, &mut rng))
+        .collect();
+    let refs: Vec<&Tensor> = xs.iter().collect();
+    let trefs: Vec<&Tensor> = ts.iter().collect();
+    let (_, analytic) = try_jvp(|p| f(p).to_dtype(DType::F64), &refs, &trefs)?;
+    let moved = |sign: f64| -> Vec<f64> {
+        let at: Vec<Tensor> = xs
+            .iter()
+            .zip(&ts)
+            .map(|(x, t)| x + &(t * (sign * opts.eps)))
+            .collect();
+        no_grad(|| f(&at).to_dtype(DType::F64).to_vec::<f64>())
+    };
+    let (up, down) = (moved(1.0), moved(-1.0));
+    let a = analytic.to_vec::<f64>();
+    let mut worst: Option<(f64, String)> = None;
+    for (j, ((u, d), a)) in up.iter().zip(&down).zip(&a).enumerate() {
+        let numeric = (u - d) / (2.0 * opts.eps);
+        let diff = (a - numeric).abs();
+        let excess = match diff.is_nan() {
+            true => f64::INFINITY,
+            false => diff / (opts.atol + opts.rtol * numeric.abs()),
+        };
+        if excess > 1.0 && worst.as_ref().is_none_or(|(e, _)| excess > *e) {
+            let at = format!(
+                "jvpcheck: output element {j}: forward mode {a:.10e} vs numeric {numeric:.10e}"
+            );
+            worst = Some((
+                excess,
+                format!(
+                    "{at} (|diff| {diff:.3e}, atol {:.1e}, rtol {:.1e})",
+                    opts.atol, opts.rtol
+                ),
+            ));
+        }
+    }
+    match worst {
+        Some((_, msg)) => Err(Error::Gradcheck(msg)),
+        None => Ok(()),
+    }
 }

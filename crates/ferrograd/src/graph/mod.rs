@@ -28,10 +28,12 @@
 //! ```
 
 mod build;
+mod composite;
 mod op;
 mod optimize;
 mod session;
 mod table;
+pub(crate) mod tangent;
 mod trace;
 mod train;
 

@@ -19,8 +19,9 @@ pub use crate::ops::shape::Shape;
 
 /// Declares the ops a node can hold beyond the leaves, gradients and the element-wise tables:
 /// one entry per op gives its `Op` variant with its attributes, its name in listings, its shape
-/// and dtype rule, its evaluation (the eager `Tensor` method of the same name) and the `Node`
-/// methods that add it. Adding an op to graphs is one entry in `graph/table.rs`.
+/// and dtype rule, its evaluation (the eager `Tensor` method of the same name), its tangent
+/// rule (forward mode, `graph::tangent`) and the `Node` methods that add it. Adding an op to
+/// graphs is one entry in `graph/table.rs`.
 macro_rules! declare_ops {
     ($(
         $(#[$doc:meta])*
@@ -28,6 +29,7 @@ macro_rules! declare_ops {
         $(outputs($count:literal))?
         infer($ins:ident) $infer:block
         eval($x:ident) $eval:block
+        jvp($jx:ident, $jy:ident, $jt:ident) $jvp:block
         node { $($node:item)* }
     )*) => {
         /// What a node computes.
@@ -152,6 +154,47 @@ macro_rules! declare_ops {
                     })*
                     _ => None,
                 }
+            }
+        }
+
+        impl Op {
+            /// A declared op's tangent rule: the tangents of its outputs `y` at inputs `x`
+            /// along the inputs' tangents `t` (see `graph::tangent`).
+            #[allow(unused_variables)]
+            pub(super) fn declared_tangent(
+                &self,
+                x: &[$crate::tensor::Tensor],
+                y: &[$crate::tensor::Tensor],
+                t: &$crate::graph::tangent::Tangents<'_>,
+            ) -> Option<Vec<Option<$crate::tensor::Tensor>>> {
+                use $crate::graph::tangent::IntoTangents;
+                match self {
+                    $(Op::$Variant { $($field),* } => {
+                        let ($jx, $jy, $jt) = (x, y, t);
+                        Some($jvp.into_tangents())
+                    })*
+                    _ => None,
+                }
+            }
+
+            /// The variant's name, as a traced event names it (`"Narrow"`, `"Unary"`).
+            pub fn variant(&self) -> &'static str {
+                match self {
+                    $(Op::$Variant { .. } => stringify!($Variant),)*
+                    Op::Placeholder { .. } => "Placeholder",
+                    Op::Variable { .. } => "Variable",
+                    Op::Constant(_) => "Constant",
+                    Op::Unary(_) => "Unary",
+                    Op::Binary(_) => "Binary",
+                    Op::Grad => "Grad",
+                    Op::Minimize(_) => "Minimize",
+                    Op::Output { .. } => "Output",
+                }
+            }
+
+            /// The name of every declared variant, as a traced event names it.
+            pub fn declared_variants() -> &'static [&'static str] {
+                &[$(stringify!($Variant)),*]
             }
         }
 

@@ -4,7 +4,11 @@
 //! name, so that a graph gives eager's values and gradients to the bit) and the `Node` methods
 //! that add it, with the eager method's name and signature (`Node` for `Tensor`).
 
+use super::composite::{self, Recurrence};
 use super::op::{declare_ops, Binary};
+use super::tangent::{
+    extremum, kept, multilinear, total, variance_tangent, via_composite, via_transpose,
+};
 use super::Node;
 use crate::error::Result;
 use crate::ops::attention::Attention;
@@ -51,6 +55,9 @@ declare_ops! {
     Matmul "matmul" {}
     infer(i) { Ok((matmul_rule(&i[0].0, &i[1].0)?, promoted_float_rule(i[0].1, i[1].1)?)) }
     eval(x) { x[0].matmul(&x[1]) }
+    jvp(x, y, t) {
+        multilinear(x, t, |a| a[0].matmul(&a[1]))
+    }
     node {
         /// The matrix product (2-D, or batched with broadcast batch axes).
         pub fn matmul(&self, other: &Node) -> Node {
@@ -67,6 +74,13 @@ declare_ops! {
     Linear "linear" {}
     infer(i) { linear_rule(i) }
     eval(x) { x[0].linear(&x[1], x.get(2)) }
+    jvp(x, y, t) {
+        total([
+            t.map(0, |tx| tx.linear(&x[1], None)),
+            t.map(1, |tw| x[0].linear(tw, None)),
+            t.map(2, |tb| tb.broadcast_to(y[0].shape())),
+        ])
+    }
     node {
         /// `self · weightᵀ + bias`, PyTorch's `F.linear`: `self` `[.., in]`, `weight`
         /// `[out, in]`, `bias` `[out]` or none; as [`Tensor::linear`].
@@ -103,6 +117,20 @@ declare_ops! {
         }
         x[0].scaled_dot_product_attention(&x[1], &x[2], &opts)
     }
+    jvp(x, y, t) {
+        match dropout {
+            // The same key drops the same weights: the op's own rule, transposed.
+            Some(_) => via_transpose(x, t, |a| vec![Op::ScaledDotProductAttention {
+                causal: *causal,
+                scale: *scale,
+                dropout: *dropout,
+            }
+            .declared_eval(a)
+            .expect("declared")
+            .remove(0)]),
+            None => via_composite(x, t, |a| vec![composite::attention(a, *causal, *scale)]),
+        }
+    }
     node {
         /// Attention of these queries over `k` and `v`, as
         /// [`Tensor::scaled_dot_product_attention`]; a mask in `opts` joins the graph as a
@@ -135,6 +163,9 @@ declare_ops! {
         Ok((einsum_rule(spec, &shapes)?, floats_rule(&names)?))
     }
     eval(x) { Tensor::einsum(spec, &x.iter().collect::<Vec<_>>()) }
+    jvp(x, y, t) {
+        multilinear(x, t, |a| Tensor::einsum(spec, &a.iter().collect::<Vec<_>>()))
+    }
     node {
         /// Einstein summation, as [`Tensor::einsum`].
         pub fn einsum(spec: &str, operands: &[&Node]) -> Node {
@@ -155,6 +186,9 @@ declare_ops! {
     Sum "sum" {}
     infer(i) { Ok((Vec::new(), sum_rule(i[0].1)?)) }
     eval(x) { x[0].sum() }
+    jvp(x, y, t) {
+        t.map(0, Tensor::sum)
+    }
     node {
         /// Sum of all elements (0-d).
         pub fn sum(&self) -> Node {
@@ -166,6 +200,9 @@ declare_ops! {
     Mean "mean" {}
     infer(i) { Ok((Vec::new(), float_rule(i[0].1)?)) }
     eval(x) { x[0].mean() }
+    jvp(x, y, t) {
+        t.map(0, Tensor::mean)
+    }
     node {
         /// Mean of all elements (0-d).
         pub fn mean(&self) -> Node {
@@ -177,6 +214,9 @@ declare_ops! {
     Max "max" {}
     infer(i) { Ok((Vec::new(), float_rule(i[0].1)?)) }
     eval(x) { x[0].max() }
+    jvp(x, y, t) {
+        t.map(0, |t| extremum(&x[0], &y[0], t, &every_axis(&x[0]), false))
+    }
     node {
         /// Maximum of all elements (0-d).
         pub fn max(&self) -> Node {
@@ -188,6 +228,9 @@ declare_ops! {
     Min "min" {}
     infer(i) { Ok((Vec::new(), float_rule(i[0].1)?)) }
     eval(x) { x[0].min() }
+    jvp(x, y, t) {
+        t.map(0, |t| extremum(&x[0], &y[0], t, &every_axis(&x[0]), false))
+    }
     node {
         /// Minimum of all elements (0-d).
         pub fn min(&self) -> Node {
@@ -199,6 +242,9 @@ declare_ops! {
     SumAxes "sum_axes" { axes: Vec<usize>, keepdim: bool }
     infer(i) { Ok((reduce_rule(&i[0].0, axes, *keepdim)?, sum_rule(i[0].1)?)) }
     eval(x) { x[0].sum_axes(axes, *keepdim) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.sum_axes(axes, *keepdim))
+    }
     node {
         /// Sum over `axes`; with `keepdim` they stay as size-1 axes.
         pub fn sum_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Node {
@@ -211,6 +257,9 @@ declare_ops! {
     MeanAxes "mean_axes" { axes: Vec<usize>, keepdim: bool }
     infer(i) { float_reduction(i, axes, *keepdim) }
     eval(x) { x[0].mean_axes(axes, *keepdim) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.mean_axes(axes, *keepdim))
+    }
     node {
         /// Mean over `axes`.
         pub fn mean_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Node {
@@ -223,6 +272,9 @@ declare_ops! {
     MaxAxes "max_axes" { axes: Vec<usize>, keepdim: bool }
     infer(i) { float_reduction(i, axes, *keepdim) }
     eval(x) { x[0].max_axes(axes, *keepdim) }
+    jvp(x, y, t) {
+        t.map(0, |t| extremum(&x[0], &y[0], t, axes, *keepdim))
+    }
     node {
         /// Maximum over `axes`.
         pub fn max_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Node {
@@ -235,6 +287,9 @@ declare_ops! {
     MinAxes "min_axes" { axes: Vec<usize>, keepdim: bool }
     infer(i) { float_reduction(i, axes, *keepdim) }
     eval(x) { x[0].min_axes(axes, *keepdim) }
+    jvp(x, y, t) {
+        t.map(0, |t| extremum(&x[0], &y[0], t, axes, *keepdim))
+    }
     node {
         /// Minimum over `axes`.
         pub fn min_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Node {
@@ -247,6 +302,12 @@ declare_ops! {
     Logsumexp "logsumexp" { axes: Vec<usize>, keepdim: bool }
     infer(i) { float_reduction(i, axes, *keepdim) }
     eval(x) { x[0].logsumexp(axes, *keepdim) }
+    jvp(x, y, t) {
+        t.map(0, |t| {
+            let weights = (&x[0] - &kept(&y[0], axes, *keepdim)).exp();
+            (&weights * t).sum_axes(axes, *keepdim)
+        })
+    }
     node {
         /// `log Σ exp` over `axes`, as [`Tensor::logsumexp`].
         pub fn logsumexp<A: Axis>(&self, axes: &[A], keepdim: bool) -> Node {
@@ -259,6 +320,9 @@ declare_ops! {
     VarAxes "var_axes" { axes: Vec<usize>, correction: usize, keepdim: bool }
     infer(i) { float_reduction(i, axes, *keepdim) }
     eval(x) { x[0].var_axes(axes, *correction, *keepdim) }
+    jvp(x, y, t) {
+        t.map(0, |t| variance_tangent(&x[0], t, axes, *correction, *keepdim))
+    }
     node {
         /// The variance over `axes`, as [`Tensor::var_axes`].
         pub fn var_axes<A: Axis>(&self, axes: &[A], correction: usize, keepdim: bool) -> Node {
@@ -271,6 +335,13 @@ declare_ops! {
     StdAxes "std_axes" { axes: Vec<usize>, correction: usize, keepdim: bool }
     infer(i) { float_reduction(i, axes, *keepdim) }
     eval(x) { x[0].std_axes(axes, *correction, *keepdim) }
+    jvp(x, y, t) {
+        t.map(0, |t| {
+            // d√v = dv / 2√v, and 0 where the deviation is 0, as the gradient is.
+            let dv = variance_tangent(&x[0], t, axes, *correction, *keepdim);
+            (&dv / &(&y[0] * 2.0)).masked_fill(&y[0].detach().eq_scalar(0.0), 0.0)
+        })
+    }
     node {
         /// The standard deviation over `axes`, as [`Tensor::std_axes`].
         pub fn std_axes<A: Axis>(&self, axes: &[A], correction: usize, keepdim: bool) -> Node {
@@ -283,6 +354,9 @@ declare_ops! {
     Cumsum "cumsum" { axis: usize }
     infer(i) { scan_rule(i, *axis) }
     eval(x) { x[0].cumsum(*axis) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.cumsum(*axis))
+    }
     node {
         /// The running sums along `axis`, as [`Tensor::cumsum`].
         pub fn cumsum<A: Axis>(&self, axis: A) -> Node {
@@ -295,6 +369,9 @@ declare_ops! {
     Cumprod "cumprod" { axis: usize }
     infer(i) { scan_rule(i, *axis) }
     eval(x) { x[0].cumprod(*axis) }
+    jvp(x, y, t) {
+        via_transpose(x, t, |a| vec![a[0].cumprod(*axis)])
+    }
     node {
         /// The running products along `axis`, as [`Tensor::cumprod`].
         pub fn cumprod<A: Axis>(&self, axis: A) -> Node {
@@ -307,6 +384,9 @@ declare_ops! {
     SumTo "sum_to" { shape: Vec<usize> }
     infer(i) { Ok((sum_to_rule(&i[0].0, shape)?, float_rule(i[0].1)?)) }
     eval(x) { x[0].sum_to(shape) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.sum_to(shape))
+    }
     node {
         /// Sums a broadcast result back down to `shape` (the gradient of a broadcast operand).
         pub fn sum_to(&self, shape: &[usize]) -> Node {
@@ -318,6 +398,9 @@ declare_ops! {
     Reshape "reshape" { shape: Vec<usize> }
     infer(i) { same_dtype(i, |s| reshape_rule(s, shape)) }
     eval(x) { x[0].reshape(shape) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.reshape(shape))
+    }
     node {
         /// The same elements in `shape`.
         pub fn reshape(&self, shape: &[usize]) -> Node {
@@ -334,6 +417,9 @@ declare_ops! {
     Permute "permute" { perm: Vec<usize> }
     infer(i) { same_dtype(i, |s| permute_rule(s, perm)) }
     eval(x) { x[0].permute(perm) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.permute(perm))
+    }
     node {
         /// Axes reordered: axis `i` of the result is axis `perm[i]`.
         pub fn permute(&self, perm: &[usize]) -> Node {
@@ -345,6 +431,9 @@ declare_ops! {
     BroadcastTo "broadcast_to" { shape: Vec<usize> }
     infer(i) { same_dtype(i, |s| broadcast_to_rule(s, shape)) }
     eval(x) { x[0].broadcast_to(shape) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.broadcast_to(shape))
+    }
     node {
         /// Repeated along new leading and size-1 axes to `shape`.
         pub fn broadcast_to(&self, shape: &[usize]) -> Node {
@@ -361,6 +450,9 @@ declare_ops! {
     Softmax "softmax" { axis: usize }
     infer(i) { along_float(i, *axis) }
     eval(x) { x[0].softmax(*axis) }
+    jvp(x, y, t) {
+        t.map(0, |t| &y[0] * &(t - &(&y[0] * t).sum_axes(&[*axis], true)))
+    }
     node {
         /// exp(x) / Σ exp(x) along `axis`.
         pub fn softmax<A: Axis>(&self, axis: A) -> Node {
@@ -373,6 +465,9 @@ declare_ops! {
     LogSoftmax "log_softmax" { axis: usize }
     infer(i) { along_float(i, *axis) }
     eval(x) { x[0].log_softmax(*axis) }
+    jvp(x, y, t) {
+        t.map(0, |t| t - &(&y[0].exp() * t).sum_axes(&[*axis], true))
+    }
     node {
         /// x − log Σ exp(x) along `axis`.
         pub fn log_softmax<A: Axis>(&self, axis: A) -> Node {
@@ -385,6 +480,9 @@ declare_ops! {
     Conv2d "conv2d" { opts: ConvOpts }
     infer(i) { conv_infer(i, opts, false) }
     eval(x) { x[0].conv2d(&x[1], opts) }
+    jvp(x, y, t) {
+        multilinear(x, t, |a| a[0].conv2d(&a[1], opts))
+    }
     node {
         /// 2-D convolution (PyTorch's `conv2d`): `self` `[N, C, H, W]`, `w`
         /// `[O, C/groups, kh, kw]`.
@@ -397,6 +495,9 @@ declare_ops! {
     ConvTranspose2d "conv_transpose2d" { opts: ConvOpts }
     infer(i) { conv_infer(i, opts, true) }
     eval(x) { x[0].conv_transpose2d(&x[1], opts) }
+    jvp(x, y, t) {
+        multilinear(x, t, |a| a[0].conv_transpose2d(&a[1], opts))
+    }
     node {
         /// The transposed convolution (PyTorch's `conv_transpose2d`): `w` `[Cin, Cout/groups,
         /// kh, kw]`.
@@ -428,6 +529,9 @@ declare_ops! {
         Ok(o)
     }
     eval(x) { x[0].conv2d_same(&x[1], opts) }
+    jvp(x, y, t) {
+        multilinear(x, t, |a| a[0].conv2d_same(&a[1], opts))
+    }
     node {
         /// 2-D convolution with PyTorch's `padding="same"`, as [`Tensor::conv2d_same`].
         pub fn conv2d_same(&self, w: &Node, opts: &ConvOpts) -> Node {
@@ -443,6 +547,9 @@ declare_ops! {
         Ok((conv_weight_rule(x, dy, *kernel, opts)?, d))
     }
     eval(x) { x[0].conv2d_weight(&x[1], *kernel, opts) }
+    jvp(x, y, t) {
+        multilinear(x, t, |a| a[0].conv2d_weight(&a[1], *kernel, opts))
+    }
     node {
         /// The weight gradient of `conv2d(self, w)` for an upstream gradient `dy`.
         pub fn conv2d_weight(&self, dy: &Node, kernel: (usize, usize), opts: &ConvOpts) -> Node {
@@ -454,6 +561,9 @@ declare_ops! {
     MaxPool2d "max_pool2d" { kernel: [usize; 2], stride: [usize; 2], padding: [usize; 2] }
     infer(i) { pool_infer(i, *kernel, *stride, *padding) }
     eval(x) { x[0].max_pool2d_hw(*kernel, *stride, *padding) }
+    jvp(x, y, t) {
+        via_transpose(x, t, |a| vec![a[0].max_pool2d_hw(*kernel, *stride, *padding)])
+    }
     node {
         /// Max pooling over square windows, as [`Tensor::max_pool2d`].
         pub fn max_pool2d(&self, kernel: usize, stride: usize, padding: usize) -> Node {
@@ -470,6 +580,9 @@ declare_ops! {
     AvgPool2d "avg_pool2d" { kernel: [usize; 2], stride: [usize; 2], padding: [usize; 2] }
     infer(i) { pool_infer(i, *kernel, *stride, *padding) }
     eval(x) { x[0].avg_pool2d_hw(*kernel, *stride, *padding) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.avg_pool2d_hw(*kernel, *stride, *padding))
+    }
     node {
         /// Average pooling over square windows (the padding counts), as [`Tensor::avg_pool2d`].
         pub fn avg_pool2d(&self, kernel: usize, stride: usize, padding: usize) -> Node {
@@ -486,6 +599,9 @@ declare_ops! {
     AdaptiveAvgPool2d "adaptive_avg_pool2d" { h: usize, w: usize }
     infer(i) { Ok((resize_rule(&i[0].0, (*h, *w), true)?, float_rule(i[0].1)?)) }
     eval(x) { x[0].adaptive_avg_pool2d(*h, *w) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.adaptive_avg_pool2d(*h, *w))
+    }
     node {
         /// Average pooling to an `out_h × out_w` output.
         pub fn adaptive_avg_pool2d(&self, out_h: usize, out_w: usize) -> Node {
@@ -498,6 +614,9 @@ declare_ops! {
     // Built from views: it moves elements, integers included.
     infer(i) { same_dtype(i, |s| resize_rule(s, (*h, *w), false)) }
     eval(x) { x[0].upsample_nearest2d(*h, *w) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.upsample_nearest2d(*h, *w))
+    }
     node {
         /// Nearest-neighbour upsampling by integer factors.
         pub fn upsample_nearest2d(&self, scale_h: usize, scale_w: usize) -> Node {
@@ -512,6 +631,11 @@ declare_ops! {
         Ok((cat_rule(&shapes, *axis)?, joined_rule(i.iter().map(|(_, d)| *d))))
     }
     eval(x) { Tensor::cat(&x.iter().collect::<Vec<_>>(), *axis) }
+    jvp(x, y, t) {
+        let parts: Vec<Tensor> = x.iter().enumerate().map(|(i, x)| t.or_zeros(i, x)).collect();
+        Tensor::cat(&parts.iter().collect::<Vec<_>>(), *axis)
+
+    }
     node {
         /// Nodes joined along `axis`; all other axes must agree.
         pub fn cat<A: Axis>(nodes: &[&Node], axis: A) -> Node {
@@ -532,6 +656,9 @@ declare_ops! {
     Narrow "narrow" { axis: usize, start: usize, len: usize }
     infer(i) { same_dtype(i, |s| narrow_rule(s, *axis, *start, *len)) }
     eval(x) { x[0].narrow(*axis, *start, *len) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.narrow(*axis, *start, *len))
+    }
     node {
         /// Elements `start..start + len` along `axis`.
         pub fn narrow<A: Axis>(&self, axis: A, start: usize, len: usize) -> Node {
@@ -544,6 +671,9 @@ declare_ops! {
     FlattenFrom "flatten_from" { start: usize }
     infer(i) { same_dtype(i, |s| flatten_from_rule(s, *start)) }
     eval(x) { x[0].flatten_from(*start) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.flatten_from(*start))
+    }
     node {
         /// Axes from `start` on merged into one.
         pub fn flatten_from(&self, start: usize) -> Node {
@@ -555,6 +685,9 @@ declare_ops! {
     Squeeze "squeeze" { axis: usize }
     infer(i) { same_dtype(i, |s| squeeze_rule(s, *axis)) }
     eval(x) { x[0].squeeze(*axis) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.squeeze(*axis))
+    }
     node {
         /// Removes axis `axis`, which must have size 1.
         pub fn squeeze<A: Axis>(&self, axis: A) -> Node {
@@ -567,6 +700,9 @@ declare_ops! {
     Unsqueeze "unsqueeze" { axis: usize }
     infer(i) { same_dtype(i, |s| unsqueeze_rule(s, *axis)) }
     eval(x) { x[0].unsqueeze(*axis) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.unsqueeze(*axis))
+    }
     node {
         /// Inserts a size-1 axis at `axis` (0..=rank).
         pub fn unsqueeze<A: Axis>(&self, axis: A) -> Node {
@@ -579,6 +715,9 @@ declare_ops! {
     Pad "pad" { pads: Vec<(usize, usize)>, value: f64 }
     infer(i) { same_dtype(i, |s| pad_rule(s, pads)) }
     eval(x) { x[0].pad(pads, *value) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.pad(pads, 0.0))
+    }
     node {
         /// Padded with `value`: `pads[i] = (before, after)` elements along axis `i`.
         pub fn pad(&self, pads: &[(usize, usize)], value: f64) -> Node {
@@ -590,6 +729,9 @@ declare_ops! {
     IndexSelect "index_select" { axis: usize, indices: Vec<usize> }
     infer(i) { same_dtype(i, |s| index_select_rule(s, *axis, indices)) }
     eval(x) { x[0].index_select(*axis, indices) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.index_select(*axis, indices))
+    }
     node {
         /// The entries `indices` along `axis`, in that order: positions known when the graph
         /// is built (`&[usize]`) or a node of 1-d `I64` positions, as [`Tensor::index_select`]
@@ -625,6 +767,7 @@ declare_ops! {
         Ok((out, *d))
     }
     eval(x) { x[0].index_select(*axis, &x[1]) }
+    jvp(x, y, t) { t.map(0, |t| t.index_select(*axis, &x[1])) }
     node {}
 
     /// Input 0 with input 1's entries added at positions along an axis.
@@ -634,6 +777,9 @@ declare_ops! {
         Ok((index_add_rule(s, src, *axis, indices)?, float_rule(*d)?))
     }
     eval(x) { x[0].index_add(*axis, indices, &x[1]) }
+    jvp(x, y, t) {
+        t.or_zeros(0, &x[0]).index_add(*axis, indices, &t.or_zeros(1, &x[1]))
+    }
     node {
         /// This node with `source`'s entries along `axis` added at `indices` (repeats add up).
         pub fn index_add<A: Axis>(&self, axis: A, indices: &[usize], source: &Node) -> Node {
@@ -664,6 +810,9 @@ declare_ops! {
         Ok((ix.clone(), *d))
     }
     eval(x) { x[0].gather(*axis, &x[1]) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.gather(*axis, &x[1]))
+    }
     node {
         /// PyTorch's `gather` along `axis`, as [`Tensor::gather`].
         pub fn gather<A: Axis>(&self, axis: A, index: &Node) -> Node {
@@ -680,6 +829,13 @@ declare_ops! {
         Ok((broadcast(&broadcast(c, a)?, b)?, d))
     }
     eval(x) { x[0].where_cond(&x[1], &x[2]) }
+    jvp(x, y, t) {
+        match (t.at(1), t.at(2)) {
+            // The condition only chooses: its tangent is not read.
+            (None, None) => None,
+            _ => Some(x[0].where_cond(&t.or_zeros(1, &x[1]), &t.or_zeros(2, &x[2]))),
+        }
+    }
     node {
         /// `on_true` where this mask is non-zero, `on_false` elsewhere (all three broadcast).
         pub fn where_cond(&self, on_true: &Node, on_false: &Node) -> Node {
@@ -699,6 +855,9 @@ declare_ops! {
         }
     }
     eval(x) { x[0].masked_fill(&x[1], *value) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.masked_fill(&x[1], 0.0))
+    }
     node {
         /// `value` where `mask` is non-zero, as [`Tensor::masked_fill`].
         pub fn masked_fill(&self, mask: &Node, value: f64) -> Node {
@@ -710,6 +869,9 @@ declare_ops! {
     Tril "tril" { k: isize }
     infer(i) { matrices(i) }
     eval(x) { x[0].tril(*k) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.tril(*k))
+    }
     node {
         /// Zeros above diagonal `k` of the last two axes, as [`Tensor::tril`].
         pub fn tril(&self, k: isize) -> Node {
@@ -721,6 +883,9 @@ declare_ops! {
     Triu "triu" { k: isize }
     infer(i) { matrices(i) }
     eval(x) { x[0].triu(*k) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.triu(*k))
+    }
     node {
         /// Zeros below diagonal `k` of the last two axes, as [`Tensor::triu`].
         pub fn triu(&self, k: isize) -> Node {
@@ -732,6 +897,9 @@ declare_ops! {
     GeluTanh "gelu_tanh" {}
     infer(i) { Ok((i[0].0.clone(), float_rule(i[0].1)?)) }
     eval(x) { x[0].gelu_tanh() }
+    jvp(x, y, t) {
+        via_composite(x, t, |a| vec![a[0].gelu_tanh_untraced()])
+    }
     node {
         /// GELU with the tanh approximation, as [`Tensor::gelu_tanh`].
         pub fn gelu_tanh(&self) -> Node {
@@ -747,6 +915,9 @@ declare_ops! {
         Ok((layer_norm_rule(&shapes)?, layer_norm_dtype(dtypes)?))
     }
     eval(x) { x[0].layer_norm(&x[1], &x[2], *eps) }
+    jvp(x, y, t) {
+        via_composite(x, t, |a| vec![composite::layer_norm(a, *eps)])
+    }
     node {
         /// Layer normalisation over the last axis, scaled by `weight` and shifted by `bias`
         /// (`[D]` each): `Tensor::layer_norm`, PyTorch's `F.layer_norm`.
@@ -774,6 +945,9 @@ declare_ops! {
         }
     }
     eval(x) { x[0].rms_norm(x.get(1), *eps) }
+    jvp(x, y, t) {
+        via_composite(x, t, |a| vec![a[0].rms_norm_untraced(a.get(1), *eps)])
+    }
     node {
         /// RMS normalisation over the last axis, as [`Tensor::rms_norm`].
         pub fn rms_norm(&self, weight: Option<&Node>, eps: Option<f64>) -> Node {
@@ -794,6 +968,9 @@ declare_ops! {
         Ok((s.clone(), float_rule(*d)?))
     }
     eval(x) { x[0].rope(*start, *base) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.rope(*start, *base))
+    }
     node {
         /// Rotary position embedding, as [`Tensor::rope`].
         pub fn rope(&self, start: usize, base: f64) -> Node {
@@ -805,6 +982,9 @@ declare_ops! {
     Flip "flip" { axes: Vec<usize> }
     infer(i) { Ok(i[0].clone()) }
     eval(x) { x[0].flip(axes) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.flip(axes))
+    }
     node {
         /// Reversed along each of `axes`, as [`Tensor::flip`].
         pub fn flip<A: Axis>(&self, axes: &[A]) -> Node {
@@ -817,6 +997,9 @@ declare_ops! {
     Roll "roll" { shift: isize, axis: usize }
     infer(i) { Ok(i[0].clone()) }
     eval(x) { x[0].roll(*shift, *axis) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.roll(*shift, *axis))
+    }
     node {
         /// Shifted cyclically by `shift` along `axis`, as [`Tensor::roll`].
         pub fn roll<A: Axis>(&self, shift: isize, axis: A) -> Node {
@@ -836,6 +1019,9 @@ declare_ops! {
         Ok((padded.zip(reps).map(|(n, r)| n.map(|n| n * r)).collect(), *d))
     }
     eval(x) { x[0].repeat(reps) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.repeat(reps))
+    }
     node {
         /// Tiled `reps[i]` times along axis `i`, as [`Tensor::repeat`].
         pub fn repeat(&self, reps: &[usize]) -> Node {
@@ -847,6 +1033,9 @@ declare_ops! {
     GruCell "gru_cell" {}
     infer(i) { cell_rule(i, 3) }
     eval(x) { Tensor::gru_cell(&x[0], &x[1], &x[2]) }
+    jvp(x, y, t) {
+        via_composite(x, t, |a| vec![composite::gru_cell(a)])
+    }
     node {
         /// One GRU step, as [`Tensor::gru_cell`].
         pub fn gru_cell(gi: &Node, gh: &Node, h: &Node) -> Node {
@@ -863,6 +1052,12 @@ declare_ops! {
         Ok(vec![h.clone(), h])
     }
     eval(x) { Tensor::lstm_cell(&x[0], &x[1], &x[2]) }
+    jvp(x, y, t) {
+        via_composite(x, t, |a| {
+            let (h, c) = composite::lstm_cell(a);
+            vec![h, c]
+        })
+    }
     node {
         /// One LSTM step, `(h', c')`, as [`Tensor::lstm_cell`].
         pub fn lstm_cell(gi: &Node, gh: &Node, c: &Node) -> (Node, Node) {
@@ -886,6 +1081,9 @@ declare_ops! {
         Ok(vec![(out.clone(), *d), (out, DType::I64)])
     }
     eval(x) { x[0].topk_along(*k, *axis, *largest) }
+    jvp(x, y, t) {
+        vec![t.map(0, |t| t.gather(*axis, &y[1])), None]
+    }
     node {
         /// The `k` largest entries along the last axis and their positions, as
         /// [`Tensor::topk`].
@@ -923,6 +1121,13 @@ declare_ops! {
         Ok(vec![(x.clone(), d), (vec![x[1]], d), (vec![x[1]], d)])
     }
     eval(x) { x[0].batch_norm(&x[1], &x[2], *eps) }
+    jvp(x, y, t) {
+        // The batch's statistics are returned untracked, as values: no tangent.
+        let mut ts = via_composite(x, t, |a| vec![composite::batch_norm(a, *eps)]);
+        ts.extend([None, None]);
+        ts
+
+    }
     node {
         /// Batch normalisation with the batch's statistics, `(y, mean, var)`, as
         /// [`Tensor::batch_norm`].
@@ -944,6 +1149,9 @@ declare_ops! {
         Ok(outputs)
     }
     eval(x) { x[0].lstm(&x[1], &x[2], weights_of(&x[3..])) }
+    jvp(x, y, t) {
+        via_composite(x, t, |a| composite::sequence(a, Recurrence::Lstm))
+    }
     node {
         /// One LSTM layer, `(out, h_n, c_n)`, as [`Tensor::lstm`].
         pub fn lstm(
@@ -968,6 +1176,9 @@ declare_ops! {
         sequence_rule(i, 3, 1)
     }
     eval(x) { x[0].gru(&x[1], weights_of(&x[2..])) }
+    jvp(x, y, t) {
+        via_composite(x, t, |a| composite::sequence(a, Recurrence::Gru))
+    }
     node {
         /// One GRU layer, `(out, h_n)`, as [`Tensor::gru`].
         pub fn gru(&self, h0: &Node, w: crate::RecurrentWeights<'_, Node>) -> (Node, Node) {
@@ -986,6 +1197,9 @@ declare_ops! {
         sequence_rule(i, 1, 1)
     }
     eval(x) { x[0].rnn_tanh(&x[1], weights_of(&x[2..])) }
+    jvp(x, y, t) {
+        via_composite(x, t, |a| composite::sequence(a, Recurrence::Tanh))
+    }
     node {
         /// One Elman RNN layer, `(out, h_n)`, as [`Tensor::rnn_tanh`].
         pub fn rnn_tanh(&self, h0: &Node, w: crate::RecurrentWeights<'_, Node>) -> (Node, Node) {
@@ -1013,6 +1227,9 @@ declare_ops! {
             other => unreachable!("{other} is not a comparison"),
         }
     }
+    jvp(x, y, t) {
+        None
+    }
     node {
         compare_scalar!(eq_scalar Eq "==");
         compare_scalar!(ne_scalar Ne "!=");
@@ -1026,6 +1243,9 @@ declare_ops! {
     StopGradient "stop_gradient" {}
     infer(i) { Ok(i[0].clone()) }
     eval(x) { x[0].detach() }
+    jvp(x, y, t) {
+        None
+    }
     node {
         /// The same values, cut from differentiation (`detach`, TensorFlow's `stop_gradient`).
         pub fn stop_gradient(&self) -> Node {
@@ -1042,6 +1262,9 @@ declare_ops! {
     ToDtype "to_dtype" { dtype: DType }
     infer(i) { Ok((i[0].0.clone(), *dtype)) }
     eval(x) { x[0].to_dtype(*dtype) }
+    jvp(x, y, t) {
+        t.map(0, |t| t.to_dtype(*dtype)).filter(|_| dtype.is_float())
+    }
     node {
         /// The same values in `dtype` (into an integer: truncated, no derivative).
         pub fn to_dtype(&self, dtype: DType) -> Node {
@@ -1053,6 +1276,9 @@ declare_ops! {
     Argmax "argmax" { axis: usize }
     infer(i) { positions(i, *axis) }
     eval(x) { x[0].argmax(*axis) }
+    jvp(x, y, t) {
+        None
+    }
     node {
         /// Index of the largest element along `axis` (an i64 node). Has no derivative.
         pub fn argmax<A: Axis>(&self, axis: A) -> Node {
@@ -1065,6 +1291,9 @@ declare_ops! {
     Argmin "argmin" { axis: usize }
     infer(i) { positions(i, *axis) }
     eval(x) { x[0].argmin(*axis) }
+    jvp(x, y, t) {
+        None
+    }
     node {
         /// Index of the smallest element along `axis` (an i64 node). Has no derivative.
         pub fn argmin<A: Axis>(&self, axis: A) -> Node {
@@ -1293,4 +1522,9 @@ fn sequence_rule(i: &[(Shape, DType)], gates: usize, states: usize) -> InferredO
         .collect();
     let d = floats_rule(&dtypes)?;
     Ok(vec![(vec![x[0], x[1], h[1]], d), (h.clone(), d)])
+}
+
+/// `0..ndim`: the axes a whole reduction reduces.
+fn every_axis(x: &Tensor) -> Vec<usize> {
+    (0..x.ndim()).collect()
 }

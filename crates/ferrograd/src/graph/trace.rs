@@ -75,7 +75,7 @@ pub fn trace_named(
             false => t.detach(),
         })
         .collect();
-    let (outputs, events) = record_events(|| enable_grad(|| f(&fed))).map_err(Error::Graph)?;
+    let (outputs, events) = record_events(|| enable_grad(|| f(&fed)));
     let mut b = Builder {
         graph: Graph::new(),
         known: HashMap::new(),

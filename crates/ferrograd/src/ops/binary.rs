@@ -173,6 +173,31 @@ macro_rules! record_binary {
     };
 }
 
+/// An entry's two derivative maps applied to the operands' tangents and summed.
+macro_rules! tangent_binary {
+    (($a:expr, $b:expr, $y:expr), $ta:expr, $tb:expr, none $(,)?) => {
+        None
+    };
+    (
+        ($a:expr, $b:expr, $y:expr), $ta:expr, $tb:expr,
+        |$c:ident, $t:ident| ($da:expr, $db:expr $(,)?) $(,)?
+    ) => {{
+        let inputs = [$a.to_dtype($y.dtype()), $b.to_dtype($y.dtype())];
+        let $c = &BackwardCtx {
+            inputs: &inputs,
+            out: $y,
+            needs: &[true, true],
+        };
+        let first = $ta.map(|$t: &Tensor| $da);
+        let second = $tb.map(|$t: &Tensor| $db);
+        let sum = match (first, second) {
+            (Some(p), Some(q)) => Some(&p + &q),
+            (p, q) => p.or(q),
+        };
+        sum.map(|s| s.to_dtype($y.dtype()).broadcast_to($y.shape()))
+    }};
+}
+
 /// Expands the table into the ops, [`Binary`] and its listing.
 macro_rules! define_binary {
     ($(
@@ -229,6 +254,23 @@ macro_rules! define_binary {
             /// Every primitive once.
             pub fn examples() -> Vec<Binary> {
                 vec![$(Binary::$Variant),*]
+            }
+
+            /// The primitive's tangent at `a`, `b` (its value there `y`) along the operands'
+            /// tangents, either of which may be absent (zero): each derivative map of the
+            /// entry applied to its operand's tangent, summed over the result's shape. `None`
+            /// for a primitive without derivative, or without tangents.
+            pub(crate) fn tangent(
+                self,
+                (a, b, y): (&Tensor, &Tensor, &Tensor),
+                ta: Option<&Tensor>,
+                tb: Option<&Tensor>,
+            ) -> Option<Tensor> {
+                match self {
+                    $(Binary::$Variant => {
+                        tangent_binary!((a, b, y), ta, tb, $($rule)+)
+                    })*
+                }
             }
         }
 

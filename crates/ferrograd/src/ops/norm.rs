@@ -271,7 +271,7 @@ impl Tensor {
         }
     }
 
-    fn rms_norm_untraced(&self, weight: Option<&Tensor>, eps: Option<f64>) -> Tensor {
+    pub(crate) fn rms_norm_untraced(&self, weight: Option<&Tensor>, eps: Option<f64>) -> Tensor {
         assert!(
             self.ndim() >= 1,
             "rms_norm: needs at least one axis, got a 0-d tensor"

@@ -20,7 +20,9 @@ use crate::tensor::trace::{self, attrs};
 use smallvec::smallvec;
 
 use crate::kernels::{strided, Float};
-use crate::tensor::{is_grad_enabled, record, record_nondiff, with_dtype, DType, Tensor};
+use crate::tensor::{
+    is_grad_enabled, record, record_nondiff, with_dtype, BackwardCtx, DType, Tensor,
+};
 use num_traits::{One, Zero};
 
 /// The table of element-wise primitives, handed to `$callback` (a macro that receives every
@@ -243,6 +245,23 @@ macro_rules! record_elementwise {
     };
 }
 
+/// An entry's derivative applied to a tangent: the same rule as the reverse mode's.
+macro_rules! tangent_elementwise {
+    ($x:expr, $y:expr, $tangent:expr, none $(,)?) => {
+        None
+    };
+    ($x:expr, $y:expr, $tangent:expr, |$c:ident, $t:ident| $rule:expr $(,)?) => {{
+        let inputs = [$x.clone()];
+        let $c = &BackwardCtx {
+            inputs: &inputs,
+            out: $y,
+            needs: &[true],
+        };
+        let $t: &Tensor = $tangent;
+        Some($rule)
+    }};
+}
+
 /// Expands the table into the ops, [`Unary`] and its listing.
 macro_rules! define_elementwise {
     ($(
@@ -299,6 +318,17 @@ macro_rules! define_elementwise {
             /// Every primitive once, with example constants where it takes any.
             pub fn examples() -> Vec<Unary> {
                 vec![$(Unary::$Variant $($example)?),*]
+            }
+
+            /// The primitive's tangent at `x` (its value there `y`) along `t`: the derivative
+            /// entry read as the forward-mode rule. `None` for a primitive without one.
+            #[allow(unused_variables)]
+            pub(crate) fn tangent(self, x: &Tensor, y: &Tensor, t: &Tensor) -> Option<Tensor> {
+                match self {
+                    $(Unary::$Variant $(($($arg),+))? => {
+                        tangent_elementwise!(x, y, t, $($rule)+)
+                    })*
+                }
             }
         }
 
@@ -357,6 +387,16 @@ impl std::fmt::Display for Unary {
 /// It is linear in `up` along a routing that `x` fixes (its derivative in `x` is zero almost
 /// everywhere), so its own rule is itself and `x` is no input of the graph.
 fn slope_scaled(up: &Tensor, x: &Tensor, slope: f64) -> Tensor {
+    if trace::is_tracing() {
+        // A trace (a `jvp` of a gradient) reads ops it has rules for: the same routing from
+        // traced ops.
+        let positive = x.detach().gt_scalar(0.0);
+        let below = match slope {
+            0.0 => up.zeros_like(),
+            _ => up.mul_scalar(slope),
+        };
+        return positive.where_cond(up, &below);
+    }
     let out = if slope == 0.0 {
         zip_dispatch!("relu backward", up, x, |u, v| if v > T::zero() {
             u
@@ -397,7 +437,7 @@ const FRAC_1_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
 /// primitives (differentiable again); a plain one, whose gradients are values, from one fused
 /// pass.
 fn gelu_derivative(x: &Tensor, t: &Tensor) -> Tensor {
-    if is_grad_enabled() {
+    if is_grad_enabled() || trace::is_tracing() {
         let cdf = &(&(x * std::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5;
         let density = &x.square().mul_scalar(-0.5).exp() * FRAC_1_SQRT_2PI;
         return t * &(&cdf + &(x * &density));
@@ -419,7 +459,7 @@ impl Tensor {
         trace::op("GeluTanh", attrs![], &[self], || self.gelu_tanh_untraced())
     }
 
-    fn gelu_tanh_untraced(&self) -> Tensor {
+    pub(crate) fn gelu_tanh_untraced(&self) -> Tensor {
         let inner = (self + &self.powf(3.0).mul_scalar(0.044715))
             .mul_scalar((2.0 / std::f64::consts::PI).sqrt());
         &(self * 0.5) * &inner.tanh().add_scalar(1.0)

@@ -78,6 +78,12 @@ impl Node {
         }
     }
 
+    /// The identity the next node will get: every node made after this call has one at least
+    /// as large (a transform tells the nodes its function made from those it was given).
+    pub(crate) fn next_id() -> u64 {
+        NEXT_ID.load(Ordering::Relaxed)
+    }
+
     /// A fresh identity (for parameters).
     pub(crate) fn fresh_id() -> u64 {
         NEXT_ID.fetch_add(1, Ordering::Relaxed)

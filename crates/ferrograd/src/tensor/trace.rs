@@ -23,29 +23,35 @@ pub(crate) struct Event {
     pub(crate) outputs: Vec<Tensor>,
 }
 
-/// The events of the trace running on this thread, and how deep inside ops the caller is.
+/// The events of one trace, and how deep inside ops the caller is, counted from where the
+/// trace began.
 struct Tape {
     events: Vec<Event>,
     depth: usize,
 }
 
 thread_local! {
-    static TAPE: RefCell<Option<Tape>> = const { RefCell::new(None) };
+    /// The traces running on this thread, outermost first: an op notes its event on each
+    /// trace for which it is the outermost op, so a trace inside another (a `jvp` inside a
+    /// traced function, or inside another `jvp`) is also recorded by the outer one.
+    static TAPES: RefCell<Vec<Tape>> = const { RefCell::new(Vec::new()) };
 }
 
-/// How many threads are tracing: ops test this before touching the thread-local tape.
+/// How many traces are running on all threads: ops test this before touching the
+/// thread-local tapes.
 static TRACING: AtomicUsize = AtomicUsize::new(0);
 
-/// An op's place on the tape while it runs: only the outermost op notes its event; dropping
-/// the guard leaves the op.
+/// An op's place on the tapes while it runs; dropping the guard leaves the op.
 struct Traced {
-    outermost: bool,
+    /// How many tapes were running when the op began: the ones it is inside of. A tape begun
+    /// within the op has ended by the time the op ends.
+    tapes: usize,
 }
 
 impl Drop for Traced {
     fn drop(&mut self) {
-        TAPE.with(|t| {
-            if let Some(tape) = t.borrow_mut().as_mut() {
+        TAPES.with(|t| {
+            for tape in t.borrow_mut().iter_mut().take(self.tapes) {
                 tape.depth -= 1;
             }
         });
@@ -58,37 +64,44 @@ fn enter() -> Option<Traced> {
     if TRACING.load(Ordering::Relaxed) == 0 {
         return None;
     }
-    TAPE.with(|t| {
+    TAPES.with(|t| {
         let mut t = t.borrow_mut();
-        let tape = t.as_mut()?;
-        tape.depth += 1;
-        Some(Traced {
-            outermost: tape.depth == 1,
-        })
+        if t.is_empty() {
+            return None;
+        }
+        for tape in t.iter_mut() {
+            tape.depth += 1;
+        }
+        Some(Traced { tapes: t.len() })
     })
 }
 
-/// Notes an op's event, if it is the outermost op running.
+/// Notes an op's event on each tape for which it is the outermost op running.
 fn record(
     traced: Traced,
     variant: &'static str,
-    attrs: Vec<Box<dyn Any>>,
-    inputs: Vec<Tensor>,
-    outputs: Vec<Tensor>,
+    attrs: &dyn Fn() -> Vec<Box<dyn Any>>,
+    inputs: &[&Tensor],
+    outputs: &[Tensor],
 ) {
-    if !traced.outermost {
-        return;
-    }
-    TAPE.with(|t| {
-        if let Some(tape) = t.borrow_mut().as_mut() {
-            tape.events.push(Event {
-                variant,
-                attrs,
-                inputs,
-                outputs,
-            });
+    TAPES.with(|t| {
+        for tape in t.borrow_mut().iter_mut().take(traced.tapes) {
+            if tape.depth == 1 {
+                tape.events.push(Event {
+                    variant,
+                    attrs: attrs(),
+                    inputs: inputs.iter().map(|&t| t.clone()).collect(),
+                    outputs: outputs.to_vec(),
+                });
+            }
         }
     });
+}
+
+/// Whether this thread is tracing: helpers that compute a derivative in one fused pass check
+/// it, to compute from traced ops instead while their results may reach a trace.
+pub(crate) fn is_tracing() -> bool {
+    TRACING.load(Ordering::Relaxed) != 0 && TAPES.with(|t| !t.borrow().is_empty())
 }
 
 /// What an op returns, as the outputs its event lists (none for an error).
@@ -125,7 +138,7 @@ impl<T: Outputs, E> Outputs for Result<T, E> {
 #[inline]
 pub(crate) fn op<R: Outputs>(
     variant: &'static str,
-    attrs: impl FnOnce() -> Vec<Box<dyn Any>>,
+    attrs: impl Fn() -> Vec<Box<dyn Any>>,
     inputs: &[&Tensor],
     body: impl FnOnce() -> R,
 ) -> R {
@@ -135,8 +148,7 @@ pub(crate) fn op<R: Outputs>(
     let out = body();
     let outputs = out.outputs();
     if !outputs.is_empty() {
-        let inputs = inputs.iter().map(|&t| t.clone()).collect();
-        record(guard, variant, attrs(), inputs, outputs);
+        record(guard, variant, &attrs, inputs, &outputs);
     }
     out
 }
@@ -150,38 +162,30 @@ macro_rules! attrs {
 pub(crate) use attrs;
 
 /// Runs `f` with every op it calls noted, and returns its result with the events in the
-/// order they ran. A trace inside a trace is refused: its events would be lost to the outer.
-pub(crate) fn record_events<R>(f: impl FnOnce() -> R) -> Result<(R, Vec<Event>), String> {
-    let fresh = TAPE.with(|t| {
-        let mut t = t.borrow_mut();
-        if t.is_some() {
-            return false;
-        }
-        *t = Some(Tape {
-            events: Vec::new(),
-            depth: 0,
-        });
-        true
-    });
-    if !fresh {
-        return Err("a trace is already running on this thread".into());
-    }
+/// order they ran. Inside another trace, the outer one notes the same ops.
+pub(crate) fn record_events<R>(f: impl FnOnce() -> R) -> (R, Vec<Event>) {
     /// Ends the trace even when `f` panics.
     struct End;
     impl Drop for End {
         fn drop(&mut self) {
             TRACING.fetch_sub(1, Ordering::Relaxed);
-            TAPE.with(|t| t.borrow_mut().take());
+            TAPES.with(|t| t.borrow_mut().pop());
         }
     }
+    TAPES.with(|t| {
+        t.borrow_mut().push(Tape {
+            events: Vec::new(),
+            depth: 0,
+        })
+    });
     TRACING.fetch_add(1, Ordering::Relaxed);
     let end = End;
     let out = f();
-    let events = TAPE.with(|t| {
+    let events = TAPES.with(|t| {
         t.borrow_mut()
-            .as_mut()
+            .last_mut()
             .map(|tape| std::mem::take(&mut tape.events))
     });
     drop(end);
-    Ok((out, events.unwrap_or_default()))
+    (out, events.unwrap_or_default())
 }

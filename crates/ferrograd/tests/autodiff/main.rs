@@ -9,6 +9,7 @@ mod autograd_engine;
 mod autograd_seed;
 mod custom_gradient;
 mod einsum;
+mod forward;
 mod func;
 mod integer_dtype;
 mod primitives;

@@ -137,14 +137,22 @@ fn an_op_the_trace_cannot_record_is_named() {
 }
 
 #[test]
-fn a_trace_inside_a_trace_is_refused_and_tracing_ends_after_a_panic() {
+fn a_trace_inside_a_trace_is_seen_by_both_and_tracing_ends_after_a_panic() {
     let x = randn_f32(&[2], 18);
-    let inner = trace(&[("x", &x)], &[], |xs| {
-        let refused = trace(&[("y", &xs[0])], &[], |ys| vec![ys[0].exp()]);
-        assert!(refused.is_err());
-        vec![xs[0].exp()]
-    });
-    assert!(inner.is_ok());
+    let outer = trace(&[("x", &x)], &[], |xs| {
+        let inner = trace(&[("y", &xs[0])], &[], |ys| vec![ys[0].exp()]).unwrap();
+        assert_eq!(inner.graph.len(), 2, "{}", inner.graph); // y, exp
+        vec![xs[0].sin()]
+    })
+    .unwrap();
+    // The outer trace noted the inner's ops as well as its own.
+    let ops: Vec<String> = (0..outer.graph.len())
+        .map(|i| outer.graph.node_data(i).op.name())
+        .collect();
+    assert!(
+        ops.contains(&"exp".to_string()) && ops.contains(&"sin".to_string()),
+        "{ops:?}"
+    );
     let message = panic_message(|| {
         trace(&[("x", &x)], &[], |_| panic!("on purpose")).ok();
     });
