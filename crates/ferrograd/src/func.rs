@@ -1,7 +1,9 @@
 //! Function transforms with `torch.func`'s names: in reverse mode the gradient of a closure,
 //! its vector-Jacobian product, Hessian-vector products, and whole Jacobians and Hessians; in
 //! forward mode its Jacobian-vector product ([`jvp`], [`linearize`], [`jacfwd`]), with a
-//! tangent rule per op (`graph::tangent`), and [`jvpcheck`] to check those rules.
+//! tangent rule per op (`graph::tangent`), and [`jvpcheck`] to check those rules; and
+//! [`vmap`], which runs a function written for one example on a batch, with a batching rule
+//! per op (`graph::batch`). They compose: `vmap` of `grad` gives per-example gradients.
 //!
 //! Each transform calls the closure on fresh leaves that carry the primals' values. Where a
 //! primal is itself tracked (the transform runs inside another differentiation), the leaves
@@ -24,7 +26,8 @@ use rand::SeedableRng;
 
 use crate::autograd::{try_grad, GradcheckOptions};
 use crate::error::{Error, Result};
-use crate::graph::tangent::Linearization;
+use crate::graph::batch::vmap_call;
+use crate::graph::recording::Recording;
 use crate::tensor::{no_grad, DType, Tensor};
 
 /// The primals as the closure sees them: tracked ones as they are (an outer differentiation
@@ -228,7 +231,7 @@ pub fn jvp_many(
 /// ```
 pub struct Linearized {
     values: Vec<Tensor>,
-    recorded: Linearization,
+    recorded: Recording,
     /// Whether the results belong to an outer differentiation.
     keep: bool,
 }
@@ -272,11 +275,11 @@ pub fn linearize_many(
     primals: &[&Tensor],
 ) -> Result<Linearized> {
     let keep = nested(primals);
-    let recorded = Linearization::record(f, primals)?;
+    let recorded = Recording::record(f, primals, "forward mode")?;
     // Outside another differentiation the values are cut from what `f` recorded.
     let values: Vec<Tensor> = match keep {
-        true => recorded.outputs().to_vec(),
-        false => recorded.outputs().iter().map(Tensor::detach).collect(),
+        true => recorded.outputs.clone(),
+        false => recorded.outputs.iter().map(Tensor::detach).collect(),
     };
     Ok(Linearized {
         values,
@@ -387,4 +390,61 @@ pub fn jvpcheck(
         Some((_, msg)) => Err(Error::Gradcheck(msg)),
         None => Ok(()),
     }
+}
+
+/// `f`, written for one example, made a function of a batch (`torch.func.vmap`, JAX's
+/// `vmap`): input `i` is batched along axis `in_dims[i]` (all of one size), or shared by every
+/// example where that is `None`; the result has the batch axis first.
+///
+/// `f` runs once, on the first example, while its ops are recorded; each op then runs once
+/// on the whole batch by its batching rule, so the batch costs one batched computation, not a
+/// loop. Values must not steer `f`'s control flow (it is recorded as the first example takes
+/// it), and random draws inside `f` are the same for every example (`randomness="same"`).
+///
+/// ```
+/// use ferrograd::func;
+/// use ferrograd::prelude::*;
+///
+/// let w = Tensor::from_vec(vec![1.0f64, 2.0], &[2]);
+/// let xs = Tensor::from_vec(vec![1.0f64, 0.0, 0.0, 1.0, 1.0, 1.0], &[3, 2]);
+/// // A dot product written for one vector, run on three.
+/// let dot = func::vmap(|a: &[Tensor]| (&a[0] * &a[1]).sum(), &[Some(0), None]);
+/// assert_eq!(dot(&[&xs, &w]).to_vec::<f64>(), [1.0, 2.0, 3.0]);
+/// // Per-example gradients of a loss: vmap of grad.
+/// let loss = |w: &Tensor, x: &Tensor| (w * x).sum().square();
+/// let per_example = func::vmap(
+///     |a: &[Tensor]| func::grad(|p: &[Tensor]| loss(&p[0], &a[1]), &[&a[0]]).remove(0),
+///     &[None, Some(0)],
+/// )(&[&w, &xs]);
+/// assert_eq!(per_example.shape(), &[3, 2]);
+/// assert_eq!(per_example.to_vec::<f64>(), [2.0, 0.0, 0.0, 4.0, 6.0, 6.0]); // 2(w·x)x
+/// ```
+pub fn vmap<F: Fn(&[Tensor]) -> Tensor>(
+    f: F,
+    in_dims: &[Option<usize>],
+) -> impl Fn(&[&Tensor]) -> Tensor + use<F> {
+    let in_dims = in_dims.to_vec();
+    move |inputs: &[&Tensor]| {
+        try_vmap(|a| vec![f(a)], inputs, &in_dims)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .remove(0)
+    }
+}
+
+/// `f` of several outputs applied to a batch at once, as [`vmap`] describes, returning the
+/// error: `in_dims` that do not fit the inputs, batches of different sizes, or an op in `f`
+/// with no batching rule (named).
+pub fn try_vmap(
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+    inputs: &[&Tensor],
+    in_dims: &[Option<usize>],
+) -> Result<Vec<Tensor>> {
+    let keep = nested(inputs);
+    let outputs = vmap_call(f, inputs, in_dims)?;
+    // The recording's tracked copies stay inside: outside another differentiation the results
+    // are values.
+    Ok(match keep {
+        true => outputs,
+        false => outputs.iter().map(Tensor::detach).collect(),
+    })
 }

@@ -27,10 +27,12 @@
 //! # Ok::<(), ferrograd::Error>(())
 //! ```
 
+pub(crate) mod batch;
 mod build;
 mod composite;
 mod op;
 mod optimize;
+pub(crate) mod recording;
 mod session;
 mod table;
 pub(crate) mod tangent;

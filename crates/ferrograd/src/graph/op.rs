@@ -20,7 +20,8 @@ pub use crate::ops::shape::Shape;
 /// Declares the ops a node can hold beyond the leaves, gradients and the element-wise tables:
 /// one entry per op gives its `Op` variant with its attributes, its name in listings, its shape
 /// and dtype rule, its evaluation (the eager `Tensor` method of the same name), its tangent
-/// rule (forward mode, `graph::tangent`) and the `Node` methods that add it. Adding an op to
+/// rule (forward mode, `graph::tangent`), its batching rule (`graph::batch`) and the `Node`
+/// methods that add it. Adding an op to
 /// graphs is one entry in `graph/table.rs`.
 macro_rules! declare_ops {
     ($(
@@ -30,6 +31,7 @@ macro_rules! declare_ops {
         infer($ins:ident) $infer:block
         eval($x:ident) $eval:block
         jvp($jx:ident, $jy:ident, $jt:ident) $jvp:block
+        vmap($bb:ident) $vmap:block
         node { $($node:item)* }
     )*) => {
         /// What a node computes.
@@ -177,6 +179,23 @@ macro_rules! declare_ops {
                 }
             }
 
+            /// A declared op's batching rule: its outputs, batched along axis 0, from the
+            /// inputs `b` gives (see `graph::batch`).
+            #[allow(unused_variables)]
+            pub(super) fn declared_batch(
+                &self,
+                b: &$crate::graph::batch::Batch<'_>,
+            ) -> Option<Vec<$crate::tensor::Tensor>> {
+                use $crate::graph::op::IntoOutputs;
+                match self {
+                    $(Op::$Variant { $($field),* } => {
+                        let $bb = b;
+                        Some($vmap.into_outputs())
+                    })*
+                    _ => None,
+                }
+            }
+
             /// The variant's name, as a traced event names it (`"Narrow"`, `"Unary"`).
             pub fn variant(&self) -> &'static str {
                 match self {
@@ -235,6 +254,12 @@ pub(crate) trait IntoOutputs<T> {
 impl IntoOutputs<Tensor> for Tensor {
     fn into_outputs(self) -> Vec<Tensor> {
         vec![self]
+    }
+}
+
+impl IntoOutputs<Tensor> for Vec<Tensor> {
+    fn into_outputs(self) -> Vec<Tensor> {
+        self
     }
 }
 

@@ -4,6 +4,7 @@
 //! name, so that a graph gives eager's values and gradients to the bit) and the `Node` methods
 //! that add it, with the eager method's name and signature (`Node` for `Tensor`).
 
+use super::batch::{self, shifted, with_batch};
 use super::composite::{self, Recurrence};
 use super::op::{declare_ops, Binary};
 use super::tangent::{
@@ -58,6 +59,9 @@ declare_ops! {
     jvp(x, y, t) {
         multilinear(x, t, |a| a[0].matmul(&a[1]))
     }
+    vmap(b) {
+        batch::matmul(b)
+    }
     node {
         /// The matrix product (2-D, or batched with broadcast batch axes).
         pub fn matmul(&self, other: &Node) -> Node {
@@ -80,6 +84,12 @@ declare_ops! {
             t.map(1, |tw| x[0].linear(tw, None)),
             t.map(2, |tb| tb.broadcast_to(y[0].shape())),
         ])
+    }
+    vmap(b) {
+        match b.only_first(1) {
+            true => b.x(0).linear(b.x(1), b.get(2)),
+            false => b.each().remove(0),
+        }
     }
     node {
         /// `self · weightᵀ + bias`, PyTorch's `F.linear`: `self` `[.., in]`, `weight`
@@ -131,6 +141,13 @@ declare_ops! {
             None => via_composite(x, t, |a| vec![composite::attention(a, *causal, *scale)]),
         }
     }
+    vmap(b) {
+        match dropout {
+            None => b.aligned_eval().remove(0),
+            // One key for every example would drop the same weights in each.
+            Some(_) => b.each().remove(0),
+        }
+    }
     node {
         /// Attention of these queries over `k` and `v`, as
         /// [`Tensor::scaled_dot_product_attention`]; a mask in `opts` joins the graph as a
@@ -166,6 +183,9 @@ declare_ops! {
     jvp(x, y, t) {
         multilinear(x, t, |a| Tensor::einsum(spec, &a.iter().collect::<Vec<_>>()))
     }
+    vmap(b) {
+        batch::einsum(b, spec)
+    }
     node {
         /// Einstein summation, as [`Tensor::einsum`].
         pub fn einsum(spec: &str, operands: &[&Node]) -> Node {
@@ -189,6 +209,9 @@ declare_ops! {
     jvp(x, y, t) {
         t.map(0, Tensor::sum)
     }
+    vmap(b) {
+        b.x(0).sum_axes(&b.example_axes(), false)
+    }
     node {
         /// Sum of all elements (0-d).
         pub fn sum(&self) -> Node {
@@ -202,6 +225,9 @@ declare_ops! {
     eval(x) { x[0].mean() }
     jvp(x, y, t) {
         t.map(0, Tensor::mean)
+    }
+    vmap(b) {
+        b.x(0).mean_axes(&b.example_axes(), false)
     }
     node {
         /// Mean of all elements (0-d).
@@ -217,6 +243,9 @@ declare_ops! {
     jvp(x, y, t) {
         t.map(0, |t| extremum(&x[0], &y[0], t, &every_axis(&x[0]), false))
     }
+    vmap(b) {
+        b.x(0).max_axes(&b.example_axes(), false)
+    }
     node {
         /// Maximum of all elements (0-d).
         pub fn max(&self) -> Node {
@@ -231,6 +260,9 @@ declare_ops! {
     jvp(x, y, t) {
         t.map(0, |t| extremum(&x[0], &y[0], t, &every_axis(&x[0]), false))
     }
+    vmap(b) {
+        b.x(0).min_axes(&b.example_axes(), false)
+    }
     node {
         /// Minimum of all elements (0-d).
         pub fn min(&self) -> Node {
@@ -244,6 +276,9 @@ declare_ops! {
     eval(x) { x[0].sum_axes(axes, *keepdim) }
     jvp(x, y, t) {
         t.map(0, |t| t.sum_axes(axes, *keepdim))
+    }
+    vmap(b) {
+        b.x(0).sum_axes(&shifted(axes), *keepdim)
     }
     node {
         /// Sum over `axes`; with `keepdim` they stay as size-1 axes.
@@ -260,6 +295,9 @@ declare_ops! {
     jvp(x, y, t) {
         t.map(0, |t| t.mean_axes(axes, *keepdim))
     }
+    vmap(b) {
+        b.x(0).mean_axes(&shifted(axes), *keepdim)
+    }
     node {
         /// Mean over `axes`.
         pub fn mean_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Node {
@@ -275,6 +313,9 @@ declare_ops! {
     jvp(x, y, t) {
         t.map(0, |t| extremum(&x[0], &y[0], t, axes, *keepdim))
     }
+    vmap(b) {
+        b.x(0).max_axes(&shifted(axes), *keepdim)
+    }
     node {
         /// Maximum over `axes`.
         pub fn max_axes<A: Axis>(&self, axes: &[A], keepdim: bool) -> Node {
@@ -289,6 +330,9 @@ declare_ops! {
     eval(x) { x[0].min_axes(axes, *keepdim) }
     jvp(x, y, t) {
         t.map(0, |t| extremum(&x[0], &y[0], t, axes, *keepdim))
+    }
+    vmap(b) {
+        b.x(0).min_axes(&shifted(axes), *keepdim)
     }
     node {
         /// Minimum over `axes`.
@@ -308,6 +352,9 @@ declare_ops! {
             (&weights * t).sum_axes(axes, *keepdim)
         })
     }
+    vmap(b) {
+        b.x(0).logsumexp(&shifted(axes), *keepdim)
+    }
     node {
         /// `log Σ exp` over `axes`, as [`Tensor::logsumexp`].
         pub fn logsumexp<A: Axis>(&self, axes: &[A], keepdim: bool) -> Node {
@@ -322,6 +369,9 @@ declare_ops! {
     eval(x) { x[0].var_axes(axes, *correction, *keepdim) }
     jvp(x, y, t) {
         t.map(0, |t| variance_tangent(&x[0], t, axes, *correction, *keepdim))
+    }
+    vmap(b) {
+        b.x(0).var_axes(&shifted(axes), *correction, *keepdim)
     }
     node {
         /// The variance over `axes`, as [`Tensor::var_axes`].
@@ -342,6 +392,9 @@ declare_ops! {
             (&dv / &(&y[0] * 2.0)).masked_fill(&y[0].detach().eq_scalar(0.0), 0.0)
         })
     }
+    vmap(b) {
+        b.x(0).std_axes(&shifted(axes), *correction, *keepdim)
+    }
     node {
         /// The standard deviation over `axes`, as [`Tensor::std_axes`].
         pub fn std_axes<A: Axis>(&self, axes: &[A], correction: usize, keepdim: bool) -> Node {
@@ -356,6 +409,9 @@ declare_ops! {
     eval(x) { x[0].cumsum(*axis) }
     jvp(x, y, t) {
         t.map(0, |t| t.cumsum(*axis))
+    }
+    vmap(b) {
+        b.x(0).cumsum(axis + 1)
     }
     node {
         /// The running sums along `axis`, as [`Tensor::cumsum`].
@@ -372,6 +428,9 @@ declare_ops! {
     jvp(x, y, t) {
         via_transpose(x, t, |a| vec![a[0].cumprod(*axis)])
     }
+    vmap(b) {
+        b.x(0).cumprod(axis + 1)
+    }
     node {
         /// The running products along `axis`, as [`Tensor::cumprod`].
         pub fn cumprod<A: Axis>(&self, axis: A) -> Node {
@@ -387,6 +446,14 @@ declare_ops! {
     jvp(x, y, t) {
         t.map(0, |t| t.sum_to(shape))
     }
+    vmap(b) {
+        // Summed to [n, 1.., shape] over the example's broadcast axes, then to [n, shape].
+        let x = b.x(0);
+        let ones = vec![1; x.ndim() - 1 - shape.len()];
+        let to = [&[b.n][..], &ones, shape].concat();
+        x.sum_to(&to).reshape(&with_batch(b.n, shape))
+
+    }
     node {
         /// Sums a broadcast result back down to `shape` (the gradient of a broadcast operand).
         pub fn sum_to(&self, shape: &[usize]) -> Node {
@@ -400,6 +467,9 @@ declare_ops! {
     eval(x) { x[0].reshape(shape) }
     jvp(x, y, t) {
         t.map(0, |t| t.reshape(shape))
+    }
+    vmap(b) {
+        b.x(0).reshape(&with_batch(b.n, shape))
     }
     node {
         /// The same elements in `shape`.
@@ -420,6 +490,9 @@ declare_ops! {
     jvp(x, y, t) {
         t.map(0, |t| t.permute(perm))
     }
+    vmap(b) {
+        b.x(0).permute(&[&[0][..], &shifted(perm)].concat())
+    }
     node {
         /// Axes reordered: axis `i` of the result is axis `perm[i]`.
         pub fn permute(&self, perm: &[usize]) -> Node {
@@ -433,6 +506,13 @@ declare_ops! {
     eval(x) { x[0].broadcast_to(shape) }
     jvp(x, y, t) {
         t.map(0, |t| t.broadcast_to(shape))
+    }
+    vmap(b) {
+        let x = b.x(0);
+        let ones = vec![1; shape.len() + 1 - x.ndim()];
+        let x = x.reshape(&[&[b.n][..], &ones, &x.shape()[1..]].concat());
+        x.broadcast_to(&with_batch(b.n, shape))
+
     }
     node {
         /// Repeated along new leading and size-1 axes to `shape`.
@@ -453,6 +533,9 @@ declare_ops! {
     jvp(x, y, t) {
         t.map(0, |t| &y[0] * &(t - &(&y[0] * t).sum_axes(&[*axis], true)))
     }
+    vmap(b) {
+        b.x(0).softmax(axis + 1)
+    }
     node {
         /// exp(x) / Σ exp(x) along `axis`.
         pub fn softmax<A: Axis>(&self, axis: A) -> Node {
@@ -467,6 +550,9 @@ declare_ops! {
     eval(x) { x[0].log_softmax(*axis) }
     jvp(x, y, t) {
         t.map(0, |t| t - &(&y[0].exp() * t).sum_axes(&[*axis], true))
+    }
+    vmap(b) {
+        b.x(0).log_softmax(axis + 1)
     }
     node {
         /// x − log Σ exp(x) along `axis`.
@@ -483,6 +569,12 @@ declare_ops! {
     jvp(x, y, t) {
         multilinear(x, t, |a| a[0].conv2d(&a[1], opts))
     }
+    vmap(b) {
+        match b.only_first(1) {
+            true => b.unfolded(&b.folded(0).conv2d(b.x(1), opts)),
+            false => b.each().remove(0),
+        }
+    }
     node {
         /// 2-D convolution (PyTorch's `conv2d`): `self` `[N, C, H, W]`, `w`
         /// `[O, C/groups, kh, kw]`.
@@ -497,6 +589,12 @@ declare_ops! {
     eval(x) { x[0].conv_transpose2d(&x[1], opts) }
     jvp(x, y, t) {
         multilinear(x, t, |a| a[0].conv_transpose2d(&a[1], opts))
+    }
+    vmap(b) {
+        match b.only_first(1) {
+            true => b.unfolded(&b.folded(0).conv_transpose2d(b.x(1), opts)),
+            false => b.each().remove(0),
+        }
     }
     node {
         /// The transposed convolution (PyTorch's `conv_transpose2d`): `w` `[Cin, Cout/groups,
@@ -532,6 +630,12 @@ declare_ops! {
     jvp(x, y, t) {
         multilinear(x, t, |a| a[0].conv2d_same(&a[1], opts))
     }
+    vmap(b) {
+        match b.only_first(1) {
+            true => b.unfolded(&b.folded(0).conv2d_same(b.x(1), opts)),
+            false => b.each().remove(0),
+        }
+    }
     node {
         /// 2-D convolution with PyTorch's `padding="same"`, as [`Tensor::conv2d_same`].
         pub fn conv2d_same(&self, w: &Node, opts: &ConvOpts) -> Node {
@@ -550,6 +654,9 @@ declare_ops! {
     jvp(x, y, t) {
         multilinear(x, t, |a| a[0].conv2d_weight(&a[1], *kernel, opts))
     }
+    vmap(b) {
+        b.each().remove(0)
+    }
     node {
         /// The weight gradient of `conv2d(self, w)` for an upstream gradient `dy`.
         pub fn conv2d_weight(&self, dy: &Node, kernel: (usize, usize), opts: &ConvOpts) -> Node {
@@ -563,6 +670,9 @@ declare_ops! {
     eval(x) { x[0].max_pool2d_hw(*kernel, *stride, *padding) }
     jvp(x, y, t) {
         via_transpose(x, t, |a| vec![a[0].max_pool2d_hw(*kernel, *stride, *padding)])
+    }
+    vmap(b) {
+        b.unfolded(&b.folded(0).max_pool2d_hw(*kernel, *stride, *padding))
     }
     node {
         /// Max pooling over square windows, as [`Tensor::max_pool2d`].
@@ -583,6 +693,9 @@ declare_ops! {
     jvp(x, y, t) {
         t.map(0, |t| t.avg_pool2d_hw(*kernel, *stride, *padding))
     }
+    vmap(b) {
+        b.unfolded(&b.folded(0).avg_pool2d_hw(*kernel, *stride, *padding))
+    }
     node {
         /// Average pooling over square windows (the padding counts), as [`Tensor::avg_pool2d`].
         pub fn avg_pool2d(&self, kernel: usize, stride: usize, padding: usize) -> Node {
@@ -602,6 +715,9 @@ declare_ops! {
     jvp(x, y, t) {
         t.map(0, |t| t.adaptive_avg_pool2d(*h, *w))
     }
+    vmap(b) {
+        b.unfolded(&b.folded(0).adaptive_avg_pool2d(*h, *w))
+    }
     node {
         /// Average pooling to an `out_h × out_w` output.
         pub fn adaptive_avg_pool2d(&self, out_h: usize, out_w: usize) -> Node {
@@ -616,6 +732,9 @@ declare_ops! {
     eval(x) { x[0].upsample_nearest2d(*h, *w) }
     jvp(x, y, t) {
         t.map(0, |t| t.upsample_nearest2d(*h, *w))
+    }
+    vmap(b) {
+        b.unfolded(&b.folded(0).upsample_nearest2d(*h, *w))
     }
     node {
         /// Nearest-neighbour upsampling by integer factors.
@@ -635,6 +754,9 @@ declare_ops! {
         let parts: Vec<Tensor> = x.iter().enumerate().map(|(i, x)| t.or_zeros(i, x)).collect();
         Tensor::cat(&parts.iter().collect::<Vec<_>>(), *axis)
 
+    }
+    vmap(b) {
+        b.lifted_eval(Op::Cat { axis: axis + 1 }).remove(0)
     }
     node {
         /// Nodes joined along `axis`; all other axes must agree.
@@ -659,6 +781,9 @@ declare_ops! {
     jvp(x, y, t) {
         t.map(0, |t| t.narrow(*axis, *start, *len))
     }
+    vmap(b) {
+        b.x(0).narrow(axis + 1, *start, *len)
+    }
     node {
         /// Elements `start..start + len` along `axis`.
         pub fn narrow<A: Axis>(&self, axis: A, start: usize, len: usize) -> Node {
@@ -674,6 +799,9 @@ declare_ops! {
     jvp(x, y, t) {
         t.map(0, |t| t.flatten_from(*start))
     }
+    vmap(b) {
+        b.x(0).flatten_from(start + 1)
+    }
     node {
         /// Axes from `start` on merged into one.
         pub fn flatten_from(&self, start: usize) -> Node {
@@ -687,6 +815,9 @@ declare_ops! {
     eval(x) { x[0].squeeze(*axis) }
     jvp(x, y, t) {
         t.map(0, |t| t.squeeze(*axis))
+    }
+    vmap(b) {
+        b.x(0).squeeze(axis + 1)
     }
     node {
         /// Removes axis `axis`, which must have size 1.
@@ -703,6 +834,9 @@ declare_ops! {
     jvp(x, y, t) {
         t.map(0, |t| t.unsqueeze(*axis))
     }
+    vmap(b) {
+        b.x(0).unsqueeze(axis + 1)
+    }
     node {
         /// Inserts a size-1 axis at `axis` (0..=rank).
         pub fn unsqueeze<A: Axis>(&self, axis: A) -> Node {
@@ -718,6 +852,9 @@ declare_ops! {
     jvp(x, y, t) {
         t.map(0, |t| t.pad(pads, 0.0))
     }
+    vmap(b) {
+        b.x(0).pad(&[&[(0, 0)][..], pads].concat(), *value)
+    }
     node {
         /// Padded with `value`: `pads[i] = (before, after)` elements along axis `i`.
         pub fn pad(&self, pads: &[(usize, usize)], value: f64) -> Node {
@@ -731,6 +868,9 @@ declare_ops! {
     eval(x) { x[0].index_select(*axis, indices) }
     jvp(x, y, t) {
         t.map(0, |t| t.index_select(*axis, indices))
+    }
+    vmap(b) {
+        b.x(0).index_select(axis + 1, indices)
     }
     node {
         /// The entries `indices` along `axis`, in that order: positions known when the graph
@@ -768,6 +908,12 @@ declare_ops! {
     }
     eval(x) { x[0].index_select(*axis, &x[1]) }
     jvp(x, y, t) { t.map(0, |t| t.index_select(*axis, &x[1])) }
+    vmap(b) {
+        match b.on(1) {
+            false => b.x(0).index_select(axis + 1, b.x(1)),
+            true => b.each().remove(0),
+        }
+    }
     node {}
 
     /// Input 0 with input 1's entries added at positions along an axis.
@@ -779,6 +925,11 @@ declare_ops! {
     eval(x) { x[0].index_add(*axis, indices, &x[1]) }
     jvp(x, y, t) {
         t.or_zeros(0, &x[0]).index_add(*axis, indices, &t.or_zeros(1, &x[1]))
+    }
+    vmap(b) {
+        let op = Op::IndexAdd { axis: axis + 1, indices: indices.clone() };
+        b.lifted_eval(op).remove(0)
+
     }
     node {
         /// This node with `source`'s entries along `axis` added at `indices` (repeats add up).
@@ -813,6 +964,9 @@ declare_ops! {
     jvp(x, y, t) {
         t.map(0, |t| t.gather(*axis, &x[1]))
     }
+    vmap(b) {
+        b.lifted_eval(Op::Gather { axis: axis + 1 }).remove(0)
+    }
     node {
         /// PyTorch's `gather` along `axis`, as [`Tensor::gather`].
         pub fn gather<A: Axis>(&self, axis: A, index: &Node) -> Node {
@@ -836,6 +990,14 @@ declare_ops! {
             _ => Some(x[0].where_cond(&t.or_zeros(1, &x[1]), &t.or_zeros(2, &x[2]))),
         }
     }
+    vmap(b) {
+        // Broadcast together; the values lifted so that the result has the batch axis even
+        // when only the condition is batched.
+        let a = b.aligned();
+        let (on_true, on_false) = (&a[1] + &a[2].zeros_like(), &a[2] + &a[1].zeros_like());
+        a[0].where_cond(&on_true, &on_false)
+
+    }
     node {
         /// `on_true` where this mask is non-zero, `on_false` elsewhere (all three broadcast).
         pub fn where_cond(&self, on_true: &Node, on_false: &Node) -> Node {
@@ -858,6 +1020,12 @@ declare_ops! {
     jvp(x, y, t) {
         t.map(0, |t| t.masked_fill(&x[1], 0.0))
     }
+    vmap(b) {
+        let mask = &b.aligned()[1];
+        let x = b.lifted(0);
+        x.masked_fill(mask, *value)
+
+    }
     node {
         /// `value` where `mask` is non-zero, as [`Tensor::masked_fill`].
         pub fn masked_fill(&self, mask: &Node, value: f64) -> Node {
@@ -871,6 +1039,9 @@ declare_ops! {
     eval(x) { x[0].tril(*k) }
     jvp(x, y, t) {
         t.map(0, |t| t.tril(*k))
+    }
+    vmap(b) {
+        b.x(0).tril(*k)
     }
     node {
         /// Zeros above diagonal `k` of the last two axes, as [`Tensor::tril`].
@@ -886,6 +1057,9 @@ declare_ops! {
     jvp(x, y, t) {
         t.map(0, |t| t.triu(*k))
     }
+    vmap(b) {
+        b.x(0).triu(*k)
+    }
     node {
         /// Zeros below diagonal `k` of the last two axes, as [`Tensor::triu`].
         pub fn triu(&self, k: isize) -> Node {
@@ -899,6 +1073,9 @@ declare_ops! {
     eval(x) { x[0].gelu_tanh() }
     jvp(x, y, t) {
         via_composite(x, t, |a| vec![a[0].gelu_tanh_untraced()])
+    }
+    vmap(b) {
+        b.x(0).gelu_tanh()
     }
     node {
         /// GELU with the tanh approximation, as [`Tensor::gelu_tanh`].
@@ -917,6 +1094,12 @@ declare_ops! {
     eval(x) { x[0].layer_norm(&x[1], &x[2], *eps) }
     jvp(x, y, t) {
         via_composite(x, t, |a| vec![composite::layer_norm(a, *eps)])
+    }
+    vmap(b) {
+        match b.only_first(1) {
+            true => b.x(0).layer_norm(b.x(1), b.x(2), *eps),
+            false => b.each().remove(0),
+        }
     }
     node {
         /// Layer normalisation over the last axis, scaled by `weight` and shifted by `bias`
@@ -948,6 +1131,12 @@ declare_ops! {
     jvp(x, y, t) {
         via_composite(x, t, |a| vec![a[0].rms_norm_untraced(a.get(1), *eps)])
     }
+    vmap(b) {
+        match b.only_first(1) {
+            true => b.x(0).rms_norm(b.get(1), *eps),
+            false => b.each().remove(0),
+        }
+    }
     node {
         /// RMS normalisation over the last axis, as [`Tensor::rms_norm`].
         pub fn rms_norm(&self, weight: Option<&Node>, eps: Option<f64>) -> Node {
@@ -971,6 +1160,9 @@ declare_ops! {
     jvp(x, y, t) {
         t.map(0, |t| t.rope(*start, *base))
     }
+    vmap(b) {
+        b.x(0).rope(*start, *base)
+    }
     node {
         /// Rotary position embedding, as [`Tensor::rope`].
         pub fn rope(&self, start: usize, base: f64) -> Node {
@@ -984,6 +1176,9 @@ declare_ops! {
     eval(x) { x[0].flip(axes) }
     jvp(x, y, t) {
         t.map(0, |t| t.flip(axes))
+    }
+    vmap(b) {
+        b.x(0).flip(&shifted(axes))
     }
     node {
         /// Reversed along each of `axes`, as [`Tensor::flip`].
@@ -999,6 +1194,9 @@ declare_ops! {
     eval(x) { x[0].roll(*shift, *axis) }
     jvp(x, y, t) {
         t.map(0, |t| t.roll(*shift, *axis))
+    }
+    vmap(b) {
+        b.x(0).roll(*shift, axis + 1)
     }
     node {
         /// Shifted cyclically by `shift` along `axis`, as [`Tensor::roll`].
@@ -1022,6 +1220,13 @@ declare_ops! {
     jvp(x, y, t) {
         t.map(0, |t| t.repeat(reps))
     }
+    vmap(b) {
+        let x = b.x(0);
+        let ones = vec![1; (reps.len() + 1).saturating_sub(x.ndim())];
+        let x = x.reshape(&[&[b.n][..], &ones, &x.shape()[1..]].concat());
+        x.repeat(&[&[1][..], reps].concat())
+
+    }
     node {
         /// Tiled `reps[i]` times along axis `i`, as [`Tensor::repeat`].
         pub fn repeat(&self, reps: &[usize]) -> Node {
@@ -1035,6 +1240,9 @@ declare_ops! {
     eval(x) { Tensor::gru_cell(&x[0], &x[1], &x[2]) }
     jvp(x, y, t) {
         via_composite(x, t, |a| vec![composite::gru_cell(a)])
+    }
+    vmap(b) {
+        b.unfolded(&Tensor::gru_cell(&b.folded(0), &b.folded(1), &b.folded(2)))
     }
     node {
         /// One GRU step, as [`Tensor::gru_cell`].
@@ -1057,6 +1265,11 @@ declare_ops! {
             let (h, c) = composite::lstm_cell(a);
             vec![h, c]
         })
+    }
+    vmap(b) {
+        let (h, c) = Tensor::lstm_cell(&b.folded(0), &b.folded(1), &b.folded(2));
+        vec![b.unfolded(&h), b.unfolded(&c)]
+
     }
     node {
         /// One LSTM step, `(h', c')`, as [`Tensor::lstm_cell`].
@@ -1083,6 +1296,11 @@ declare_ops! {
     eval(x) { x[0].topk_along(*k, *axis, *largest) }
     jvp(x, y, t) {
         vec![t.map(0, |t| t.gather(*axis, &y[1])), None]
+    }
+    vmap(b) {
+        let (values, positions) = b.x(0).topk_along(*k, axis + 1, *largest);
+        vec![values, positions]
+
     }
     node {
         /// The `k` largest entries along the last axis and their positions, as
@@ -1128,6 +1346,9 @@ declare_ops! {
         ts
 
     }
+    vmap(b) {
+        b.each()
+    }
     node {
         /// Batch normalisation with the batch's statistics, `(y, mean, var)`, as
         /// [`Tensor::batch_norm`].
@@ -1151,6 +1372,17 @@ declare_ops! {
     eval(x) { x[0].lstm(&x[1], &x[2], weights_of(&x[3..])) }
     jvp(x, y, t) {
         via_composite(x, t, |a| composite::sequence(a, Recurrence::Lstm))
+    }
+    vmap(b) {
+        match b.only_first(3) {
+            true => {
+                let weights = [3, 4, 5, 6].map(|i| b.x(i));
+                let w = crate::RecurrentWeights { w_ih: weights[0], w_hh: weights[1], b_ih: weights[2], b_hh: weights[3] };
+                let (out, h, c) = b.folded(0).lstm(&b.folded(1), &b.folded(2), w);
+                vec![b.unfolded(&out), b.unfolded(&h), b.unfolded(&c)]
+            }
+            false => b.each(),
+        }
     }
     node {
         /// One LSTM layer, `(out, h_n, c_n)`, as [`Tensor::lstm`].
@@ -1179,6 +1411,15 @@ declare_ops! {
     jvp(x, y, t) {
         via_composite(x, t, |a| composite::sequence(a, Recurrence::Gru))
     }
+    vmap(b) {
+        match b.only_first(2) {
+            true => {
+                let (out, h) = b.folded(0).gru(&b.folded(1), weights_of(&[2, 3, 4, 5].map(|i| b.x(i).clone())));
+                vec![b.unfolded(&out), b.unfolded(&h)]
+            }
+            false => b.each(),
+        }
+    }
     node {
         /// One GRU layer, `(out, h_n)`, as [`Tensor::gru`].
         pub fn gru(&self, h0: &Node, w: crate::RecurrentWeights<'_, Node>) -> (Node, Node) {
@@ -1199,6 +1440,15 @@ declare_ops! {
     eval(x) { x[0].rnn_tanh(&x[1], weights_of(&x[2..])) }
     jvp(x, y, t) {
         via_composite(x, t, |a| composite::sequence(a, Recurrence::Tanh))
+    }
+    vmap(b) {
+        match b.only_first(2) {
+            true => {
+                let (out, h) = b.folded(0).rnn_tanh(&b.folded(1), weights_of(&[2, 3, 4, 5].map(|i| b.x(i).clone())));
+                vec![b.unfolded(&out), b.unfolded(&h)]
+            }
+            false => b.each(),
+        }
     }
     node {
         /// One Elman RNN layer, `(out, h_n)`, as [`Tensor::rnn_tanh`].
@@ -1230,6 +1480,9 @@ declare_ops! {
     jvp(x, y, t) {
         None
     }
+    vmap(b) {
+        b.each().remove(0)
+    }
     node {
         compare_scalar!(eq_scalar Eq "==");
         compare_scalar!(ne_scalar Ne "!=");
@@ -1245,6 +1498,9 @@ declare_ops! {
     eval(x) { x[0].detach() }
     jvp(x, y, t) {
         None
+    }
+    vmap(b) {
+        b.x(0).detach()
     }
     node {
         /// The same values, cut from differentiation (`detach`, TensorFlow's `stop_gradient`).
@@ -1265,6 +1521,9 @@ declare_ops! {
     jvp(x, y, t) {
         t.map(0, |t| t.to_dtype(*dtype)).filter(|_| dtype.is_float())
     }
+    vmap(b) {
+        b.x(0).to_dtype(*dtype)
+    }
     node {
         /// The same values in `dtype` (into an integer: truncated, no derivative).
         pub fn to_dtype(&self, dtype: DType) -> Node {
@@ -1278,6 +1537,9 @@ declare_ops! {
     eval(x) { x[0].argmax(*axis) }
     jvp(x, y, t) {
         None
+    }
+    vmap(b) {
+        b.x(0).argmax(axis + 1)
     }
     node {
         /// Index of the largest element along `axis` (an i64 node). Has no derivative.
@@ -1293,6 +1555,9 @@ declare_ops! {
     eval(x) { x[0].argmin(*axis) }
     jvp(x, y, t) {
         None
+    }
+    vmap(b) {
+        b.x(0).argmin(axis + 1)
     }
     node {
         /// Index of the smallest element along `axis` (an i64 node). Has no derivative.

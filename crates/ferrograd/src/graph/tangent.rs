@@ -9,18 +9,17 @@
 //! and forward over reverse reads the ops that a backward pass runs like any others.
 //!
 //! A function is recorded by running it once on tracked copies of its primals while a trace
-//! notes its ops ([`Linearization::record`]); each push of tangents then walks those ops in
+//! notes its ops ([`Recording::record`]); each push of tangents then walks those ops in
 //! order. Nothing that runs outside an op's rules is needed, so one recording serves many
 //! tangents (`linearize`, `jacfwd`).
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::HashMap;
 
+use super::recording::{key, Recording};
 use super::Op;
 use crate::autograd::try_grad;
 use crate::error::{Error, Result};
-use crate::tensor::trace::record_events;
-use crate::tensor::{enable_grad, is_grad_enabled, Node as TensorNode, Tensor};
+use crate::tensor::{enable_grad, is_grad_enabled, Tensor};
 
 /// The tangents of an op's inputs, as a rule reads them.
 pub(crate) struct Tangents<'a>(&'a [Option<Tensor>]);
@@ -71,7 +70,7 @@ pub(crate) fn via_composite(
     f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
 ) -> Vec<Option<Tensor>> {
     let primals: Vec<&Tensor> = x.iter().collect();
-    let lin = Linearization::record(f, &primals).unwrap_or_else(|e| panic!("{e}"));
+    let lin = Recording::record(f, &primals, "forward mode").unwrap_or_else(|e| panic!("{e}"));
     let ts: Vec<Option<&Tensor>> = (0..x.len()).map(|i| t.at(i)).collect();
     lin.push_some(&ts).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -214,94 +213,18 @@ impl Op {
     }
 }
 
-/// A tensor's identity while a recording lives (its events keep every tensor alive).
-fn key(t: &Tensor) -> usize {
-    Arc::as_ptr(&t.0) as usize
-}
-
-/// One op as a recorded function called it.
-struct Step {
-    op: Op,
-    inputs: Vec<Tensor>,
-    outputs: Vec<Tensor>,
-}
-
-/// A function recorded for forward mode: its ops in the order they ran, with their primal
-/// values, ready for tangents to be pushed through.
-pub(crate) struct Linearization {
-    steps: Vec<Step>,
-    /// The tensors the function was given, tracked.
-    primals: Vec<Tensor>,
-    outputs: Vec<Tensor>,
-}
-
-impl Linearization {
-    /// Runs `f` once on `primals` and records its ops. A primal that is tracked reaches `f`
-    /// as itself (an outer differentiation follows it through), another as a fresh tracked
-    /// copy, so that a value `f` computes by an op with no tangent rule is known and refused.
-    pub(crate) fn record(
-        f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
-        primals: &[&Tensor],
-    ) -> Result<Linearization> {
-        let primals: Vec<Tensor> = primals
-            .iter()
-            .map(|p| match p.is_tracked() || !p.dtype().is_float() {
-                true => (*p).clone(),
-                false => p.detach().requires_grad(),
-            })
-            .collect();
-        let start = TensorNode::next_id();
-        let (outputs, events) = record_events(|| enable_grad(|| f(&primals)));
-        let mut made: HashSet<usize> = primals.iter().map(key).collect();
-        let mut untraced = std::collections::BTreeSet::new();
-        let mut steps = Vec::with_capacity(events.len());
-        let mut check = |t: &Tensor, made: &HashSet<usize>| {
-            let fresh = t.id().is_some_and(|id| id >= start) && !t.is_leaf();
-            if fresh && !made.contains(&key(t)) {
-                untraced.insert(t.grad_fn().unwrap_or_default());
-            }
-        };
-        for event in events {
-            let op = Op::from_trace(event.variant, event.attrs).map_err(Error::Graph)?;
-            event.inputs.iter().for_each(|t| check(t, &made));
-            made.extend(event.outputs.iter().map(key));
-            steps.push(Step {
-                op,
-                inputs: event.inputs,
-                outputs: event.outputs,
-            });
-        }
-        outputs.iter().for_each(|t| check(t, &made));
-        if !untraced.is_empty() {
-            let names: Vec<String> = untraced.into_iter().collect();
-            return Err(Error::Graph(format!(
-                "forward mode: these ops have no tangent rule, so no tangent can pass them: {}",
-                names.join(", ")
-            )));
-        }
-        Ok(Linearization {
-            steps,
-            primals,
-            outputs,
-        })
-    }
-
-    /// The function's outputs, as computed from the tracked primals.
-    pub(crate) fn outputs(&self) -> &[Tensor] {
-        &self.outputs
-    }
-
+impl Recording {
     /// The outputs' tangents along the primals' `tangents` (one per primal, of its shape and
     /// dtype): zeros for an output no tangent reaches.
     pub(crate) fn push(&self, tangents: &[&Tensor]) -> Result<Vec<Tensor>> {
-        if tangents.len() != self.primals.len() {
+        if tangents.len() != self.inputs.len() {
             return Err(Error::Shape(format!(
                 "jvp: {} tangents for {} primals",
                 tangents.len(),
-                self.primals.len()
+                self.inputs.len()
             )));
         }
-        for (i, (t, p)) in tangents.iter().zip(&self.primals).enumerate() {
+        for (i, (t, p)) in tangents.iter().zip(&self.inputs).enumerate() {
             if t.shape() != p.shape() || t.dtype() != p.dtype() {
                 return Err(Error::Shape(format!(
                     "jvp: tangent {i} is {:?} {}, but its primal is {:?} {}",
@@ -323,9 +246,9 @@ impl Linearization {
 
     /// [`Linearization::push`] with some primals' tangents absent (zero), and absent output
     /// tangents left so.
-    fn push_some(&self, tangents: &[Option<&Tensor>]) -> Result<Vec<Option<Tensor>>> {
+    pub(crate) fn push_some(&self, tangents: &[Option<&Tensor>]) -> Result<Vec<Option<Tensor>>> {
         let mut known: HashMap<usize, Tensor> = HashMap::new();
-        for (p, t) in self.primals.iter().zip(tangents) {
+        for (p, t) in self.inputs.iter().zip(tangents) {
             if let (Some(t), true) = (t, p.dtype().is_float()) {
                 let sum = match known.remove(&key(p)) {
                     Some(before) => &before + *t,

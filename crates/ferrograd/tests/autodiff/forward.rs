@@ -625,11 +625,14 @@ fn jvp_refuses_tangents_that_do_not_fit_and_ops_without_rules() {
         })
     };
     let e = func::try_jvp(f, &[&x], &[&x]).unwrap_err().to_string();
-    assert!(e.contains("no tangent rule") && e.contains("custom"), "{e}");
+    assert!(
+        e.contains("forward mode: these ops have no rule") && e.contains("custom"),
+        "{e}"
+    );
     let msg = panic_message(|| {
         func::jvp(f, &[&x], &[&x]);
     });
-    assert!(msg.contains("no tangent rule"), "{msg}");
+    assert!(msg.contains("have no rule for it"), "{msg}");
 }
 
 #[test]
@@ -681,4 +684,136 @@ fn every_tangent_rule_is_differentiable_again() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A random choice of batched inputs and their batch axes for a case (at least one batched).
+fn in_dims_for(at: &[Tensor], seed: u64) -> Vec<Option<usize>> {
+    let pick =
+        |i: usize, k: u64| (seed.wrapping_mul(2_654_435_761) >> (i * 3 + k as usize)) as usize;
+    let mut dims: Vec<Option<usize>> = at
+        .iter()
+        .enumerate()
+        .map(|(i, x)| match pick(i, 0) % 3 {
+            0 if i > 0 => None,
+            _ => Some(pick(i, 1) % (x.ndim() + 1)),
+        })
+        .collect();
+    if dims.iter().all(Option::is_none) {
+        dims[0] = Some(0);
+    }
+    dims
+}
+
+/// Input `x` batched: `n` examples (the first `x` itself) stacked along `dim`.
+fn batch_of(x: &Tensor, n: usize, dim: usize, seed: u64) -> Tensor {
+    let mut examples = vec![x.clone()];
+    for k in 1..n {
+        examples.push(x + &(&randn(x.shape(), seed + k as u64) * 0.1));
+    }
+    Tensor::stack(&examples.iter().collect::<Vec<_>>(), dim)
+}
+
+#[test]
+fn every_batching_rule_matches_a_loop_over_the_batch() {
+    let n = 3;
+    let mut failures = Vec::new();
+    for c in all_cases() {
+        for seed in 0..3u64 {
+            let dims = in_dims_for(&c.at, seed + 1);
+            let inputs: Vec<Tensor> =
+                c.at.iter()
+                    .zip(&dims)
+                    .map(|(x, d)| match d {
+                        Some(d) => batch_of(x, n, *d, 400 + seed),
+                        None => x.clone(),
+                    })
+                    .collect();
+            let refs: Vec<&Tensor> = inputs.iter().collect();
+            let batched = func::try_vmap(|a| vec![(c.f)(a)], &refs, &dims);
+            let batched = match batched {
+                Ok(mut b) => b.remove(0),
+                Err(e) => {
+                    failures.push(format!("{} {dims:?}: {e}", c.name));
+                    continue;
+                }
+            };
+            let looped: Vec<Tensor> = (0..n)
+                .map(|k| {
+                    let example: Vec<Tensor> = inputs
+                        .iter()
+                        .zip(&dims)
+                        .map(|(x, d)| match d {
+                            Some(d) => x.narrow(*d, k, 1).squeeze(*d),
+                            None => x.clone(),
+                        })
+                        .collect();
+                    (c.f)(&example)
+                })
+                .collect();
+            let expected = Tensor::stack(&looped.iter().collect::<Vec<_>>(), 0);
+            if batched.shape() != expected.shape() || !batched.allclose(&expected, 1e-12, 1e-12) {
+                failures.push(format!("{} {dims:?}: {batched} against {expected}", c.name));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn per_example_gradients_by_vmap_of_grad_match_a_loop() {
+    let (w1, w2) = (randn(&[5, 4], 500), randn(&[3, 5], 501));
+    let (xs, ys) = (randn(&[6, 4], 502), randn(&[6, 3], 503));
+    let loss = |w1: &Tensor, w2: &Tensor, x: &Tensor, y: &Tensor| {
+        (&x.linear(w1, None).tanh().linear(w2, None) - y)
+            .square()
+            .mean()
+    };
+    let per_example = func::vmap(
+        |a: &[Tensor]| {
+            let g = func::grad(
+                |p: &[Tensor]| loss(&p[0], &p[1], &a[2], &a[3]),
+                &[&a[0], &a[1]],
+            );
+            Tensor::cat(&[&g[0].reshape(&[20]), &g[1].reshape(&[15])], 0)
+        },
+        &[None, None, Some(0), Some(0)],
+    )(&[&w1, &w2, &xs, &ys]);
+    assert_eq!(per_example.shape(), &[6, 35]);
+    for k in 0..6 {
+        let (x, y) = (xs.narrow(0, k, 1).squeeze(0), ys.narrow(0, k, 1).squeeze(0));
+        let g = func::grad(|p: &[Tensor]| loss(&p[0], &p[1], &x, &y), &[&w1, &w2]);
+        let expected = Tensor::cat(&[&g[0].reshape(&[20]), &g[1].reshape(&[15])], 0);
+        assert!(per_example
+            .narrow(0, k, 1)
+            .squeeze(0)
+            .allclose(&expected, 1e-12, 1e-12));
+    }
+}
+
+#[test]
+fn vmap_refuses_in_dims_that_do_not_fit() {
+    let (a, b) = (randn(&[3, 2], 510), randn(&[4, 2], 511));
+    let f = |p: &[Tensor]| vec![&p[0] + &p[1]];
+    let e = |r: ferrograd::Result<Vec<Tensor>>| r.unwrap_err().to_string();
+    assert!(e(func::try_vmap(f, &[&a, &b], &[Some(0), Some(0)])).contains("different sizes"));
+    assert!(e(func::try_vmap(f, &[&a, &b], &[Some(2), None])).contains("no axis 2"));
+    assert!(e(func::try_vmap(f, &[&a, &b], &[None, None])).contains("no input is batched"));
+    assert!(e(func::try_vmap(f, &[&a], &[Some(0), None])).contains("2 in_dims for 1 inputs"));
+}
+
+#[test]
+fn vmap_names_an_op_it_has_no_rule_for() {
+    let x = randn(&[3, 2], 520);
+    let f = |p: &[Tensor]| {
+        vec![custom_gradient(&[&p[0]], |xs: &[Tensor]| {
+            (xs[0].exp(), |g: &Tensor| vec![g.clone()])
+        })]
+    };
+    let e = func::try_vmap(f, &[&x], &[Some(0)])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("vmap: these ops have no rule") && e.contains("custom"),
+        "{e}"
+    );
 }

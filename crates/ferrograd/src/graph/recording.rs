@@ -1,0 +1,84 @@
+//! A function recorded once for the transforms that replay its ops: forward mode pushes
+//! tangents through them (`tangent`), `vmap` runs them again on batches (`batch`).
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+use super::Op;
+use crate::error::{Error, Result};
+use crate::tensor::trace::record_events;
+use crate::tensor::{enable_grad, Node as TensorNode, Tensor};
+
+/// A tensor's identity while a recording lives (its steps keep every tensor alive).
+pub(crate) fn key(t: &Tensor) -> usize {
+    Arc::as_ptr(&t.0) as usize
+}
+
+/// One op as a recorded function called it.
+pub(crate) struct Step {
+    pub(crate) op: Op,
+    pub(crate) inputs: Vec<Tensor>,
+    pub(crate) outputs: Vec<Tensor>,
+}
+
+/// A function's ops in the order they ran, with the values they read and gave.
+pub(crate) struct Recording {
+    pub(crate) steps: Vec<Step>,
+    /// The tensors the function was given, tracked where they are floats.
+    pub(crate) inputs: Vec<Tensor>,
+    pub(crate) outputs: Vec<Tensor>,
+}
+
+impl Recording {
+    /// Runs `f` once on `inputs` and records its ops. A float input that is tracked reaches
+    /// `f` as itself (an outer differentiation follows it through), another as a fresh tracked
+    /// copy, so that a value `f` computes from it by an op with no graph form is known and
+    /// refused: `transform` names the transform in that error.
+    pub(crate) fn record(
+        f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+        inputs: &[&Tensor],
+        transform: &str,
+    ) -> Result<Recording> {
+        let inputs: Vec<Tensor> = inputs
+            .iter()
+            .map(|p| match p.is_tracked() || !p.dtype().is_float() {
+                true => (*p).clone(),
+                false => p.detach().requires_grad(),
+            })
+            .collect();
+        let start = TensorNode::next_id();
+        let (outputs, events) = record_events(|| enable_grad(|| f(&inputs)));
+        let mut made: HashSet<usize> = inputs.iter().map(key).collect();
+        let mut untraced = BTreeSet::new();
+        let mut check = |t: &Tensor, made: &HashSet<usize>| {
+            let fresh = t.id().is_some_and(|id| id >= start) && !t.is_leaf();
+            if fresh && !made.contains(&key(t)) {
+                untraced.insert(t.grad_fn().unwrap_or_default());
+            }
+        };
+        let mut steps = Vec::with_capacity(events.len());
+        for event in events {
+            let op = Op::from_trace(event.variant, event.attrs).map_err(Error::Graph)?;
+            event.inputs.iter().for_each(|t| check(t, &made));
+            made.extend(event.outputs.iter().map(key));
+            steps.push(Step {
+                op,
+                inputs: event.inputs,
+                outputs: event.outputs,
+            });
+        }
+        outputs.iter().for_each(|t| check(t, &made));
+        if !untraced.is_empty() {
+            let names: Vec<String> = untraced.into_iter().collect();
+            return Err(Error::Graph(format!(
+                "{transform}: these ops have no rule for it, so it cannot pass them: {}",
+                names.join(", ")
+            )));
+        }
+        Ok(Recording {
+            steps,
+            inputs,
+            outputs,
+        })
+    }
+}
