@@ -6,12 +6,41 @@ use std::sync::Arc;
 
 use super::Op;
 use crate::error::{Error, Result};
-use crate::tensor::trace::record_events;
+use crate::tensor::trace::{record_events, Event};
 use crate::tensor::{enable_grad, Node as TensorNode, Tensor};
 
 /// A tensor's identity while a recording lives (its steps keep every tensor alive).
 pub(crate) fn key(t: &Tensor) -> usize {
     Arc::as_ptr(&t.0) as usize
+}
+
+/// Which events a recording replays: every op the function called, and the ops called inside
+/// those whose results reached something else (a derivative rule reads an op's intermediate
+/// values: a vector's product is a matrix product of its reshaped copy), found back to front.
+fn needed(inputs: &[Tensor], events: &[Event], outputs: &[Tensor]) -> Vec<bool> {
+    let outer: HashSet<usize> = events
+        .iter()
+        .filter(|e| e.depth == 1)
+        .flat_map(|e| e.outputs.iter().map(key))
+        .chain(inputs.iter().map(key))
+        .collect();
+    let mut keep: Vec<bool> = events.iter().map(|e| e.depth == 1).collect();
+    let mut wanted: HashSet<usize> = HashSet::new();
+    let want = |t: &Tensor, wanted: &mut HashSet<usize>| {
+        if !outer.contains(&key(t)) {
+            wanted.insert(key(t));
+        }
+    };
+    outputs.iter().for_each(|t| want(t, &mut wanted));
+    for (i, e) in events.iter().enumerate().rev() {
+        if e.depth > 1 && e.outputs.iter().any(|t| wanted.contains(&key(t))) {
+            keep[i] = true;
+        }
+        if keep[i] {
+            e.inputs.iter().for_each(|t| want(t, &mut wanted));
+        }
+    }
+    keep
 }
 
 /// One op as a recorded function called it.
@@ -48,6 +77,7 @@ impl Recording {
             .collect();
         let start = TensorNode::next_id();
         let (outputs, events) = record_events(|| enable_grad(|| f(&inputs)));
+        let keep = needed(&inputs, &events, &outputs);
         let mut made: HashSet<usize> = inputs.iter().map(key).collect();
         let mut untraced = BTreeSet::new();
         let mut check = |t: &Tensor, made: &HashSet<usize>| {
@@ -57,7 +87,7 @@ impl Recording {
             }
         };
         let mut steps = Vec::with_capacity(events.len());
-        for event in events {
+        for (event, _) in events.into_iter().zip(keep).filter(|(_, k)| *k) {
             let op = Op::from_trace(event.variant, event.attrs).map_err(Error::Graph)?;
             event.inputs.iter().for_each(|t| check(t, &made));
             made.extend(event.outputs.iter().map(key));

@@ -97,7 +97,8 @@ pub fn trace_named(
             node
         })
         .collect();
-    for event in events {
+    // The ops called inside ops are the outer ops' business.
+    for event in events.into_iter().filter(|e| e.depth == 1) {
         b.add(event)?;
     }
     let outputs = outputs.iter().map(|t| b.node_of(t)).collect();

@@ -273,6 +273,14 @@ impl Tensor {
     /// gradient of max pooling).
     fn scatter_planes(&self, arg: &Arc<[usize]>, (h, w): (usize, usize)) -> Tensor {
         let (np, ho, wo) = planes("max_pool2d backward", self);
+        if trace::is_tracing() {
+            // A trace (forward mode or `vmap` of a gradient) reads ops it has rules for: the
+            // same sums by `index_add` at flat positions.
+            let at = flat_positions(arg, np, ho * wo, h * w);
+            let zeros = Tensor::zeros(&[np * h * w], self.dtype());
+            let flat = self.reshape(&[np * ho * wo]);
+            return zeros.index_add(0, &at, &flat).reshape(&with_hw(self, h, w));
+        }
         let out = with_dtype!(self.dtype(), T => {
             let up = self.contiguous_data::<T>();
             let out = index::scatter_add_planes(&up, arg, np, (ho * wo, h * w));
@@ -288,6 +296,13 @@ impl Tensor {
     /// [`Tensor::scatter_planes`]).
     fn gather_planes(&self, arg: &Arc<[usize]>, (ho, wo): (usize, usize)) -> Tensor {
         let (np, h, w) = planes("max_pool2d double backward", self);
+        if trace::is_tracing() {
+            let at = flat_positions(arg, np, ho * wo, h * w);
+            let flat = self.reshape(&[np * h * w]);
+            return flat
+                .index_select(0, at.as_slice())
+                .reshape(&with_hw(self, ho, wo));
+        }
         let out = with_dtype!(self.dtype(), T => {
             let x = self.contiguous_data::<T>();
             let out = index::gather_planes(&x, &arg[..np * ho * wo], (h * w, ho * wo));
@@ -298,6 +313,14 @@ impl Tensor {
             smallvec![Some(up.scatter_planes(&arg, hw))]
         })
     }
+}
+
+/// The positions `arg` (within each plane of `plane` elements, `per` per plane) as positions
+/// in all `np` planes laid end to end.
+fn flat_positions(arg: &[usize], np: usize, per: usize, plane: usize) -> Vec<usize> {
+    (0..np * per)
+        .map(|k| (k / per.max(1)) * plane + arg[k])
+        .collect()
 }
 
 // The poolings' shape rules, which the static graph's inference shares (see `ops::shape`).

@@ -1,6 +1,7 @@
 //! The tape a trace reads: while a function runs eagerly under [`record_events`], each op it
 //! calls notes one [`Event`] (its graph variant's name, its attributes, its inputs and its
-//! outputs), and the ops that op calls inside itself note nothing. The graph layer turns the
+//! outputs) when it ends; the ops that op calls inside itself note theirs too, marked as
+//! deeper, before it. The graph layer turns the
 //! events into graph nodes (`graph::trace`); this layer knows nothing of graphs, so an op notes
 //! its attributes as values and the graph's table reads them back by type.
 //!
@@ -21,6 +22,9 @@ pub(crate) struct Event {
     pub(crate) attrs: Vec<Box<dyn Any>>,
     pub(crate) inputs: Vec<Tensor>,
     pub(crate) outputs: Vec<Tensor>,
+    /// 1 for an op the function called, more for one that op called inside itself (whose
+    /// results a derivative rule may read).
+    pub(crate) depth: usize,
 }
 
 /// The events of one trace, and how deep inside ops the caller is, counted from where the
@@ -32,7 +36,7 @@ struct Tape {
 
 thread_local! {
     /// The traces running on this thread, outermost first: an op notes its event on each
-    /// trace for which it is the outermost op, so a trace inside another (a `jvp` inside a
+    /// trace it runs inside, so a trace inside another (a `jvp` inside a
     /// traced function, or inside another `jvp`) is also recorded by the outer one.
     static TAPES: RefCell<Vec<Tape>> = const { RefCell::new(Vec::new()) };
 }
@@ -76,7 +80,7 @@ fn enter() -> Option<Traced> {
     })
 }
 
-/// Notes an op's event on each tape for which it is the outermost op running.
+/// Notes an op's event on each tape it runs inside, with how deep it runs there.
 fn record(
     traced: Traced,
     variant: &'static str,
@@ -86,14 +90,13 @@ fn record(
 ) {
     TAPES.with(|t| {
         for tape in t.borrow_mut().iter_mut().take(traced.tapes) {
-            if tape.depth == 1 {
-                tape.events.push(Event {
-                    variant,
-                    attrs: attrs(),
-                    inputs: inputs.iter().map(|&t| t.clone()).collect(),
-                    outputs: outputs.to_vec(),
-                });
-            }
+            tape.events.push(Event {
+                variant,
+                attrs: attrs(),
+                inputs: inputs.iter().map(|&t| t.clone()).collect(),
+                outputs: outputs.to_vec(),
+                depth: tape.depth,
+            });
         }
     });
 }
