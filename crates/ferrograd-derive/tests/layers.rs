@@ -40,7 +40,7 @@ const BINDING_LAYERS: &[&[&str]] = &[
     &["index", "autograd"],
     &["tensor"],
     &["nn", "rearrange", "spellings"],
-    &["module", "train", "transformer", "graph", "onnx"],
+    &["module", "train", "transformer", "graph", "onnx", "func"],
     &["elementwise"],
 ];
 

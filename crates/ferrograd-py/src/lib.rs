@@ -8,6 +8,7 @@
 mod autograd;
 mod convert;
 mod elementwise;
+mod func;
 mod graph;
 mod guard;
 mod index;
@@ -470,6 +471,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     guard::install_panic_hook();
     guard::register(m)?;
     m.add_class::<PyTensor>()?;
+    m.add_function(wrap_pyfunction!(func::func_linearize, m)?)?;
+    m.add_function(wrap_pyfunction!(func::func_vmap, m)?)?;
+    m.add_class::<func::PyLinearized>()?;
     m.add_function(wrap_pyfunction!(onnx::onnx_export, m)?)?;
     m.add_function(wrap_pyfunction!(onnx::onnx_load, m)?)?;
     m.add_class::<onnx::PyOnnxModule>()?;

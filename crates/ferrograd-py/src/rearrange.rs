@@ -64,6 +64,19 @@ impl PyTensor {
         self.map(py, |t| t.gather(dim, &index))
     }
 
+    /// The core's `scatter_add` along `dim` (`index` int64 of `src`'s shape, checked by the
+    /// Python method that calls this).
+    fn _scatter_add(
+        &self,
+        py: Python<'_>,
+        dim: isize,
+        index: &Bound<'_, PyAny>,
+        src: &Bound<'_, PyAny>,
+    ) -> PyResult<PyTensor> {
+        let (index, src) = (to_tensor(index, None)?, to_tensor(src, None)?);
+        self.map(py, |t| t.scatter_add(dim, &index, &src))
+    }
+
     /// The elements in reverse order along each of `dims`.
     #[pyo3(signature = (*dims))]
     fn flip(&self, py: Python<'_>, dims: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {

@@ -398,8 +398,10 @@ pub fn jvpcheck(
 ///
 /// `f` runs once, on the first example, while its ops are recorded; each op then runs once
 /// on the whole batch by its batching rule, so the batch costs one batched computation, not a
-/// loop. Values must not steer `f`'s control flow (it is recorded as the first example takes
-/// it), and random draws inside `f` are the same for every example (`randomness="same"`).
+/// loop. `f` runs once more on the last example alone, to check the batch: where values steer
+/// `f` (its control flow, or positions read from values) the two differ, and `f` then runs
+/// once per example instead (said once on standard error). Random draws inside `f` are the
+/// same for every example (`randomness="same"`).
 ///
 /// ```
 /// use ferrograd::func;
@@ -435,7 +437,7 @@ pub fn vmap<F: Fn(&[Tensor]) -> Tensor>(
 /// error: `in_dims` that do not fit the inputs, batches of different sizes, or an op in `f`
 /// with no batching rule (named).
 pub fn try_vmap(
-    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+    f: impl Fn(&[Tensor]) -> Vec<Tensor>,
     inputs: &[&Tensor],
     in_dims: &[Option<usize>],
 ) -> Result<Vec<Tensor>> {

@@ -120,12 +120,24 @@ fn class_nll(
         rows.push(row);
         picks.push(row * classes + c as usize);
     }
+    let kept = (rows.len() < positions).then_some(rows);
+    if crate::tensor::trace::is_tracing() {
+        // A transform that records this (`vmap`, `jvp`) must see the targets as a tensor, not
+        // as the positions one example's values name.
+        assert!(
+            kept.is_none(),
+            "{op}: positions left out by ignore_index depend on the targets' values, which a \
+             recording transform (vmap, jvp, trace) cannot follow"
+        );
+        let rows = log_probs.reshape(&[positions, classes]);
+        let picked = rows.gather(1, &target.reshape(&[positions, 1]));
+        return (smoothed(-&picked.reshape(&[positions]), None), None);
+    }
     // Picking each row's entry from the flat log-probabilities (index_select, whose derivative
     // scatters back) costs one read per row where a one-hot product would read all classes.
     let picked = log_probs
         .reshape(&[log_probs.numel()])
         .index_select(0, &picks);
-    let kept = (rows.len() < positions).then_some(rows);
     (smoothed(-&picked, kept.as_deref()), kept)
 }
 

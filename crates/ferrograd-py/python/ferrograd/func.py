@@ -1,13 +1,31 @@
-"""``torch.func``'s transforms that reverse mode gives: ``grad``, ``grad_and_value``, ``vjp``,
-``jacrev`` and ``hessian``, and ``functional_call``. Each transform returns a function; they
-compose (``grad(grad(f))`` is the second derivative), as the Rust ``ferrograd::func`` does.
-Forward mode (``jvp``, ``jacfwd``) and ``vmap`` are not built yet."""
+"""``torch.func``'s transforms: in reverse mode ``grad``, ``grad_and_value``, ``vjp``,
+``jacrev`` and ``hessian``; in forward mode ``jvp``, ``linearize`` and ``jacfwd`` (a tangent
+rule per op in the core); ``vmap`` (a batching rule per op); and ``functional_call``. Each
+transform returns a function; they compose (``grad(grad(f))`` is the second derivative,
+``vmap(grad(f))`` gives per-example gradients), as the Rust ``ferrograd::func`` does.
+
+Forward mode and ``vmap`` record the ops a function calls while it runs once, so they pass
+through the core's ops only; a value computed some other way (numpy) inside the function is
+refused by name when it depends on the inputs. ``vmap`` records the control flow the first
+example takes, and random draws are the same for every example (``randomness="same"``)."""
 
 from . import _core, enable_grad, stack, zeros
 from ._core import Tensor
 from ._core import grad as _core_grad
+from .reshaping_and_reductions import movedim
 
-__all__ = ["functional_call", "grad", "grad_and_value", "hessian", "jacrev", "vjp"]
+__all__ = [
+    "functional_call",
+    "grad",
+    "grad_and_value",
+    "hessian",
+    "jacfwd",
+    "jacrev",
+    "jvp",
+    "linearize",
+    "vjp",
+    "vmap",
+]
 
 
 def _argnums(argnums, args, name):
@@ -128,9 +146,9 @@ def jacrev(func, argnums=0, has_aux=False):
 
 
 def hessian(func, argnums=0):
-    """A function giving the Hessian of ``func`` (one-element output): ``jacrev`` of its
-    gradient, shaped ``input.shape + input.shape``."""
-    return jacrev(grad(func, argnums), argnums)
+    """A function giving the Hessian of ``func`` (one-element output): the forward-mode
+    Jacobian of its gradient (``torch.func``'s recipe), shaped ``input.shape + input.shape``."""
+    return jacfwd(grad(func, argnums), argnums)
 
 
 def _merged(dicts):
@@ -186,3 +204,160 @@ def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, 
     finally:
         for owner, leaf, value in before:
             owner.__setattr__(leaf, value)
+
+
+class _Recorded:
+    """A Python function as the core records it: its outputs come back as a list, with the
+    structure (one tensor or a tuple) and the ``aux`` kept here."""
+
+    def __init__(self, func, has_aux, name):
+        self.func, self.has_aux, self.name = func, has_aux, name
+        self.single, self.aux = True, None
+
+    def __call__(self, *args):
+        out = self.func(*args)
+        if self.has_aux:
+            if not (isinstance(out, tuple) and len(out) == 2):
+                raise RuntimeError(f"{self.name}: with has_aux=True, the function must return (output, aux)")
+            out, self.aux = out
+        self.single = isinstance(out, Tensor)
+        return out
+
+    def pack(self, values):
+        return values[0] if self.single else tuple(values)
+
+
+def _tensors(values, what, name):
+    values = tuple(values) if isinstance(values, (tuple, list)) else (values,)
+    for v in values:
+        if not isinstance(v, Tensor):
+            raise RuntimeError(f"{name}: {what} must be tensors, got {type(v).__name__}")
+    return values
+
+
+def jvp(func, primals, tangents, *, strict=False, has_aux=False):
+    """``(func(*primals), J·tangents)`` by forward mode, as ``torch.func.jvp``: one run of
+    ``func`` with each op's tangent computed beside its value. With ``has_aux``, ``func``
+    returns ``(output, aux)`` and ``aux`` comes third."""
+    del strict
+    primals = _tensors(primals, "primals", "jvp")
+    tangents = _tensors(tangents, "tangents", "jvp")
+    if len(primals) != len(tangents):
+        raise RuntimeError(f"jvp: {len(tangents)} tangents for {len(primals)} primals")
+    recorded = _Recorded(func, has_aux, "jvp")
+    lin = _core.func_linearize(recorded, list(primals))
+    out, tangent = recorded.pack(lin.values()), recorded.pack(lin.jvp(list(tangents)))
+    return (out, tangent, recorded.aux) if has_aux else (out, tangent)
+
+
+def linearize(func, *primals):
+    """``(func(*primals), jvp_fn)``, as ``torch.func.linearize``: ``func`` runs once, and each
+    ``jvp_fn(*tangents)`` runs only the tangent rules of the ops it recorded."""
+    primals = _tensors(primals, "primals", "linearize")
+    recorded = _Recorded(func, False, "linearize")
+    lin = _core.func_linearize(recorded, list(primals))
+
+    def jvp_fn(*tangents):
+        tangents = _tensors(tangents, "tangents", "linearize")
+        return recorded.pack(lin.jvp(list(tangents)))
+
+    return recorded.pack(lin.values()), jvp_fn
+
+
+def jacfwd(func, argnums=0, has_aux=False, *, randomness="error"):
+    """A function giving the Jacobian of ``func`` by forward mode, shaped ``output.shape +
+    input.shape`` (a tuple over the arguments when ``argnums`` is a tuple, and over the
+    outputs when ``func`` returns a tuple): ``func`` runs once, then one tangent pass per
+    input element."""
+    del randomness
+
+    def wrapper(*args):
+        nums = _argnums(argnums, args, "jacfwd")
+
+        def call(*xs):
+            full = list(args)
+            for i, x in zip(nums, xs):
+                full[i] = x
+            return func(*full)
+
+        recorded = _Recorded(call, has_aux, "jacfwd")
+        xs = [args[i] for i in nums]
+        lin = _core.func_linearize(recorded, xs)
+        outs = lin.values()
+        per_arg = []  # per argument, per output: the tangent along each of its elements
+        for j, x in enumerate(xs):
+            cols = [[] for _ in outs]
+            for k in range(x.numel()):
+                basis = [
+                    _basis(x, k) if m == j else zeros(*other.shape, dtype=other.dtype) for m, other in enumerate(xs)
+                ]
+                for o, t in enumerate(lin.jvp(basis)):
+                    cols[o].append(t)
+            per_arg.append(cols)
+        jacobians = []
+        for o, out in enumerate(outs):
+            blocks = []
+            for j, x in enumerate(xs):
+                shape = tuple(out.shape) + tuple(x.shape)
+                cols = per_arg[j][o]
+                block = stack(cols, out.dim()).reshape(*shape) if cols else zeros(*shape, dtype=out.dtype)
+                blocks.append(block)
+            jacobians.append(blocks[0] if isinstance(argnums, int) else tuple(blocks))
+        jac = recorded.pack(jacobians)
+        return (jac, recorded.aux) if has_aux else jac
+
+    return wrapper
+
+
+def _basis(x, k):
+    """Zeros shaped as ``x`` with a one at flat position ``k``."""
+    e = zeros(x.numel(), dtype=x.dtype)
+    e[k] = 1.0
+    return e.reshape(*x.shape)
+
+
+def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
+    """``func``, written for one example, as a function of a batch (``torch.func.vmap``):
+    argument ``i`` is batched along ``in_dims[i]`` (an int for every argument, or a tuple with
+    ``None`` for a shared one); each output is batched along ``out_dims``. The batch runs as
+    one batched computation: each op of ``func`` by its batching rule.
+
+    Random draws inside ``func`` are the same for every example: ``randomness`` may be
+    ``"error"`` (PyTorch's default, which refuses draws; here they are not detected) or
+    ``"same"``, and ``"different"`` is refused."""
+    if randomness not in ("error", "same", "different"):
+        raise RuntimeError(f"vmap: randomness must be 'error', 'same' or 'different', got {randomness!r}")
+    if randomness == "different":
+        raise NotImplementedError("vmap: randomness='different' is not supported; draws are the same for every example")
+    del chunk_size
+
+    def wrapper(*args, **kwargs):
+        dims = tuple(in_dims) if isinstance(in_dims, (tuple, list)) else (in_dims,) * len(args)
+        if len(dims) != len(args):
+            raise ValueError(f"vmap: in_dims has {len(dims)} entries for {len(args)} positional arguments")
+        positions, tensors, axes = [], [], []
+        for i, (a, d) in enumerate(zip(args, dims)):
+            if d is not None and not isinstance(d, int):
+                raise ValueError(f"vmap: in_dims[{i}] must be an int or None (nested in_dims are not supported)")
+            if isinstance(a, Tensor):
+                positions.append(i)
+                tensors.append(a)
+                axes.append(None if d is None else d % max(a.dim(), 1))
+            elif d is not None:
+                raise ValueError(f"vmap: in_dims[{i}]={d} for an argument of type {type(a).__name__}; only tensors map")
+
+        def call(*xs):
+            full = list(args)
+            for i, x in zip(positions, xs):
+                full[i] = x
+            return func(*full, **kwargs)
+
+        recorded = _Recorded(call, False, "vmap")
+        outs = _core.func_vmap(recorded, tensors, axes)
+        ods = tuple(out_dims) if isinstance(out_dims, (tuple, list)) else (out_dims,) * len(outs)
+        if len(ods) != len(outs):
+            raise ValueError(f"vmap: out_dims has {len(ods)} entries for {len(outs)} outputs")
+        moved = [o if d == 0 else movedim(o, 0, d) for o, d in zip(outs, ods)]
+        return recorded.pack(moved)
+
+    return wrapper

@@ -236,8 +236,12 @@ def scatter_add(self, dim, index, src):
     """``self`` with ``src[i][j]`` added at ``[index[i][j]][j]`` (along ``dim``): repeated
     positions add up. Differentiable in ``self`` and ``src``."""
     targets, shape = _scatter_targets(self, dim, index, tuple(src.shape), "scatter_add")
-    values = _source(self, shape, src, None).reshape(-1)
-    return self.reshape(-1).index_add(0, targets, values).reshape(*self.shape)
+    if self.ndim == 0:
+        values = _source(self, shape, src, None).reshape(-1)
+        return self.reshape(-1).index_add(0, targets, values).reshape(*self.shape)
+    # The core's op, with the index as a tensor: transforms that record (vmap, jvp) follow it.
+    index = index if isinstance(index, Tensor) else _core.tensor(np.asarray(index, dtype=np.int64))
+    return self._scatter_add(_axis(self, dim), index, _source(self, shape, src, None))
 
 
 def scatter(self, dim, index, src=None, value=None, reduce=None):

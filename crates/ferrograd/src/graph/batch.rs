@@ -8,9 +8,10 @@
 //! weights) runs once per example ([`Batch::each`]), as `torch.func.vmap` does for its ops
 //! without a rule.
 //!
-//! The values a function computes steer nothing: control flow is recorded as the first example
-//! takes it, and random draws are the same for every example (`torch.func`'s
-//! `randomness="same"`).
+//! The values a function computes must steer nothing: control flow is recorded as the first
+//! example takes it. The batched result is checked against the function run on the last
+//! example alone, and where they differ the function runs once per example instead. Random
+//! draws are the same for every example (`torch.func`'s `randomness="same"`).
 
 use std::collections::HashMap;
 
@@ -263,11 +264,76 @@ impl Recording {
 /// `f` of a batch: the inputs with an axis in `in_dims` are batched along it (all of one
 /// size), the others shared; `f` sees one example and its outputs come back batched along
 /// axis 0.
+///
+/// Where `f` read values it computed (to steer its control flow, or as positions an op's
+/// derivative routes by), and where the batched result differs from `f` run alone on the last
+/// example, `f` runs once per example instead; the first time this happens it is said on
+/// standard error.
 pub(crate) fn vmap_call(
-    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+    f: impl Fn(&[Tensor]) -> Vec<Tensor>,
     inputs: &[&Tensor],
     in_dims: &[Option<usize>],
 ) -> Result<Vec<Tensor>> {
+    let (batched, n) = batched_inputs(inputs, in_dims)?;
+    let example = |k: usize| -> Vec<Tensor> {
+        inputs
+            .iter()
+            .zip(&batched)
+            .map(|(x, b)| match b {
+                Some(b) => b.narrow(0, k, 1).squeeze(0),
+                None => (*x).clone(),
+            })
+            .collect()
+    };
+    let first = example(0);
+    let refs: Vec<&Tensor> = first.iter().collect();
+    let recorded = Recording::record(&f, &refs, "vmap")?;
+    if !recorded.read {
+        // The replay is plain computation: it records for reverse mode only inside another
+        // differentiation.
+        let tracked = inputs.iter().any(|t| t.is_tracked());
+        let replayed = match tracked {
+            true => recorded.replay(&batched, n),
+            false => no_grad(|| recorded.replay(&batched, n)),
+        };
+        if n == 1 || agrees(&replayed, &f(&example(n - 1)), n - 1) {
+            return Ok(replayed);
+        }
+    }
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        eprintln!(
+            "vmap: the batched result differs from the function run on one example (its ops \
+             depend on the batched values: control flow, or positions read from them); \
+             running it once per example instead"
+        )
+    });
+    let runs: Vec<Vec<Tensor>> = (0..n).map(|k| f(&example(k))).collect();
+    Ok((0..runs[0].len())
+        .map(|j| Tensor::stack(&runs.iter().map(|r| &r[j]).collect::<Vec<_>>(), 0))
+        .collect())
+}
+
+/// Whether example `k` of each batched output is `alone` (the function run on that example
+/// by itself), to rounding.
+fn agrees(batched: &[Tensor], alone: &[Tensor], k: usize) -> bool {
+    batched.len() == alone.len()
+        && batched.iter().zip(alone).all(|(b, a)| {
+            let b = b.narrow(0, k, 1).squeeze(0);
+            let tol = match a.dtype() {
+                crate::tensor::DType::F64 => 1e-9,
+                _ => 1e-4,
+            };
+            b.shape() == a.shape() && b.dtype() == a.dtype() && b.allclose(a, tol, tol)
+        })
+}
+
+/// The batched inputs with their batch axis first (`None` for a shared one), and the batch
+/// size; or why `in_dims` do not fit.
+fn batched_inputs(
+    inputs: &[&Tensor],
+    in_dims: &[Option<usize>],
+) -> Result<(Vec<Option<Tensor>>, usize)> {
     if in_dims.len() != inputs.len() {
         return Err(Error::Shape(format!(
             "vmap: {} in_dims for {} inputs",
@@ -306,20 +372,5 @@ pub(crate) fn vmap_call(
         Some(0) => return Err(Error::Shape("vmap: the batch is empty".into())),
         Some(&n) => n,
     };
-    let examples: Vec<Tensor> = inputs
-        .iter()
-        .zip(&batched)
-        .map(|(x, b)| match b {
-            Some(b) => b.narrow(0, 0, 1).squeeze(0),
-            None => (*x).clone(),
-        })
-        .collect();
-    let refs: Vec<&Tensor> = examples.iter().collect();
-    let recorded = Recording::record(f, &refs, "vmap")?;
-    // The replay is plain computation: it records for reverse mode only inside another
-    // differentiation.
-    Ok(match inputs.iter().any(|t| t.is_tracked()) {
-        true => recorded.replay(&batched, n),
-        false => no_grad(|| recorded.replay(&batched, n)),
-    })
+    Ok((batched, n))
 }

@@ -56,6 +56,8 @@ pub(crate) struct Recording {
     /// The tensors the function was given, tracked where they are floats.
     pub(crate) inputs: Vec<Tensor>,
     pub(crate) outputs: Vec<Tensor>,
+    /// Whether the function read values it computed (see `tensor::trace`).
+    pub(crate) read: bool,
 }
 
 impl Recording {
@@ -76,7 +78,8 @@ impl Recording {
             })
             .collect();
         let start = TensorNode::next_id();
-        let (outputs, events) = record_events(|| enable_grad(|| f(&inputs)));
+        let (outputs, noted) = record_events(|| enable_grad(|| f(&inputs)));
+        let events = noted.events;
         let keep = needed(&inputs, &events, &outputs);
         let mut made: HashSet<usize> = inputs.iter().map(key).collect();
         let mut untraced = BTreeSet::new();
@@ -109,6 +112,7 @@ impl Recording {
             steps,
             inputs,
             outputs,
+            read: noted.read,
         })
     }
 }

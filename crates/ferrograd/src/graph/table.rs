@@ -975,6 +975,47 @@ declare_ops! {
         }
     }
 
+    /// Input 0 with input 2's elements added at the positions input 1 names along an axis,
+    /// PyTorch's `scatter_add`.
+    ScatterAdd "scatter_add" { axis: usize }
+    infer(i) {
+        let ((s, d), (ix, _), (src, _)) = (&i[0], &i[1], &i[2]);
+        check_axis(*axis, s)?;
+        let fits = ix.len() == s.len()
+            && ix == src
+            && ix
+                .iter()
+                .zip(s)
+                .enumerate()
+                .all(|(a, (n, m))| a == *axis || !matches!((n, m), (Some(n), Some(m)) if n > m));
+        if !fits {
+            return Err(format!(
+                "index {} and src {} do not fit {} along axis {axis}",
+                show(ix),
+                show(src),
+                show(s)
+            ));
+        }
+        Ok((s.clone(), *d))
+    }
+    eval(x) { x[0].scatter_add(*axis, &x[1], &x[2]) }
+    jvp(x, y, t) {
+        match (t.at(0), t.at(2)) {
+            (None, None) => None,
+            _ => Some(t.or_zeros(0, &x[0]).scatter_add(*axis, &x[1], &t.or_zeros(2, &x[2]))),
+        }
+    }
+    vmap(b) {
+        b.lifted_eval(Op::ScatterAdd { axis: axis + 1 }).remove(0)
+    }
+    node {
+        /// PyTorch's `scatter_add` along `axis`, as [`Tensor::scatter_add`].
+        pub fn scatter_add<A: Axis>(&self, axis: A, index: &Node, src: &Node) -> Node {
+            let axis = self.axis("scatter_add", axis, 0);
+            self.graph.add(Op::ScatterAdd { axis }, &[self, index, src])
+        }
+    }
+
     /// Input 1 where input 0 is non-zero, input 2 elsewhere (broadcast).
     WhereCond "where_cond" {}
     infer(i) {

@@ -75,7 +75,8 @@ pub fn trace_named(
             false => t.detach(),
         })
         .collect();
-    let (outputs, events) = record_events(|| enable_grad(|| f(&fed)));
+    let (outputs, noted) = record_events(|| enable_grad(|| f(&fed)));
+    let events = noted.events;
     let mut b = Builder {
         graph: Graph::new(),
         known: HashMap::new(),

@@ -23,7 +23,7 @@ pub(super) const SUPPORTED: &[&str] = &[
     "TopK", "CumSum", "Trilu",
     // shapes
     "Shape", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Slice",
-    "Split", "Gather", "GatherElements", "Expand", "Tile", "Pad", "Resize", "ConstantOfShape",
+    "Split", "Gather", "GatherElements", "ScatterElements", "Expand", "Tile", "Pad", "Resize", "ConstantOfShape",
     "Range", "Constant",
     // recurrent layers
     "LSTM", "GRU", "RNN",
@@ -596,10 +596,7 @@ fn shapes(op: &str, a: &Attrs<'_>, ins: &[Option<Tensor>]) -> Result<Option<Vec<
         "Slice" => slice(x, ins)?,
         "Split" => return split(x, ins, a, a.outputs()).map(Some),
         "Gather" => gather(x, need(ins, 1)?, axis(a.int("axis", 0), rank)?)?,
-        "GatherElements" => x.gather(
-            axis(a.int("axis", 0), rank)?,
-            &need(ins, 1)?.to_dtype(DType::I64),
-        ),
+        "ScatterElements" | "GatherElements" => by_elements(op, x, ins, a)?,
         "Expand" => {
             let want: Vec<usize> = ints_in(1)?.iter().map(|&d| d.max(0) as usize).collect();
             let shape = crate::tensor::broadcast_shapes(x.shape(), &want)
@@ -634,6 +631,20 @@ fn shapes(op: &str, a: &Attrs<'_>, ins: &[Option<Tensor>]) -> Result<Option<Vec<
         _ => return Ok(None),
     };
     Ok(Some(vec![y]))
+}
+
+/// `GatherElements`, and `ScatterElements` with `reduction="add"`: PyTorch's `gather` and
+/// `scatter_add`.
+fn by_elements(op: &str, x: &Tensor, ins: &[Option<Tensor>], a: &Attrs<'_>) -> Result<Tensor> {
+    let ax = axis(a.int("axis", 0), x.ndim())?;
+    let index = need(ins, 1)?.to_dtype(DType::I64);
+    if op == "GatherElements" {
+        return Ok(x.gather(ax, &index));
+    }
+    match a.string("reduction", "none").as_str() {
+        "add" => Ok(x.scatter_add(ax, &index, need(ins, 2)?)),
+        other => Err(refuse(format!("ScatterElements with reduction {other:?}"))),
+    }
 }
 
 fn squeeze(op: &str, x: &Tensor, ins: &[Option<Tensor>], a: &Attrs<'_>) -> Result<Tensor> {

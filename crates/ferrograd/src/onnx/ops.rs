@@ -154,6 +154,11 @@ onnx_forms! { e, i, op, x;
             let index = as_dtype(e, e.nodes[i].inputs[1], x[1], DType::I64);
             one(e.node("GatherElements", &[x[0], &index], vec![int("axis", *axis as i64)]))
         },
+        Op::ScatterAdd { axis } => {
+            let index = as_dtype(e, e.nodes[i].inputs[1], x[1], DType::I64);
+            let attrs = vec![int("axis", *axis as i64), string("reduction", "add")];
+            one(e.node("ScatterElements", &[x[0], &index, x[2]], attrs))
+        },
         Op::WhereCond {} => {
             let cond = to_bool(e, x[0]);
             let (d, ins) = (e.dtype(i), e.nodes[i].inputs.clone());

@@ -275,7 +275,8 @@ impl Tensor {
         let (np, ho, wo) = planes("max_pool2d backward", self);
         if trace::is_tracing() {
             // A trace (forward mode or `vmap` of a gradient) reads ops it has rules for: the
-            // same sums by `index_add` at flat positions.
+            // same sums by `index_add` at flat positions, which the forward read from values.
+            trace::note_positions_read();
             let at = flat_positions(arg, np, ho * wo, h * w);
             let zeros = Tensor::zeros(&[np * h * w], self.dtype());
             let flat = self.reshape(&[np * ho * wo]);
@@ -297,6 +298,7 @@ impl Tensor {
     fn gather_planes(&self, arg: &Arc<[usize]>, (ho, wo): (usize, usize)) -> Tensor {
         let (np, h, w) = planes("max_pool2d double backward", self);
         if trace::is_tracing() {
+            trace::note_positions_read();
             let at = flat_positions(arg, np, ho * wo, h * w);
             let flat = self.reshape(&[np * h * w]);
             return flat

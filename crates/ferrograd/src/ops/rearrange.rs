@@ -2,9 +2,11 @@
 //! the differentiable selections (`index_select`, `narrow`, `cat`, broadcasting), so each has
 //! derivatives of every order.
 
+use smallvec::smallvec;
+
 use super::{axes_in, axis_in, Axis};
 use crate::tensor::trace::{self, attrs};
-use crate::tensor::Tensor;
+use crate::tensor::{no_grad, record, Tensor};
 
 impl Tensor {
     /// PyTorch's `gather`: `out[i][j][k] = self[i][index[i][j][k]][k]` along `axis` 1 (so
@@ -28,44 +30,107 @@ impl Tensor {
 
     fn gather_untraced<A: Axis>(&self, axis: A, index: &Tensor) -> Tensor {
         let axis = axis_in("gather", axis, self.shape());
-        let (shape, ishape) = (self.shape(), index.shape());
-        assert!(
-            ishape.len() == shape.len()
-                && ishape
-                    .iter()
-                    .zip(shape)
-                    .enumerate()
-                    .all(|(a, (&i, &s))| a == axis || i <= s),
-            "gather: index {ishape:?} does not fit {shape:?} along axis {axis} (same rank, no \
-             other axis longer)"
-        );
-        let len = shape[axis];
-        let strides: Vec<usize> = (0..shape.len())
-            .map(|a| shape[a + 1..].iter().product())
-            .collect();
-        let picks: Vec<usize> = index
-            .to_vec::<f64>()
-            .iter()
-            .enumerate()
-            .map(|(flat, &i)| {
-                assert!(
-                    i >= 0.0 && i < len as f64 && i.fract() == 0.0,
-                    "gather: index {i} is out of range for axis {axis} of length {len}"
-                );
-                // The position `flat` of `index`, with its `axis` coordinate replaced by `i`.
-                let mut rest = flat;
-                (0..ishape.len()).rev().fold(0, |at, a| {
-                    let c = rest % ishape[a];
-                    rest /= ishape[a];
-                    at + strides[a] * if a == axis { i as usize } else { c }
-                })
-            })
-            .collect();
-        self.reshape(&[self.numel()])
-            .index_select(0, picks.as_slice())
-            .reshape(ishape)
+        let picks = positions_of("gather", self.shape(), axis, index);
+        let out = no_grad(|| {
+            self.reshape(&[self.numel()])
+                .index_select(0, picks.as_slice())
+                .reshape(index.shape())
+        });
+        // The derivative scatters by the index tensor itself, so that a recording transform
+        // (vmap of a gradient) follows the index's values.
+        let (index, shape) = (index.clone(), self.shape().to_vec());
+        record("gather", out, &[self], move |c, up| {
+            let zeros = Tensor::zeros(&shape, c.input(0).dtype());
+            smallvec![Some(zeros.scatter_add(axis, &index, up))]
+        })
     }
 
+    /// PyTorch's `scatter_add`: this tensor with each element of `src` added at the position
+    /// `index` names along `axis` (`out[i][index[i][j]][k] += src[i][j][k]` for axis 1);
+    /// `index` has `src`'s shape, no other axis longer than this tensor's.
+    ///
+    /// ```
+    /// use ferrograd::prelude::*;
+    /// let counts = Tensor::zeros(&[1, 3], DType::F64);
+    /// let at = Tensor::from_vec(vec![2i64, 0, 2], &[1, 3]);
+    /// let ones = Tensor::ones(&[1, 3], DType::F64);
+    /// assert_eq!(counts.scatter_add(1, &at, &ones).to_vec::<f64>(), [1.0, 0.0, 2.0]);
+    /// ```
+    pub fn scatter_add<A: Axis>(&self, axis: A, index: &Tensor, src: &Tensor) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("scatter_add");
+        let resolved = super::traced_axis(axis, self.ndim());
+        trace::op("ScatterAdd", attrs![resolved], &[self, index, src], || {
+            self.scatter_add_untraced(axis, index, src)
+        })
+    }
+
+    fn scatter_add_untraced<A: Axis>(&self, axis: A, index: &Tensor, src: &Tensor) -> Tensor {
+        let axis = axis_in("scatter_add", axis, self.shape());
+        assert_eq!(
+            index.shape(),
+            src.shape(),
+            "scatter_add: index {:?} and src {:?} must have one shape",
+            index.shape(),
+            src.shape()
+        );
+        let picks = positions_of("scatter_add", self.shape(), axis, index);
+        let out = no_grad(|| {
+            let flat = src.to_dtype(self.dtype()).reshape(&[src.numel()]);
+            self.reshape(&[self.numel()])
+                .index_add(0, &picks, &flat)
+                .reshape(self.shape())
+        });
+        let index = index.clone();
+        record("scatter_add", out, &[self, src], move |c, up| {
+            smallvec![
+                c.needs(0).then(|| up.clone()),
+                c.needs(1)
+                    .then(|| up.gather(axis, &index).to_dtype(c.input(1).dtype())),
+            ]
+        })
+    }
+}
+
+/// The flat positions in a tensor of `shape` that `index` names along `axis` (each element's
+/// own position with its `axis` coordinate replaced by the index there): what `gather` reads
+/// and `scatter_add` writes. Panics, naming `op`, for an index that does not fit.
+fn positions_of(op: &str, shape: &[usize], axis: usize, index: &Tensor) -> Vec<usize> {
+    let ishape = index.shape();
+    assert!(
+        ishape.len() == shape.len()
+            && ishape
+                .iter()
+                .zip(shape)
+                .enumerate()
+                .all(|(a, (&i, &s))| a == axis || i <= s),
+        "{op}: index {ishape:?} does not fit {shape:?} along axis {axis} (same rank, no \
+         other axis longer)"
+    );
+    let len = shape[axis];
+    let strides: Vec<usize> = (0..shape.len())
+        .map(|a| shape[a + 1..].iter().product())
+        .collect();
+    index
+        .to_vec::<f64>()
+        .iter()
+        .enumerate()
+        .map(|(flat, &i)| {
+            assert!(
+                i >= 0.0 && i < len as f64 && i.fract() == 0.0,
+                "{op}: index {i} is out of range for axis {axis} of length {len}"
+            );
+            // The position `flat` of `index`, with its `axis` coordinate replaced by `i`.
+            let mut rest = flat;
+            (0..ishape.len()).rev().fold(0, |at, a| {
+                let c = rest % ishape[a];
+                rest /= ishape[a];
+                at + strides[a] * if a == axis { i as usize } else { c }
+            })
+        })
+        .collect()
+}
+
+impl Tensor {
     /// The elements in reverse order along each of `axes` (PyTorch's `flip`; an axis named
     /// twice is refused, as there).
     pub fn flip<A: Axis>(&self, axes: &[A]) -> Tensor {

@@ -142,12 +142,10 @@ impl Tensor {
         }
         let mut shape = self.shape().to_vec();
         *shape.last_mut().expect("at least one axis") = k;
-        let flat: Vec<usize> = picked.iter().map(|&f| f as usize).collect();
-        let vals = self
-            .reshape(&[self.numel()])
-            .index_select(0, &flat)
-            .reshape(&shape);
         let idx: Vec<i64> = picked.iter().map(|&f| f % n.max(1) as i64).collect();
-        (vals, no_grad(|| Tensor::from_vec(idx, &shape)))
+        let positions = no_grad(|| Tensor::from_vec(idx, &shape));
+        // Read by the positions as a tensor: the gradient scatters by the same tensor, which
+        // a recording transform (vmap of a gradient) follows.
+        (self.gather(last, &positions), positions)
     }
 }

@@ -204,6 +204,7 @@ impl Tensor {
     /// A row-major copy of the elements converted to `T`, whatever the dtype (exactly when
     /// it is the dtype; otherwise as [`Element::cast_from_f64`] describes).
     pub fn to_vec<T: Element>(&self) -> Vec<T> {
+        trace::note_read_of(self);
         if self.dtype() == T::DTYPE {
             return self.contiguous_data::<T>().into_owned();
         }

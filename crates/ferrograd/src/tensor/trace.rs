@@ -32,6 +32,9 @@ pub(crate) struct Event {
 struct Tape {
     events: Vec<Event>,
     depth: usize,
+    /// Whether the function read values it computed (to steer its control flow, or as
+    /// positions an op keeps): a replay on other values would not do what it would do.
+    read: bool,
 }
 
 thread_local! {
@@ -101,6 +104,34 @@ fn record(
     });
 }
 
+/// Notes that the values of `t` were read out, when `t` was computed by the traced function
+/// (it is tracked) and no op is running: the function may steer by them.
+#[inline]
+pub(crate) fn note_read_of(t: &Tensor) {
+    if TRACING.load(Ordering::Relaxed) == 0 || !t.is_tracked() {
+        return;
+    }
+    TAPES.with(|tapes| {
+        for tape in tapes.borrow_mut().iter_mut().filter(|tape| tape.depth == 0) {
+            tape.read = true;
+        }
+    });
+}
+
+/// Notes that an op keeps positions it read from its input's values (its derivative routes
+/// by them): a replay on other values would route as these did.
+pub(crate) fn note_positions_read() {
+    if TRACING.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    TAPES.with(|tapes| {
+        tapes
+            .borrow_mut()
+            .iter_mut()
+            .for_each(|tape| tape.read = true)
+    });
+}
+
 /// Whether this thread is tracing: helpers that compute a derivative in one fused pass check
 /// it, to compute from traced ops instead while their results may reach a trace.
 pub(crate) fn is_tracing() -> bool {
@@ -164,9 +195,16 @@ macro_rules! attrs {
 }
 pub(crate) use attrs;
 
-/// Runs `f` with every op it calls noted, and returns its result with the events in the
-/// order they ran. Inside another trace, the outer one notes the same ops.
-pub(crate) fn record_events<R>(f: impl FnOnce() -> R) -> (R, Vec<Event>) {
+/// What a trace noted: the events in the order they ran, and whether the function read
+/// values it computed.
+pub(crate) struct Noted {
+    pub(crate) events: Vec<Event>,
+    pub(crate) read: bool,
+}
+
+/// Runs `f` with every op it calls noted, and returns its result with what was noted. Inside
+/// another trace, the outer one notes the same ops.
+pub(crate) fn record_events<R>(f: impl FnOnce() -> R) -> (R, Noted) {
     /// Ends the trace even when `f` panics.
     struct End;
     impl Drop for End {
@@ -179,16 +217,22 @@ pub(crate) fn record_events<R>(f: impl FnOnce() -> R) -> (R, Vec<Event>) {
         t.borrow_mut().push(Tape {
             events: Vec::new(),
             depth: 0,
+            read: false,
         })
     });
     TRACING.fetch_add(1, Ordering::Relaxed);
     let end = End;
     let out = f();
-    let events = TAPES.with(|t| {
-        t.borrow_mut()
-            .last_mut()
-            .map(|tape| std::mem::take(&mut tape.events))
+    let noted = TAPES.with(|t| {
+        t.borrow_mut().last_mut().map(|tape| Noted {
+            events: std::mem::take(&mut tape.events),
+            read: tape.read,
+        })
     });
     drop(end);
-    (out, events.unwrap_or_default())
+    let noted = noted.unwrap_or(Noted {
+        events: Vec::new(),
+        read: false,
+    });
+    (out, noted)
 }

@@ -290,6 +290,11 @@ fn shapes() -> Vec<Case> {
             vec![randn(&[2, 3], 65)],
         ),
         case(
+            "scatter_add",
+            |p| p[0].scatter_add(1, &Tensor::from_vec(vec![2i64, 0, 2, 1], &[2, 2]), &p[1]),
+            vec![randn(&[2, 3], 78), randn(&[2, 2], 79)],
+        ),
+        case(
             "where_cond",
             |p| Tensor::from_vec(vec![1.0f64, 0.0, 1.0], &[3]).where_cond(&p[0], &p[1]),
             vec![randn(&[2, 3], 66), randn(&[3], 67)],
@@ -853,4 +858,67 @@ fn vmap_names_an_op_it_has_no_rule_for() {
         e.contains("vmap: these ops have no rule") && e.contains("custom"),
         "{e}"
     );
+}
+
+#[test]
+fn vmap_stays_right_where_values_steer_the_function() {
+    // Control flow on a value, and max pooling's gradient (whose routing is read from the
+    // values): the batch is checked against one example and run per example where it must.
+    let xs = Tensor::from_vec(vec![1.0f64, 2.0, -3.0, -1.0, 0.5, 0.25], &[3, 2]);
+    let steered = func::vmap(
+        |a: &[Tensor]| match a[0].sum().item() > 0.0 {
+            true => &a[0] * 2.0,
+            false => &a[0] * 3.0,
+        },
+        &[Some(0)],
+    )(&[&xs]);
+    assert_eq!(steered.to_vec::<f64>(), [2.0, 4.0, -9.0, -3.0, 1.0, 0.5]);
+    let (w, images) = (randn(&[2, 1, 3, 3], 530), randn(&[4, 1, 1, 4, 4], 531));
+    let loss = |w: &Tensor, image: &Tensor| {
+        let h = image
+            .conv2d(w, &ConvOpts::new().padding(1))
+            .max_pool2d(2, 2, 0);
+        h.flatten_from(1).log_softmax(1).mean()
+    };
+    let per_example = func::vmap(
+        |a: &[Tensor]| func::grad(|p: &[Tensor]| loss(&p[0], &a[1]), &[&a[0]]).remove(0),
+        &[None, Some(0)],
+    )(&[&w, &images]);
+    for k in 0..4 {
+        let image = images.narrow(0, k, 1).squeeze(0);
+        let g = func::grad(|p: &[Tensor]| loss(&p[0], &image), &[&w]).remove(0);
+        assert!(per_example
+            .narrow(0, k, 1)
+            .squeeze(0)
+            .allclose(&g, 1e-12, 1e-12));
+    }
+}
+
+#[test]
+fn per_example_gradients_through_class_targets_follow_each_example() {
+    // Cross-entropy reads its class indices by gather, whose gradient scatters by the same
+    // index tensor: batched labels give each example its own gradient.
+    let (w, xs) = (randn(&[3, 4], 540), randn(&[5, 4], 541));
+    let labels = Tensor::from_vec(vec![0i64, 2, 1, 1, 0], &[5]);
+    let loss = |w: &Tensor, x: &Tensor, y: &Tensor| {
+        CrossEntropy::new().loss(&x.unsqueeze(0).linear(w, None), &y.unsqueeze(0))
+    };
+    let per_example = func::vmap(
+        |a: &[Tensor]| func::grad(|p: &[Tensor]| loss(&p[0], &a[1], &a[2]), &[&a[0]]).remove(0),
+        &[None, Some(0), Some(0)],
+    )(&[&w, &xs, &labels]);
+    for k in 0..5 {
+        let (x, y) = (
+            xs.narrow(0, k, 1).squeeze(0),
+            labels.narrow(0, k, 1).squeeze(0),
+        );
+        let g = func::grad(|p: &[Tensor]| loss(&p[0], &x, &y), &[&w]).remove(0);
+        assert!(
+            per_example
+                .narrow(0, k, 1)
+                .squeeze(0)
+                .allclose(&g, 1e-12, 1e-12),
+            "example {k}"
+        );
+    }
 }

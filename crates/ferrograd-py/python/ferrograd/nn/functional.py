@@ -377,7 +377,10 @@ def _class_loss(logp, target, weight, ignore_index, reduction, smoothing, shape=
     valid = idx != ignore_index
     if _np.any((idx[valid] < 0) | (idx[valid] >= classes)):
         raise IndexError(f"target values must be in [0, {classes}) (or ignore_index={ignore_index})")
-    targets = _core.tensor(idx.astype(_np.int64, copy=False))
+    # The targets as the tensor they are (checked above by value): a transform that records
+    # this function (``vmap``, ``jvp``) follows them through the core's ops.
+    t = _t(target)
+    targets = t.reshape(-1) if str(t.dtype).endswith("int64") else _core.tensor(idx.astype(_np.int64, copy=False))
     if weight is None and not smoothing:
         # The core's loss picks each row's entry (one read per row, and its derivative
         # scatters back): a row left out is never read, and no −∞ elsewhere in a row meets a
