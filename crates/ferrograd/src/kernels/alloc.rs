@@ -49,3 +49,37 @@ pub(crate) fn keep_large_buffers() {
         });
     }
 }
+
+/// Blocks from this size up are fresh mappings (above [`MMAP_THRESHOLD`]) worth backing with
+/// huge pages.
+const HUGE_BLOCK: usize = 32 << 20;
+
+/// A transparent huge page on x86-64 Linux.
+const HUGE_PAGE: usize = 2 << 20;
+
+/// Asks the kernel to back the unwritten block of `v` with huge pages where it is large: a
+/// fresh mapping of hundreds of megabytes (a batch of per-example gradients) otherwise faults
+/// in one 4 KiB page at a time, which costs more than writing it. The first such block of a
+/// process may wait for the kernel to gather free huge pages, once. Where the kernel's transparent huge pages are
+/// off, nothing changes; `FERROGRAD_SYSTEM_MALLOC` turns this off with the rest.
+pub(crate) fn advise_huge_pages<T>(v: &mut Vec<T>) {
+    #[cfg(target_os = "linux")]
+    {
+        let bytes = v.capacity().saturating_mul(std::mem::size_of::<T>());
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let on = || *ON.get_or_init(|| std::env::var_os("FERROGRAD_SYSTEM_MALLOC").is_none());
+        if bytes < HUGE_BLOCK || !on() {
+            return;
+        }
+        let start = v.as_mut_ptr() as usize;
+        let first = start.div_ceil(HUGE_PAGE) * HUGE_PAGE;
+        let end = (start + bytes) / HUGE_PAGE * HUGE_PAGE;
+        if end > first {
+            // SAFETY: madvise reads no memory and changes no contents: it advises the kernel
+            // on how to back pages of this allocation, which `v` owns, inside its bounds.
+            unsafe {
+                libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE);
+            }
+        }
+    }
+}

@@ -43,6 +43,7 @@ pub(crate) fn add_at<T: Float>(out: &mut [T], src: &[T], rows: Rows, indices: &[
 /// `parts`, each `[outer, runs[i]]`, joined into `[outer, Σ runs]`.
 pub(crate) fn concat<T: Copy>(parts: &[&[T]], runs: &[usize], outer: usize) -> Vec<T> {
     let mut out = Vec::with_capacity(outer * runs.iter().sum::<usize>());
+    super::alloc::advise_huge_pages(&mut out);
     for o in 0..outer {
         for (data, &run) in parts.iter().zip(runs) {
             out.extend_from_slice(&data[o * run..][..run]);

@@ -105,6 +105,7 @@ fn batch_append<T: Float>(
             pairs.len()
         );
     }
+    super::alloc::advise_huge_pages(out);
     if block > 0 {
         let spare = &mut out.spare_capacity_mut()[..total];
         let run =

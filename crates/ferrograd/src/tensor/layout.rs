@@ -30,6 +30,7 @@ pub(crate) fn reserved<T>(op: &str, n: usize) -> Vec<T> {
             n.saturating_mul(std::mem::size_of::<T>())
         );
     }
+    crate::kernels::alloc::advise_huge_pages(&mut data);
     data
 }
 
