@@ -95,6 +95,7 @@ pub struct ReadmeExamples;
 /// The Rust examples of the guides in `docs/`, compiled and run by `cargo test --doc`.
 #[doc = include_str!("../../../docs/modules.md")]
 #[doc = include_str!("../../../docs/examples.md")]
+#[doc = include_str!("../../../docs/func.md")]
 #[cfg(doctest)]
 pub struct GuideExamples;
 
