@@ -274,8 +274,8 @@ pub fn linearize_many(
     f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
     primals: &[&Tensor],
 ) -> Result<Linearized> {
-    let keep = nested(primals);
     let recorded = Recording::record(f, primals, "forward mode")?;
+    let keep = recorded.outer;
     // Outside another differentiation the values are cut from what `f` recorded.
     let values: Vec<Tensor> = match keep {
         true => recorded.outputs.clone(),
@@ -441,8 +441,7 @@ pub fn try_vmap(
     inputs: &[&Tensor],
     in_dims: &[Option<usize>],
 ) -> Result<Vec<Tensor>> {
-    let keep = nested(inputs);
-    let outputs = vmap_call(f, inputs, in_dims)?;
+    let (outputs, keep) = vmap_call(f, inputs, in_dims)?;
     // The recording's tracked copies stay inside: outside another differentiation the results
     // are values.
     Ok(match keep {

@@ -269,11 +269,13 @@ impl Recording {
 /// derivative routes by), and where the batched result differs from `f` run alone on the last
 /// example, `f` runs once per example instead; the first time this happens it is said on
 /// standard error.
+///
+/// Also says whether an outer differentiation follows the results (see [`Recording`]).
 pub(crate) fn vmap_call(
     f: impl Fn(&[Tensor]) -> Vec<Tensor>,
     inputs: &[&Tensor],
     in_dims: &[Option<usize>],
-) -> Result<Vec<Tensor>> {
+) -> Result<(Vec<Tensor>, bool)> {
     let (batched, n) = batched_inputs(inputs, in_dims)?;
     let example = |k: usize| -> Vec<Tensor> {
         inputs
@@ -288,16 +290,16 @@ pub(crate) fn vmap_call(
     let first = example(0);
     let refs: Vec<&Tensor> = first.iter().collect();
     let recorded = Recording::record(&f, &refs, "vmap")?;
+    let outer = recorded.outer;
     if !recorded.read {
         // The replay is plain computation: it records for reverse mode only inside another
         // differentiation.
-        let tracked = inputs.iter().any(|t| t.is_tracked());
-        let replayed = match tracked {
+        let replayed = match outer {
             true => recorded.replay(&batched, n),
             false => no_grad(|| recorded.replay(&batched, n)),
         };
         if n == 1 || agrees(&replayed, &f(&example(n - 1)), n - 1) {
-            return Ok(replayed);
+            return Ok((replayed, outer));
         }
     }
     static SAID: std::sync::Once = std::sync::Once::new();
@@ -309,9 +311,10 @@ pub(crate) fn vmap_call(
         )
     });
     let runs: Vec<Vec<Tensor>> = (0..n).map(|k| f(&example(k))).collect();
-    Ok((0..runs[0].len())
+    let stacked = (0..runs[0].len())
         .map(|j| Tensor::stack(&runs.iter().map(|r| &r[j]).collect::<Vec<_>>(), 0))
-        .collect())
+        .collect();
+    Ok((stacked, outer))
 }
 
 /// Whether example `k` of each batched output is `alone` (the function run on that example

@@ -58,6 +58,9 @@ pub(crate) struct Recording {
     pub(crate) outputs: Vec<Tensor>,
     /// Whether the function read values it computed (see `tensor::trace`).
     pub(crate) read: bool,
+    /// Whether an outer differentiation follows the results: an input was tracked before
+    /// (not copied), or the function read a tracked tensor made before it ran.
+    pub(crate) outer: bool,
 }
 
 impl Recording {
@@ -70,6 +73,7 @@ impl Recording {
         inputs: &[&Tensor],
         transform: &str,
     ) -> Result<Recording> {
+        let tracked_input = inputs.iter().any(|t| t.is_tracked());
         let inputs: Vec<Tensor> = inputs
             .iter()
             .map(|p| match p.is_tracked() || !p.dtype().is_float() {
@@ -81,7 +85,14 @@ impl Recording {
         let (outputs, noted) = record_events(|| enable_grad(|| f(&inputs)));
         let events = noted.events;
         let keep = needed(&inputs, &events, &outputs);
-        let mut made: HashSet<usize> = inputs.iter().map(key).collect();
+        let given: HashSet<usize> = inputs.iter().map(key).collect();
+        // A tracked tensor from before the recording that is not an input (a parameter `f`
+        // reads): the results belong to that outer differentiation too.
+        let outer = tracked_input
+            || events.iter().flat_map(|e| &e.inputs).any(|t| {
+                t.is_tracked() && t.id().is_some_and(|id| id < start) && !given.contains(&key(t))
+            });
+        let mut made = given;
         let mut untraced = BTreeSet::new();
         let mut check = |t: &Tensor, made: &HashSet<usize>| {
             let fresh = t.id().is_some_and(|id| id >= start) && !t.is_leaf();
@@ -113,6 +124,7 @@ impl Recording {
             inputs,
             outputs,
             read: noted.read,
+            outer,
         })
     }
 }

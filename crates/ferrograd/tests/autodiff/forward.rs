@@ -922,3 +922,21 @@ fn per_example_gradients_through_class_targets_follow_each_example() {
         );
     }
 }
+
+#[test]
+fn results_stay_differentiable_in_the_parameters_a_function_reads() {
+    // A tangent and a batch that depend on a tracked parameter `f` reads (not a primal) are
+    // differentiated by reverse mode: the training loss of a physics-informed network.
+    let (x, t) = (randn(&[3], 600), randn(&[3], 601));
+    let w = randn(&[3], 602).requires_grad();
+    let (_, ty) = func::jvp(|p: &[Tensor]| (&p[0] * &w).sin(), &[&x], &[&t]);
+    let g = grad(&ty.sum(), &[&w]).remove(0);
+    // d/dw of cos(xw)·w·t is (cos(xw) − sin(xw)·x·w)·t.
+    let xw = &x * &w.detach();
+    let expected = &(&xw.cos() - &(&(&xw.sin() * &x) * &w.detach())) * &t;
+    assert!(g.allclose(&expected, 1e-14, 1e-14));
+    let xs = randn(&[4, 3], 603);
+    let batched = func::vmap(|a: &[Tensor]| (&a[0] * &w).sum(), &[Some(0)])(&[&xs]);
+    let g = grad(&batched.sum(), &[&w]).remove(0);
+    assert!(g.allclose(&xs.sum_axes(&[0], false), 1e-14, 1e-14));
+}
