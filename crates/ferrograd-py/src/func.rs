@@ -130,3 +130,10 @@ pub fn func_vmap<'py>(
     let outs = with_python(py, f, "vmap", |call| try_vmap(call, &refs, &in_dims))?;
     wrapped(py, outs)
 }
+
+/// Whether a transform is recording the ops this thread runs (`fg.func.jvp`, `vmap`): Python
+/// code that would read tensor values for checks skips them then.
+#[pyfunction]
+pub fn func_is_recording() -> bool {
+    ferrograd::func::is_recording()
+}

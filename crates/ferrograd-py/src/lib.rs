@@ -473,6 +473,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyTensor>()?;
     m.add_function(wrap_pyfunction!(func::func_linearize, m)?)?;
     m.add_function(wrap_pyfunction!(func::func_vmap, m)?)?;
+    m.add_function(wrap_pyfunction!(func::func_is_recording, m)?)?;
     m.add_class::<func::PyLinearized>()?;
     m.add_function(wrap_pyfunction!(onnx::onnx_export, m)?)?;
     m.add_function(wrap_pyfunction!(onnx::onnx_load, m)?)?;

@@ -274,7 +274,7 @@ pub fn linearize_many(
     f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
     primals: &[&Tensor],
 ) -> Result<Linearized> {
-    let recorded = Recording::record(f, primals, "forward mode")?;
+    let recorded = Recording::record(f, primals, ("forward mode", false))?;
     let keep = recorded.outer;
     // Outside another differentiation the values are cut from what `f` recorded.
     let values: Vec<Tensor> = match keep {
@@ -324,6 +324,22 @@ pub fn hessian_fwd(f: impl Fn(&Tensor) -> Tensor, x: &Tensor) -> Tensor {
     jacfwd(inner, x).reshape(&[x.shape(), x.shape()].concat())
 }
 
+/// The points [`jvpcheck`] checks at and the tangents along which: floats in f64 with
+/// random tangents (seeded), integer inputs (positions) as they are, with zero tangents.
+fn probe(inputs: &[Tensor], seed: u64) -> (Vec<Tensor>, Vec<Tensor>) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    inputs
+        .iter()
+        .map(|t| match t.dtype().is_float() {
+            true => (
+                t.to_dtype(DType::F64).detach(),
+                Tensor::randn(t.shape(), DType::F64, &mut rng),
+            ),
+            false => (t.detach(), t.zeros_like()),
+        })
+        .unzip()
+}
+
 /// Checks the tangent rules used by `f` at `inputs` (converted to f64) against central
 /// differences: along random tangents (seeded by `opts.seed`), `jvp`'s output tangent must
 /// match `(f(x + εt) − f(x − εt)) / 2ε` element by element within `atol + rtol·|numeric|`. The
@@ -343,15 +359,7 @@ pub fn jvpcheck(
     inputs: &[Tensor],
     opts: &GradcheckOptions,
 ) -> Result<()> {
-    let xs: Vec<Tensor> = inputs
-        .iter()
-        .map(|t| t.to_dtype(DType::F64).detach())
-        .collect();
-    let mut rng = StdRng::seed_from_u64(opts.seed);
-    let ts: Vec<Tensor> = xs
-        .iter()
-        .map(|x| Tensor::randn(x.shape(), DType::F64, &mut rng))
-        .collect();
+    let (xs, ts) = probe(inputs, opts.seed);
     let refs: Vec<&Tensor> = xs.iter().collect();
     let trefs: Vec<&Tensor> = ts.iter().collect();
     let (_, analytic) = try_jvp(|p| f(p).to_dtype(DType::F64), &refs, &trefs)?;
@@ -359,7 +367,10 @@ pub fn jvpcheck(
         let at: Vec<Tensor> = xs
             .iter()
             .zip(&ts)
-            .map(|(x, t)| x + &(t * (sign * opts.eps)))
+            .map(|(x, t)| match x.dtype().is_float() {
+                true => x + &(t * (sign * opts.eps)),
+                false => x.clone(),
+            })
             .collect();
         f(&at).to_dtype(DType::F64).to_vec::<f64>()
     };
@@ -448,4 +459,10 @@ pub fn try_vmap(
         true => outputs,
         false => outputs.iter().map(Tensor::detach).collect(),
     })
+}
+
+/// Whether a transform is recording the ops this thread runs (`jvp`, `vmap`, `linearize`, a
+/// trace): code that would read values it could compute with ops instead can ask.
+pub fn is_recording() -> bool {
+    crate::tensor::trace::is_tracing()
 }

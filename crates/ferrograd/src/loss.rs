@@ -108,6 +108,14 @@ fn class_nll(
         target.shape(),
         log_probs.shape()
     );
+    if crate::tensor::trace::is_replayed() {
+        // `vmap` runs this again on other examples' targets: it must see them as a tensor, not
+        // as the positions one example's values name. Read by `gather`, which checks them: a
+        // target equal to `ignore_index` is refused there.
+        let rows = log_probs.reshape(&[positions, classes]);
+        let picked = rows.gather(1, &target.reshape(&[positions, 1]));
+        return (smoothed(-&picked.reshape(&[positions]), None), None);
+    }
     let mut rows = Vec::new();
     let mut picks = Vec::new();
     for (row, c) in target.to_vec::<i64>().into_iter().enumerate() {
@@ -121,18 +129,6 @@ fn class_nll(
         picks.push(row * classes + c as usize);
     }
     let kept = (rows.len() < positions).then_some(rows);
-    if crate::tensor::trace::is_tracing() {
-        // A transform that records this (`vmap`, `jvp`) must see the targets as a tensor, not
-        // as the positions one example's values name.
-        assert!(
-            kept.is_none(),
-            "{op}: positions left out by ignore_index depend on the targets' values, which a \
-             recording transform (vmap, jvp, trace) cannot follow"
-        );
-        let rows = log_probs.reshape(&[positions, classes]);
-        let picked = rows.gather(1, &target.reshape(&[positions, 1]));
-        return (smoothed(-&picked.reshape(&[positions]), None), None);
-    }
     // Picking each row's entry from the flat log-probabilities (index_select, whose derivative
     // scatters back) costs one read per row where a one-hot product would read all classes.
     let picked = log_probs

@@ -145,6 +145,9 @@ pub(crate) fn run_backward(
     if !root.is_tracked() {
         return Ok(results);
     }
+    // While a trace runs (a transform records a function that takes a gradient), the rules
+    // run as ops it can follow, not as the fused kernels of a pass without a graph.
+    let create_graph = create_graph || crate::tensor::trace::is_tracing();
     let _mode = ModeGuard::set(create_graph);
     // With explicit targets, only nodes that lead to one are visited; every recorded node leads
     // to a tracked leaf by construction.

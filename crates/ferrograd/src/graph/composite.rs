@@ -19,7 +19,13 @@ pub(super) fn attention(a: &[Tensor], causal: bool, scale: Option<f64>) -> Tenso
         let above = Tensor::ones(&[l, s], q.dtype()).triu(1);
         scores = scores.masked_fill(&above, f64::NEG_INFINITY);
     }
-    scores.softmax(rank - 1).matmul(v)
+    // A row with every score −∞ attends to nothing: zeros, as the fused op gives (a softmax
+    // alone would give 0/0).
+    let dead = scores
+        .detach()
+        .max_axes(&[rank - 1], true)
+        .eq_scalar(f64::NEG_INFINITY);
+    scores.softmax(rank - 1).masked_fill(&dead, 0.0).matmul(v)
 }
 
 /// Layer normalisation over the last axis: `a` is `[x, weight, bias]`.

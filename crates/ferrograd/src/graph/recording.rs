@@ -67,22 +67,26 @@ impl Recording {
     /// Runs `f` once on `inputs` and records its ops. A float input that is tracked reaches
     /// `f` as itself (an outer differentiation follows it through), another as a fresh tracked
     /// copy, so that a value `f` computes from it by an op with no graph form is known and
-    /// refused: `transform` names the transform in that error.
+    /// refused: `transform` names the transform in that error. `replayed` says whether the
+    /// recording will run again on other values (`vmap`).
     pub(crate) fn record(
         f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
         inputs: &[&Tensor],
-        transform: &str,
+        (transform, replayed): (&str, bool),
     ) -> Result<Recording> {
         let tracked_input = inputs.iter().any(|t| t.is_tracked());
         let inputs: Vec<Tensor> = inputs
             .iter()
-            .map(|p| match p.is_tracked() || !p.dtype().is_float() {
-                true => (*p).clone(),
-                false => p.detach().requires_grad(),
+            .map(|p| match (p.dtype().is_float(), p.is_tracked()) {
+                (false, _) => (*p).clone(),
+                // A copy in the outer graph: the function's other reads of the same tensor
+                // (a parameter it also captures) are not the input, as in `torch.func`.
+                (true, true) => p.add_scalar(0.0),
+                (true, false) => p.detach().requires_grad(),
             })
             .collect();
         let start = TensorNode::next_id();
-        let (outputs, noted) = record_events(|| enable_grad(|| f(&inputs)));
+        let (outputs, noted) = record_events(&inputs, replayed, || enable_grad(|| f(&inputs)));
         let events = noted.events;
         let keep = needed(&inputs, &events, &outputs);
         let given: HashSet<usize> = inputs.iter().map(key).collect();

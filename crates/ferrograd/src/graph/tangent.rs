@@ -70,7 +70,8 @@ pub(crate) fn via_composite(
     f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
 ) -> Vec<Option<Tensor>> {
     let primals: Vec<&Tensor> = x.iter().collect();
-    let lin = Recording::record(f, &primals, "forward mode").unwrap_or_else(|e| panic!("{e}"));
+    let lin =
+        Recording::record(f, &primals, ("forward mode", false)).unwrap_or_else(|e| panic!("{e}"));
     let ts: Vec<Option<&Tensor>> = (0..x.len()).map(|i| t.at(i)).collect();
     lin.push_some(&ts).unwrap_or_else(|e| panic!("{e}"))
 }

@@ -75,7 +75,7 @@ pub fn trace_named(
             false => t.detach(),
         })
         .collect();
-    let (outputs, noted) = record_events(|| enable_grad(|| f(&fed)));
+    let (outputs, noted) = record_events(&fed, false, || enable_grad(|| f(&fed)));
     let events = noted.events;
     let mut b = Builder {
         graph: Graph::new(),

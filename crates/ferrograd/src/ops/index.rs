@@ -109,6 +109,7 @@ impl Tensor {
                 self.shape()
             )));
         };
+        let by = indices.tensor().cloned();
         let indices = indices.positions("index_select")?;
         let out_shape = eager(
             "index_select",
@@ -121,7 +122,18 @@ impl Tensor {
             Tensor::from_data(out, &out_shape)
         });
         Ok(record("index_select", out, &[self], move |c, up| {
-            smallvec![Some(c.input(0).zeros_like().index_add(axis, &indices, up))]
+            let zeros = c.input(0).zeros_like();
+            match &by {
+                // A recording transform (vmap of a gradient) must see the positions as the
+                // tensor they came from: scattered by it, spread along the other axes.
+                Some(ids) if trace::is_tracing() => {
+                    let mut shape = vec![1; up.ndim()];
+                    shape[axis] = ids.numel();
+                    let at = ids.reshape(&shape).broadcast_to(up.shape()).contiguous();
+                    smallvec![Some(zeros.scatter_add(axis, &at, up))]
+                }
+                _ => smallvec![Some(zeros.index_add(axis, &indices, up))],
+            }
         }))
     }
 

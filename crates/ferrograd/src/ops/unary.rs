@@ -91,7 +91,7 @@ macro_rules! elementwise_primitives {
             abs Abs {
                 smooth_on: NonZero,
                 forward: |x| map_dispatch!(x, |v| v.abs()),
-                derivative: |c, t| t * &sign_of(c.input(0)),
+                derivative: |c, t| t * &c.input(0).detach().sign(),
             }
             /// −1, 0 or 1 by the sign of each element (0 at 0). Has no derivative.
             sign Sign {

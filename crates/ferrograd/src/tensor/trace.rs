@@ -35,6 +35,10 @@ struct Tape {
     /// Whether the function read values it computed (to steer its control flow, or as
     /// positions an op keeps): a replay on other values would not do what it would do.
     read: bool,
+    /// The function's inputs: reading their values (or a view's) counts as well.
+    watch: Vec<Tensor>,
+    /// Whether the events will run again on other values (`vmap`), not only at this point.
+    replayed: bool,
 }
 
 thread_local! {
@@ -104,16 +108,19 @@ fn record(
     });
 }
 
-/// Notes that the values of `t` were read out, when `t` was computed by the traced function
-/// (it is tracked) and no op is running: the function may steer by them.
+/// Notes that the values of `t` were read out while no op is running, when `t` was computed
+/// by the traced function (it is tracked) or is one of its inputs (or views one): the
+/// function may steer by them.
 #[inline]
 pub(crate) fn note_read_of(t: &Tensor) {
-    if TRACING.load(Ordering::Relaxed) == 0 || !t.is_tracked() {
+    if TRACING.load(Ordering::Relaxed) == 0 {
         return;
     }
     TAPES.with(|tapes| {
         for tape in tapes.borrow_mut().iter_mut().filter(|tape| tape.depth == 0) {
-            tape.read = true;
+            if t.is_tracked() || tape.watch.iter().any(|w| w.shares_storage(t)) {
+                tape.read = true;
+            }
         }
     });
 }
@@ -130,6 +137,12 @@ pub(crate) fn note_positions_read() {
             .iter_mut()
             .for_each(|tape| tape.read = true)
     });
+}
+
+/// Whether a trace running on this thread will run its ops again on other values (`vmap`):
+/// an op that would read positions from its inputs' values computes from them as tensors.
+pub(crate) fn is_replayed() -> bool {
+    TRACING.load(Ordering::Relaxed) != 0 && TAPES.with(|t| t.borrow().iter().any(|t| t.replayed))
 }
 
 /// Whether this thread is tracing: helpers that compute a derivative in one fused pass check
@@ -202,9 +215,14 @@ pub(crate) struct Noted {
     pub(crate) read: bool,
 }
 
-/// Runs `f` with every op it calls noted, and returns its result with what was noted. Inside
-/// another trace, the outer one notes the same ops.
-pub(crate) fn record_events<R>(f: impl FnOnce() -> R) -> (R, Noted) {
+/// Runs `f` with every op it calls noted, and returns its result with what was noted; `watch`
+/// are the inputs whose values `f` may read, `replayed` says whether the events will run
+/// again on other values. Inside another trace, the outer one notes the same ops.
+pub(crate) fn record_events<R>(
+    watch: &[Tensor],
+    replayed: bool,
+    f: impl FnOnce() -> R,
+) -> (R, Noted) {
     /// Ends the trace even when `f` panics.
     struct End;
     impl Drop for End {
@@ -218,6 +236,8 @@ pub(crate) fn record_events<R>(f: impl FnOnce() -> R) -> (R, Noted) {
             events: Vec::new(),
             depth: 0,
             read: false,
+            watch: watch.to_vec(),
+            replayed,
         })
     });
     TRACING.fetch_add(1, Ordering::Relaxed);

@@ -216,6 +216,27 @@ fn gradients() -> Vec<Case> {
             vec![randn(&[4, 3], 46), randn(&[3], 47)],
         ),
         case(
+            "gradient_through_abs_and_a_lookup",
+            |p| {
+                let ids = Tensor::from_vec(vec![2i64, 0, 2], &[3]);
+                let loss = |q: &[Tensor]| (&q[0].index_select(0, &ids) * &p[1]).abs().sum();
+                func::grad(loss, &[&p[0]]).remove(0)
+            },
+            vec![spread(&[4, 2], 44), spread(&[3, 2], 45)],
+        ),
+        case(
+            "gradient_through_layer_norm_of_a_captured_weight",
+            |p| {
+                let (w, b) = (
+                    Tensor::from_vec(vec![0.5f64, -1.0, 2.0], &[3]),
+                    Tensor::zeros(&[3], DType::F64),
+                );
+                let loss = |q: &[Tensor]| p[0].layer_norm(&q[0], &b, 1e-5).square().sum();
+                func::grad(loss, &[&w]).remove(0)
+            },
+            vec![randn(&[2, 3], 43)],
+        ),
+        case(
             "gradient_of_a_small_cnn",
             |p| {
                 let loss = |q: &[Tensor]| {
@@ -939,4 +960,72 @@ fn results_stay_differentiable_in_the_parameters_a_function_reads() {
     let batched = func::vmap(|a: &[Tensor]| (&a[0] * &w).sum(), &[Some(0)])(&[&xs]);
     let g = grad(&batched.sum(), &[&w]).remove(0);
     assert!(g.allclose(&xs.sum_axes(&[0], false), 1e-14, 1e-14));
+}
+
+#[test]
+fn vmap_follows_positions_that_come_from_batched_values() {
+    // Per-example lookups: each example's gradient lands on its own row.
+    let table = randn(&[4, 2], 620);
+    let ids = Tensor::from_vec(vec![0i64, 1, 3], &[3, 1]);
+    let per_example = func::vmap(
+        |a: &[Tensor]| {
+            let loss = |q: &[Tensor]| q[0].index_select(0, &a[1]).square().sum();
+            func::grad(loss, &[&a[0]]).remove(0)
+        },
+        &[None, Some(0)],
+    )(&[&table, &ids]);
+    for (k, row) in [0usize, 1, 3].into_iter().enumerate() {
+        let g = per_example.narrow(0, k, 1).squeeze(0);
+        let expected = table.index_select(0, &[row]).mul_scalar(2.0);
+        assert!(
+            g.index_select(0, &[row]).allclose(&expected, 1e-15, 0.0),
+            "example {k}"
+        );
+        assert_eq!(g.abs().sum().item(), expected.abs().sum().item());
+    }
+    // A start read from a batched integer: each example its own.
+    let xs = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2]);
+    let starts = Tensor::from_vec(vec![0i64, 1, 0], &[3]);
+    let picked = func::vmap(
+        |a: &[Tensor]| a[0].narrow(0, a[1].item() as usize, 1),
+        &[Some(0), Some(0)],
+    )(&[&xs, &starts]);
+    assert_eq!(picked.to_vec::<f64>(), [1.0, 4.0, 5.0]);
+}
+
+#[test]
+fn a_tracked_primal_is_not_the_same_tensor_read_elsewhere() {
+    // As torch.func: d/dw of w·w' with w' the captured tensor is w', tracked or not.
+    let one = Tensor::ones(&[1], DType::F64);
+    for w in [
+        Tensor::from_vec(vec![3.0f64], &[1]),
+        Tensor::from_vec(vec![3.0f64], &[1]).requires_grad(),
+    ] {
+        let (_, t) = func::jvp(|p: &[Tensor]| &p[0] * &w, &[&w], &[&one]);
+        assert_eq!(t.item(), 3.0);
+    }
+}
+
+#[test]
+fn attention_rows_that_see_nothing_have_zero_tangents() {
+    let (q, k, v) = (
+        randn(&[2, 3], 630),
+        randn(&[2, 3], 631),
+        randn(&[2, 3], 632),
+    );
+    let mask = Tensor::from_vec(
+        vec![0.0f64, 0.0, f64::NEG_INFINITY, f64::NEG_INFINITY],
+        &[2, 2],
+    );
+    let f = |p: &[Tensor]| {
+        p[0].scaled_dot_product_attention(&p[1], &p[2], &Attention::new().mask(&mask))
+    };
+    let (y, t) = func::jvp(f, &[&q, &k, &v], &[&q, &k, &v]);
+    assert_eq!(y.narrow(0, 1, 1).to_vec::<f64>(), [0.0; 3]);
+    assert_eq!(t.narrow(0, 1, 1).to_vec::<f64>(), [0.0; 3]);
+    assert!(t
+        .narrow(0, 0, 1)
+        .to_vec::<f64>()
+        .iter()
+        .all(|v| v.is_finite() && *v != 0.0));
 }

@@ -369,6 +369,12 @@ def _class_loss(logp, target, weight, ignore_index, reduction, smoothing, shape=
     ``nll_loss`` (and ``cross_entropy``'s smoothing): a weighted mean over the entries that
     are not ``ignore_index``."""
     m, classes = logp.shape
+    if _core.func_is_recording() and weight is None and not smoothing:
+        # Under ``vmap`` or ``jvp`` the targets stay a tensor: the core's loss reads and
+        # checks them by its own ops, which the transform follows.
+        t = _t(target)
+        out = _core.NLLLoss(ignore_index=ignore_index, reduction=reduction)(logp, t.reshape(-1))
+        return _unreduced(out, t, shape) if reduction == "none" else out
     idx = _np.asarray(_t(target).numpy()).reshape(-1)
     if idx.dtype.kind not in "iu":
         raise TypeError("class-index targets must be int64")
@@ -377,10 +383,7 @@ def _class_loss(logp, target, weight, ignore_index, reduction, smoothing, shape=
     valid = idx != ignore_index
     if _np.any((idx[valid] < 0) | (idx[valid] >= classes)):
         raise IndexError(f"target values must be in [0, {classes}) (or ignore_index={ignore_index})")
-    # The targets as the tensor they are (checked above by value): a transform that records
-    # this function (``vmap``, ``jvp``) follows them through the core's ops.
-    t = _t(target)
-    targets = t.reshape(-1) if str(t.dtype).endswith("int64") else _core.tensor(idx.astype(_np.int64, copy=False))
+    targets = _core.tensor(idx.astype(_np.int64, copy=False))
     if weight is None and not smoothing:
         # The core's loss picks each row's entry (one read per row, and its derivative
         # scatters back): a row left out is never read, and no −∞ elsewhere in a row meets a
