@@ -137,24 +137,57 @@ pub fn hvp(
 }
 
 /// The Jacobian of `f` at `x` by reverse mode (`torch.func.jacrev`), shaped as the output's
-/// shape followed by the input's: one pullback per output element.
+/// shape followed by the input's: the pullback of every output basis vector, by `vmap`.
 pub fn jacrev(f: impl FnOnce(&Tensor) -> Tensor, x: &Tensor) -> Tensor {
     let (y, pullback) = vjp(|p: &[Tensor]| f(&p[0]), &[x]);
-    let n = y.numel();
-    let rows: Vec<Tensor> = (0..n)
-        .map(|i| {
-            let mut basis = vec![0.0; n];
-            basis[i] = 1.0;
-            let e = Tensor::from_vec(basis, y.shape()).to_dtype(y.dtype());
-            pullback(&e).remove(0)
-        })
-        .collect();
     let shape = [y.shape(), x.shape()].concat();
-    if rows.is_empty() {
-        return Tensor::zeros(&shape, x.dtype());
+    let rows = over_basis(y.shape(), y.dtype(), |e| Ok(pullback(e).remove(0)));
+    match rows.unwrap_or_else(|e| panic!("{e}")) {
+        Some(rows) => rows.reshape(&shape),
+        None => Tensor::zeros(&shape, x.dtype()),
     }
-    let refs: Vec<&Tensor> = rows.iter().collect();
-    Tensor::stack(&refs, 0).reshape(&shape)
+}
+
+/// The most basis vectors [`over_basis`] runs as one batch.
+const MAX_BATCHED_BASIS: usize = 1024;
+
+/// `each` of every basis vector of a tensor shaped `shape`, stacked first (`[n, ..]`), by
+/// `vmap` over the basis: one batched pass where `each`'s ops have batching rules, one pass
+/// per vector where they do not. `None` for an empty shape's basis.
+fn over_basis(
+    shape: &[usize],
+    dtype: DType,
+    each: impl Fn(&Tensor) -> Result<Tensor>,
+) -> Result<Option<Tensor>> {
+    let n: usize = shape.iter().product();
+    if n == 0 {
+        return Ok(None);
+    }
+    let basis = |i: usize| {
+        let mut v = vec![0.0; n];
+        v[i] = 1.0;
+        Tensor::from_vec(v, shape).to_dtype(dtype)
+    };
+    // The whole basis at once while it is small; a large one (a Hessian of many parameters)
+    // one vector at a time, as its batch would hold n times each intermediate.
+    if n <= MAX_BATCHED_BASIS {
+        let rows: Vec<Tensor> = (0..n).map(basis).collect();
+        let eye = Tensor::stack(&rows.iter().collect::<Vec<_>>(), 0);
+        let batched = try_vmap(
+            |a| each(&a[0]).map(|t| vec![t]).unwrap_or_default(),
+            &[&eye],
+            &[Some(0)],
+        );
+        if let Ok(mut b) = batched {
+            if b.len() == 1 {
+                return Ok(Some(b.remove(0)));
+            }
+        }
+    }
+    let rows = (0..n)
+        .map(|i| each(&basis(i)))
+        .collect::<Result<Vec<Tensor>>>()?;
+    Ok(Some(Tensor::stack(&rows.iter().collect::<Vec<_>>(), 0)))
 }
 
 /// The Hessian of the one-element `f` at `x` (`torch.func.hessian`), shaped as `x`'s shape
@@ -289,7 +322,8 @@ pub fn linearize_many(
 }
 
 /// The Jacobian of `f` at `x` by forward mode (`torch.func.jacfwd`), shaped as the output's
-/// shape followed by the input's: `f` runs once, then one tangent pass per input element.
+/// shape followed by the input's: `f` runs once, then the tangent pass of every input basis
+/// vector, by `vmap`.
 /// Cheaper than [`jacrev`] where the input has fewer elements than the output.
 pub fn jacfwd(f: impl FnOnce(&Tensor) -> Tensor, x: &Tensor) -> Tensor {
     try_jacfwd(f, x).unwrap_or_else(|e| panic!("{e}"))
@@ -299,22 +333,15 @@ pub fn jacfwd(f: impl FnOnce(&Tensor) -> Tensor, x: &Tensor) -> Tensor {
 pub fn try_jacfwd(f: impl FnOnce(&Tensor) -> Tensor, x: &Tensor) -> Result<Tensor> {
     let lin = linearize(|p: &[Tensor]| f(&p[0]), &[x])?;
     let y = lin.value();
-    let n = x.numel();
-    let columns = (0..n)
-        .map(|j| {
-            let mut basis = vec![0.0; n];
-            basis[j] = 1.0;
-            let e = Tensor::from_vec(basis, x.shape()).to_dtype(x.dtype());
-            lin.jvp(&[&e])
-        })
-        .collect::<Result<Vec<Tensor>>>()?;
     let shape = [y.shape(), x.shape()].concat();
-    if columns.is_empty() {
-        return Ok(Tensor::zeros(&shape, y.dtype()));
-    }
-    // Column j is ∂y/∂xⱼ: stacked last, they give [.. y, n], reshaped to y's shape ++ x's.
-    let refs: Vec<&Tensor> = columns.iter().collect();
-    Ok(Tensor::stack(&refs, y.ndim()).reshape(&shape))
+    // Column j is ∂y/∂xⱼ: stacked first, [n, .. y], moved last and reshaped to y's shape ++ x's.
+    Ok(match over_basis(x.shape(), x.dtype(), |e| lin.jvp(&[e]))? {
+        Some(columns) => {
+            let perm: Vec<usize> = (1..columns.ndim()).chain([0]).collect();
+            columns.permute(&perm).reshape(&shape)
+        }
+        None => Tensor::zeros(&shape, y.dtype()),
+    })
 }
 
 /// The Hessian of the one-element `f` at `x` by forward over reverse (JAX's and
