@@ -267,8 +267,8 @@ def linearize(func, *primals):
 def jacfwd(func, argnums=0, has_aux=False, *, randomness="error"):
     """A function giving the Jacobian of ``func`` by forward mode, shaped ``output.shape +
     input.shape`` (a tuple over the arguments when ``argnums`` is a tuple, and over the
-    outputs when ``func`` returns a tuple): ``func`` runs once, then one tangent pass per
-    input element."""
+    outputs when ``func`` returns a tuple): ``func`` runs once, then the tangent rules of every
+    basis vector of an argument at once, by ``vmap``."""
     del randomness
 
     def wrapper(*args):
@@ -284,29 +284,41 @@ def jacfwd(func, argnums=0, has_aux=False, *, randomness="error"):
         xs = [args[i] for i in nums]
         lin = _core.func_linearize(recorded, xs)
         outs = lin.values()
-        per_arg = []  # per argument, per output: the tangent along each of its elements
-        for j, x in enumerate(xs):
-            cols = [[] for _ in outs]
-            for k in range(x.numel()):
-                basis = [
-                    _basis(x, k) if m == j else zeros(*other.shape, dtype=other.dtype) for m, other in enumerate(xs)
-                ]
-                for o, t in enumerate(lin.jvp(basis)):
-                    cols[o].append(t)
-            per_arg.append(cols)
+        # Per argument, per output: the tangents along every basis vector of the argument,
+        # batched first ([n, *output.shape]).
+        per_arg = [_columns(lin, xs, j, len(outs)) for j in range(len(xs))]
         jacobians = []
         for o, out in enumerate(outs):
             blocks = []
             for j, x in enumerate(xs):
                 shape = tuple(out.shape) + tuple(x.shape)
                 cols = per_arg[j][o]
-                block = stack(cols, out.dim()).reshape(*shape) if cols else zeros(*shape, dtype=out.dtype)
+                block = movedim(cols, 0, -1).reshape(*shape) if cols is not None else zeros(*shape, dtype=out.dtype)
                 blocks.append(block)
             jacobians.append(blocks[0] if isinstance(argnums, int) else tuple(blocks))
         jac = recorded.pack(jacobians)
         return (jac, recorded.aux) if has_aux else jac
 
     return wrapper
+
+
+def _columns(lin, xs, j, outputs):
+    """The tangents of every output along each basis vector of argument ``j`` (the others'
+    tangents zero), stacked first: one batched pass by ``vmap`` over the basis (a vector at a
+    time where the basis is large, as its batch would hold n times each intermediate)."""
+    x = xs[j]
+    n = x.numel()
+    if n == 0:
+        return [None] * outputs
+    zero = [zeros(*other.shape, dtype=other.dtype) for other in xs]
+
+    def along(e):
+        return tuple(lin.jvp([e if m == j else z for m, z in enumerate(zero)]))
+
+    if n <= 1024:
+        eye = stack([_basis(x, k) for k in range(n)], 0)
+        return list(vmap(along)(eye))
+    return [stack(list(cols), 0) for cols in zip(*(along(_basis(x, k)) for k in range(n)))]
 
 
 def _basis(x, k):
