@@ -16,6 +16,7 @@
 use std::collections::HashMap;
 
 use super::recording::{key, Recording};
+use super::table::weights_of;
 use super::Op;
 use crate::error::{Error, Result};
 use crate::tensor::{no_grad, Tensor};
@@ -177,6 +178,22 @@ pub(crate) fn matmul(b: &Batch<'_>) -> Tensor {
         y = y.squeeze(y.ndim() - 1 - usize::from(rb != 1));
     }
     y
+}
+
+/// A recurrent layer (the sequence, `states` states, then the four weights) on the batch:
+/// where only the sequence and the states are batched, the batch is folded into the layer's
+/// own batch axis and `run` runs once; otherwise once per example.
+pub(crate) fn recurrent(
+    b: &Batch<'_>,
+    states: usize,
+    run: impl Fn(&Tensor, &[Tensor], crate::RecurrentWeights<'_>) -> Vec<Tensor>,
+) -> Vec<Tensor> {
+    if !b.only_first(1 + states) {
+        return b.each();
+    }
+    let s: Vec<Tensor> = (1..=states).map(|i| b.folded(i)).collect();
+    let outputs = run(&b.folded(0), &s, weights_of(&b.x[1 + states..]));
+    outputs.iter().map(|y| b.unfolded(y)).collect()
 }
 
 /// An einsum with a new letter for the batch axis on the batched operands and the result;

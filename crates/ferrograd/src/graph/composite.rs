@@ -2,6 +2,7 @@
 //! the tangent rules of attention, the norms and the recurrent ops push tangents through
 //! these (`tangent::via_composite`). Each computes what its fused op computes, to rounding.
 
+use crate::ops::norm::standardized;
 use crate::tensor::Tensor;
 
 /// `softmax(q kᵀ · scale + mask) v`, with row `i` seeing columns `≤ i` when `causal`:
@@ -30,14 +31,8 @@ pub(super) fn attention(a: &[Tensor], causal: bool, scale: Option<f64>) -> Tenso
 
 /// Layer normalisation over the last axis: `a` is `[x, weight, bias]`.
 pub(super) fn layer_norm(a: &[Tensor], eps: f64) -> Tensor {
-    let last = a[0].ndim() - 1;
-    let centered = &a[0] - &a[0].mean_axes(&[last], true);
-    let invstd = centered
-        .square()
-        .mean_axes(&[last], true)
-        .add_scalar(eps)
-        .powf(-0.5);
-    &(&(&centered * &invstd) * &a[1]) + &a[2]
+    let (xhat, _) = standardized(&a[0], &[a[0].ndim() - 1], eps);
+    &(&xhat * &a[1]) + &a[2]
 }
 
 /// Batch normalisation with the batch's statistics over every axis but 1: `a` is
@@ -47,13 +42,8 @@ pub(super) fn batch_norm(a: &[Tensor], eps: f64) -> Tensor {
     let axes: Vec<usize> = (0..x.ndim()).filter(|&i| i != 1).collect();
     let mut channel = vec![1; x.ndim()];
     channel[1] = x.shape()[1];
-    let centered = x - &x.mean_axes(&axes, true);
-    let invstd = centered
-        .square()
-        .mean_axes(&axes, true)
-        .add_scalar(eps)
-        .powf(-0.5);
-    &(&(&centered * &invstd) * &a[1].reshape(&channel)) + &a[2].reshape(&channel)
+    let (xhat, _) = standardized(x, &axes, eps);
+    &(&xhat * &a[1].reshape(&channel)) + &a[2].reshape(&channel)
 }
 
 /// Gate `k` of `g` (`[N, G·h]`).

@@ -1415,15 +1415,10 @@ declare_ops! {
         via_composite(x, t, |a| composite::sequence(a, Recurrence::Lstm))
     }
     vmap(b) {
-        match b.only_first(3) {
-            true => {
-                let weights = [3, 4, 5, 6].map(|i| b.x(i));
-                let w = crate::RecurrentWeights { w_ih: weights[0], w_hh: weights[1], b_ih: weights[2], b_hh: weights[3] };
-                let (out, h, c) = b.folded(0).lstm(&b.folded(1), &b.folded(2), w);
-                vec![b.unfolded(&out), b.unfolded(&h), b.unfolded(&c)]
-            }
-            false => b.each(),
-        }
+        batch::recurrent(b, 2, |x, s, w| {
+            let (out, h, c) = x.lstm(&s[0], &s[1], w);
+            vec![out, h, c]
+        })
     }
     node {
         /// One LSTM layer, `(out, h_n, c_n)`, as [`Tensor::lstm`].
@@ -1453,13 +1448,10 @@ declare_ops! {
         via_composite(x, t, |a| composite::sequence(a, Recurrence::Gru))
     }
     vmap(b) {
-        match b.only_first(2) {
-            true => {
-                let (out, h) = b.folded(0).gru(&b.folded(1), weights_of(&[2, 3, 4, 5].map(|i| b.x(i).clone())));
-                vec![b.unfolded(&out), b.unfolded(&h)]
-            }
-            false => b.each(),
-        }
+        batch::recurrent(b, 1, |x, s, w| {
+            let (out, h) = x.gru(&s[0], w);
+            vec![out, h]
+        })
     }
     node {
         /// One GRU layer, `(out, h_n)`, as [`Tensor::gru`].
@@ -1483,13 +1475,10 @@ declare_ops! {
         via_composite(x, t, |a| composite::sequence(a, Recurrence::Tanh))
     }
     vmap(b) {
-        match b.only_first(2) {
-            true => {
-                let (out, h) = b.folded(0).rnn_tanh(&b.folded(1), weights_of(&[2, 3, 4, 5].map(|i| b.x(i).clone())));
-                vec![b.unfolded(&out), b.unfolded(&h)]
-            }
-            false => b.each(),
-        }
+        batch::recurrent(b, 1, |x, s, w| {
+            let (out, h) = x.rnn_tanh(&s[0], w);
+            vec![out, h]
+        })
     }
     node {
         /// One Elman RNN layer, `(out, h_n)`, as [`Tensor::rnn_tanh`].
@@ -1784,7 +1773,7 @@ fn cell_rule(i: &[(Shape, DType)], gates: usize) -> Inferred {
 }
 
 /// Weights in `RecurrentWeights`' order.
-fn weights_of(w: &[Tensor]) -> crate::RecurrentWeights<'_> {
+pub(super) fn weights_of(w: &[Tensor]) -> crate::RecurrentWeights<'_> {
     crate::RecurrentWeights {
         w_ih: &w[0],
         w_hh: &w[1],

@@ -65,18 +65,24 @@ fn fused_backward<T: FloatElement>(up: &Tensor, x: &Tensor, stats: [&Tensor; 3])
     ]
 }
 
+/// `x` standardised over `axes` with the biased variance, `(x − mean) / √(var + eps)`, in
+/// tensor ops (differentiable again), and `1 / √(var + eps)` (axes kept).
+pub(crate) fn standardized(x: &Tensor, axes: &[usize], eps: f64) -> (Tensor, Tensor) {
+    let centered = x - &x.mean_axes(axes, true);
+    let invstd = centered
+        .square()
+        .mean_axes(axes, true)
+        .add_scalar(eps)
+        .powf(-0.5);
+    (&centered * &invstd, invstd)
+}
+
 /// The same derivative in tensor ops on the (tracked) inputs: differentiable again.
 fn composite_backward(up: &Tensor, x: &Tensor, weight: &Tensor, eps: f64) -> [Tensor; 3] {
     let axes = stat_axes(x.ndim());
     let mut keep = vec![1; x.ndim()];
     keep[1] = x.shape()[1];
-    let centered = x - &x.mean_axes(&axes, true);
-    let invstd = centered
-        .square()
-        .mean_axes(&axes, true)
-        .add_scalar(eps)
-        .powf(-0.5);
-    let xhat = &centered * &invstd;
+    let (xhat, invstd) = standardized(x, &axes, eps);
     let up_xhat = up * &xhat;
     let scaled = &weight.reshape(&keep) * &invstd;
     let dx = &scaled
