@@ -27,7 +27,7 @@ const LAYERS: &[&[&str]] = &[
     &["model"],
     &["io/checkpoint", "io", "distributed"],
     &["graph"],
-    &["func", "onnx"],
+    &["func", "onnx", "compiled"],
 ];
 
 /// The layers of the Python binding's modules (`crates/ferrograd-py/src`), bottom up: the

@@ -33,6 +33,7 @@ macro_rules! unit_struct {
 }
 
 pub mod autograd;
+pub mod compiled;
 pub mod data;
 #[cfg(feature = "mpi")]
 pub mod distributed;
@@ -53,6 +54,7 @@ pub mod optim;
 pub mod profiler;
 pub mod tensor;
 
+pub use compiled::compile;
 pub use error::{Error, Result};
 pub use kernels::Isa;
 pub use ops::attention::Attention;

@@ -30,6 +30,8 @@
 pub(crate) mod batch;
 mod build;
 mod composite;
+mod executable;
+mod fuse;
 mod op;
 mod optimize;
 pub(crate) mod recording;
@@ -44,10 +46,12 @@ use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-pub use op::{Binary, Op, Shape, Unary};
+pub use executable::Executable;
+pub use op::{Binary, Fusion, Op, Shape, Unary};
 pub use session::{Feed, Session};
 pub use table::NodeIndices;
 pub use trace::{trace, trace_named, Trace};
+pub(crate) use trace::{trace_reading, Seen};
 pub use train::{GradientDescentOptimizer, GraphOptimizer};
 
 use crate::tensor::DType;

@@ -20,14 +20,15 @@ pub use crate::ops::shape::Shape;
 /// Declares the ops a node can hold beyond the leaves, gradients and the element-wise tables:
 /// one entry per op gives its `Op` variant with its attributes, its name in listings, its shape
 /// and dtype rule, its evaluation (the eager `Tensor` method of the same name), its tangent
-/// rule (forward mode, `graph::tangent`), its batching rule (`graph::batch`) and the `Node`
-/// methods that add it. Adding an op to
-/// graphs is one entry in `graph/table.rs`.
+/// rule (forward mode, `graph::tangent`), its batching rule (`graph::batch`), its fusion class
+/// when it is element-wise (`fusion(Elementwise)`, for `graph::fuse`) and the `Node` methods
+/// that add it. Adding an op to graphs is one entry in `graph/table.rs`.
 macro_rules! declare_ops {
     ($(
         $(#[$doc:meta])*
         $Variant:ident $name:literal { $($field:ident: $fty:ty),* $(,)? }
         $(outputs($count:literal))?
+        $(fusion($fusion:ident))?
         infer($ins:ident) $infer:block
         eval($x:ident) $eval:block
         jvp($jx:ident, $jy:ident, $jt:ident) $jvp:block
@@ -113,6 +114,14 @@ macro_rules! declare_ops {
                         };
                         Some(build())
                     })*
+                    _ => None,
+                }
+            }
+
+            /// How a compiled graph may fuse a declared op (`Opaque` unless its entry says).
+            pub(crate) fn declared_fusion(&self) -> Option<$crate::graph::op::Fusion> {
+                match self {
+                    $(Op::$Variant { .. } => Some($crate::graph::op::fusion_class!($($fusion)?)),)*
                     _ => None,
                 }
             }
@@ -223,6 +232,28 @@ macro_rules! declare_ops {
     };
 }
 pub(crate) use declare_ops;
+
+/// How a compiled graph may fuse an op with its neighbours.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fusion {
+    /// Runs on its own, over whole tensors.
+    Opaque,
+    /// Each output element comes from the elements at the same place of the inputs (one
+    /// element broadcast to all counts as at every place): a chain of such ops can run over
+    /// blocks of elements that stay in cache, with no whole intermediate tensor.
+    Elementwise,
+}
+
+/// A declaration's fusion class: `Opaque` unless its entry names one.
+macro_rules! fusion_class {
+    () => {
+        $crate::graph::op::Fusion::Opaque
+    };
+    ($class:ident) => {
+        $crate::graph::op::Fusion::$class
+    };
+}
+pub(crate) use fusion_class;
 
 /// One attribute of a traced event, read back as the field's type.
 pub(crate) fn traced_attr<T: 'static>(
@@ -402,6 +433,15 @@ impl Op {
             }
         };
         Ok(vec![one])
+    }
+
+    /// How a compiled graph may fuse the op: the element-wise tables' ops and the declared
+    /// ops whose entries say `fusion(Elementwise)` run in fused blocks.
+    pub fn fusion(&self) -> Fusion {
+        match self {
+            Op::Unary(_) | Op::Binary(_) => Fusion::Elementwise,
+            op => op.declared_fusion().unwrap_or(Fusion::Opaque),
+        }
     }
 
     /// The op on evaluated inputs, one value per output (leaves, gradients and outputs are

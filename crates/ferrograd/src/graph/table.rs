@@ -1018,6 +1018,7 @@ declare_ops! {
 
     /// Input 1 where input 0 is non-zero, input 2 elsewhere (broadcast).
     WhereCond "where_cond" {}
+    fusion(Elementwise)
     infer(i) {
         let ((c, _), (a, da), (b, db)) = (&i[0], &i[1], &i[2]);
         let d = promoted_float_rule(*da, *db)?;
@@ -1110,6 +1111,7 @@ declare_ops! {
 
     /// GELU with the tanh approximation.
     GeluTanh "gelu_tanh" {}
+    fusion(Elementwise)
     infer(i) { Ok((i[0].0.clone(), float_rule(i[0].1)?)) }
     eval(x) { x[0].gelu_tanh() }
     jvp(x, y, t) {
@@ -1494,6 +1496,7 @@ declare_ops! {
     /// A comparison of each element with a number: 1 where it holds, else 0, in the input's
     /// dtype.
     CompareScalar "compare_scalar" { comparison: Binary, value: f64 }
+    fusion(Elementwise)
     infer(i) { Ok(i[0].clone()) }
     eval(x) {
         let (t, v) = (&x[0], *value);
@@ -1524,6 +1527,7 @@ declare_ops! {
 
     /// The same values, cut from differentiation.
     StopGradient "stop_gradient" {}
+    fusion(Elementwise)
     infer(i) { Ok(i[0].clone()) }
     eval(x) { x[0].detach() }
     jvp(x, y, t) {

@@ -66,6 +66,25 @@ pub fn trace_named(
     named: &[(String, Tensor)],
     f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
 ) -> Result<Trace> {
+    Ok(trace_reading(inputs, named, f)?.0)
+}
+
+/// What a trace saw beside the graph: what a graph cannot stand for.
+pub(crate) struct Seen {
+    /// Whether `f` read values (`item`, `to_vec`) of what it was given or computed: its
+    /// control flow may then depend on them, which the graph records as taken.
+    pub read: bool,
+    /// The first constant that was a trainable leaf (a parameter not named): a graph keeps
+    /// its traced value, where `f` would read the parameter's value at each call.
+    pub trainable_constant: Option<usize>,
+}
+
+/// [`trace_named`], and what it saw.
+pub(crate) fn trace_reading(
+    inputs: &[(&str, &Tensor)],
+    named: &[(String, Tensor)],
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Result<(Trace, Seen)> {
     // Inputs of a float dtype are tracked, so that a tensor computed from them by an op with
     // no graph form is told from a constant.
     let fed: Vec<Tensor> = inputs
@@ -75,8 +94,8 @@ pub fn trace_named(
             false => t.detach(),
         })
         .collect();
-    let (outputs, noted) = record_events(&fed, false, || enable_grad(|| f(&fed)));
-    let events = noted.events;
+    let (outputs, mut noted) = record_events(&fed, false, || enable_grad(|| f(&fed)));
+    let events = std::mem::take(&mut noted.events);
     let mut b = Builder {
         graph: Graph::new(),
         known: HashMap::new(),
@@ -87,8 +106,9 @@ pub fn trace_named(
             .collect(),
         by_value: named.iter().map(|(n, t)| (t, n.as_str())).collect(),
         untraced: BTreeSet::new(),
+        trainable_constant: None,
     };
-    let inputs = inputs
+    let inputs: Vec<Node> = inputs
         .iter()
         .zip(&fed)
         .map(|((name, _), t)| {
@@ -110,11 +130,16 @@ pub fn trace_named(
             names.join(", ")
         )));
     }
-    Ok(Trace {
+    let trace = Trace {
         graph: b.graph,
         inputs,
         outputs,
-    })
+    };
+    let seen = Seen {
+        read: noted.read,
+        trainable_constant: b.trainable_constant,
+    };
+    Ok((trace, seen))
 }
 
 /// A tensor's identity while the trace lives (the events keep every tensor alive, so no
@@ -133,6 +158,8 @@ struct Builder<'a> {
     by_value: Vec<(&'a Tensor, &'a str)>,
     /// The ops whose results reached the trace without an event of their own.
     untraced: BTreeSet<String>,
+    /// The first constant made from a trainable leaf.
+    trainable_constant: Option<usize>,
 }
 
 impl Builder<'_> {
@@ -152,7 +179,11 @@ impl Builder<'_> {
                 if let Some(op) = t.grad_fn() {
                     self.untraced.insert(op);
                 }
-                self.graph.constant(t.clone())
+                let node = self.graph.constant(t.clone());
+                if t.is_leaf() {
+                    self.trainable_constant.get_or_insert(node.index());
+                }
+                node
             }
         };
         self.known.insert(key(t), node.clone());

@@ -81,6 +81,14 @@ pub fn stream_draw(stream: u64, here: Draw) -> (Draw, bool) {
     })
 }
 
+impl Draws {
+    /// Whether the run drew a random number: from a layer's stream, or from the default
+    /// generator (which then stands elsewhere than it did before the run).
+    pub fn any(&self) -> bool {
+        !self.streams.is_empty() || self.default != default_rng_state()
+    }
+}
+
 /// `f()`, and what it drew.
 pub fn recorded<R>(f: impl FnOnce() -> R) -> (R, Draws) {
     let (default, seed_era) = (default_rng_state(), seed_era());

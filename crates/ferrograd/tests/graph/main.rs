@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod compiled;
 mod trace;
 
 use common::{panic_message, scratch};

@@ -1,0 +1,131 @@
+//! `ferrograd::compile`: traced plans give eager's values (fused element-wise regions to the
+//! bit), follow parameter updates, trace again for new shapes, and run eagerly where a graph
+//! could not reproduce the function.
+
+use ferrograd::prelude::*;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+fn random(shape: &[usize], seed: u64) -> Tensor {
+    let mut rng = StdRng::seed_from_u64(seed);
+    Tensor::rand_uniform(shape, -1.0, 1.0, DType::F32, &mut rng)
+}
+
+fn bits(ts: &[Tensor]) -> Vec<Vec<u32>> {
+    ts.iter()
+        .map(|t| t.to_vec::<f32>().iter().map(|v| v.to_bits()).collect())
+        .collect()
+}
+
+/// Loss and gradients of every parameter: a whole training step's computation.
+fn loss_and_grads(loss: Tensor, params: &[(String, Param)]) -> Vec<Tensor> {
+    let ps: Vec<Tensor> = params.iter().map(|(_, p)| p.tensor()).collect();
+    let refs: Vec<&Tensor> = ps.iter().collect();
+    let mut out = vec![loss.clone()];
+    out.extend(ferrograd::autograd::grad(&loss, &refs));
+    out
+}
+
+#[test]
+fn a_compiled_training_step_gives_eagers_loss_and_gradients_to_the_bit() {
+    let net = Net::new(vec![
+        Box::new(Dense::new(20, 32)),
+        Box::new(Relu::new()),
+        Box::new(Dense::new(32, 10)),
+    ]);
+    let params = net.params();
+    let step = |xs: &[Tensor]| {
+        let loss = SoftmaxCrossEntropy::new().loss(&net.forward(&xs[0]), &xs[1]);
+        loss_and_grads(loss, &params)
+    };
+    let mut compiled = ferrograd::compile(&step).params(params.clone());
+    let x = random(&[16, 20], 1);
+    let y = ferrograd::data::one_hot(&[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3], 10);
+    let inputs = [x.clone(), y.clone()];
+    assert_eq!(bits(&compiled.call(&inputs).unwrap()), bits(&step(&inputs)));
+    assert!(compiled.is_compiled(&inputs));
+    // An update between calls is read by the next one, as eager code reads it.
+    let (_, w) = &params[0];
+    w.set(&w.tensor().mul_scalar(0.5).detach());
+    assert_eq!(bits(&compiled.call(&inputs).unwrap()), bits(&step(&inputs)));
+    // A new batch size traces again, and the first plan stays.
+    let small = [random(&[4, 20], 2), y.narrow(0, 0, 4)];
+    assert_eq!(bits(&compiled.call(&small).unwrap()), bits(&step(&small)));
+    assert!(compiled.is_compiled(&small) && compiled.is_compiled(&inputs));
+}
+
+#[test]
+fn a_compiled_transformer_step_matches_eager() {
+    let enc = TransformerEncoderLayer::new(32, 4)
+        .dim_feedforward(64)
+        .dropout(0.0)
+        .gelu()
+        .norm_first(true);
+    let params = enc.params();
+    let step = |xs: &[Tensor]| {
+        let y = enc.forward_masked(&xs[0], Mode::Train, &Attention::new().causal(true));
+        loss_and_grads(y.square().mean(), &params)
+    };
+    let mut compiled = ferrograd::compile(&step).params(params.clone());
+    let x = [random(&[2, 16, 32], 3)];
+    let (got, want) = (compiled.call(&x).unwrap(), step(&x));
+    assert!(compiled.is_compiled(&x));
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g.shape(), w.shape());
+        let scale = w.abs().max().item().max(1e-3);
+        let diff = (g - w).abs().max().item();
+        assert!(diff <= 1e-5 * scale, "differs by {diff} (scale {scale})");
+    }
+}
+
+#[test]
+fn element_wise_chains_run_fused_over_blocks_to_the_bit() {
+    // Several blocks and a ragged tail; a one-element input broadcast into the chain; a
+    // value read by an op outside the chain (the sum) and then by the chain again, which
+    // must start a second region rather than wait on itself.
+    let f = |xs: &[Tensor]| {
+        let (x, s) = (&xs[0], &xs[1]);
+        let a = (&x.mul_scalar(2.0).add_scalar(1.0).tanh() * x).sigmoid();
+        let b = &(&a * s) - &a.exp();
+        let total = a.sum();
+        let c = (&b + &total).relu().maximum(&x.square());
+        vec![c, b, total]
+    };
+    let mut compiled = ferrograd::compile(f);
+    let inputs = [random(&[3, 8192 + 5], 4), Tensor::scalar(0.75f32)];
+    assert_eq!(bits(&compiled.call(&inputs).unwrap()), bits(&f(&inputs)));
+    let (regions, ops) = compiled.fused(&inputs).unwrap();
+    assert!(regions >= 2 && ops >= 8, "{regions} regions of {ops} ops");
+}
+
+#[test]
+fn what_a_graph_cannot_reproduce_runs_eagerly() {
+    // Control flow on a value.
+    let branching = |xs: &[Tensor]| match xs[0].sum().item() > 0.0 {
+        true => vec![xs[0].exp()],
+        false => vec![xs[0].neg()],
+    };
+    let mut compiled = ferrograd::compile(branching);
+    for sign in [1.0, -1.0] {
+        let x = [Tensor::full(&[3], sign, DType::F32)];
+        assert_eq!(bits(&compiled.call(&x).unwrap()), bits(&branching(&x)));
+        assert!(!compiled.is_compiled(&x));
+    }
+    // Random draws: each call must draw anew.
+    let noisy = |xs: &[Tensor]| vec![&xs[0] + &Tensor::randn_default(&[3], DType::F32)];
+    let mut compiled = ferrograd::compile(noisy);
+    let x = [Tensor::zeros(&[3], DType::F32)];
+    let (a, b) = (compiled.call(&x).unwrap(), compiled.call(&x).unwrap());
+    assert!(!compiled.is_compiled(&x));
+    assert_ne!(bits(&a), bits(&b));
+    // A parameter it was not given would be frozen at its traced value.
+    let w = Param::new(Tensor::ones(&[3], DType::F32));
+    let hidden = |xs: &[Tensor]| vec![&xs[0] * &w.tensor()];
+    let mut compiled = ferrograd::compile(hidden);
+    let x = [Tensor::ones(&[3], DType::F32)];
+    compiled.call(&x).unwrap();
+    assert!(!compiled.is_compiled(&x));
+    w.set(&Tensor::full(&[3], 2.0, DType::F32));
+    assert_eq!(compiled.call(&x).unwrap()[0].to_vec::<f32>(), vec![2.0; 3]);
+}
