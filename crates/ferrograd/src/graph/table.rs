@@ -12,7 +12,7 @@ use super::tangent::{
 };
 use super::Node;
 use crate::error::Result;
-use crate::ops::attention::Attention;
+use crate::ops::attention::{attention_backward_composite, Attention};
 use crate::ops::concat::{cat_rule, pad_rule};
 use crate::ops::conv::{conv_rule, conv_weight_rule, ConvOpts};
 use crate::ops::dtype::{
@@ -21,10 +21,11 @@ use crate::ops::dtype::{
 use crate::ops::einsum::einsum_rule;
 use crate::ops::index::{index_add_rule, index_select_rule};
 use crate::ops::matmul::matmul_rule;
-use crate::ops::norm::{layer_norm_dtype, layer_norm_rule};
+use crate::ops::norm::{layer_norm_composite, layer_norm_dtype, layer_norm_rule};
 use crate::ops::pool::{pool_rule, resize_rule};
 use crate::ops::reduce::{reduce_rule, sum_to_rule};
 use crate::ops::shape::{broadcast, check_axis, same, show, Rule, Shape};
+use crate::ops::unary::gelu_derivative_composite;
 use crate::ops::view::{
     broadcast_to_rule, flatten_from_rule, narrow_rule, permute_rule, reshape_rule, squeeze_rule,
     unsqueeze_rule,
@@ -115,16 +116,7 @@ declare_ops! {
     }
     infer(i) { attention_rule(i) }
     eval(x) {
-        let mut opts = Attention::new().causal(*causal);
-        if let Some(s) = scale {
-            opts = opts.scale(*s);
-        }
-        if let Some((p, key)) = dropout {
-            opts = opts.dropout(*p, *key);
-        }
-        if let Some(m) = x.get(3) {
-            opts = opts.mask(m);
-        }
+        let opts = attention_opts(*causal, *scale, *dropout, x.get(3));
         x[0].scaled_dot_product_attention(&x[1], &x[2], &opts)
     }
     jvp(x, y, t) {
@@ -1127,6 +1119,158 @@ declare_ops! {
         }
     }
 
+    /// The gradients of attention of inputs 1, 2 and 3 (q, k, v; its result input 4, its
+    /// mask input 5 when there is one) given input 0, the gradient of that result: q's and, as
+    /// outputs 1 and 2, k's and v's.
+    AttentionBackward "scaled_dot_product_attention_backward" {
+        causal: bool,
+        scale: Option<f64>,
+        dropout: Option<(f64, u64)>,
+    }
+    outputs(3)
+    infer(i) {
+        let attention: Vec<(Shape, DType)> = i[1..4].iter().chain(i.get(5)).cloned().collect();
+        let (y, _) = attention_rule(&attention)?;
+        for (what, s) in [("gradient", &i[0].0), ("result", &i[4].0)] {
+            if s.len() != y.len() || !s.iter().zip(&y).all(|(a, b)| same(*a, *b)) {
+                return Err(format!("the {what} {} is not the result's {}", show(s), show(&y)));
+            }
+        }
+        Ok(vec![i[1].clone(), i[2].clone(), i[3].clone()])
+    }
+    eval(x) {
+        let opts = attention_opts(*causal, *scale, *dropout, x.get(5));
+        x[0].scaled_dot_product_attention_backward(&x[1], &x[2], &x[3], &x[4], &opts)
+    }
+    jvp(x, y, t) {
+        let opts = attention_opts(*causal, *scale, *dropout, x.get(5));
+        via_composite(x, t, |a| attention_backward_composite(a, &opts))
+    }
+    vmap(b) {
+        match (dropout, b.get(5)) {
+            // Every input with the batch axis: more heads, each with its own gradients.
+            (None, None) => {
+                let xs: Vec<Tensor> = (0..5).map(|i| b.lifted(i)).collect();
+                let opts = attention_opts(*causal, *scale, None, None);
+                let (dq, dk, dv) =
+                    xs[0].scaled_dot_product_attention_backward(&xs[1], &xs[2], &xs[3], &xs[4], &opts);
+                vec![dq, dk, dv]
+            }
+            // A mask's axes do not line up with the heads'; one key for every example would
+            // drop the same weights in each.
+            _ => b.each(),
+        }
+    }
+    node {
+        /// The gradients of attention given this one, as
+        /// [`Tensor::scaled_dot_product_attention_backward`]: `(dq, dk, dv)`.
+        pub fn scaled_dot_product_attention_backward(
+            &self,
+            [q, k, v]: [&Node; 3],
+            out: &Node,
+            opts: &Attention,
+        ) -> (Node, Node, Node) {
+            let op = Op::AttentionBackward {
+                causal: opts.is_causal(),
+                scale: opts.scale_given(),
+                dropout: opts.dropout_of(),
+            };
+            let mask = opts.mask_tensor().map(|m| self.graph.constant(m.clone()));
+            let mut inputs = vec![self, q, k, v, out];
+            inputs.extend(mask.as_ref());
+            let dq = self.graph.add(op, &inputs);
+            let (dk, dv) = (dq.output(1), dq.output(2));
+            (dq, dk, dv)
+        }
+    }
+
+    /// The gradients of layer normalisation (`eps`) of input 1 with weight input 2, given
+    /// input 0, the gradient of its output: the input's and, as outputs 1 and 2, the weight's
+    /// and the bias's.
+    LayerNormBackward "layer_norm_backward" { eps: f64 }
+    outputs(3)
+    infer(i) {
+        let shapes = [1, 2, 2].map(|k| i[k].0.clone());
+        let dtypes = [1, 2, 2].map(|k| i[k].1);
+        layer_norm_rule(&shapes)?;
+        let (g, x) = (&i[0].0, &i[1].0);
+        if g.len() != x.len() || !g.iter().zip(x).all(|(a, b)| same(*a, *b)) {
+            return Err(format!("gradient {} differs from input {}", show(g), show(x)));
+        }
+        let x = (x.clone(), layer_norm_dtype(dtypes)?);
+        Ok(vec![x, i[2].clone(), i[2].clone()])
+    }
+    eval(x) { x[0].layer_norm_backward(&x[1], &x[2], *eps) }
+    jvp(x, y, t) {
+        via_composite(x, t, |a| layer_norm_composite(&a[0], &a[1], &a[2], *eps).to_vec())
+    }
+    vmap(b) {
+        match b.only_first(2) {
+            // A shared weight: the batch is more rows, but the weight's and bias's gradients
+            // are sums over each example's rows alone.
+            true => {
+                let (up, x, w) = (b.lifted(0), b.lifted(1), b.x(2));
+                let (dx, _, _) = up.layer_norm_backward(&x, w, *eps);
+                let (ones, zeros) = (w.ones_like(), w.zeros_like());
+                let xhat = x.layer_norm(&ones, &zeros, *eps);
+                let rows: Vec<usize> = (1..x.ndim() - 1).collect();
+                vec![dx, (&up * &xhat).sum_axes(&rows, false), up.sum_axes(&rows, false)]
+            }
+            false => b.each(),
+        }
+    }
+    node {
+        /// The gradients of layer normalisation given this one, as
+        /// [`Tensor::layer_norm_backward`]: `(dx, dweight, dbias)`.
+        pub fn layer_norm_backward(&self, x: &Node, weight: &Node, eps: f64) -> (Node, Node, Node) {
+            let dx = self.graph.add(Op::LayerNormBackward { eps }, &[self, x, weight]);
+            let (dw, db) = (dx.output(1), dx.output(2));
+            (dx, dw, db)
+        }
+    }
+
+    /// Input 0 (a gradient) where input 1 is positive, times `slope` elsewhere: relu's and
+    /// leaky relu's derivative applied to it.
+    SlopeScaled "leaky_relu_backward" { slope: f64 }
+    fusion(Elementwise)
+    infer(i) { Ok((broadcast(&i[0].0, &i[1].0)?, promoted_float_rule(i[0].1, i[1].1)?)) }
+    eval(x) { x[0].leaky_relu_backward(&x[1], *slope) }
+    jvp(x, y, t) {
+        // Linear in the gradient along a routing that input 1 fixes.
+        t.at(0).map(|t0| t0.leaky_relu_backward(&x[1], *slope))
+    }
+    vmap(b) {
+        let a = b.aligned();
+        a[0].leaky_relu_backward(&a[1], *slope)
+    }
+    node {
+        /// This gradient through leaky relu at `x`, as [`Tensor::leaky_relu_backward`].
+        pub fn leaky_relu_backward(&self, x: &Node, slope: f64) -> Node {
+            self.graph.add(Op::SlopeScaled { slope }, &[self, x])
+        }
+    }
+
+    /// Input 0 (a gradient) times GELU′ at input 1.
+    GeluBackward "gelu_backward" {}
+    fusion(Elementwise)
+    infer(i) { Ok((broadcast(&i[0].0, &i[1].0)?, promoted_float_rule(i[0].1, i[1].1)?)) }
+    eval(x) { x[0].gelu_backward(&x[1]) }
+    jvp(x, y, t) {
+        via_composite(x, t, |a| vec![gelu_derivative_composite(&a[1], &a[0])])
+    }
+    vmap(b) {
+        // Both operands at the batched shape (the fused pass reads them element by element).
+        let a = b.aligned();
+        let (up, x) = (&a[0] + &a[1].zeros_like(), &a[1] + &a[0].zeros_like());
+        up.gelu_backward(&x)
+    }
+    node {
+        /// This gradient times GELU′ at `x`, as [`Tensor::gelu_backward`].
+        pub fn gelu_backward(&self, x: &Node) -> Node {
+            self.graph.add(Op::GeluBackward {}, &[self, x])
+        }
+    }
+
     /// Normalised over the last axis with `eps`, scaled by input 1 and shifted by input 2.
     LayerNorm "layer_norm" { eps: f64 }
     infer(i) {
@@ -1826,4 +1970,24 @@ fn sequence_rule(i: &[(Shape, DType)], gates: usize, states: usize) -> InferredO
 /// `0..ndim`: the axes a whole reduction reduces.
 fn every_axis(x: &Tensor) -> Vec<usize> {
     (0..x.ndim()).collect()
+}
+
+/// Attention's options from a declaration's attributes and its mask input.
+fn attention_opts(
+    causal: bool,
+    scale: Option<f64>,
+    dropout: Option<(f64, u64)>,
+    mask: Option<&Tensor>,
+) -> Attention {
+    let mut opts = Attention::new().causal(causal);
+    if let Some(s) = scale {
+        opts = opts.scale(s);
+    }
+    if let Some((p, key)) = dropout {
+        opts = opts.dropout(p, key);
+    }
+    if let Some(m) = mask {
+        opts = opts.mask(m);
+    }
+    opts
 }

@@ -340,6 +340,28 @@ unsafe fn layer_blocks<T: Float, R: Send>(
     results
 }
 
+/// One row's mean and rstd = 1/√(biased variance + eps).
+#[inline(always)]
+fn row_stats<T: Float>(x: &[T], eps: T) -> (T, T) {
+    let n = T::from_f64(x.len() as f64);
+    let mean = sum_terms(x, x, T::zero(), &|a, _, _| a) / n;
+    let var = sum_terms(x, x, mean, &|a, _, m| (a - m) * (a - m)) / n;
+    (mean, T::one() / (var + eps).sqrt())
+}
+
+#[isa_dispatch]
+fn stats_of_row<T: Float>(x: &[T], eps: T) -> (T, T) {
+    row_stats(x, eps)
+}
+
+/// Each row's mean and rstd, as [`layer_norm`] returns them (the same sums, so the same
+/// values), without normalising: for a backward that does not have the forward's.
+pub fn layer_norm_stats<T: Float>(x: &[T], d: usize, eps: T) -> Vec<T> {
+    x.chunks_exact(d)
+        .flat_map(|row| <[T; 2]>::from(stats_of_row(row, eps)))
+        .collect()
+}
+
 /// One row normalised: `out = (x − mean)·rstd·w + b`; returns `(mean, rstd)`.
 #[isa_dispatch]
 fn normalise_row<T: Float>(
@@ -348,10 +370,7 @@ fn normalise_row<T: Float>(
     [w, b]: [&[T]; 2],
     eps: T,
 ) -> (T, T) {
-    let n = T::from_f64(x.len() as f64);
-    let mean = sum_terms(x, x, T::zero(), &|a, _, _| a) / n;
-    let var = sum_terms(x, x, mean, &|a, _, m| (a - m) * (a - m)) / n;
-    let rstd = T::one() / (var + eps).sqrt();
+    let (mean, rstd) = row_stats(x, eps);
     let (w, b) = (&w[..x.len()], &b[..x.len()]);
     for (((o, &x), &w), &b) in out.iter_mut().zip(x).zip(w).zip(b) {
         o.write((x - mean) * rstd * w + b);

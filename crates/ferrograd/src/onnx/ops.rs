@@ -35,7 +35,13 @@ onnx_forms! { e, i, op, x;
         Op::Placeholder { .. } | Op::Variable { .. } | Op::Constant(_) | Op::Output { .. } => {
             unreachable!("the emitter writes the leaves and outputs itself")
         },
-        Op::Grad | Op::Minimize(_) => None,
+        // Training ops and derivatives: a model exports its forward.
+        Op::Grad
+        | Op::Minimize(_)
+        | Op::SlopeScaled { .. }
+        | Op::GeluBackward {}
+        | Op::LayerNormBackward { .. }
+        | Op::AttentionBackward { .. } => None,
         Op::Unary(u) => one(unary(e, i, *u, x[0])?),
         Op::Binary(b) => {
             let ins = &e.nodes[i].inputs;

@@ -342,32 +342,116 @@ impl Tensor {
         });
         let mut inputs = vec![self, k, v];
         inputs.extend(mask.as_ref());
-        let (causal, masked, drop) = (opts.causal, mask.is_some(), opts.dropout);
+        let opts = Attention {
+            mask: mask.clone(),
+            ..opts.clone()
+        };
         record(op, out, &inputs, move |c, up| {
-            if is_grad_enabled() || l * s * e * ev == 0 {
-                let shape = [&batch[..], &[l, s]].concat();
-                let factors = drop.map(|(p, key)| dropout_factors(p, key, &shape, dtype));
-                let rule = Rule {
-                    scale,
-                    causal,
-                    masked,
-                    dropout: factors.as_ref(),
-                };
-                attention_backward(c, up, rule)
-            } else {
-                let fused = Fused {
-                    batch: &batch,
-                    d,
-                    dtype,
-                    scale,
-                    causal,
-                    masked,
-                    dropout: pattern,
-                };
-                with_dtype!(dtype, T => fused.backward::<T>(c, up))
+            if opts.mask.is_some() && c.needs(3) {
+                // A mask that takes a gradient: the derivative in tensor ops gives it too.
+                return attention_grads(c, up, &opts, true);
             }
+            let [q, k, v] = [0, 1, 2].map(|i| c.input(i));
+            let (dq, dk, dv) = up.scaled_dot_product_attention_backward(q, k, v, c.out(), &opts);
+            let mut grads: InputGrads = smallvec![
+                c.needs(0).then_some(dq),
+                c.needs(1).then_some(dk),
+                c.needs(2).then_some(dv),
+            ];
+            if opts.mask.is_some() {
+                grads.push(None);
+            }
+            grads
         })
     }
+
+    /// The gradients of [`Tensor::scaled_dot_product_attention`] of `q`, `k` and `v` (with
+    /// `opts`; its result was `out`) given this gradient of that result: `(dq, dk, dv)`,
+    /// PyTorch's attention backward. One fused pass over the heads; under a graph that is
+    /// recorded, the same derivative in tensor ops, differentiable again. The mask takes no
+    /// gradient here.
+    pub fn scaled_dot_product_attention_backward(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &Tensor,
+        opts: &Attention,
+    ) -> (Tensor, Tensor, Tensor) {
+        let _profiled = crate::tensor::profile::scope("scaled_dot_product_attention_backward");
+        let mut inputs = vec![self, q, k, v, out];
+        inputs.extend(opts.mask.as_ref());
+        let attrs = attrs![opts.causal, opts.scale, opts.dropout];
+        trace::op("AttentionBackward", attrs, &inputs, || {
+            let mut given = vec![q.clone(), k.clone(), v.clone()];
+            given.extend(opts.mask.clone());
+            let needs = [true, true, true, false];
+            let c = BackwardCtx {
+                inputs: &given,
+                out,
+                needs: &needs[..given.len()],
+            };
+            let mut grads = attention_grads(&c, self, opts, is_grad_enabled()).into_iter();
+            let mut next = || grads.next().flatten().expect("q, k and v take gradients");
+            (next(), next(), next())
+        })
+    }
+}
+
+/// [`Tensor::scaled_dot_product_attention_backward`] in tensor ops, with no event of its own
+/// (the reference its tangent rule pushes tangents through): `a` is the gradient, q, k, v,
+/// the result and the mask when there is one.
+pub(crate) fn attention_backward_composite(a: &[Tensor], opts: &Attention) -> Vec<Tensor> {
+    let given = a[1..4].iter().chain(a.get(5)).cloned().collect::<Vec<_>>();
+    let needs = [true, true, true, false];
+    let c = BackwardCtx {
+        inputs: &given,
+        out: &a[4],
+        needs: &needs[..given.len()],
+    };
+    let grads = attention_grads(&c, &a[0], opts, true);
+    grads.into_iter().take(3).flatten().collect()
+}
+
+/// The gradients the context asks for, given `up`: in tensor ops when `recorded` (or for an
+/// empty attention), otherwise from the fused kernel.
+fn attention_grads(
+    c: &BackwardCtx<'_>,
+    up: &Tensor,
+    opts: &Attention,
+    recorded: bool,
+) -> InputGrads {
+    let mask = opts.mask.as_ref();
+    let [q, k, v] = [0, 1, 2].map(|i| c.input(i));
+    let (batch, [l, e, s, ev], dtype) = attention_shapes([q, k, v], mask);
+    let scale = opts
+        .scale
+        .unwrap_or(if e == 0 { 1.0 } else { 1.0 / (e as f64).sqrt() });
+    let (causal, masked) = (opts.causal, mask.is_some());
+    if recorded || l * s * e * ev == 0 {
+        let shape = [&batch[..], &[l, s]].concat();
+        let factors = opts
+            .dropout
+            .map(|(p, key)| dropout_factors(p, key, &shape, dtype));
+        let rule = Rule {
+            scale,
+            causal,
+            masked,
+            dropout: factors.as_ref(),
+        };
+        return attention_backward(c, up, rule);
+    }
+    let heads: usize = batch.iter().product();
+    let fused = Fused {
+        batch: &batch,
+        d: AttentionDims { heads, l, s, e, ev },
+        dtype,
+        scale,
+        causal,
+        masked,
+        dropout: opts.dropout.map(|(p, key)| DropPattern::new(p, key)),
+    };
+    with_dtype!(dtype, T => fused.backward::<T>(c, up))
 }
 
 /// What the fused backward needs of the forward call.

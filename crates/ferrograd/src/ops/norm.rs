@@ -169,7 +169,12 @@ impl Tensor {
 
 /// Layer normalisation's derivative in tensor ops on the (tracked) inputs, differentiable
 /// again: `(dx, dweight, dbias)` for `y = x̂·w + b` over the last axis.
-fn layer_norm_composite(up: &Tensor, x: &Tensor, weight: &Tensor, eps: f64) -> [Tensor; 3] {
+pub(crate) fn layer_norm_composite(
+    up: &Tensor,
+    x: &Tensor,
+    weight: &Tensor,
+    eps: f64,
+) -> [Tensor; 3] {
     let centered = x - &x.mean_axes(&[-1], true);
     let rstd = centered
         .square()
@@ -225,7 +230,8 @@ impl Tensor {
         record("layer_norm", y, &[self, weight, bias], move |c, up| {
             let (x, w) = (c.input(0), c.input(1));
             let [dx, dw, db] = if is_grad_enabled() {
-                layer_norm_composite(up, x, w, eps)
+                let (dx, dw, db) = up.layer_norm_backward(x, w, eps);
+                [dx, dw, db]
             } else {
                 with_dtype!(x.dtype(), T => layer_norm_fused::<T>(up, x, w, &stats))
             };
@@ -264,11 +270,37 @@ fn layer_norm_fused<T: FloatElement>(
 }
 
 impl Tensor {
+    /// The gradients of [`Tensor::layer_norm`] of `x` with `weight` (and `eps`) given this
+    /// gradient of its output: `(dx, dweight, dbias)`, PyTorch's `native_layer_norm_backward`.
+    /// One fused pass (it recomputes each row's statistics); under a graph that is recorded,
+    /// the same derivative in tensor ops, differentiable again.
+    pub fn layer_norm_backward(
+        &self,
+        x: &Tensor,
+        weight: &Tensor,
+        eps: f64,
+    ) -> (Tensor, Tensor, Tensor) {
+        let _profiled = crate::tensor::profile::scope("layer_norm_backward");
+        trace::op("LayerNormBackward", attrs![eps], &[self, x, weight], || {
+            let [dx, dw, db] = if is_grad_enabled() {
+                layer_norm_composite(self, x, weight, eps)
+            } else {
+                with_dtype!(x.dtype(), T => {
+                    let d = weight.numel();
+                    let stats = kn::layer_norm_stats(&x.contiguous_data::<T>(), d, T::from_f64(eps));
+                    let rows = stats.len() / 2;
+                    let stats = Tensor::from_data(stats, &[rows, 2]);
+                    layer_norm_fused::<T>(self, x, weight, &stats)
+                })
+            };
+            (dx, dw, db)
+        })
+    }
+
     /// RMS normalisation over the last axis, PyTorch's `F.rms_norm`: `x / √(mean(x²) + eps)`,
     /// times `weight` (`[D]`) when given. Without `eps`, the dtype's machine epsilon, as
     /// PyTorch's default. Written with differentiable ops: every order of derivative.
     pub fn rms_norm(&self, weight: Option<&Tensor>, eps: Option<f64>) -> Tensor {
-        let _profiled = crate::tensor::profile::scope("rms_norm");
         let _profiled = crate::tensor::profile::scope("rms_norm");
         let body = || self.rms_norm_untraced(weight, eps);
         match weight {

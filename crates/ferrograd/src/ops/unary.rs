@@ -139,7 +139,7 @@ macro_rules! elementwise_primitives {
                 } else {
                     T::zero()
                 }),
-                derivative: |c, t| slope_scaled(t, c.input(0), 0.0),
+                derivative: |c, t| t.leaky_relu_backward(c.input(0), 0.0),
             }
             /// x for x > 0, `slope * x` otherwise.
             leaky_relu LeakyRelu(slope: f64) {
@@ -149,7 +149,7 @@ macro_rules! elementwise_primitives {
                 } else {
                     v * T::from_f64(slope)
                 }),
-                derivative: |c, t| slope_scaled(t, c.input(0), slope),
+                derivative: |c, t| t.leaky_relu_backward(c.input(0), slope),
             }
             /// ln(1 + eˣ), computed as max(x, 0) + ln(1 + e^−|x|): exact for large |x| in both
             /// directions.
@@ -163,7 +163,7 @@ macro_rules! elementwise_primitives {
             gelu Gelu {
                 smooth_on: Real,
                 forward: |x| map_slices_dispatch!(x, gelu_in_place),
-                derivative: |c, t| gelu_derivative(c.input(0), t),
+                derivative: |c, t| t.gelu_backward(c.input(0)),
             }
             /// The Gauss error function.
             erf Erf {
@@ -382,21 +382,32 @@ impl std::fmt::Display for Unary {
     }
 }
 
-/// `up` where `x` > 0, `up · slope` elsewhere (0 when `slope` is 0, as PyTorch's relu
-/// backward, even for an infinite `up`): the derivative of relu and leaky relu in one pass.
-/// It is linear in `up` along a routing that `x` fixes (its derivative in `x` is zero almost
-/// everywhere), so its own rule is itself and `x` is no input of the graph.
-fn slope_scaled(up: &Tensor, x: &Tensor, slope: f64) -> Tensor {
-    if trace::is_tracing() {
-        // A trace (a `jvp` of a gradient) reads ops it has rules for: the same routing from
-        // traced ops.
-        let positive = x.detach().gt_scalar(0.0);
-        let below = match slope {
-            0.0 => up.zeros_like(),
-            _ => up.mul_scalar(slope),
-        };
-        return positive.where_cond(up, &below);
+/// The derivatives of relu and GELU applied to a gradient, as ops of their own: a traced
+/// backward (a compiled step) records them as one op each and runs their fused pass.
+impl Tensor {
+    /// This gradient through leaky relu at `x`: itself where `x` > 0, times `slope`
+    /// elsewhere (0 when `slope` is 0, as PyTorch's relu backward, even for an infinite
+    /// gradient); PyTorch's `leaky_relu_backward`. Linear in the gradient along a routing that
+    /// `x` fixes: `x` receives no gradient (its derivative is zero almost everywhere).
+    pub fn leaky_relu_backward(&self, x: &Tensor, slope: f64) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("leaky_relu_backward");
+        trace::op("SlopeScaled", attrs![slope], &[self, x], || {
+            slope_scaled(self, x, slope)
+        })
     }
+
+    /// This gradient times GELU′ at `x` (the exact GELU's derivative), PyTorch's
+    /// `gelu_backward`; differentiable in both.
+    pub fn gelu_backward(&self, x: &Tensor) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("gelu_backward");
+        trace::op("GeluBackward", attrs![], &[self, x], || {
+            gelu_derivative(x, self)
+        })
+    }
+}
+
+/// `up` where `x` > 0, `up · slope` elsewhere, in one pass; its own rule is itself.
+fn slope_scaled(up: &Tensor, x: &Tensor, slope: f64) -> Tensor {
     let out = if slope == 0.0 {
         zip_dispatch!("relu backward", up, x, |u, v| if v > T::zero() {
             u
@@ -412,7 +423,7 @@ fn slope_scaled(up: &Tensor, x: &Tensor, slope: f64) -> Tensor {
     };
     let x = x.detach();
     record("slope_scaled", out, &[up], move |_, g| {
-        smallvec![Some(slope_scaled(g, &x, slope))]
+        smallvec![Some(g.leaky_relu_backward(&x, slope))]
     })
 }
 
@@ -438,9 +449,7 @@ const FRAC_1_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
 /// pass.
 fn gelu_derivative(x: &Tensor, t: &Tensor) -> Tensor {
     if is_grad_enabled() || trace::is_tracing() {
-        let cdf = &(&(x * std::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5;
-        let density = &x.square().mul_scalar(-0.5).exp() * FRAC_1_SQRT_2PI;
-        return t * &(&cdf + &(x * &density));
+        return gelu_derivative_composite(x, t);
     }
     with_dtype!(x.dtype(), T => {
         let xs = x.contiguous_data::<T>();
@@ -448,6 +457,13 @@ fn gelu_derivative(x: &Tensor, t: &Tensor) -> Tensor {
         let ts = strided::applied_with(&xs, t.contiguous_data::<T>(), T::gelu_backward);
         Tensor::from_data(ts, x.shape())
     })
+}
+
+/// `t · GELU′(x)` in primitives, differentiable again.
+pub(crate) fn gelu_derivative_composite(x: &Tensor, t: &Tensor) -> Tensor {
+    let cdf = &(&(x * std::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5;
+    let density = &x.square().mul_scalar(-0.5).exp() * FRAC_1_SQRT_2PI;
+    t * &(&cdf + &(x * &density))
 }
 
 /// Composites: written from the primitives above, so they need no rule of their own.

@@ -394,6 +394,31 @@ fn images() -> Vec<Case> {
             vec![randn(&[3, 4], 87), randn(&[4], 88), randn(&[4], 89)],
         ),
         case(
+            "scaled_dot_product_attention_backward",
+            |p| {
+                let opts = Attention::new().causal(true);
+                let out = p[1].scaled_dot_product_attention(&p[2], &p[3], &opts);
+                let (dq, dk, dv) =
+                    p[0].scaled_dot_product_attention_backward(&p[1], &p[2], &p[3], &out, &opts);
+                &(&dq.sum_axes(&[1], false) + &dk.square().sum_axes(&[1], false))
+                    * &dv.sum_axes(&[1], false)
+            },
+            vec![
+                randn(&[2, 3, 2], 101),
+                randn(&[2, 3, 2], 102),
+                randn(&[2, 3, 2], 103),
+                randn(&[2, 3, 2], 104),
+            ],
+        ),
+        case(
+            "layer_norm_backward",
+            |p| {
+                let (dx, dw, db) = p[0].layer_norm_backward(&p[1], &p[2], 1e-5);
+                &(&dx.square().sum_axes(&[0], false) + &dw) * &db
+            },
+            vec![randn(&[3, 4], 98), randn(&[3, 4], 99), randn(&[4], 100)],
+        ),
+        case(
             "rms_norm",
             |p| p[0].rms_norm(Some(&p[1]), None),
             vec![randn(&[3, 4], 90), randn(&[4], 91)],
@@ -404,6 +429,16 @@ fn images() -> Vec<Case> {
             vec![randn(&[2, 3, 4], 92)],
         ),
         case("gelu_tanh", |p| p[0].gelu_tanh(), vec![randn(&[3, 4], 93)]),
+        case(
+            "leaky_relu_backward",
+            |p| p[0].leaky_relu_backward(&p[1], 0.1),
+            vec![randn(&[3, 4], 94), spread(&[3, 4], 95)],
+        ),
+        case(
+            "gelu_backward",
+            |p| p[0].gelu_backward(&p[1]),
+            vec![randn(&[3, 4], 96), randn(&[3, 4], 97)],
+        ),
     ]
 }
 
