@@ -92,7 +92,7 @@ impl<F: Fn(&[Tensor]) -> Vec<Tensor>> Compiled<F> {
                 Ok(exe.run(&feed))
             }
             Plan::Eager(_) => {
-                let run = || crate::tensor::no_grad(|| (self.f)(inputs));
+                let run = || (self.f)(inputs);
                 // The trace drew random numbers for this call: the eager run draws those
                 // same ones, so that the call draws once, as an eager call does.
                 let out = match &traced_draws {

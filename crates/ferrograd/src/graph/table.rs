@@ -678,6 +678,44 @@ declare_ops! {
         }
     }
 
+    /// Input 0, a gradient of max pooling of input 1, routed back to input 1's shape.
+    MaxPool2dBackward "max_pool2d_backward" {
+        kernel: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+    }
+    infer(i) {
+        let (pooled, _) = pool_infer(&i[1..], *kernel, *stride, *padding)?;
+        let g = &i[0].0;
+        if g.len() != pooled.len() || !g.iter().zip(&pooled).all(|(a, b)| same(*a, *b)) {
+            return Err(format!("gradient {} is not the pooled shape {}", show(g), show(&pooled)));
+        }
+        Ok((i[1].0.clone(), promoted_float_rule(i[0].1, i[1].1)?))
+    }
+    eval(x) { x[0].max_pool2d_backward(&x[1], *kernel, *stride, *padding) }
+    jvp(x, y, t) {
+        // Linear in the gradient along a routing that input 1 fixes.
+        t.at(0).map(|t0| t0.max_pool2d_backward(&x[1], *kernel, *stride, *padding))
+    }
+    vmap(b) {
+        let (up, x) = (b.folded(0), b.folded(1));
+        b.unfolded(&up.max_pool2d_backward(&x, *kernel, *stride, *padding))
+    }
+    node {
+        /// This gradient of max pooling of `x` routed back, as
+        /// [`Tensor::max_pool2d_backward`].
+        pub fn max_pool2d_backward(
+            &self,
+            x: &Node,
+            kernel: [usize; 2],
+            stride: [usize; 2],
+            padding: [usize; 2],
+        ) -> Node {
+            let op = Op::MaxPool2dBackward { kernel, stride, padding };
+            self.graph.add(op, &[self, x])
+        }
+    }
+
     /// Average pooling over `[height, width]` windows (the padding counts).
     AvgPool2d "avg_pool2d" { kernel: [usize; 2], stride: [usize; 2], padding: [usize; 2] }
     infer(i) { pool_infer(i, *kernel, *stride, *padding) }

@@ -41,7 +41,8 @@ onnx_forms! { e, i, op, x;
         | Op::SlopeScaled { .. }
         | Op::GeluBackward {}
         | Op::LayerNormBackward { .. }
-        | Op::AttentionBackward { .. } => None,
+        | Op::AttentionBackward { .. }
+        | Op::MaxPool2dBackward { .. } => None,
         Op::Unary(u) => one(unary(e, i, *u, x[0])?),
         Op::Binary(b) => {
             let ins = &e.nodes[i].inputs;

@@ -226,7 +226,7 @@ impl Tensor {
             let (x, w) = (c.input(0), c.input(1));
             let size = (x.shape()[2], x.shape()[3]);
             smallvec![
-                c.needs(0).then(|| up.conv_transpose2d_to(w, &opts, size)),
+                c.needs(0).then(|| input_gradient(up, w, &opts, size)),
                 c.needs(1)
                     .then(|| x.conv2d_weight(up, (w.shape()[2], w.shape()[3]), &opts)),
             ]
@@ -942,4 +942,36 @@ pub(crate) fn conv_weight_rule(
         }
     }
     Ok(vec![dy[1], x[1].map(|c| c / g), Some(kh), Some(kw)])
+}
+
+/// `conv2d`'s input gradient: `up` transposed-convolved back to the input's `size`. Where an
+/// output padding below the stride or the dilation makes up the rows and columns the stride
+/// left over, it is the traced `conv_transpose2d` with that padding (so a traced backward
+/// records it); otherwise the same kernel with the size given.
+fn input_gradient(up: &Tensor, w: &Tensor, opts: &ConvOpts, size: (usize, usize)) -> Tensor {
+    let extra = |i: usize, n: usize, k: usize, target: usize| {
+        let natural = (n as i128 - 1) * opts.stride[i] as i128
+            + (opts.dilation[i] * k.saturating_sub(1)) as i128
+            + 1
+            - 2 * opts.padding[i] as i128;
+        let extra = target as i128 - natural;
+        let limit = opts.stride[i].max(opts.dilation[i]) as i128;
+        (0..limit).contains(&extra).then_some(extra as usize)
+    };
+    let (us, ws) = (up.shape(), w.shape());
+    match (us.len() == 4 && ws.len() == 4).then(|| {
+        (
+            extra(0, us[2], ws[2], size.0),
+            extra(1, us[3], ws[3], size.1),
+        )
+    }) {
+        Some((Some(h), Some(wd))) => up.conv_transpose2d(
+            w,
+            &ConvOpts {
+                output_padding: [h, wd],
+                ..*opts
+            },
+        ),
+        _ => up.conv_transpose2d_to(w, opts, size),
+    }
 }

@@ -103,7 +103,6 @@ impl Tensor {
         [ph, pw]: [usize; 2],
     ) -> Tensor {
         let _profiled = crate::tensor::profile::scope("max_pool2d_hw");
-        let _profiled = crate::tensor::profile::scope("max_pool2d_hw");
         trace::op(
             "MaxPool2d",
             attrs![[kh, kw], [sh, sw], [ph, pw]],
@@ -114,10 +113,52 @@ impl Tensor {
 
     fn max_pool2d_hw_untraced(
         &self,
+        kernel: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+    ) -> Tensor {
+        let (out, arg, hw) = self.max_pool_positions(kernel, stride, padding);
+        record("max_pool2d", out, &[self], move |c, up| {
+            smallvec![Some(match trace::is_tracing() {
+                // A trace records the derivative as an op that finds the positions again
+                // from its input, so that a graph routes by the values it is given.
+                true => up.max_pool2d_backward(c.input(0), kernel, stride, padding),
+                false => up.scatter_planes(&arg, hw),
+            })]
+        })
+    }
+
+    /// This gradient of [`Tensor::max_pool2d_hw`] of `x` (with these sizes) routed back to
+    /// `x`'s shape: each value added at the position its window's maximum came from,
+    /// PyTorch's `max_pool2d_with_indices_backward`. It finds the positions again from `x`.
+    pub fn max_pool2d_backward(
+        &self,
+        x: &Tensor,
+        kernel: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+    ) -> Tensor {
+        let _profiled = crate::tensor::profile::scope("max_pool2d_backward");
+        let attrs = attrs![kernel, stride, padding];
+        trace::op("MaxPool2dBackward", attrs, &[self, x], || {
+            let (out, arg, hw) = x.detach().max_pool_positions(kernel, stride, padding);
+            assert_eq!(
+                self.shape(),
+                out.shape(),
+                "max_pool2d_backward: the gradient's shape is not the pooled shape"
+            );
+            self.scatter_planes_by(&arg, hw)
+        })
+    }
+
+    /// Max pooling's values and, within each plane, the flat position of each window's
+    /// maximum; with the planes' height and width.
+    fn max_pool_positions(
+        &self,
         [kh, kw]: [usize; 2],
         [sh, sw]: [usize; 2],
         [ph, pw]: [usize; 2],
-    ) -> Tensor {
+    ) -> (Tensor, Arc<[usize]>, (usize, usize)) {
         let rule = pool_rule(&known(self.shape()), [kh, kw], [sh, sw], [ph, pw]);
         eager_or_panic("max_pool2d", rule);
         eager_dtype_or_panic("max_pool2d", float_rule(self.dtype()));
@@ -153,10 +194,7 @@ impl Tensor {
             });
             Tensor::from_data(out, &with_hw(self, g.ho, g.wo))
         });
-        let arg: Arc<[usize]> = arg.into();
-        record("max_pool2d", out, &[self], move |_, up| {
-            smallvec![Some(up.scatter_planes(&arg, (h, w)))]
-        })
+        (out, arg.into(), (h, w))
     }
 
     /// Average pooling with a square `kernel`, `stride` and `padding`; the padding counts in
@@ -282,6 +320,12 @@ impl Tensor {
             let flat = self.reshape(&[np * ho * wo]);
             return zeros.index_add(0, &at, &flat).reshape(&with_hw(self, h, w));
         }
+        self.scatter_planes_by(arg, (h, w))
+    }
+
+    /// [`Tensor::scatter_planes`] in one fused pass, whatever traces run.
+    fn scatter_planes_by(&self, arg: &Arc<[usize]>, (h, w): (usize, usize)) -> Tensor {
+        let (np, ho, wo) = planes("max_pool2d backward", self);
         let out = with_dtype!(self.dtype(), T => {
             let up = self.contiguous_data::<T>();
             let out = index::scatter_add_planes(&up, arg, np, (ho * wo, h * w));

@@ -411,6 +411,11 @@ fn images() -> Vec<Case> {
             ],
         ),
         case(
+            "max_pool2d_backward",
+            |p| p[0].max_pool2d_backward(&p[1], [2, 2], [2, 2], [0, 0]),
+            vec![randn(&[1, 2, 2, 2], 105), spread(&[1, 2, 4, 4], 106)],
+        ),
+        case(
             "layer_norm_backward",
             |p| {
                 let (dx, dw, db) = p[0].layer_norm_backward(&p[1], &p[2], 1e-5);
