@@ -28,9 +28,12 @@
 
 use std::collections::HashMap;
 
-use crate::autograd::{with_substitutes, Param};
+use crate::autograd::{with_substitutes, Gradients, Param};
 use crate::error::{Error, Result};
 use crate::graph::{trace_reading, Executable, Seen, Trace};
+use crate::loss::Loss;
+use crate::model::{Model, Net, StepPlans};
+use crate::nn::Module;
 use crate::tensor::draws;
 use crate::tensor::{DType, Tensor};
 
@@ -38,16 +41,7 @@ use crate::tensor::{DType, Tensor};
 pub struct Compiled<F> {
     f: F,
     params: Vec<(String, Param)>,
-    plans: HashMap<Guard, Plan>,
-}
-
-/// The shapes and dtypes a plan was traced for: the inputs', then the parameters'.
-type Guard = Vec<(Vec<usize>, DType)>;
-
-enum Plan {
-    Graph(Executable),
-    /// Why the function runs eagerly at these shapes.
-    Eager(String),
+    plans: Plans,
 }
 
 /// `f` compiled: call it with [`Compiled::call`]. Parameters it reads must be given with
@@ -56,7 +50,7 @@ pub fn compile<F: Fn(&[Tensor]) -> Vec<Tensor>>(f: F) -> Compiled<F> {
     Compiled {
         f,
         params: Vec::new(),
-        plans: HashMap::new(),
+        plans: Plans::default(),
     }
 }
 
@@ -65,100 +59,182 @@ impl<F: Fn(&[Tensor]) -> Vec<Tensor>> Compiled<F> {
     /// computes with their values at that moment, as eager code would.
     pub fn params(mut self, params: Vec<(String, Param)>) -> Self {
         self.params = params;
-        self.plans.clear();
+        self.plans = Plans::default();
         self
     }
 
     /// `f(inputs)`, from the plan for these shapes and dtypes (traced on first meeting them).
     /// The results are values: nothing is recorded for a backward outside the function
-    /// (differentiate inside it). Errors come from tracing, or from a function that returned
-    /// a different number of results when run eagerly.
+    /// (differentiate inside it). Errors come from tracing.
     pub fn call(&mut self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        let values: Vec<Tensor> = self.params.iter().map(|(_, p)| p.tensor()).collect();
+        self.plans.call(&self.f, &self.params, inputs)
+    }
+
+    /// Whether calls with inputs like these run a compiled plan (false before the first call
+    /// at their shapes, and where the function runs eagerly).
+    pub fn is_compiled(&self, inputs: &[Tensor]) -> bool {
+        self.plans.fused(&self.params, inputs).is_some()
+    }
+
+    /// How many element-wise regions the plan for inputs like these fuses, and how many ops
+    /// they hold; `None` without a compiled plan.
+    pub fn fused(&self, inputs: &[Tensor]) -> Option<(usize, usize)> {
+        self.plans.fused(&self.params, inputs)
+    }
+}
+
+/// The plans of one function, by the shapes and dtypes they were traced for.
+#[derive(Default)]
+pub(crate) struct Plans {
+    by_guard: HashMap<Guard, Plan>,
+}
+
+impl Plans {
+    /// `f(inputs)` by the plan for these shapes and dtypes, traced and planned first when
+    /// there is none; `params` are fed their current values.
+    pub fn call(
+        &mut self,
+        f: &dyn Fn(&[Tensor]) -> Vec<Tensor>,
+        params: &[(String, Param)],
+        inputs: &[Tensor],
+    ) -> Result<Vec<Tensor>> {
+        let values: Vec<Tensor> = params.iter().map(|(_, p)| p.tensor()).collect();
         let guard = guard(inputs, &values);
         let mut traced_draws = None;
-        if !self.plans.contains_key(&guard) {
-            let (plan, drawn) = self.plan(inputs, &values)?;
+        if !self.by_guard.contains_key(&guard) {
+            let (plan, drawn) = plan(f, params, inputs, &values)?;
             if let Plan::Eager(why) = &plan {
                 eprintln!("ferrograd::compile: running eagerly at these shapes: {why}");
             }
-            self.plans.insert(guard.clone(), plan);
+            self.by_guard.insert(guard.clone(), plan);
             traced_draws = Some(drawn);
         }
-        match &self.plans[&guard] {
+        match &self.by_guard[&guard] {
             Plan::Graph(exe) => {
                 let mut feed: Vec<Tensor> = inputs.iter().map(Tensor::detach).collect();
                 feed.extend(values.iter().map(Tensor::detach));
                 Ok(exe.run(&feed))
             }
             Plan::Eager(_) => {
-                let run = || (self.f)(inputs);
                 // The trace drew random numbers for this call: the eager run draws those
                 // same ones, so that the call draws once, as an eager call does.
                 let out = match &traced_draws {
-                    Some(drawn) => draws::replayed(drawn, run),
-                    None => run(),
+                    Some(drawn) => draws::replayed(drawn, || f(inputs)),
+                    None => f(inputs),
                 };
                 Ok(out.iter().map(Tensor::detach).collect())
             }
         }
     }
 
-    /// Whether calls with inputs like these run a compiled plan (false before the first call
-    /// at their shapes, and where the function runs eagerly).
-    pub fn is_compiled(&self, inputs: &[Tensor]) -> bool {
-        let values: Vec<Tensor> = self.params.iter().map(|(_, p)| p.tensor()).collect();
-        matches!(
-            self.plans.get(&guard(inputs, &values)),
-            Some(Plan::Graph(_))
-        )
-    }
-
-    /// How many element-wise regions the plan for inputs like these fuses, and how many ops
-    /// they hold; `None` without a compiled plan.
-    pub fn fused(&self, inputs: &[Tensor]) -> Option<(usize, usize)> {
-        let values: Vec<Tensor> = self.params.iter().map(|(_, p)| p.tensor()).collect();
-        match self.plans.get(&guard(inputs, &values)) {
+    /// The fused regions of the compiled plan for inputs like these, if there is one.
+    pub fn fused(&self, params: &[(String, Param)], inputs: &[Tensor]) -> Option<(usize, usize)> {
+        let values: Vec<Tensor> = params.iter().map(|(_, p)| p.tensor()).collect();
+        match self.by_guard.get(&guard(inputs, &values)) {
             Some(Plan::Graph(exe)) => Some(exe.fused()),
             _ => None,
         }
     }
+}
 
-    /// Traces `f` at these inputs and plans its graph, or says why it must run eagerly.
-    fn plan(&self, inputs: &[Tensor], values: &[Tensor]) -> Result<(Plan, draws::Draws)> {
-        let names: Vec<String> = (0..inputs.len())
-            .map(|i| format!("input{i}"))
-            .chain(self.params.iter().map(|(n, _)| n.clone()))
-            .collect();
-        let all: Vec<Tensor> = inputs.iter().chain(values).cloned().collect();
-        let named: Vec<(&str, &Tensor)> = names.iter().map(String::as_str).zip(&all).collect();
-        let k = inputs.len();
-        let traced = draws::recorded(|| {
-            trace_reading(&named, &[], |fed| {
-                let subs: Vec<(&Param, Tensor)> = self
-                    .params
-                    .iter()
-                    .map(|(_, p)| p)
-                    .zip(fed[k..].iter().cloned())
-                    .collect();
-                with_substitutes(&subs, || (self.f)(&fed[..k]))
-                    .unwrap_or_else(|e| panic!("compile: {e}"))
-            })
-        });
-        let (result, drawn) = traced;
-        let plan = match result {
-            Ok((trace, seen)) => match eager_because(&trace, &seen, drawn.any()) {
-                Some(why) => Plan::Eager(why),
-                None => Plan::Graph(Executable::new(
-                    &trace.graph,
-                    &trace.inputs,
-                    &trace.outputs,
-                )?),
-            },
-            Err(Error::Graph(why)) => Plan::Eager(why),
-            Err(e) => return Err(e),
+/// The shapes and dtypes a plan was traced for: the inputs', then the parameters' (whose
+/// values are untracked while they are frozen).
+type Guard = Vec<(Vec<usize>, DType, bool)>;
+
+enum Plan {
+    Graph(Executable),
+    /// Why the function runs eagerly at these shapes.
+    Eager(String),
+}
+
+/// Traces `f` at these inputs and plans its graph, or says why it must run eagerly; with
+/// what the trace drew.
+fn plan(
+    f: &dyn Fn(&[Tensor]) -> Vec<Tensor>,
+    params: &[(String, Param)],
+    inputs: &[Tensor],
+    values: &[Tensor],
+) -> Result<(Plan, draws::Draws)> {
+    let names: Vec<String> = (0..inputs.len())
+        .map(|i| format!("input{i}"))
+        .chain(params.iter().map(|(n, _)| n.clone()))
+        .collect();
+    let all: Vec<Tensor> = inputs.iter().chain(values).cloned().collect();
+    let named: Vec<(&str, &Tensor)> = names.iter().map(String::as_str).zip(&all).collect();
+    let k = inputs.len();
+    let (result, drawn) = draws::recorded(|| {
+        trace_reading(&named, &[], |fed| {
+            let subs: Vec<(&Param, Tensor)> = params
+                .iter()
+                .zip(&fed[k..])
+                .map(|((_, p), v)| (p, v.clone()))
+                .collect();
+            with_substitutes(&subs, || f(&fed[..k])).unwrap_or_else(|e| panic!("compile: {e}"))
+        })
+    });
+    let plan = match result {
+        Ok((trace, seen)) => match eager_because(&trace, &seen, drawn.any()) {
+            Some(why) => Plan::Eager(why),
+            None => Plan::Graph(Executable::new(
+                &trace.graph,
+                &trace.inputs,
+                &trace.outputs,
+            )?),
+        },
+        Err(Error::Graph(why)) => Plan::Eager(why),
+        Err(e) => return Err(e),
+    };
+    Ok((plan, drawn))
+}
+
+/// The loss and the gradients of a model's step: how a compiled [`Model`] computes them.
+#[derive(Default)]
+struct ModelSteps {
+    plans: Plans,
+}
+
+impl StepPlans for ModelSteps {
+    fn loss_and_grads(
+        &mut self,
+        net: &Net,
+        loss: &dyn Loss,
+        x: &Tensor,
+        target: &Tensor,
+    ) -> (f32, Gradients) {
+        let params = net.params();
+        let step = |xs: &[Tensor]| {
+            let l = loss.loss(&net.forward(&xs[0]), &xs[1]);
+            let trained: Vec<Tensor> = params
+                .iter()
+                .filter(|(_, p)| !p.is_frozen())
+                .map(|(_, p)| p.tensor())
+                .collect();
+            let refs: Vec<&Tensor> = trained.iter().collect();
+            let mut out = vec![l.clone()];
+            out.extend(crate::autograd::grad(&l, &refs));
+            out
         };
-        Ok((plan, drawn))
+        let out = self
+            .plans
+            .call(&step, &params, &[x.clone(), target.clone()])
+            .unwrap_or_else(|e| panic!("Model::train_step (compiled): {e}"));
+        let mut grads = Gradients::default();
+        let trained = params.iter().filter(|(_, p)| !p.is_frozen());
+        for ((_, p), g) in trained.zip(&out[1..]) {
+            grads.insert(p, g.clone());
+        }
+        (out[0].item() as f32, grads)
+    }
+}
+
+impl Model {
+    /// This model with its training steps compiled: [`Model::train_step`] runs the forward,
+    /// the loss and every gradient as one traced plan per batch shape (see
+    /// [`compile`](crate::compile)), then the optimizer as before. Values and gradients are
+    /// eager's; a network that draws random numbers (dropout) or reads values trains eagerly,
+    /// said once.
+    pub fn compile(self) -> Model {
+        self.with_step_plans(Box::new(ModelSteps::default()))
     }
 }
 
@@ -167,7 +243,7 @@ fn guard(inputs: &[Tensor], values: &[Tensor]) -> Guard {
     inputs
         .iter()
         .chain(values)
-        .map(|t| (t.shape().to_vec(), t.dtype()))
+        .map(|t| (t.shape().to_vec(), t.dtype(), t.is_tracked()))
         .collect()
 }
 

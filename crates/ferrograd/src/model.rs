@@ -149,6 +149,20 @@ pub struct Model {
     optimizer: Box<dyn Optimizer>,
     /// Sets the learning rate before every update, from the number of steps taken.
     schedule: Option<Box<dyn Schedule>>,
+    /// How a compiled model computes a step's loss and gradients.
+    compiled: Option<Box<dyn StepPlans>>,
+}
+
+/// A step's loss and gradients computed other than by the eager forward and backward (the
+/// compiled plans of `Model::compile`, a layer above).
+pub(crate) trait StepPlans: Send {
+    fn loss_and_grads(
+        &mut self,
+        net: &Net,
+        loss: &dyn Loss,
+        x: &Tensor,
+        target: &Tensor,
+    ) -> (f32, Gradients);
 }
 
 impl Model {
@@ -160,6 +174,7 @@ impl Model {
             loss: Box::new(loss),
             optimizer: Box::new(optimizer),
             schedule: None,
+            compiled: None,
         }
     }
 
@@ -209,12 +224,22 @@ impl Model {
         self.apply_grads(grads);
     }
 
+    /// This model with `plans` computing its steps' losses and gradients.
+    pub(crate) fn with_step_plans(mut self, plans: Box<dyn StepPlans>) -> Model {
+        self.compiled = Some(plans);
+        self
+    }
+
     /// Forward, backward and update on one batch; returns the loss. The graph is released
-    /// before the update, so the optimizer updates parameters in place.
+    /// before the update, so the optimizer updates parameters in place. A compiled model
+    /// ([`Model::compile`]) runs its plan for the forward and backward.
     pub fn train_step(&mut self, x: &Tensor, target: &Tensor) -> f32 {
-        let (loss, grads) = {
-            let pred = self.forward(x);
-            self.backward(&pred, target)
+        let (loss, grads) = match &mut self.compiled {
+            Some(plans) => plans.loss_and_grads(&self.net, self.loss.as_ref(), x, target),
+            None => {
+                let pred = self.forward(x);
+                self.backward(&pred, target)
+            }
         };
         self.apply_grads(&grads);
         loss

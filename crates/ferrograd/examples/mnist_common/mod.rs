@@ -33,6 +33,9 @@ struct Args {
     /// Resume from a checkpoint written by --save.
     #[arg(long)]
     resume: Option<PathBuf>,
+    /// Train with compiled steps (`Model::compile`): the same losses and accuracy.
+    #[arg(long)]
+    compile: bool,
     /// Write the trained network as an ONNX model to this file (feature `onnx`), for any ONNX
     /// runtime (`crates/ferrograd-py/examples/onnx_mnist.py` runs it in onnxruntime).
     #[cfg(feature = "onnx")]
@@ -81,6 +84,9 @@ fn run(args: Args, epochs: u64, build: fn(f64) -> Model) -> Result<Vec<EpochResu
         println!("resumed from {} after epoch {}", path.display(), ck.epoch);
     }
 
+    if args.compile {
+        model = model.compile();
+    }
     let mut results = Vec::new();
     for epoch in first_epoch..args.epochs.unwrap_or(epochs) {
         let start = Instant::now();

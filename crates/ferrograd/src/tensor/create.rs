@@ -22,6 +22,8 @@ static DEFAULT_RNG: Mutex<Option<StdRng>> = Mutex::new(None);
 static SEED_CALLS: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
+    /// How many times this thread has drawn from the default generator.
+    static DRAWS: Cell<u64> = const { Cell::new(0) };
     /// This thread's last [`manual_seed`]: its number among all the calls, and its seed.
     static LAST_SEED: Cell<(u64, u64)> = const { Cell::new((0, DEFAULT_SEED)) };
 }
@@ -55,6 +57,12 @@ pub(crate) fn seed_calls() -> u64 {
     SEED_CALLS.load(Ordering::Relaxed)
 }
 
+/// How many times this thread has drawn from the default generator (other threads' draws
+/// move the generator too, but not this count).
+pub(crate) fn default_draws() -> u64 {
+    DRAWS.with(Cell::get)
+}
+
 /// The default generator as it stands (None before its first use), to set it back later.
 pub(crate) fn default_rng_state() -> Option<StdRng> {
     DEFAULT_RNG
@@ -70,6 +78,7 @@ pub(crate) fn set_default_rng_state(state: Option<StdRng>) {
 
 /// Runs `f` with the default generator (seeded by [`manual_seed`]).
 pub fn with_default_rng<R>(f: impl FnOnce(&mut StdRng) -> R) -> R {
+    DRAWS.with(|d| d.set(d.get() + 1));
     let mut guard = DEFAULT_RNG.lock().unwrap_or_else(|e| e.into_inner());
     f(guard.get_or_insert_with(|| StdRng::seed_from_u64(DEFAULT_SEED)))
 }

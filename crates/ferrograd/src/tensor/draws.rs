@@ -10,7 +10,9 @@ use std::collections::VecDeque;
 
 use rand::rngs::StdRng;
 
-use super::create::{default_rng_state, seed_era, set_default_rng_state, set_seed_era};
+use super::create::{
+    default_draws, default_rng_state, seed_era, set_default_rng_state, set_seed_era,
+};
 
 /// Where a stream's draw came from: its seed and its position.
 pub type Draw = (u64, u64);
@@ -25,6 +27,8 @@ pub struct Draws {
     streams: Vec<Taken>,
     default: Option<StdRng>,
     seed_era: (u64, u64),
+    /// This thread's count of default-generator draws before the run.
+    default_draws: u64,
 }
 
 enum Level {
@@ -83,15 +87,15 @@ pub fn stream_draw(stream: u64, here: Draw) -> (Draw, bool) {
 
 impl Draws {
     /// Whether the run drew a random number: from a layer's stream, or from the default
-    /// generator (which then stands elsewhere than it did before the run).
+    /// generator on this thread.
     pub fn any(&self) -> bool {
-        !self.streams.is_empty() || self.default != default_rng_state()
+        !self.streams.is_empty() || self.default_draws != default_draws()
     }
 }
 
 /// `f()`, and what it drew.
 pub fn recorded<R>(f: impl FnOnce() -> R) -> (R, Draws) {
-    let (default, seed_era) = (default_rng_state(), seed_era());
+    let (default, seed_era, before) = (default_rng_state(), seed_era(), default_draws());
     let level = LevelGuard::open(Level::Recording(Vec::new()));
     let out = f();
     let Level::Recording(streams) = level.close() else {
@@ -103,6 +107,7 @@ pub fn recorded<R>(f: impl FnOnce() -> R) -> (R, Draws) {
             streams,
             default,
             seed_era,
+            default_draws: before,
         },
     )
 }

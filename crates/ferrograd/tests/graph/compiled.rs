@@ -76,6 +76,30 @@ fn a_compiled_transformer_step_gives_eagers_loss_and_gradients_to_the_bit() {
 }
 
 #[test]
+fn a_compiled_model_trains_with_eagers_losses_and_weights() {
+    let _turn = crate::common::turn();
+    let make = || {
+        manual_seed(3);
+        let net = Net::new(vec![
+            Box::new(Dense::new(20, 32)),
+            Box::new(Relu::new()),
+            Box::new(Dense::new(32, 10)),
+        ]);
+        Model::new(net, SoftmaxCrossEntropy::new(), Adam::new(1e-2))
+    };
+    let (mut eager, mut compiled) = (make(), make().compile());
+    let y = ferrograd::data::one_hot(&[3, 1, 4, 1, 5, 9, 2, 6], 10);
+    for step in 0..5 {
+        let x = random(&[8, 20], 10 + step);
+        let (a, b) = (eager.train_step(&x, &y), compiled.train_step(&x, &y));
+        assert_eq!(a.to_bits(), b.to_bits(), "step {step}: {a} and {b}");
+    }
+    let weights =
+        |m: &Model| -> Vec<Tensor> { m.net().params().iter().map(|(_, p)| p.tensor()).collect() };
+    assert_eq!(bits(&weights(&eager)), bits(&weights(&compiled)));
+}
+
+#[test]
 fn a_compiled_cnn_step_gives_eagers_loss_and_gradients_to_the_bit() {
     // A stride of 2 leaves a row over: the input gradient's transposed convolution takes an
     // output padding, and is traced as one.
