@@ -155,7 +155,7 @@ pub struct Model {
 
 /// A step's loss and gradients computed other than by the eager forward and backward (the
 /// compiled plans of `Model::compile`, a layer above).
-pub(crate) trait StepPlans: Send {
+pub(crate) trait StepPlans: Send + Sync {
     fn loss_and_grads(
         &mut self,
         net: &Net,
