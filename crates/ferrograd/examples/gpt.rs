@@ -112,6 +112,10 @@ struct Args {
     /// write its Chrome trace (`gpt_step.json` in `--out-dir`, for Perfetto).
     #[arg(long)]
     profile_step: Option<u64>,
+    /// Run each step's forward, loss and gradients as a compiled plan (`ferrograd::compile`):
+    /// the same losses.
+    #[arg(long)]
+    compile: bool,
     /// Where to write the loss curves.
     #[arg(long, default_value = ".")]
     out_dir: PathBuf,
@@ -667,6 +671,11 @@ fn train(
     bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")?);
     bar.set_position(start);
     let (mut curves, mut times) = (Vec::new(), Vec::new());
+    let mut grad = if args.compile {
+        compiled(gpt)
+    } else {
+        eager(gpt)
+    };
     let clock = Instant::now();
     for it in start..=args.iters {
         if it % args.eval_interval.max(1) == 0 || it == args.iters {
@@ -696,11 +705,12 @@ fn train(
         let (x, y) = corpus.batch(false, args.batch, args.context, &mut rng);
         let t0 = Instant::now();
         let loss = if args.profile_step == Some(it) {
-            let (loss, report) = profile(|| step(gpt, opts, &x, &y, lr_at(it, args), args.clip));
+            let (loss, report) =
+                profile(|| step(&mut grad, opts, &x, &y, lr_at(it, args), args.clip));
             bar.suspend(|| print_profile(&report, &args.out_dir))?;
             loss
         } else {
-            step(gpt, opts, &x, &y, lr_at(it, args), args.clip)
+            step(&mut grad, opts, &x, &y, lr_at(it, args), args.clip)
         };
         times.push(t0.elapsed().as_secs_f64());
         bar.inc(1);
@@ -712,20 +722,57 @@ fn train(
 }
 
 /// One training step at learning rate `lr`: the loss before it.
-fn step(gpt: &Gpt, opts: &mut Optimizers, x: &Tensor, y: &Tensor, lr: f64, clip: f64) -> f64 {
-    let _step = record_function("training step");
-    let loss = gpt.loss(x, y);
-    let grads = {
-        let _backward = record_function("backward");
-        loss.backward()
-    };
-    // The graph goes before the update: while it holds the parameters' values (a second
-    // backward could need them), the optimizer must copy each parameter to update it.
-    let loss = {
+/// One batch's loss and gradients: eagerly, or by the compiled plan of `--compile`.
+type Gradient<'a> = Box<dyn FnMut(&Tensor, &Tensor) -> (f64, Gradients) + 'a>;
+
+/// Eager forward and backward.
+fn eager(gpt: &Gpt) -> Gradient<'_> {
+    Box::new(|x, y| {
+        let loss = gpt.loss(x, y);
+        let grads = {
+            let _backward = record_function("backward");
+            loss.backward()
+        };
+        // The graph goes before the update: while it holds the parameters' values (a second
+        // backward could need them), the optimizer must copy each parameter to update it.
         let value = loss.item();
         drop(loss);
-        value
+        (value, grads)
+    })
+}
+
+/// The forward, the loss and every gradient as one compiled plan (`ferrograd::compile`).
+fn compiled(gpt: &Gpt) -> Gradient<'_> {
+    let params = gpt.params();
+    let f = move |xs: &[Tensor]| {
+        let loss = gpt.loss(&xs[0], &xs[1]);
+        let values: Vec<Tensor> = gpt.params().iter().map(|(_, p)| p.tensor()).collect();
+        let refs: Vec<&Tensor> = values.iter().collect();
+        let mut out = vec![loss.clone()];
+        out.extend(ferrograd::autograd::grad(&loss, &refs));
+        out
     };
+    let mut plans = ferrograd::compile(f).params(params.clone());
+    Box::new(move |x, y| {
+        let out = plans.call(&[x.clone(), y.clone()]).expect("a traced step");
+        let mut grads = Gradients::default();
+        for ((_, p), g) in params.iter().zip(&out[1..]) {
+            grads.insert(p, g.clone());
+        }
+        (out[0].item(), grads)
+    })
+}
+
+fn step(
+    grad: &mut Gradient<'_>,
+    opts: &mut Optimizers,
+    x: &Tensor,
+    y: &Tensor,
+    lr: f64,
+    clip: f64,
+) -> f64 {
+    let _step = record_function("training step");
+    let (loss, grads) = grad(x, y);
     let _update = record_function("clip and update");
     // The global norm clipped as torch.nn.utils.clip_grad_norm_ does.
     let norm = grads.norm();
