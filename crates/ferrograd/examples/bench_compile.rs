@@ -1,7 +1,8 @@
 //! Compiled against eager, in one run: whole training steps (forward, loss and every
 //! parameter's gradient) of the seed's MLP at batch 128, the small CNN at batch 64 and a
 //! pre-norm transformer layer (width 128, 4 heads, GELU, causal attention) on [8, 64, 128],
-//! and a chain of element-wise ops written out by hand (PyTorch's tanh GELU) on 2²⁰ elements.
+//! a chain of element-wise ops written out by hand (PyTorch's tanh GELU) on 2²⁰ elements, and a
+//! chain of cheap element-wise ops on three vectors of 2²² elements (bound by memory).
 //! Each line gives the median milliseconds of both, their ratio, and how many element-wise
 //! regions the compiled plan fused.
 //!
@@ -106,5 +107,12 @@ fn main() {
         let x = &xs[0];
         let inner = (x + &x.powf(3.0).mul_scalar(0.044715)).mul_scalar(0.797_884_6);
         vec![&x.mul_scalar(0.5) * &inner.tanh().add_scalar(1.0)]
+    });
+
+    let big = |rng: &mut StdRng| Tensor::rand_uniform(&[1 << 22], -1.0, 1.0, DType::F32, rng);
+    let xyz = [big(&mut rng), big(&mut rng), big(&mut rng)];
+    compare("memory-bound chain", 50, &[], &xyz, |xs| {
+        let a = &(&xs[0] * &xs[1]) + &xs[2];
+        vec![&a.relu().mul_scalar(0.5) - &xs[1]]
     });
 }

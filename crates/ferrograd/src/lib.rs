@@ -98,6 +98,7 @@ pub struct ReadmeExamples;
 #[doc = include_str!("../../../docs/modules.md")]
 #[doc = include_str!("../../../docs/examples.md")]
 #[doc = include_str!("../../../docs/func.md")]
+#[doc = include_str!("../../../docs/compile.md")]
 #[cfg(doctest)]
 pub struct GuideExamples;
 

@@ -10,13 +10,13 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use super::op::{Fusion, Op};
+use super::op::{Binary, Fusion, Op, Unary};
 use super::NodeData;
-use crate::kernels::parallel::run_tasks;
+use crate::kernels::parallel::{run_tasks, run_tasks_with};
 use crate::tensor::{with_any_dtype, DType, Element, Tensor};
 
 /// Elements per block: a block of every member's values stays in the core's own caches.
-const BLOCK: usize = 8192;
+const BLOCK: usize = 16384;
 
 /// Where a member reads an operand: a value from outside the region, or an earlier member.
 #[derive(Clone, Copy, Debug)]
@@ -37,6 +37,8 @@ pub(crate) struct Region {
     ops: Vec<(Op, Vec<Slot>)>,
     shape: Vec<usize>,
     dtype: DType,
+    /// Whether every member runs from slices (`lane_step`), in a float dtype.
+    in_lanes: bool,
 }
 
 impl Region {
@@ -44,6 +46,12 @@ impl Region {
     pub fn run(&self, inputs: &[Tensor]) -> Vec<Tensor> {
         let _profiled =
             crate::tensor::profile::scope_with(|| format!("fused({} ops)", self.ops.len()));
+        if self.in_lanes {
+            return match self.dtype {
+                DType::F32 => self.run_lanes::<f32>(inputs),
+                _ => self.run_lanes::<f64>(inputs),
+            };
+        }
         let n: usize = self.shape.iter().product();
         // Whole inputs as flat, row-major vectors; one-element inputs as one element that
         // broadcasts against any block.
@@ -104,11 +112,135 @@ impl Region {
             .collect()
     }
 
+    /// One loop over blocks of elements, every member computed from slices by its table's
+    /// element function: no tensor and no allocation per member and block.
+    fn run_lanes<T: Lanes>(&self, inputs: &[Tensor]) -> Vec<Tensor> {
+        let n: usize = self.shape.iter().product();
+        let data: Vec<std::borrow::Cow<'_, [T]>> =
+            inputs.iter().map(|t| t.contiguous_data::<T>()).collect();
+        // A one-element input, as long as a block.
+        let splats: Vec<Option<Vec<T>>> = data
+            .iter()
+            .map(|d| (d.len() != n).then(|| vec![d[0]; BLOCK]))
+            .collect();
+        let mut outs: Vec<Vec<T>> = self.outputs.iter().map(|_| vec![T::ZERO; n]).collect();
+        let mut blocks: Vec<(usize, Vec<&mut [T]>)> =
+            (0..n.div_ceil(BLOCK)).map(|b| (b, Vec::new())).collect();
+        for out in &mut outs {
+            for (b, s) in out.chunks_mut(BLOCK).enumerate() {
+                blocks[b].1.push(s);
+            }
+        }
+        let outer = |k: usize, start: usize, len: usize| -> &[T] {
+            match &splats[k] {
+                Some(splat) => &splat[..len],
+                None => &data[k][start..start + len],
+            }
+        };
+        // Each task's members' blocks, reused by the next task on its thread.
+        run_tasks_with(blocks, |members: &mut Vec<Vec<T>>, (b, slices)| {
+            let (start, len) = (b * BLOCK, slices[0].len());
+            members.resize_with(self.ops.len(), || vec![T::ZERO; BLOCK]);
+            for (m, (op, slots)) in self.ops.iter().enumerate() {
+                let (done, rest) = members.split_at_mut(m);
+                let arg = |i: usize| match slots[i] {
+                    Slot::Outer(k) => outer(k, start, len),
+                    Slot::Member(k) => &done[k][..len],
+                };
+                lane_step(op, &arg, &mut rest[0][..len]);
+            }
+            for (slice, o) in slices.into_iter().zip(&self.outputs) {
+                slice.copy_from_slice(&members[self.position(*o)][..len]);
+            }
+        });
+        outs.into_iter()
+            .map(|o| Tensor::from_data(o, &self.shape))
+            .collect()
+    }
+
     fn position(&self, node: usize) -> usize {
         self.nodes
             .iter()
             .position(|&m| m == node)
             .expect("an output is a member")
+    }
+}
+
+/// The element types fused loops run on, with the element-wise tables' slice forms.
+trait Lanes: Element + PartialOrd + std::ops::Mul<Output = Self> {
+    fn unary(u: Unary, xs: &mut [Self]) -> bool;
+    fn binary(b: Binary, x: &[Self], y: &[Self], out: &mut [Self]);
+    fn from_f64(v: f64) -> Self;
+}
+
+impl Lanes for f32 {
+    fn unary(u: Unary, xs: &mut [f32]) -> bool {
+        u.in_place_f32(xs)
+    }
+    fn binary(b: Binary, x: &[f32], y: &[f32], out: &mut [f32]) {
+        b.zip_f32(x, y, out);
+    }
+    fn from_f64(v: f64) -> f32 {
+        v as f32
+    }
+}
+
+impl Lanes for f64 {
+    fn unary(u: Unary, xs: &mut [f64]) -> bool {
+        u.in_place_f64(xs)
+    }
+    fn binary(b: Binary, x: &[f64], y: &[f64], out: &mut [f64]) {
+        b.zip_f64(x, y, out);
+    }
+    fn from_f64(v: f64) -> f64 {
+        v
+    }
+}
+
+/// Whether a fused loop computes `op` from slices (see [`lane_step`]).
+fn in_lanes(op: &Op) -> bool {
+    match op {
+        Op::Unary(u) => u.in_place_f64(&mut []),
+        Op::Binary(_)
+        | Op::CompareScalar { .. }
+        | Op::WhereCond {}
+        | Op::StopGradient {}
+        | Op::SlopeScaled { .. } => true,
+        _ => false,
+    }
+}
+
+/// One member over one block: `out` from its operands' slices (`arg(i)` for operand `i`),
+/// each element as the op's eager kernel computes it.
+fn lane_step<'a, T: Lanes>(op: &Op, arg: &dyn Fn(usize) -> &'a [T], out: &mut [T]) {
+    match op {
+        Op::Unary(u) => {
+            out.copy_from_slice(arg(0));
+            T::unary(*u, out);
+        }
+        Op::Binary(b) => T::binary(*b, arg(0), arg(1), out),
+        Op::CompareScalar { comparison, value } => {
+            let v = vec![T::from_f64(*value); out.len()];
+            T::binary(*comparison, arg(0), &v, out);
+        }
+        Op::WhereCond {} => {
+            let (c, a, b) = (arg(0), arg(1), arg(2));
+            for (i, o) in out.iter_mut().enumerate() {
+                *o = if c[i] != T::ZERO { a[i] } else { b[i] };
+            }
+        }
+        Op::StopGradient {} => out.copy_from_slice(arg(0)),
+        Op::SlopeScaled { slope } => {
+            let (up, x, s) = (arg(0), arg(1), T::from_f64(*slope));
+            for (i, o) in out.iter_mut().enumerate() {
+                *o = match (x[i] > T::ZERO, *slope == 0.0) {
+                    (true, _) => up[i],
+                    (false, true) => T::ZERO,
+                    (false, false) => up[i] * s,
+                };
+            }
+        }
+        _ => unreachable!("in_lanes admits only these"),
     }
 }
 
@@ -204,7 +336,7 @@ fn build(
 ) -> Region {
     let inside: HashSet<usize> = members.iter().copied().collect();
     let mut inputs: Vec<usize> = Vec::new();
-    let ops = members
+    let ops: Vec<(Op, Vec<Slot>)> = members
         .iter()
         .map(|&m| {
             let slots = nodes[m]
@@ -236,6 +368,9 @@ fn build(
                     .is_some_and(|r| r.iter().any(|x| !inside.contains(x)))
         })
         .collect();
+    let in_lanes = dtype.is_float()
+        && ops.iter().all(|(op, _)| in_lanes(op))
+        && inputs.iter().all(|&j| nodes[j].dtype == Some(dtype));
     Region {
         nodes: members,
         inputs,
@@ -243,5 +378,6 @@ fn build(
         ops,
         shape,
         dtype,
+        in_lanes,
     }
 }

@@ -153,6 +153,20 @@ macro_rules! binary_forward {
     };
 }
 
+/// One element of an entry's result: arithmetic's value, or a comparison's 0/1.
+macro_rules! binary_element {
+    (Arithmetic, $body:expr) => {
+        $body
+    };
+    (Comparison, $body:expr) => {
+        if $body {
+            T::ONE
+        } else {
+            T::ZERO
+        }
+    };
+}
+
 /// Records the result of a primitive with its two derivative maps, or as a node without one.
 macro_rules! record_binary {
     ($name:expr, $out:expr, $a:expr, $b:expr, none $(,)?) => {
@@ -254,6 +268,31 @@ macro_rules! define_binary {
             /// Every primitive once.
             pub fn examples() -> Vec<Binary> {
                 vec![$(Binary::$Variant),*]
+            }
+
+            /// The primitive of f32 slices of one length into `out`, element by element: the
+            /// same function as its method's (what a fused loop runs).
+            pub(crate) fn zip_f32(self, a: &[f32], b: &[f32], out: &mut [f32]) {
+                type T = f32;
+                match self {
+                    $(Binary::$Variant => {
+                        for ((o, &$x), &$y) in out.iter_mut().zip(a).zip(b) {
+                            *o = binary_element!($kind, $forward);
+                        }
+                    })*
+                }
+            }
+
+            /// [`Binary::zip_f32`] of f64 slices.
+            pub(crate) fn zip_f64(self, a: &[f64], b: &[f64], out: &mut [f64]) {
+                type T = f64;
+                match self {
+                    $(Binary::$Variant => {
+                        for ((o, &$x), &$y) in out.iter_mut().zip(a).zip(b) {
+                            *o = binary_element!($kind, $forward);
+                        }
+                    })*
+                }
             }
 
             /// The primitive's tangent at `a`, `b` (its value there `y`) along the operands'

@@ -959,19 +959,22 @@ fn input_gradient(up: &Tensor, w: &Tensor, opts: &ConvOpts, size: (usize, usize)
         (0..limit).contains(&extra).then_some(extra as usize)
     };
     let (us, ws) = (up.shape(), w.shape());
-    match (us.len() == 4 && ws.len() == 4).then(|| {
+    let padded = (us.len() == 4 && ws.len() == 4).then(|| {
         (
             extra(0, us[2], ws[2], size.0),
             extra(1, us[3], ws[3], size.1),
         )
-    }) {
-        Some((Some(h), Some(wd))) => up.conv_transpose2d(
-            w,
-            &ConvOpts {
-                output_padding: [h, wd],
-                ..*opts
-            },
-        ),
-        _ => up.conv_transpose2d_to(w, opts, size),
+    });
+    if let Some((Some(h), Some(wd))) = padded {
+        let opts = ConvOpts {
+            output_padding: [h, wd],
+            ..*opts
+        };
+        // The transposed convolution's own rule must give the input's size.
+        let rule = conv_rule(&known(us), &known(ws), &opts, true);
+        if rule.is_ok_and(|s| s[2..] == [Some(size.0), Some(size.1)]) {
+            return up.conv_transpose2d(w, &opts);
+        }
     }
+    up.conv_transpose2d_to(w, opts, size)
 }

@@ -36,43 +36,43 @@ macro_rules! elementwise_primitives {
             /// Element-wise `-x` (the unary `-` operator).
             neg Neg {
                 smooth_on: Real,
-                forward: |x| map_dispatch!(x, |v| -v),
+                forward: map(|v| -v),
                 derivative: |_c, t| -t,
             }
             /// Element-wise `eˣ`.
             exp Exp {
                 smooth_on: Real,
-                forward: |x| map_slices_dispatch!(x, exp_in_place),
+                forward: slices(exp_in_place),
                 derivative: |c, t| t * c.out(),
             }
             /// `eˣ − 1`, exact for small `x` (where `exp(x) - 1` loses every digit).
             expm1 Expm1 {
                 smooth_on: Real,
-                forward: |x| map_dispatch!(x, |v| v.exp_m1()),
+                forward: map(|v| v.exp_m1()),
                 derivative: |c, t| t * &(c.out() + 1.0),
             }
             /// Natural logarithm.
             log Log {
                 smooth_on: Positive,
-                forward: |x| map_dispatch!(x, |v| v.ln()),
+                forward: map(|v| v.ln()),
                 derivative: |c, t| t / c.input(0),
             }
             /// `ln(1 + x)`, exact for small `x` (where `log(1 + x)` loses every digit).
             log1p Log1p {
                 smooth_on: Positive,
-                forward: |x| map_dispatch!(x, |v| v.ln_1p()),
+                forward: map(|v| v.ln_1p()),
                 derivative: |c, t| t / &(c.input(0) + 1.0),
             }
             /// Element-wise square root (NaN for negative elements; the gradient is infinite at 0).
             sqrt Sqrt {
                 smooth_on: Positive,
-                forward: |x| map_dispatch!(x, |v| v.sqrt()),
+                forward: map(|v| v.sqrt()),
                 derivative: |c, t| &(t * 0.5) / c.out(),
             }
             /// Every element raised to the constant power `p`.
             powf Powf(p: f64) {
                 smooth_on: Positive, example (2.7),
-                forward: |x| map_dispatch!(x, |v| v.powf(T::from_f64(p))),
+                forward: map(|v| v.powf(T::from_f64(p))),
                 // x⁰ is constant: its derivative is 0 everywhere, including x = 0 where
                 // p·x^(p−1) would be 0·∞ (PyTorch gives 0 too).
                 derivative: |c, t| if p == 0.0 {
@@ -84,57 +84,63 @@ macro_rules! elementwise_primitives {
             /// Element-wise `x²`.
             square Square {
                 smooth_on: Real,
-                forward: |x| map_dispatch!(x, |v| v * v),
+                forward: map(|v| v * v),
                 derivative: |c, t| &(t * 2.0) * c.input(0),
             }
             /// Element-wise `|x|`; its gradient at 0 is 0.
             abs Abs {
                 smooth_on: NonZero,
-                forward: |x| map_dispatch!(x, |v| v.abs()),
+                forward: map(|v| v.abs()),
                 derivative: |c, t| t * &c.input(0).detach().sign(),
             }
             /// −1, 0 or 1 by the sign of each element (0 at 0). Has no derivative.
             sign Sign {
                 smooth_on: NonZero,
-                forward: |x| sign_of(x),
+                forward: map(|v| if v > T::zero() {
+                    T::one()
+                } else if v < T::zero() {
+                    -T::one()
+                } else {
+                    v
+                }),
                 derivative: none,
             }
             /// The largest integer not above each element (`x // 1`, what floor division and
             /// the remainder round with). Has no derivative: it is flat or undefined everywhere.
             floor Floor {
                 smooth_on: NonZero,
-                forward: |x| map_dispatch!(x, |v| v.floor()),
+                forward: map(|v| v.floor()),
                 derivative: none,
             }
             /// Element-wise sine (radians).
             sin Sin {
                 smooth_on: Real,
-                forward: |x| map_dispatch!(x, |v| v.sin()),
+                forward: map(|v| v.sin()),
                 derivative: |c, t| t * &c.input(0).cos(),
             }
             /// Element-wise cosine (radians).
             cos Cos {
                 smooth_on: Real,
-                forward: |x| map_dispatch!(x, |v| v.cos()),
+                forward: map(|v| v.cos()),
                 derivative: |c, t| -&(t * &c.input(0).sin()),
             }
             /// Element-wise hyperbolic tangent.
             tanh Tanh {
                 smooth_on: Real,
-                forward: |x| map_slices_dispatch!(x, tanh_in_place),
+                forward: slices(tanh_in_place),
                 derivative: |c, t| t * &(1.0 - &c.out().square()),
             }
             /// Logistic sigmoid, evaluated without overflow for large |x|.
             sigmoid Sigmoid {
                 smooth_on: Real,
-                forward: |x| map_slices_dispatch!(x, sigmoid_in_place),
+                forward: slices(sigmoid_in_place),
                 derivative: |c, t| &(t * c.out()) * &(1.0 - c.out()),
             }
             /// max(x, 0); the derivative at 0 is taken as 0. NaN stays NaN, as in PyTorch (a
             /// diverging loss is not hidden).
             relu Relu {
                 smooth_on: NonZero,
-                forward: |x| map_dispatch!(x, |v| if v > T::zero() || v.is_nan() {
+                forward: map(|v| if v > T::zero() || v.is_nan() {
                     v
                 } else {
                     T::zero()
@@ -144,7 +150,7 @@ macro_rules! elementwise_primitives {
             /// x for x > 0, `slope * x` otherwise.
             leaky_relu LeakyRelu(slope: f64) {
                 smooth_on: NonZero, example (0.2),
-                forward: |x| map_dispatch!(x, |v| if v > T::zero() {
+                forward: map(|v| if v > T::zero() {
                     v
                 } else {
                     v * T::from_f64(slope)
@@ -155,20 +161,20 @@ macro_rules! elementwise_primitives {
             /// directions.
             softplus Softplus {
                 smooth_on: Real,
-                forward: |x| map_dispatch!(x, |v| v.max(T::zero()) + (-v.abs()).exp().ln_1p()),
+                forward: map(|v| v.max(T::zero()) + (-v.abs()).exp().ln_1p()),
                 derivative: |c, t| t * &c.input(0).sigmoid(),
             }
             /// GELU with the exact normal CDF, PyTorch's default `gelu`: x · Φ(x) with
             /// Φ(x) = ½(1 + erf(x/√2)).
             gelu Gelu {
                 smooth_on: Real,
-                forward: |x| map_slices_dispatch!(x, gelu_in_place),
+                forward: slices(gelu_in_place),
                 derivative: |c, t| t.gelu_backward(c.input(0)),
             }
             /// The Gauss error function.
             erf Erf {
                 smooth_on: Real,
-                forward: |x| map_dispatch!(x, |v| Float::erf(v)),
+                forward: map(|v| Float::erf(v)),
                 derivative: |c, t| &(t * TWO_OVER_SQRT_PI) * &(-&c.input(0).square()).exp(),
             }
             /// Every element limited to `[min, max]` (either bound may be infinite; panics when
@@ -176,14 +182,14 @@ macro_rules! elementwise_primitives {
             /// element is inside, bounds included.
             clamp Clamp(min: f64, max: f64) {
                 smooth_on: Real, example (-0.5, 0.7),
-                forward: |x| {
+                forward: tensor(|x| {
                     assert!(min <= max, "clamp: min {min} is above max {max}");
                     map_dispatch!(x, |v| if v.is_nan() {
                         v
                     } else {
                         v.max(T::from_f64(min)).min(T::from_f64(max))
                     })
-                },
+                }),
                 derivative: |c, t| {
                     let x = c.input(0).detach();
                     t * &(&x.ge_scalar(min) * &x.le_scalar(max))
@@ -192,31 +198,31 @@ macro_rules! elementwise_primitives {
             /// `self + s` (a primitive of its own, so `x + 2.0` costs one pass).
             add_scalar AddScalar(s: f64) {
                 smooth_on: Real, example (0.5),
-                forward: |x| map_dispatch!(x, |v| v + T::from_f64(s)),
+                forward: map(|v| v + T::from_f64(s)),
                 derivative: |_c, t| t.clone(),
             }
             /// `self * s`.
             mul_scalar MulScalar(s: f64) {
                 smooth_on: Real, example (-1.5),
-                forward: |x| map_dispatch!(x, |v| v * T::from_f64(s)),
+                forward: map(|v| v * T::from_f64(s)),
                 derivative: |_c, t| t.mul_scalar(s),
             }
             /// `self / s`.
             div_scalar DivScalar(s: f64) {
                 smooth_on: Real, example (-4.0),
-                forward: |x| map_dispatch!(x, |v| v / T::from_f64(s)),
+                forward: map(|v| v / T::from_f64(s)),
                 derivative: |_c, t| t.div_scalar(s),
             }
             /// `s - self`.
             rsub_scalar RsubScalar(s: f64) {
                 smooth_on: Real, example (2.0),
-                forward: |x| map_dispatch!(x, |v| T::from_f64(s) - v),
+                forward: map(|v| T::from_f64(s) - v),
                 derivative: |_c, t| -t,
             }
             /// `s / self`.
             rdiv_scalar RdivScalar(s: f64) {
                 smooth_on: NonZero, example (1.5),
-                forward: |x| map_dispatch!(x, |v| T::from_f64(s) / v),
+                forward: map(|v| T::from_f64(s) / v),
                 // d(s/x)/dx = −s/x² = −(s/x)/x
                 derivative: |c, t| -&(&(t * c.out()) / c.input(0)),
             }
@@ -262,13 +268,48 @@ macro_rules! tangent_elementwise {
     }};
 }
 
+/// An entry's forward on a tensor: `map(|v| …)` is a function of one element, `slices(f)` a
+/// vectorised slice function of the element type (`Float::tanh_in_place`), `tensor(|x| …)`
+/// a function of the whole tensor.
+macro_rules! elementwise_forward {
+    ($x:expr, map(|$v:ident| $body:expr)) => {
+        map_dispatch!($x, |$v| $body)
+    };
+    ($x:expr, slices($f:ident)) => {
+        map_slices_dispatch!($x, $f)
+    };
+    ($x:expr, tensor(|$t:ident| $body:expr)) => {{
+        let $t = $x;
+        $body
+    }};
+}
+
+/// An entry's forward over a slice of the element type `T` in place (what a fused loop
+/// runs), or `false` for a function of the whole tensor.
+macro_rules! elementwise_in_place {
+    ($xs:expr, map(|$v:ident| $body:expr)) => {{
+        for e in $xs.iter_mut() {
+            let $v: T = *e;
+            *e = $body;
+        }
+        true
+    }};
+    ($xs:expr, slices($f:ident)) => {{
+        <T as Float>::$f($xs);
+        true
+    }};
+    ($xs:expr, tensor(|$t:ident| $body:expr)) => {
+        false
+    };
+}
+
 /// Expands the table into the ops, [`Unary`] and its listing.
 macro_rules! define_elementwise {
     ($(
         $(#[$doc:meta])*
         $name:ident $Variant:ident $(($($arg:ident: $ty:ty),+))? {
             smooth_on: $domain:ident $(, example $example:tt)?,
-            forward: |$x:ident| $forward:expr,
+            forward: $form:ident($($forward:tt)*),
             derivative: $($rule:tt)+
         }
     )*) => {
@@ -320,6 +361,29 @@ macro_rules! define_elementwise {
                 vec![$(Unary::$Variant $($example)?),*]
             }
 
+            /// The primitive over f32 elements in place, the same function as its method's
+            /// for each element; `false` (and nothing done) for a function of whole tensors.
+            #[allow(unused_variables)]
+            pub(crate) fn in_place_f32(self, xs: &mut [f32]) -> bool {
+                type T = f32;
+                match self {
+                    $(Unary::$Variant $(($($arg),+))? => {
+                        elementwise_in_place!(xs, $form($($forward)*))
+                    })*
+                }
+            }
+
+            /// [`Unary::in_place_f32`] over f64 elements.
+            #[allow(unused_variables)]
+            pub(crate) fn in_place_f64(self, xs: &mut [f64]) -> bool {
+                type T = f64;
+                match self {
+                    $(Unary::$Variant $(($($arg),+))? => {
+                        elementwise_in_place!(xs, $form($($forward)*))
+                    })*
+                }
+            }
+
             /// The primitive's tangent at `x` (its value there `y`) along `t`: the derivative
             /// entry read as the forward-mode rule. `None` for a primitive without one.
             #[allow(unused_variables)]
@@ -343,10 +407,7 @@ macro_rules! define_elementwise {
                     }
                     let attrs = crate::tensor::trace::attrs![op];
                     crate::tensor::trace::op("Unary", attrs, &[self], || {
-                        let out = {
-                            let $x = self;
-                            $forward
-                        };
+                        let out = elementwise_forward!(self, $form($($forward)*));
                         record_elementwise!(stringify!($name), out, self, $($rule)+)
                     })
                 }
@@ -424,17 +485,6 @@ fn slope_scaled(up: &Tensor, x: &Tensor, slope: f64) -> Tensor {
     let x = x.detach();
     record("slope_scaled", out, &[up], move |_, g| {
         smallvec![Some(g.leaky_relu_backward(&x, slope))]
-    })
-}
-
-/// The sign of each element as a constant (untracked) tensor.
-fn sign_of(x: &Tensor) -> Tensor {
-    map_dispatch!(x, |v| if v > T::zero() {
-        T::one()
-    } else if v < T::zero() {
-        -T::one()
-    } else {
-        v
     })
 }
 
