@@ -658,13 +658,21 @@ declare_ops! {
 
     /// Max pooling over `[height, width]` windows.
     MaxPool2d "max_pool2d" { kernel: [usize; 2], stride: [usize; 2], padding: [usize; 2] }
-    infer(i) { pool_infer(i, *kernel, *stride, *padding) }
-    eval(x) { x[0].max_pool2d_hw(*kernel, *stride, *padding) }
+    outputs(2)
+    infer(i) {
+        let (s, d) = pool_infer(i, *kernel, *stride, *padding)?;
+        Ok(vec![(s.clone(), d), (s, DType::I64)])
+    }
+    eval(x) { x[0].max_pool2d_with_indices(*kernel, *stride, *padding) }
     jvp(x, y, t) {
-        via_transpose(x, t, |a| vec![a[0].max_pool2d_hw(*kernel, *stride, *padding)])
+        let mut tangents =
+            via_transpose(x, t, |a| vec![a[0].max_pool2d_hw(*kernel, *stride, *padding)]);
+        tangents.push(None);
+        tangents
     }
     vmap(b) {
-        b.unfolded(&b.folded(0).max_pool2d_hw(*kernel, *stride, *padding))
+        let (v, p) = b.folded(0).max_pool2d_with_indices(*kernel, *stride, *padding);
+        vec![b.unfolded(&v), b.unfolded(&p)]
     }
     node {
         /// Max pooling over square windows, as [`Tensor::max_pool2d`].
@@ -676,43 +684,48 @@ declare_ops! {
         pub fn max_pool2d_hw(&self, kernel: [usize; 2], stride: [usize; 2], padding: [usize; 2]) -> Node {
             self.graph.add(Op::MaxPool2d { kernel, stride, padding }, &[self])
         }
-    }
 
-    /// Input 0, a gradient of max pooling of input 1, routed back to input 1's shape.
-    MaxPool2dBackward "max_pool2d_backward" {
-        kernel: [usize; 2],
-        stride: [usize; 2],
-        padding: [usize; 2],
-    }
-    infer(i) {
-        let (pooled, _) = pool_infer(&i[1..], *kernel, *stride, *padding)?;
-        let g = &i[0].0;
-        if g.len() != pooled.len() || !g.iter().zip(&pooled).all(|(a, b)| same(*a, *b)) {
-            return Err(format!("gradient {} is not the pooled shape {}", show(g), show(&pooled)));
-        }
-        Ok((i[1].0.clone(), promoted_float_rule(i[0].1, i[1].1)?))
-    }
-    eval(x) { x[0].max_pool2d_backward(&x[1], *kernel, *stride, *padding) }
-    jvp(x, y, t) {
-        // Linear in the gradient along a routing that input 1 fixes.
-        t.at(0).map(|t0| t0.max_pool2d_backward(&x[1], *kernel, *stride, *padding))
-    }
-    vmap(b) {
-        let (up, x) = (b.folded(0), b.folded(1));
-        b.unfolded(&up.max_pool2d_backward(&x, *kernel, *stride, *padding))
-    }
-    node {
-        /// This gradient of max pooling of `x` routed back, as
-        /// [`Tensor::max_pool2d_backward`].
-        pub fn max_pool2d_backward(
+        /// Max pooling's values and positions, as [`Tensor::max_pool2d_with_indices`].
+        pub fn max_pool2d_with_indices(
             &self,
-            x: &Node,
             kernel: [usize; 2],
             stride: [usize; 2],
             padding: [usize; 2],
-        ) -> Node {
-            let op = Op::MaxPool2dBackward { kernel, stride, padding };
-            self.graph.add(op, &[self, x])
+        ) -> (Node, Node) {
+            let values = self.max_pool2d_hw(kernel, stride, padding);
+            let positions = values.output(1);
+            (values, positions)
+        }
+    }
+
+    /// Input 0, a gradient of max pooling, routed back to planes of `size` by the positions
+    /// in input 1.
+    MaxPool2dBackward "max_pool2d_backward" { size: [usize; 2] }
+    infer(i) {
+        let ((g, d), (p, dp)) = (&i[0], &i[1]);
+        if g.len() != 4 || p.len() != 4 || !g.iter().zip(p).all(|(a, b)| same(*a, *b)) {
+            return Err(format!("gradient {} and positions {} differ", show(g), show(p)));
+        }
+        if *dp != DType::I64 {
+            return Err(format!("positions are {dp}, not i64"));
+        }
+        Ok((vec![g[0], g[1], Some(size[0]), Some(size[1])], float_rule(*d)?))
+    }
+    eval(x) { x[0].max_pool2d_backward(&x[1], (size[0], size[1])) }
+    jvp(x, y, t) {
+        // Linear in the gradient along the positions.
+        t.at(0).map(|t0| t0.max_pool2d_backward(&x[1], (size[0], size[1])))
+    }
+    vmap(b) {
+        let (up, at) = (b.folded(0), b.folded(1));
+        b.unfolded(&up.max_pool2d_backward(&at, (size[0], size[1])))
+    }
+    node {
+        /// This gradient of max pooling routed back by `positions`, as
+        /// [`Tensor::max_pool2d_backward`].
+        pub fn max_pool2d_backward(&self, positions: &Node, size: (usize, usize)) -> Node {
+            let op = Op::MaxPool2dBackward { size: [size.0, size.1] };
+            self.graph.add(op, &[self, positions])
         }
     }
 

@@ -17,6 +17,8 @@ use crate::tensor::{DType, Tensor};
 /// outputs.
 pub(super) struct Emitter<'a> {
     pub(super) nodes: &'a [NodeData],
+    /// Which nodes the outputs need (the others are not written).
+    pub(super) needed: &'a [bool],
     pub(super) values: Vec<Vec<String>>,
     pub(super) onnx: Vec<NodeProto>,
     pub(super) initializers: Vec<TensorProto>,
@@ -214,6 +216,7 @@ pub(super) fn graph_of(traced: &Trace, opts: &ExportOptions) -> Result<GraphProt
     let need = needed(&nodes, &out_ix);
     let mut e = Emitter {
         nodes: &nodes,
+        needed: &need,
         values: vec![Vec::new(); nodes.len()],
         onnx: Vec::new(),
         initializers: Vec::new(),

@@ -112,7 +112,7 @@ onnx_forms! { e, i, op, x;
             kernel,
             stride,
             padding,
-        } => one(pool(e, "MaxPool", x[0], *kernel, *stride, *padding)),
+        } => max_pool(e, i, x[0], [*kernel, *stride, *padding]),
         Op::AvgPool2d {
             kernel,
             stride,
@@ -580,6 +580,42 @@ fn pool(
         attrs.push(int("count_include_pad", 1));
     }
     e.node(op, &[x], attrs)
+}
+
+/// Max pooling's values, and its positions where the graph reads them: ONNX's indices count
+/// over the whole input (row-major), ferrograd's within each plane, so they are taken modulo
+/// the plane's size.
+fn max_pool(
+    e: &mut Emitter<'_>,
+    i: usize,
+    x: &str,
+    [kernel, stride, pad]: [[usize; 2]; 3],
+) -> Option<Vec<String>> {
+    let reads = |(k, n): (usize, &crate::graph::NodeData)| {
+        e.needed[k] && matches!(n.op, Op::Output { .. }) && n.inputs[0] == i
+    };
+    if !e.nodes.iter().enumerate().any(reads) {
+        let values = pool(e, "MaxPool", x, kernel, stride, pad);
+        // Nothing the outputs need reads output 1: it needs no ONNX value.
+        return Some(vec![values.clone(), values]);
+    }
+    let input = e.shape(e.nodes[i].inputs[0]);
+    let plane = input
+        .get(2..4)
+        .map(|hw| (hw[0] * hw[1]) as i64)
+        .filter(|&p| p > 0)?;
+    let attrs = vec![
+        ints("kernel_shape", &[kernel[0] as i64, kernel[1] as i64]),
+        ints("strides", &[stride[0] as i64, stride[1] as i64]),
+        ints(
+            "pads",
+            &[pad[0] as i64, pad[1] as i64, pad[0] as i64, pad[1] as i64],
+        ),
+    ];
+    let out = e.node_n("MaxPool", &[x], attrs, 2);
+    let plane = e.ints(&[plane]);
+    let within = e.node("Mod", &[&out[1], &plane], vec![]);
+    Some(vec![out[0].clone(), within])
 }
 
 /// Adaptive average pooling: global, or a plain pooling where the sizes divide.

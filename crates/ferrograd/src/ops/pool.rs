@@ -98,56 +98,79 @@ impl Tensor {
     /// Max pooling with sizes `[height, width]` (PyTorch's `kernel_size=(2, 3)`).
     pub fn max_pool2d_hw(
         &self,
-        [kh, kw]: [usize; 2],
-        [sh, sw]: [usize; 2],
-        [ph, pw]: [usize; 2],
-    ) -> Tensor {
-        let _profiled = crate::tensor::profile::scope("max_pool2d_hw");
-        trace::op(
-            "MaxPool2d",
-            attrs![[kh, kw], [sh, sw], [ph, pw]],
-            &[self],
-            || self.max_pool2d_hw_untraced([kh, kw], [sh, sw], [ph, pw]),
-        )
-    }
-
-    fn max_pool2d_hw_untraced(
-        &self,
         kernel: [usize; 2],
         stride: [usize; 2],
         padding: [usize; 2],
     ) -> Tensor {
-        let (out, arg, hw) = self.max_pool_positions(kernel, stride, padding);
-        record("max_pool2d", out, &[self], move |c, up| {
-            smallvec![Some(match trace::is_tracing() {
-                // A trace records the derivative as an op that finds the positions again
-                // from its input, so that a graph routes by the values it is given.
-                true => up.max_pool2d_backward(c.input(0), kernel, stride, padding),
-                false => up.scatter_planes(&arg, hw),
-            })]
+        let _profiled = crate::tensor::profile::scope("max_pool2d_hw");
+        self.max_pool2d_positions([kernel, stride, padding], trace::is_tracing())
+            .0
+    }
+
+    /// Max pooling's values and, as i64, the position each came from within its plane
+    /// (`h · W + w`), PyTorch's `F.max_pool2d(.., return_indices=True)`.
+    pub fn max_pool2d_with_indices(
+        &self,
+        kernel: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+    ) -> (Tensor, Tensor) {
+        let _profiled = crate::tensor::profile::scope("max_pool2d_with_indices");
+        self.max_pool2d_positions([kernel, stride, padding], true)
+    }
+
+    /// Max pooling, with its positions made when `wanted` (otherwise an empty tensor). A
+    /// trace records both, so that a traced backward routes by the positions a graph
+    /// computes.
+    fn max_pool2d_positions(&self, sizes: [[usize; 2]; 3], wanted: bool) -> (Tensor, Tensor) {
+        let [kernel, stride, padding] = sizes;
+        let attrs = attrs![kernel, stride, padding];
+        trace::op("MaxPool2d", attrs, &[self], || {
+            let (out, arg, hw) = self.max_pool_positions(kernel, stride, padding);
+            let positions = match wanted {
+                true => {
+                    let at: Vec<i64> = arg.iter().map(|&a| a as i64).collect();
+                    Tensor::from_vec(at, out.shape())
+                }
+                false => Tensor::from_vec(Vec::<i64>::new(), &[0]),
+            };
+            let at = positions.clone();
+            let values = record("max_pool2d", out, &[self], move |_, up| {
+                // A trace records the derivative as an op that reads the positions the
+                // forward gave, so that a graph routes by the values it is given.
+                let traced = trace::is_tracing() && at.shape() == up.shape();
+                smallvec![Some(match traced {
+                    true => up.max_pool2d_backward(&at, hw),
+                    false => up.scatter_planes(&arg, hw),
+                })]
+            });
+            (values, positions)
         })
     }
 
-    /// This gradient of [`Tensor::max_pool2d_hw`] of `x` (with these sizes) routed back to
-    /// `x`'s shape: each value added at the position its window's maximum came from,
-    /// PyTorch's `max_pool2d_with_indices_backward`. It finds the positions again from `x`.
-    pub fn max_pool2d_backward(
-        &self,
-        x: &Tensor,
-        kernel: [usize; 2],
-        stride: [usize; 2],
-        padding: [usize; 2],
-    ) -> Tensor {
+    /// This gradient of max pooling routed back to planes of `h × w`: each value added at
+    /// its position in `positions` (as [`Tensor::max_pool2d_with_indices`] gives them),
+    /// PyTorch's `max_pool2d_with_indices_backward`.
+    pub fn max_pool2d_backward(&self, positions: &Tensor, (h, w): (usize, usize)) -> Tensor {
         let _profiled = crate::tensor::profile::scope("max_pool2d_backward");
-        let attrs = attrs![kernel, stride, padding];
-        trace::op("MaxPool2dBackward", attrs, &[self, x], || {
-            let (out, arg, hw) = x.detach().max_pool_positions(kernel, stride, padding);
-            assert_eq!(
-                self.shape(),
-                out.shape(),
-                "max_pool2d_backward: the gradient's shape is not the pooled shape"
+        let attrs = attrs![[h, w]];
+        trace::op("MaxPool2dBackward", attrs, &[self, positions], || {
+            assert!(
+                positions.shape() == self.shape() && positions.dtype() == crate::tensor::DType::I64,
+                "max_pool2d_backward: positions {:?} ({}) for a gradient {:?}",
+                positions.shape(),
+                positions.dtype(),
+                self.shape()
             );
-            self.scatter_planes_by(&arg, hw)
+            let plane = h.checked_mul(w).expect("max_pool2d_backward: plane size");
+            let arg: Arc<[usize]> = positions
+                .contiguous_data::<i64>()
+                .iter()
+                .map(|&a| usize::try_from(a).ok().filter(|&a| a < plane))
+                .collect::<Option<Vec<usize>>>()
+                .expect("max_pool2d_backward: a position outside its plane")
+                .into();
+            self.scatter_planes_by(&arg, (h, w))
         })
     }
 

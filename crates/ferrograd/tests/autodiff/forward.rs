@@ -412,7 +412,10 @@ fn images() -> Vec<Case> {
         ),
         case(
             "max_pool2d_backward",
-            |p| p[0].max_pool2d_backward(&p[1], [2, 2], [2, 2], [0, 0]),
+            |p| {
+                let (_, at) = p[1].max_pool2d_with_indices([2, 2], [2, 2], [0, 0]);
+                p[0].max_pool2d_backward(&at, (4, 4))
+            },
             vec![randn(&[1, 2, 2, 2], 105), spread(&[1, 2, 4, 4], 106)],
         ),
         case(
