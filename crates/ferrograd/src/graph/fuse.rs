@@ -24,6 +24,9 @@ const BLOCK: usize = 16384;
 /// fused, 2²⁰ elements took 1.1–1.2 of the unfused time; five ops on 2²² took 0.7–0.8).
 const FUSED_AT_LEAST: usize = 1 << 22;
 
+/// A block's index and its slices of the region's outputs.
+type Block<'a, T> = (usize, Vec<&'a mut [T]>);
+
 /// Where a member reads an operand: a value from outside the region, or an earlier member.
 #[derive(Clone, Copy, Debug)]
 enum Slot {
@@ -73,7 +76,7 @@ impl Region {
 
     fn run_typed<T: Element>(&self, flat: &[Tensor], n: usize) -> Vec<Tensor> {
         let mut outs: Vec<Vec<T>> = self.outputs.iter().map(|_| vec![T::ZERO; n]).collect();
-        let mut blocks: Vec<(usize, Vec<&mut [T]>)> =
+        let mut blocks: Vec<Block<'_, T>> =
             (0..n.div_ceil(BLOCK)).map(|b| (b, Vec::new())).collect();
         for out in &mut outs {
             for (b, s) in out.chunks_mut(BLOCK).enumerate() {
@@ -130,7 +133,7 @@ impl Region {
             .map(|d| (d.len() != n).then(|| vec![d[0]; BLOCK]))
             .collect();
         let mut outs: Vec<Vec<T>> = self.outputs.iter().map(|_| vec![T::ZERO; n]).collect();
-        let mut blocks: Vec<(usize, Vec<&mut [T]>)> =
+        let mut blocks: Vec<Block<'_, T>> =
             (0..n.div_ceil(BLOCK)).map(|b| (b, Vec::new())).collect();
         for out in &mut outs {
             for (b, s) in out.chunks_mut(BLOCK).enumerate() {
@@ -146,7 +149,7 @@ impl Region {
         // Runs of blocks per task, as the kernels' loops make them, each run with its own
         // members' blocks.
         let per = chunks_per_part(blocks.len());
-        let mut runs: Vec<Vec<(usize, Vec<&mut [T]>)>> = Vec::new();
+        let mut runs: Vec<Vec<Block<'_, T>>> = Vec::new();
         for block in blocks {
             match runs.last_mut() {
                 Some(run) if run.len() < per => run.push(block),
