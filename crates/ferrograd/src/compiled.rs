@@ -55,7 +55,7 @@ pub fn compile<F: Fn(&[Tensor]) -> Vec<Tensor>>(f: F) -> Compiled<F> {
 }
 
 impl<F: Fn(&[Tensor]) -> Vec<Tensor>> Compiled<F> {
-    /// The parameters `f` reads (a layer's [`params`](crate::nn::Layer::params)): each call
+    /// The parameters `f` reads (a module's [`params`](crate::nn::Module::params)): each call
     /// computes with their values at that moment, as eager code would.
     pub fn params(mut self, params: Vec<(String, Param)>) -> Self {
         self.params = params;
@@ -230,7 +230,7 @@ impl StepPlans for ModelSteps {
 impl Model {
     /// This model with its training steps compiled: [`Model::train_step`] runs the forward,
     /// the loss and every gradient as one traced plan per batch shape (see
-    /// [`compile`](crate::compile)), then the optimizer as before. Values and gradients are
+    /// [`compile`](crate::compile()), then the optimizer as before. Values and gradients are
     /// eager's; a network that draws random numbers (dropout) or reads values trains eagerly,
     /// said once.
     pub fn compile(self) -> Model {

@@ -357,9 +357,22 @@ fn stats_of_row<T: Float>(x: &[T], eps: T) -> (T, T) {
 /// Each row's mean and rstd, as [`layer_norm`] returns them (the same sums, so the same
 /// values), without normalising: for a backward that does not have the forward's.
 pub fn layer_norm_stats<T: Float>(x: &[T], d: usize, eps: T) -> Vec<T> {
-    x.chunks_exact(d)
-        .flat_map(|row| <[T; 2]>::from(stats_of_row(row, eps)))
-        .collect()
+    let rows = |block: &[T]| -> Vec<T> {
+        block
+            .chunks_exact(d)
+            .flat_map(|row| <[T; 2]>::from(stats_of_row(row, eps)))
+            .collect()
+    };
+    if d == 0 {
+        // Rows of nothing: no statistics (and nothing to split them by).
+        return Vec::new();
+    }
+    if x.len() < PAR_THRESHOLD {
+        return rows(x);
+    }
+    // Blocks of rows on the kernels' threads, as the forward splits them.
+    let blocks: Vec<&[T]> = x.chunks(LAYER_ROWS * d).collect();
+    super::parallel::run_tasks(blocks, rows).concat()
 }
 
 /// One row normalised: `out = (x − mean)·rstd·w + b`; returns `(mean, rstd)`.
