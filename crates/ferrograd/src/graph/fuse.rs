@@ -14,7 +14,6 @@ use super::op::{Binary, Fusion, Op, Unary};
 use super::NodeData;
 use crate::kernels::parallel::{chunks_per_part, run_tasks};
 use crate::tensor::{with_any_dtype, DType, Element, Tensor};
-use ferrograd_derive::isa_dispatch;
 
 /// Elements per block: a block of every member's values stays in the core's own caches.
 const BLOCK: usize = 16384;
@@ -188,11 +187,9 @@ trait Lanes: Element + PartialOrd + std::ops::Mul<Output = Self> {
 }
 
 impl Lanes for f32 {
-    #[inline(always)]
     fn unary(u: Unary, xs: &mut [f32]) -> bool {
         u.in_place_f32(xs)
     }
-    #[inline(always)]
     fn binary(b: Binary, x: &[f32], y: &[f32], out: &mut [f32]) {
         b.zip_f32(x, y, out);
     }
@@ -202,11 +199,9 @@ impl Lanes for f32 {
 }
 
 impl Lanes for f64 {
-    #[inline(always)]
     fn unary(u: Unary, xs: &mut [f64]) -> bool {
         u.in_place_f64(xs)
     }
-    #[inline(always)]
     fn binary(b: Binary, x: &[f64], y: &[f64], out: &mut [f64]) {
         b.zip_f64(x, y, out);
     }
@@ -229,8 +224,7 @@ fn in_lanes(op: &Op) -> bool {
 }
 
 /// Every member over one block of `len` elements, in order, into `members`; `outer(k)` is
-/// input `k`'s block. Compiled for each kernel path, with the members' loops inlined.
-#[isa_dispatch]
+/// input `k`'s block.
 fn run_block<'a, T: Lanes>(
     ops: &[(Op, Vec<Slot>)],
     outer: &dyn Fn(usize) -> &'a [T],
@@ -249,7 +243,6 @@ fn run_block<'a, T: Lanes>(
 
 /// One member over one block: `out` from its operands' slices (`arg(i)` for operand `i`),
 /// each element as the op's eager kernel computes it.
-#[inline(always)]
 fn lane_step<'a, T: Lanes>(op: &Op, arg: &dyn Fn(usize) -> &'a [T], out: &mut [T]) {
     match op {
         Op::Unary(u) => {

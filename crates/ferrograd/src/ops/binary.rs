@@ -272,7 +272,6 @@ macro_rules! define_binary {
 
             /// The primitive of f32 slices of one length into `out`, element by element: the
             /// same function as its method's (what a fused loop runs).
-            #[inline(always)]
             pub(crate) fn zip_f32(self, a: &[f32], b: &[f32], out: &mut [f32]) {
                 type T = f32;
                 match self {
@@ -285,7 +284,6 @@ macro_rules! define_binary {
             }
 
             /// [`Binary::zip_f32`] of f64 slices.
-            #[inline(always)]
             pub(crate) fn zip_f64(self, a: &[f64], b: &[f64], out: &mut [f64]) {
                 type T = f64;
                 match self {

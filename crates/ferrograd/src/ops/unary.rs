@@ -364,7 +364,6 @@ macro_rules! define_elementwise {
             /// The primitive over f32 elements in place, the same function as its method's
             /// for each element; `false` (and nothing done) for a function of whole tensors.
             #[allow(unused_variables)]
-            #[inline(always)]
             pub(crate) fn in_place_f32(self, xs: &mut [f32]) -> bool {
                 type T = f32;
                 match self {
@@ -376,7 +375,6 @@ macro_rules! define_elementwise {
 
             /// [`Unary::in_place_f32`] over f64 elements.
             #[allow(unused_variables)]
-            #[inline(always)]
             pub(crate) fn in_place_f64(self, xs: &mut [f64]) -> bool {
                 type T = f64;
                 match self {
