@@ -8,28 +8,16 @@
 //!
 //! `cargo run --release --example bench_compile`
 
-use std::time::Instant;
-
 mod common;
 
-use common::{seed_mlp, small_cnn};
+use common::{seed_mlp, small_cnn, sorted_ms};
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
 /// The median milliseconds of `runs` calls of `f`, after two warm-up calls.
-fn median_ms(runs: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    f();
-    let mut ms: Vec<f64> = (0..runs)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64() * 1e3
-        })
-        .collect();
-    ms.sort_by(f64::total_cmp);
-    ms[ms.len() / 2]
+fn median_ms(runs: usize, f: impl FnMut()) -> f64 {
+    sorted_ms(2, runs, f)[runs / 2]
 }
 
 /// Times `f` eagerly and compiled on `inputs`, after checking that both give the same values.

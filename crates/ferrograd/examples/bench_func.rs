@@ -6,8 +6,9 @@
 //!
 //! `cargo run --release --example bench_func`
 
-use std::time::Instant;
+mod common;
 
+use common::sorted_ms;
 use ferrograd::func;
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;
@@ -22,16 +23,8 @@ fn loss(p: &[Tensor], x: &Tensor, y: &Tensor) -> Tensor {
 }
 
 /// Best and median milliseconds of `runs` calls of `f` after one warm-up.
-fn time(name: &str, runs: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    let mut ms: Vec<f64> = (0..runs)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64() * 1e3
-        })
-        .collect();
-    ms.sort_by(f64::total_cmp);
+fn time(name: &str, runs: usize, f: impl FnMut()) -> f64 {
+    let ms = sorted_ms(1, runs, f);
     let median = ms[ms.len() / 2];
     println!(
         "RESULT ferrograd {name} ms: min={:.3} median={median:.3} (n={runs})",

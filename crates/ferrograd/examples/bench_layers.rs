@@ -6,7 +6,9 @@
 //!
 //! `cargo run --release --example bench_layers -- [--repeats 20] [CASE ...]`
 
-use std::time::Instant;
+mod common;
+
+use common::sorted_ms;
 
 use ferrograd::prelude::*;
 use rand::rngs::StdRng;
@@ -87,17 +89,7 @@ fn run(name: &str, make: fn() -> Box<dyn Layer>, shape: &[usize], repeats: usize
         let up = Tensor::ones(y.shape(), DType::F32);
         drop((&y * &up).sum().backward());
     };
-    for _ in 0..3 {
-        step();
-    }
-    let mut times: Vec<f64> = (0..repeats)
-        .map(|_| {
-            let t = Instant::now();
-            step();
-            t.elapsed().as_secs_f64() * 1e3
-        })
-        .collect();
-    times.sort_by(f64::total_cmp);
+    let times = sorted_ms(3, repeats, step);
     println!(
         "RESULT ferrograd_layers {name} shape={shape:?} fwd+bwd_ms: min={:.3} median={:.3} (n={repeats})",
         times[0],

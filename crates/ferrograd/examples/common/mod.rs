@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
+use std::time::Instant;
 
 use ferrograd::prelude::*;
 
@@ -185,4 +186,21 @@ pub fn plot_curves(
     chart.configure_series_labels().border_style(BLACK).draw()?;
     root.present()?;
     Ok(())
+}
+
+/// Milliseconds of `runs` calls of `f` after `warm_up` calls, sorted: the first is the best,
+/// the middle one the median.
+pub fn sorted_ms(warm_up: usize, runs: usize, mut f: impl FnMut()) -> Vec<f64> {
+    for _ in 0..warm_up {
+        f();
+    }
+    let mut ms: Vec<f64> = (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    ms
 }

@@ -26,6 +26,17 @@ const FUSED_AT_LEAST: usize = 1 << 22;
 /// A block's index and its slices of the region's outputs.
 type Block<'a, T> = (usize, Vec<&'a mut [T]>);
 
+/// Each block's index with its slice of every output (`n` elements each).
+fn blocks_of<T>(outs: &mut [Vec<T>], n: usize) -> Vec<Block<'_, T>> {
+    let mut blocks: Vec<Block<'_, T>> = (0..n.div_ceil(BLOCK)).map(|b| (b, Vec::new())).collect();
+    for out in outs {
+        for (b, s) in out.chunks_mut(BLOCK).enumerate() {
+            blocks[b].1.push(s);
+        }
+    }
+    blocks
+}
+
 /// Where a member reads an operand: a value from outside the region, or an earlier member.
 #[derive(Clone, Copy, Debug)]
 enum Slot {
@@ -75,13 +86,7 @@ impl Region {
 
     fn run_typed<T: Element>(&self, flat: &[Tensor], n: usize) -> Vec<Tensor> {
         let mut outs: Vec<Vec<T>> = self.outputs.iter().map(|_| vec![T::ZERO; n]).collect();
-        let mut blocks: Vec<Block<'_, T>> =
-            (0..n.div_ceil(BLOCK)).map(|b| (b, Vec::new())).collect();
-        for out in &mut outs {
-            for (b, s) in out.chunks_mut(BLOCK).enumerate() {
-                blocks[b].1.push(s);
-            }
-        }
+        let blocks = blocks_of(&mut outs, n);
         run_tasks(blocks, |(b, slices)| {
             let start = b * BLOCK;
             let len = slices[0].len();
@@ -132,13 +137,7 @@ impl Region {
             .map(|d| (d.len() != n).then(|| vec![d[0]; BLOCK]))
             .collect();
         let mut outs: Vec<Vec<T>> = self.outputs.iter().map(|_| vec![T::ZERO; n]).collect();
-        let mut blocks: Vec<Block<'_, T>> =
-            (0..n.div_ceil(BLOCK)).map(|b| (b, Vec::new())).collect();
-        for out in &mut outs {
-            for (b, s) in out.chunks_mut(BLOCK).enumerate() {
-                blocks[b].1.push(s);
-            }
-        }
+        let blocks = blocks_of(&mut outs, n);
         let outer = |k: usize, start: usize, len: usize| -> &[T] {
             match &splats[k] {
                 Some(splat) => &splat[..len],
@@ -186,29 +185,25 @@ trait Lanes: Element + PartialOrd + std::ops::Mul<Output = Self> {
     fn from_f64(v: f64) -> Self;
 }
 
-impl Lanes for f32 {
-    fn unary(u: Unary, xs: &mut [f32]) -> bool {
-        u.in_place_f32(xs)
-    }
-    fn binary(b: Binary, x: &[f32], y: &[f32], out: &mut [f32]) {
-        b.zip_f32(x, y, out);
-    }
-    fn from_f64(v: f64) -> f32 {
-        v as f32
-    }
+/// `Lanes` for a float type, by its tables' slice forms.
+macro_rules! lanes {
+    ($T:ty, $unary:ident, $binary:ident) => {
+        impl Lanes for $T {
+            fn unary(u: Unary, xs: &mut [$T]) -> bool {
+                u.$unary(xs)
+            }
+            fn binary(b: Binary, x: &[$T], y: &[$T], out: &mut [$T]) {
+                b.$binary(x, y, out);
+            }
+            fn from_f64(v: f64) -> $T {
+                v as $T
+            }
+        }
+    };
 }
 
-impl Lanes for f64 {
-    fn unary(u: Unary, xs: &mut [f64]) -> bool {
-        u.in_place_f64(xs)
-    }
-    fn binary(b: Binary, x: &[f64], y: &[f64], out: &mut [f64]) {
-        b.zip_f64(x, y, out);
-    }
-    fn from_f64(v: f64) -> f64 {
-        v
-    }
-}
+lanes!(f32, in_place_f32, zip_f32);
+lanes!(f64, in_place_f64, zip_f64);
 
 /// Whether a fused loop computes `op` from slices (see [`lane_step`]).
 fn in_lanes(op: &Op) -> bool {

@@ -988,13 +988,7 @@ declare_ops! {
     infer(i) {
         let ((s, d), (ix, _)) = (&i[0], &i[1]);
         check_axis(*axis, s)?;
-        let fits = ix.len() == s.len()
-            && ix
-                .iter()
-                .zip(s)
-                .enumerate()
-                .all(|(a, (n, m))| a == *axis || !matches!((n, m), (Some(n), Some(m)) if n > m));
-        if !fits {
+        if !index_fits(ix, s, *axis) {
             return Err(format!(
                 "index {} does not fit {} along axis {axis}",
                 show(ix),
@@ -1024,14 +1018,7 @@ declare_ops! {
     infer(i) {
         let ((s, d), (ix, _), (src, _)) = (&i[0], &i[1], &i[2]);
         check_axis(*axis, s)?;
-        let fits = ix.len() == s.len()
-            && ix == src
-            && ix
-                .iter()
-                .zip(s)
-                .enumerate()
-                .all(|(a, (n, m))| a == *axis || !matches!((n, m), (Some(n), Some(m)) if n > m));
-        if !fits {
+        if ix != src || !index_fits(ix, s, *axis) {
             return Err(format!(
                 "index {} and src {} do not fit {} along axis {axis}",
                 show(ix),
@@ -2041,4 +2028,15 @@ fn attention_opts(
         opts = opts.mask(m);
     }
     opts
+}
+
+/// Whether an index of shape `ix` fits `s` for a gather or scatter along `axis`: the same
+/// rank, and no longer than `s` on any other axis (where both are known).
+fn index_fits(ix: &Shape, s: &Shape, axis: usize) -> bool {
+    ix.len() == s.len()
+        && ix
+            .iter()
+            .zip(s)
+            .enumerate()
+            .all(|(a, (n, m))| a == axis || !matches!((n, m), (Some(n), Some(m)) if n > m))
 }
